@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! p2pdma: accelerator memory for peer-to-peer DMA with NVMe and other peers.
+//!
+//! Binds accelerator PCI devices, registers their memory BAR as kernel P2PDMA
+//! memory and serves `/dev/p2pdma`, whose ioctl ABI is defined in `uapi.rs`.
+
+use kernel::{
+    driver::Registration,
+    miscdevice::{
+        MiscDeviceOptions,
+        MiscDeviceRegistration, //
+    },
+    pci,
+    prelude::*,
+    InPlaceModule, //
+};
+
+mod accel;
+mod ffi;
+mod file;
+#[allow(dead_code, reason = "the ABI is shared with userspace, which uses all of it")]
+mod uapi;
+
+const MODULE_NAME: &CStr = <LocalModule as kernel::ModuleMetadata>::NAME;
+
+#[pin_data]
+struct P2pdmaModule {
+    // Fields drop in declaration order: the device node goes first, then the
+    // PCI driver (unbinding every device).
+    #[pin]
+    _misc: MiscDeviceRegistration<file::P2pdmaFile>,
+    #[pin]
+    _driver: Registration<pci::Adapter<accel::AccelDriver>>,
+}
+
+impl InPlaceModule for P2pdmaModule {
+    fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
+        // SAFETY: Called once, before the driver and the device node that use
+        // the registry exist.
+        unsafe { accel::DEVICES.init() };
+
+        try_pin_init!(Self {
+            _driver <- Registration::new(MODULE_NAME, module),
+            _misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdma" }),
+        })
+        .pin_chain(|_| ffi::add_param_ids(MODULE_NAME))
+    }
+}
+
+module! {
+    type: P2pdmaModule,
+    name: "p2pdma",
+    authors: ["The p2pdma authors"],
+    description: "Accelerator memory for peer-to-peer DMA",
+    license: "GPL v2",
+}

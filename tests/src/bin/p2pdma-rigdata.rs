@@ -1,0 +1,99 @@
+//! Host side of the VM rig: makes the NVMe image and checks what landed in
+//! the accelerator's backing file.
+
+use std::{
+    fs::File,
+    io::{BufWriter, Read, Seek, SeekFrom, Write},
+    process::ExitCode,
+};
+
+use clap::{Parser, Subcommand};
+use p2pdma_tests::{fill_image, fnv1a};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write a rig image of `mib` MiB with non-repeating content.
+    MakeImage { path: String, mib: u64 },
+    /// Compare `len` bytes of `actual` at `actual_offset` with `expected` at
+    /// `expected_offset`; print the first difference.
+    Compare {
+        #[arg(long)]
+        expected: String,
+        #[arg(long)]
+        expected_offset: u64,
+        #[arg(long)]
+        actual: String,
+        #[arg(long)]
+        actual_offset: u64,
+        #[arg(long)]
+        len: u64,
+    },
+}
+
+fn read_at(path: &str, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+    let mut f = File::open(path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut buf = vec![0u8; len as usize];
+    f.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+fn run(cli: Cli) -> Result<bool, String> {
+    match cli.cmd {
+        Cmd::MakeImage { path, mib } => {
+            let f = File::create(&path).map_err(|e| format!("{path}: {e}"))?;
+            let mut w = BufWriter::new(f);
+            let mut buf = vec![0u8; 1 << 20];
+            for i in 0..mib {
+                fill_image(i << 20, &mut buf);
+                w.write_all(&buf).map_err(|e| format!("{path}: {e}"))?;
+            }
+            w.flush().map_err(|e| format!("{path}: {e}"))?;
+            Ok(true)
+        }
+        Cmd::Compare {
+            expected,
+            expected_offset,
+            actual,
+            actual_offset,
+            len,
+        } => {
+            let e = read_at(&expected, expected_offset, len).map_err(|e| format!("{expected}: {e}"))?;
+            let a = read_at(&actual, actual_offset, len).map_err(|e| format!("{actual}: {e}"))?;
+            match e.iter().zip(&a).position(|(x, y)| x != y) {
+                None => {
+                    println!("match: {len} bytes, fnv1a {:016x}", fnv1a(&a));
+                    Ok(true)
+                }
+                Some(i) => {
+                    let bad = e.iter().zip(&a).filter(|(x, y)| x != y).count();
+                    println!(
+                        "MISMATCH at byte {i} (expected offset {}, actual offset {}): expected {:02x?}, got {:02x?}; {bad} of {len} bytes differ",
+                        expected_offset + i as u64,
+                        actual_offset + i as u64,
+                        &e[i..(i + 16).min(e.len())],
+                        &a[i..(i + 16).min(a.len())]
+                    );
+                    Ok(false)
+                }
+            }
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("p2pdma-rigdata: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

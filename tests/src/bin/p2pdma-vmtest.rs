@@ -1,0 +1,173 @@
+//! In-VM test programs. Each prints `@@RESULT <name> key=value...` lines that
+//! the host-side suite parses and checks against the emulated devices.
+
+use std::{
+    fs::{self, OpenOptions},
+    os::unix::fs::OpenOptionsExt,
+    process::ExitCode,
+    ptr::NonNull,
+};
+
+use clap::{Parser, Subcommand};
+use p2pdma::Module;
+use rustix::{
+    io::pread,
+    mm::{mmap, munmap, MapFlags, ProtFlags},
+};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Read `len` bytes at `offset` of an NVMe namespace with O_DIRECT into
+    /// P2P memory allocated from the first accelerator's BAR, and report
+    /// where in the BAR they landed.
+    P2pmemRead {
+        #[arg(long, default_value = "/dev/nvme0n1")]
+        nvme: String,
+        #[arg(long)]
+        offset: u64,
+        #[arg(long)]
+        len: usize,
+        /// Allocate and fill, but do not read: the host check must then fail.
+        #[arg(long)]
+        skip_read: bool,
+    },
+}
+
+/// A mapping of P2P memory from `/sys/bus/pci/devices/<dev>/p2pmem/allocate`.
+struct P2pmem {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl P2pmem {
+    fn allocate(pci: &str, len: usize) -> Result<Self, String> {
+        let path = format!("/sys/bus/pci/devices/{pci}/p2pmem/allocate");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{path}: {e}"))?;
+        // SAFETY: A fresh shared mapping of `len` bytes; nothing else refers to it.
+        let ptr = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &f,
+                0,
+            )
+        }
+        .map_err(|e| format!("mmap {path}: {e}"))?;
+        Ok(Self {
+            ptr: NonNull::new(ptr.cast()).ok_or("mmap returned NULL")?,
+            len,
+        })
+    }
+
+    fn fill(&self, byte: u8) {
+        // SAFETY: The mapping is `len` bytes, writable, and only this process uses it.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), byte, self.len) }
+    }
+
+    fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0u8; self.len];
+        // SAFETY: The mapping is `len` readable bytes; `v` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), v.as_mut_ptr(), self.len) };
+        v
+    }
+
+    /// Physical address of the mapping's first byte, from /proc/self/pagemap.
+    fn phys_addr(&self) -> Result<u64, String> {
+        let va = self.ptr.as_ptr() as u64;
+        let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("pagemap: {e}"))?;
+        let mut entry = [0u8; 8];
+        rustix::io::pread(&f, &mut entry, (va / 4096) * 8).map_err(|e| format!("pagemap: {e}"))?;
+        let entry = u64::from_le_bytes(entry);
+        if entry & (1 << 63) == 0 {
+            return Err("mapping not present in pagemap".into());
+        }
+        Ok((entry & ((1 << 55) - 1)) * 4096 + va % 4096)
+    }
+}
+
+impl Drop for P2pmem {
+    fn drop(&mut self) {
+        // SAFETY: Unmaps exactly the mapping made in `allocate`.
+        let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Start of `bar` of PCI device `pci` in CPU physical address space.
+fn bar_start(pci: &str, bar: u8) -> Result<u64, String> {
+    let path = format!("/sys/bus/pci/devices/{pci}/resource");
+    let text = fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let line = text.lines().nth(bar.into()).ok_or("no such BAR")?;
+    let start = line.split_whitespace().next().ok_or("bad resource line")?;
+    u64::from_str_radix(start.trim_start_matches("0x"), 16).map_err(|e| e.to_string())
+}
+
+fn p2pmem_read(nvme: &str, offset: u64, len: usize, skip_read: bool) -> Result<(), String> {
+    let module = Module::open().map_err(|e| e.to_string())?;
+    let accel = module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("no accelerator bound to p2pdma")?;
+    let pci = accel.pci.to_string();
+    let mem = P2pmem::allocate(&pci, len)?;
+    mem.fill(0xA5);
+    let bar_offset = mem.phys_addr()? - bar_start(&pci, accel.bar)?;
+
+    if !skip_read {
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(nvme)
+            .map_err(|e| format!("{nvme}: {e}"))?;
+        // SAFETY: `mem` is `len` writable bytes that nothing else accesses
+        // while the read runs.
+        let buf = unsafe { std::slice::from_raw_parts_mut(mem.ptr.as_ptr(), len) };
+        let mut done = 0;
+        while done < len {
+            let n = pread(&f, &mut buf[done..], offset + done as u64)
+                .map_err(|e| format!("O_DIRECT pread {nvme} into P2P memory: {e}"))?;
+            if n == 0 {
+                return Err(format!("short read: {done} of {len} bytes"));
+            }
+            done += n;
+        }
+    }
+    let landed = mem.to_vec();
+    println!(
+        "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={offset} bar_offset={bar_offset} len={len} fnv1a={:016x}",
+        accel.bar,
+        p2pdma_tests::fnv1a(&landed)
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let r = match Cli::parse().cmd {
+        Cmd::P2pmemRead {
+            nvme,
+            offset,
+            len,
+            skip_read,
+        } => p2pmem_read(&nvme, offset, len, skip_read),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("p2pdma-vmtest: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

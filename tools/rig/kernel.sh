@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Fetches the Linux source, configures it from the fragments in kconfig/ and
+# builds it, caching the built tree by kernel version, variant and config hash.
+# Prints the path of the built tree on stdout.
+#
+#   P2PDMA_KERNEL_TREE=/path   use an existing, already built tree instead
+#   P2PDMA_KVARIANT=debug      add kconfig/debug.config (KASAN, lockdep, ...)
+source "$(dirname "$0")/common.sh"
+
+if [ -n "${P2PDMA_KERNEL_TREE:-}" ]; then
+	[ -f "$P2PDMA_KERNEL_TREE/.config" ] && [ -f "$P2PDMA_KERNEL_TREE/Module.symvers" ] ||
+		die "P2PDMA_KERNEL_TREE=$P2PDMA_KERNEL_TREE is not a built kernel tree (no .config or Module.symvers)"
+	log "using the kernel tree from P2PDMA_KERNEL_TREE"
+	echo "$P2PDMA_KERNEL_TREE"
+	exit 0
+fi
+
+variant=${P2PDMA_KVARIANT:-base}
+frags=("$P2PDMA_ROOT/tools/rig/kconfig/base.config")
+[ "$variant" = base ] || frags+=("$P2PDMA_ROOT/tools/rig/kconfig/$variant.config")
+for f in "${frags[@]}"; do [ -f "$f" ] || die "no config fragment $f"; done
+
+# The Debian mirror is the one this machine's apt already uses.
+debian_mirror() {
+	if [ -n "${P2PDMA_DEBIAN_MIRROR:-}" ]; then echo "$P2PDMA_DEBIAN_MIRROR"; return; fi
+	local m
+	m=$(awk '/^URIs:/ {u=$2} /^Suites:/ && / bookworm( |$)/ {print u; exit}' \
+		/etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+	[ -n "$m" ] || m=$(awk '$1=="deb" && $3=="bookworm" {print $2; exit}' \
+		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
+	[ -n "$m" ] || die "cannot find a Debian mirror in /etc/apt; set P2PDMA_DEBIAN_MIRROR"
+	echo "${m%/}"
+}
+
+# Download linux-source-$KERNEL_SERIES from trixie-backports with a private apt
+# configuration, leaving the system's sources untouched. apt checks the
+# package against the signed index.
+fetch_source() {
+	local d="$P2PDMA_CACHE/apt"
+	local deb
+	deb=$(ls "$d"/linux-source-"$KERNEL_SERIES"_*.deb 2>/dev/null | tail -n 1 || true)
+	if [ -z "$deb" ]; then
+		mkdir -p "$d/lists/partial" "$d/archives/partial"
+		echo "deb $(debian_mirror) trixie-backports main" >"$d/sources.list"
+		local o=(-o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null
+			-o "Dir::State::Lists=$d/lists" -o "Dir::Cache::Archives=$d/archives")
+		run_logged "apt-get update (trixie-backports)" "$d/update.log" apt-get "${o[@]}" update
+		(cd "$d" && apt-get "${o[@]}" download "linux-source-$KERNEL_SERIES") >"$d/download.log" 2>&1 ||
+			die "no linux-source-$KERNEL_SERIES package in trixie-backports (see $d/download.log); set P2PDMA_KERNEL_TREE to a built tree"
+		deb=$(ls "$d"/linux-source-"$KERNEL_SERIES"_*.deb | tail -n 1)
+	fi
+	echo "$deb"
+}
+
+deb=$(fetch_source)
+pkgver=$(basename "$deb" | sed -E 's/^linux-source-[0-9.]+_([^_]+)_.*/\1/')
+confhash=$(cat "${frags[@]}" | sha256sum | cut -c1-12)
+tree="$P2PDMA_CACHE/kernel/linux-${pkgver//[^A-Za-z0-9.]/_}-$variant-$confhash"
+
+if [ -f "$tree/.p2pdma-built" ]; then
+	log "kernel $pkgver ($variant, config $confhash) already built"
+	echo "$tree"
+	exit 0
+fi
+
+rm -rf "$tree" "$tree.tmp" "$tree.deb"
+mkdir -p "$tree.tmp" "$tree.deb"
+log "unpacking linux-source $pkgver"
+dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tree.deb" --wildcards '*/linux-source-*.tar.xz'
+tar -xf "$tree.deb"/usr/src/linux-source-*.tar.xz -C "$tree.tmp" --strip-components=1
+rm -rf "$tree.deb"
+mv "$tree.tmp" "$tree"
+
+mk() { make -C "$tree" LLVM="$LLVM_SUFFIX" "$@"; }
+mk rustavailable >"$tree/rustavailable.log" 2>&1 || {
+	cat "$tree/rustavailable.log" >&2
+	die "the Rust toolchain is not usable for the kernel; run tools/rig/setup-host.sh"
+}
+mk tinyconfig >/dev/null
+(cd "$tree" && KCONFIG_CONFIG=.config scripts/kconfig/merge_config.sh -m .config "${frags[@]}") >/dev/null
+mk olddefconfig >/dev/null
+
+# Kconfig drops options whose dependencies are unmet without a word: check.
+bad=()
+while IFS= read -r line; do
+	case "$line" in
+	CONFIG_*=*)
+		opt=${line%%=*} val=${line#*=}
+		grep -qx "$opt=$val" "$tree/.config" || bad+=("$opt=$val (got: $(grep -E "^$opt=|# $opt is" "$tree/.config" || echo unset))")
+		;;
+	esac
+done < <(cat "${frags[@]}")
+if ((${#bad[@]})); then
+	printf '  %s\n' "${bad[@]}" >&2
+	die "kernel config: ${#bad[@]} required option(s) not set after olddefconfig"
+fi
+
+jobs=$(($(nproc) + 1))
+run_logged "building Linux $pkgver ($variant), -j$jobs: about 12 min on 2 cores" "$tree/build.log" \
+	make -C "$tree" LLVM="$LLVM_SUFFIX" -j"$jobs" bzImage modules
+touch "$tree/.p2pdma-built"
+# Keep only the newest few trees.
+ls -dt "$P2PDMA_CACHE"/kernel/linux-* 2>/dev/null | grep -v -e '\.tmp$' -e '\.deb$' | tail -n +4 | xargs -r rm -rf
+echo "$tree"

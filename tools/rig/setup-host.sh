@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what the kernel build, the module build and the VM rig need on a
+# Debian bookworm machine with rustup. Idempotent: a second run only checks.
+source "$(dirname "$0")/common.sh"
+
+PKGS=(
+	make gcc libc6-dev git xz-utils cpio bc flex bison libelf-dev libssl-dev
+	"clang${LLVM_SUFFIX}" "lld${LLVM_SUFFIX}" "llvm${LLVM_SUFFIX}" "libclang${LLVM_SUFFIX}-dev"
+	qemu-system-x86 busybox-static fio python3 pkg-config
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get to install them"
+	SUDO=
+	[ "$(id -u)" = 0 ] || SUDO=sudo
+	run_logged "apt-get update" "$P2PDMA_CACHE/apt-update.log" $SUDO apt-get update
+	run_logged "installing ${missing[*]}" "$P2PDMA_CACHE/apt-install.log" \
+		env DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+command -v rustup >/dev/null || die "rustup is required (https://rustup.rs)"
+# The kernel builds core from rust-src with the host's default toolchain;
+# the test binaries that go into the VM are linked statically against musl.
+rustup component list --installed | grep -q '^rust-src' || rustup component add rust-src
+rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' || rustup target add x86_64-unknown-linux-musl
+
+if ! command -v bindgen >/dev/null; then
+	run_logged "cargo install bindgen-cli" "$P2PDMA_CACHE/bindgen-install.log" \
+		cargo install --locked bindgen-cli
+fi
+log "host toolchain ready: $(rustc --version), bindgen $(bindgen --version | awk '{print $2}'), clang$LLVM_SUFFIX"
