@@ -147,7 +147,8 @@ fn p2pmem_read(nvme: &str, offset: u64, len: usize, skip_read: bool) -> Result<(
     }
     let landed = mem.to_vec();
     println!(
-        "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={offset} bar_offset={bar_offset} len={len} fnv1a={:016x}",
+        "@@RESULT {} pci={pci} bar={} nvme_offset={offset} bar_offset={bar_offset} len={len} fnv1a={:016x}",
+        if skip_read { "p2pmem-read-skipped" } else { "p2pmem-read" },
         accel.bar,
         p2pdma_tests::fnv1a(&landed)
     );

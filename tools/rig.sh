@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The project's front door.
+#
+#   tools/rig.sh demo    install what is missing, build the kernel (cached),
+#                        the module and the tools, boot the VM and read a
+#                        region of the NVMe into accelerator memory by P2P,
+#                        verifying on the host the bytes that landed
+#   tools/rig.sh test    every test: host tests, then the VM suites on both
+#                        topologies
+#   tools/rig.sh setup | build | vm [vm.sh args]
+#
+# Environment: P2PDMA_CACHE (default ~/.cache/p2pdma), P2PDMA_KERNEL_TREE (use
+# a built tree), P2PDMA_KVARIANT=debug, P2PDMA_KVM=1 (opt-in, may hang).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/rig/common.sh"
+
+cmd=${1:-demo}
+shift || true
+case $cmd in
+setup) "$here/rig/setup-host.sh" ;;
+build)
+	"$here/rig/setup-host.sh"
+	"$here/rig/build.sh" >/dev/null
+	;;
+vm)
+	"$here/rig/setup-host.sh"
+	"$here/rig/vm.sh" "$@"
+	;;
+demo)
+	"$here/rig/setup-host.sh"
+	"$here/rig/vm.sh" --suite demo --topology switch "$@"
+	;;
+test)
+	start=$SECONDS
+	"$here/rig/setup-host.sh"
+	total_pass=0 total_fail=0
+	count() {
+		local p f
+		p=$(grep -cE '^PASS ' "$1" || true)
+		f=$(grep -cE '^FAIL ' "$1" || true)
+		total_pass=$((total_pass + p)) total_fail=$((total_fail + f))
+	}
+	results="$P2PDMA_ROOT/rig-out/test-results"
+	mkdir -p "$results"
+
+	log "host tests: cargo test --workspace"
+	if (cd "$P2PDMA_ROOT" && cargo test --workspace --locked 2>&1 | tee "$results/cargo-test.log"); then
+		echo "PASS host:cargo-test" >"$results/host.txt"
+	else
+		echo "FAIL host:cargo-test" >"$results/host.txt"
+	fi
+	grep -hE '^test result:' "$results/cargo-test.log" || true
+	count "$results/host.txt"
+
+	tree=$("$here/rig/build.sh")
+	for topo in switch noswitch; do
+		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite smoke --topology "$topo" \
+			2>&1 | tee "$results/vm-smoke-$topo.txt" || true
+		count "$results/vm-smoke-$topo.txt"
+	done
+	log "all tests done in $((SECONDS - start))s"
+	echo "p2pdma: $total_pass passed, $total_fail failed"
+	((total_fail == 0))
+	;;
+*) die "unknown command $cmd (demo, test, setup, build, vm)" ;;
+esac

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Boots the rig VM once and runs a guest suite in it, then runs the host-side
+# checks of what landed in the emulated devices.
+#
+#   vm.sh [--topology switch|noswitch] [--suite NAME] [--timeout S] [--out DIR]
+#
+# The machine: q35 (TCG). Topology "switch": a PCIe switch (x3130 upstream,
+# two xio3130 downstream ports) with the NVMe on one port and the
+# accelerator stand-in (ivshmem-plain over a host file) on the other, so the
+# kernel allows P2P. Topology "noswitch": each device on its own root port,
+# meeting only at the q35 host bridge, which the kernel refuses for P2P.
+#
+# Prints one "PASS name" / "FAIL name: why" line per check and a closing
+# "N passed, N failed" line; exits non-zero on any failure or timeout.
+source "$(dirname "$0")/common.sh"
+
+topology=switch suite=smoke timeout=${P2PDMA_VM_TIMEOUT:-300} out=
+while (($#)); do
+	case $1 in
+	--topology) topology=$2; shift 2 ;;
+	--suite) suite=$2; shift 2 ;;
+	--timeout) timeout=$2; shift 2 ;;
+	--out) out=$2; shift 2 ;;
+	*) die "unknown argument $1" ;;
+	esac
+done
+case $topology in switch | noswitch) ;; *) die "unknown topology $topology" ;; esac
+suite_file="$P2PDMA_ROOT/tests/vm/$suite.sh"
+[ -f "$suite_file" ] || die "no guest suite $suite_file"
+out=${out:-$P2PDMA_ROOT/rig-out/$suite-$topology}
+
+tree=${P2PDMA_BUILT_TREE:-$("$P2PDMA_ROOT/tools/rig/build.sh")}
+musl="$P2PDMA_ROOT/target/x86_64-unknown-linux-musl/release"
+kofile="$P2PDMA_ROOT/kmod/p2pdma.ko"
+[ -f "$kofile" ] || die "no $kofile; run tools/rig/build.sh"
+
+rm -rf "$out"
+mkdir -p "$out/initramfs"/{bin,sbin,proc,sys,dev,tmp,suite,lib/modules}
+ir="$out/initramfs"
+
+# The guest: busybox, the module, our programs and the suite.
+cp /bin/busybox "$ir/bin/busybox"
+cp "$kofile" "$ir/lib/modules/"
+for b in p2pdma-ctl p2pdma-vmtest; do
+	cp "$musl/$b" "$ir/bin/"
+	strip "$ir/bin/$b" 2>/dev/null || true
+done
+cp "$P2PDMA_ROOT"/tests/vm/lib.sh "$suite_file" "$ir/suite/"
+cat >"$ir/init" <<INIT
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t debugfs debugfs /sys/kernel/debug
+export P2PDMA_TOPOLOGY=$topology PATH=/bin:/sbin
+echo "@@BOOTED"
+sh /suite/$suite.sh
+echo "@@SUITE-EXIT \$?"
+echo "@@DMESG-BEGIN"
+dmesg
+echo "@@DMESG-END"
+poweroff -f
+INIT
+chmod +x "$ir/init"
+(cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$out/initramfs.cpio.gz"
+
+# The devices: an NVMe image with non-repeating content, and the file behind
+# the accelerator's memory BAR, zero-filled, shared with the guest.
+"$musl/p2pdma-rigdata" make-image "$out/nvme.img" 64
+truncate -s 64M "$out/accel.bin"
+
+pcie=()
+if [ "$topology" = switch ]; then
+	pcie=(-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1
+		-device x3130-upstream,id=up0,bus=rp0
+		-device xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0
+		-device xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=0)
+	nvme_bus=dn0 accel_bus=dn1
+else
+	pcie=(-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1
+		-device pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2)
+	nvme_bus=rp0 accel_bus=rp1
+fi
+
+accel=tcg
+if [ "${P2PDMA_KVM:-0}" = 1 ]; then
+	# KVM hung right after "Booting from ROM" on these machines: opt-in only.
+	accel=kvm
+fi
+
+log "booting the VM (topology $topology, suite $suite, timeout ${timeout}s)"
+start=$SECONDS
+set +e
+timeout -k 5 "$timeout" qemu-system-x86_64 \
+	-machine q35,accel=$accel -cpu max -smp 2 -m 1G \
+	-nodefaults -display none -no-reboot \
+	-serial "file:$out/console.log" \
+	-kernel "$tree/arch/x86/boot/bzImage" -initrd "$out/initramfs.cpio.gz" \
+	-append "console=ttyS0 loglevel=4 panic=-1 oops=panic" \
+	"${pcie[@]}" \
+	-drive "file=$out/nvme.img,if=none,id=nvm,format=raw" \
+	-device "nvme,serial=p2pdma-rig,drive=nvm,bus=$nvme_bus" \
+	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M" \
+	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus" \
+	>"$out/qemu.log" 2>&1
+qrc=$?
+set -e
+log "VM exited with $qrc after $((SECONDS - start))s; console: $out/console.log"
+
+# The checks.
+pass=0 fail=0
+ok() { echo "PASS $1"; pass=$((pass + 1)); }
+bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
+con="$out/console.log"
+tr -d '\r' <"$con" >"$out/console.txt" 2>/dev/null || true
+con="$out/console.txt"
+
+if ((qrc == 124 || qrc == 137)); then
+	bad vm-finished "QEMU killed after ${timeout}s (hang); last lines:"
+	tail -n 20 "$con" | sed 's/^/    /'
+elif ! grep -q '^@@SUITE-EXIT' "$con"; then
+	bad vm-finished "the guest did not finish the suite (QEMU rc $qrc); last lines:"
+	tail -n 30 "$con" | sed 's/^/    /'
+else
+	ok vm-finished
+fi
+
+# Guest-side results.
+while IFS= read -r line; do
+	set -- $line
+	name=$2 verdict=$3
+	shift 3
+	if [ "$verdict" = PASS ]; then ok "guest:$name"; else bad "guest:$name" "$*"; fi
+done < <(grep '^@@TEST ' "$con")
+
+# Host-side checks of what the guest reported landing in the devices.
+kv() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$2"; }
+while IFS= read -r line; do
+	what=$(awk '{print $2}' <<<"$line")
+	case $what in
+	p2pmem-read | p2pmem-read-skipped)
+		args=(--expected "$out/nvme.img" --expected-offset "$(kv nvme_offset "$line")"
+			--actual "$out/accel.bin" --actual-offset "$(kv bar_offset "$line")" --len "$(kv len "$line")")
+		if res=$("$musl/p2pdma-rigdata" compare "${args[@]}"); then matched=1; else matched=0; fi
+		if [ "$what" = p2pmem-read ]; then
+			((matched)) && ok "host:$what ($res)" || bad "host:$what" "$res"
+		else
+			# The guest filled the memory but skipped the read: the check
+			# must notice that nothing arrived.
+			((matched)) && bad "host:$what" "compare matched although no data was read" ||
+				ok "host:$what (compare detects missing data)"
+		fi
+		;;
+	*) bad "host:$what" "unknown result kind" ;;
+	esac
+done < <(grep '^@@RESULT ' "$con")
+
+# The kernel log must be free of warnings, oopses and leak reports.
+sed -n '/^@@DMESG-BEGIN/,/^@@DMESG-END/p' "$con" >"$out/dmesg.txt"
+if grep -qE 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN|kmemleak|UBSAN|rust_panic|panicked' "$con"; then
+	bad kernel-log-clean "$(grep -m3 -E 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN|kmemleak|UBSAN|rust_panic|panicked' "$con")"
+else
+	ok kernel-log-clean
+fi
+
+echo "vm $suite/$topology: $pass passed, $fail failed"
+((fail == 0))
