@@ -7,8 +7,7 @@
 use kernel::{
     device::Core,
     pci,
-    prelude::*,
-    sync::aref::ARef, //
+    prelude::*, //
 };
 
 use crate::{
@@ -21,8 +20,6 @@ const MAX_DEVICES: usize = uapi::P2PDMA_MAX_DEVICES as usize;
 
 /// A bound accelerator.
 pub(crate) struct AccelDev {
-    /// The PCI device, kept referenced while it is in the registry.
-    pub(crate) pdev: ARef<pci::Device>,
     /// What `DEVICE_INFO` reports, without the per-call fields.
     pub(crate) info: uapi::P2pdmaDeviceInfo,
 }
@@ -146,11 +143,7 @@ impl pci::Driver for AccelDriver {
             p2p_size: bar_info.len,
             ..Default::default()
         };
-        let pdev_ref: &pci::Device = pdev;
-        let index = DEVICES.lock().insert(AccelDev {
-            pdev: pdev_ref.into(),
-            info,
-        })?;
+        let index = DEVICES.lock().insert(AccelDev { info })?;
         dev_info!(
             pdev,
             "p2pdma device {}: BAR {} ({} MiB at bus address {:#x}) registered as P2P memory\n",

@@ -26,6 +26,10 @@ mod raw {
         },
     };
 
+    #[expect(
+        improper_ctypes,
+        reason = "struct pci_dev is only passed by pointer, never by value"
+    )]
     unsafe extern "C" {
         // include/linux/pci-p2pdma.h, which the kernel's bindings do not include.
         pub(super) fn pci_p2pdma_add_resource(

@@ -19,7 +19,11 @@ use kernel::{
 mod accel;
 mod ffi;
 mod file;
-#[allow(dead_code, reason = "the ABI is shared with userspace, which uses all of it")]
+#[allow(
+    dead_code,
+    unreachable_pub,
+    reason = "the ABI is shared with userspace, which uses all of it"
+)]
 mod uapi;
 
 const MODULE_NAME: &CStr = <LocalModule as kernel::ModuleMetadata>::NAME;

@@ -5,5 +5,6 @@
 
 check module-loads insmod /lib/modules/p2pdma.ko
 p2pdma-ctl list
-check p2p-read p2pdma-vmtest p2pmem-read --offset $((8 * 1048576 + 4096)) --len $((4 * 1048576))
+check_held p2p-read p2pdma-vmtest p2pmem-read --offset $((8 * 1048576 + 4096)) --len $((4 * 1048576)) --hold
+release_held
 exit $failures

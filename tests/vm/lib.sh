@@ -42,3 +42,36 @@ accel_dev() {
 	done
 	return 1
 }
+
+# check_held NAME CMD...: runs CMD (which must end by printing "@@HELD" and
+# then sleeping, to keep its device memory allocated) in the background and
+# passes once it is held; fails if CMD exits first or does not get there in
+# 120 s. release_held kills every held process.
+held_pids=
+check_held() {
+	name=$1
+	shift
+	log=/tmp/held.$name
+	"$@" >"$log" 2>&1 &
+	pid=$!
+	i=0
+	while ! grep -q '^@@HELD' "$log"; do
+		if ! kill -0 $pid 2>/dev/null || [ $i -ge 1200 ]; then
+			cat "$log"
+			fail "$name" "'$*' did not reach the held state: $(tail -n 1 "$log")"
+			kill $pid 2>/dev/null
+			return
+		fi
+		i=$((i + 1))
+		sleep 0.1
+	done
+	grep -v '^@@HELD' "$log"
+	held_pids="$held_pids $pid"
+	pass "$name"
+}
+
+release_held() {
+	for p in $held_pids; do kill $p 2>/dev/null; done
+	for p in $held_pids; do wait $p 2>/dev/null; done
+	held_pids=
+}

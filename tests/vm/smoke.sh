@@ -20,8 +20,8 @@ esac
 # 1 MiB at an unaligned-to-MiB, 4 KiB-aligned offset of the namespace.
 offset=$((3 * 1048576 + 5 * 4096))
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
-	check p2p-read p2pdma-vmtest p2pmem-read --offset $offset --len 1048576
-	check p2p-read-skipped p2pdma-vmtest p2pmem-read --offset $((offset + 1048576)) --len 65536 --skip-read
+	check_held p2p-read p2pdma-vmtest p2pmem-read --offset $offset --len 1048576 --hold
+	check_held p2p-read-skipped p2pdma-vmtest p2pmem-read --offset $((offset + 1048576)) --len 65536 --skip-read --hold
 else
 	check_fails p2p-read-refused p2pdma-vmtest p2pmem-read --offset $offset --len 1048576
 	if dmesg | grep -q 'do not share an upstream bridge or whitelisted host bridge'; then
@@ -31,6 +31,7 @@ else
 	fi
 fi
 
+release_held
 check module-unloads rmmod p2pdma
 check device-node-gone test ! -e /dev/p2pdma
 exit $failures

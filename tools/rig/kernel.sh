@@ -96,7 +96,7 @@ if ((${#bad[@]})); then
 fi
 
 jobs=$(($(nproc) + 1))
-run_logged "building Linux $pkgver ($variant), -j$jobs: about 12 min on 2 cores" "$tree/build.log" \
+run_logged "building Linux $pkgver ($variant), -j$jobs: about 18 min on 2 cores" "$tree/build.log" \
 	make -C "$tree" LLVM="$LLVM_SUFFIX" -j"$jobs" bzImage modules
 touch "$tree/.p2pdma-built"
 # Keep only the newest few trees.

@@ -36,6 +36,11 @@ enum Cmd {
         /// Allocate and fill, but do not read: the host check must then fail.
         #[arg(long)]
         skip_read: bool,
+        /// After reporting, keep the memory allocated (print `@@HELD` and
+        /// sleep until killed) so that later tests cannot reuse it before the
+        /// host has checked it.
+        #[arg(long)]
+        hold: bool,
     },
 }
 
@@ -113,7 +118,13 @@ fn bar_start(pci: &str, bar: u8) -> Result<u64, String> {
     u64::from_str_radix(start.trim_start_matches("0x"), 16).map_err(|e| e.to_string())
 }
 
-fn p2pmem_read(nvme: &str, offset: u64, len: usize, skip_read: bool) -> Result<(), String> {
+fn p2pmem_read(
+    nvme: &str,
+    offset: u64,
+    len: usize,
+    skip_read: bool,
+    hold: bool,
+) -> Result<(), String> {
     let module = Module::open().map_err(|e| e.to_string())?;
     let accel = module
         .accelerators()
@@ -152,7 +163,21 @@ fn p2pmem_read(nvme: &str, offset: u64, len: usize, skip_read: bool) -> Result<(
         accel.bar,
         p2pdma_tests::fnv1a(&landed)
     );
+    if hold {
+        hold_forever();
+    }
     Ok(())
+}
+
+/// Reports `@@HELD` and sleeps until the suite kills the process, keeping
+/// every allocation of the process alive.
+fn hold_forever() -> ! {
+    use std::io::Write;
+    println!("@@HELD");
+    let _ = std::io::stdout().flush();
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
 }
 
 fn main() -> ExitCode {
@@ -162,7 +187,8 @@ fn main() -> ExitCode {
             offset,
             len,
             skip_read,
-        } => p2pmem_read(&nvme, offset, len, skip_read),
+            hold,
+        } => p2pmem_read(&nvme, offset, len, skip_read, hold),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
