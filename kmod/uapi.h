@@ -20,8 +20,23 @@
 #define P2PDMA_ABI_MIN_COMPAT 1
 #define P2PDMA_MAX_DEVICES 64
 
-/* Accelerator BARs are registered as kernel P2PDMA memory. */
-#define P2PDMA_CAP_BAR_P2PMEM (1ULL << 0)
+/* Capabilities (p2pdma_version.capabilities). */
+#define P2PDMA_CAP_BAR_P2PMEM (1ULL << 0)	/* BARs are kernel P2PDMA memory */
+#define P2PDMA_CAP_ALLOC (1ULL << 1)		/* ALLOC, FREE, mmap */
+#define P2PDMA_CAP_P2P_QUERY (1ULL << 2)	/* P2P_QUERY */
+#define P2PDMA_CAP_DMA_MAP (1ULL << 3)		/* DMA_MAP, PIN_USER, UNMAP */
+#define P2PDMA_CAP_DMABUF (1ULL << 4)		/* DMABUF_IMPORT */
+
+/* The peer is the block device behind peer.fd, not a PCI address. */
+#define P2PDMA_PEER_FD (1U << 0)
+
+/* map_type values. */
+#define P2PDMA_MAP_BUS_ADDR 1		/* by bus address through a common switch */
+#define P2PDMA_MAP_THRU_HOST_BRIDGE 2	/* through an allowed host bridge */
+#define P2PDMA_MAP_NOT_SUPPORTED 3	/* the kernel refuses P2P between them */
+
+#define P2PDMA_REASON_LEN 128
+#define P2PDMA_MAX_ALIGN (1ULL << 30)
 
 /* Output of P2PDMA_IOC_GET_VERSION. */
 struct p2pdma_version {
@@ -52,6 +67,79 @@ struct p2pdma_device_info {
 	__u64 reserved[4];
 };
 
+/* In/out argument of P2PDMA_IOC_ALLOC. */
+struct p2pdma_alloc {
+	__u32 dev_index;	/* in: accelerator index */
+	__u32 flags;		/* in: zero */
+	__u64 size;		/* in: bytes (> 0); out: bytes allocated (page multiple) */
+	__u64 align;		/* in: 0 (page) or a power of two <= P2PDMA_MAX_ALIGN */
+	__u64 handle;		/* out: unique for the life of the module */
+	__u64 mmap_offset;	/* out: mmap(2) offset that maps the allocation */
+	__u64 reserved[4];	/* in: zero */
+};
+
+/* Argument of P2PDMA_IOC_FREE. */
+struct p2pdma_free {
+	__u64 handle;
+	__u32 flags;		/* zero */
+	__u32 reserved0;
+	__u64 reserved[2];
+};
+
+/* A peer device: an open block device (P2PDMA_PEER_FD) or a PCI address. */
+struct p2pdma_peer {
+	__s32 fd;
+	__u32 domain;
+	__u8 bus;
+	__u8 devfn;
+	__u16 pad0;
+};
+
+/* In/out argument of P2PDMA_IOC_P2P_QUERY. */
+struct p2pdma_p2p_query {
+	__u32 dev_index;	/* in */
+	__u32 flags;		/* in: P2PDMA_PEER_FD or 0 */
+	struct p2pdma_peer peer;	/* in; out: the PCI function it resolved to */
+	__u32 map_type;		/* out: P2PDMA_MAP_* */
+	__s32 distance;		/* out: -1 when not supported */
+	__u32 pad1;
+	char reason[P2PDMA_REASON_LEN];	/* out: NUL-terminated */
+	__u64 reserved[4];	/* in: zero */
+};
+
+/* One DMA segment as the peer sees it. */
+struct p2pdma_dma_seg {
+	__u64 addr;
+	__u64 len;
+};
+
+/* In/out argument of P2PDMA_IOC_DMA_MAP, _PIN_USER and _DMABUF_IMPORT. */
+struct p2pdma_dma_map {
+	__u32 flags;		/* in: P2PDMA_PEER_FD or 0 */
+	__s32 dmabuf_fd;	/* in: DMABUF_IMPORT only */
+	struct p2pdma_peer peer;	/* in */
+	__u32 pad0;
+	__u64 handle;		/* in: allocation (DMA_MAP only) */
+	__u64 user_va;		/* in: user buffer (PIN_USER only) */
+	__u64 offset;		/* in: into the allocation (DMA_MAP only) */
+	__u64 length;		/* in: bytes (DMA_MAP, PIN_USER); out: bytes mapped */
+	__u64 segs_ptr;		/* in: struct p2pdma_dma_seg[max_segs] */
+	__u32 max_segs;		/* in */
+	__u32 num_segs;		/* out: written, or needed with ENOSPC */
+	__u64 map_handle;	/* out: for P2PDMA_IOC_UNMAP */
+	__u32 map_type;		/* out: P2PDMA_MAP_* */
+	__u32 pad1;
+	__u64 reserved[4];	/* in: zero */
+};
+
+/* Argument of P2PDMA_IOC_UNMAP. */
+struct p2pdma_unmap {
+	__u64 map_handle;
+	__u32 flags;		/* zero */
+	__u32 reserved0;
+	__u64 reserved[2];
+};
+
 /* Query the ABI version and capabilities. Never fails. */
 #define P2PDMA_IOC_GET_VERSION _IOR(P2PDMA_IOCTL_MAGIC, 0x00, struct p2pdma_version)
 
@@ -60,5 +148,57 @@ struct p2pdma_device_info {
  * EINVAL: flags != 0 or index >= P2PDMA_MAX_DEVICES. ENODEV: no device there.
  */
 #define P2PDMA_IOC_DEVICE_INFO _IOWR(P2PDMA_IOCTL_MAGIC, 0x01, struct p2pdma_device_info)
+
+/*
+ * Allocate accelerator memory owned by this open file; mmap(2) it with
+ * MAP_SHARED at mmap_offset (write-combined; only the opening process may
+ * map; not inherited by fork). Closing the file frees everything.
+ * EINVAL: non-zero flags/reserved, size 0 or too large, bad align.
+ * ENODEV: no such device, or it was unbound. ENOMEM: no P2P memory left.
+ */
+#define P2PDMA_IOC_ALLOC _IOWR(P2PDMA_IOCTL_MAGIC, 0x02, struct p2pdma_alloc)
+
+/*
+ * Free an allocation; existing mappings stay valid until unmapped.
+ * EINVAL: non-zero flags/reserved. ENOENT: no such handle in this file.
+ */
+#define P2PDMA_IOC_FREE _IOW(P2PDMA_IOCTL_MAGIC, 0x03, struct p2pdma_free)
+
+/*
+ * Whether and how a peer can reach an accelerator's memory by P2P DMA.
+ * EINVAL: non-zero flags/pad/reserved. ENODEV: no such accelerator or
+ * peer PCI function. EBADF: bad peer fd. ENOTBLK: peer fd is not a block
+ * device. ENXIO: the peer has no PCI function.
+ */
+#define P2PDMA_IOC_P2P_QUERY _IOWR(P2PDMA_IOCTL_MAGIC, 0x04, struct p2pdma_p2p_query)
+
+/*
+ * DMA-map [offset, offset + length) of an allocation for a peer. Needs
+ * CAP_SYS_RAWIO (EPERM). EINVAL: non-zero fields, range not page aligned,
+ * empty or outside the allocation. ENOENT: no such allocation. EREMOTEIO:
+ * the peer cannot reach the memory. ENOSPC: max_segs too small (num_segs
+ * says how many). Peer errors as for P2P_QUERY.
+ */
+#define P2PDMA_IOC_DMA_MAP _IOWR(P2PDMA_IOCTL_MAGIC, 0x05, struct p2pdma_dma_map)
+
+/*
+ * Pin a host user buffer and DMA-map it for a peer. Needs CAP_SYS_RAWIO.
+ * EINVAL: user_va/length not page aligned, length 0 or over 1 GiB,
+ * non-zero fields. EFAULT: buffer not mapped. ENOSPC, ENOMEM, peer errors.
+ */
+#define P2PDMA_IOC_PIN_USER _IOWR(P2PDMA_IOCTL_MAGIC, 0x06, struct p2pdma_dma_map)
+
+/*
+ * Release a mapping from DMA_MAP, PIN_USER or DMABUF_IMPORT.
+ * EINVAL: non-zero fields. ENOENT: no such mapping in this file.
+ */
+#define P2PDMA_IOC_UNMAP _IOW(P2PDMA_IOCTL_MAGIC, 0x07, struct p2pdma_unmap)
+
+/*
+ * Import a dma-buf for a peer: attach, map, return the peer's addresses.
+ * Needs CAP_SYS_RAWIO. EBADF: not a dma-buf. EINVAL, ENOSPC, ENOMEM, peer
+ * errors, and the exporter's errors.
+ */
+#define P2PDMA_IOC_DMABUF_IMPORT _IOWR(P2PDMA_IOCTL_MAGIC, 0x08, struct p2pdma_dma_map)
 
 #endif /* P2PDMA_UAPI_H */

@@ -27,6 +27,14 @@ pub const P2PDMA_ABI_MIN_COMPAT: u32 = 1;
 
 /// Capability bit: accelerator BARs are registered as kernel P2PDMA memory.
 pub const P2PDMA_CAP_BAR_P2PMEM: u64 = 1 << 0;
+/// Capability bit: `ALLOC`/`FREE` and `mmap` of allocations.
+pub const P2PDMA_CAP_ALLOC: u64 = 1 << 1;
+/// Capability bit: `P2P_QUERY`.
+pub const P2PDMA_CAP_P2P_QUERY: u64 = 1 << 2;
+/// Capability bit: `DMA_MAP`, `PIN_USER` and `UNMAP`.
+pub const P2PDMA_CAP_DMA_MAP: u64 = 1 << 3;
+/// Capability bit: `DMABUF_IMPORT`.
+pub const P2PDMA_CAP_DMABUF: u64 = 1 << 4;
 
 const IOC_NRBITS: u32 = 8;
 const IOC_TYPEBITS: u32 = 8;
@@ -106,6 +114,179 @@ pub struct P2pdmaDeviceInfo {
 /// Largest number of accelerator devices the module tracks at once.
 pub const P2PDMA_MAX_DEVICES: u32 = 64;
 
+/// Peer selection flag: the peer is the device behind `peer_fd` (an open
+/// block device, e.g. `/dev/nvme0n1`), not the PCI address fields.
+pub const P2PDMA_PEER_FD: u32 = 1 << 0;
+
+/// `map_type`: the peer reaches the memory by PCI bus address through a
+/// common switch.
+pub const P2PDMA_MAP_BUS_ADDR: u32 = 1;
+/// `map_type`: the peer reaches the memory through an allowed host bridge.
+pub const P2PDMA_MAP_THRU_HOST_BRIDGE: u32 = 2;
+/// `map_type`: the kernel does not allow P2P DMA between the two.
+pub const P2PDMA_MAP_NOT_SUPPORTED: u32 = 3;
+
+/// Length of [`P2pdmaP2pQuery::reason`], including the terminating NUL.
+pub const P2PDMA_REASON_LEN: usize = 128;
+
+/// Largest allocation alignment [`P2PDMA_IOC_ALLOC`] accepts.
+pub const P2PDMA_MAX_ALIGN: u64 = 1 << 30;
+
+/// In/out argument of [`P2PDMA_IOC_ALLOC`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaAlloc {
+    /// In: index of the accelerator to allocate from.
+    pub dev_index: u32,
+    /// In: must be zero.
+    pub flags: u32,
+    /// In: bytes wanted (> 0); out: bytes allocated (rounded up to pages).
+    pub size: u64,
+    /// In: alignment of the allocation's bus address: 0 (a page), or a power
+    /// of two up to [`P2PDMA_MAX_ALIGN`].
+    pub align: u64,
+    /// Out: the allocation's handle, unique for the life of the module.
+    pub handle: u64,
+    /// Out: the `offset` argument of `mmap(2)` that maps the allocation.
+    pub mmap_offset: u64,
+    /// In: zero.
+    pub reserved: [u64; 4],
+}
+
+/// Argument of [`P2PDMA_IOC_FREE`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaFree {
+    /// The allocation's handle.
+    pub handle: u64,
+    /// Must be zero.
+    pub flags: u32,
+    /// Zero.
+    pub reserved0: u32,
+    /// Zero.
+    pub reserved: [u64; 2],
+}
+
+/// A peer device: an open block device, or a PCI function by address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaPeer {
+    /// File descriptor of an open block device, used with
+    /// [`P2PDMA_PEER_FD`]; otherwise must be -1 or 0.
+    pub fd: i32,
+    /// PCI domain of the peer (without [`P2PDMA_PEER_FD`]).
+    pub domain: u32,
+    /// PCI bus of the peer.
+    pub bus: u8,
+    /// PCI devfn of the peer.
+    pub devfn: u8,
+    /// Zero.
+    pub pad0: u16,
+}
+
+/// In/out argument of [`P2PDMA_IOC_P2P_QUERY`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct P2pdmaP2pQuery {
+    /// In: accelerator index.
+    pub dev_index: u32,
+    /// In: [`P2PDMA_PEER_FD`] or 0.
+    pub flags: u32,
+    /// In: the peer. Out: `domain`, `bus` and `devfn` of the PCI function
+    /// the peer resolved to.
+    pub peer: P2pdmaPeer,
+    /// Out: `P2PDMA_MAP_*`.
+    pub map_type: u32,
+    /// Out: the kernel's P2P distance, -1 when P2P is not supported.
+    pub distance: i32,
+    /// Zero.
+    pub pad1: u32,
+    /// Out: why, in words; NUL-terminated.
+    pub reason: [u8; P2PDMA_REASON_LEN],
+    /// In: zero.
+    pub reserved: [u64; 4],
+}
+
+impl Default for P2pdmaP2pQuery {
+    fn default() -> Self {
+        Self {
+            dev_index: 0,
+            flags: 0,
+            peer: P2pdmaPeer::default(),
+            map_type: 0,
+            distance: 0,
+            pad1: 0,
+            reason: [0; P2PDMA_REASON_LEN],
+            reserved: [0; 4],
+        }
+    }
+}
+
+/// One contiguous DMA segment, as seen by the peer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaDmaSeg {
+    /// DMA (bus or IOVA) address the peer must use.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// In/out argument of [`P2PDMA_IOC_DMA_MAP`], [`P2PDMA_IOC_PIN_USER`] and
+/// [`P2PDMA_IOC_DMABUF_IMPORT`].
+///
+/// The source is, by ioctl: an allocation `handle` with `offset`/`length`
+/// (page aligned, within the allocation); a user buffer `user_va`/`length`
+/// (page aligned); a dma-buf file descriptor `dmabuf_fd` (whole buffer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaDmaMap {
+    /// In: [`P2PDMA_PEER_FD`] or 0.
+    pub flags: u32,
+    /// In: the dma-buf to import (`DMABUF_IMPORT` only, else 0).
+    pub dmabuf_fd: i32,
+    /// In: the peer device the addresses are for.
+    pub peer: P2pdmaPeer,
+    /// Zero.
+    pub pad0: u32,
+    /// In: allocation handle (`DMA_MAP` only, else 0).
+    pub handle: u64,
+    /// In: user virtual address (`PIN_USER` only, else 0).
+    pub user_va: u64,
+    /// In: byte offset into the allocation (`DMA_MAP` only, else 0).
+    pub offset: u64,
+    /// In: bytes to map (`DMA_MAP`, `PIN_USER`); out: bytes mapped.
+    pub length: u64,
+    /// In: user pointer to an array of `max_segs` [`P2pdmaDmaSeg`].
+    pub segs_ptr: u64,
+    /// In: capacity of that array.
+    pub max_segs: u32,
+    /// Out: segments written (or needed, with `ENOSPC`).
+    pub num_segs: u32,
+    /// Out: handle of the mapping, for [`P2PDMA_IOC_UNMAP`].
+    pub map_handle: u64,
+    /// Out: `P2PDMA_MAP_*` used for the mapping.
+    pub map_type: u32,
+    /// Zero.
+    pub pad1: u32,
+    /// In: zero.
+    pub reserved: [u64; 4],
+}
+
+/// Argument of [`P2PDMA_IOC_UNMAP`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaUnmap {
+    /// A mapping handle from `DMA_MAP`, `PIN_USER` or `DMABUF_IMPORT`.
+    pub map_handle: u64,
+    /// Must be zero.
+    pub flags: u32,
+    /// Zero.
+    pub reserved0: u32,
+    /// Zero.
+    pub reserved: [u64; 2],
+}
+
 /// Query the ABI version and capabilities. Never fails.
 pub const P2PDMA_IOC_GET_VERSION: u32 = ioc(IOC_READ, 0x00, size_of::<P2pdmaVersion>());
 
@@ -115,6 +296,60 @@ pub const P2PDMA_IOC_GET_VERSION: u32 = ioc(IOC_READ, 0x00, size_of::<P2pdmaVers
 /// `ENODEV` (no device at that index), `EFAULT`.
 pub const P2PDMA_IOC_DEVICE_INFO: u32 =
     ioc(IOC_READ | IOC_WRITE, 0x01, size_of::<P2pdmaDeviceInfo>());
+
+/// Allocate accelerator memory, owned by the open file.
+///
+/// Errors: `EINVAL` (flags/reserved non-zero, size 0 or too large, bad
+/// alignment), `ENODEV` (no such device, or it was unbound), `ENOMEM` (no
+/// P2P memory left), `EFAULT`.
+pub const P2PDMA_IOC_ALLOC: u32 = ioc(IOC_READ | IOC_WRITE, 0x02, size_of::<P2pdmaAlloc>());
+
+/// Free an allocation. Existing mappings of it stay valid until unmapped.
+///
+/// Errors: `EINVAL` (flags/reserved non-zero), `ENOENT` (no such handle in
+/// this file), `EFAULT`.
+pub const P2PDMA_IOC_FREE: u32 = ioc(IOC_WRITE, 0x03, size_of::<P2pdmaFree>());
+
+/// Whether, and how, a peer can reach an accelerator's memory by P2P DMA.
+///
+/// Errors: `EINVAL` (flags/reserved/pad non-zero), `ENODEV` (no such
+/// accelerator or peer PCI function), `EBADF` (bad peer fd), `ENOTBLK`
+/// (peer fd is not a block device), `ENXIO` (peer has no PCI function),
+/// `EFAULT`.
+pub const P2PDMA_IOC_P2P_QUERY: u32 =
+    ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<P2pdmaP2pQuery>());
+
+/// DMA-map a range of an allocation for a peer; returns the peer's
+/// addresses. Requires `CAP_SYS_RAWIO`.
+///
+/// Errors: `EPERM`, `EINVAL` (flags/reserved/pad non-zero, range not page
+/// aligned or outside the allocation, length 0), `ENOENT` (no such
+/// allocation), `EREMOTEIO` (the peer cannot reach the memory), `ENOSPC`
+/// (`max_segs` too small; `num_segs` says how many are needed), peer errors
+/// as for `P2P_QUERY`, `ENODEV`, `ENOMEM`, `EFAULT`.
+pub const P2PDMA_IOC_DMA_MAP: u32 = ioc(IOC_READ | IOC_WRITE, 0x05, size_of::<P2pdmaDmaMap>());
+
+/// Pin a host user buffer and DMA-map it for a peer. Requires
+/// `CAP_SYS_RAWIO`.
+///
+/// Errors: `EPERM`, `EINVAL` (address or length not page aligned, length 0
+/// or over 1 GiB, non-zero fields), `EFAULT` (buffer not mapped), `ENOSPC`,
+/// `ENOMEM`, peer errors as for `P2P_QUERY`.
+pub const P2PDMA_IOC_PIN_USER: u32 = ioc(IOC_READ | IOC_WRITE, 0x06, size_of::<P2pdmaDmaMap>());
+
+/// Release a mapping made by `DMA_MAP`, `PIN_USER` or `DMABUF_IMPORT`.
+///
+/// Errors: `EINVAL` (non-zero fields), `ENOENT` (no such mapping in this
+/// file), `EFAULT`.
+pub const P2PDMA_IOC_UNMAP: u32 = ioc(IOC_WRITE, 0x07, size_of::<P2pdmaUnmap>());
+
+/// Import a dma-buf (e.g. GPU memory exported by its driver) for a peer:
+/// attach, map, and return the peer's addresses. Requires `CAP_SYS_RAWIO`.
+///
+/// Errors: `EPERM`, `EINVAL`, `EBADF` (not a dma-buf), `ENOSPC`, `ENOMEM`,
+/// peer errors as for `P2P_QUERY`, errors of the exporter.
+pub const P2PDMA_IOC_DMABUF_IMPORT: u32 =
+    ioc(IOC_READ | IOC_WRITE, 0x08, size_of::<P2pdmaDmaMap>());
 
 // The layout is frozen: these fail to compile if it moves.
 const _: () = {
@@ -137,6 +372,58 @@ const _: () = {
     assert!(offset_of!(P2pdmaDeviceInfo, p2p_available) == 48);
     assert!(offset_of!(P2pdmaDeviceInfo, reserved) == 56);
 
+    assert!(size_of::<P2pdmaAlloc>() == 72);
+    assert!(offset_of!(P2pdmaAlloc, size) == 8);
+    assert!(offset_of!(P2pdmaAlloc, align) == 16);
+    assert!(offset_of!(P2pdmaAlloc, handle) == 24);
+    assert!(offset_of!(P2pdmaAlloc, mmap_offset) == 32);
+    assert!(offset_of!(P2pdmaAlloc, reserved) == 40);
+
+    assert!(size_of::<P2pdmaFree>() == 32);
+    assert!(offset_of!(P2pdmaFree, flags) == 8);
+    assert!(offset_of!(P2pdmaFree, reserved) == 16);
+
+    assert!(size_of::<P2pdmaPeer>() == 12);
+    assert!(offset_of!(P2pdmaPeer, domain) == 4);
+    assert!(offset_of!(P2pdmaPeer, bus) == 8);
+    assert!(offset_of!(P2pdmaPeer, devfn) == 9);
+    assert!(offset_of!(P2pdmaPeer, pad0) == 10);
+
+    assert!(size_of::<P2pdmaP2pQuery>() == 192);
+    assert!(offset_of!(P2pdmaP2pQuery, peer) == 8);
+    assert!(offset_of!(P2pdmaP2pQuery, map_type) == 20);
+    assert!(offset_of!(P2pdmaP2pQuery, distance) == 24);
+    assert!(offset_of!(P2pdmaP2pQuery, pad1) == 28);
+    assert!(offset_of!(P2pdmaP2pQuery, reason) == 32);
+    assert!(offset_of!(P2pdmaP2pQuery, reserved) == 160);
+
+    assert!(size_of::<P2pdmaDmaSeg>() == 16);
+
+    assert!(size_of::<P2pdmaDmaMap>() == 120);
+    assert!(offset_of!(P2pdmaDmaMap, dmabuf_fd) == 4);
+    assert!(offset_of!(P2pdmaDmaMap, peer) == 8);
+    assert!(offset_of!(P2pdmaDmaMap, pad0) == 20);
+    assert!(offset_of!(P2pdmaDmaMap, handle) == 24);
+    assert!(offset_of!(P2pdmaDmaMap, user_va) == 32);
+    assert!(offset_of!(P2pdmaDmaMap, offset) == 40);
+    assert!(offset_of!(P2pdmaDmaMap, length) == 48);
+    assert!(offset_of!(P2pdmaDmaMap, segs_ptr) == 56);
+    assert!(offset_of!(P2pdmaDmaMap, max_segs) == 64);
+    assert!(offset_of!(P2pdmaDmaMap, num_segs) == 68);
+    assert!(offset_of!(P2pdmaDmaMap, map_handle) == 72);
+    assert!(offset_of!(P2pdmaDmaMap, map_type) == 80);
+    assert!(offset_of!(P2pdmaDmaMap, pad1) == 84);
+    assert!(offset_of!(P2pdmaDmaMap, reserved) == 88);
+
+    assert!(size_of::<P2pdmaUnmap>() == 32);
+
     assert!(P2PDMA_IOC_GET_VERSION == 0x8038_BC00);
     assert!(P2PDMA_IOC_DEVICE_INFO == 0xC058_BC01);
+    assert!(P2PDMA_IOC_ALLOC == 0xC048_BC02);
+    assert!(P2PDMA_IOC_FREE == 0x4020_BC03);
+    assert!(P2PDMA_IOC_P2P_QUERY == 0xC0C0_BC04);
+    assert!(P2PDMA_IOC_DMA_MAP == 0xC078_BC05);
+    assert!(P2PDMA_IOC_PIN_USER == 0xC078_BC06);
+    assert!(P2PDMA_IOC_UNMAP == 0x4020_BC07);
+    assert!(P2PDMA_IOC_DMABUF_IMPORT == 0xC078_BC08);
 };

@@ -26,9 +26,41 @@ int main(void) {
     O(p2pdma_device_info, bar_size) O(p2pdma_device_info, bar_bus_addr)
     O(p2pdma_device_info, p2p_size) O(p2pdma_device_info, p2p_available)
     O(p2pdma_device_info, reserved)
+    S(p2pdma_alloc)
+    O(p2pdma_alloc, dev_index) O(p2pdma_alloc, flags) O(p2pdma_alloc, size)
+    O(p2pdma_alloc, align) O(p2pdma_alloc, handle) O(p2pdma_alloc, mmap_offset)
+    O(p2pdma_alloc, reserved)
+    S(p2pdma_free)
+    O(p2pdma_free, handle) O(p2pdma_free, flags) O(p2pdma_free, reserved0)
+    O(p2pdma_free, reserved)
+    S(p2pdma_peer)
+    O(p2pdma_peer, fd) O(p2pdma_peer, domain) O(p2pdma_peer, bus)
+    O(p2pdma_peer, devfn) O(p2pdma_peer, pad0)
+    S(p2pdma_p2p_query)
+    O(p2pdma_p2p_query, dev_index) O(p2pdma_p2p_query, flags)
+    O(p2pdma_p2p_query, peer) O(p2pdma_p2p_query, map_type)
+    O(p2pdma_p2p_query, distance) O(p2pdma_p2p_query, pad1)
+    O(p2pdma_p2p_query, reason) O(p2pdma_p2p_query, reserved)
+    S(p2pdma_dma_seg)
+    O(p2pdma_dma_seg, addr) O(p2pdma_dma_seg, len)
+    S(p2pdma_dma_map)
+    O(p2pdma_dma_map, flags) O(p2pdma_dma_map, dmabuf_fd) O(p2pdma_dma_map, peer)
+    O(p2pdma_dma_map, pad0) O(p2pdma_dma_map, handle) O(p2pdma_dma_map, user_va)
+    O(p2pdma_dma_map, offset) O(p2pdma_dma_map, length) O(p2pdma_dma_map, segs_ptr)
+    O(p2pdma_dma_map, max_segs) O(p2pdma_dma_map, num_segs)
+    O(p2pdma_dma_map, map_handle) O(p2pdma_dma_map, map_type)
+    O(p2pdma_dma_map, pad1) O(p2pdma_dma_map, reserved)
+    S(p2pdma_unmap)
+    O(p2pdma_unmap, map_handle) O(p2pdma_unmap, flags) O(p2pdma_unmap, reserved0)
+    O(p2pdma_unmap, reserved)
     V(P2PDMA_IOCTL_MAGIC) V(P2PDMA_ABI_VERSION) V(P2PDMA_ABI_MIN_COMPAT)
-    V(P2PDMA_MAX_DEVICES) V(P2PDMA_CAP_BAR_P2PMEM)
-    V(P2PDMA_IOC_GET_VERSION) V(P2PDMA_IOC_DEVICE_INFO)
+    V(P2PDMA_MAX_DEVICES) V(P2PDMA_CAP_BAR_P2PMEM) V(P2PDMA_CAP_ALLOC)
+    V(P2PDMA_CAP_P2P_QUERY) V(P2PDMA_CAP_DMA_MAP) V(P2PDMA_CAP_DMABUF)
+    V(P2PDMA_PEER_FD) V(P2PDMA_MAP_BUS_ADDR) V(P2PDMA_MAP_THRU_HOST_BRIDGE)
+    V(P2PDMA_MAP_NOT_SUPPORTED) V(P2PDMA_REASON_LEN) V(P2PDMA_MAX_ALIGN)
+    V(P2PDMA_IOC_GET_VERSION) V(P2PDMA_IOC_DEVICE_INFO) V(P2PDMA_IOC_ALLOC)
+    V(P2PDMA_IOC_FREE) V(P2PDMA_IOC_P2P_QUERY) V(P2PDMA_IOC_DMA_MAP)
+    V(P2PDMA_IOC_PIN_USER) V(P2PDMA_IOC_UNMAP) V(P2PDMA_IOC_DMABUF_IMPORT)
     return 0;
 }
 "#;
@@ -88,8 +120,29 @@ fn c_header_matches_rust_abi() {
     s!(P2pdmaDeviceInfo, "p2pdma_device_info");
     o!(P2pdmaDeviceInfo, "p2pdma_device_info", index flags domain bus devfn bar pad0 vendor device
         numa_node bar_size bar_bus_addr p2p_size p2p_available reserved);
+    s!(P2pdmaAlloc, "p2pdma_alloc");
+    o!(P2pdmaAlloc, "p2pdma_alloc", dev_index flags size align handle mmap_offset reserved);
+    s!(P2pdmaFree, "p2pdma_free");
+    o!(P2pdmaFree, "p2pdma_free", handle flags reserved0 reserved);
+    s!(P2pdmaPeer, "p2pdma_peer");
+    o!(P2pdmaPeer, "p2pdma_peer", fd domain bus devfn pad0);
+    s!(P2pdmaP2pQuery, "p2pdma_p2p_query");
+    o!(P2pdmaP2pQuery, "p2pdma_p2p_query", dev_index flags peer map_type distance pad1 reason
+        reserved);
+    s!(P2pdmaDmaSeg, "p2pdma_dma_seg");
+    o!(P2pdmaDmaSeg, "p2pdma_dma_seg", addr len);
+    s!(P2pdmaDmaMap, "p2pdma_dma_map");
+    o!(P2pdmaDmaMap, "p2pdma_dma_map", flags dmabuf_fd peer pad0 handle user_va offset length
+        segs_ptr max_segs num_segs map_handle map_type pad1 reserved);
+    s!(P2pdmaUnmap, "p2pdma_unmap");
+    o!(P2pdmaUnmap, "p2pdma_unmap", map_handle flags reserved0 reserved);
     v!(P2PDMA_IOCTL_MAGIC P2PDMA_ABI_VERSION P2PDMA_ABI_MIN_COMPAT P2PDMA_MAX_DEVICES
-        P2PDMA_CAP_BAR_P2PMEM P2PDMA_IOC_GET_VERSION P2PDMA_IOC_DEVICE_INFO);
+        P2PDMA_CAP_BAR_P2PMEM P2PDMA_CAP_ALLOC P2PDMA_CAP_P2P_QUERY P2PDMA_CAP_DMA_MAP
+        P2PDMA_CAP_DMABUF P2PDMA_PEER_FD P2PDMA_MAP_BUS_ADDR P2PDMA_MAP_THRU_HOST_BRIDGE
+        P2PDMA_MAP_NOT_SUPPORTED P2PDMA_REASON_LEN P2PDMA_MAX_ALIGN
+        P2PDMA_IOC_GET_VERSION P2PDMA_IOC_DEVICE_INFO P2PDMA_IOC_ALLOC P2PDMA_IOC_FREE
+        P2PDMA_IOC_P2P_QUERY P2PDMA_IOC_DMA_MAP P2PDMA_IOC_PIN_USER P2PDMA_IOC_UNMAP
+        P2PDMA_IOC_DMABUF_IMPORT);
     assert_eq!(c, rust, "kmod/uapi.h and kmod/uapi.rs disagree");
 }
 
@@ -98,4 +151,11 @@ fn request_codes_are_pinned() {
     // Released request codes never change.
     assert_eq!(P2PDMA_IOC_GET_VERSION, 0x8038_BC00);
     assert_eq!(P2PDMA_IOC_DEVICE_INFO, 0xC058_BC01);
+    assert_eq!(P2PDMA_IOC_ALLOC, 0xC048_BC02);
+    assert_eq!(P2PDMA_IOC_FREE, 0x4020_BC03);
+    assert_eq!(P2PDMA_IOC_P2P_QUERY, 0xC0C0_BC04);
+    assert_eq!(P2PDMA_IOC_DMA_MAP, 0xC078_BC05);
+    assert_eq!(P2PDMA_IOC_PIN_USER, 0xC078_BC06);
+    assert_eq!(P2PDMA_IOC_UNMAP, 0x4020_BC07);
+    assert_eq!(P2PDMA_IOC_DMABUF_IMPORT, 0xC078_BC08);
 }
