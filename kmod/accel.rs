@@ -7,11 +7,16 @@
 use kernel::{
     device::Core,
     pci,
-    prelude::*, //
+    prelude::*,
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
 };
 
 use crate::{
     ffi,
+    memory::Alloc,
     uapi, //
 };
 
@@ -20,25 +25,70 @@ const MAX_DEVICES: usize = uapi::P2PDMA_MAX_DEVICES as usize;
 
 /// A bound accelerator.
 pub(crate) struct AccelDev {
+    /// The PCI device.
+    pub(crate) pdev: ARef<pci::Device>,
     /// What `DEVICE_INFO` reports, without the per-call fields.
     pub(crate) info: uapi::P2pdmaDeviceInfo,
+    /// Live allocations from this device, revoked when it unbinds.
+    pub(crate) allocs: KVec<Arc<Alloc>>,
+    /// Bytes held by those allocations.
+    pub(crate) allocated: u64,
 }
 
-/// Bound devices, indexed by their stable index.
+/// Bound devices, indexed by their stable index, and the counters that give
+/// out handles and mmap offsets.
 pub(crate) struct Registry {
     slots: [Option<AccelDev>; MAX_DEVICES],
+    next_handle: u64,
+    next_pgoff: u64,
 }
 
 impl Registry {
     const fn new() -> Self {
         Self {
             slots: [const { None }; MAX_DEVICES],
+            next_handle: 1,
+            next_pgoff: 0,
         }
     }
 
     /// The device at `index`, if one is bound there.
     pub(crate) fn get(&self, index: usize) -> Option<&AccelDev> {
         self.slots.get(index)?.as_ref()
+    }
+
+    /// The device at `index`, mutably.
+    pub(crate) fn get_mut(&mut self, index: usize) -> Option<&mut AccelDev> {
+        self.slots.get_mut(index)?.as_mut()
+    }
+
+    /// A handle never given out before.
+    pub(crate) fn new_handle(&mut self) -> u64 {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        h
+    }
+
+    /// `npages` of mmap offset space never given out before.
+    pub(crate) fn new_pgoff(&mut self, npages: u64) -> Result<u64> {
+        let p = self.next_pgoff;
+        // mmap offsets are signed 64-bit byte offsets.
+        let end = p.checked_add(npages).ok_or(ENOSPC)?;
+        if end > (i64::MAX as u64) / ffi::PAGE_SIZE {
+            return Err(ENOSPC);
+        }
+        self.next_pgoff = end;
+        Ok(p)
+    }
+
+    /// Forgets `alloc` in its device's list, if the device is still there.
+    pub(crate) fn forget(&mut self, alloc: &Arc<Alloc>) {
+        if let Some(dev) = self.get_mut(alloc.dev_index) {
+            if let Some(i) = dev.allocs.iter().position(|a| Arc::ptr_eq(a, alloc)) {
+                let _ = dev.allocs.remove(i);
+                dev.allocated -= alloc.size;
+            }
+        }
     }
 
     /// Number of bound devices.
@@ -143,7 +193,13 @@ impl pci::Driver for AccelDriver {
             p2p_size: bar_info.len,
             ..Default::default()
         };
-        let index = DEVICES.lock().insert(AccelDev { info })?;
+        let pdev_ref: &pci::Device = pdev;
+        let index = DEVICES.lock().insert(AccelDev {
+            pdev: pdev_ref.into(),
+            info,
+            allocs: KVec::new(),
+            allocated: 0,
+        })?;
         dev_info!(
             pdev,
             "p2pdma device {}: BAR {} ({} MiB at bus address {:#x}) registered as P2P memory\n",
@@ -157,7 +213,21 @@ impl pci::Driver for AccelDriver {
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
         ffi::p2pmem_publish(pdev, false);
-        DEVICES.lock().remove(this.index);
-        dev_info!(pdev, "p2pdma device {} unbound\n", this.index);
+        let dev = DEVICES.lock().remove(this.index);
+        // Revoke every allocation before the P2PDMA core tears the pages
+        // down: it waits for all page references, so user mappings must go
+        // first. Pins held by in-flight I/O drop when the I/O completes.
+        let revoked = dev.as_ref().map_or(0, |d| d.allocs.len());
+        if let Some(dev) = dev {
+            for alloc in &dev.allocs {
+                alloc.revoke();
+            }
+        }
+        dev_info!(
+            pdev,
+            "p2pdma device {} unbound, {} allocation(s) revoked\n",
+            this.index,
+            revoked
+        );
     }
 }

@@ -19,6 +19,7 @@ use kernel::{
 mod accel;
 mod ffi;
 mod file;
+mod memory;
 #[allow(
     dead_code,
     unreachable_pub,
