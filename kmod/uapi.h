@@ -127,7 +127,7 @@ struct p2pdma_dma_map {
 	__u32 max_segs;		/* in */
 	__u32 num_segs;		/* out: written, or needed with ENOSPC */
 	__u64 map_handle;	/* out: for P2PDMA_IOC_UNMAP */
-	__u32 map_type;		/* out: P2PDMA_MAP_* */
+	__u32 map_type;		/* out: P2PDMA_MAP_*; 0 for host memory and dma-bufs */
 	__u32 pad1;
 	__u64 reserved[4];	/* in: zero */
 };
@@ -159,8 +159,10 @@ struct p2pdma_unmap {
 #define P2PDMA_IOC_ALLOC _IOWR(P2PDMA_IOCTL_MAGIC, 0x02, struct p2pdma_alloc)
 
 /*
- * Free an allocation; existing mappings stay valid until unmapped.
+ * Free an allocation; existing user mappings stay valid until unmapped, and
+ * the memory returns to the device when the last one goes.
  * EINVAL: non-zero flags/reserved. ENOENT: no such handle in this file.
+ * EBUSY: a DMA_MAP mapping of it still exists.
  */
 #define P2PDMA_IOC_FREE _IOW(P2PDMA_IOCTL_MAGIC, 0x03, struct p2pdma_free)
 

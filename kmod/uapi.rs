@@ -265,7 +265,8 @@ pub struct P2pdmaDmaMap {
     pub num_segs: u32,
     /// Out: handle of the mapping, for [`P2PDMA_IOC_UNMAP`].
     pub map_handle: u64,
-    /// Out: `P2PDMA_MAP_*` used for the mapping.
+    /// Out: `P2PDMA_MAP_*` used for the mapping; 0 for host memory
+    /// (`PIN_USER`) and dma-bufs, which the exporter maps.
     pub map_type: u32,
     /// Zero.
     pub pad1: u32,
@@ -304,10 +305,11 @@ pub const P2PDMA_IOC_DEVICE_INFO: u32 =
 /// P2P memory left), `EFAULT`.
 pub const P2PDMA_IOC_ALLOC: u32 = ioc(IOC_READ | IOC_WRITE, 0x02, size_of::<P2pdmaAlloc>());
 
-/// Free an allocation. Existing mappings of it stay valid until unmapped.
+/// Free an allocation. Existing user mappings of it stay valid until
+/// unmapped; the memory returns to the device when the last one goes.
 ///
 /// Errors: `EINVAL` (flags/reserved non-zero), `ENOENT` (no such handle in
-/// this file), `EFAULT`.
+/// this file), `EBUSY` (a `DMA_MAP` mapping of it still exists), `EFAULT`.
 pub const P2PDMA_IOC_FREE: u32 = ioc(IOC_WRITE, 0x03, size_of::<P2pdmaFree>());
 
 /// Whether, and how, a peer can reach an accelerator's memory by P2P DMA.
