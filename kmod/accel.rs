@@ -29,10 +29,16 @@ pub(crate) struct AccelDev {
     pub(crate) pdev: ARef<pci::Device>,
     /// What `DEVICE_INFO` reports, without the per-call fields.
     pub(crate) info: uapi::P2pdmaDeviceInfo,
-    /// Live allocations from this device, revoked when it unbinds.
+    /// Allocations from this device whose files are open (including freed
+    /// ones, whose user mappings may remain), revoked when it unbinds.
     pub(crate) allocs: KVec<Arc<Alloc>>,
-    /// Bytes held by those allocations.
-    pub(crate) allocated: u64,
+}
+
+impl AccelDev {
+    /// Bytes held by live allocations.
+    pub(crate) fn allocated(&self) -> u64 {
+        self.allocs.iter().filter(|a| a.is_live()).map(|a| a.size).sum()
+    }
 }
 
 /// Bound devices, indexed by their stable index, and the counters that give
@@ -86,7 +92,6 @@ impl Registry {
         if let Some(dev) = self.get_mut(alloc.dev_index) {
             if let Some(i) = dev.allocs.iter().position(|a| Arc::ptr_eq(a, alloc)) {
                 let _ = dev.allocs.remove(i);
-                dev.allocated -= alloc.size;
             }
         }
     }
@@ -198,7 +203,6 @@ impl pci::Driver for AccelDriver {
             pdev: pdev_ref.into(),
             info,
             allocs: KVec::new(),
-            allocated: 0,
         })?;
         dev_info!(
             pdev,

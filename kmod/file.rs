@@ -130,7 +130,11 @@ impl DmaMapping {
 
 #[derive(Default)]
 struct FileState {
+    /// Live allocations, by handle.
     allocs: KVec<Arc<Alloc>>,
+    /// Freed allocations: their user mappings may remain (holding this file
+    /// open), so an unbind must still be able to revoke them.
+    freed: KVec<Arc<Alloc>>,
     maps: KVec<DmaMapping>,
 }
 
@@ -162,7 +166,7 @@ impl MiscDevice for P2pdmaFile {
         // DMA mappings first: they may refer to allocations.
         drop(state.maps);
         let mut devices = DEVICES.lock();
-        for alloc in &state.allocs {
+        for alloc in Iterator::chain(state.allocs.iter(), state.freed.iter()) {
             devices.forget(alloc);
         }
         drop(devices);
@@ -238,7 +242,7 @@ fn device_info(user: UserSlice) -> Result {
         let devices = DEVICES.lock();
         let dev = devices.get(arg.index as usize).ok_or(ENODEV)?;
         uapi::P2pdmaDeviceInfo {
-            p2p_available: dev.info.p2p_size - dev.allocated,
+            p2p_available: dev.info.p2p_size.saturating_sub(dev.allocated()),
             ..dev.info
         }
     };
@@ -426,7 +430,6 @@ impl P2pdmaFile {
             let alloc = Alloc::new(handle, index, pgoff, mapping, pages)?;
             let dev = devices.get_mut(index).ok_or(ENODEV)?;
             dev.allocs.push(alloc.clone(), GFP_KERNEL)?;
-            dev.allocated += size;
             alloc
         };
         a.size = size;
@@ -453,21 +456,21 @@ impl P2pdmaFile {
         if f.flags != 0 || f.reserved0 != 0 || f.reserved != [0; 2] {
             return Err(EINVAL);
         }
-        let alloc = {
-            let state = self.state.lock();
-            let alloc = state
-                .allocs
-                .iter()
-                .find(|a| a.handle == f.handle)
-                .cloned()
-                .ok_or(ENOENT)?;
-            // A peer may still DMA to it: its mappings must go first.
-            if state.maps.iter().any(|m| m.uses(&alloc)) {
-                return Err(EBUSY);
-            }
-            alloc
-        };
-        self.forget_alloc(&alloc);
+        let mut state = self.state.lock();
+        let i = state
+            .allocs
+            .iter()
+            .position(|a| a.handle == f.handle)
+            .ok_or(ENOENT)?;
+        // A peer may still DMA to it: its mappings must go first.
+        if state.maps.iter().any(|m| m.uses(&state.allocs[i])) {
+            return Err(EBUSY);
+        }
+        state.freed.reserve(1, GFP_KERNEL)?;
+        let alloc = state.allocs.remove(i).map_err(|_| ENOENT)?;
+        alloc.release();
+        // Cannot fail: room was reserved above.
+        let _ = state.freed.push_within_capacity(alloc);
         Ok(())
     }
 

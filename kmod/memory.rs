@@ -85,6 +85,11 @@ impl Alloc {
         f(pages.as_ref().ok_or(ENODEV)?)
     }
 
+    /// Whether the memory is still held (not freed, not revoked).
+    pub(crate) fn is_live(&self) -> bool {
+        self.pages.lock().is_some()
+    }
+
     /// Frees the allocation: user mappings stay until unmapped.
     pub(crate) fn release(&self) {
         let pages = self.pages.lock().take();
@@ -95,10 +100,9 @@ impl Alloc {
     /// mapping is removed (later accesses get SIGBUS) and the memory goes
     /// back to the device's pool.
     pub(crate) fn revoke(&self) {
+        // Freed allocations may still be mapped: zap in every case.
         let mut pages = self.pages.lock();
-        if pages.is_some() {
-            self.mapping.zap(self.pgoff * PAGE_SIZE, self.size);
-        }
+        self.mapping.zap(self.pgoff * PAGE_SIZE, self.size);
         drop(pages.take());
     }
 }
