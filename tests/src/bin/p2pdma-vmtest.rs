@@ -23,6 +23,18 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Like `p2pmem-read`, but into memory allocated with the module's
+    /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
+    ModuleRead {
+        #[arg(long, default_value = "/dev/nvme0n1")]
+        nvme: String,
+        #[arg(long)]
+        offset: u64,
+        #[arg(long)]
+        len: usize,
+        #[arg(long)]
+        hold: bool,
+    },
     /// Read `len` bytes at `offset` of an NVMe namespace with O_DIRECT into
     /// P2P memory allocated from the first accelerator's BAR, and report
     /// where in the BAR they landed.
@@ -180,8 +192,92 @@ fn hold_forever() -> ! {
     }
 }
 
+/// Allocates `len` bytes with `P2PDMA_IOC_ALLOC` on the first accelerator,
+/// maps them, reads the NVMe into them with O_DIRECT and reports where they
+/// landed in the BAR (from the allocation's physical address).
+fn module_read(nvme: &str, offset: u64, len: usize, hold: bool) -> Result<(), String> {
+    use p2pdma_abi as abi;
+    use rustix::ioctl::{ioctl, Opcode, Updater};
+
+    let module = Module::open().map_err(|e| e.to_string())?;
+    let accel = module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("no accelerator bound to p2pdma")?;
+    let node = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(p2pdma::device::DEVICE_NODE)
+        .map_err(|e| e.to_string())?;
+    let mut a = abi::P2pdmaAlloc {
+        dev_index: accel.index,
+        size: len as u64,
+        ..Default::default()
+    };
+    // SAFETY: `_IOWR` of exactly `P2pdmaAlloc`, plain integers.
+    unsafe {
+        ioctl(
+            &node,
+            Updater::<{ abi::P2PDMA_IOC_ALLOC as Opcode }, abi::P2pdmaAlloc>::new(&mut a),
+        )
+    }
+    .map_err(|e| format!("P2PDMA_IOC_ALLOC: {e}"))?;
+    // SAFETY: A fresh shared mapping of the allocation; nothing else refers to it.
+    let ptr = unsafe {
+        mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            &node,
+            a.mmap_offset,
+        )
+    }
+    .map_err(|e| format!("mmap of the allocation: {e}"))?;
+    let mem = P2pmem {
+        ptr: NonNull::new(ptr.cast()).ok_or("mmap returned NULL")?,
+        len,
+    };
+    mem.fill(0x5A);
+    let pci = accel.pci.to_string();
+    let bar_offset = mem.phys_addr()? - bar_start(&pci, accel.bar)?;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(nvme)
+        .map_err(|e| format!("{nvme}: {e}"))?;
+    // SAFETY: `mem` is `len` writable bytes nothing else accesses meanwhile.
+    let buf = unsafe { std::slice::from_raw_parts_mut(mem.ptr.as_ptr(), len) };
+    let mut done = 0;
+    while done < len {
+        let n = pread(&f, &mut buf[done..], offset + done as u64)
+            .map_err(|e| format!("O_DIRECT pread {nvme} into module memory: {e}"))?;
+        if n == 0 {
+            return Err(format!("short read: {done} of {len} bytes"));
+        }
+        done += n;
+    }
+    println!(
+        "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={offset} bar_offset={bar_offset} len={len} fnv1a={:016x}",
+        accel.bar,
+        p2pdma_tests::fnv1a(&mem.to_vec())
+    );
+    if hold {
+        hold_forever();
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
+        Cmd::ModuleRead {
+            nvme,
+            offset,
+            len,
+            hold,
+        } => module_read(&nvme, offset, len, hold),
         Cmd::P2pmemRead {
             nvme,
             offset,
