@@ -2,8 +2,9 @@
 
 use std::{
     fmt,
-    os::fd::OwnedFd,
+    os::fd::{AsFd, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
+    str::FromStr,
 };
 
 use p2pdma_abi as abi;
@@ -39,10 +40,7 @@ impl Module {
                 source,
             }
         })?;
-        let version = sys::get_version(&fd).map_err(|source| Error::Ioctl {
-            op: "P2PDMA_IOC_GET_VERSION",
-            source,
-        })?;
+        let version = sys::get_version(&fd).map_err(Error::ioctl("P2PDMA_IOC_GET_VERSION"))?;
         if version.abi_version < abi::P2PDMA_ABI_MIN_COMPAT
             || version.abi_min_compat > abi::P2PDMA_ABI_VERSION
         {
@@ -67,15 +65,28 @@ impl Module {
             match sys::device_info(&self.fd, index) {
                 Ok(info) => found.push(Accelerator::from(info)),
                 Err(Errno::NODEV) => {}
-                Err(source) => {
-                    return Err(Error::Ioctl {
-                        op: "P2PDMA_IOC_DEVICE_INFO",
-                        source,
-                    })
-                }
+                Err(source) => return Err(Error::ioctl("P2PDMA_IOC_DEVICE_INFO")(source)),
             }
         }
         Ok(found)
+    }
+
+    /// The accelerator at stable index `index` (`ENODEV` when none).
+    pub fn accelerator(&self, index: u32) -> Result<Accelerator> {
+        sys::device_info(&self.fd, index)
+            .map(Accelerator::from)
+            .map_err(Error::ioctl("P2PDMA_IOC_DEVICE_INFO"))
+    }
+
+    /// The accelerator at PCI address `pci`, if the module has it bound.
+    pub fn find_accelerator(&self, pci: PciAddress) -> Result<Option<Accelerator>> {
+        Ok(self.accelerators()?.into_iter().find(|a| a.pci == pci))
+    }
+}
+
+impl AsFd for Module {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
@@ -108,12 +119,7 @@ impl From<abi::P2pdmaDeviceInfo> for Accelerator {
     fn from(i: abi::P2pdmaDeviceInfo) -> Self {
         Self {
             index: i.index,
-            pci: PciAddress {
-                domain: i.domain,
-                bus: i.bus,
-                device: i.devfn >> 3,
-                function: i.devfn & 7,
-            },
+            pci: PciAddress::from_devfn(i.domain, i.bus, i.devfn),
             vendor: i.vendor,
             device: i.device,
             bar: i.bar,
@@ -137,6 +143,54 @@ pub struct PciAddress {
     pub device: u8,
     /// Function.
     pub function: u8,
+}
+
+impl PciAddress {
+    /// `(device << 3) | function`, as the ABI carries it.
+    pub fn devfn(&self) -> u8 {
+        (self.device << 3) | (self.function & 7)
+    }
+
+    /// The address from the ABI's domain, bus and devfn fields.
+    pub fn from_devfn(domain: u32, bus: u8, devfn: u8) -> Self {
+        Self {
+            domain,
+            bus,
+            device: devfn >> 3,
+            function: devfn & 7,
+        }
+    }
+}
+
+impl FromStr for PciAddress {
+    type Err = Error;
+
+    /// Parses `dddd:bb:dd.f`, or `bb:dd.f` in domain 0 (hexadecimal, as
+    /// sysfs and `lspci` print them).
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::InvalidArgument(format!("{s:?} is not a PCI address (dddd:bb:dd.f)"));
+        let (rest, function) = s.rsplit_once('.').ok_or_else(bad)?;
+        let mut parts = rest.rsplitn(3, ':');
+        let device = parts.next().ok_or_else(bad)?;
+        let bus = parts.next().ok_or_else(bad)?;
+        let domain = parts.next().unwrap_or("0");
+        let hex = |t: &str, max: u32| -> Result<u32> {
+            if t.is_empty() || t.len() > 8 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            let v = u32::from_str_radix(t, 16).map_err(|_| bad())?;
+            if v > max {
+                return Err(bad());
+            }
+            Ok(v)
+        };
+        Ok(Self {
+            domain: hex(domain, u32::MAX)?,
+            bus: hex(bus, 0xff)? as u8,
+            device: hex(device, 0x1f)? as u8,
+            function: hex(function, 7)? as u8,
+        })
+    }
 }
 
 impl fmt::Display for PciAddress {
@@ -164,6 +218,30 @@ mod tests {
         });
         assert_eq!(a.pci.to_string(), "0000:03:1f.5");
         assert_eq!(a.numa_node, None);
+    }
+
+    #[test]
+    fn pci_addresses_parse_and_round_trip() {
+        let a: PciAddress = "0000:03:1f.5".parse().unwrap();
+        assert_eq!(a.to_string(), "0000:03:1f.5");
+        assert_eq!(a.devfn(), (0x1f << 3) | 5);
+        assert_eq!(PciAddress::from_devfn(0, 3, a.devfn()), a);
+        let b: PciAddress = "3:00.1".parse().unwrap();
+        assert_eq!(b.to_string(), "0000:03:00.1");
+        let c: PciAddress = "10000:ff:00.0".parse().unwrap();
+        assert_eq!(c.domain, 0x10000);
+        for bad in [
+            "",
+            "0000:03:20.0",
+            "0000:03:1f.8",
+            "0000:100:00.0",
+            "03:1f",
+            "x:03:1f.0",
+            "0000:03:1f.",
+            "+3:00.0",
+        ] {
+            assert!(bad.parse::<PciAddress>().is_err(), "{bad:?} parsed");
+        }
     }
 
     #[test]

@@ -2,26 +2,30 @@
 
 use std::path::PathBuf;
 
+use rustix::io::Errno;
+
 /// What can go wrong in libp2pdma.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The kernel module's device node is missing or cannot be opened.
-    #[error("cannot open {path}: {source} (is the p2pdma module loaded, and are you in its group?)")]
+    #[error(
+        "cannot open {path}: {source} (is the p2pdma module loaded, and are you in its group?)"
+    )]
     Open {
         /// The device node.
         path: PathBuf,
         /// The errno.
-        source: rustix::io::Errno,
+        source: Errno,
     },
-    /// An ioctl on `/dev/p2pdma` failed.
+    /// An ioctl failed.
     #[error("{op} failed: {source}")]
     Ioctl {
         /// The ioctl's name.
         op: &'static str,
         /// The errno.
-        source: rustix::io::Errno,
+        source: Errno,
     },
-    /// The module speaks an ABI this library cannot use.
+    /// The kernel module speaks an ABI this library cannot use.
     #[error("kernel module ABI version {module} is not compatible with this library (ABI {library}, needs module >= {library_min})")]
     AbiMismatch {
         /// ABI of the loaded module.
@@ -31,17 +35,80 @@ pub enum Error {
         /// Oldest module ABI this library accepts.
         library_min: u32,
     },
+    /// Mapping device memory into this process failed.
+    #[error("mmap of {len} bytes at offset {offset:#x} of the p2pdma device failed: {source}")]
+    Mmap {
+        /// The `mmap` offset.
+        offset: u64,
+        /// The length asked for.
+        len: u64,
+        /// The errno.
+        source: Errno,
+    },
+    /// A copy or I/O range does not lie inside a mapping.
+    #[error("range {offset:#x}+{len:#x} is outside the {size:#x}-byte mapping")]
+    OutOfBounds {
+        /// Start of the range.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// Size of the mapping.
+        size: u64,
+    },
+    /// Another system call failed.
+    #[error("{op} failed: {source}")]
+    Sys {
+        /// What was being done.
+        op: &'static str,
+        /// The errno.
+        source: Errno,
+    },
+    /// An argument cannot be used as given.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
 }
 
 impl Error {
     /// The errno behind the error, if there is one.
-    pub fn errno(&self) -> Option<rustix::io::Errno> {
+    pub fn errno(&self) -> Option<Errno> {
         match self {
-            Error::Open { source, .. } | Error::Ioctl { source, .. } => Some(*source),
-            Error::AbiMismatch { .. } => None,
+            Error::Open { source, .. }
+            | Error::Ioctl { source, .. }
+            | Error::Mmap { source, .. }
+            | Error::Sys { source, .. } => Some(*source),
+            Error::AbiMismatch { .. } | Error::OutOfBounds { .. } | Error::InvalidArgument(_) => {
+                None
+            }
         }
+    }
+
+    pub(crate) fn ioctl(op: &'static str) -> impl FnOnce(Errno) -> Self {
+        move |source| Error::Ioctl { op, source }
+    }
+
+    pub(crate) fn sys(op: &'static str) -> impl FnOnce(Errno) -> Self {
+        move |source| Error::Sys { op, source }
     }
 }
 
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_errors_name_the_ioctl_and_keep_the_errno() {
+        let e = Error::ioctl("P2PDMA_IOC_ALLOC")(Errno::NOMEM);
+        assert_eq!(e.errno(), Some(Errno::NOMEM));
+        assert!(e.to_string().starts_with("P2PDMA_IOC_ALLOC failed"), "{e}");
+        let e = Error::OutOfBounds {
+            offset: 4096,
+            len: 1,
+            size: 4096,
+        };
+        assert_eq!(e.errno(), None);
+        assert!(e.to_string().contains("0x1000+0x1"), "{e}");
+    }
+}

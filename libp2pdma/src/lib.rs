@@ -1,13 +1,24 @@
 //! libp2pdma: peer-to-peer DMA between NVMe SSDs and accelerator memory.
 //!
 //! The layers, from the bottom: [`sys`] is the only module with `unsafe`
-//! (one safe function per ioctl of `/dev/p2pdma`); [`device`] discovers the
-//! accelerators the kernel module has bound.
+//! (one safe function per ioctl of `/dev/p2pdma`, and raw mappings);
+//! [`device`] discovers the accelerators the kernel module has bound;
+//! [`memory`] allocates their memory and maps it into the process, reachable
+//! only through explicit copies; [`dma`] asks whether a peer can reach that
+//! memory and hands out the addresses it must use; [`udmabuf`] makes host
+//! memory into a dma-buf to import.
 #![deny(unsafe_code)]
 
 pub mod device;
+pub mod dma;
 pub mod error;
+pub mod memory;
 pub mod sys;
+pub mod udmabuf;
 
-pub use device::{Accelerator, Module};
+pub use device::{Accelerator, Module, PciAddress};
+pub use dma::{DmaMapping, MapType, P2pQuery, Peer};
 pub use error::{Error, Result};
+pub use memory::{Allocation, DeviceMapping};
+pub use sys::HostBuffer;
+pub use udmabuf::Udmabuf;

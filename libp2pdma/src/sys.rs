@@ -1,14 +1,27 @@
-//! The raw layer: one safe function per ioctl of `/dev/p2pdma`.
+//! The raw layer: one safe function per ioctl of `/dev/p2pdma`, and the raw
+//! memory mappings that the safe layers build on.
 //!
-//! This is the only module of the crate allowed to use `unsafe`.
+//! This is the only module of the crate allowed to use `unsafe`. Every
+//! function here is safe to call: the ioctl wrappers pass the kernel pointers
+//! to memory they own for the duration of the call, and the mapping types
+//! never hand out references into memory that a device or another process may
+//! change.
 #![allow(unsafe_code)]
 
-use std::os::fd::AsFd;
+use std::{
+    ffi::c_void,
+    mem::MaybeUninit,
+    ops::{Deref, DerefMut},
+    os::fd::{AsFd, FromRawFd, OwnedFd},
+    ptr::{self, NonNull},
+    slice,
+};
 
 use p2pdma_abi as abi;
 use rustix::{
     io::Errno,
-    ioctl::{ioctl, Getter, Opcode, Updater},
+    ioctl::{ioctl, Getter, Ioctl, IoctlOutput, Opcode, Setter, Updater},
+    mm::{mmap, mmap_anonymous, munmap, MapFlags, ProtFlags},
 };
 
 /// Returns the module's ABI version and capabilities.
@@ -31,15 +44,616 @@ pub fn device_info(fd: impl AsFd, index: u32) -> Result<abi::P2pdmaDeviceInfo, E
         index,
         ..Default::default()
     };
+    device_info_raw(fd, &mut info)?;
+    Ok(info)
+}
+
+/// `DEVICE_INFO` with a caller-built argument, updated in place (also on
+/// error). For callers that need to send non-zero `flags` or `reserved`.
+#[doc(alias = "P2PDMA_IOC_DEVICE_INFO")]
+pub fn device_info_raw(fd: impl AsFd, info: &mut abi::P2pdmaDeviceInfo) -> Result<(), Errno> {
     // SAFETY: The request code is an `_IOWR` of exactly `P2pdmaDeviceInfo`,
     // which the kernel reads and rewrites in place; all of it is integers.
     unsafe {
         ioctl(
             fd,
-            Updater::<{ abi::P2PDMA_IOC_DEVICE_INFO as Opcode }, abi::P2pdmaDeviceInfo>::new(
-                &mut info,
-            ),
-        )?;
+            Updater::<{ abi::P2PDMA_IOC_DEVICE_INFO as Opcode }, abi::P2pdmaDeviceInfo>::new(info),
+        )
     }
-    Ok(info)
+}
+
+/// Allocates accelerator memory. `arg` carries the request in and the
+/// allocation (handle, rounded size, mmap offset) out.
+#[doc(alias = "P2PDMA_IOC_ALLOC")]
+pub fn alloc(fd: impl AsFd, arg: &mut abi::P2pdmaAlloc) -> Result<(), Errno> {
+    // SAFETY: The request code is an `_IOWR` of exactly `P2pdmaAlloc`, which
+    // the kernel reads and rewrites in place; all of it is integers.
+    unsafe {
+        ioctl(
+            fd,
+            Updater::<{ abi::P2PDMA_IOC_ALLOC as Opcode }, abi::P2pdmaAlloc>::new(arg),
+        )
+    }
+}
+
+/// Frees the allocation named by `arg.handle`.
+#[doc(alias = "P2PDMA_IOC_FREE")]
+pub fn free(fd: impl AsFd, arg: abi::P2pdmaFree) -> Result<(), Errno> {
+    // SAFETY: The request code is an `_IOW` of exactly `P2pdmaFree`, which the
+    // kernel only reads.
+    unsafe {
+        ioctl(
+            fd,
+            Setter::<{ abi::P2PDMA_IOC_FREE as Opcode }, abi::P2pdmaFree>::new(arg),
+        )
+    }
+}
+
+/// Asks whether, and how, a peer can reach an accelerator's memory. `arg` is
+/// updated in place, also on error.
+#[doc(alias = "P2PDMA_IOC_P2P_QUERY")]
+pub fn p2p_query(fd: impl AsFd, arg: &mut abi::P2pdmaP2pQuery) -> Result<(), Errno> {
+    // SAFETY: The request code is an `_IOWR` of exactly `P2pdmaP2pQuery`,
+    // which the kernel reads and rewrites in place; all of it is integers and
+    // byte arrays.
+    unsafe {
+        ioctl(
+            fd,
+            Updater::<{ abi::P2PDMA_IOC_P2P_QUERY as Opcode }, abi::P2pdmaP2pQuery>::new(arg),
+        )
+    }
+}
+
+/// The argument of the three mapping ioctls, with the segment array the
+/// kernel fills in.
+struct DmaMapArg<'a, const OPCODE: Opcode> {
+    arg: &'a mut abi::P2pdmaDmaMap,
+}
+
+// SAFETY: `OPCODE` is one of `DMA_MAP`, `PIN_USER` and `DMABUF_IMPORT`, all
+// `_IOWR` of exactly `P2pdmaDmaMap`, which the kernel reads and rewrites in
+// place. The kernel also writes up to `max_segs` `P2pdmaDmaSeg`s at
+// `segs_ptr`, which `dma_map_common` points at a live, exclusively borrowed
+// slice of at least that many elements.
+unsafe impl<const OPCODE: Opcode> Ioctl for DmaMapArg<'_, OPCODE> {
+    type Output = ();
+
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> Opcode {
+        OPCODE
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        ptr::from_mut(self.arg).cast()
+    }
+
+    unsafe fn output_from_ptr(_out: IoctlOutput, _ptr: *mut c_void) -> rustix::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn dma_map_common<const OPCODE: Opcode>(
+    fd: impl AsFd,
+    arg: &mut abi::P2pdmaDmaMap,
+    segs: &mut [abi::P2pdmaDmaSeg],
+) -> Result<(), Errno> {
+    arg.segs_ptr = segs.as_mut_ptr() as u64;
+    arg.max_segs = u32::try_from(segs.len()).unwrap_or(u32::MAX);
+    // SAFETY: See the `Ioctl` implementation: `segs_ptr`/`max_segs` describe
+    // `segs`, which stays borrowed for the whole call.
+    unsafe { ioctl(fd, DmaMapArg::<OPCODE> { arg }) }
+}
+
+/// DMA-maps a range of an allocation for a peer. `segs_ptr` and `max_segs`
+/// are set from `segs`, which receives the peer's addresses; `arg` is
+/// updated in place, also on error (`num_segs` with `ENOSPC`).
+#[doc(alias = "P2PDMA_IOC_DMA_MAP")]
+pub fn dma_map(
+    fd: impl AsFd,
+    arg: &mut abi::P2pdmaDmaMap,
+    segs: &mut [abi::P2pdmaDmaSeg],
+) -> Result<(), Errno> {
+    dma_map_common::<{ abi::P2PDMA_IOC_DMA_MAP as Opcode }>(fd, arg, segs)
+}
+
+/// Pins a host user buffer and DMA-maps it for a peer; as [`dma_map`].
+///
+/// Pinning only makes the buffer reachable by the peer; nothing here starts a
+/// transfer.
+#[doc(alias = "P2PDMA_IOC_PIN_USER")]
+pub fn pin_user(
+    fd: impl AsFd,
+    arg: &mut abi::P2pdmaDmaMap,
+    segs: &mut [abi::P2pdmaDmaSeg],
+) -> Result<(), Errno> {
+    dma_map_common::<{ abi::P2PDMA_IOC_PIN_USER as Opcode }>(fd, arg, segs)
+}
+
+/// Imports a dma-buf (`arg.dmabuf_fd`) for a peer; as [`dma_map`].
+#[doc(alias = "P2PDMA_IOC_DMABUF_IMPORT")]
+pub fn dmabuf_import(
+    fd: impl AsFd,
+    arg: &mut abi::P2pdmaDmaMap,
+    segs: &mut [abi::P2pdmaDmaSeg],
+) -> Result<(), Errno> {
+    dma_map_common::<{ abi::P2PDMA_IOC_DMABUF_IMPORT as Opcode }>(fd, arg, segs)
+}
+
+/// Releases a mapping made by [`dma_map`], [`pin_user`] or
+/// [`dmabuf_import`].
+#[doc(alias = "P2PDMA_IOC_UNMAP")]
+pub fn unmap(fd: impl AsFd, arg: abi::P2pdmaUnmap) -> Result<(), Errno> {
+    // SAFETY: The request code is an `_IOW` of exactly `P2pdmaUnmap`, which
+    // the kernel only reads.
+    unsafe {
+        ioctl(
+            fd,
+            Setter::<{ abi::P2PDMA_IOC_UNMAP as Opcode }, abi::P2pdmaUnmap>::new(arg),
+        )
+    }
+}
+
+/// An argument address that can never point at memory of this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidPointer {
+    /// Address zero.
+    Null,
+    /// The last page of the address space, which belongs to the kernel.
+    KernelHalf,
+}
+
+impl InvalidPointer {
+    fn addr(self) -> usize {
+        match self {
+            InvalidPointer::Null => 0,
+            InvalidPointer::KernelHalf => usize::MAX & !0xfff,
+        }
+    }
+}
+
+/// An ioctl whose argument is a bare address.
+struct AddrArg {
+    opcode: Opcode,
+    addr: usize,
+}
+
+// SAFETY: The address is one of `InvalidPointer`'s, which no object of this
+// process can live at, so whatever the kernel does with it cannot touch Rust
+// memory; the call's output is only its return value.
+unsafe impl Ioctl for AddrArg {
+    type Output = IoctlOutput;
+
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        ptr::without_provenance_mut(self.addr)
+    }
+
+    unsafe fn output_from_ptr(
+        out: IoctlOutput,
+        _ptr: *mut c_void,
+    ) -> rustix::io::Result<IoctlOutput> {
+        Ok(out)
+    }
+}
+
+/// Issues `request` on `fd` with an argument address that is not memory of
+/// this process. A driver must answer `EFAULT` (or `ENOTTY` for a request it
+/// does not know); this exists to test that it does.
+pub fn ioctl_invalid_pointer(
+    fd: impl AsFd,
+    request: u32,
+    pointer: InvalidPointer,
+) -> Result<i32, Errno> {
+    // SAFETY: See the `Ioctl` implementation of `AddrArg`.
+    unsafe {
+        ioctl(
+            fd,
+            AddrArg {
+                opcode: request as Opcode,
+                addr: pointer.addr(),
+            },
+        )
+    }
+}
+
+/// `struct udmabuf_create` of `<linux/udmabuf.h>`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct UdmabufCreateArg {
+    memfd: u32,
+    flags: u32,
+    offset: u64,
+    size: u64,
+}
+
+/// `UDMABUF_FLAGS_CLOEXEC`.
+const UDMABUF_FLAGS_CLOEXEC: u32 = 1;
+
+/// `UDMABUF_CREATE`, `_IOW('u', 0x42, struct udmabuf_create)`.
+const UDMABUF_CREATE: Opcode = rustix::ioctl::opcode::write::<UdmabufCreateArg>(b'u', 0x42);
+
+struct UdmabufCreate(UdmabufCreateArg);
+
+// SAFETY: `UDMABUF_CREATE` reads a `struct udmabuf_create` (plain integers,
+// this exact layout) and returns a new file descriptor, which becomes owned
+// by the caller.
+unsafe impl Ioctl for UdmabufCreate {
+    type Output = OwnedFd;
+
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> Opcode {
+        UDMABUF_CREATE
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        ptr::from_mut(&mut self.0).cast()
+    }
+
+    unsafe fn output_from_ptr(out: IoctlOutput, _ptr: *mut c_void) -> rustix::io::Result<OwnedFd> {
+        // SAFETY: A successful `UDMABUF_CREATE` returns a new descriptor that
+        // nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(out) })
+    }
+}
+
+/// Creates a dma-buf over `size` bytes at `offset` of a sealed memfd through
+/// `/dev/udmabuf` (`udmabuf_dev`). The new descriptor is close-on-exec.
+#[doc(alias = "UDMABUF_CREATE")]
+pub fn udmabuf_create(
+    udmabuf_dev: impl AsFd,
+    memfd: impl AsFd,
+    offset: u64,
+    size: u64,
+) -> Result<OwnedFd, Errno> {
+    use std::os::fd::AsRawFd;
+    let memfd = u32::try_from(memfd.as_fd().as_raw_fd()).map_err(|_| Errno::BADF)?;
+    // SAFETY: See the `Ioctl` implementation of `UdmabufCreate`.
+    unsafe {
+        ioctl(
+            udmabuf_dev,
+            UdmabufCreate(UdmabufCreateArg {
+                memfd,
+                flags: UDMABUF_FLAGS_CLOEXEC,
+                offset,
+                size,
+            }),
+        )
+    }
+}
+
+/// How a mapping of a file is shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sharing {
+    /// `MAP_SHARED`: writes reach the file (here, the device).
+    Shared,
+    /// `MAP_PRIVATE`: copy on write. The p2pdma module refuses it.
+    Private,
+}
+
+/// A read-write mapping of a file (device memory, for the p2pdma module),
+/// reachable only through raw pointers and copies.
+///
+/// The memory may be changed at any time by the device, a peer's DMA or
+/// another mapping, so no reference into it is ever created; [`read_at`] and
+/// [`write_at`] copy with volatile accesses. Unmapped on drop.
+///
+/// Touching the mapping after the device went away raises `SIGBUS`, as for
+/// any mapping whose backing store vanished.
+///
+/// [`read_at`]: RawMapping::read_at
+/// [`write_at`]: RawMapping::write_at
+#[derive(Debug)]
+pub struct RawMapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: The mapping is plain memory shared with the device; the type hands
+// out no references into it, and its accesses are copies that are as valid
+// from any thread as from the one that mapped it.
+unsafe impl Send for RawMapping {}
+// SAFETY: See above; concurrent copies may interleave, which is the nature of
+// shared device memory and cannot break memory safety.
+unsafe impl Sync for RawMapping {}
+
+impl RawMapping {
+    /// `mmap(NULL, len, PROT_READ | PROT_WRITE, sharing, fd, offset)`.
+    pub fn map(fd: impl AsFd, len: usize, offset: u64, sharing: Sharing) -> Result<Self, Errno> {
+        if len == 0 {
+            return Err(Errno::INVAL);
+        }
+        let flags = match sharing {
+            Sharing::Shared => MapFlags::SHARED,
+            Sharing::Private => MapFlags::PRIVATE,
+        };
+        // SAFETY: A NULL hint lets the kernel choose an address, so the new
+        // mapping cannot overlap memory that Rust already uses.
+        let ptr = unsafe {
+            mmap(
+                ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                flags,
+                fd,
+                offset,
+            )
+        }?;
+        let ptr = NonNull::new(ptr.cast()).ok_or(Errno::NOMEM)?;
+        Ok(Self { ptr, len })
+    }
+
+    /// The first byte of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never true: empty mappings do not exist).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), Errno> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Errno::INVAL),
+        }
+    }
+
+    /// Copies `src` into the mapping at `offset`; `EINVAL` if it does not fit.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<(), Errno> {
+        self.check(offset, src.len())?;
+        // SAFETY: `offset..offset + src.len()` lies inside the mapping, which
+        // lives as long as `self`.
+        let dst = unsafe { self.ptr.as_ptr().add(offset) };
+        let head = dst.align_offset(8).min(src.len());
+        let (head_src, rest) = src.split_at(head);
+        let words = rest.len() / 8;
+        let (word_src, tail_src) = rest.split_at(words * 8);
+        for (i, &b) in head_src.iter().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            unsafe { ptr::write_volatile(dst.add(i), b) };
+        }
+        for (i, w) in word_src.chunks_exact(8).enumerate() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(w);
+            // SAFETY: Inside the mapping, and 8-aligned since `head` bytes
+            // aligned `dst`.
+            unsafe {
+                ptr::write_volatile(
+                    dst.add(head + i * 8).cast::<u64>(),
+                    u64::from_ne_bytes(word),
+                )
+            };
+        }
+        for (i, &b) in tail_src.iter().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            unsafe { ptr::write_volatile(dst.add(head + words * 8 + i), b) };
+        }
+        Ok(())
+    }
+
+    /// Copies `dst.len()` bytes at `offset` of the mapping into `dst`;
+    /// `EINVAL` if they are not all inside it.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), Errno> {
+        self.check(offset, dst.len())?;
+        // SAFETY: `offset..offset + dst.len()` lies inside the mapping.
+        let src = unsafe { self.ptr.as_ptr().add(offset) };
+        let head = src.align_offset(8).min(dst.len());
+        let (head_dst, rest) = dst.split_at_mut(head);
+        let words = rest.len() / 8;
+        let (word_dst, tail_dst) = rest.split_at_mut(words * 8);
+        for (i, b) in head_dst.iter_mut().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            *b = unsafe { ptr::read_volatile(src.add(i)) };
+        }
+        for (i, w) in word_dst.chunks_exact_mut(8).enumerate() {
+            // SAFETY: Inside the mapping, and 8-aligned since `head` bytes
+            // aligned `src`.
+            let word = unsafe { ptr::read_volatile(src.add(head + i * 8).cast::<u64>()) };
+            w.copy_from_slice(&word.to_ne_bytes());
+        }
+        for (i, b) in tail_dst.iter_mut().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            *b = unsafe { ptr::read_volatile(src.add(head + words * 8 + i)) };
+        }
+        Ok(())
+    }
+
+    /// `pread(file, mapping[offset..offset + len], file_offset)`: reads from
+    /// a file straight into the mapping (with `O_DIRECT` on an NVMe
+    /// namespace, the device DMAs into it). Returns the bytes read.
+    pub fn pread_from(
+        &self,
+        file: impl AsFd,
+        file_offset: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize, Errno> {
+        self.check(offset, len)?;
+        // SAFETY: The range lies inside the mapping. The slice only carries
+        // the range to the kernel for this one call; it is never read.
+        let buf = unsafe {
+            slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset).cast::<MaybeUninit<u8>>(), len)
+        };
+        let (done, _) = rustix::io::pread(file, buf, file_offset)?;
+        Ok(done.len())
+    }
+
+    /// `pwrite(file, mapping[offset..offset + len], file_offset)`: writes
+    /// from the mapping straight to a file. Returns the bytes written.
+    pub fn pwrite_to(
+        &self,
+        file: impl AsFd,
+        file_offset: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize, Errno> {
+        self.check(offset, len)?;
+        // SAFETY: The range lies inside the mapping. The slice only carries
+        // the range to the kernel for this one call; Rust never reads it.
+        let buf = unsafe { slice::from_raw_parts(self.ptr.as_ptr().add(offset), len) };
+        rustix::io::pwrite(file, buf, file_offset)
+    }
+}
+
+impl Drop for RawMapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what `mmap` returned, and no
+        // reference into the mapping exists.
+        let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Page-aligned, zero-filled anonymous host memory, for `O_DIRECT` I/O and
+/// for pinning with [`pin_user`]. Unmapped on drop.
+#[derive(Debug)]
+pub struct HostBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: The buffer is private memory owned by this value; access follows
+// the usual borrow rules through `Deref`/`DerefMut`.
+unsafe impl Send for HostBuffer {}
+// SAFETY: See above.
+unsafe impl Sync for HostBuffer {}
+
+impl HostBuffer {
+    /// Maps `len` bytes (> 0) of zeroed anonymous memory.
+    pub fn new(len: usize) -> Result<Self, Errno> {
+        if len == 0 {
+            return Err(Errno::INVAL);
+        }
+        // SAFETY: A NULL hint lets the kernel choose an address, so the new
+        // mapping cannot overlap memory that Rust already uses.
+        let ptr = unsafe {
+            mmap_anonymous(
+                ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }?;
+        let ptr = NonNull::new(ptr.cast()).ok_or(Errno::NOMEM)?;
+        Ok(Self { ptr, len })
+    }
+
+    /// The buffer's address, as the kernel's `user_va` fields want it.
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+}
+
+impl Deref for HostBuffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` bytes of initialized (zero-filled), private memory
+        // that lives as long as `self`.
+        unsafe { slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for HostBuffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: As for `deref`, and `&mut self` makes the access exclusive.
+        unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what `mmap` returned, and no
+        // reference into the buffer outlives `self`.
+        let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_are_exact_at_every_alignment() {
+        let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&memfd, 8192).unwrap();
+        let map = RawMapping::map(&memfd, 8192, 0, Sharing::Shared).unwrap();
+        let data: Vec<u8> = (0..100u32).map(|i| (i * 7 + 3) as u8).collect();
+        for offset in 0..17 {
+            for len in [0, 1, 7, 8, 9, 23, 100] {
+                map.write_at(0, &[0xAA; 128]).unwrap();
+                map.write_at(offset, &data[..len]).unwrap();
+                let mut back = vec![0u8; 128];
+                map.read_at(0, &mut back).unwrap();
+                assert!(back[..offset].iter().all(|&b| b == 0xAA));
+                assert_eq!(&back[offset..offset + len], &data[..len]);
+                assert!(back[offset + len..].iter().all(|&b| b == 0xAA));
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_range_copies_are_refused() {
+        let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&memfd, 4096).unwrap();
+        let map = RawMapping::map(&memfd, 4096, 0, Sharing::Shared).unwrap();
+        assert_eq!(map.write_at(4096, &[1]), Err(Errno::INVAL));
+        assert_eq!(map.write_at(4095, &[1, 2]), Err(Errno::INVAL));
+        assert_eq!(map.read_at(usize::MAX, &mut [0]), Err(Errno::INVAL));
+        assert_eq!(map.write_at(4096, &[]), Ok(()));
+    }
+
+    #[test]
+    fn file_io_goes_through_the_mapping() {
+        let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&memfd, 4096).unwrap();
+        let map = RawMapping::map(&memfd, 4096, 0, Sharing::Shared).unwrap();
+        let src = rustix::fs::memfd_create("src", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::io::pwrite(&src, b"hello, device", 0).unwrap();
+        assert_eq!(map.pread_from(&src, 7, 100, 6), Ok(6));
+        let mut back = [0u8; 6];
+        map.read_at(100, &mut back).unwrap();
+        assert_eq!(&back, b"device");
+        let dst = rustix::fs::memfd_create("dst", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        assert_eq!(map.pwrite_to(&dst, 0, 100, 6), Ok(6));
+        let mut out = [0u8; 6];
+        rustix::io::pread(&dst, &mut out, 0).unwrap();
+        assert_eq!(&out, b"device");
+        assert_eq!(map.pread_from(&src, 0, 4000, 200), Err(Errno::INVAL));
+    }
+
+    #[test]
+    fn host_buffers_are_page_aligned_and_zeroed() {
+        let mut b = HostBuffer::new(10000).unwrap();
+        assert_eq!(b.addr() % 4096, 0);
+        assert!(b.iter().all(|&x| x == 0));
+        b[9999] = 5;
+        assert_eq!(b[9999], 5);
+        assert_eq!(HostBuffer::new(0).unwrap_err(), Errno::INVAL);
+    }
+
+    #[test]
+    fn ioctls_on_a_foreign_fd_fail_cleanly() {
+        let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        assert_eq!(get_version(&memfd).unwrap_err(), Errno::NOTTY);
+        assert_eq!(
+            ioctl_invalid_pointer(&memfd, abi::P2PDMA_IOC_ALLOC, InvalidPointer::Null),
+            Err(Errno::NOTTY)
+        );
+        let mut arg = abi::P2pdmaDmaMap::default();
+        assert_eq!(dma_map(&memfd, &mut arg, &mut []), Err(Errno::NOTTY));
+        assert_eq!(arg.max_segs, 0);
+    }
 }

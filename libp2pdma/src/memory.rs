@@ -1,0 +1,266 @@
+//! Accelerator memory: allocations from a device's P2P memory, and mappings
+//! of them into this process.
+//!
+//! An allocation belongs to the open `/dev/p2pdma` file and to the process
+//! that opened it: only that process may map it or allocate, and the kernel
+//! frees whatever is left when the file is closed and unmapped. A mapping is
+//! device memory, so it is reached only through raw pointers and explicit
+//! copies, never through `&[u8]`.
+
+use std::os::fd::AsFd;
+
+use p2pdma_abi as abi;
+
+use crate::{
+    sys::{self, RawMapping, Sharing},
+    Error, Module, Result,
+};
+
+impl Module {
+    /// Allocates `size` bytes (rounded up to pages by the kernel) of P2P
+    /// memory from the accelerator at `dev_index`, with the bus address
+    /// aligned to `align` (0 for a page, else a power of two up to
+    /// [`abi::P2PDMA_MAX_ALIGN`]).
+    ///
+    /// The allocation is freed when the returned value is dropped.
+    #[doc(alias = "P2PDMA_IOC_ALLOC")]
+    pub fn alloc(&self, dev_index: u32, size: u64, align: u64) -> Result<Allocation<'_>> {
+        let mut arg = abi::P2pdmaAlloc {
+            dev_index,
+            size,
+            align,
+            ..Default::default()
+        };
+        sys::alloc(self, &mut arg).map_err(Error::ioctl("P2PDMA_IOC_ALLOC"))?;
+        Ok(Allocation {
+            module: self,
+            dev_index,
+            handle: arg.handle,
+            size: arg.size,
+            mmap_offset: arg.mmap_offset,
+            owned: true,
+        })
+    }
+
+    /// Frees the allocation `handle` of this file. Mappings of it stay valid
+    /// until they are unmapped.
+    #[doc(alias = "P2PDMA_IOC_FREE")]
+    pub fn free(&self, handle: u64) -> Result<()> {
+        sys::free(
+            self,
+            abi::P2pdmaFree {
+                handle,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::ioctl("P2PDMA_IOC_FREE"))
+    }
+
+    /// Maps `len` bytes of allocation memory at `mmap_offset` (an
+    /// allocation's [`Allocation::mmap_offset`]) shared and read-write.
+    pub fn map(&self, mmap_offset: u64, len: u64) -> Result<DeviceMapping> {
+        DeviceMapping::new(self, mmap_offset, len)
+    }
+}
+
+/// Memory allocated from an accelerator's BAR, freed on drop.
+#[derive(Debug)]
+pub struct Allocation<'m> {
+    module: &'m Module,
+    dev_index: u32,
+    handle: u64,
+    size: u64,
+    mmap_offset: u64,
+    owned: bool,
+}
+
+impl<'m> Allocation<'m> {
+    /// The accelerator it came from.
+    pub fn dev_index(&self) -> u32 {
+        self.dev_index
+    }
+
+    /// The kernel's handle, unique for the life of the module.
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+
+    /// Size in bytes, a whole number of pages.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The `mmap(2)` offset that maps it.
+    pub fn mmap_offset(&self) -> u64 {
+        self.mmap_offset
+    }
+
+    /// The module file it belongs to.
+    pub fn module(&self) -> &'m Module {
+        self.module
+    }
+
+    /// Maps the whole allocation into this process.
+    pub fn map(&self) -> Result<DeviceMapping> {
+        DeviceMapping::new(self.module, self.mmap_offset, self.size)
+    }
+
+    /// Frees the allocation now, reporting the kernel's answer.
+    #[doc(alias = "P2PDMA_IOC_FREE")]
+    pub fn free(mut self) -> Result<()> {
+        self.owned = false;
+        self.module.free(self.handle)
+    }
+
+    /// Gives up ownership without freeing: the handle stays allocated until
+    /// [`Module::free`] or until the module file is closed.
+    pub fn into_handle(mut self) -> u64 {
+        self.owned = false;
+        self.handle
+    }
+}
+
+impl Drop for Allocation<'_> {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = self.module.free(self.handle);
+        }
+    }
+}
+
+/// Checks that `offset..offset + len` lies inside `size` bytes.
+pub(crate) fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds {
+            offset: offset as u64,
+            len: len as u64,
+            size: size as u64,
+        }),
+    }
+}
+
+/// A shared, read-write mapping of accelerator memory, unmapped on drop.
+///
+/// It stays valid after its allocation is freed and after the module file is
+/// closed: the memory returns to the device once both happened. If the
+/// device is unbound while mapped, touching the mapping raises `SIGBUS`. A
+/// forked child does not inherit the mapping.
+#[derive(Debug)]
+pub struct DeviceMapping {
+    raw: RawMapping,
+    mmap_offset: u64,
+}
+
+impl DeviceMapping {
+    fn new(module: &Module, mmap_offset: u64, len: u64) -> Result<Self> {
+        let mmap_err = |source| Error::Mmap {
+            offset: mmap_offset,
+            len,
+            source,
+        };
+        let ulen = usize::try_from(len).map_err(|_| {
+            Error::InvalidArgument(format!("{len} bytes do not fit this address space"))
+        })?;
+        let raw = RawMapping::map(module, ulen, mmap_offset, Sharing::Shared).map_err(mmap_err)?;
+        Ok(Self { raw, mmap_offset })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether the mapping is empty (never: empty mappings cannot be made).
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// The `mmap` offset it was made from.
+    pub fn mmap_offset(&self) -> u64 {
+        self.mmap_offset
+    }
+
+    /// Address of the first byte. Access through it is the caller's affair:
+    /// the memory can change under any reference made from it.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.raw.as_ptr()
+    }
+
+    /// Copies `src` to `offset` of the mapping.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check_range(offset, src.len(), self.len())?;
+        self.raw
+            .write_at(offset, src)
+            .map_err(|_| self.out_of_bounds(offset, src.len()))
+    }
+
+    /// Copies `dst.len()` bytes at `offset` of the mapping into `dst`.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check_range(offset, dst.len(), self.len())?;
+        self.raw
+            .read_at(offset, dst)
+            .map_err(|_| self.out_of_bounds(offset, dst.len()))
+    }
+
+    /// Reads `len` bytes at `file_offset` of `file` straight into the
+    /// mapping at `offset` (`pread(2)`). With an `O_DIRECT` NVMe namespace
+    /// the SSD DMAs into the accelerator, by P2P where the topology allows.
+    /// Returns the bytes read.
+    pub fn read_from_file(
+        &self,
+        file: impl AsFd,
+        file_offset: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize> {
+        check_range(offset, len, self.len())?;
+        self.raw
+            .pread_from(file, file_offset, offset, len)
+            .map_err(Error::sys("pread into device memory"))
+    }
+
+    /// Writes `len` bytes at `offset` of the mapping to `file_offset` of
+    /// `file` (`pwrite(2)`). Returns the bytes written.
+    pub fn write_to_file(
+        &self,
+        file: impl AsFd,
+        file_offset: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize> {
+        check_range(offset, len, self.len())?;
+        self.raw
+            .pwrite_to(file, file_offset, offset, len)
+            .map_err(Error::sys("pwrite from device memory"))
+    }
+
+    fn out_of_bounds(&self, offset: usize, len: usize) -> Error {
+        Error::OutOfBounds {
+            offset: offset as u64,
+            len: len as u64,
+            size: self.len() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_checked_without_overflow() {
+        assert!(check_range(0, 4096, 4096).is_ok());
+        assert!(check_range(4096, 0, 4096).is_ok());
+        assert!(check_range(4095, 1, 4096).is_ok());
+        assert!(check_range(4095, 2, 4096).is_err());
+        assert!(check_range(4097, 0, 4096).is_err());
+        assert!(check_range(usize::MAX, 2, 4096).is_err());
+        match check_range(1, usize::MAX, 10) {
+            Err(Error::OutOfBounds { offset, len, size }) => {
+                assert_eq!((offset, len, size), (1, usize::MAX as u64, 10))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
