@@ -15,6 +15,7 @@ use std::{
     os::fd::{AsFd, FromRawFd, OwnedFd},
     ptr::{self, NonNull},
     slice,
+    sync::atomic::{fence, Ordering},
 };
 
 use p2pdma_abi as abi;
@@ -342,7 +343,8 @@ pub enum Sharing {
 ///
 /// The memory may be changed at any time by the device, a peer's DMA or
 /// another mapping, so no reference into it is ever created; [`read_at`] and
-/// [`write_at`] copy with volatile accesses. Unmapped on drop.
+/// [`write_at`] copy with volatile accesses of at most 8 bytes, and a write
+/// ends with a full fence. Unmapped on drop.
 ///
 /// Touching the mapping after the device went away raises `SIGBUS`, as for
 /// any mapping whose backing store vanished.
@@ -441,6 +443,9 @@ impl RawMapping {
             // SAFETY: Inside the mapping (checked above).
             unsafe { ptr::write_volatile(dst.add(head + words * 8 + i), b) };
         }
+        // Device memory is mapped write-combined: drain the write-combining
+        // buffers so that the device, its peers and later reads see the data.
+        fence(Ordering::SeqCst);
         Ok(())
     }
 

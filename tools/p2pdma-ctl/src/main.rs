@@ -1,10 +1,25 @@
-//! `p2pdma-ctl`: exercises every ioctl of `/dev/p2pdma` and the library.
+//! `p2pdma-ctl`: exercises every ioctl of `/dev/p2pdma` and the library, and
+//! runs the module's sanity suite.
+#![deny(unsafe_code)]
 
-use std::process::ExitCode;
+mod child;
+mod proc;
+mod sanity;
+mod util;
 
-use clap::{Parser, Subcommand};
-use p2pdma::{Accelerator, Module};
+use std::{
+    error::Error as StdError,
+    os::fd::{AsFd, OwnedFd},
+    path::PathBuf,
+    process::ExitCode,
+};
+
+use clap::{Args, Parser, Subcommand};
+use p2pdma::{Accelerator, DmaMapping, HostBuffer, Module, PciAddress, Peer, Udmabuf};
+use rustix::fs::{open, Mode, OFlags};
 use serde_json::json;
+
+use crate::util::{first_difference, parse_size, pattern};
 
 #[derive(Parser)]
 #[command(version, about = "Control and test tool for p2pdma")]
@@ -25,6 +40,141 @@ enum Cmd {
     Version,
     /// List the accelerators bound to the module (DEVICE_INFO).
     List,
+    /// Allocate accelerator memory (ALLOC), optionally map, fill and verify
+    /// it, print it, and free it on exit.
+    Alloc {
+        /// Accelerator index.
+        #[arg(long, default_value_t = 0)]
+        dev: u32,
+        /// Bytes (e.g. 4096, 64K, 2M).
+        #[arg(long, value_parser = parse_size)]
+        size: u64,
+        /// Alignment of the bus address (0: a page).
+        #[arg(long, value_parser = parse_size, default_value = "0")]
+        align: u64,
+        /// Map the allocation, write a pattern and read it back.
+        #[arg(long)]
+        verify: bool,
+        /// After printing, print `@@HELD` and keep the allocation until
+        /// killed.
+        #[arg(long)]
+        hold: bool,
+    },
+    /// Free an allocation handle (FREE). Handles belong to the open file, so
+    /// from a fresh process this reports ENOENT: it probes the error path.
+    Free {
+        /// The handle.
+        #[arg(long)]
+        handle: u64,
+    },
+    /// Ask whether, and how, a peer can reach an accelerator's memory
+    /// (P2P_QUERY).
+    P2pQuery {
+        /// Accelerator index.
+        #[arg(long, default_value_t = 0)]
+        dev: u32,
+        #[command(flatten)]
+        peer: PeerArgs,
+    },
+    /// Allocate memory, DMA-map it for a peer (DMA_MAP), print the
+    /// segments, then unmap and free it.
+    DmaMap {
+        /// Accelerator index.
+        #[arg(long, default_value_t = 0)]
+        dev: u32,
+        /// Bytes to allocate.
+        #[arg(long, value_parser = parse_size, default_value = "1M")]
+        size: u64,
+        /// Alignment of the allocation's bus address (0: a page).
+        #[arg(long, value_parser = parse_size, default_value = "0")]
+        align: u64,
+        /// Offset of the mapped range in the allocation.
+        #[arg(long, value_parser = parse_size, default_value = "0")]
+        offset: u64,
+        /// Length of the mapped range (default: to the end).
+        #[arg(long, value_parser = parse_size)]
+        length: Option<u64>,
+        #[command(flatten)]
+        peer: PeerArgs,
+    },
+    /// Pin a page-aligned host buffer for a peer (PIN_USER), print the
+    /// segments, then unmap it.
+    PinUser {
+        /// Bytes to pin.
+        #[arg(long, value_parser = parse_size, default_value = "1M")]
+        size: u64,
+        #[command(flatten)]
+        peer: PeerArgs,
+    },
+    /// Release a DMA mapping handle (UNMAP). Mappings belong to the open
+    /// file, so from a fresh process this reports ENOENT: it probes the error
+    /// path.
+    Unmap {
+        /// The mapping handle.
+        #[arg(long)]
+        map_handle: u64,
+    },
+    /// Make a udmabuf from a memfd, import it for a peer (DMABUF_IMPORT),
+    /// print the segments, then unmap it.
+    DmabufImport {
+        /// Bytes of the udmabuf.
+        #[arg(long, value_parser = parse_size, default_value = "1M")]
+        size: u64,
+        #[command(flatten)]
+        peer: PeerArgs,
+    },
+    /// Run the module's sanity suite: one `ok`/`FAIL`/`skip` line per case
+    /// and a `sanity: N passed, N failed, N skipped` summary.
+    Sanity(sanity::SanityArgs),
+    /// Helper processes of the sanity suite.
+    #[command(name = "__child", hide = true)]
+    Child {
+        #[command(subcommand)]
+        cmd: child::ChildCmd,
+    },
+}
+
+/// The peer device of a query or mapping.
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct PeerArgs {
+    /// The peer is the PCI function behind this block device (e.g.
+    /// /dev/nvme0n1).
+    #[arg(long)]
+    peer_fd: Option<PathBuf>,
+    /// The peer is this PCI function (dddd:bb:dd.f).
+    #[arg(long)]
+    peer_pci: Option<PciAddress>,
+}
+
+/// What a [`PeerArgs`] resolved to: the open block device, if any, must
+/// outlive the [`Peer`] made from it.
+enum PeerHold {
+    Fd(OwnedFd),
+    Pci(PciAddress),
+}
+
+impl PeerArgs {
+    fn open(&self) -> Result<PeerHold, Box<dyn StdError>> {
+        match (&self.peer_fd, self.peer_pci) {
+            (Some(path), _) => {
+                let fd = open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+                Ok(PeerHold::Fd(fd))
+            }
+            (None, Some(pci)) => Ok(PeerHold::Pci(pci)),
+            (None, None) => Err("give --peer-fd or --peer-pci".into()),
+        }
+    }
+}
+
+impl PeerHold {
+    fn peer(&self) -> Peer<'_> {
+        match self {
+            PeerHold::Fd(fd) => Peer::Fd(fd.as_fd()),
+            PeerHold::Pci(pci) => Peer::Pci(*pci),
+        }
+    }
 }
 
 fn accel_json(a: &Accelerator) -> serde_json::Value {
@@ -42,12 +192,61 @@ fn accel_json(a: &Accelerator) -> serde_json::Value {
     })
 }
 
-fn run(cli: &Cli) -> p2pdma::Result<()> {
+fn mapping_json(m: &DmaMapping) -> serde_json::Value {
+    json!({
+        "map_handle": m.map_handle,
+        "map_type": m.map_type.to_string(),
+        "length": m.length,
+        "segs": m.segs.iter().map(|&(addr, len)| json!({"addr": addr, "len": len})).collect::<Vec<_>>(),
+    })
+}
+
+fn print_mapping(json: bool, what: &str, m: &DmaMapping) {
+    if json {
+        println!("{}", json!({ "op": what, "mapping": mapping_json(m) }));
+    } else {
+        println!(
+            "{what}: map handle {}, {}, {} bytes in {} segment(s)",
+            m.map_handle,
+            m.map_type,
+            m.length,
+            m.segs.len()
+        );
+        for (i, &(addr, len)) in m.segs.iter().enumerate() {
+            println!("  seg {i}: {addr:#x} + {len:#x}");
+        }
+    }
+}
+
+fn print_done(json: bool, what: &str, handle: u64) {
+    if json {
+        println!("{}", json!({ "op": what, "handle": handle, "ok": true }));
+    } else {
+        println!("{what} {handle}: ok");
+    }
+}
+
+/// Releases a DMA mapping and says so; a failure is an error of the
+/// command.
+fn unmap_and_report(module: &Module, json: bool, m: &DmaMapping) -> Result<(), Box<dyn StdError>> {
+    module.unmap(m.map_handle)?;
+    print_done(json, "unmap", m.map_handle);
+    Ok(())
+}
+
+fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
+    if let Cmd::Child { cmd } = &cli.cmd {
+        return Ok(child::run(&cli.node, cmd));
+    }
+    if let Cmd::Sanity(args) = &cli.cmd {
+        return Ok(sanity::run(&cli.node, cli.json, args));
+    }
     let module = Module::open_path(&cli.node)?;
-    match cli.cmd {
+    let json = cli.json;
+    match &cli.cmd {
         Cmd::Version => {
             let v = module.version();
-            if cli.json {
+            if json {
                 println!(
                     "{}",
                     json!({
@@ -71,7 +270,7 @@ fn run(cli: &Cli) -> p2pdma::Result<()> {
         }
         Cmd::List => {
             let accels = module.accelerators()?;
-            if cli.json {
+            if json {
                 let list: Vec<_> = accels.iter().map(accel_json).collect();
                 println!("{}", serde_json::Value::Array(list));
             } else {
@@ -95,14 +294,131 @@ fn run(cli: &Cli) -> p2pdma::Result<()> {
                 }
             }
         }
+        Cmd::Alloc {
+            dev,
+            size,
+            align,
+            verify,
+            hold,
+        } => {
+            let a = module.alloc(*dev, *size, *align)?;
+            let mut verified = None;
+            if *verify {
+                let map = a.map()?;
+                let len = map.len();
+                let data = pattern(a.handle(), 0, len);
+                map.write_at(0, &data)?;
+                let mut back = vec![0u8; len];
+                map.read_at(0, &mut back)?;
+                if let Some(d) = first_difference(&data, &back) {
+                    return Err(format!("allocation {} read back wrong: {d}", a.handle()).into());
+                }
+                verified = Some(len);
+            }
+            if json {
+                println!(
+                    "{}",
+                    json!({
+                        "dev": dev,
+                        "handle": a.handle(),
+                        "size": a.size(),
+                        "mmap_offset": a.mmap_offset(),
+                        "verified_bytes": verified,
+                    })
+                );
+            } else {
+                println!(
+                    "allocation {}: {} bytes on device {dev}, mmap offset {:#x}{}",
+                    a.handle(),
+                    a.size(),
+                    a.mmap_offset(),
+                    verified.map_or(String::new(), |n| format!(
+                        ", {n} bytes written and verified"
+                    ))
+                );
+            }
+            if *hold {
+                println!("@@HELD");
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
+            }
+            a.free()?;
+        }
+        Cmd::Free { handle } => {
+            module.free(*handle)?;
+            print_done(json, "free", *handle);
+        }
+        Cmd::P2pQuery { dev, peer } => {
+            let hold = peer.open()?;
+            let q = module.p2p_query(*dev, hold.peer())?;
+            if json {
+                println!(
+                    "{}",
+                    json!({
+                        "dev": dev,
+                        "peer": q.peer.to_string(),
+                        "map_type": q.map_type.to_string(),
+                        "distance": q.distance,
+                        "reason": q.reason,
+                    })
+                );
+            } else {
+                println!(
+                    "device {dev} <- peer {}: {}, distance {}, {}",
+                    q.peer,
+                    q.map_type,
+                    q.distance.map_or("-".to_string(), |d| d.to_string()),
+                    q.reason
+                );
+            }
+        }
+        Cmd::DmaMap {
+            dev,
+            size,
+            align,
+            offset,
+            length,
+            peer,
+        } => {
+            let hold = peer.open()?;
+            let a = module.alloc(*dev, *size, *align)?;
+            let length = length.unwrap_or(a.size().saturating_sub(*offset));
+            let m = module.dma_map(a.handle(), *offset, length, hold.peer())?;
+            print_mapping(json, "dma-map", &m);
+            unmap_and_report(&module, json, &m)?;
+            a.free()?;
+        }
+        Cmd::PinUser { size, peer } => {
+            let hold = peer.open()?;
+            let len = usize::try_from(*size).map_err(|_| "size too large")?;
+            let buf = HostBuffer::new(len)
+                .map_err(|e| format!("cannot map {size} bytes of host memory: {e}"))?;
+            let m = module.pin_user(buf.addr(), *size, hold.peer())?;
+            print_mapping(json, "pin-user", &m);
+            unmap_and_report(&module, json, &m)?;
+        }
+        Cmd::Unmap { map_handle } => {
+            module.unmap(*map_handle)?;
+            print_done(json, "unmap", *map_handle);
+        }
+        Cmd::DmabufImport { size, peer } => {
+            let hold = peer.open()?;
+            let buf = Udmabuf::create(*size)?;
+            let m = module.dmabuf_import(buf.dmabuf(), hold.peer())?;
+            print_mapping(json, "dmabuf-import", &m);
+            unmap_and_report(&module, json, &m)?;
+        }
+        // Both were run before the module was opened.
+        Cmd::Sanity(_) | Cmd::Child { .. } => {}
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("p2pdma-ctl: {e}");
             ExitCode::FAILURE

@@ -1,0 +1,52 @@
+# The module suite: `p2pdma-ctl sanity` against the real module (allocation,
+# mapping, ownership, argument checking, exhaustion, threads, P2P queries,
+# DMA mappings, privileges, a process killed mid-I/O, unbind while mapped),
+# one check per sanity case; then the module must unload.
+. /suite/lib.sh
+
+check module-loads insmod /lib/modules/p2pdma.ko
+
+if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	expect=supported
+else
+	expect=unsupported
+fi
+
+# Bounded, so that a hung case still leaves the results before it.
+run=
+timeout 5 true 2>/dev/null && run="timeout 240"
+log=/tmp/sanity.log
+$run p2pdma-ctl sanity --nvme /dev/nvme0n1 --expect-p2p $expect >$log 2>&1
+rc=$?
+
+oks=0
+while IFS= read -r line; do
+	case $line in
+	"ok "*)
+		pass "sanity:${line#ok }"
+		oks=$((oks + 1))
+		;;
+	"FAIL "*)
+		rest=${line#FAIL }
+		fail "sanity:${rest%%: *}" "${rest#*: }"
+		;;
+	*) echo "$line" ;;
+	esac
+done <$log
+
+if [ $rc -eq 0 ]; then
+	pass sanity-exit
+else
+	fail sanity-exit "p2pdma-ctl sanity exited $rc: $(tail -n 1 $log)"
+fi
+# The summary must be there (the suite ran to its end) and agree with the
+# lines above it.
+summary=$(tail -n 1 $log)
+case $summary in
+"sanity: $oks passed, "*" failed, "*" skipped") pass sanity-summary ;;
+*) fail sanity-summary "last line '$summary', with $oks ok lines" ;;
+esac
+
+check module-unloads rmmod p2pdma
+check device-node-gone test ! -e /dev/p2pdma
+exit $failures
