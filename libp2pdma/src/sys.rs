@@ -650,6 +650,13 @@ mod tests {
     }
 
     #[test]
+    fn udmabuf_create_matches_the_kernel_header() {
+        // `_IOW('u', 0x42, struct udmabuf_create)` of <linux/udmabuf.h>.
+        assert_eq!(std::mem::size_of::<UdmabufCreateArg>(), 24);
+        assert_eq!(UDMABUF_CREATE as u32, 0x4018_7542);
+    }
+
+    #[test]
     fn ioctls_on_a_foreign_fd_fail_cleanly() {
         let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         assert_eq!(get_version(&memfd).unwrap_err(), Errno::NOTTY);
