@@ -653,7 +653,7 @@ mod tests {
     fn udmabuf_create_matches_the_kernel_header() {
         // `_IOW('u', 0x42, struct udmabuf_create)` of <linux/udmabuf.h>.
         assert_eq!(std::mem::size_of::<UdmabufCreateArg>(), 24);
-        assert_eq!(UDMABUF_CREATE as u32, 0x4018_7542);
+        assert_eq!(UDMABUF_CREATE, 0x4018_7542);
     }
 
     #[test]
