@@ -68,6 +68,9 @@ mod raw {
         );
         pub(super) fn p2pdma_helper_numa_node(pdev: *mut bindings::pci_dev) -> c_int;
         pub(super) fn p2pdma_helper_capable_rawio() -> bool;
+        pub(super) fn p2pdma_helper_current_tgid_get() -> *mut bindings::pid;
+        pub(super) fn p2pdma_helper_is_current_tgid(pid: *mut bindings::pid) -> bool;
+        pub(super) fn p2pdma_helper_put_pid(pid: *mut bindings::pid);
 
         // P2P memory pages and their user mappings.
         pub(super) fn p2pdma_helper_alloc(pdev: *mut bindings::pci_dev, size: usize) -> *mut c_void;
@@ -235,6 +238,43 @@ pub(crate) fn numa_node<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>) -> 
 pub(crate) fn capable_rawio() -> bool {
     // SAFETY: `capable` only inspects the current task's credentials.
     unsafe { raw::p2pdma_helper_capable_rawio() }
+}
+
+/// A thread group (process), identified by its `struct pid`, which is
+/// reference-counted and never reused while referenced, unlike a pid number.
+/// (`Task::tgid` has no such guarantee, and read garbage on this kernel.)
+///
+/// # Invariants
+///
+/// Holds a reference on the `struct pid`.
+pub(crate) struct ThreadGroup(NonNull<bindings::pid>);
+
+// SAFETY: A `struct pid` reference may be dropped from any thread.
+unsafe impl Send for ThreadGroup {}
+// SAFETY: Comparing pointers is thread-safe.
+unsafe impl Sync for ThreadGroup {}
+
+impl ThreadGroup {
+    /// The calling process.
+    pub(crate) fn current() -> Result<Self> {
+        // SAFETY: Takes a reference on the current task's thread-group pid.
+        NonNull::new(unsafe { raw::p2pdma_helper_current_tgid_get() })
+            .map(Self)
+            .ok_or(ESRCH)
+    }
+
+    /// Whether the calling thread belongs to this process.
+    pub(crate) fn is_current(&self) -> bool {
+        // SAFETY: By the type invariant the pid is alive.
+        unsafe { raw::p2pdma_helper_is_current_tgid(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for ThreadGroup {
+    fn drop(&mut self) {
+        // SAFETY: Drops the reference taken in `current`.
+        unsafe { raw::p2pdma_helper_put_pid(self.0.as_ptr()) }
+    }
 }
 
 /// Bytes in a page.

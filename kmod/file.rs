@@ -10,7 +10,6 @@
 use core::fmt::Write;
 
 use kernel::{
-    current,
     fs::File,
     ioctl::{
         _IOC_SIZE,
@@ -29,7 +28,6 @@ use kernel::{
         Arc,
         Mutex, //
     },
-    task::Pid,
     transmute::{
         AsBytes,
         FromBytes, //
@@ -50,6 +48,7 @@ use crate::{
         Peer,
         ResourceMap,
         SgMap,
+        ThreadGroup,
         PAGE_SIZE, //
     },
     memory::Alloc,
@@ -142,7 +141,7 @@ struct FileState {
 #[pin_data]
 pub(crate) struct P2pdmaFile {
     /// Thread group that opened the file.
-    owner: Pid,
+    owner: ThreadGroup,
     #[pin]
     state: Mutex<FileState>,
 }
@@ -154,7 +153,7 @@ impl MiscDevice for P2pdmaFile {
     fn open(_file: &File, _misc: &MiscDeviceRegistration<Self>) -> Result<Pin<KBox<Self>>> {
         KBox::try_pin_init(
             try_pin_init!(P2pdmaFile {
-                owner: current!().tgid(),
+                owner: ThreadGroup::current()?,
                 state <- new_mutex!(FileState::default()),
             }),
             GFP_KERNEL,
@@ -376,7 +375,7 @@ fn write_segs(ptr: u64, segs: &[(u64, u64)]) -> Result {
 
 impl P2pdmaFile {
     fn check_owner(&self) -> Result {
-        if current!().tgid() == self.owner {
+        if self.owner.is_current() {
             Ok(())
         } else {
             Err(EPERM)

@@ -17,6 +17,8 @@
 #include <linux/module.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
+#include <linux/pid.h>
+#include <linux/sched.h>
 #include <linux/percpu-refcount.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -110,6 +112,21 @@ int p2pdma_helper_numa_node(struct pci_dev *pdev)
 bool p2pdma_helper_capable_rawio(void)
 {
 	return capable(CAP_SYS_RAWIO);
+}
+
+struct pid *p2pdma_helper_current_tgid_get(void)
+{
+	return get_pid(task_tgid(current));
+}
+
+bool p2pdma_helper_is_current_tgid(struct pid *pid)
+{
+	return task_tgid(current) == pid;
+}
+
+void p2pdma_helper_put_pid(struct pid *pid)
+{
+	put_pid(pid);
 }
 
 /*

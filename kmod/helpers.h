@@ -8,6 +8,7 @@
 #include <linux/types.h>
 
 struct p2pdma_sgmap;
+struct pid;
 
 int p2pdma_helper_param_bar(void);
 int p2pdma_helper_add_param_ids(const char *drv_name);
@@ -17,6 +18,9 @@ u64 p2pdma_helper_bar_bus_addr(struct pci_dev *pdev, int bar);
 void p2pdma_helper_location(struct pci_dev *pdev, u32 *domain, u8 *bus, u8 *devfn);
 int p2pdma_helper_numa_node(struct pci_dev *pdev);
 bool p2pdma_helper_capable_rawio(void);
+struct pid *p2pdma_helper_current_tgid_get(void);
+bool p2pdma_helper_is_current_tgid(struct pid *pid);
+void p2pdma_helper_put_pid(struct pid *pid);
 void *p2pdma_helper_alloc(struct pci_dev *pdev, size_t size);
 void p2pdma_helper_put_pages(void *kaddr, size_t size);
 u64 p2pdma_helper_virt_to_phys(void *kaddr);
