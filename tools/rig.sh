@@ -54,11 +54,19 @@ test)
 	count "$results/host.txt"
 
 	tree=$("$here/rig/build.sh")
-	for topo in switch noswitch; do
-		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite smoke --topology "$topo" \
-			2>&1 | tee "$results/vm-smoke-$topo.txt" || true
-		count "$results/vm-smoke-$topo.txt"
+	for suite in smoke module; do
+		for topo in switch noswitch; do
+			P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite $suite --topology "$topo" \
+				2>&1 | tee "$results/vm-$suite-$topo.txt" || true
+			count "$results/vm-$suite-$topo.txt"
+		done
 	done
+	# The module suite again on the debug kernel: KASAN, lockdep, kmemleak
+	# and DMA-API debugging watch the module while the suite runs.
+	dtree=$(P2PDMA_KVARIANT=debug "$here/rig/build.sh")
+	P2PDMA_BUILT_TREE=$dtree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite module --topology switch \
+		--out "$P2PDMA_ROOT/rig-out/module-switch-debug" 2>&1 | tee "$results/vm-module-debug.txt" || true
+	count "$results/vm-module-debug.txt"
 	log "all tests done in $((SECONDS - start))s"
 	echo "p2pdma: $total_pass passed, $total_fail failed"
 	((total_fail == 0))

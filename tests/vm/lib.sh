@@ -75,3 +75,20 @@ release_held() {
 	for p in $held_pids; do wait $p 2>/dev/null; done
 	held_pids=
 }
+
+# On kernels with kmemleak (the debug variant): scan twice, past the minimum
+# object age, and fail on any report.
+check_kmemleak() {
+	k=/sys/kernel/debug/kmemleak
+	[ -e $k ] || return 0
+	echo scan >$k
+	sleep 6
+	echo scan >$k
+	leaks=$(cat $k)
+	if [ -z "$leaks" ]; then
+		pass kmemleak-clean
+	else
+		echo "$leaks" | head -n 40
+		fail kmemleak-clean "$(echo "$leaks" | grep -c 'unreferenced object') unreferenced object(s)"
+	fi
+}

@@ -49,4 +49,5 @@ esac
 
 check module-unloads rmmod p2pdma
 check device-node-gone test ! -e /dev/p2pdma
+check_kmemleak
 exit $failures

@@ -88,6 +88,10 @@ while IFS= read -r line; do
 		opt=${line%%=*} val=${line#*=}
 		grep -qx "$opt=$val" "$tree/.config" || bad+=("$opt=$val (got: $(grep -E "^$opt=|# $opt is" "$tree/.config" || echo unset))")
 		;;
+	"# CONFIG_"*" is not set")
+		opt=${line#"# "} opt=${opt%% *}
+		! grep -q "^$opt=" "$tree/.config" || bad+=("$opt unset (got: $(grep "^$opt=" "$tree/.config"))")
+		;;
 	esac
 done < <(cat "${frags[@]}")
 if ((${#bad[@]})); then
