@@ -15,6 +15,7 @@ pub mod error;
 pub mod memory;
 pub mod sys;
 pub mod udmabuf;
+pub mod wc;
 
 pub use device::{Accelerator, Module, PciAddress};
 pub use dma::{DmaMapping, MapType, P2pQuery, Peer};

@@ -15,7 +15,6 @@ use std::{
     os::fd::{AsFd, FromRawFd, OwnedFd},
     ptr::{self, NonNull},
     slice,
-    sync::atomic::{fence, Ordering},
 };
 
 use p2pdma_abi as abi;
@@ -343,8 +342,8 @@ pub enum Sharing {
 ///
 /// The memory may be changed at any time by the device, a peer's DMA or
 /// another mapping, so no reference into it is ever created; [`read_at`] and
-/// [`write_at`] copy with volatile accesses of at most 8 bytes, and a write
-/// ends with a full fence. Unmapped on drop.
+/// [`write_at`] copy with the routines of [`crate::wc`], and a write ends
+/// with a store fence. Unmapped on drop.
 ///
 /// Touching the mapping after the device went away raises `SIGBUS`, as for
 /// any mapping whose backing store vanished.
@@ -414,65 +413,28 @@ impl RawMapping {
     }
 
     /// Copies `src` into the mapping at `offset`; `EINVAL` if it does not fit.
+    ///
+    /// The copy uses streaming stores ([`crate::wc`]), the fast way to fill
+    /// write-combined device memory, and ends with a store fence so that the
+    /// device, its peers and later reads see the data.
     pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<(), Errno> {
         self.check(offset, src.len())?;
         // SAFETY: `offset..offset + src.len()` lies inside the mapping, which
-        // lives as long as `self`.
-        let dst = unsafe { self.ptr.as_ptr().add(offset) };
-        let head = dst.align_offset(8).min(src.len());
-        let (head_src, rest) = src.split_at(head);
-        let words = rest.len() / 8;
-        let (word_src, tail_src) = rest.split_at(words * 8);
-        for (i, &b) in head_src.iter().enumerate() {
-            // SAFETY: Inside the mapping (checked above).
-            unsafe { ptr::write_volatile(dst.add(i), b) };
-        }
-        for (i, w) in word_src.chunks_exact(8).enumerate() {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(w);
-            // SAFETY: Inside the mapping, and 8-aligned since `head` bytes
-            // aligned `dst`.
-            unsafe {
-                ptr::write_volatile(
-                    dst.add(head + i * 8).cast::<u64>(),
-                    u64::from_ne_bytes(word),
-                )
-            };
-        }
-        for (i, &b) in tail_src.iter().enumerate() {
-            // SAFETY: Inside the mapping (checked above).
-            unsafe { ptr::write_volatile(dst.add(head + words * 8 + i), b) };
-        }
-        // Device memory is mapped write-combined: drain the write-combining
-        // buffers so that the device, its peers and later reads see the data.
-        fence(Ordering::SeqCst);
+        // lives as long as `self`, and cannot overlap `src`, which is
+        // ordinary memory Rust owns.
+        unsafe { crate::wc::copy_to_wc(self.ptr.as_ptr().add(offset), src.as_ptr(), src.len()) };
         Ok(())
     }
 
     /// Copies `dst.len()` bytes at `offset` of the mapping into `dst`;
-    /// `EINVAL` if they are not all inside it.
+    /// `EINVAL` if they are not all inside it. Uses streaming loads, the
+    /// fast way to read uncached or write-combined memory.
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), Errno> {
         self.check(offset, dst.len())?;
-        // SAFETY: `offset..offset + dst.len()` lies inside the mapping.
-        let src = unsafe { self.ptr.as_ptr().add(offset) };
-        let head = src.align_offset(8).min(dst.len());
-        let (head_dst, rest) = dst.split_at_mut(head);
-        let words = rest.len() / 8;
-        let (word_dst, tail_dst) = rest.split_at_mut(words * 8);
-        for (i, b) in head_dst.iter_mut().enumerate() {
-            // SAFETY: Inside the mapping (checked above).
-            *b = unsafe { ptr::read_volatile(src.add(i)) };
-        }
-        for (i, w) in word_dst.chunks_exact_mut(8).enumerate() {
-            // SAFETY: Inside the mapping, and 8-aligned since `head` bytes
-            // aligned `src`.
-            let word = unsafe { ptr::read_volatile(src.add(head + i * 8).cast::<u64>()) };
-            w.copy_from_slice(&word.to_ne_bytes());
-        }
-        for (i, b) in tail_dst.iter_mut().enumerate() {
-            // SAFETY: Inside the mapping (checked above).
-            *b = unsafe { ptr::read_volatile(src.add(head + words * 8 + i)) };
-        }
+        // SAFETY: As in `write_at`.
+        unsafe {
+            crate::wc::copy_from_wc(dst.as_mut_ptr(), self.ptr.as_ptr().add(offset), dst.len())
+        };
         Ok(())
     }
 
