@@ -66,6 +66,39 @@ pub enum Error {
     /// An argument cannot be used as given.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A transfer moved fewer bytes than asked for (for example, a read past
+    /// the end of a file). Nothing partial is reported as success.
+    #[error("short transfer: {what} moved {done} of {expected} bytes")]
+    Short {
+        /// What was being done.
+        what: &'static str,
+        /// Bytes asked for.
+        expected: u64,
+        /// Bytes moved.
+        done: u64,
+    },
+    /// An I/O on storage failed.
+    #[error("{op} of {len} bytes at offset {offset} of {path} failed: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Its offset.
+        offset: u64,
+        /// The I/O's length.
+        len: u64,
+        /// The errno.
+        source: Errno,
+    },
+    /// The requested transfer path cannot serve this transfer.
+    #[error("the {path} path cannot be used: {reason}")]
+    PathUnavailable {
+        /// The path asked for.
+        path: &'static str,
+        /// Why not.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -75,10 +108,13 @@ impl Error {
             Error::Open { source, .. }
             | Error::Ioctl { source, .. }
             | Error::Mmap { source, .. }
-            | Error::Sys { source, .. } => Some(*source),
-            Error::AbiMismatch { .. } | Error::OutOfBounds { .. } | Error::InvalidArgument(_) => {
-                None
-            }
+            | Error::Sys { source, .. }
+            | Error::Io { source, .. } => Some(*source),
+            Error::AbiMismatch { .. }
+            | Error::OutOfBounds { .. }
+            | Error::InvalidArgument(_)
+            | Error::Short { .. }
+            | Error::PathUnavailable { .. } => None,
         }
     }
 

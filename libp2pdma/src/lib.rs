@@ -9,6 +9,7 @@
 //! memory into a dma-buf to import.
 #![deny(unsafe_code)]
 
+pub mod backend;
 pub mod device;
 pub mod dma;
 pub mod error;

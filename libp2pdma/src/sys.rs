@@ -521,6 +521,41 @@ impl HostBuffer {
     pub fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64
     }
+
+    /// The buffer's first byte, for DMA and for copies by other engines
+    /// (which must not overlap a live Rust borrow of the buffer).
+    pub fn as_raw(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Copies `src` into the buffer at `offset` through its raw pointer (the
+    /// buffer may be a DMA target, so no reference into it is made);
+    /// `EINVAL` if it does not fit.
+    pub fn write_raw(&self, offset: usize, src: &[u8]) -> Result<(), Errno> {
+        match offset.checked_add(src.len()) {
+            // SAFETY: In bounds; `src` cannot overlap memory this value owns
+            // while `&self` is shared (it would have to come from `Deref`,
+            // which the caller's borrow of `src` would then freeze).
+            Some(end) if end <= self.len => unsafe {
+                ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len());
+                Ok(())
+            },
+            _ => Err(Errno::INVAL),
+        }
+    }
+
+    /// Copies `dst.len()` bytes at `offset` of the buffer into `dst` through
+    /// its raw pointer; `EINVAL` if they are not all inside it.
+    pub fn read_raw(&self, offset: usize, dst: &mut [u8]) -> Result<(), Errno> {
+        match offset.checked_add(dst.len()) {
+            // SAFETY: In bounds; `dst` is exclusively borrowed, so distinct.
+            Some(end) if end <= self.len => unsafe {
+                ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len());
+                Ok(())
+            },
+            _ => Err(Errno::INVAL),
+        }
+    }
 }
 
 impl Deref for HostBuffer {

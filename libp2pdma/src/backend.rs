@@ -1,0 +1,250 @@
+//! Accelerator memory backends behind one trait.
+//!
+//! The transfer engines see accelerator memory only through
+//! [`DeviceMemory`]: its size, copies in and out (the bounce path's device
+//! stage), and, where the CPU can map it, a [`DmaTarget`] that storage can DMA
+//! into directly (the P2P path). Two backends exist:
+//!
+//! - [`ModuleMemory`]: BAR memory allocated from the p2pdma kernel module,
+//!   the real P2P target;
+//! - [`HostMemory`]: the host-memory device, ordinary page-aligned host
+//!   memory standing in for an accelerator on machines without one, so that
+//!   every API and the bounce pipeline run anywhere.
+//!
+//! A GPU whose memory is exported as a dma-buf fits the same trait: copies
+//! through the vendor's copy engine, and a DMA target where it can be mapped.
+
+use std::{fmt, sync::Arc};
+
+use crate::{sys::HostBuffer, Error, Module, Result};
+
+/// What kind of memory a backend holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// BAR memory of accelerator `index` (PCI address `pci`), from the module.
+    ModuleBar {
+        /// The accelerator's index in the module.
+        index: u32,
+        /// Its PCI address.
+        pci: crate::PciAddress,
+    },
+    /// Host memory standing in for an accelerator.
+    Host,
+}
+
+impl fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryKind::ModuleBar { index, pci } => write!(f, "accelerator {index} ({pci}) BAR memory"),
+            MemoryKind::Host => f.write_str("host-memory device"),
+        }
+    }
+}
+
+/// Memory that storage may DMA into or out of directly: a CPU mapping whose
+/// pages the block layer accepts for `O_DIRECT`.
+#[derive(Clone, Copy, Debug)]
+pub struct DmaTarget {
+    /// The mapping's first byte.
+    pub ptr: *mut u8,
+    /// Its length.
+    pub len: usize,
+    /// Whether the pages are PCI P2P memory (DMA goes device to device).
+    pub p2p: bool,
+}
+
+/// Accelerator memory as the transfer engines use it.
+///
+/// Implementations never hand out references into the memory: everything
+/// goes through explicit copies or a raw [`DmaTarget`].
+pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// Size in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the memory is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What the memory is.
+    fn kind(&self) -> MemoryKind;
+
+    /// Copies `src` into the memory at `offset` (host to device).
+    fn write_at(&self, offset: usize, src: &[u8]) -> Result<()>;
+
+    /// Copies memory at `offset` into `dst` (device to host).
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
+
+    /// The CPU mapping storage can DMA into directly, if there is one.
+    fn dma_target(&self) -> Option<DmaTarget>;
+}
+
+fn check(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds {
+            offset: offset as u64,
+            len: len as u64,
+            size: size as u64,
+        }),
+    }
+}
+
+/// The host-memory device: page-aligned host memory that stands in for an
+/// accelerator where there is none. It is a valid `O_DIRECT` target, but
+/// never P2P.
+pub struct HostMemory {
+    buf: HostBuffer,
+}
+
+impl fmt::Debug for HostMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostMemory").field("len", &self.buf.len()).finish()
+    }
+}
+
+impl HostMemory {
+    /// `len` bytes (> 0) of zeroed, page-aligned host memory.
+    pub fn new(len: usize) -> Result<Self> {
+        let buf = HostBuffer::new(len).map_err(Error::sys("allocate host-memory device"))?;
+        Ok(Self { buf })
+    }
+}
+
+impl DeviceMemory for HostMemory {
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Host
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check(offset, src.len(), self.len())?;
+        self.buf
+            .write_raw(offset, src)
+            .map_err(Error::sys("copy into host-memory device"))
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check(offset, dst.len(), self.len())?;
+        self.buf
+            .read_raw(offset, dst)
+            .map_err(Error::sys("copy from host-memory device"))
+    }
+
+    fn dma_target(&self) -> Option<DmaTarget> {
+        Some(DmaTarget {
+            ptr: self.buf.as_raw(),
+            len: self.buf.len(),
+            p2p: false,
+        })
+    }
+}
+
+/// Accelerator BAR memory allocated from the p2pdma module and mapped
+/// write-combined into this process. Freed (and unmapped) on drop.
+pub struct ModuleMemory {
+    module: Arc<Module>,
+    handle: u64,
+    kind: MemoryKind,
+    map: crate::DeviceMapping,
+}
+
+impl fmt::Debug for ModuleMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModuleMemory")
+            .field("kind", &self.kind)
+            .field("handle", &self.handle)
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+impl ModuleMemory {
+    /// Allocates `size` bytes of accelerator `index`'s memory (bus address
+    /// aligned to `align`, 0 for a page) and maps it.
+    pub fn alloc(module: Arc<Module>, index: u32, size: u64, align: u64) -> Result<Self> {
+        let accel = module
+            .accelerators()?
+            .into_iter()
+            .find(|a| a.index == index)
+            .ok_or_else(|| Error::InvalidArgument(format!("no accelerator {index} in the module")))?;
+        let alloc = module.alloc(index, size, align)?;
+        let map = alloc.map()?;
+        let handle = alloc.into_handle();
+        Ok(Self {
+            module,
+            handle,
+            kind: MemoryKind::ModuleBar {
+                index,
+                pci: accel.pci,
+            },
+            map,
+        })
+    }
+
+    /// The allocation's handle in the module.
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+
+    /// The module it came from.
+    pub fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
+}
+
+impl Drop for ModuleMemory {
+    fn drop(&mut self) {
+        // The mapping keeps the memory until it is unmapped after this.
+        let _ = self.module.free(self.handle);
+    }
+}
+
+impl DeviceMemory for ModuleMemory {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn kind(&self) -> MemoryKind {
+        self.kind.clone()
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.map.write_at(offset, src)
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.map.read_at(offset, dst)
+    }
+
+    fn dma_target(&self) -> Option<DmaTarget> {
+        Some(DmaTarget {
+            ptr: self.map.as_ptr(),
+            len: self.map.len(),
+            p2p: true,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_memory_copies_and_checks_bounds() {
+        let m = HostMemory::new(8192).unwrap();
+        assert_eq!(m.kind(), MemoryKind::Host);
+        m.write_at(100, b"hello").unwrap();
+        let mut out = [0u8; 5];
+        m.read_at(100, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        assert!(matches!(m.write_at(8190, b"abc"), Err(Error::OutOfBounds { .. })));
+        assert!(matches!(m.read_at(usize::MAX, &mut out), Err(Error::OutOfBounds { .. })));
+        let t = m.dma_target().unwrap();
+        assert_eq!(t.ptr as usize % 4096, 0);
+        assert!(!t.p2p);
+    }
+}
