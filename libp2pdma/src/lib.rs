@@ -15,7 +15,9 @@ pub mod dma;
 pub mod error;
 pub mod memory;
 pub mod sys;
+pub mod transfer;
 pub mod udmabuf;
+mod uring;
 pub mod wc;
 
 pub use device::{Accelerator, Module, PciAddress};

@@ -1,0 +1,257 @@
+//! The bounce pipeline: storage <-> pinned host slots <-> accelerator memory.
+//!
+//! Reads keep up to `depth` chunk reads in flight; as each lands, its slot is
+//! copied into device memory while the other reads proceed, and the slot is
+//! refilled with the next chunk. The total is close to the slower stage plus
+//! one chunk, not the sum of the stages. Writes run the other way: the copy
+//! of chunk i+1 out of device memory overlaps the storage write of chunk i.
+
+use std::time::Instant;
+
+use super::{Direction, PathStats, StorageFile};
+use crate::{
+    backend::{DeviceMemory, DmaTarget},
+    uring::{Buf, Context, Session},
+    Error, Result,
+};
+
+pub(super) fn round_down(x: u64, a: u64) -> u64 {
+    x - x % a
+}
+
+pub(super) fn round_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    ctx: &mut Context,
+    dir: Direction,
+    file: &StorageFile,
+    file_offset: u64,
+    mem: &dyn DeviceMemory,
+    mem_offset: usize,
+    len: usize,
+    stats: &PathStats,
+) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let mut s = Session::new(ctx, file.fd(), None::<(DmaTarget, &())>);
+    let x = Xfer {
+        file,
+        file_offset,
+        mem,
+        mem_offset,
+        len,
+        stats,
+    };
+    match dir {
+        Direction::Read => x.read(&mut s),
+        Direction::Write => {
+            let m0 = round_up(file_offset, file.block as u64);
+            let m1 = round_down(file_offset + len as u64, file.block as u64);
+            x.write_edges(&mut s, m0, m1)?;
+            if m0 < m1 {
+                x.write_middle(&mut s, m0, m1)?;
+            }
+            x.fix_size()
+        }
+    }
+}
+
+/// One transfer's parameters.
+pub(super) struct Xfer<'a> {
+    pub(super) file: &'a StorageFile,
+    pub(super) file_offset: u64,
+    pub(super) mem: &'a dyn DeviceMemory,
+    pub(super) mem_offset: usize,
+    pub(super) len: usize,
+    pub(super) stats: &'a PathStats,
+}
+
+impl Xfer<'_> {
+    fn end(&self) -> u64 {
+        self.file_offset + self.len as u64
+    }
+
+    /// Offset in device memory of file byte `f` (inside the transfer).
+    fn mem_at(&self, f: u64) -> usize {
+        self.mem_offset + (f - self.file_offset) as usize
+    }
+
+    /// Copies the transfer's part of `[c0, c0 + n)` (just read into slot
+    /// `slot`) into device memory; `want` is where the chunk should end.
+    fn land(&self, s: &mut Session<'_>, slot: usize, c0: u64, n: usize, want: u64) -> Result<()> {
+        let need0 = c0.max(self.file_offset);
+        let need1 = want.min(self.end());
+        if c0 + (n as u64) < need1 {
+            return Err(Error::Short {
+                what: "read from storage",
+                expected: self.len as u64,
+                done: (c0 + n as u64).saturating_sub(self.file_offset),
+            });
+        }
+        let t = Instant::now();
+        let (mem, at) = (self.mem, self.mem_at(need0));
+        s.with_slot(slot, (need0 - c0) as usize, (need1 - need0) as usize, |b| mem.write_at(at, b))??;
+        self.stats.record_copy(t.elapsed());
+        Ok(())
+    }
+
+    /// The whole read, through the slots.
+    fn read(&self, s: &mut Session<'_>) -> Result<()> {
+        let bs = self.file.block as u64;
+        self.read_range(s, round_down(self.file_offset, bs), round_up(self.end(), bs))
+    }
+
+    /// Reads the block-aligned range `[a0, a1)` through the slots and lands
+    /// the transfer's part of it.
+    pub(super) fn read_range(&self, s: &mut Session<'_>, a0: u64, a1: u64) -> Result<()> {
+        let chunk = s.chunk() as u64;
+        let nchunks = (a1 - a0).div_ceil(chunk);
+        let (mut next, mut done) = (0u64, 0u64);
+        while done < nchunks {
+            while next < nchunks {
+                let Some(slot) = s.free_slot() else { break };
+                let c0 = a0 + next * chunk;
+                let clen = chunk.min(a1 - c0) as usize;
+                s.read(Buf::Slot(slot), c0, clen, next)?;
+                self.stats.record_ios(1);
+                next += 1;
+            }
+            let t = Instant::now();
+            let comps = s.wait(1)?;
+            self.stats.record_storage(t.elapsed());
+            for c in comps {
+                let c0 = a0 + c.tag * chunk;
+                let want = (c0 + chunk).min(a1);
+                let n = c
+                    .res
+                    .map_err(|e| self.file.io_error("read", c0, want - c0, e))?;
+                let Buf::Slot(slot) = c.buf else { unreachable!("bounce reads use slots") };
+                self.land(s, slot, c0, n, want)?;
+                done += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read-modify-write of the partial blocks at the ends of a write: the
+    /// blocks are read, the transfer's bytes laid over them, and written back.
+    pub(super) fn write_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<()> {
+        let bs = self.file.block as u64;
+        let (start, end) = (self.file_offset, self.end());
+        let mut edges = Vec::new();
+        if m0 >= m1 {
+            // No whole block inside: one read-modify-write covers it all.
+            edges.push((round_down(start, bs), round_up(end, bs)));
+        } else {
+            if start < m0 {
+                edges.push((m0 - bs, m0));
+            }
+            if m1 < end {
+                edges.push((m1, m1 + bs));
+            }
+        }
+        for (b0, b1) in edges {
+            for piece in (b0..b1).step_by(s.chunk()) {
+                let p1 = (piece + s.chunk() as u64).min(b1);
+                self.rmw(s, piece, p1)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn rmw(&self, s: &mut Session<'_>, b0: u64, b1: u64) -> Result<()> {
+        let slot = s.free_slot().ok_or_else(|| Error::InvalidArgument("no free bounce slot".into()))?;
+        let n = (b1 - b0) as usize;
+        // Past the end of a file there is nothing to read: zeros.
+        let have = self.file.size().saturating_sub(b0).min(n as u64) as usize;
+        s.with_slot(slot, 0, n, |b| b.fill(0))?;
+        if have > 0 {
+            s.read(Buf::Slot(slot), b0, n, 0)?;
+            let c = s.wait(1)?;
+            let got = c[0].res.map_err(|e| self.file.io_error("read (read-modify-write)", b0, n as u64, e))?;
+            if got < have {
+                return Err(Error::Short {
+                    what: "read-modify-write read",
+                    expected: have as u64,
+                    done: got as u64,
+                });
+            }
+        }
+        let (o0, o1) = (b0.max(self.file_offset), b1.min(self.end()));
+        let (mem, at) = (self.mem, self.mem_at(o0));
+        let t = Instant::now();
+        s.with_slot(slot, (o0 - b0) as usize, (o1 - o0) as usize, |b| mem.read_at(at, b))??;
+        self.stats.record_copy(t.elapsed());
+        s.write(Buf::Slot(slot), b0, n, 0)?;
+        let c = s.wait(1)?;
+        let put = c[0].res.map_err(|e| self.file.io_error("write (read-modify-write)", b0, n as u64, e))?;
+        self.stats.record_ios(if have > 0 { 2 } else { 1 });
+        if put < n {
+            return Err(Error::Short {
+                what: "write to storage",
+                expected: n as u64,
+                done: put as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// The block-aligned middle `[m0, m1)` of a write, pipelined.
+    fn write_middle(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<()> {
+        let chunk = s.chunk() as u64;
+        let nchunks = (m1 - m0).div_ceil(chunk);
+        let mut next = 0u64;
+        loop {
+            // Fill every free slot from device memory and write it out.
+            while next < nchunks {
+                let Some(slot) = s.free_slot() else { break };
+                let c0 = m0 + next * chunk;
+                let clen = chunk.min(m1 - c0) as usize;
+                let (mem, at) = (self.mem, self.mem_at(c0));
+                let t = Instant::now();
+                s.with_slot(slot, 0, clen, |b| mem.read_at(at, b))??;
+                self.stats.record_copy(t.elapsed());
+                s.write(Buf::Slot(slot), c0, clen, next)?;
+                self.stats.record_ios(1);
+                next += 1;
+            }
+            if s.inflight() == 0 {
+                return Ok(());
+            }
+            let t = Instant::now();
+            let comps = s.wait(1)?;
+            self.stats.record_storage(t.elapsed());
+            for c in comps {
+                let c0 = m0 + c.tag * chunk;
+                let clen = chunk.min(m1 - c0) as usize;
+                let n = c.res.map_err(|e| self.file.io_error("write", c0, clen as u64, e))?;
+                if n < clen {
+                    return Err(Error::Short {
+                        what: "write to storage",
+                        expected: clen as u64,
+                        done: n as u64,
+                    });
+                }
+            }
+        }
+    }
+
+    /// A write to a regular file must not leave it longer than the data
+    /// written: block-rounded writes past its end are trimmed back.
+    pub(super) fn fix_size(&self) -> Result<()> {
+        let f = self.file.fd();
+        let meta = rustix::fs::fstat(f).map_err(Error::sys("fstat after a write"))?;
+        if rustix::fs::FileType::from_raw_mode(meta.st_mode) != rustix::fs::FileType::RegularFile {
+            return Ok(());
+        }
+        let want = self.file.size().max(self.end());
+        if meta.st_size as u64 > want {
+            rustix::fs::ftruncate(f, want).map_err(Error::sys("trim a file after a block-rounded write"))?;
+        }
+        Ok(())
+    }
+}

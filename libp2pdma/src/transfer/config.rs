@@ -1,0 +1,205 @@
+//! Transfer configuration: from the API, a config file or the environment.
+
+use std::{fmt, str::FromStr};
+
+use crate::{Error, Result};
+
+/// Which path transfers take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PathPref {
+    /// P2P where possible, the bounce pipeline otherwise, with the reason.
+    #[default]
+    Auto,
+    /// Always P2P (`O_DIRECT` into the accelerator's mapping).
+    P2p,
+    /// NVMe commands built by the library (io_uring passthrough).
+    NvmeCmd,
+    /// Always the bounce pipeline.
+    Bounce,
+}
+
+impl FromStr for PathPref {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "p2p" => Ok(Self::P2p),
+            "nvme-cmd" | "nvme_cmd" | "nvmecmd" => Ok(Self::NvmeCmd),
+            "bounce" => Ok(Self::Bounce),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown path '{other}' (auto, p2p, nvme-cmd, bounce)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for PathPref {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::P2p => "p2p",
+            Self::NvmeCmd => "nvme-cmd",
+            Self::Bounce => "bounce",
+        })
+    }
+}
+
+/// Engine settings. Chunk size and depth are chosen automatically unless set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Path preference.
+    pub path: PathPref,
+    /// Bytes per pipeline chunk (and per direct I/O); rounded up to the
+    /// storage block size.
+    pub chunk: Option<usize>,
+    /// Chunks in flight (bounce slots and ring entries).
+    pub depth: Option<usize>,
+}
+
+/// Default and largest chunk.
+const DEFAULT_CHUNK: usize = 1 << 20;
+const MIN_CHUNK: usize = 64 << 10;
+const MAX_CHUNK: usize = 64 << 20;
+const DEFAULT_DEPTH: usize = 8;
+const MAX_DEPTH: usize = 256;
+
+impl Config {
+    /// Defaults, then `$P2PDMA_CONFIG` (or `/etc/p2pdma.conf` if it exists),
+    /// then the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`).
+    pub fn from_env() -> Result<Self> {
+        let mut c = Self::default();
+        let file = std::env::var_os("P2PDMA_CONFIG")
+            .map(std::path::PathBuf::from)
+            .or_else(|| Some("/etc/p2pdma.conf".into()).filter(|p: &std::path::PathBuf| p.exists()));
+        if let Some(f) = file {
+            let text = std::fs::read_to_string(&f)
+                .map_err(|e| Error::InvalidArgument(format!("{}: {e}", f.display())))?;
+            c.apply_file(&text)
+                .map_err(|e| Error::InvalidArgument(format!("{}: {e}", f.display())))?;
+        }
+        for (key, var) in [("path", "P2PDMA_PATH"), ("chunk", "P2PDMA_CHUNK"), ("depth", "P2PDMA_DEPTH")] {
+            if let Ok(v) = std::env::var(var) {
+                c.set(key, &v).map_err(|e| Error::InvalidArgument(format!("{var}: {e}")))?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// Applies `key = value` lines (`#` starts a comment).
+    pub fn apply_file(&mut self, text: &str) -> Result<()> {
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| Error::InvalidArgument(format!("line {}: expected key = value", n + 1)))?;
+            self.set(k.trim(), v.trim())
+                .map_err(|e| Error::InvalidArgument(format!("line {}: {e}", n + 1)))?;
+        }
+        Ok(())
+    }
+
+    /// Sets one setting by name.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            "path" => self.path = value.parse()?,
+            "chunk" => {
+                let v = parse_size(value)?;
+                if !(4096..=MAX_CHUNK).contains(&v) {
+                    return Err(Error::InvalidArgument(format!("chunk {v} outside 4 KiB..=64 MiB")));
+                }
+                self.chunk = Some(v);
+            }
+            "depth" => {
+                let v: usize = value
+                    .parse()
+                    .map_err(|_| Error::InvalidArgument(format!("depth '{value}' is not a number")))?;
+                if !(1..=MAX_DEPTH).contains(&v) {
+                    return Err(Error::InvalidArgument(format!("depth {v} outside 1..=256")));
+                }
+                self.depth = Some(v);
+            }
+            other => return Err(Error::InvalidArgument(format!("unknown setting '{other}'"))),
+        }
+        Ok(())
+    }
+
+    /// Chunk size and depth for a transfer of `len` bytes on storage with
+    /// `block`-byte alignment: 1 MiB chunks, 8 in flight (about what an NVMe
+    /// SSD needs to stream at full speed), smaller chunks for small
+    /// transfers so that they still pipeline.
+    pub fn geometry(&self, len: usize, block: usize) -> (usize, usize) {
+        let depth = self.depth.unwrap_or(DEFAULT_DEPTH).clamp(1, MAX_DEPTH);
+        let auto = (len / 4).next_power_of_two().clamp(MIN_CHUNK, DEFAULT_CHUNK);
+        let chunk = self.chunk.unwrap_or(auto).max(block);
+        let chunk = chunk.div_ceil(block) * block;
+        (chunk.div_ceil(4096) * 4096, depth)
+    }
+}
+
+/// Parses `4096`, `64K`, `1M`, `2G` (binary units).
+pub fn parse_size(s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_lowercase() {
+                'k' => 1 << 10,
+                'm' => 1 << 20,
+                'g' => 1 << 30,
+                _ => return Err(Error::InvalidArgument(format!("bad size '{s}'"))),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    num.trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| Error::InvalidArgument(format!("bad size '{s}'")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_file_and_values() {
+        let mut c = Config::default();
+        c.apply_file("# comment\npath = bounce\nchunk=2M # two\n\ndepth = 16\n").unwrap();
+        assert_eq!(c.path, PathPref::Bounce);
+        assert_eq!(c.chunk, Some(2 << 20));
+        assert_eq!(c.depth, Some(16));
+        assert!(c.apply_file("path = sideways").is_err());
+        assert!(c.apply_file("chunk = 1").is_err());
+        assert!(c.apply_file("depth = 0").is_err());
+        assert!(c.apply_file("color = blue").is_err());
+        assert!(c.apply_file("no equals sign").is_err());
+        assert_eq!("NVME-CMD".parse::<PathPref>().unwrap(), PathPref::NvmeCmd);
+    }
+
+    #[test]
+    fn sizes_parse_and_overflow_is_an_error() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64k").unwrap(), 65536);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+
+    #[test]
+    fn geometry_is_block_aligned() {
+        let c = Config::default();
+        assert_eq!(c.geometry(256 << 20, 4096), (1 << 20, 8));
+        assert_eq!(c.geometry(4096, 4096), (64 << 10, 8));
+        let c = Config {
+            chunk: Some(5000),
+            depth: Some(3),
+            ..Default::default()
+        };
+        assert_eq!(c.geometry(1 << 30, 4096), (8192, 3));
+    }
+}

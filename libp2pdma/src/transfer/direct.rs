@@ -1,0 +1,121 @@
+//! The P2P path: `O_DIRECT` I/O whose buffer is the accelerator memory's CPU
+//! mapping, so the SSD's DMA engine reads or writes the accelerator's BAR
+//! directly. Partial blocks at the ends go through a bounce slot (read, or
+//! read-modify-write), the block-aligned middle goes direct, with up to
+//! `depth` I/Os in flight.
+
+use std::time::Instant;
+
+use super::{
+    bounce::{round_down, round_up, Xfer},
+    Direction, PathStats, StorageFile,
+};
+use crate::{
+    backend::DeviceMemory,
+    uring::{Buf, Context, Session},
+    Error, Result,
+};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    ctx: &mut Context,
+    dir: Direction,
+    file: &StorageFile,
+    file_offset: u64,
+    mem: &dyn DeviceMemory,
+    mem_offset: usize,
+    len: usize,
+    stats: &PathStats,
+) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let target = mem.dma_target().ok_or_else(|| Error::PathUnavailable {
+        path: "p2p",
+        reason: format!("{} has no CPU mapping storage could DMA into", mem.kind()),
+    })?;
+    let bs = file.block_size() as u64;
+    // Direct I/O needs the file offset and the buffer address aligned to the
+    // same block; the mapping starts on a page, so the offsets must agree.
+    if (mem_offset as u64) % bs != file_offset % bs {
+        return Err(Error::PathUnavailable {
+            path: "p2p",
+            reason: format!(
+                "file offset {file_offset} and memory offset {mem_offset} differ modulo the {bs}-byte block"
+            ),
+        });
+    }
+    let mut s = Session::new(ctx, file.fd(), Some((target, mem)));
+    let x = Xfer {
+        file,
+        file_offset,
+        mem,
+        mem_offset,
+        len,
+        stats,
+    };
+    let end = file_offset + len as u64;
+    let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));
+    match dir {
+        Direction::Read => {
+            if m0 >= m1 {
+                return x.read_range(&mut s, round_down(file_offset, bs), round_up(end, bs));
+            }
+            if file_offset < m0 {
+                x.read_range(&mut s, m0 - bs, m0)?;
+            }
+            if m1 < end {
+                x.read_range(&mut s, m1, m1 + bs)?;
+            }
+            middle(&mut s, &x, false, m0, m1)
+        }
+        Direction::Write => {
+            x.write_edges(&mut s, m0, m1)?;
+            if m0 < m1 {
+                middle(&mut s, &x, true, m0, m1)?;
+            }
+            x.fix_size()
+        }
+    }
+}
+
+/// Direct I/O of the block-aligned `[m0, m1)` straight to or from device
+/// memory.
+fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> Result<()> {
+    let chunk = s.chunk() as u64;
+    let n = (m1 - m0).div_ceil(chunk);
+    let mut next = 0u64;
+    let op = if write { "P2P write" } else { "P2P read" };
+    loop {
+        while next < n && s.inflight() < s.depth() {
+            let c0 = m0 + next * chunk;
+            let clen = chunk.min(m1 - c0) as usize;
+            let buf = Buf::Target(x.mem_offset + (c0 - x.file_offset) as usize);
+            if write {
+                s.write(buf, c0, clen, next)?;
+            } else {
+                s.read(buf, c0, clen, next)?;
+            }
+            x.stats.record_ios(1);
+            next += 1;
+        }
+        if s.inflight() == 0 {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let comps = s.wait(1)?;
+        x.stats.record_storage(t.elapsed());
+        for c in comps {
+            let c0 = m0 + c.tag * chunk;
+            let clen = chunk.min(m1 - c0) as usize;
+            let got = c.res.map_err(|e| x.file.io_error(op, c0, clen as u64, e))?;
+            if got < clen {
+                return Err(Error::Short {
+                    what: if write { "P2P write to storage" } else { "P2P read from storage" },
+                    expected: clen as u64,
+                    done: got as u64,
+                });
+            }
+        }
+    }
+}

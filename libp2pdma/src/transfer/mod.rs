@@ -1,0 +1,485 @@
+//! Transfers between storage and accelerator memory.
+//!
+//! An [`Engine`] moves bytes between a [`StorageFile`] (a file on a
+//! filesystem, or a raw block device) and [`DeviceMemory`], on one of these
+//! paths:
+//!
+//! - **P2P**: `O_DIRECT` reads and writes through io_uring whose buffer is the
+//!   accelerator memory's CPU mapping: the SSD DMAs into the accelerator
+//!   directly ([`direct`]);
+//! - **bounce**: a staged pipeline through a pinned host ring allocated once,
+//!   the storage stage of chunk i+1.. overlapping the device-copy stage of
+//!   chunk i ([`bounce`]).
+//!
+//! [`PathPref::Auto`] picks P2P where the module, the memory and the PCIe
+//! topology allow it and says why not otherwise; each [`Handle`] keeps the
+//! choice and its reason. An I/O that fails on the P2P path is retried on the
+//! bounce path and counted. Unaligned heads and tails are handled, not
+//! refused. A transfer either moves every byte or returns an error: short
+//! transfers are reported, never returned as success.
+
+mod bounce;
+mod config;
+mod direct;
+mod stats;
+
+use std::{
+    fmt,
+    fs::File,
+    os::{
+        fd::AsFd,
+        unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
+    },
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Instant,
+};
+
+pub use config::{Config, PathPref};
+pub use stats::{PathStats, Stats};
+
+use crate::{
+    backend::{DeviceMemory, MemoryKind},
+    uring::Context,
+    Error, MapType, Module, Peer, Result,
+};
+
+/// A transfer path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransferPath {
+    /// Storage DMAs straight into accelerator memory.
+    P2p,
+    /// Staged through the pinned host bounce ring.
+    Bounce,
+}
+
+impl TransferPath {
+    /// Short name, as in configuration and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransferPath::P2p => "p2p",
+            TransferPath::Bounce => "bounce",
+        }
+    }
+}
+
+impl fmt::Display for TransferPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which way the data moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Storage to accelerator memory.
+    Read,
+    /// Accelerator memory to storage.
+    Write,
+}
+
+/// A file or block device opened for transfers.
+#[derive(Debug)]
+pub struct StorageFile {
+    path: PathBuf,
+    direct: File,
+    size: u64,
+    block: usize,
+    pci: Option<crate::PciAddress>,
+    nvme: bool,
+}
+
+impl StorageFile {
+    /// Opens `path` read-only.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    /// Opens `path` for reading and writing.
+    pub fn open_rw(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, true)
+    }
+
+    fn open_with(path: impl AsRef<Path>, write: bool) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let direct = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(&path)
+            .map_err(|e| Error::Io {
+                op: "open with O_DIRECT",
+                path: path.clone(),
+                offset: 0,
+                len: 0,
+                source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+            })?;
+        let meta = direct.metadata().map_err(|e| Error::Io {
+            op: "stat",
+            path: path.clone(),
+            offset: 0,
+            len: 0,
+            source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+        })?;
+        let (dev, size) = if meta.file_type().is_block_device() {
+            let size = rustix::fs::seek(&direct, rustix::fs::SeekFrom::End(0))
+                .map_err(Error::sys("find the size of a block device"))?;
+            (meta.rdev(), size)
+        } else {
+            (meta.dev(), meta.len())
+        };
+        let (block, pci, nvme) = block_facts(dev);
+        Ok(Self {
+            path,
+            direct,
+            size,
+            block,
+            pci,
+            nvme,
+        })
+    }
+
+    /// The path it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size in bytes (at open).
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Alignment `O_DIRECT` needs for offsets, lengths and buffers.
+    pub fn block_size(&self) -> usize {
+        self.block
+    }
+
+    /// PCI address of the storage controller, when it has one.
+    pub fn controller(&self) -> Option<crate::PciAddress> {
+        self.pci
+    }
+
+    /// Whether the storage is an NVMe namespace.
+    pub fn is_nvme(&self) -> bool {
+        self.nvme
+    }
+
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.direct.as_fd()
+    }
+
+    pub(crate) fn io_error(&self, op: &'static str, offset: u64, len: u64, e: rustix::io::Errno) -> Error {
+        Error::Io {
+            op,
+            path: self.path.clone(),
+            offset,
+            len,
+            source: e,
+        }
+    }
+}
+
+/// Facts about the block device `dev` (`major:minor`) from sysfs: the
+/// `O_DIRECT` alignment, the PCI function behind it, and whether it is NVMe.
+fn block_facts(dev: u64) -> (usize, Option<crate::PciAddress>, bool) {
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    // A partition's queue is its disk's.
+    let disk = if sys.join("partition").exists() { sys.join("..") } else { sys.clone() };
+    let block = std::fs::read_to_string(disk.join("queue/logical_block_size"))
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok())
+        .filter(|b| b.is_power_of_two())
+        .unwrap_or(4096)
+        .max(512);
+    let real = std::fs::canonicalize(&disk).unwrap_or(disk);
+    let nvme = real
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("nvme"));
+    let pci = real
+        .ancestors()
+        .filter_map(|p| p.file_name()?.to_str()?.parse::<crate::PciAddress>().ok())
+        .next();
+    // Filesystems and O_DIRECT on them want at least the page for buffers
+    // on some configurations; 4 KiB is safe everywhere and costs nothing.
+    (block.max(4096), pci, nvme)
+}
+
+/// Why a path was chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathChoice {
+    /// The path.
+    pub path: TransferPath,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// What one transfer did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Bytes moved (always the length asked for).
+    pub bytes: u64,
+    /// The path that moved them.
+    pub path: TransferPath,
+    /// Whether the P2P path failed and the bounce path redid the transfer.
+    pub retried: bool,
+    /// Whether the bounce slots were registered (pinned once) with the ring;
+    /// without the memlock limit for it, the kernel pins them per I/O.
+    pub ring_pinned: bool,
+}
+
+/// A storage file paired with accelerator memory, with the path chosen for
+/// transfers between them and the reason.
+pub struct Handle<'a> {
+    engine: &'a Engine,
+    file: &'a StorageFile,
+    mem: &'a dyn DeviceMemory,
+    choice: PathChoice,
+}
+
+impl fmt::Debug for Handle<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Handle")
+            .field("file", &self.file.path)
+            .field("mem", &self.mem.kind())
+            .field("choice", &self.choice)
+            .finish()
+    }
+}
+
+impl Handle<'_> {
+    /// The path transfers on this handle take.
+    pub fn path(&self) -> TransferPath {
+        self.choice.path
+    }
+
+    /// Why.
+    pub fn reason(&self) -> &str {
+        &self.choice.reason
+    }
+
+    /// The full choice.
+    pub fn choice(&self) -> &PathChoice {
+        &self.choice
+    }
+
+    /// Reads `len` bytes at `file_offset` into the memory at `mem_offset`.
+    pub fn read(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
+        self.engine
+            .run(Direction::Read, &self.choice, self.file, file_offset, self.mem, mem_offset, len)
+    }
+
+    /// Writes `len` bytes of the memory at `mem_offset` to `file_offset`.
+    pub fn write(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
+        self.engine
+            .run(Direction::Write, &self.choice, self.file, file_offset, self.mem, mem_offset, len)
+    }
+}
+
+/// The transfer engine: configuration, pooled rings and bounce buffers, and
+/// counters. Thread-safe: each concurrent transfer takes its own ring.
+pub struct Engine {
+    config: Config,
+    module: Option<Arc<Module>>,
+    pool: Mutex<Vec<Context>>,
+    stats: Stats,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine").field("config", &self.config).finish()
+    }
+}
+
+impl Engine {
+    /// An engine with `config`; `module` is used for P2P queries (AUTO
+    /// without a module always chooses the bounce path).
+    pub fn new(config: Config, module: Option<Arc<Module>>) -> Self {
+        Self {
+            config,
+            module,
+            pool: Mutex::new(Vec::new()),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Per-path counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Chooses the path for transfers between `file` and `mem`.
+    pub fn choose(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Result<PathChoice> {
+        let auto = self.decide(file, mem);
+        match self.config.path {
+            PathPref::Auto => Ok(auto),
+            PathPref::Bounce => Ok(PathChoice {
+                path: TransferPath::Bounce,
+                reason: "bounce path forced by configuration".into(),
+            }),
+            PathPref::P2p => match mem.dma_target() {
+                Some(_) => Ok(PathChoice {
+                    path: TransferPath::P2p,
+                    reason: match auto.path {
+                        TransferPath::P2p => format!("P2P forced by configuration ({})", auto.reason),
+                        TransferPath::Bounce => {
+                            format!("P2P forced by configuration, although: {}", auto.reason)
+                        }
+                    },
+                }),
+                None => Err(Error::PathUnavailable {
+                    path: "p2p",
+                    reason: format!("{} has no CPU mapping storage could DMA into", mem.kind()),
+                }),
+            },
+            PathPref::NvmeCmd => Err(Error::PathUnavailable {
+                path: "nvme-cmd",
+                reason: "NVMe passthrough commands are not implemented by this engine yet".into(),
+            }),
+        }
+    }
+
+    /// AUTO's choice.
+    fn decide(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> PathChoice {
+        let bounce = |why: String| PathChoice {
+            path: TransferPath::Bounce,
+            reason: format!("P2P not possible: {why}; staging through host memory (bounce pipeline)"),
+        };
+        let index = match mem.kind() {
+            MemoryKind::ModuleBar { index, .. } => index,
+            MemoryKind::Host => return bounce("the memory is the host-memory device, not accelerator memory".into()),
+        };
+        let Some(module) = &self.module else {
+            return bounce("the p2pdma module is not open".into());
+        };
+        if !file.is_nvme() {
+            return bounce(format!("{} is not on an NVMe namespace", file.path.display()));
+        }
+        let Some(pci) = file.controller() else {
+            return bounce(format!("no PCI function found behind {}", file.path.display()));
+        };
+        match module.p2p_query(index, Peer::Pci(pci)) {
+            Ok(q) => match q.map_type {
+                MapType::BusAddr | MapType::ThruHostBridge => PathChoice {
+                    path: TransferPath::P2p,
+                    reason: format!("NVMe controller {pci} reaches accelerator {index}: {}", q.reason),
+                },
+                _ => bounce(q.reason),
+            },
+            Err(e) => bounce(format!("P2P query failed: {e}")),
+        }
+    }
+
+    /// A handle for transfers between `file` and `mem`, with its path.
+    pub fn handle<'a>(&'a self, file: &'a StorageFile, mem: &'a dyn DeviceMemory) -> Result<Handle<'a>> {
+        let choice = self.choose(file, mem)?;
+        Ok(Handle {
+            engine: self,
+            file,
+            mem,
+            choice,
+        })
+    }
+
+    /// Reads `len` bytes at `file_offset` of `file` into `mem` at
+    /// `mem_offset`, on the path [`Engine::choose`] picks.
+    pub fn read(&self, file: &StorageFile, file_offset: u64, mem: &dyn DeviceMemory, mem_offset: usize, len: usize) -> Result<Report> {
+        self.handle(file, mem)?.read(file_offset, mem_offset, len)
+    }
+
+    /// Writes `len` bytes of `mem` at `mem_offset` to `file` at
+    /// `file_offset`.
+    pub fn write(&self, file: &StorageFile, file_offset: u64, mem: &dyn DeviceMemory, mem_offset: usize, len: usize) -> Result<Report> {
+        self.handle(file, mem)?.write(file_offset, mem_offset, len)
+    }
+
+    fn context(&self, len: usize, block: usize) -> Result<Context> {
+        let (chunk, depth) = self.config.geometry(len, block);
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = pool.iter().position(|c| c.chunk() == chunk && c.depth() == depth) {
+            return Ok(pool.swap_remove(i));
+        }
+        drop(pool);
+        Context::new(depth, chunk)
+    }
+
+    fn give_back(&self, ctx: Context) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < 8 {
+            pool.push(ctx);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        dir: Direction,
+        choice: &PathChoice,
+        file: &StorageFile,
+        file_offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Report> {
+        match mem_offset.checked_add(len) {
+            Some(end) if end <= mem.len() => {}
+            _ => {
+                return Err(Error::OutOfBounds {
+                    offset: mem_offset as u64,
+                    len: len as u64,
+                    size: mem.len() as u64,
+                })
+            }
+        }
+        if file_offset.checked_add(len as u64).is_none() {
+            return Err(Error::InvalidArgument("file offset + length overflows".into()));
+        }
+        if dir == Direction::Read && file_offset + len as u64 > file.size {
+            return Err(Error::Short {
+                what: "read past the end of the file",
+                expected: len as u64,
+                done: file.size.saturating_sub(file_offset).min(len as u64),
+            });
+        }
+        let mut ctx = self.context(len, file.block)?;
+        let ring_pinned = ctx.pinned();
+        let start = Instant::now();
+        let (res, path, retried) = match choice.path {
+            TransferPath::Bounce => (
+                bounce::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, &self.stats.bounce),
+                TransferPath::Bounce,
+                false,
+            ),
+            TransferPath::P2p => {
+                match direct::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, &self.stats.p2p) {
+                    Ok(()) => (Ok(()), TransferPath::P2p, false),
+                    Err(e) if e.errno().is_some() || matches!(e, Error::PathUnavailable { .. }) => {
+                        // The P2P path failed (the kernel refused P2P pages,
+                        // or the layout does not allow direct I/O): redo the
+                        // whole transfer through host memory.
+                        self.stats.p2p.record_retry();
+                        let r = bounce::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, &self.stats.bounce);
+                        (r, TransferPath::Bounce, true)
+                    }
+                    Err(e) => (Err(e), TransferPath::P2p, false),
+                }
+            }
+        };
+        self.give_back(ctx);
+        res?;
+        let s = if path == TransferPath::P2p { &self.stats.p2p } else { &self.stats.bounce };
+        s.record_transfer(len as u64, start.elapsed());
+        Ok(Report {
+            bytes: len as u64,
+            path,
+            retried,
+            ring_pinned,
+        })
+    }
+}

@@ -1,0 +1,307 @@
+//! io_uring for the transfer engines: the one place that hands buffers to
+//! the kernel for asynchronous I/O.
+//!
+//! A [`Session`] borrows a pooled ring, the bounce slots, the storage file
+//! and (optionally) the accelerator memory for the length of one transfer.
+//! Every submission is checked against those borrows, and dropping the
+//! session waits for every I/O still in flight, so the kernel never touches a
+//! buffer after the transfer that lent it has returned, on any path,
+//! including errors and panics. Bounce slots cannot be read or written while
+//! an I/O on them is in flight.
+#![allow(unsafe_code)]
+
+use std::{
+    marker::PhantomData,
+    os::fd::{AsRawFd, BorrowedFd},
+};
+
+use io_uring::{opcode, types, IoUring};
+use rustix::io::Errno;
+
+use crate::{backend::DmaTarget, sys::HostBuffer, Error, Result};
+
+/// A ring and its bounce slots, reused across transfers.
+pub(crate) struct Context {
+    ring: IoUring,
+    slots: Vec<HostBuffer>,
+    chunk: usize,
+    pinned: bool,
+}
+
+impl Context {
+    /// A ring with `depth` entries and `depth` slots of `chunk` bytes each
+    /// (page multiples), locked in memory when the limits allow.
+    pub(crate) fn new(depth: usize, chunk: usize) -> Result<Self> {
+        let ring = IoUring::new(depth.next_power_of_two() as u32)
+            .map_err(|e| Error::Sys {
+                op: "io_uring_setup",
+                source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+            })?;
+        let mut slots = Vec::with_capacity(depth);
+        for _ in 0..depth {
+            slots.push(HostBuffer::new(chunk).map_err(Error::sys("allocate a bounce slot"))?);
+        }
+        // Register the slots with the ring: the kernel pins them once, here,
+        // instead of on every I/O. Without the memlock limit for it, plain
+        // reads and writes still work.
+        let iovecs: Vec<libc::iovec> = slots
+            .iter()
+            .map(|b| libc::iovec {
+                iov_base: b.as_raw().cast(),
+                iov_len: chunk,
+            })
+            .collect();
+        // SAFETY: The iovecs describe the slots, which live as long as the
+        // ring (both are owned by this context, and the ring is dropped
+        // first, unregistering them).
+        let pinned = unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
+        Ok(Self {
+            ring,
+            slots,
+            chunk,
+            pinned,
+        })
+    }
+
+    /// Bytes per slot.
+    pub(crate) fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// Number of slots (and ring entries used).
+    pub(crate) fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether the slots are registered (pinned) with the ring.
+    pub(crate) fn pinned(&self) -> bool {
+        self.pinned
+    }
+}
+
+/// Where an I/O's data lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Buf {
+    /// Bounce slot `i`, from its start.
+    Slot(usize),
+    /// The session's DMA target at this offset.
+    Target(usize),
+}
+
+/// A finished I/O.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Completion {
+    /// The caller's tag.
+    pub(crate) tag: u64,
+    /// Its buffer.
+    pub(crate) buf: Buf,
+    /// Bytes moved, or the error.
+    pub(crate) res: std::result::Result<usize, Errno>,
+}
+
+/// One transfer's use of a [`Context`]; see the module documentation.
+pub(crate) struct Session<'a> {
+    ctx: &'a mut Context,
+    fd: BorrowedFd<'a>,
+    target: Option<DmaTarget>,
+    busy: Vec<bool>,
+    inflight: Vec<Option<(u64, Buf)>>,
+    ninflight: usize,
+    _mem: PhantomData<&'a ()>,
+}
+
+impl<'a> Session<'a> {
+    /// Starts a session on `fd`; `target` is the memory direct I/O may use,
+    /// borrowed (through `_mem`) for as long as the session lives.
+    pub(crate) fn new<M: ?Sized>(
+        ctx: &'a mut Context,
+        fd: BorrowedFd<'a>,
+        target: Option<(DmaTarget, &'a M)>,
+    ) -> Self {
+        let depth = ctx.slots.len();
+        Self {
+            ctx,
+            fd,
+            target: target.map(|(t, _)| t),
+            busy: vec![false; depth],
+            inflight: vec![None; depth.next_power_of_two() * 2],
+            ninflight: 0,
+            _mem: PhantomData,
+        }
+    }
+
+    /// Bytes per slot.
+    pub(crate) fn chunk(&self) -> usize {
+        self.ctx.chunk
+    }
+
+    /// Number of slots.
+    pub(crate) fn depth(&self) -> usize {
+        self.ctx.slots.len()
+    }
+
+    /// I/Os in flight.
+    pub(crate) fn inflight(&self) -> usize {
+        self.ninflight
+    }
+
+    /// The first free slot.
+    pub(crate) fn free_slot(&self) -> Option<usize> {
+        self.busy.iter().position(|b| !b)
+    }
+
+    /// Runs `f` on free slot `i`'s bytes `[offset, offset + len)`.
+    pub(crate) fn with_slot<R>(
+        &mut self,
+        i: usize,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
+        if self.busy[i] {
+            return Err(Error::InvalidArgument("bounce slot busy".into()));
+        }
+        let s = &mut self.ctx.slots[i];
+        let range = s
+            .get_mut(offset..offset.saturating_add(len))
+            .ok_or(Error::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.ctx.chunk as u64,
+            })?;
+        Ok(f(range))
+    }
+
+    fn buf_ptr(&self, buf: Buf, len: usize) -> Result<*mut u8> {
+        let oob = |offset: usize, size: usize| Error::OutOfBounds {
+            offset: offset as u64,
+            len: len as u64,
+            size: size as u64,
+        };
+        match buf {
+            Buf::Slot(i) => {
+                if i >= self.busy.len() || self.busy[i] {
+                    return Err(Error::InvalidArgument(format!("bounce slot {i} busy or missing")));
+                }
+                if len > self.ctx.chunk {
+                    return Err(oob(0, self.ctx.chunk));
+                }
+                Ok(self.ctx.slots[i].as_raw())
+            }
+            Buf::Target(off) => {
+                let t = self
+                    .target
+                    .ok_or_else(|| Error::InvalidArgument("no DMA target in this session".into()))?;
+                match off.checked_add(len) {
+                    // SAFETY: In bounds of the target mapping.
+                    Some(end) if end <= t.len => Ok(unsafe { t.ptr.add(off) }),
+                    _ => Err(oob(off, t.len)),
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, write: bool, buf: Buf, file_offset: u64, len: usize, tag: u64) -> Result<()> {
+        let ptr = self.buf_ptr(buf, len)?;
+        let len32 = u32::try_from(len).map_err(|_| Error::InvalidArgument("I/O over 4 GiB".into()))?;
+        let idx = self
+            .inflight
+            .iter()
+            .position(Option::is_none)
+            .ok_or_else(|| Error::InvalidArgument("too many I/Os in flight".into()))?;
+        let fd = types::Fd(self.fd.as_raw_fd());
+        let sqe = match (write, buf) {
+            (false, Buf::Slot(i)) if self.ctx.pinned => {
+                opcode::ReadFixed::new(fd, ptr, len32, i as u16).offset(file_offset).build()
+            }
+            (true, Buf::Slot(i)) if self.ctx.pinned => {
+                opcode::WriteFixed::new(fd, ptr, len32, i as u16).offset(file_offset).build()
+            }
+            (false, _) => opcode::Read::new(fd, ptr, len32).offset(file_offset).build(),
+            (true, _) => opcode::Write::new(fd, ptr, len32).offset(file_offset).build(),
+        }
+        .user_data(idx as u64);
+        // SAFETY: The buffer is valid for `len` bytes (checked above) and
+        // stays so until the completion is reaped: slots are marked busy and
+        // the target's memory is borrowed for the session, whose drop waits
+        // for every I/O in flight. The fd is borrowed for the session too.
+        while unsafe { self.ctx.ring.submission().push(&sqe) }.is_err() {
+            self.ctx.ring.submit().map_err(|e| Error::Sys {
+                op: "io_uring_enter",
+                source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+            })?;
+        }
+        if let Buf::Slot(i) = buf {
+            self.busy[i] = true;
+        }
+        self.inflight[idx] = Some((tag, buf));
+        self.ninflight += 1;
+        Ok(())
+    }
+
+    /// Queues a read of `len` bytes at `file_offset` into `buf`.
+    pub(crate) fn read(&mut self, buf: Buf, file_offset: u64, len: usize, tag: u64) -> Result<()> {
+        self.push(false, buf, file_offset, len, tag)
+    }
+
+    /// Queues a write of `len` bytes from `buf` to `file_offset`.
+    pub(crate) fn write(&mut self, buf: Buf, file_offset: u64, len: usize, tag: u64) -> Result<()> {
+        self.push(true, buf, file_offset, len, tag)
+    }
+
+    /// Submits what is queued and waits until at least `min` I/Os (at most
+    /// the number in flight) have completed; returns all that have.
+    pub(crate) fn wait(&mut self, min: usize) -> Result<Vec<Completion>> {
+        let want = min.min(self.ninflight);
+        loop {
+            match self.ctx.ring.submit_and_wait(want) {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc_eintr()) => continue,
+                Err(e) => {
+                    return Err(Error::Sys {
+                        op: "io_uring_enter",
+                        source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+                    })
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for cqe in self.ctx.ring.completion() {
+            let idx = cqe.user_data() as usize;
+            if let Some((tag, buf)) = self.inflight.get_mut(idx).and_then(Option::take) {
+                if let Buf::Slot(i) = buf {
+                    self.busy[i] = false;
+                }
+                self.ninflight -= 1;
+                let r = cqe.result();
+                done.push(Completion {
+                    tag,
+                    buf,
+                    res: if r < 0 {
+                        Err(Errno::from_raw_os_error(-r))
+                    } else {
+                        Ok(r as usize)
+                    },
+                });
+            }
+        }
+        Ok(done)
+    }
+}
+
+fn libc_eintr() -> i32 {
+    Errno::INTR.raw_os_error()
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        // Nothing may still write into borrowed memory once the session ends.
+        while self.ninflight > 0 {
+            if self.wait(self.ninflight).is_err() {
+                // The ring is unusable; block until the kernel is done with
+                // the buffers rather than return while it may still use them.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Transfers between real files and the host-memory device, on the bounce
+//! and direct paths, checked byte for byte.
+
+use std::{io::Write, path::PathBuf};
+
+use p2pdma::{
+    backend::{DeviceMemory, HostMemory},
+    transfer::{Config, Engine, PathPref, StorageFile, TransferPath},
+    Error,
+};
+
+/// Position-dependent bytes: any misplaced or stale block shows.
+fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| {
+            let x = (offset + i).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed;
+            (x >> 29) as u8 ^ (x >> 7) as u8
+        })
+        .collect()
+}
+
+fn temp_file(name: &str, data: &[u8]) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("transfer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+    p
+}
+
+fn engine(path: PathPref, chunk: Option<usize>, depth: Option<usize>) -> Engine {
+    Engine::new(Config { path, chunk, depth }, None)
+}
+
+fn mem_bytes(m: &HostMemory, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    m.read_at(off, &mut v).unwrap();
+    v
+}
+
+/// (file offset, memory offset, length): aligned, unaligned heads and
+/// tails, inside one block, spanning many chunks.
+const CASES: &[(u64, usize, usize)] = &[
+    (0, 0, 1 << 20),
+    (4096, 8192, 3 << 20),
+    (1, 1, 1),
+    (4095, 4095, 2),
+    (100, 100, 4000),
+    (123_457, 123_457, 2_500_001),
+    (5000, 77, 300_000),
+    (0, 0, 8 << 20),
+    (7 << 20, 0, 1 << 20),
+];
+
+#[test]
+fn reads_land_exactly_on_every_path() {
+    let size = 8 << 20;
+    let data = pattern(1, 0, size);
+    let file = StorageFile::open(temp_file("read.bin", &data)).unwrap();
+    for pref in [PathPref::Bounce, PathPref::P2p, PathPref::Auto] {
+        for &(chunk, depth) in &[(None, None), (Some(64 << 10), Some(2)), (Some(4096), Some(1))] {
+            let e = engine(pref, chunk, depth);
+            for &(foff, moff, len) in CASES {
+                let mem = HostMemory::new(moff + len + 4096).unwrap();
+                mem.write_at(0, &vec![0xEE; mem.len()]).unwrap();
+                let r = e.read(&file, foff, &mem, moff, len).unwrap();
+                assert_eq!(r.bytes, len as u64);
+                let want = &data[foff as usize..foff as usize + len];
+                assert!(mem_bytes(&mem, moff, len) == want, "{pref:?} {chunk:?}/{depth:?} read {foff}+{len} -> {moff}");
+                assert!(mem_bytes(&mem, 0, moff).iter().all(|&b| b == 0xEE), "wrote before the range");
+                let after = mem.len() - moff - len;
+                assert!(mem_bytes(&mem, moff + len, after).iter().all(|&b| b == 0xEE), "wrote past the range");
+            }
+        }
+    }
+}
+
+#[test]
+fn auto_on_host_memory_bounces_and_says_why() {
+    let file = StorageFile::open(temp_file("auto.bin", &pattern(2, 0, 65536))).unwrap();
+    let mem = HostMemory::new(65536).unwrap();
+    let e = engine(PathPref::Auto, None, None);
+    let h = e.handle(&file, &mem).unwrap();
+    assert_eq!(h.path(), TransferPath::Bounce);
+    assert!(h.reason().contains("host-memory device"), "{}", h.reason());
+    h.read(0, 0, 65536).unwrap();
+    let s = e.stats().bounce.snapshot();
+    assert_eq!((s.bytes, s.transfers), (65536, 1));
+    assert!(s.ios >= 1);
+}
+
+#[test]
+fn p2p_with_misaligned_offsets_is_retried_on_the_bounce_path_and_counted() {
+    let data = pattern(3, 0, 1 << 20);
+    let file = StorageFile::open(temp_file("retry.bin", &data)).unwrap();
+    let mem = HostMemory::new(2 << 20).unwrap();
+    let e = engine(PathPref::P2p, None, None);
+    // File offset 4096 and memory offset 1 cannot both be block aligned.
+    let r = e.read(&file, 4096, &mem, 1, 512 << 10).unwrap();
+    assert!(r.retried);
+    assert_eq!(r.path, TransferPath::Bounce);
+    assert_eq!(mem_bytes(&mem, 1, 512 << 10), &data[4096..4096 + (512 << 10)]);
+    assert_eq!(e.stats().p2p.snapshot().retries, 1);
+    assert_eq!(e.stats().bounce.snapshot().transfers, 1);
+}
+
+#[test]
+fn writes_land_exactly_and_keep_the_rest_of_the_file() {
+    let size = 6 << 20;
+    let orig = pattern(4, 0, size);
+    for pref in [PathPref::Bounce, PathPref::P2p] {
+        for &(chunk, depth) in &[(None, None), (Some(8192), Some(2))] {
+            let path = temp_file(&format!("write-{pref:?}-{chunk:?}.bin"), &orig);
+            let file = StorageFile::open_rw(&path).unwrap();
+            let e = engine(pref, chunk, depth);
+            let mut expect = orig.clone();
+            for (i, &(foff, moff, len)) in CASES.iter().enumerate() {
+                if foff as usize + len > size {
+                    continue;
+                }
+                let mem = HostMemory::new(moff + len).unwrap();
+                let src = pattern(100 + i as u64, 0, moff + len);
+                mem.write_at(0, &src).unwrap();
+                e.write(&file, foff, &mem, moff, len).unwrap();
+                expect[foff as usize..foff as usize + len].copy_from_slice(&src[moff..moff + len]);
+            }
+            drop(file);
+            let got = std::fs::read(&path).unwrap();
+            assert_eq!(got.len(), size, "{pref:?}: file size changed");
+            assert!(got == expect, "{pref:?} {chunk:?}: file content differs");
+        }
+    }
+}
+
+#[test]
+fn a_write_past_the_end_extends_the_file_by_exactly_the_data() {
+    let path = temp_file("extend.bin", &pattern(5, 0, 10_000));
+    let file = StorageFile::open_rw(&path).unwrap();
+    let mem = HostMemory::new(8192).unwrap();
+    mem.write_at(0, &pattern(6, 0, 8192)).unwrap();
+    let e = engine(PathPref::Bounce, None, None);
+    e.write(&file, 9_000, &mem, 0, 5_000).unwrap();
+    drop(file);
+    let got = std::fs::read(&path).unwrap();
+    assert_eq!(got.len(), 14_000);
+    assert_eq!(&got[..9_000], &pattern(5, 0, 9_000)[..]);
+    assert_eq!(&got[9_000..], &pattern(6, 0, 5_000)[..]);
+}
+
+#[test]
+fn a_read_past_the_end_is_a_short_transfer_error_not_success() {
+    let file = StorageFile::open(temp_file("short.bin", &pattern(7, 0, 10_000))).unwrap();
+    let mem = HostMemory::new(65536).unwrap();
+    let e = engine(PathPref::Bounce, None, None);
+    match e.read(&file, 8_000, &mem, 0, 4_000) {
+        Err(Error::Short { expected, done, .. }) => assert_eq!((expected, done), (4_000, 2_000)),
+        other => panic!("expected a short-transfer error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors_not_panics() {
+    let file = StorageFile::open(temp_file("bad.bin", &pattern(8, 0, 4096))).unwrap();
+    let mem = HostMemory::new(4096).unwrap();
+    let e = engine(PathPref::Auto, None, None);
+    assert!(matches!(e.read(&file, 0, &mem, 1, 4096), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(e.read(&file, 0, &mem, usize::MAX, 2), Err(Error::OutOfBounds { .. })));
+    assert!(matches!(e.read(&file, u64::MAX, &mem, 0, 2), Err(Error::InvalidArgument(_))));
+    let w = engine(PathPref::NvmeCmd, None, None);
+    assert!(matches!(w.read(&file, 0, &mem, 0, 10), Err(Error::PathUnavailable { .. })));
+    assert!(matches!(StorageFile::open("/nonexistent/file"), Err(Error::Io { .. })));
+    // A zero-length transfer moves nothing and succeeds.
+    assert_eq!(e.read(&file, 0, &mem, 0, 0).unwrap().bytes, 0);
+}
+
+#[test]
+fn transfers_from_many_threads_share_one_engine() {
+    let data = pattern(9, 0, 4 << 20);
+    let file = StorageFile::open(temp_file("threads.bin", &data)).unwrap();
+    let e = engine(PathPref::Bounce, Some(64 << 10), Some(4));
+    std::thread::scope(|s| {
+        for t in 0..4usize {
+            let (e, file, data) = (&e, &file, &data);
+            s.spawn(move || {
+                for i in 0..8usize {
+                    let off = ((t * 8 + i) * 100_003) % (3 << 20);
+                    let len = 500_000;
+                    let mem = HostMemory::new(len).unwrap();
+                    e.read(file, off as u64, &mem, 0, len).unwrap();
+                    assert!(mem_bytes(&mem, 0, len) == data[off..off + len]);
+                }
+            });
+        }
+    });
+    assert_eq!(e.stats().bounce.snapshot().transfers, 32);
+}
