@@ -153,6 +153,16 @@ while IFS= read -r line; do
 				ok "host:$what (compare detects missing data)"
 		fi
 		;;
+	nvme-write)
+		# What the guest wrote through the NVMe must be in the image file.
+		if res=$("$musl/p2pdma-rigdata" compare-pattern --file "$out/nvme.img" \
+			--offset "$(kv nvme_offset "$line")" --pattern-offset "$(kv pattern_offset "$line")" \
+			--len "$(kv len "$line")"); then
+			ok "host:$what ($res)"
+		else
+			bad "host:$what" "$res"
+		fi
+		;;
 	*) bad "host:$what" "unknown result kind" ;;
 	esac
 done < <(grep '^@@RESULT ' "$con")

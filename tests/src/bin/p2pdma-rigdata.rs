@@ -20,6 +20,18 @@ struct Cli {
 enum Cmd {
     /// Write a rig image of `mib` MiB with non-repeating content.
     MakeImage { path: String, mib: u64 },
+    /// Check that `len` bytes of `file` at `offset` equal the rig image's
+    /// bytes at `pattern_offset`.
+    ComparePattern {
+        #[arg(long)]
+        file: String,
+        #[arg(long)]
+        offset: u64,
+        #[arg(long)]
+        pattern_offset: u64,
+        #[arg(long)]
+        len: u64,
+    },
     /// Compare `len` bytes of `actual` at `actual_offset` with `expected` at
     /// `expected_offset`; print the first difference.
     Compare {
@@ -56,6 +68,33 @@ fn run(cli: Cli) -> Result<bool, String> {
             }
             w.flush().map_err(|e| format!("{path}: {e}"))?;
             Ok(true)
+        }
+        Cmd::ComparePattern {
+            file,
+            offset,
+            pattern_offset,
+            len,
+        } => {
+            let a = read_at(&file, offset, len).map_err(|e| format!("{file}: {e}"))?;
+            let head = (pattern_offset % 8) as usize;
+            let mut e = vec![0u8; len as usize + head];
+            fill_image(pattern_offset - head as u64, &mut e);
+            let e = &e[head..];
+            match e.iter().zip(&a).position(|(x, y)| x != y) {
+                None => {
+                    println!("match: {len} bytes, fnv1a {:016x}", fnv1a(&a));
+                    Ok(true)
+                }
+                Some(i) => {
+                    println!(
+                        "MISMATCH at byte {i} (file offset {}): expected {:02x?}, got {:02x?}",
+                        offset + i as u64,
+                        &e[i..(i + 16).min(e.len())],
+                        &a[i..(i + 16).min(a.len())]
+                    );
+                    Ok(false)
+                }
+            }
         }
         Cmd::Compare {
             expected,

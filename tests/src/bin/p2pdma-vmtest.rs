@@ -23,6 +23,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Read from storage into module memory with the library's transfer
+    /// engine, check the path it chose, and report where the bytes landed.
+    EngineRead {
+        #[command(flatten)]
+        x: EngineArgs,
+    },
+    /// Fill module memory with the rig image's bytes from `pattern_offset`,
+    /// write them to storage with the engine, and report it for the host.
+    EngineWrite {
+        #[command(flatten)]
+        x: EngineArgs,
+        #[arg(long)]
+        pattern_offset: u64,
+    },
     /// Like `p2pmem-read`, but into memory allocated with the module's
     /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
     ModuleRead {
@@ -54,6 +68,108 @@ enum Cmd {
         #[arg(long)]
         hold: bool,
     },
+}
+
+#[derive(clap::Args)]
+struct EngineArgs {
+    #[arg(long, default_value = "/dev/nvme0n1")]
+    nvme: String,
+    /// auto, p2p, bounce.
+    #[arg(long, default_value = "auto")]
+    path: String,
+    #[arg(long)]
+    offset: u64,
+    #[arg(long)]
+    len: usize,
+    #[arg(long, default_value_t = 0)]
+    mem_offset: usize,
+    /// The path the engine must report having used (p2p or bounce).
+    #[arg(long)]
+    expect_path: String,
+    /// Whether the transfer must have been retried on the bounce path.
+    #[arg(long)]
+    expect_retry: bool,
+    #[arg(long)]
+    hold: bool,
+}
+
+/// Physical address of the page mapped at `va`, from /proc/self/pagemap.
+fn phys_of(va: u64) -> Result<u64, String> {
+    let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("pagemap: {e}"))?;
+    let mut entry = [0u8; 8];
+    rustix::io::pread(&f, &mut entry, (va / 4096) * 8).map_err(|e| format!("pagemap: {e}"))?;
+    let entry = u64::from_le_bytes(entry);
+    if entry & (1 << 63) == 0 {
+        return Err("page not present in pagemap".into());
+    }
+    Ok((entry & ((1 << 55) - 1)) * 4096 + va % 4096)
+}
+
+fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> {
+    use p2pdma::{
+        backend::{DeviceMemory, ModuleMemory},
+        transfer::{Config, Engine, StorageFile},
+    };
+    use std::sync::Arc;
+
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let accel = module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("no accelerator bound to p2pdma")?;
+    let size = (x.mem_offset + x.len).div_ceil(4096) * 4096;
+    let mem = ModuleMemory::alloc(module.clone(), accel.index, size as u64, 0).map_err(|e| e.to_string())?;
+    let mut cfg = Config::default();
+    cfg.set("path", &x.path).map_err(|e| e.to_string())?;
+    let engine = Engine::new(cfg, Some(module.clone()));
+    let file = if write_pattern.is_some() {
+        p2pdma::transfer::StorageFile::open_rw(&x.nvme)
+    } else {
+        StorageFile::open(&x.nvme)
+    }
+    .map_err(|e| e.to_string())?;
+    let handle = engine.handle(&file, &mem).map_err(|e| e.to_string())?;
+    println!("path chosen: {} ({})", handle.path(), handle.reason());
+    let report = match write_pattern {
+        None => {
+            // Poison the memory so that nothing stale can pass the host check.
+            mem.write_at(0, &vec![0xC3; size]).map_err(|e| e.to_string())?;
+            handle.read(x.offset, x.mem_offset, x.len)
+        }
+        Some(p) => {
+            let mut buf = vec![0u8; x.len + (p % 8) as usize];
+            p2pdma_tests::fill_image(p - p % 8, &mut buf);
+            mem.write_at(x.mem_offset, &buf[(p % 8) as usize..]).map_err(|e| e.to_string())?;
+            handle.write(x.offset, x.mem_offset, x.len)
+        }
+    }
+    .map_err(|e| format!("transfer on handle ({}): {e}", handle.reason()))?;
+    println!("report: {report:?}");
+    if report.path.name() != x.expect_path || report.retried != x.expect_retry {
+        return Err(format!(
+            "expected path {} (retried: {}), the engine reported {} (retried: {})",
+            x.expect_path, x.expect_retry, report.path, report.retried
+        ));
+    }
+    let target = mem.dma_target().ok_or("module memory without a mapping")?;
+    let pci = accel.pci.to_string();
+    let bar_offset = phys_of(target.ptr as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
+    match write_pattern {
+        None => println!(
+            "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={} bar_offset={bar_offset} len={}",
+            accel.bar, x.offset, x.len
+        ),
+        Some(p) => println!(
+            "@@RESULT nvme-write nvme_offset={} pattern_offset={p} len={}",
+            x.offset, x.len
+        ),
+    }
+    if x.hold {
+        hold_forever();
+    }
+    Ok(())
 }
 
 /// A mapping of P2P memory from `/sys/bus/pci/devices/<dev>/p2pmem/allocate`.
@@ -272,6 +388,8 @@ fn module_read(nvme: &str, offset: u64, len: usize, hold: bool) -> Result<(), St
 
 fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
+        Cmd::EngineRead { x } => engine_run(&x, None),
+        Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
         Cmd::ModuleRead {
             nvme,
             offset,
