@@ -2,6 +2,7 @@
 //! runs the module's sanity suite.
 #![deny(unsafe_code)]
 
+mod bench;
 mod child;
 mod proc;
 mod sanity;
@@ -126,6 +127,9 @@ enum Cmd {
     /// Run the module's sanity suite: one `ok`/`FAIL`/`skip` line per case
     /// and a `sanity: N passed, N failed, N skipped` summary.
     Sanity(sanity::SanityArgs),
+    /// Benchmarks measured side by side and printed as ratios: the bounce
+    /// pipeline vs the serial approach vs fio, small-copy latency, CPU per GiB.
+    Bench(bench::BenchArgs),
     /// Helper processes of the sanity suite.
     #[command(name = "__child", hide = true)]
     Child {
@@ -240,6 +244,10 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
     }
     if let Cmd::Sanity(args) = &cli.cmd {
         return Ok(sanity::run(&cli.node, cli.json, args));
+    }
+    if let Cmd::Bench(args) = &cli.cmd {
+        bench::run(args, cli.json)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let module = Module::open_path(&cli.node)?;
     let json = cli.json;
@@ -410,7 +418,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             unmap_and_report(&module, json, &m)?;
         }
         // Both were run before the module was opened.
-        Cmd::Sanity(_) | Cmd::Child { .. } => {}
+        Cmd::Sanity(_) | Cmd::Child { .. } | Cmd::Bench(_) => {}
     }
     Ok(ExitCode::SUCCESS)
 }

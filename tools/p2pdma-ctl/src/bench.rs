@@ -1,0 +1,344 @@
+//! `p2pdma-ctl bench`: measurements taken side by side in one run and
+//! printed as ratios, with the machine described. Never pass/fail.
+//!
+//! - `storage`: the bounce pipeline vs the serial approach (read everything,
+//!   then copy) vs fio (io_uring, `O_DIRECT`, same file, block size and
+//!   depth), sequential reads into the host-memory device;
+//! - `copy`: small copies into a shared mapping with the write-combining
+//!   copy routines vs one `pwrite(2)` per copy;
+//! - `cpu`: CPU time per GiB moved from an NVMe namespace into accelerator
+//!   memory, per path (needs the module; meant for the VM rig, where the
+//!   emulated devices' DMA runs outside the guest).
+
+use std::{
+    fs::File,
+    io::Write,
+    os::unix::fs::FileExt,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use p2pdma::{
+    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    transfer::{Config, Engine, PathPref, StorageFile},
+    Module,
+};
+use serde_json::{json, Value};
+
+type Res<T> = Result<T, String>;
+
+/// Which benchmark, and its knobs.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// storage, copy, cpu or all (storage and copy).
+    #[arg(default_value = "all")]
+    pub what: String,
+    /// File to read for `storage` (created if missing or short). It must be
+    /// on a filesystem that supports O_DIRECT (not tmpfs).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Bytes to read (e.g. 256M, 1G).
+    #[arg(long, default_value = "256M", value_parser = crate::util::parse_size)]
+    pub size: u64,
+    /// Block (chunk) size, for fio and the engine alike.
+    #[arg(long, default_value = "1M", value_parser = crate::util::parse_size)]
+    pub bs: u64,
+    /// I/Os in flight, for fio and the engine alike.
+    #[arg(long, default_value_t = 8)]
+    pub depth: usize,
+    /// Repetitions, interleaved; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// NVMe namespace for `cpu`.
+    #[arg(long, default_value = "/dev/nvme0n1")]
+    pub nvme: PathBuf,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn gib_s(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / d.as_secs_f64() / (1u64 << 30) as f64
+}
+
+/// The machine, in a few words.
+fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+        .unwrap_or("unknown")
+        .trim()
+        .to_string();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    json!({
+        "cpu": model,
+        "cores": cores,
+        "memory_gib": mem_kib / (1 << 20),
+        "kernel": kernel.trim(),
+        "copy_routine": format!("{:?}", p2pdma::wc::CopyIsa::detect()),
+    })
+}
+
+fn ensure_file(path: &Path, size: u64) -> Res<()> {
+    if std::fs::metadata(path).map(|m| m.len() >= size).unwrap_or(false) {
+        return Ok(());
+    }
+    let mut f = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..size.div_ceil(1 << 20) {
+        let n = buf.len();
+        buf.copy_from_slice(&crate::util::pattern(i, 0, n));
+        f.write_all(&buf).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    f.sync_all().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// fio's sequential read throughput in GiB/s.
+fn fio(path: &Path, size: u64, bs: u64, depth: usize) -> Res<f64> {
+    let out = Command::new("fio")
+        .args([
+            "--name=p2pdma-bench",
+            "--rw=read",
+            "--ioengine=io_uring",
+            "--direct=1",
+            "--numjobs=1",
+            "--output-format=json",
+        ])
+        .arg(format!("--filename={}", path.display()))
+        .arg(format!("--bs={bs}"))
+        .arg(format!("--iodepth={depth}"))
+        .arg(format!("--size={size}"))
+        .output()
+        .map_err(|e| format!("cannot run fio: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
+    let bw = v["jobs"][0]["read"]["bw_bytes"]
+        .as_f64()
+        .ok_or("fio output has no read bandwidth")?;
+    Ok(bw / (1u64 << 30) as f64)
+}
+
+fn engine(path: PathPref, bs: u64, depth: usize) -> Engine {
+    Engine::new(
+        Config {
+            path,
+            chunk: Some(bs as usize),
+            depth: Some(depth),
+        },
+        None,
+    )
+}
+
+fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
+    let path = a
+        .file
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("p2pdma-bench.dat"));
+    ensure_file(&path, a.size)?;
+    let file = StorageFile::open(&path).map_err(|e| format!("{e} (the file must be on a filesystem with O_DIRECT)"))?;
+    let len = a.size as usize;
+    let dst = HostMemory::new(len).map_err(|e| e.to_string())?;
+    let staging = HostMemory::new(len).map_err(|e| e.to_string())?;
+    let pipeline = engine(PathPref::Bounce, a.bs, a.depth);
+    let direct = engine(PathPref::P2p, a.bs, a.depth);
+    let (mut f, mut p, mut s) = (Vec::new(), Vec::new(), Vec::new());
+    let mut fio_err = None;
+    for _ in 0..a.reps.max(1) {
+        match fio(&path, a.size, a.bs, a.depth) {
+            Ok(x) => f.push(x),
+            Err(e) => fio_err = Some(e),
+        }
+        let t = Instant::now();
+        pipeline.read(&file, 0, &dst, 0, len).map_err(|e| e.to_string())?;
+        p.push(gib_s(a.size, t.elapsed()));
+        // The serial approach: all of the storage stage, then all of the copy.
+        let t = Instant::now();
+        direct.read(&file, 0, &staging, 0, len).map_err(|e| e.to_string())?;
+        let mut chunk = vec![0u8; a.bs as usize];
+        for off in (0..len).step_by(chunk.len()) {
+            let n = chunk.len().min(len - off);
+            staging.read_at(off, &mut chunk[..n]).map_err(|e| e.to_string())?;
+            dst.write_at(off, &chunk[..n]).map_err(|e| e.to_string())?;
+        }
+        s.push(gib_s(a.size, t.elapsed()));
+    }
+    // The pipeline's result must be the file's bytes.
+    let mut check = vec![0u8; 1 << 20];
+    let disk = File::open(&path).map_err(|e| e.to_string())?;
+    let mut want = vec![0u8; 1 << 20];
+    for off in (0..len).step_by(1 << 20) {
+        let n = check.len().min(len - off);
+        dst.read_at(off, &mut check[..n]).map_err(|e| e.to_string())?;
+        disk.read_exact_at(&mut want[..n], off as u64).map_err(|e| e.to_string())?;
+        if check[..n] != want[..n] {
+            return Err(format!("the pipeline's data differs from the file at offset {off}"));
+        }
+    }
+    let (p, s) = (median(p), median(s));
+    println!(
+        "storage: sequential read of {} MiB, bs {} KiB, depth {}, {} reps (median), file {}",
+        a.size >> 20,
+        a.bs >> 10,
+        a.depth,
+        a.reps,
+        path.display()
+    );
+    println!("  bounce pipeline       {p:7.3} GiB/s");
+    println!("  serial (read, copy)   {s:7.3} GiB/s");
+    let mut r = json!({"pipeline_gib_s": p, "serial_gib_s": s, "pipeline_vs_serial": p / s});
+    if f.is_empty() {
+        println!("  fio                   unavailable: {}", fio_err.unwrap_or_default());
+    } else {
+        let f = median(f);
+        println!("  fio (io_uring, O_DIRECT) {f:7.3} GiB/s");
+        println!("  ratio pipeline / fio  {:7.3}", p / f);
+        println!("  ratio serial / fio    {:7.3}", s / f);
+        r["fio_gib_s"] = json!(f);
+        r["pipeline_vs_fio"] = json!(p / f);
+        r["serial_vs_fio"] = json!(s / f);
+    }
+    println!("  ratio pipeline / serial {:5.3}", p / s);
+    json_out["storage"] = r;
+    Ok(())
+}
+
+fn copy(json_out: &mut Value) -> Res<()> {
+    // A shared mapping of a memfd, the kind of mapping device memory is,
+    // written with the write-combining routines (streaming stores, what the
+    // library uses on device memory) and with memcpy (what it uses on host
+    // memory), vs one pwrite(2) per copy into the same memfd.
+    let fd = rustix::fs::memfd_create("p2pdma-bench", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let size = 1usize << 20;
+    rustix::fs::ftruncate(&fd, size as u64).map_err(|e| e.to_string())?;
+    let map = p2pdma::sys::RawMapping::map(&fd, size, 0, p2pdma::sys::Sharing::Shared).map_err(|e| e.to_string())?;
+    let host = HostMemory::new(size).map_err(|e| e.to_string())?;
+    let file = File::from(fd);
+    println!("copy: latency per copy into a mapping vs one syscall per copy (median of 5 runs)");
+    let mut rows = Vec::new();
+    for n in [64usize, 4096, 65536] {
+        let src = vec![0x5Au8; n];
+        let iters = (50_000_000 / n).clamp(1000, 200_000);
+        let at = |i: usize| (i * n) % (size - n + 1) / 64 * 64;
+        let (mut wc, mut plain, mut sys) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..5 {
+            let t = Instant::now();
+            for i in 0..iters {
+                map.write_at(at(i), &src).map_err(|e| e.to_string())?;
+            }
+            wc.push(t.elapsed().as_nanos() as f64 / iters as f64);
+            let t = Instant::now();
+            for i in 0..iters {
+                host.write_at(at(i), &src).map_err(|e| e.to_string())?;
+            }
+            plain.push(t.elapsed().as_nanos() as f64 / iters as f64);
+            let t = Instant::now();
+            for i in 0..iters {
+                file.write_at(&src, at(i) as u64).map_err(|e| e.to_string())?;
+            }
+            sys.push(t.elapsed().as_nanos() as f64 / iters as f64);
+        }
+        let (wc, plain, sys) = (median(wc), median(plain), median(sys));
+        println!(
+            "  {n:6} B  streaming {wc:9.1} ns  memcpy {plain:9.1} ns  pwrite {sys:9.1} ns  pwrite/streaming {:6.2}  pwrite/memcpy {:6.2}",
+            sys / wc,
+            sys / plain
+        );
+        rows.push(json!({"bytes": n, "streaming_ns": wc, "memcpy_ns": plain, "pwrite_ns": sys}));
+    }
+    json_out["copy"] = json!(rows);
+    Ok(())
+}
+
+/// User + system CPU time of this process so far.
+fn cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let accel = module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("no accelerator bound to the module")?;
+    let file = StorageFile::open(&a.nvme).map_err(|e| e.to_string())?;
+    let len = (a.size.min(file.size()) as usize).min(accel.p2p_available as usize / 2) / 4096 * 4096;
+    let mem = ModuleMemory::alloc(module.clone(), accel.index, len as u64, 0).map_err(|e| e.to_string())?;
+    println!(
+        "cpu: guest CPU time per GiB read from {} into accelerator {} memory, {} MiB x {} reps",
+        a.nvme.display(),
+        accel.pci,
+        len >> 20,
+        a.reps
+    );
+    let mut rows = serde_json::Map::new();
+    let mut base = None;
+    for pref in [PathPref::P2p, PathPref::Bounce] {
+        let e = Engine::new(
+            Config {
+                path: pref,
+                chunk: Some(a.bs as usize),
+                depth: Some(a.depth),
+            },
+            Some(module.clone()),
+        );
+        let h = e.handle(&file, &mem).map_err(|e| e.to_string())?;
+        let (c0, t0) = (cpu_time(), Instant::now());
+        let mut path = None;
+        for _ in 0..a.reps.max(1) {
+            path = Some(h.read(0, 0, len).map_err(|e| e.to_string())?.path);
+        }
+        let (cpu, wall) = (cpu_time() - c0, t0.elapsed());
+        let gib = (len * a.reps.max(1)) as f64 / (1u64 << 30) as f64;
+        let per = cpu.as_secs_f64() / gib;
+        println!(
+            "  {pref:6} (ran as {})  {per:8.3} CPU s/GiB   {:7.3} GiB/s wall",
+            path.map_or("-".into(), |p| p.to_string()),
+            gib / wall.as_secs_f64()
+        );
+        base.get_or_insert(per);
+        rows.insert(pref.to_string(), json!({"cpu_s_per_gib": per, "gib_s": gib / wall.as_secs_f64()}));
+    }
+    if let (Some(p2p), Some(b)) = (rows.get("p2p"), rows.get("bounce")) {
+        let (p, b) = (p2p["cpu_s_per_gib"].as_f64().unwrap_or(0.0), b["cpu_s_per_gib"].as_f64().unwrap_or(0.0));
+        if p > 0.0 {
+            println!("  ratio bounce / p2p CPU time {:7.2}", b / p);
+        }
+    }
+    json_out["cpu"] = Value::Object(rows);
+    Ok(())
+}
+
+/// Runs the benchmarks; prints text, or JSON with `json`.
+pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
+    let mut out = json!({ "machine": machine() });
+    println!("machine: {}", out["machine"]);
+    match a.what.as_str() {
+        "storage" => storage(a, &mut out)?,
+        "copy" => copy(&mut out)?,
+        "cpu" => cpu(a, &mut out)?,
+        "all" => {
+            storage(a, &mut out)?;
+            copy(&mut out)?;
+        }
+        other => return Err(format!("unknown benchmark '{other}' (storage, copy, cpu, all)")),
+    }
+    if json {
+        println!("{out}");
+    }
+    Ok(())
+}
