@@ -12,9 +12,11 @@
 pub mod backend;
 pub mod device;
 pub mod dma;
+pub mod doctor;
 pub mod error;
 pub mod memory;
 pub mod sys;
+pub mod topology;
 pub mod transfer;
 pub mod udmabuf;
 mod uring;
@@ -22,7 +24,9 @@ pub mod wc;
 
 pub use device::{Accelerator, Module, PciAddress};
 pub use dma::{DmaMapping, MapType, P2pQuery, Peer};
+pub use doctor::{choose_path, AccelSelect, Doctor, PathChoice, PathFacts, Report};
 pub use error::{Error, Result};
 pub use memory::{Allocation, DeviceMapping};
 pub use sys::HostBuffer;
+pub use topology::{StorageTarget, Topology};
 pub use udmabuf::Udmabuf;

@@ -4,6 +4,7 @@
 
 mod bench;
 mod child;
+mod doctor;
 mod proc;
 mod sanity;
 mod util;
@@ -40,7 +41,11 @@ enum Cmd {
     /// Show the kernel module's ABI version and capabilities (GET_VERSION).
     Version,
     /// List the accelerators bound to the module (DEVICE_INFO).
-    List,
+    List {
+        /// Also list NVMe namespaces and P2P memory providers (sysfs).
+        #[arg(long)]
+        all: bool,
+    },
     /// Allocate accelerator memory (ALLOC), optionally map, fill and verify
     /// it, print it, and free it on exit.
     Alloc {
@@ -124,6 +129,9 @@ enum Cmd {
         #[command(flatten)]
         peer: PeerArgs,
     },
+    /// Check whether data can move between a storage path and an
+    /// accelerator by P2P DMA, and why not (a report: exits 0 either way).
+    Doctor(doctor::DoctorArgs),
     /// Run the module's sanity suite: one `ok`/`FAIL`/`skip` line per case
     /// and a `sanity: N passed, N failed, N skipped` summary.
     Sanity(sanity::SanityArgs),
@@ -245,6 +253,12 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
     if let Cmd::Sanity(args) = &cli.cmd {
         return Ok(sanity::run(&cli.node, cli.json, args));
     }
+    if let Cmd::Doctor(args) = &cli.cmd {
+        return Ok(doctor::run(&cli.node, cli.json, args));
+    }
+    if let Cmd::List { all: true } = &cli.cmd {
+        return Ok(doctor::list_all(&cli.node, cli.json));
+    }
     if let Cmd::Bench(args) = &cli.cmd {
         bench::run(args, cli.json)?;
         return Ok(ExitCode::SUCCESS);
@@ -276,7 +290,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
                 );
             }
         }
-        Cmd::List => {
+        Cmd::List { .. } => {
             let accels = module.accelerators()?;
             if json {
                 let list: Vec<_> = accels.iter().map(accel_json).collect();
@@ -417,8 +431,8 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             print_mapping(json, "dmabuf-import", &m);
             unmap_and_report(&module, json, &m)?;
         }
-        // Both were run before the module was opened.
-        Cmd::Sanity(_) | Cmd::Child { .. } | Cmd::Bench(_) => {}
+        // These were run before the module was opened.
+        Cmd::Sanity(_) | Cmd::Child { .. } | Cmd::Bench(_) | Cmd::Doctor(_) => {}
     }
     Ok(ExitCode::SUCCESS)
 }

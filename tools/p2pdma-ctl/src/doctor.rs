@@ -1,0 +1,160 @@
+//! `p2pdma-ctl doctor` (can this machine move data between a storage path
+//! and an accelerator by P2P, and if not, why) and `p2pdma-ctl list --all`
+//! (accelerators, NVMe namespaces and P2P memory providers).
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Args;
+use p2pdma::{
+    doctor::AccelSelect,
+    topology::{P2pmemProvider, StorageTarget, Topology},
+    Doctor, Module, PciAddress,
+};
+use serde_json::json;
+
+use crate::accel_json;
+
+/// Arguments of `doctor`.
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// The storage: a file or directory, a block device (/dev/nvme0n1,
+    /// partitions too) or an NVMe generic device (/dev/ng0n1).
+    pub path: Option<PathBuf>,
+    /// The accelerator by the module's index (default: the first bound).
+    #[arg(long, conflicts_with = "accel_pci")]
+    pub dev: Option<u32>,
+    /// The accelerator by PCI address (dddd:bb:dd.f).
+    #[arg(long)]
+    pub accel_pci: Option<PciAddress>,
+}
+
+/// Prints the doctor's report. It is a report: it exits 0 whatever it
+/// finds.
+pub fn run(node: &str, json: bool, args: &DoctorArgs) -> ExitCode {
+    let select = match (args.dev, args.accel_pci) {
+        (Some(i), _) => AccelSelect::Index(i),
+        (None, Some(p)) => AccelSelect::Pci(p),
+        (None, None) => AccelSelect::Auto,
+    };
+    let report = Doctor::new().node(node).run(args.path.as_deref(), select);
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{report}");
+    }
+    ExitCode::SUCCESS
+}
+
+fn bytes_mib(n: u64) -> String {
+    if n >= 1 << 20 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{} KiB", n >> 10)
+    }
+}
+
+fn namespace_line(t: &StorageTarget) -> String {
+    let mut s = t.disk_path.display().to_string();
+    if let Some(nsid) = t.nsid {
+        s.push_str(&format!(": namespace {nsid}"));
+    } else {
+        s.push(':');
+    }
+    if let Some(c) = &t.controller {
+        s.push_str(&format!(" of {c}"));
+    }
+    match t.pci {
+        Some(p) => s.push_str(&format!(" at {p}")),
+        None => s.push_str(", no PCI function"),
+    }
+    s.push_str(&format!(
+        ", {}-byte blocks, max transfer {}",
+        t.logical_block_size,
+        bytes_mib(t.max_transfer_bytes)
+    ));
+    if let Some(g) = &t.generic_path {
+        s.push_str(&format!(", generic {}", g.display()));
+    }
+    s
+}
+
+fn provider_line(p: &P2pmemProvider) -> String {
+    format!(
+        "{}: {} ({} free), {}, driver {}",
+        p.pci,
+        bytes_mib(p.size),
+        bytes_mib(p.available),
+        if p.published {
+            "published"
+        } else {
+            "not published"
+        },
+        p.driver.as_deref().unwrap_or("none")
+    )
+}
+
+/// `list --all`: the module's accelerators (or why there are none), every
+/// NVMe namespace and every P2P memory provider. A missing module is
+/// shown, not an error; unreadable sysfs is.
+pub fn list_all(node: &str, json: bool) -> ExitCode {
+    let topo = Topology::new();
+    let accels = Module::open_path(node).and_then(|m| m.accelerators());
+    let namespaces = topo.list_nvme_namespaces();
+    let providers = topo.list_p2pmem_providers();
+    let failed = namespaces.is_err() || providers.is_err();
+    if json {
+        let (list, err) = match &accels {
+            Ok(v) => (Some(v.iter().map(accel_json).collect::<Vec<_>>()), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        println!(
+            "{}",
+            json!({
+                "accelerators": list,
+                "module_error": err,
+                "nvme_namespaces": namespaces.as_ref().map(|v| v.iter().map(StorageTarget::to_json).collect::<Vec<_>>()).unwrap_or_default(),
+                "nvme_error": namespaces.as_ref().err().map(|e| e.to_string()),
+                "p2pmem_providers": providers.as_ref().map(|v| v.iter().map(P2pmemProvider::to_json).collect::<Vec<_>>()).unwrap_or_default(),
+                "p2pmem_error": providers.as_ref().err().map(|e| e.to_string()),
+            })
+        );
+    } else {
+        println!("accelerators (p2pdma module):");
+        match &accels {
+            Ok(v) if v.is_empty() => println!("  none bound"),
+            Ok(v) => {
+                for a in v {
+                    println!(
+                        "  {}: {} [{:04x}:{:04x}] BAR {} {}, P2P {} ({} free)",
+                        a.index,
+                        a.pci,
+                        a.vendor,
+                        a.device,
+                        a.bar,
+                        bytes_mib(a.bar_size),
+                        bytes_mib(a.p2p_size),
+                        bytes_mib(a.p2p_available)
+                    );
+                }
+            }
+            Err(e) => println!("  {e}"),
+        }
+        println!("nvme namespaces:");
+        match &namespaces {
+            Ok(v) if v.is_empty() => println!("  none"),
+            Ok(v) => v.iter().for_each(|t| println!("  {}", namespace_line(t))),
+            Err(e) => println!("  {e}"),
+        }
+        println!("p2pmem providers:");
+        match &providers {
+            Ok(v) if v.is_empty() => println!("  none"),
+            Ok(v) => v.iter().for_each(|p| println!("  {}", provider_line(p))),
+            Err(e) => println!("  {e}"),
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
