@@ -91,6 +91,18 @@ pub enum Error {
         /// The errno.
         source: Errno,
     },
+    /// The NVMe controller completed a command with an error status.
+    #[error("{op} of {len} bytes at offset {offset} failed with NVMe status {status:#x}")]
+    NvmeStatus {
+        /// What was being done.
+        op: &'static str,
+        /// Byte offset in the namespace.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+        /// The NVMe status field (status code type and code).
+        status: u32,
+    },
     /// The requested transfer path cannot serve this transfer.
     #[error("the {path} path cannot be used: {reason}")]
     PathUnavailable {
@@ -110,6 +122,7 @@ impl Error {
             | Error::Mmap { source, .. }
             | Error::Sys { source, .. }
             | Error::Io { source, .. } => Some(*source),
+            Error::NvmeStatus { .. } => Some(Errno::IO),
             Error::AbiMismatch { .. }
             | Error::OutOfBounds { .. }
             | Error::InvalidArgument(_)

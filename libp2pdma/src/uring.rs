@@ -305,3 +305,200 @@ impl Drop for Session<'_> {
         }
     }
 }
+
+/// `NVME_URING_CMD_IO`: `_IOWR('N', 0x80, struct nvme_uring_cmd)`.
+const NVME_URING_CMD_IO: u32 = (3 << 30) | (72 << 16) | ((b'N' as u32) << 8) | 0x80;
+
+/// NVMe I/O command opcodes.
+const NVME_CMD_WRITE: u8 = 0x01;
+const NVME_CMD_READ: u8 = 0x02;
+
+/// `struct nvme_uring_cmd` (include/uapi/linux/nvme_ioctl.h).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct NvmeUringCmd {
+    opcode: u8,
+    flags: u8,
+    rsvd1: u16,
+    nsid: u32,
+    cdw2: u32,
+    cdw3: u32,
+    metadata: u64,
+    addr: u64,
+    metadata_len: u32,
+    data_len: u32,
+    cdw10: u32,
+    cdw11: u32,
+    cdw12: u32,
+    cdw13: u32,
+    cdw14: u32,
+    cdw15: u32,
+    timeout_ms: u32,
+    rsvd2: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<NvmeUringCmd>() == 72);
+
+/// How an NVMe command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NvmeResult {
+    /// Success.
+    Ok,
+    /// The kernel refused or failed the command.
+    Errno(Errno),
+    /// The controller completed it with this NVMe status.
+    Status(u32),
+}
+
+/// A ring of 128-byte submissions that carries NVMe read and write commands
+/// built here to an NVMe generic character device (`/dev/ngXnY`), with data
+/// buffers in a borrowed DMA target. Like [`Session`], dropping it waits for
+/// every command in flight.
+pub(crate) struct NvmeSession<'a> {
+    ring: io_uring::IoUring<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>,
+    fd: BorrowedFd<'a>,
+    nsid: u32,
+    lba_shift: u32,
+    target: DmaTarget,
+    inflight: usize,
+    _mem: PhantomData<&'a ()>,
+}
+
+impl<'a> NvmeSession<'a> {
+    /// A session on namespace `nsid` of the generic device `fd`, whose
+    /// logical blocks are `1 << lba_shift` bytes, moving data to and from
+    /// `target` (borrowed with `mem` for the session's life).
+    pub(crate) fn new<M: ?Sized>(
+        fd: BorrowedFd<'a>,
+        nsid: u32,
+        lba_shift: u32,
+        depth: usize,
+        target: DmaTarget,
+        _mem: &'a M,
+    ) -> Result<Self> {
+        let ring = io_uring::IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>::builder()
+            .build(depth.next_power_of_two() as u32)
+            .map_err(|e| Error::Sys {
+                op: "io_uring_setup (128-byte entries)",
+                source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+            })?;
+        Ok(Self {
+            ring,
+            fd,
+            nsid,
+            lba_shift,
+            target,
+            inflight: 0,
+            _mem: PhantomData,
+        })
+    }
+
+    /// Commands in flight.
+    pub(crate) fn inflight(&self) -> usize {
+        self.inflight
+    }
+
+    /// Queues a read (or write) of `len` bytes (whole logical blocks) at
+    /// byte `offset` of the namespace, to (or from) `target_offset` of the
+    /// DMA target.
+    pub(crate) fn push(&mut self, write: bool, offset: u64, target_offset: usize, len: usize, tag: u64) -> Result<()> {
+        let lba = 1u64 << self.lba_shift;
+        if offset % lba != 0 || len as u64 % lba != 0 || len == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "NVMe command of {len} bytes at {offset} is not in whole {lba}-byte blocks"
+            )));
+        }
+        let nlb = len as u64 >> self.lba_shift;
+        if nlb > 1 << 16 {
+            return Err(Error::InvalidArgument("NVMe command over 65536 blocks".into()));
+        }
+        let ptr = match target_offset.checked_add(len) {
+            // SAFETY: In bounds of the target mapping.
+            Some(end) if end <= self.target.len => unsafe { self.target.ptr.add(target_offset) },
+            _ => {
+                return Err(Error::OutOfBounds {
+                    offset: target_offset as u64,
+                    len: len as u64,
+                    size: self.target.len as u64,
+                })
+            }
+        };
+        let slba = offset >> self.lba_shift;
+        let cmd = NvmeUringCmd {
+            opcode: if write { NVME_CMD_WRITE } else { NVME_CMD_READ },
+            nsid: self.nsid,
+            addr: ptr as u64,
+            data_len: len as u32,
+            cdw10: slba as u32,
+            cdw11: (slba >> 32) as u32,
+            cdw12: (nlb - 1) as u32,
+            ..Default::default()
+        };
+        let mut bytes = [0u8; 80];
+        // SAFETY: `NvmeUringCmd` is 72 bytes of plain integers, copied into
+        // the start of the 80-byte command area.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&cmd as *const NvmeUringCmd).cast::<u8>(),
+                bytes.as_mut_ptr(),
+                std::mem::size_of::<NvmeUringCmd>(),
+            )
+        };
+        let sqe = opcode::UringCmd80::new(types::Fd(self.fd.as_raw_fd()), NVME_URING_CMD_IO)
+            .cmd(bytes)
+            .build()
+            .user_data(tag);
+        // SAFETY: The data buffer is inside the target, borrowed for the
+        // session, whose drop waits for every command in flight.
+        while unsafe { self.ring.submission().push(&sqe) }.is_err() {
+            self.ring.submit().map_err(|e| Error::Sys {
+                op: "io_uring_enter",
+                source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+            })?;
+        }
+        self.inflight += 1;
+        Ok(())
+    }
+
+    /// Submits and waits for at least `min` completions; returns them as
+    /// `(tag, result)`.
+    pub(crate) fn wait(&mut self, min: usize) -> Result<Vec<(u64, NvmeResult)>> {
+        let want = min.min(self.inflight);
+        loop {
+            match self.ring.submit_and_wait(want) {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc_eintr()) => continue,
+                Err(e) => {
+                    return Err(Error::Sys {
+                        op: "io_uring_enter",
+                        source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+                    })
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for cqe in self.ring.completion() {
+            self.inflight -= 1;
+            let r = cqe.result();
+            done.push((
+                cqe.user_data(),
+                match r {
+                    0 => NvmeResult::Ok,
+                    r if r < 0 => NvmeResult::Errno(Errno::from_raw_os_error(-r)),
+                    r => NvmeResult::Status(r as u32),
+                },
+            ));
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for NvmeSession<'_> {
+    fn drop(&mut self) {
+        while self.inflight > 0 {
+            if self.wait(self.inflight).is_err() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+}

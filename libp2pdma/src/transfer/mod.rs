@@ -21,6 +21,7 @@
 mod bounce;
 mod config;
 mod direct;
+mod nvme;
 mod stats;
 
 use std::{
@@ -47,8 +48,11 @@ use crate::{
 /// A transfer path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TransferPath {
-    /// Storage DMAs straight into accelerator memory.
+    /// Storage DMAs straight into accelerator memory (`O_DIRECT`).
     P2p,
+    /// NVMe read/write commands built by the library (io_uring passthrough),
+    /// data buffers in accelerator memory.
+    NvmeCmd,
     /// Staged through the pinned host bounce ring.
     Bounce,
 }
@@ -58,6 +62,7 @@ impl TransferPath {
     pub fn name(self) -> &'static str {
         match self {
             TransferPath::P2p => "p2p",
+            TransferPath::NvmeCmd => "nvme-cmd",
             TransferPath::Bounce => "bounce",
         }
     }
@@ -87,6 +92,20 @@ pub struct StorageFile {
     block: usize,
     pci: Option<crate::PciAddress>,
     nvme: bool,
+    ns: Option<NvmeNamespace>,
+}
+
+/// A whole NVMe namespace, as the NVMe-command path needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvmeNamespace {
+    /// The generic character device, e.g. `/dev/ng0n1`.
+    pub generic: PathBuf,
+    /// Namespace id.
+    pub nsid: u32,
+    /// log2 of the logical block size.
+    pub lba_shift: u32,
+    /// Largest transfer of one command, in bytes.
+    pub max_transfer: usize,
 }
 
 impl StorageFile {
@@ -128,7 +147,10 @@ impl StorageFile {
         } else {
             (meta.dev(), meta.len())
         };
-        let (block, pci, nvme) = block_facts(dev);
+        let (block, pci, nvme, ns) = block_facts(dev);
+        // NVMe commands address the namespace itself: only a whole-namespace
+        // block device qualifies, not a file or a partition.
+        let ns = ns.filter(|_| meta.file_type().is_block_device());
         Ok(Self {
             path,
             direct,
@@ -136,6 +158,7 @@ impl StorageFile {
             block,
             pci,
             nvme,
+            ns,
         })
     }
 
@@ -164,6 +187,11 @@ impl StorageFile {
         self.nvme
     }
 
+    /// The NVMe namespace, when this is a whole-namespace block device.
+    pub fn nvme_namespace(&self) -> Option<&NvmeNamespace> {
+        self.ns.as_ref()
+    }
+
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.direct.as_fd()
     }
@@ -180,30 +208,39 @@ impl StorageFile {
 }
 
 /// Facts about the block device `dev` (`major:minor`) from sysfs: the
-/// `O_DIRECT` alignment, the PCI function behind it, and whether it is NVMe.
-fn block_facts(dev: u64) -> (usize, Option<crate::PciAddress>, bool) {
+/// `O_DIRECT` alignment, the PCI function behind it, whether it is NVMe, and
+/// the namespace when it is a whole NVMe namespace.
+fn block_facts(dev: u64) -> (usize, Option<crate::PciAddress>, bool, Option<NvmeNamespace>) {
     let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
     let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    let partition = sys.join("partition").exists();
     // A partition's queue is its disk's.
-    let disk = if sys.join("partition").exists() { sys.join("..") } else { sys.clone() };
-    let block = std::fs::read_to_string(disk.join("queue/logical_block_size"))
-        .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
+    let disk = if partition { sys.join("..") } else { sys.clone() };
+    let read = |f: &str| std::fs::read_to_string(disk.join(f)).ok().and_then(|s| s.trim().parse::<u64>().ok());
+    let lbs = read("queue/logical_block_size")
         .filter(|b| b.is_power_of_two())
-        .unwrap_or(4096)
+        .unwrap_or(512)
         .max(512);
-    let real = std::fs::canonicalize(&disk).unwrap_or(disk);
-    let nvme = real
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("nvme"));
+    let real = std::fs::canonicalize(&disk).unwrap_or(disk.clone());
+    let name = real.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+    let nvme = name.starts_with("nvme");
     let pci = real
         .ancestors()
         .filter_map(|p| p.file_name()?.to_str()?.parse::<crate::PciAddress>().ok())
         .next();
+    let ns = (nvme && !partition)
+        .then(|| {
+            Some(NvmeNamespace {
+                generic: PathBuf::from(format!("/dev/ng{}", name.strip_prefix("nvme")?)),
+                nsid: u32::try_from(read("nsid")?).ok()?,
+                lba_shift: lbs.trailing_zeros(),
+                max_transfer: (read("queue/max_hw_sectors_kb").unwrap_or(128) as usize * 1024).max(4096),
+            })
+        })
+        .flatten();
     // Filesystems and O_DIRECT on them want at least the page for buffers
     // on some configurations; 4 KiB is safe everywhere and costs nothing.
-    (block.max(4096), pci, nvme)
+    ((lbs as usize).max(4096), pci, nvme, ns)
 }
 
 /// Why a path was chosen.
@@ -326,11 +363,10 @@ impl Engine {
             PathPref::P2p => match mem.dma_target() {
                 Some(_) => Ok(PathChoice {
                     path: TransferPath::P2p,
-                    reason: match auto.path {
-                        TransferPath::P2p => format!("P2P forced by configuration ({})", auto.reason),
-                        TransferPath::Bounce => {
-                            format!("P2P forced by configuration, although: {}", auto.reason)
-                        }
+                    reason: if auto.path == TransferPath::P2p {
+                        format!("P2P forced by configuration ({})", auto.reason)
+                    } else {
+                        format!("P2P forced by configuration, although: {}", auto.reason)
                     },
                 }),
                 None => Err(Error::PathUnavailable {
@@ -338,10 +374,30 @@ impl Engine {
                     reason: format!("{} has no CPU mapping storage could DMA into", mem.kind()),
                 }),
             },
-            PathPref::NvmeCmd => Err(Error::PathUnavailable {
-                path: "nvme-cmd",
-                reason: "NVMe passthrough commands are not implemented by this engine yet".into(),
-            }),
+            PathPref::NvmeCmd => {
+                let unavailable = |reason: String| Error::PathUnavailable {
+                    path: "nvme-cmd",
+                    reason,
+                };
+                let ns = file.nvme_namespace().ok_or_else(|| {
+                    unavailable(format!(
+                        "{} is not a whole NVMe namespace (NVMe commands address namespace blocks)",
+                        file.path.display()
+                    ))
+                })?;
+                if mem.dma_target().is_none() {
+                    return Err(unavailable(format!("{} has no CPU mapping to give the controller", mem.kind())));
+                }
+                Ok(PathChoice {
+                    path: TransferPath::NvmeCmd,
+                    reason: format!(
+                        "NVMe commands built by the library on {} (namespace {}); {}",
+                        ns.generic.display(),
+                        ns.nsid,
+                        auto.reason
+                    ),
+                })
+            }
         }
     }
 
@@ -456,24 +512,36 @@ impl Engine {
                 TransferPath::Bounce,
                 false,
             ),
-            TransferPath::P2p => {
-                match direct::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, &self.stats.p2p) {
-                    Ok(()) => (Ok(()), TransferPath::P2p, false),
+            fast @ (TransferPath::P2p | TransferPath::NvmeCmd) => {
+                let (r, stats) = if fast == TransferPath::P2p {
+                    let s = &self.stats.p2p;
+                    (direct::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, s), s)
+                } else {
+                    let s = &self.stats.nvme_cmd;
+                    (nvme::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, s), s)
+                };
+                match r {
+                    Ok(()) => (Ok(()), fast, false),
                     Err(e) if e.errno().is_some() || matches!(e, Error::PathUnavailable { .. }) => {
-                        // The P2P path failed (the kernel refused P2P pages,
-                        // or the layout does not allow direct I/O): redo the
-                        // whole transfer through host memory.
-                        self.stats.p2p.record_retry();
+                        // The fast path failed (the kernel refused P2P pages,
+                        // the controller failed a command, or the layout does
+                        // not allow direct I/O): redo the whole transfer
+                        // through host memory.
+                        stats.record_retry();
                         let r = bounce::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, &self.stats.bounce);
                         (r, TransferPath::Bounce, true)
                     }
-                    Err(e) => (Err(e), TransferPath::P2p, false),
+                    Err(e) => (Err(e), fast, false),
                 }
             }
         };
         self.give_back(ctx);
         res?;
-        let s = if path == TransferPath::P2p { &self.stats.p2p } else { &self.stats.bounce };
+        let s = match path {
+            TransferPath::P2p => &self.stats.p2p,
+            TransferPath::NvmeCmd => &self.stats.nvme_cmd,
+            TransferPath::Bounce => &self.stats.bounce,
+        };
         s.record_transfer(len as u64, start.elapsed());
         Ok(Report {
             bytes: len as u64,

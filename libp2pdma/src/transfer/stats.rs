@@ -78,6 +78,8 @@ impl PathStats {
 pub struct Stats {
     /// The P2P path.
     pub p2p: PathStats,
+    /// The NVMe-command path.
+    pub nvme_cmd: PathStats,
     /// The bounce path.
     pub bounce: PathStats,
 }

@@ -287,7 +287,7 @@ fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     );
     let mut rows = serde_json::Map::new();
     let mut base = None;
-    for pref in [PathPref::P2p, PathPref::Bounce] {
+    for pref in [PathPref::P2p, PathPref::NvmeCmd, PathPref::Bounce] {
         let e = Engine::new(
             Config {
                 path: pref,
@@ -313,10 +313,12 @@ fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         base.get_or_insert(per);
         rows.insert(pref.to_string(), json!({"cpu_s_per_gib": per, "gib_s": gib / wall.as_secs_f64()}));
     }
-    if let (Some(p2p), Some(b)) = (rows.get("p2p"), rows.get("bounce")) {
-        let (p, b) = (p2p["cpu_s_per_gib"].as_f64().unwrap_or(0.0), b["cpu_s_per_gib"].as_f64().unwrap_or(0.0));
-        if p > 0.0 {
-            println!("  ratio bounce / p2p CPU time {:7.2}", b / p);
+    let cpu_of = |k: &str| rows.get(k).and_then(|r| r["cpu_s_per_gib"].as_f64()).filter(|&v| v > 0.0);
+    if let Some(b) = cpu_of("bounce") {
+        for k in ["p2p", "nvme-cmd"] {
+            if let Some(v) = cpu_of(k) {
+                println!("  ratio bounce / {k} CPU time {:7.2}", b / v);
+            }
         }
     }
     json_out["cpu"] = Value::Object(rows);

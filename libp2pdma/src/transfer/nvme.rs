@@ -1,0 +1,133 @@
+//! The NVMe-command path: read and write commands built by the library and
+//! sent with io_uring passthrough (`IORING_OP_URING_CMD`) to the namespace's
+//! generic character device, their data pointers in accelerator memory. The
+//! kernel maps the buffer for the controller (P2P pages by bus address), so
+//! the SSD DMAs into the accelerator without the block layer's file
+//! semantics. Commands are split to the controller's transfer limit; partial
+//! blocks at the ends go through the bounce slots on the block device.
+
+use std::{fs::OpenOptions, os::fd::AsFd, time::Instant};
+
+use super::{
+    bounce::{round_down, round_up, Xfer},
+    Direction, PathStats, StorageFile,
+};
+use crate::{
+    backend::{DeviceMemory, DmaTarget},
+    uring::{Context, NvmeResult, NvmeSession, Session},
+    Error, Result,
+};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    ctx: &mut Context,
+    dir: Direction,
+    file: &StorageFile,
+    file_offset: u64,
+    mem: &dyn DeviceMemory,
+    mem_offset: usize,
+    len: usize,
+    stats: &PathStats,
+) -> Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let unavailable = |reason: String| Error::PathUnavailable { path: "nvme-cmd", reason };
+    let ns = file
+        .nvme_namespace()
+        .ok_or_else(|| unavailable(format!("{} is not a whole NVMe namespace", file.path().display())))?;
+    let target = mem
+        .dma_target()
+        .ok_or_else(|| unavailable(format!("{} has no CPU mapping", mem.kind())))?;
+    let bs = file.block_size() as u64;
+    if (mem_offset as u64) % bs != file_offset % bs {
+        return Err(unavailable(format!(
+            "file offset {file_offset} and memory offset {mem_offset} differ modulo the {bs}-byte block"
+        )));
+    }
+    let generic = OpenOptions::new()
+        .read(true)
+        .write(dir == Direction::Write)
+        .open(&ns.generic)
+        .map_err(|e| {
+            file.io_error(
+                "open the NVMe generic device",
+                0,
+                0,
+                rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+            )
+        })?;
+    let x = Xfer {
+        file,
+        file_offset,
+        mem,
+        mem_offset,
+        len,
+        stats,
+    };
+    let end = file_offset + len as u64;
+    let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));
+    {
+        // The partial blocks at the ends, through the bounce slots.
+        let mut s = Session::new(ctx, file.fd(), None::<(DmaTarget, &())>);
+        match dir {
+            Direction::Read if m0 >= m1 => {
+                return x.read_range(&mut s, round_down(file_offset, bs), round_up(end, bs));
+            }
+            Direction::Read => {
+                if file_offset < m0 {
+                    x.read_range(&mut s, m0 - bs, m0)?;
+                }
+                if m1 < end {
+                    x.read_range(&mut s, m1, m1 + bs)?;
+                }
+            }
+            Direction::Write => x.write_edges(&mut s, m0, m1)?,
+        }
+    }
+    if m0 < m1 {
+        let chunk = (ctx.chunk() as u64).min(ns.max_transfer as u64) / bs * bs;
+        let chunk = chunk.max(bs);
+        let depth = ctx.depth();
+        let mut s = NvmeSession::new(generic.as_fd(), ns.nsid, ns.lba_shift, depth, target, mem)?;
+        let n = (m1 - m0).div_ceil(chunk);
+        let mut next = 0u64;
+        let write = dir == Direction::Write;
+        loop {
+            while next < n && s.inflight() < depth {
+                let c0 = m0 + next * chunk;
+                let clen = chunk.min(m1 - c0) as usize;
+                s.push(write, c0, mem_offset + (c0 - file_offset) as usize, clen, next)?;
+                stats.record_ios(1);
+                next += 1;
+            }
+            if s.inflight() == 0 {
+                break;
+            }
+            let t = Instant::now();
+            let done = s.wait(1)?;
+            stats.record_storage(t.elapsed());
+            for (tag, r) in done {
+                let c0 = m0 + tag * chunk;
+                let clen = chunk.min(m1 - c0);
+                let op = if write { "NVMe write command" } else { "NVMe read command" };
+                match r {
+                    NvmeResult::Ok => {}
+                    NvmeResult::Errno(e) => return Err(file.io_error(op, c0, clen, e)),
+                    NvmeResult::Status(status) => {
+                        return Err(Error::NvmeStatus {
+                            op,
+                            offset: c0,
+                            len: clen,
+                            status,
+                        })
+                    }
+                }
+            }
+        }
+    }
+    if dir == Direction::Write {
+        x.fix_size()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,9 @@
+# Benchmarks in the VM (not tests): guest CPU time per GiB moved from the
+# NVMe into accelerator memory on each path. Emulated device DMA runs in
+# QEMU, outside the guest, so guest CPU time measures CPU involvement.
+. /suite/lib.sh
+
+check module-loads insmod /lib/modules/p2pdma.ko
+check bench-cpu p2pdma-ctl bench cpu --size 48M --reps 3
+rmmod p2pdma
+exit $failures
