@@ -54,7 +54,7 @@ test)
 	count "$results/host.txt"
 
 	tree=$("$here/rig/build.sh")
-	for suite in smoke module engine; do
+	for suite in smoke module engine doctor; do
 		for topo in switch noswitch; do
 			P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite $suite --topology "$topo" \
 				2>&1 | tee "$results/vm-$suite-$topo.txt" || true

@@ -36,43 +36,15 @@ use std::{
     time::Instant,
 };
 
+pub use crate::doctor::{Path as TransferPath, PathChoice};
 pub use config::{Config, PathPref};
 pub use stats::{PathStats, Stats};
 
 use crate::{
     backend::{DeviceMemory, MemoryKind},
     uring::Context,
-    Error, MapType, Module, Peer, Result,
+    Error, Module, Peer, Result,
 };
-
-/// A transfer path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TransferPath {
-    /// Storage DMAs straight into accelerator memory (`O_DIRECT`).
-    P2p,
-    /// NVMe read/write commands built by the library (io_uring passthrough),
-    /// data buffers in accelerator memory.
-    NvmeCmd,
-    /// Staged through the pinned host bounce ring.
-    Bounce,
-}
-
-impl TransferPath {
-    /// Short name, as in configuration and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            TransferPath::P2p => "p2p",
-            TransferPath::NvmeCmd => "nvme-cmd",
-            TransferPath::Bounce => "bounce",
-        }
-    }
-}
-
-impl fmt::Display for TransferPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Which way the data moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,15 +215,6 @@ fn block_facts(dev: u64) -> (usize, Option<crate::PciAddress>, bool, Option<Nvme
     ((lbs as usize).max(4096), pci, nvme, ns)
 }
 
-/// Why a path was chosen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PathChoice {
-    /// The path.
-    pub path: TransferPath,
-    /// Why, in words.
-    pub reason: String,
-}
-
 /// What one transfer did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -401,35 +364,28 @@ impl Engine {
         }
     }
 
-    /// AUTO's choice.
+    /// AUTO's choice: the doctor's rule ([`crate::doctor::choose_path`]) on
+    /// what this engine knows about the pair.
     fn decide(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> PathChoice {
-        let bounce = |why: String| PathChoice {
-            path: TransferPath::Bounce,
-            reason: format!("P2P not possible: {why}; staging through host memory (bounce pipeline)"),
-        };
         let index = match mem.kind() {
             MemoryKind::ModuleBar { index, .. } => index,
-            MemoryKind::Host => return bounce("the memory is the host-memory device, not accelerator memory".into()),
+            MemoryKind::Host => {
+                return PathChoice {
+                    path: TransferPath::Bounce,
+                    reason: "P2P not possible: the memory is the host-memory device, not accelerator memory; staging through host memory (bounce pipeline)".into(),
+                }
+            }
         };
-        let Some(module) = &self.module else {
-            return bounce("the p2pdma module is not open".into());
+        let query = match (&self.module, file.controller()) {
+            (Some(m), Some(pci)) if file.is_nvme() => m.p2p_query(index, Peer::Pci(pci)).ok(),
+            _ => None,
         };
-        if !file.is_nvme() {
-            return bounce(format!("{} is not on an NVMe namespace", file.path.display()));
-        }
-        let Some(pci) = file.controller() else {
-            return bounce(format!("no PCI function found behind {}", file.path.display()));
-        };
-        match module.p2p_query(index, Peer::Pci(pci)) {
-            Ok(q) => match q.map_type {
-                MapType::BusAddr | MapType::ThruHostBridge => PathChoice {
-                    path: TransferPath::P2p,
-                    reason: format!("NVMe controller {pci} reaches accelerator {index}: {}", q.reason),
-                },
-                _ => bounce(q.reason),
-            },
-            Err(e) => bounce(format!("P2P query failed: {e}")),
-        }
+        crate::doctor::choose_path(&crate::doctor::PathFacts {
+            module: self.module.is_some(),
+            accelerator: true,
+            storage_nvme: file.is_nvme(),
+            p2p: query.as_ref(),
+        })
     }
 
     /// A handle for transfers between `file` and `mem`, with its path.

@@ -147,7 +147,7 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     }
     .map_err(|e| format!("transfer on handle ({}): {e}", handle.reason()))?;
     println!("report: {report:?}");
-    if report.path.name() != x.expect_path || report.retried != x.expect_retry {
+    if report.path.as_str() != x.expect_path || report.retried != x.expect_retry {
         return Err(format!(
             "expected path {} (retried: {}), the engine reported {} (retried: {})",
             x.expect_path, x.expect_retry, report.path, report.retried
