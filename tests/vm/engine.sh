@@ -29,6 +29,7 @@ else
 	*) fail auto-reason-is-the-kernels "$out" ;;
 	esac
 fi
+check ctl-copy-verify p2pdma-ctl copy /dev/nvme0n1 accel --offset $((8 * M + 4096)) --len $((16 * M)) --verify
 release_held
 check module-unloads rmmod p2pdma
 exit $failures

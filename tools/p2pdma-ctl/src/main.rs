@@ -4,6 +4,7 @@
 
 mod bench;
 mod child;
+mod copy;
 mod doctor;
 mod proc;
 mod sanity;
@@ -138,6 +139,9 @@ enum Cmd {
     /// Benchmarks measured side by side and printed as ratios: the bounce
     /// pipeline vs the serial approach vs fio, small-copy latency, CPU per GiB.
     Bench(bench::BenchArgs),
+    /// Copy a file or namespace into accelerator memory, or one file to
+    /// another through it, with progress, throughput and the path used.
+    Copy(copy::CopyArgs),
     /// Helper processes of the sanity suite.
     #[command(name = "__child", hide = true)]
     Child {
@@ -261,6 +265,10 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
     }
     if let Cmd::Bench(args) = &cli.cmd {
         bench::run(args, cli.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Cmd::Copy(args) = &cli.cmd {
+        copy::run(args, cli.json)?;
         return Ok(ExitCode::SUCCESS);
     }
     let module = Module::open_path(&cli.node)?;
@@ -432,7 +440,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             unmap_and_report(&module, json, &m)?;
         }
         // These were run before the module was opened.
-        Cmd::Sanity(_) | Cmd::Child { .. } | Cmd::Bench(_) | Cmd::Doctor(_) => {}
+        Cmd::Sanity(_) | Cmd::Child { .. } | Cmd::Bench(_) | Cmd::Doctor(_) | Cmd::Copy(_) => {}
     }
     Ok(ExitCode::SUCCESS)
 }
