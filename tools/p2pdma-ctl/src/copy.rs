@@ -48,7 +48,10 @@ pub struct CopyArgs {
     pub verify: bool,
 }
 
-fn memory(spec: &str, size: u64) -> Res<(Box<dyn DeviceMemory>, Option<Arc<Module>>)> {
+/// Memory to copy into, and the module it came from (if any).
+type Memory = (Box<dyn DeviceMemory>, Option<Arc<Module>>);
+
+fn memory(spec: &str, size: u64) -> Res<Memory> {
     if spec == "host" {
         return Ok((Box::new(HostMemory::new(size as usize).map_err(|e| e.to_string())?), None));
     }
