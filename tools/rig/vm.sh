@@ -169,8 +169,8 @@ done < <(grep '^@@RESULT ' "$con")
 
 # The kernel log must be free of warnings, oopses and leak reports.
 sed -n '/^@@DMESG-BEGIN/,/^@@DMESG-END/p' "$con" >"$out/dmesg.txt"
-if grep -qE 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN|kmemleak|UBSAN|rust_panic|panicked' "$con"; then
-	bad kernel-log-clean "$(grep -m3 -E 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN|kmemleak|UBSAN|rust_panic|panicked' "$con")"
+if grep -qE 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN:|suspected memory leak|UBSAN|rust_panic|panicked' "$con"; then
+	bad kernel-log-clean "$(grep -m3 -E 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN:|suspected memory leak|UBSAN|rust_panic|panicked' "$con")"
 else
 	ok kernel-log-clean
 fi
