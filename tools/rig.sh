@@ -64,9 +64,11 @@ test)
 	# The module suite again on the debug kernel: KASAN, lockdep, kmemleak
 	# and DMA-API debugging watch the module while the suite runs.
 	dtree=$(P2PDMA_KVARIANT=debug "$here/rig/build.sh")
-	P2PDMA_BUILT_TREE=$dtree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite module --topology switch \
-		--out "$P2PDMA_ROOT/rig-out/module-switch-debug" 2>&1 | tee "$results/vm-module-debug.txt" || true
-	count "$results/vm-module-debug.txt"
+	for suite in module engine; do
+		P2PDMA_BUILT_TREE=$dtree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite $suite --topology switch \
+			--out "$P2PDMA_ROOT/rig-out/$suite-switch-debug" 2>&1 | tee "$results/vm-$suite-debug.txt" || true
+		count "$results/vm-$suite-debug.txt"
+	done
 	log "all tests done in $((SECONDS - start))s"
 	echo "p2pdma: $total_pass passed, $total_fail failed"
 	((total_fail == 0))
