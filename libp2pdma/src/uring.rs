@@ -25,8 +25,12 @@ pub(crate) struct Context {
     ring: IoUring,
     slots: Vec<HostBuffer>,
     chunk: usize,
+    depth: usize,
     pinned: bool,
 }
+
+/// Bounce slots beyond the I/O depth.
+const SPARE_SLOTS: usize = 2;
 
 impl Context {
     /// A ring with `depth` entries and `depth` slots of `chunk` bytes each
@@ -37,8 +41,10 @@ impl Context {
                 op: "io_uring_setup",
                 source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
             })?;
-        let mut slots = Vec::with_capacity(depth);
-        for _ in 0..depth {
+        // Spare slots beyond the I/O depth let the storage stage keep `depth`
+        // reads in flight while the copy stage empties a landed slot.
+        let mut slots = Vec::with_capacity(depth + SPARE_SLOTS);
+        for _ in 0..depth + SPARE_SLOTS {
             slots.push(HostBuffer::new(chunk).map_err(Error::sys("allocate a bounce slot"))?);
         }
         // Register the slots with the ring: the kernel pins them once, here,
@@ -59,6 +65,7 @@ impl Context {
             ring,
             slots,
             chunk,
+            depth,
             pinned,
         })
     }
@@ -68,9 +75,9 @@ impl Context {
         self.chunk
     }
 
-    /// Number of slots (and ring entries used).
+    /// Storage I/Os kept in flight.
     pub(crate) fn depth(&self) -> usize {
-        self.slots.len()
+        self.depth
     }
 
     /// Whether the slots are registered (pinned) with the ring.
@@ -124,7 +131,7 @@ impl<'a> Session<'a> {
             fd,
             target: target.map(|(t, _)| t),
             busy: vec![false; depth],
-            inflight: vec![None; depth.next_power_of_two() * 2],
+            inflight: vec![None; depth.next_power_of_two() * 4],
             ninflight: 0,
             _mem: PhantomData,
         }
@@ -135,9 +142,9 @@ impl<'a> Session<'a> {
         self.ctx.chunk
     }
 
-    /// Number of slots.
+    /// Storage I/Os to keep in flight.
     pub(crate) fn depth(&self) -> usize {
-        self.ctx.slots.len()
+        self.ctx.depth
     }
 
     /// I/Os in flight.
@@ -147,7 +154,12 @@ impl<'a> Session<'a> {
 
     /// The first free slot.
     pub(crate) fn free_slot(&self) -> Option<usize> {
-        self.busy.iter().position(|b| !b)
+        self.free_slot_except(&[])
+    }
+
+    /// The first free slot not in `skip` (slots whose data awaits a copy).
+    pub(crate) fn free_slot_except(&self, skip: &[usize]) -> Option<usize> {
+        (0..self.busy.len()).find(|&i| !self.busy[i] && !skip.contains(&i))
     }
 
     /// Runs `f` on free slot `i`'s bytes `[offset, offset + len)`.

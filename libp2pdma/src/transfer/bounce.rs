@@ -106,22 +106,27 @@ impl Xfer<'_> {
     }
 
     /// Reads the block-aligned range `[a0, a1)` through the slots and lands
-    /// the transfer's part of it.
+    /// the transfer's part of it. Up to `depth` reads stay in flight while
+    /// landed slots are copied out, one at a time, between refills.
     pub(super) fn read_range(&self, s: &mut Session<'_>, a0: u64, a1: u64) -> Result<()> {
         let chunk = s.chunk() as u64;
         let nchunks = (a1 - a0).div_ceil(chunk);
         let (mut next, mut done) = (0u64, 0u64);
+        // Landed chunks awaiting their copy: (slot, chunk index, bytes).
+        let mut landed: Vec<(usize, u64, usize)> = Vec::new();
         while done < nchunks {
-            while next < nchunks {
-                let Some(slot) = s.free_slot() else { break };
+            let held: Vec<usize> = landed.iter().map(|l| l.0).collect();
+            while next < nchunks && s.inflight() < s.depth() {
+                let Some(slot) = s.free_slot_except(&held) else { break };
                 let c0 = a0 + next * chunk;
                 let clen = chunk.min(a1 - c0) as usize;
                 s.read(Buf::Slot(slot), c0, clen, next)?;
                 self.stats.record_ios(1);
                 next += 1;
             }
+            // Block only when there is nothing to copy meanwhile.
             let t = Instant::now();
-            let comps = s.wait(1)?;
+            let comps = s.wait(if landed.is_empty() { 1 } else { 0 })?;
             self.stats.record_storage(t.elapsed());
             for c in comps {
                 let c0 = a0 + c.tag * chunk;
@@ -130,7 +135,11 @@ impl Xfer<'_> {
                     .res
                     .map_err(|e| self.file.io_error("read", c0, want - c0, e))?;
                 let Buf::Slot(slot) = c.buf else { unreachable!("bounce reads use slots") };
-                self.land(s, slot, c0, n, want)?;
+                landed.push((slot, c.tag, n));
+            }
+            if let Some((slot, tag, n)) = landed.pop() {
+                let c0 = a0 + tag * chunk;
+                self.land(s, slot, c0, n, (c0 + chunk).min(a1))?;
                 done += 1;
             }
         }
