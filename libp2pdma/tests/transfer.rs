@@ -195,3 +195,121 @@ fn transfers_from_many_threads_share_one_engine() {
     });
     assert_eq!(e.stats().bounce.snapshot().transfers, 32);
 }
+
+mod asynchronous {
+    use super::*;
+    use p2pdma::transfer::{Direction, Request};
+    use std::{
+        future::Future,
+        sync::Arc,
+        task::{Context, Poll, Wake, Waker},
+        thread::Thread,
+    };
+
+    struct ThreadWaker(Thread);
+
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+
+    /// A minimal executor: polls the future, parking between wake-ups.
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    }
+
+    #[test]
+    fn a_batch_of_reads_lands_every_piece() {
+        let data = pattern(20, 0, 7 << 20);
+        let file = Arc::new(StorageFile::open(temp_file("batch.bin", &data)).unwrap());
+        let mem: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(7 << 20).unwrap());
+        let e = Arc::new(engine(PathPref::Auto, Some(256 << 10), Some(4)));
+        // 48 pieces of 128 KiB + 1 byte, disjoint, submitted out of order.
+        let piece = (128 << 10) + 1;
+        let reqs: Vec<Request> = (0..48usize)
+            .map(|i| (i * 29) % 48)
+            .map(|i| Request {
+                dir: Direction::Read,
+                file: file.clone(),
+                file_offset: (i * piece) as u64,
+                mem: mem.clone(),
+                mem_offset: i * piece,
+                len: piece,
+            })
+            .collect();
+        let tickets = e.submit_batch(reqs);
+        for r in Engine::wait_all(&tickets) {
+            assert_eq!(r.unwrap().bytes, piece as u64);
+        }
+        let mut got = vec![0u8; 48 * piece];
+        mem.read_at(0, &mut got).unwrap();
+        assert!(got == data[..48 * piece]);
+        assert!(tickets.iter().all(|t| t.is_done()));
+        // A result is handed out once.
+        assert!(tickets[0].poll().unwrap().is_err());
+    }
+
+    #[test]
+    fn submit_then_poll_or_await() {
+        let data = pattern(21, 0, 2 << 20);
+        let file = Arc::new(StorageFile::open(temp_file("await.bin", &data)).unwrap());
+        let mem: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(2 << 20).unwrap());
+        let e = Arc::new(engine(PathPref::Bounce, None, None));
+        let req = |off: usize, len: usize| Request {
+            dir: Direction::Read,
+            file: file.clone(),
+            file_offset: off as u64,
+            mem: mem.clone(),
+            mem_offset: off,
+            len,
+        };
+        let t = e.submit(req(0, 1 << 20));
+        let r = loop {
+            if let Some(r) = t.poll() {
+                break r;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(r.unwrap().path, TransferPath::Bounce);
+        let r = block_on(e.submit(req(1 << 20, 1 << 20))).unwrap();
+        assert_eq!(r.bytes, 1 << 20);
+        let mut got = vec![0u8; 2 << 20];
+        mem.read_at(0, &mut got).unwrap();
+        assert!(got == data);
+        // A bad request fails in its ticket, without panicking anything.
+        let bad = e.submit(req(2 << 20, 1));
+        assert!(matches!(bad.wait(), Err(Error::OutOfBounds { .. })));
+    }
+
+    #[test]
+    fn async_writes_reach_the_file() {
+        let path = temp_file("asyncwrite.bin", &vec![0u8; 1 << 20]);
+        let file = Arc::new(StorageFile::open_rw(&path).unwrap());
+        let src = pattern(22, 0, 1 << 20);
+        let m = HostMemory::new(1 << 20).unwrap();
+        m.write_at(0, &src).unwrap();
+        let mem: Arc<dyn DeviceMemory> = Arc::new(m);
+        let e = Arc::new(engine(PathPref::Auto, Some(64 << 10), Some(2)));
+        let tickets = e.submit_batch((0..16usize).map(|i| Request {
+            dir: Direction::Write,
+            file: file.clone(),
+            file_offset: (i << 16) as u64,
+            mem: mem.clone(),
+            mem_offset: i << 16,
+            len: 1 << 16,
+        }));
+        for r in Engine::wait_all(&tickets) {
+            r.unwrap();
+        }
+        assert!(std::fs::read(&path).unwrap() == src);
+    }
+}

@@ -18,6 +18,7 @@
 //! refused. A transfer either moves every byte or returns an error: short
 //! transfers are reported, never returned as success.
 
+mod asyncio;
 mod bounce;
 mod config;
 mod direct;
@@ -37,6 +38,7 @@ use std::{
 };
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
+pub use asyncio::{Request, Ticket};
 pub use config::{Config, PathPref};
 pub use stats::{PathStats, Stats};
 
@@ -284,6 +286,7 @@ pub struct Engine {
     module: Option<Arc<Module>>,
     pool: Mutex<Vec<Context>>,
     stats: Stats,
+    workers: asyncio::Workers,
 }
 
 impl fmt::Debug for Engine {
@@ -301,6 +304,7 @@ impl Engine {
             module,
             pool: Mutex::new(Vec::new()),
             stats: Stats::default(),
+            workers: asyncio::Workers::new(),
         }
     }
 
