@@ -29,7 +29,12 @@ suite_file="$P2PDMA_ROOT/tests/vm/$suite.sh"
 [ -f "$suite_file" ] || die "no guest suite $suite_file"
 out=${out:-$P2PDMA_ROOT/rig-out/$suite-$topology}
 
-tree=${P2PDMA_BUILT_TREE:-$("$P2PDMA_ROOT/tools/rig/build.sh")}
+# The module is always (re)built against the kernel that boots, so a .ko
+# left over from another kernel never gets loaded.
+if [ -n "${P2PDMA_BUILT_TREE:-}" ]; then
+	export P2PDMA_KERNEL_TREE=$P2PDMA_BUILT_TREE
+fi
+tree=$("$P2PDMA_ROOT/tools/rig/build.sh")
 musl="$P2PDMA_ROOT/target/x86_64-unknown-linux-musl/release"
 kofile="$P2PDMA_ROOT/kmod/p2pdma.ko"
 [ -f "$kofile" ] || die "no $kofile; run tools/rig/build.sh"
