@@ -1,0 +1,446 @@
+/* SPDX-License-Identifier: MIT OR Apache-2.0 */
+/*
+ * p2pdma.h: the C API of libp2pdma. Moves data between files or NVMe
+ * namespaces and accelerator memory, by PCI peer-to-peer DMA where the
+ * topology allows it and through a pipelined host bounce ring otherwise.
+ *
+ * Every function returns 0 (or a count, or a path) on success and a negative
+ * errno on failure; p2pdma_last_error() then describes the failure. Link with
+ * -lp2pdma (pkg-config --libs p2pdma).
+ */
+
+#ifndef P2PDMA_H
+#define P2PDMA_H
+
+/* Generated from libp2pdma/capi/src by cbindgen (libp2pdma/capi/build.rs); do not edit. */
+
+#include <stddef.h>
+#include <stdint.h>
+
+/**
+ * The library's own return codes, beside negative errnos.
+ */
+typedef enum p2pdma_error_code {
+    /**
+     * The library hit an internal error (a bug) and caught it before it
+     * reached the caller; equal to `-ENOTRECOVERABLE`. The handles passed
+     * to that call remain valid, and p2pdma_last_error() says what
+     * happened.
+     */
+    P2PDMA_ERR_INTERNAL = -131,
+} p2pdma_error_code;
+
+/**
+ * A transfer path, as p2pdma_path_choice() returns it and as
+ * `p2pdma_report.path` and p2pdma_stats() use it.
+ */
+typedef enum p2pdma_path {
+    /**
+     * Storage DMAs straight into accelerator memory (PCI peer-to-peer),
+     * through the block layer (`O_DIRECT` on P2P pages).
+     */
+    P2PDMA_PATH_P2P = 1,
+    /**
+     * Staged through a pinned host bounce ring, pipelined.
+     */
+    P2PDMA_PATH_BOUNCE = 2,
+    /**
+     * NVMe commands built by the library and sent through the namespace's
+     * generic character device, with the accelerator's bus addresses.
+     */
+    P2PDMA_PATH_NVME_CMD = 3,
+} p2pdma_path;
+
+/**
+ * The transfer engine: configuration, pooled io_uring rings and bounce
+ * buffers, and per-path counters.
+ */
+typedef struct p2pdma_engine p2pdma_engine;
+
+/**
+ * A file, or a raw block device such as an NVMe namespace, opened for
+ * transfers (with `O_DIRECT`).
+ */
+typedef struct p2pdma_file p2pdma_file;
+
+/**
+ * Accelerator memory: BAR memory allocated from the module, or the
+ * host-memory device standing in for an accelerator. It is only reached
+ * through explicit copies (p2pdma_mem_write(), p2pdma_mem_read()) and
+ * transfers.
+ */
+typedef struct p2pdma_mem p2pdma_mem;
+
+/**
+ * An open handle on the p2pdma kernel module (`/dev/p2pdma`). It may be
+ * closed before the memory allocated from it is freed: each allocation
+ * keeps what it needs.
+ */
+typedef struct p2pdma_module p2pdma_module;
+
+/**
+ * What one transfer did.
+ */
+typedef struct p2pdma_report {
+    /**
+     * Bytes moved: always the length asked for.
+     */
+    uint64_t bytes;
+    /**
+     * The path that moved them (a `P2PDMA_PATH_*` value).
+     */
+    int path;
+    /**
+     * 1 when the P2P or NVMe-command path failed and the bounce path redid
+     * the transfer, else 0.
+     */
+    int retried;
+} p2pdma_report;
+
+/**
+ * The counters of one path of an engine, since it was created.
+ */
+typedef struct p2pdma_path_stats {
+    /**
+     * Bytes moved by completed transfers.
+     */
+    uint64_t bytes;
+    /**
+     * Completed transfers.
+     */
+    uint64_t transfers;
+    /**
+     * Storage I/Os issued.
+     */
+    uint64_t ios;
+    /**
+     * Transfers that failed on this path and were redone on the bounce
+     * path.
+     */
+    uint64_t retries;
+    /**
+     * Nanoseconds spent waiting for storage.
+     */
+    uint64_t storage_ns;
+    /**
+     * Nanoseconds spent copying between host and device memory.
+     */
+    uint64_t copy_ns;
+    /**
+     * Wall-clock nanoseconds of completed transfers.
+     */
+    uint64_t total_ns;
+} p2pdma_path_stats;
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+/**
+ * The message of the calling thread's last failure, NUL-terminated; an
+ * empty string before the first. Successful calls leave it unchanged. The
+ * string belongs to the library and stays valid until the thread's next
+ * failing call or its exit.
+ */
+const char *p2pdma_last_error(void);
+
+/**
+ * The library's version, such as "0.1.0" (a static string).
+ */
+const char *p2pdma_version(void);
+
+/**
+ * Opens the p2pdma kernel module (`/dev/p2pdma`) and checks that its ABI
+ * is compatible; stores the handle in `*out`.
+ *
+ * Returns 0, or a negative errno: -EINVAL when `out` is NULL, -ENOENT when
+ * the module is not loaded, -EACCES without permission to its device node,
+ * -EPROTO when its ABI is incompatible. On failure `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `out` must be NULL or point to writable storage for a pointer.
+ */
+int p2pdma_module_open(struct p2pdma_module **out);
+
+/**
+ * Closes a module handle. Memory allocated from it stays valid until it is
+ * freed, and engines created with it keep working. NULL is ignored.
+ *
+ * # Safety
+ *
+ * `module` must be NULL or a handle from p2pdma_module_open() that is not
+ * closed yet and that no other thread uses any more.
+ */
+void p2pdma_module_close(struct p2pdma_module *module);
+
+/**
+ * The number of accelerators bound to the module, or a negative errno.
+ *
+ * # Safety
+ *
+ * `module` must be NULL or a live handle from p2pdma_module_open().
+ */
+int p2pdma_module_num_accelerators(const struct p2pdma_module *module);
+
+/**
+ * Stores in `*index` the stable index of the `n`-th accelerator (counting
+ * from 0, below p2pdma_module_num_accelerators()), the index that
+ * p2pdma_mem_module_alloc() takes. Indices need not be contiguous.
+ *
+ * Returns 0, or a negative errno: -EINVAL for NULL arguments, -ENODEV when
+ * there is no `n`-th accelerator.
+ *
+ * # Safety
+ *
+ * `module` must be NULL or a live handle from p2pdma_module_open(); `index`
+ * must be NULL or point to a writable `uint32_t`.
+ */
+int p2pdma_module_accelerator_index(const struct p2pdma_module *module, size_t n, uint32_t *index);
+
+/**
+ * Creates the host-memory device: `size` bytes (more than 0) of zeroed,
+ * page-aligned host memory standing in for an accelerator, so that every
+ * function works on machines without one. AUTO moves data to and from it
+ * on the bounce path. Stores the handle in `*out`.
+ *
+ * Returns 0, or a negative errno: -EINVAL when `out` is NULL or `size` is
+ * 0, -ENOMEM. On failure `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `out` must be NULL or point to writable storage for a pointer.
+ */
+int p2pdma_mem_host_new(size_t size, struct p2pdma_mem **out);
+
+/**
+ * Allocates `size` bytes of accelerator `accel_index`'s BAR memory, its bus
+ * address aligned to `align` (0 for a page), and maps it; stores the
+ * handle in `*out`. The memory keeps the module open: `module` may be
+ * closed before it is freed.
+ *
+ * Returns 0, or a negative errno: -EINVAL for NULL arguments, a bad size or
+ * alignment, or an unknown accelerator, -ENOMEM when the BAR has no room.
+ * On failure `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `module` must be NULL or a live handle from p2pdma_module_open(); `out`
+ * must be NULL or point to writable storage for a pointer.
+ */
+int p2pdma_mem_module_alloc(const struct p2pdma_module *module,
+                            uint32_t accel_index,
+                            uint64_t size,
+                            uint64_t align,
+                            struct p2pdma_mem **out);
+
+/**
+ * Frees memory from p2pdma_mem_host_new() or p2pdma_mem_module_alloc().
+ * NULL is ignored.
+ *
+ * # Safety
+ *
+ * `mem` must be NULL or a handle that is not freed yet and that no other
+ * thread uses any more.
+ */
+void p2pdma_mem_free(struct p2pdma_mem *mem);
+
+/**
+ * The memory's size in bytes; 0 only when `mem` is NULL (memory is never
+ * empty).
+ *
+ * # Safety
+ *
+ * `mem` must be NULL or a live memory handle.
+ */
+size_t p2pdma_mem_size(const struct p2pdma_mem *mem);
+
+/**
+ * Copies `len` bytes from `src` into the memory at `offset` (host to
+ * device).
+ *
+ * Returns 0, or a negative errno: -EINVAL for NULL arguments or a range
+ * outside the memory (nothing is copied then).
+ *
+ * # Safety
+ *
+ * `mem` must be NULL or a live memory handle; `src` must be NULL or
+ * readable for `len` bytes.
+ */
+int p2pdma_mem_write(const struct p2pdma_mem *mem, size_t offset, const void *src, size_t len);
+
+/**
+ * Copies `len` bytes of the memory at `offset` into `dst` (device to
+ * host).
+ *
+ * Returns 0, or a negative errno: -EINVAL for NULL arguments or a range
+ * outside the memory (nothing is copied then).
+ *
+ * # Safety
+ *
+ * `mem` must be NULL or a live memory handle; `dst` must be NULL or
+ * writable for `len` bytes.
+ */
+int p2pdma_mem_read(const struct p2pdma_mem *mem, size_t offset, void *dst, size_t len);
+
+/**
+ * Opens a file or block device for transfers, read-only, or for reading
+ * and writing when `writable` is not 0. The file must exist (create it
+ * first to write a new one); it is opened with `O_DIRECT`, so it must be
+ * on a filesystem that supports it (tmpfs does not). Stores the handle in
+ * `*out`.
+ *
+ * Returns 0, or a negative errno: -EINVAL for NULL arguments or a
+ * filesystem without `O_DIRECT`, -ENOENT, -EACCES, and so on. On failure
+ * `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `path` must be NULL or a NUL-terminated string; `out` must be NULL or
+ * point to writable storage for a pointer.
+ */
+int p2pdma_file_open(const char *path, int writable, struct p2pdma_file **out);
+
+/**
+ * Closes a file from p2pdma_file_open(). NULL is ignored.
+ *
+ * # Safety
+ *
+ * `file` must be NULL or a handle that is not closed yet and that no other
+ * thread uses any more.
+ */
+void p2pdma_file_close(struct p2pdma_file *file);
+
+/**
+ * The file's size in bytes when it was opened, or a negative errno
+ * (-EINVAL when `file` is NULL).
+ *
+ * # Safety
+ *
+ * `file` must be NULL or a live file handle.
+ */
+int64_t p2pdma_file_size(const struct p2pdma_file *file);
+
+/**
+ * Creates a transfer engine; stores the handle in `*out`.
+ *
+ * `path_pref` is "auto" (P2P where the module, the memory and the PCIe
+ * topology allow it, the bounce path otherwise), "p2p", "bounce" or
+ * "nvme-cmd"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
+ * `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`,
+ * `P2PDMA_DEPTH`). `chunk` (bytes per pipeline chunk, 4 KiB to 64 MiB) and
+ * `depth` (chunks in flight, 1 to 256) override it when not 0; 0 chooses
+ * automatically. `module` may be NULL: AUTO then always chooses the bounce
+ * path. The engine keeps the module open.
+ *
+ * Returns 0, or a negative errno: -EINVAL for a NULL `out`, an unknown
+ * path, or a chunk or depth out of range. On failure `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `path_pref` must be NULL or a NUL-terminated string; `module` must be
+ * NULL or a live module handle; `out` must be NULL or point to writable
+ * storage for a pointer.
+ */
+int p2pdma_engine_new(const char *path_pref,
+                      size_t chunk,
+                      size_t depth,
+                      const struct p2pdma_module *module,
+                      struct p2pdma_engine **out);
+
+/**
+ * Frees an engine. NULL is ignored.
+ *
+ * # Safety
+ *
+ * `engine` must be NULL or a handle that is not freed yet and that no other
+ * thread uses any more.
+ */
+void p2pdma_engine_free(struct p2pdma_engine *engine);
+
+/**
+ * The path transfers between `file` and `mem` take, and why: returns
+ * `P2PDMA_PATH_P2P`, `P2PDMA_PATH_BOUNCE` or `P2PDMA_PATH_NVME_CMD`, and
+ * copies the reason into `reason_buf` (truncated to `reason_len` bytes and
+ * always NUL-terminated; `reason_buf` may be NULL). Each transfer chooses
+ * the same way, on its own call.
+ *
+ * Returns the path, or a negative errno: -EINVAL for NULL handles,
+ * -EOPNOTSUPP when the configured path cannot serve this pair (the
+ * reason is then in p2pdma_last_error()).
+ *
+ * # Safety
+ *
+ * `engine`, `file` and `mem` must be NULL or live handles; `reason_buf`
+ * must be NULL or writable for `reason_len` bytes.
+ */
+int p2pdma_path_choice(const struct p2pdma_engine *engine,
+                       const struct p2pdma_file *file,
+                       const struct p2pdma_mem *mem,
+                       char *reason_buf,
+                       size_t reason_len);
+
+/**
+ * Reads `len` bytes at `file_offset` of `file` into `mem` at `mem_offset`,
+ * on the path p2pdma_path_choice() reports. Offsets and lengths need no
+ * alignment. When `report` is not NULL, it receives what the transfer did.
+ *
+ * Returns 0 once every byte has landed, or a negative errno, with `*report`
+ * zeroed: -EINVAL for NULL handles or a range outside the memory,
+ * -ENODATA when the range runs past the end of the file (a short read:
+ * nothing partial is reported as success), -EIO and others from storage.
+ *
+ * # Safety
+ *
+ * `engine`, `file` and `mem` must be NULL or live handles; `report` must be
+ * NULL or point to a writable `struct p2pdma_report`.
+ */
+int p2pdma_read(const struct p2pdma_engine *engine,
+                const struct p2pdma_file *file,
+                uint64_t file_offset,
+                const struct p2pdma_mem *mem,
+                size_t mem_offset,
+                size_t len,
+                struct p2pdma_report *report);
+
+/**
+ * Writes `len` bytes of `mem` at `mem_offset` to `file` at `file_offset`
+ * (the file must be open for writing). Bytes outside the range are never
+ * changed, and a regular file grows only to the end of the data written.
+ * When `report` is not NULL, it receives what the transfer did.
+ *
+ * Returns 0 once every byte is written, or a negative errno, with `*report`
+ * zeroed: -EINVAL for NULL handles or a range outside the memory, -EBADF
+ * when the file is read-only, -EIO and others from storage.
+ *
+ * # Safety
+ *
+ * `engine`, `file` and `mem` must be NULL or live handles; `report` must be
+ * NULL or point to a writable `struct p2pdma_report`.
+ */
+int p2pdma_write(const struct p2pdma_engine *engine,
+                 const struct p2pdma_file *file,
+                 uint64_t file_offset,
+                 const struct p2pdma_mem *mem,
+                 size_t mem_offset,
+                 size_t len,
+                 struct p2pdma_report *report);
+
+/**
+ * Copies the counters of `path` (a `P2PDMA_PATH_*` value) of `engine`
+ * into `*out`.
+ *
+ * Returns 0, or -EINVAL for NULL arguments or an unknown path.
+ *
+ * # Safety
+ *
+ * `engine` must be NULL or a live engine handle; `out` must be NULL or
+ * point to a writable `struct p2pdma_path_stats`.
+ */
+int p2pdma_stats(const struct p2pdma_engine *engine, int path, struct p2pdma_path_stats *out);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* P2PDMA_H */

@@ -1,0 +1,844 @@
+//! The C API of libp2pdma, for storage engines written in C and C++.
+//!
+//! Every entry point is an `extern "C"` function over opaque handles; the
+//! header `include/p2pdma.h` is generated from this file by cbindgen (see
+//! `build.rs`), so the doc comments below are the C documentation. The
+//! conventions, stated once in the header's preamble and here:
+//!
+//! - A function returns 0 (or a count, or a path) on success and a negative
+//!   errno on failure, and never crashes on NULL or bad arguments: those are
+//!   `-EINVAL`. [`p2pdma_last_error`] describes the calling thread's last
+//!   failure.
+//! - A panic inside the library never crosses into C: it becomes
+//!   `P2PDMA_ERR_INTERNAL`.
+//! - A transfer moves every byte or fails; nothing partial is reported as
+//!   success.
+//! - Handles are thread-safe: an engine, a memory and a file may be used by
+//!   several threads at once. Freeing one while another thread still uses it
+//!   is not allowed.
+//!
+//! `unsafe` is confined to the entry points' calls into [`raw`], which turns
+//! the pointers C passes in into references, slices and strings.
+#![expect(non_camel_case_types, reason = "the C API's types carry their C names")]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+mod raw;
+
+use std::{
+    ffi::{c_char, c_int, c_void, OsStr},
+    os::unix::ffi::OsStrExt,
+    sync::Arc,
+};
+
+use error::{call, status, void, Failure};
+use p2pdma::{
+    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    transfer::{Config, Engine, PathPref, PathStats, Report, StorageFile, TransferPath},
+    Module,
+};
+
+/// The library's own return codes, beside negative errnos.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum p2pdma_error_code {
+    /// The library hit an internal error (a bug) and caught it before it
+    /// reached the caller; equal to `-ENOTRECOVERABLE`. The handles passed
+    /// to that call remain valid, and p2pdma_last_error() says what
+    /// happened.
+    P2PDMA_ERR_INTERNAL = -131,
+}
+
+/// [`p2pdma_error_code::P2PDMA_ERR_INTERNAL`] as a return value.
+pub(crate) const ERR_INTERNAL: c_int = p2pdma_error_code::P2PDMA_ERR_INTERNAL as c_int;
+const _: () = assert!(ERR_INTERNAL == -libc::ENOTRECOVERABLE);
+
+/// A transfer path, as p2pdma_path_choice() returns it and as
+/// `p2pdma_report.path` and p2pdma_stats() use it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum p2pdma_path {
+    /// Storage DMAs straight into accelerator memory (PCI peer-to-peer),
+    /// through the block layer (`O_DIRECT` on P2P pages).
+    P2PDMA_PATH_P2P = 1,
+    /// Staged through a pinned host bounce ring, pipelined.
+    P2PDMA_PATH_BOUNCE = 2,
+    /// NVMe commands built by the library and sent through the namespace's
+    /// generic character device, with the accelerator's bus addresses.
+    P2PDMA_PATH_NVME_CMD = 3,
+}
+
+impl From<TransferPath> for p2pdma_path {
+    fn from(path: TransferPath) -> Self {
+        match path {
+            TransferPath::P2p => p2pdma_path::P2PDMA_PATH_P2P,
+            TransferPath::Bounce => p2pdma_path::P2PDMA_PATH_BOUNCE,
+            TransferPath::NvmeCmd => p2pdma_path::P2PDMA_PATH_NVME_CMD,
+        }
+    }
+}
+
+/// An open handle on the p2pdma kernel module (`/dev/p2pdma`). It may be
+/// closed before the memory allocated from it is freed: each allocation
+/// keeps what it needs.
+pub struct p2pdma_module {
+    module: Arc<Module>,
+}
+
+/// Accelerator memory: BAR memory allocated from the module, or the
+/// host-memory device standing in for an accelerator. It is only reached
+/// through explicit copies (p2pdma_mem_write(), p2pdma_mem_read()) and
+/// transfers.
+pub struct p2pdma_mem {
+    mem: Box<dyn DeviceMemory>,
+}
+
+/// A file, or a raw block device such as an NVMe namespace, opened for
+/// transfers (with `O_DIRECT`).
+pub struct p2pdma_file {
+    file: StorageFile,
+}
+
+/// The transfer engine: configuration, pooled io_uring rings and bounce
+/// buffers, and per-path counters.
+pub struct p2pdma_engine {
+    engine: Engine,
+}
+
+// Every handle is used from several threads at once.
+const _: () = {
+    const fn thread_safe<T: Send + Sync>() {}
+    thread_safe::<p2pdma_module>();
+    thread_safe::<p2pdma_mem>();
+    thread_safe::<p2pdma_file>();
+    thread_safe::<p2pdma_engine>();
+};
+
+/// What one transfer did.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct p2pdma_report {
+    /// Bytes moved: always the length asked for.
+    pub bytes: u64,
+    /// The path that moved them (a `P2PDMA_PATH_*` value).
+    pub path: c_int,
+    /// 1 when the P2P or NVMe-command path failed and the bounce path redid
+    /// the transfer, else 0.
+    pub retried: c_int,
+}
+
+impl From<Report> for p2pdma_report {
+    fn from(r: Report) -> Self {
+        Self {
+            bytes: r.bytes,
+            path: p2pdma_path::from(r.path) as c_int,
+            retried: c_int::from(r.retried),
+        }
+    }
+}
+
+/// The counters of one path of an engine, since it was created.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct p2pdma_path_stats {
+    /// Bytes moved by completed transfers.
+    pub bytes: u64,
+    /// Completed transfers.
+    pub transfers: u64,
+    /// Storage I/Os issued.
+    pub ios: u64,
+    /// Transfers that failed on this path and were redone on the bounce
+    /// path.
+    pub retries: u64,
+    /// Nanoseconds spent waiting for storage.
+    pub storage_ns: u64,
+    /// Nanoseconds spent copying between host and device memory.
+    pub copy_ns: u64,
+    /// Wall-clock nanoseconds of completed transfers.
+    pub total_ns: u64,
+}
+
+impl From<&PathStats> for p2pdma_path_stats {
+    fn from(s: &PathStats) -> Self {
+        let s = s.snapshot();
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Self {
+            bytes: s.bytes,
+            transfers: s.transfers,
+            ios: s.ios,
+            retries: s.retries,
+            storage_ns: ns(s.storage),
+            copy_ns: ns(s.copy),
+            total_ns: ns(s.total),
+        }
+    }
+}
+
+/* Errors. */
+
+/// The message of the calling thread's last failure, NUL-terminated; an
+/// empty string before the first. Successful calls leave it unchanged. The
+/// string belongs to the library and stays valid until the thread's next
+/// failing call or its exit.
+#[no_mangle]
+pub extern "C" fn p2pdma_last_error() -> *const c_char {
+    error::last_error()
+}
+
+/// The library's version, such as "0.1.0" (a static string).
+#[no_mangle]
+pub extern "C" fn p2pdma_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/* The kernel module. */
+
+/// Opens the p2pdma kernel module (`/dev/p2pdma`) and checks that its ABI
+/// is compatible; stores the handle in `*out`.
+///
+/// Returns 0, or a negative errno: -EINVAL when `out` is NULL, -ENOENT when
+/// the module is not loaded, -EACCES without permission to its device node,
+/// -EPROTO when its ABI is incompatible. On failure `*out` is NULL.
+///
+/// # Safety
+///
+/// `out` must be NULL or point to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_module_open(out: *mut *mut p2pdma_module) -> c_int {
+    status("p2pdma_module_open", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        let module = Arc::new(Module::open()?);
+        *out = raw::into_handle(p2pdma_module { module });
+        Ok(0)
+    })
+}
+
+/// Closes a module handle. Memory allocated from it stays valid until it is
+/// freed, and engines created with it keep working. NULL is ignored.
+///
+/// # Safety
+///
+/// `module` must be NULL or a handle from p2pdma_module_open() that is not
+/// closed yet and that no other thread uses any more.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_module_close(module: *mut p2pdma_module) {
+    // SAFETY: The caller passes NULL or a live handle nobody else uses.
+    void("p2pdma_module_close", || {
+        drop(unsafe { raw::from_handle(module) })
+    });
+}
+
+/// The number of accelerators bound to the module, or a negative errno.
+///
+/// # Safety
+///
+/// `module` must be NULL or a live handle from p2pdma_module_open().
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_module_num_accelerators(module: *const p2pdma_module) -> c_int {
+    status("p2pdma_module_num_accelerators", || {
+        // SAFETY: The caller passes NULL or a live module handle.
+        let m = unsafe { raw::handle(module, "module") }?;
+        let n = m.module.accelerators()?.len();
+        Ok(c_int::try_from(n).unwrap_or(c_int::MAX))
+    })
+}
+
+/// Stores in `*index` the stable index of the `n`-th accelerator (counting
+/// from 0, below p2pdma_module_num_accelerators()), the index that
+/// p2pdma_mem_module_alloc() takes. Indices need not be contiguous.
+///
+/// Returns 0, or a negative errno: -EINVAL for NULL arguments, -ENODEV when
+/// there is no `n`-th accelerator.
+///
+/// # Safety
+///
+/// `module` must be NULL or a live handle from p2pdma_module_open(); `index`
+/// must be NULL or point to a writable `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_module_accelerator_index(
+    module: *const p2pdma_module,
+    n: usize,
+    index: *mut u32,
+) -> c_int {
+    status("p2pdma_module_accelerator_index", || {
+        // SAFETY: The caller passes NULL or a live module handle.
+        let m = unsafe { raw::handle(module, "module") }?;
+        // SAFETY: The caller passes NULL or a writable `uint32_t`.
+        let index = unsafe { raw::out_struct(index, "index") }?;
+        let accels = m.module.accelerators()?;
+        let a = accels.get(n).ok_or_else(|| {
+            Failure::new(
+                libc::ENODEV,
+                format!("no accelerator {n}: the module has {}", accels.len()),
+            )
+        })?;
+        *index = a.index;
+        Ok(0)
+    })
+}
+
+/* Memory. */
+
+/// Creates the host-memory device: `size` bytes (more than 0) of zeroed,
+/// page-aligned host memory standing in for an accelerator, so that every
+/// function works on machines without one. AUTO moves data to and from it
+/// on the bounce path. Stores the handle in `*out`.
+///
+/// Returns 0, or a negative errno: -EINVAL when `out` is NULL or `size` is
+/// 0, -ENOMEM. On failure `*out` is NULL.
+///
+/// # Safety
+///
+/// `out` must be NULL or point to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_mem_host_new(size: usize, out: *mut *mut p2pdma_mem) -> c_int {
+    status("p2pdma_mem_host_new", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        if size == 0 {
+            return Err(Failure::invalid("`size` is 0"));
+        }
+        let mem = Box::new(HostMemory::new(size)?);
+        *out = raw::into_handle(p2pdma_mem { mem });
+        Ok(0)
+    })
+}
+
+/// Allocates `size` bytes of accelerator `accel_index`'s BAR memory, its bus
+/// address aligned to `align` (0 for a page), and maps it; stores the
+/// handle in `*out`. The memory keeps the module open: `module` may be
+/// closed before it is freed.
+///
+/// Returns 0, or a negative errno: -EINVAL for NULL arguments, a bad size or
+/// alignment, or an unknown accelerator, -ENOMEM when the BAR has no room.
+/// On failure `*out` is NULL.
+///
+/// # Safety
+///
+/// `module` must be NULL or a live handle from p2pdma_module_open(); `out`
+/// must be NULL or point to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_mem_module_alloc(
+    module: *const p2pdma_module,
+    accel_index: u32,
+    size: u64,
+    align: u64,
+    out: *mut *mut p2pdma_mem,
+) -> c_int {
+    status("p2pdma_mem_module_alloc", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        // SAFETY: The caller passes NULL or a live module handle.
+        let m = unsafe { raw::handle(module, "module") }?;
+        let mem = Box::new(ModuleMemory::alloc(
+            Arc::clone(&m.module),
+            accel_index,
+            size,
+            align,
+        )?);
+        *out = raw::into_handle(p2pdma_mem { mem });
+        Ok(0)
+    })
+}
+
+/// Frees memory from p2pdma_mem_host_new() or p2pdma_mem_module_alloc().
+/// NULL is ignored.
+///
+/// # Safety
+///
+/// `mem` must be NULL or a handle that is not freed yet and that no other
+/// thread uses any more.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_mem_free(mem: *mut p2pdma_mem) {
+    // SAFETY: The caller passes NULL or a live handle nobody else uses.
+    void("p2pdma_mem_free", || drop(unsafe { raw::from_handle(mem) }));
+}
+
+/// The memory's size in bytes; 0 only when `mem` is NULL (memory is never
+/// empty).
+///
+/// # Safety
+///
+/// `mem` must be NULL or a live memory handle.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_mem_size(mem: *const p2pdma_mem) -> usize {
+    call(
+        "p2pdma_mem_size",
+        |_| 0,
+        || {
+            // SAFETY: The caller passes NULL or a live memory handle.
+            let m = unsafe { raw::handle(mem, "mem") }?;
+            Ok(m.mem.len())
+        },
+    )
+}
+
+/// Copies `len` bytes from `src` into the memory at `offset` (host to
+/// device).
+///
+/// Returns 0, or a negative errno: -EINVAL for NULL arguments or a range
+/// outside the memory (nothing is copied then).
+///
+/// # Safety
+///
+/// `mem` must be NULL or a live memory handle; `src` must be NULL or
+/// readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_mem_write(
+    mem: *const p2pdma_mem,
+    offset: usize,
+    src: *const c_void,
+    len: usize,
+) -> c_int {
+    status("p2pdma_mem_write", || {
+        // SAFETY: The caller passes NULL or a live memory handle.
+        let m = unsafe { raw::handle(mem, "mem") }?;
+        // SAFETY: The caller passes NULL or `len` readable bytes.
+        let src = unsafe { raw::bytes(src, len, "src") }?;
+        m.mem.write_at(offset, src)?;
+        Ok(0)
+    })
+}
+
+/// Copies `len` bytes of the memory at `offset` into `dst` (device to
+/// host).
+///
+/// Returns 0, or a negative errno: -EINVAL for NULL arguments or a range
+/// outside the memory (nothing is copied then).
+///
+/// # Safety
+///
+/// `mem` must be NULL or a live memory handle; `dst` must be NULL or
+/// writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_mem_read(
+    mem: *const p2pdma_mem,
+    offset: usize,
+    dst: *mut c_void,
+    len: usize,
+) -> c_int {
+    status("p2pdma_mem_read", || {
+        // SAFETY: The caller passes NULL or a live memory handle.
+        let m = unsafe { raw::handle(mem, "mem") }?;
+        // SAFETY: The caller passes NULL or `len` writable bytes.
+        let dst = unsafe { raw::bytes_mut(dst, len, "dst") }?;
+        m.mem.read_at(offset, dst)?;
+        Ok(0)
+    })
+}
+
+/* Files. */
+
+/// Opens a file or block device for transfers, read-only, or for reading
+/// and writing when `writable` is not 0. The file must exist (create it
+/// first to write a new one); it is opened with `O_DIRECT`, so it must be
+/// on a filesystem that supports it (tmpfs does not). Stores the handle in
+/// `*out`.
+///
+/// Returns 0, or a negative errno: -EINVAL for NULL arguments or a
+/// filesystem without `O_DIRECT`, -ENOENT, -EACCES, and so on. On failure
+/// `*out` is NULL.
+///
+/// # Safety
+///
+/// `path` must be NULL or a NUL-terminated string; `out` must be NULL or
+/// point to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_file_open(
+    path: *const c_char,
+    writable: c_int,
+    out: *mut *mut p2pdma_file,
+) -> c_int {
+    status("p2pdma_file_open", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        // SAFETY: The caller passes NULL or a NUL-terminated string.
+        let path = OsStr::from_bytes(unsafe { raw::c_str(path, "path") }?.to_bytes());
+        let file = if writable != 0 {
+            StorageFile::open_rw(path)
+        } else {
+            StorageFile::open(path)
+        }?;
+        *out = raw::into_handle(p2pdma_file { file });
+        Ok(0)
+    })
+}
+
+/// Closes a file from p2pdma_file_open(). NULL is ignored.
+///
+/// # Safety
+///
+/// `file` must be NULL or a handle that is not closed yet and that no other
+/// thread uses any more.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_file_close(file: *mut p2pdma_file) {
+    // SAFETY: The caller passes NULL or a live handle nobody else uses.
+    void("p2pdma_file_close", || {
+        drop(unsafe { raw::from_handle(file) })
+    });
+}
+
+/// The file's size in bytes when it was opened, or a negative errno
+/// (-EINVAL when `file` is NULL).
+///
+/// # Safety
+///
+/// `file` must be NULL or a live file handle.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_file_size(file: *const p2pdma_file) -> i64 {
+    call("p2pdma_file_size", i64::from, || {
+        // SAFETY: The caller passes NULL or a live file handle.
+        let f = unsafe { raw::handle(file, "file") }?;
+        Ok(i64::try_from(f.file.size()).unwrap_or(i64::MAX))
+    })
+}
+
+/* Engines. */
+
+/// Creates a transfer engine; stores the handle in `*out`.
+///
+/// `path_pref` is "auto" (P2P where the module, the memory and the PCIe
+/// topology allow it, the bounce path otherwise), "p2p", "bounce" or
+/// "nvme-cmd"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
+/// `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`,
+/// `P2PDMA_DEPTH`). `chunk` (bytes per pipeline chunk, 4 KiB to 64 MiB) and
+/// `depth` (chunks in flight, 1 to 256) override it when not 0; 0 chooses
+/// automatically. `module` may be NULL: AUTO then always chooses the bounce
+/// path. The engine keeps the module open.
+///
+/// Returns 0, or a negative errno: -EINVAL for a NULL `out`, an unknown
+/// path, or a chunk or depth out of range. On failure `*out` is NULL.
+///
+/// # Safety
+///
+/// `path_pref` must be NULL or a NUL-terminated string; `module` must be
+/// NULL or a live module handle; `out` must be NULL or point to writable
+/// storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_engine_new(
+    path_pref: *const c_char,
+    chunk: usize,
+    depth: usize,
+    module: *const p2pdma_module,
+    out: *mut *mut p2pdma_engine,
+) -> c_int {
+    status("p2pdma_engine_new", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        let mut config = if path_pref.is_null() {
+            Config::from_env()?
+        } else {
+            // SAFETY: The caller passes a NUL-terminated string (not NULL here).
+            let pref = unsafe { raw::c_str(path_pref, "path_pref") }?;
+            let pref = pref
+                .to_str()
+                .map_err(|_| Failure::invalid("`path_pref` is not UTF-8"))?
+                .parse::<PathPref>()?;
+            Config {
+                path: pref,
+                ..Config::default()
+            }
+        };
+        if chunk != 0 {
+            config.set("chunk", &chunk.to_string())?;
+        }
+        if depth != 0 {
+            config.set("depth", &depth.to_string())?;
+        }
+        let module = if module.is_null() {
+            None
+        } else {
+            // SAFETY: The caller passes a live module handle (not NULL here).
+            Some(Arc::clone(
+                &unsafe { raw::handle(module, "module") }?.module,
+            ))
+        };
+        *out = raw::into_handle(p2pdma_engine {
+            engine: Engine::new(config, module),
+        });
+        Ok(0)
+    })
+}
+
+/// Frees an engine. NULL is ignored.
+///
+/// # Safety
+///
+/// `engine` must be NULL or a handle that is not freed yet and that no other
+/// thread uses any more.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_engine_free(engine: *mut p2pdma_engine) {
+    // SAFETY: The caller passes NULL or a live handle nobody else uses.
+    void("p2pdma_engine_free", || {
+        drop(unsafe { raw::from_handle(engine) })
+    });
+}
+
+/// The path transfers between `file` and `mem` take, and why: returns
+/// `P2PDMA_PATH_P2P`, `P2PDMA_PATH_BOUNCE` or `P2PDMA_PATH_NVME_CMD`, and
+/// copies the reason into `reason_buf` (truncated to `reason_len` bytes and
+/// always NUL-terminated; `reason_buf` may be NULL). Each transfer chooses
+/// the same way, on its own call.
+///
+/// Returns the path, or a negative errno: -EINVAL for NULL handles,
+/// -EOPNOTSUPP when the configured path cannot serve this pair (the
+/// reason is then in p2pdma_last_error()).
+///
+/// # Safety
+///
+/// `engine`, `file` and `mem` must be NULL or live handles; `reason_buf`
+/// must be NULL or writable for `reason_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_path_choice(
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    mem: *const p2pdma_mem,
+    reason_buf: *mut c_char,
+    reason_len: usize,
+) -> c_int {
+    status("p2pdma_path_choice", || {
+        // SAFETY: The caller passes NULL or live handles.
+        let (e, f, m) = unsafe {
+            (
+                raw::handle(engine, "engine")?,
+                raw::handle(file, "file")?,
+                raw::handle(mem, "mem")?,
+            )
+        };
+        let choice = e.engine.choose(&f.file, &*m.mem)?;
+        // SAFETY: The caller passes NULL or `reason_len` writable bytes.
+        unsafe { raw::copy_str(&choice.reason, reason_buf, reason_len) }?;
+        Ok(p2pdma_path::from(choice.path) as c_int)
+    })
+}
+
+/// Which way a transfer moves data.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Read,
+    Write,
+}
+
+/// The body of p2pdma_read() and p2pdma_write().
+///
+/// # Safety
+///
+/// As for p2pdma_read().
+#[expect(clippy::too_many_arguments, reason = "the C signature of p2pdma_read")]
+unsafe fn transfer(
+    dir: Direction,
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    file_offset: u64,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+    len: usize,
+    report: *mut p2pdma_report,
+) -> Result<c_int, Failure> {
+    let mut report = if report.is_null() {
+        None
+    } else {
+        // SAFETY: The caller passes a writable report (not NULL here).
+        Some(unsafe { raw::out_struct(report, "report") }?)
+    };
+    if let Some(out) = report.as_deref_mut() {
+        *out = p2pdma_report::default();
+    }
+    // SAFETY: The caller passes NULL or live handles.
+    let (e, f, m) = unsafe {
+        (
+            raw::handle(engine, "engine")?,
+            raw::handle(file, "file")?,
+            raw::handle(mem, "mem")?,
+        )
+    };
+    let done = match dir {
+        Direction::Read => e
+            .engine
+            .read(&f.file, file_offset, &*m.mem, mem_offset, len)
+            .map_err(Failure::from_read)?,
+        Direction::Write => e
+            .engine
+            .write(&f.file, file_offset, &*m.mem, mem_offset, len)
+            .map_err(Failure::from)?,
+    };
+    if done.bytes != len as u64 {
+        return Err(Failure::new(
+            libc::EIO,
+            format!("short transfer: moved {} of {len} bytes", done.bytes),
+        ));
+    }
+    if let Some(out) = report {
+        *out = p2pdma_report::from(done);
+    }
+    Ok(0)
+}
+
+/// Reads `len` bytes at `file_offset` of `file` into `mem` at `mem_offset`,
+/// on the path p2pdma_path_choice() reports. Offsets and lengths need no
+/// alignment. When `report` is not NULL, it receives what the transfer did.
+///
+/// Returns 0 once every byte has landed, or a negative errno, with `*report`
+/// zeroed: -EINVAL for NULL handles or a range outside the memory,
+/// -ENODATA when the range runs past the end of the file (a short read:
+/// nothing partial is reported as success), -EIO and others from storage.
+///
+/// # Safety
+///
+/// `engine`, `file` and `mem` must be NULL or live handles; `report` must be
+/// NULL or point to a writable `struct p2pdma_report`.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_read(
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    file_offset: u64,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+    len: usize,
+    report: *mut p2pdma_report,
+) -> c_int {
+    status("p2pdma_read", || {
+        // SAFETY: Passed on from this function's contract.
+        unsafe {
+            transfer(
+                Direction::Read,
+                engine,
+                file,
+                file_offset,
+                mem,
+                mem_offset,
+                len,
+                report,
+            )
+        }
+    })
+}
+
+/// Writes `len` bytes of `mem` at `mem_offset` to `file` at `file_offset`
+/// (the file must be open for writing). Bytes outside the range are never
+/// changed, and a regular file grows only to the end of the data written.
+/// When `report` is not NULL, it receives what the transfer did.
+///
+/// Returns 0 once every byte is written, or a negative errno, with `*report`
+/// zeroed: -EINVAL for NULL handles or a range outside the memory, -EBADF
+/// when the file is read-only, -EIO and others from storage.
+///
+/// # Safety
+///
+/// `engine`, `file` and `mem` must be NULL or live handles; `report` must be
+/// NULL or point to a writable `struct p2pdma_report`.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_write(
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    file_offset: u64,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+    len: usize,
+    report: *mut p2pdma_report,
+) -> c_int {
+    status("p2pdma_write", || {
+        // SAFETY: Passed on from this function's contract.
+        unsafe {
+            transfer(
+                Direction::Write,
+                engine,
+                file,
+                file_offset,
+                mem,
+                mem_offset,
+                len,
+                report,
+            )
+        }
+    })
+}
+
+/// Copies the counters of `path` (a `P2PDMA_PATH_*` value) of `engine`
+/// into `*out`.
+///
+/// Returns 0, or -EINVAL for NULL arguments or an unknown path.
+///
+/// # Safety
+///
+/// `engine` must be NULL or a live engine handle; `out` must be NULL or
+/// point to a writable `struct p2pdma_path_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_stats(
+    engine: *const p2pdma_engine,
+    path: c_int,
+    out: *mut p2pdma_path_stats,
+) -> c_int {
+    status("p2pdma_stats", || {
+        // SAFETY: The caller passes NULL or a live engine handle.
+        let e = unsafe { raw::handle(engine, "engine") }?;
+        // SAFETY: The caller passes NULL or a writable stats struct.
+        let out = unsafe { raw::out_struct(out, "out") }?;
+        let stats = e.engine.stats();
+        *out = match path {
+            p if p == p2pdma_path::P2PDMA_PATH_P2P as c_int => p2pdma_path_stats::from(&stats.p2p),
+            p if p == p2pdma_path::P2PDMA_PATH_BOUNCE as c_int => {
+                p2pdma_path_stats::from(&stats.bounce)
+            }
+            p if p == p2pdma_path::P2PDMA_PATH_NVME_CMD as c_int => {
+                p2pdma_path_stats::from(&stats.nvme_cmd)
+            }
+            p => return Err(Failure::invalid(format!("unknown path {p}"))),
+        };
+        Ok(0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+
+    #[test]
+    fn version_is_the_crate_version() {
+        // SAFETY: `p2pdma_version` returns a static NUL-terminated string.
+        let v = unsafe { CStr::from_ptr(p2pdma_version()) };
+        assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+    }
+
+    #[test]
+    fn host_memory_round_trips_and_refuses_bad_ranges() {
+        let mut mem = std::ptr::null_mut();
+        // SAFETY: `mem` is a writable pointer slot.
+        assert_eq!(unsafe { p2pdma_mem_host_new(8192, &mut mem) }, 0);
+        // SAFETY: `mem` is live, the buffers are valid for their lengths, and
+        // `mem` is freed once at the end.
+        unsafe {
+            assert_eq!(p2pdma_mem_size(mem), 8192);
+            let src = *b"0123456789";
+            assert_eq!(
+                p2pdma_mem_write(mem, 4090, src.as_ptr().cast(), src.len()),
+                0
+            );
+            let mut dst = [0u8; 10];
+            assert_eq!(
+                p2pdma_mem_read(mem, 4090, dst.as_mut_ptr().cast(), dst.len()),
+                0
+            );
+            assert_eq!(dst, src);
+            assert_eq!(
+                p2pdma_mem_read(mem, 8190, dst.as_mut_ptr().cast(), dst.len()),
+                -libc::EINVAL
+            );
+            assert_eq!(
+                p2pdma_mem_write(mem, usize::MAX, src.as_ptr().cast(), 1),
+                -libc::EINVAL
+            );
+            p2pdma_mem_free(mem);
+        }
+    }
+
+    #[test]
+    fn paths_have_their_c_values() {
+        assert_eq!(p2pdma_path::from(TransferPath::P2p) as c_int, 1);
+        assert_eq!(p2pdma_path::from(TransferPath::Bounce) as c_int, 2);
+        assert_eq!(p2pdma_path::from(TransferPath::NvmeCmd) as c_int, 3);
+    }
+}
