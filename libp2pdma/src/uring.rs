@@ -264,19 +264,7 @@ impl<'a> Session<'a> {
     /// Submits what is queued and waits until at least `min` I/Os (at most
     /// the number in flight) have completed; returns all that have.
     pub(crate) fn wait(&mut self, min: usize) -> Result<Vec<Completion>> {
-        let want = min.min(self.ninflight);
-        loop {
-            match self.ctx.ring.submit_and_wait(want) {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc_eintr()) => continue,
-                Err(e) => {
-                    return Err(Error::Sys {
-                        op: "io_uring_enter",
-                        source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
-                    })
-                }
-            }
-        }
+        submit_and_wait(&self.ctx.ring.submitter(), min.min(self.ninflight))?;
         let mut done = Vec::new();
         for cqe in self.ctx.ring.completion() {
             let idx = cqe.user_data() as usize;
@@ -301,8 +289,21 @@ impl<'a> Session<'a> {
     }
 }
 
-fn libc_eintr() -> i32 {
-    Errno::INTR.raw_os_error()
+/// Submits what is queued and waits for `want` completions, retrying when a
+/// signal interrupts the wait.
+fn submit_and_wait(submitter: &io_uring::Submitter<'_>, want: usize) -> Result<()> {
+    loop {
+        match submitter.submit_and_wait(want) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(Errno::INTR.raw_os_error()) => continue,
+            Err(e) => {
+                return Err(Error::Sys {
+                    op: "io_uring_enter",
+                    source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+                })
+            }
+        }
+    }
 }
 
 impl Drop for Session<'_> {
@@ -475,19 +476,7 @@ impl<'a> NvmeSession<'a> {
     /// Submits and waits for at least `min` completions; returns them as
     /// `(tag, result)`.
     pub(crate) fn wait(&mut self, min: usize) -> Result<Vec<(u64, NvmeResult)>> {
-        let want = min.min(self.inflight);
-        loop {
-            match self.ring.submit_and_wait(want) {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc_eintr()) => continue,
-                Err(e) => {
-                    return Err(Error::Sys {
-                        op: "io_uring_enter",
-                        source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
-                    })
-                }
-            }
-        }
+        submit_and_wait(&self.ring.submitter(), min.min(self.inflight))?;
         let mut done = Vec::new();
         for cqe in self.ring.completion() {
             self.inflight -= 1;

@@ -146,6 +146,44 @@ impl Xfer<'_> {
         Ok(())
     }
 
+    /// For the paths that DMA straight into the memory: its mapping, after
+    /// checking that the file offset and the memory offset can be block
+    /// aligned together (direct I/O needs both; the mapping starts on a page).
+    pub(super) fn dma_target(&self, path: &'static str) -> Result<DmaTarget> {
+        let unavailable = |reason: String| Error::PathUnavailable { path, reason };
+        let target = self
+            .mem
+            .dma_target()
+            .ok_or_else(|| unavailable(format!("{} has no CPU mapping storage could DMA into", self.mem.kind())))?;
+        let bs = self.file.block as u64;
+        if (self.mem_offset as u64) % bs != self.file_offset % bs {
+            return Err(unavailable(format!(
+                "file offset {} and memory offset {} differ modulo the {bs}-byte block",
+                self.file_offset, self.mem_offset
+            )));
+        }
+        Ok(target)
+    }
+
+    /// Reads the partial blocks at the ends of a direct read through the
+    /// slots: all of it when no whole block `[m0, m1)` lies inside. Returns
+    /// whether the middle is left to read.
+    pub(super) fn read_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<bool> {
+        let bs = self.file.block as u64;
+        let end = self.end();
+        if m0 >= m1 {
+            self.read_range(s, round_down(self.file_offset, bs), round_up(end, bs))?;
+            return Ok(false);
+        }
+        if self.file_offset < m0 {
+            self.read_range(s, m0 - bs, m0)?;
+        }
+        if m1 < end {
+            self.read_range(s, m1, m1 + bs)?;
+        }
+        Ok(true)
+    }
+
     /// Read-modify-write of the partial blocks at the ends of a write: the
     /// blocks are read, the transfer's bytes laid over them, and written back.
     pub(super) fn write_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<()> {

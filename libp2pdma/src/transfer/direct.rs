@@ -30,22 +30,6 @@ pub(super) fn run(
     if len == 0 {
         return Ok(());
     }
-    let target = mem.dma_target().ok_or_else(|| Error::PathUnavailable {
-        path: "p2p",
-        reason: format!("{} has no CPU mapping storage could DMA into", mem.kind()),
-    })?;
-    let bs = file.block_size() as u64;
-    // Direct I/O needs the file offset and the buffer address aligned to the
-    // same block; the mapping starts on a page, so the offsets must agree.
-    if (mem_offset as u64) % bs != file_offset % bs {
-        return Err(Error::PathUnavailable {
-            path: "p2p",
-            reason: format!(
-                "file offset {file_offset} and memory offset {mem_offset} differ modulo the {bs}-byte block"
-            ),
-        });
-    }
-    let mut s = Session::new(ctx, file.fd(), Some((target, mem)));
     let x = Xfer {
         file,
         file_offset,
@@ -54,20 +38,17 @@ pub(super) fn run(
         len,
         stats,
     };
+    let target = x.dma_target("p2p")?;
+    let bs = file.block_size() as u64;
+    let mut s = Session::new(ctx, file.fd(), Some((target, mem)));
     let end = file_offset + len as u64;
     let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));
     match dir {
         Direction::Read => {
-            if m0 >= m1 {
-                return x.read_range(&mut s, round_down(file_offset, bs), round_up(end, bs));
+            if x.read_edges(&mut s, m0, m1)? {
+                middle(&mut s, &x, false, m0, m1)?;
             }
-            if file_offset < m0 {
-                x.read_range(&mut s, m0 - bs, m0)?;
-            }
-            if m1 < end {
-                x.read_range(&mut s, m1, m1 + bs)?;
-            }
-            middle(&mut s, &x, false, m0, m1)
+            Ok(())
         }
         Direction::Write => {
             x.write_edges(&mut s, m0, m1)?;

@@ -36,15 +36,15 @@ pub(super) fn run(
     let ns = file
         .nvme_namespace()
         .ok_or_else(|| unavailable(format!("{} is not a whole NVMe namespace", file.path().display())))?;
-    let target = mem
-        .dma_target()
-        .ok_or_else(|| unavailable(format!("{} has no CPU mapping", mem.kind())))?;
-    let bs = file.block_size() as u64;
-    if (mem_offset as u64) % bs != file_offset % bs {
-        return Err(unavailable(format!(
-            "file offset {file_offset} and memory offset {mem_offset} differ modulo the {bs}-byte block"
-        )));
-    }
+    let x = Xfer {
+        file,
+        file_offset,
+        mem,
+        mem_offset,
+        len,
+        stats,
+    };
+    let target = x.dma_target("nvme-cmd")?;
     let generic = OpenOptions::new()
         .read(true)
         .write(dir == Direction::Write)
@@ -57,35 +57,24 @@ pub(super) fn run(
                 rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
             )
         })?;
-    let x = Xfer {
-        file,
-        file_offset,
-        mem,
-        mem_offset,
-        len,
-        stats,
-    };
+    let bs = file.block_size() as u64;
     let end = file_offset + len as u64;
     let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));
     {
         // The partial blocks at the ends, through the bounce slots.
         let mut s = Session::new(ctx, file.fd(), None::<(DmaTarget, &())>);
-        match dir {
-            Direction::Read if m0 >= m1 => {
-                return x.read_range(&mut s, round_down(file_offset, bs), round_up(end, bs));
+        let middle_left = match dir {
+            Direction::Read => x.read_edges(&mut s, m0, m1)?,
+            Direction::Write => {
+                x.write_edges(&mut s, m0, m1)?;
+                m0 < m1
             }
-            Direction::Read => {
-                if file_offset < m0 {
-                    x.read_range(&mut s, m0 - bs, m0)?;
-                }
-                if m1 < end {
-                    x.read_range(&mut s, m1, m1 + bs)?;
-                }
-            }
-            Direction::Write => x.write_edges(&mut s, m0, m1)?,
+        };
+        if !middle_left {
+            return if dir == Direction::Write { x.fix_size() } else { Ok(()) };
         }
     }
-    if m0 < m1 {
+    {
         let chunk = (ctx.chunk() as u64).min(ns.max_transfer as u64) / bs * bs;
         let chunk = chunk.max(bs);
         let depth = ctx.depth();
