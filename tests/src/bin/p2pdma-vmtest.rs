@@ -218,15 +218,7 @@ impl P2pmem {
 
     /// Physical address of the mapping's first byte, from /proc/self/pagemap.
     fn phys_addr(&self) -> Result<u64, String> {
-        let va = self.ptr.as_ptr() as u64;
-        let f = fs::File::open("/proc/self/pagemap").map_err(|e| format!("pagemap: {e}"))?;
-        let mut entry = [0u8; 8];
-        rustix::io::pread(&f, &mut entry, (va / 4096) * 8).map_err(|e| format!("pagemap: {e}"))?;
-        let entry = u64::from_le_bytes(entry);
-        if entry & (1 << 63) == 0 {
-            return Err("mapping not present in pagemap".into());
-        }
-        Ok((entry & ((1 << 55) - 1)) * 4096 + va % 4096)
+        phys_of(self.ptr.as_ptr() as u64)
     }
 }
 
