@@ -60,6 +60,11 @@ mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
 mount -t debugfs debugfs /sys/kernel/debug
 export P2PDMA_TOPOLOGY=$topology PATH=/bin:/sbin
+# The boot log, then an empty ring buffer: what the kernel says from here on
+# happens while the project's code runs.
+echo "@@BOOTLOG-BEGIN"
+dmesg -c
+echo "@@BOOTLOG-END"
 echo "@@BOOTED"
 sh /suite/$suite.sh
 echo "@@SUITE-EXIT \$?"
@@ -172,12 +177,24 @@ while IFS= read -r line; do
 	esac
 done < <(grep '^@@RESULT ' "$con")
 
-# The kernel log must be free of warnings, oopses and leak reports.
+# From the end of boot on (the module loads, the suite runs), the kernel log
+# must be free of warnings, oopses and leak reports. A report during boot,
+# before any of the project's code exists in the guest, is shown but not
+# counted: it is the kernel's (or the emulator's) own.
 sed -n '/^@@DMESG-BEGIN/,/^@@DMESG-END/p' "$con" >"$out/dmesg.txt"
-if grep -qE 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN:|suspected memory leak|UBSAN|rust_panic|panicked' "$con"; then
-	bad kernel-log-clean "$(grep -m3 -E 'WARNING:|BUG:|Oops|general protection|Call Trace|KASAN:|suspected memory leak|UBSAN|rust_panic|panicked' "$con")"
+sed -n '1,/^@@BOOTLOG-END/p' "$con" >"$out/boot.txt"
+sed -n '/^@@BOOTLOG-END/,$p' "$con" >"$out/run.txt"
+reports='WARNING:|BUG:|Oops|general protection|Call Trace|KASAN:|suspected memory leak|UBSAN|rust_panic|panicked'
+if ! grep -q '^@@BOOTLOG-END' "$con"; then
+	bad kernel-log-clean "the guest never finished booting"
+elif grep -qE "$reports" "$out/run.txt"; then
+	bad kernel-log-clean "$(grep -m3 -E "$reports" "$out/run.txt")"
 else
 	ok kernel-log-clean
+fi
+if grep -qE "$reports" "$out/boot.txt"; then
+	echo "NOTE boot-log: the kernel reported during boot, before the module or any test ran (see $out/boot.txt):"
+	grep -m3 -E "$reports" "$out/boot.txt" | sed 's/^/    /'
 fi
 
 echo "vm $suite/$topology: $pass passed, $fail failed"
