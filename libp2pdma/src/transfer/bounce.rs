@@ -23,29 +23,10 @@ pub(super) fn round_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run(
-    ctx: &mut Context,
-    dir: Direction,
-    file: &StorageFile,
-    file_offset: u64,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    len: usize,
-    stats: &PathStats,
-) -> Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
+/// Runs `x` in direction `dir` (`x.len > 0`).
+pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
+    let (file, file_offset, len) = (x.file, x.file_offset, x.len);
     let mut s = Session::new(ctx, file.fd(), None::<(DmaTarget, &())>);
-    let x = Xfer {
-        file,
-        file_offset,
-        mem,
-        mem_offset,
-        len,
-        stats,
-    };
     match dir {
         Direction::Read => x.read(&mut s),
         Direction::Write => {

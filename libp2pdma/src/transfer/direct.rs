@@ -8,36 +8,16 @@ use std::time::Instant;
 
 use super::{
     bounce::{round_down, round_up, Xfer},
-    Direction, PathStats, StorageFile,
+    Direction,
 };
 use crate::{
-    backend::DeviceMemory,
     uring::{Buf, Context, Session},
     Error, Result,
 };
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run(
-    ctx: &mut Context,
-    dir: Direction,
-    file: &StorageFile,
-    file_offset: u64,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    len: usize,
-    stats: &PathStats,
-) -> Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
-    let x = Xfer {
-        file,
-        file_offset,
-        mem,
-        mem_offset,
-        len,
-        stats,
-    };
+/// Runs `x` in direction `dir` (`x.len > 0`).
+pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
+    let (file, file_offset, mem, len) = (x.file, x.file_offset, x.mem, x.len);
     let target = x.dma_target("p2p")?;
     let bs = file.block_size() as u64;
     let mut s = Session::new(ctx, file.fd(), Some((target, mem)));
@@ -46,14 +26,14 @@ pub(super) fn run(
     match dir {
         Direction::Read => {
             if x.read_edges(&mut s, m0, m1)? {
-                middle(&mut s, &x, false, m0, m1)?;
+                middle(&mut s, x, false, m0, m1)?;
             }
             Ok(())
         }
         Direction::Write => {
             x.write_edges(&mut s, m0, m1)?;
             if m0 < m1 {
-                middle(&mut s, &x, true, m0, m1)?;
+                middle(&mut s, x, true, m0, m1)?;
             }
             x.fix_size()
         }

@@ -463,22 +463,38 @@ impl Engine {
                 done: file.size.saturating_sub(file_offset).min(len as u64),
             });
         }
+        if len == 0 {
+            return Ok(Report {
+                bytes: 0,
+                path: choice.path,
+                retried: false,
+                ring_pinned: false,
+            });
+        }
         let mut ctx = self.context(len, file.block)?;
         let ring_pinned = ctx.pinned();
         let start = Instant::now();
+        let xfer = |stats| bounce::Xfer {
+            file,
+            file_offset,
+            mem,
+            mem_offset,
+            len,
+            stats,
+        };
         let (res, path, retried) = match choice.path {
             TransferPath::Bounce => (
-                bounce::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, &self.stats.bounce),
+                bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce)),
                 TransferPath::Bounce,
                 false,
             ),
             fast @ (TransferPath::P2p | TransferPath::NvmeCmd) => {
                 let (r, stats) = if fast == TransferPath::P2p {
                     let s = &self.stats.p2p;
-                    (direct::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, s), s)
+                    (direct::run(&mut ctx, dir, &xfer(s)), s)
                 } else {
                     let s = &self.stats.nvme_cmd;
-                    (nvme::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, s), s)
+                    (nvme::run(&mut ctx, dir, &xfer(s)), s)
                 };
                 match r {
                     Ok(()) => (Ok(()), fast, false),
@@ -488,7 +504,7 @@ impl Engine {
                         // not allow direct I/O): redo the whole transfer
                         // through host memory.
                         stats.record_retry();
-                        let r = bounce::run(&mut ctx, dir, file, file_offset, mem, mem_offset, len, &self.stats.bounce);
+                        let r = bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce));
                         (r, TransferPath::Bounce, true)
                     }
                     Err(e) => (Err(e), fast, false),

@@ -10,40 +10,21 @@ use std::{fs::OpenOptions, os::fd::AsFd, time::Instant};
 
 use super::{
     bounce::{round_down, round_up, Xfer},
-    Direction, PathStats, StorageFile,
+    Direction,
 };
 use crate::{
-    backend::{DeviceMemory, DmaTarget},
+    backend::DmaTarget,
     uring::{Context, NvmeResult, NvmeSession, Session},
     Error, Result,
 };
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run(
-    ctx: &mut Context,
-    dir: Direction,
-    file: &StorageFile,
-    file_offset: u64,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    len: usize,
-    stats: &PathStats,
-) -> Result<()> {
-    if len == 0 {
-        return Ok(());
-    }
+/// Runs `x` in direction `dir` (`x.len > 0`).
+pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
+    let (file, file_offset, mem_offset, len, stats) = (x.file, x.file_offset, x.mem_offset, x.len, x.stats);
     let unavailable = |reason: String| Error::PathUnavailable { path: "nvme-cmd", reason };
     let ns = file
         .nvme_namespace()
         .ok_or_else(|| unavailable(format!("{} is not a whole NVMe namespace", file.path().display())))?;
-    let x = Xfer {
-        file,
-        file_offset,
-        mem,
-        mem_offset,
-        len,
-        stats,
-    };
     let target = x.dma_target("nvme-cmd")?;
     let generic = OpenOptions::new()
         .read(true)
@@ -78,7 +59,7 @@ pub(super) fn run(
         let chunk = (ctx.chunk() as u64).min(ns.max_transfer as u64) / bs * bs;
         let chunk = chunk.max(bs);
         let depth = ctx.depth();
-        let mut s = NvmeSession::new(generic.as_fd(), ns.nsid, ns.lba_shift, depth, target, mem)?;
+        let mut s = NvmeSession::new(generic.as_fd(), ns.nsid, ns.lba_shift, depth, target, x.mem)?;
         let n = (m1 - m0).div_ceil(chunk);
         let mut next = 0u64;
         let write = dir == Direction::Write;
