@@ -220,6 +220,29 @@ impl P2pmem {
     fn phys_addr(&self) -> Result<u64, String> {
         phys_of(self.ptr.as_ptr() as u64)
     }
+
+    /// Fills the whole mapping with an `O_DIRECT` read of `nvme` at `offset`;
+    /// `what` names the memory in errors.
+    fn read_direct(&self, nvme: &str, offset: u64, what: &str) -> Result<(), String> {
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(nvme)
+            .map_err(|e| format!("{nvme}: {e}"))?;
+        // SAFETY: The mapping is `len` writable bytes that nothing else
+        // accesses while the read runs.
+        let buf = unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) };
+        let mut done = 0;
+        while done < self.len {
+            let n = pread(&f, &mut buf[done..], offset + done as u64)
+                .map_err(|e| format!("O_DIRECT pread {nvme} into {what}: {e}"))?;
+            if n == 0 {
+                return Err(format!("short read: {done} of {} bytes", self.len));
+            }
+            done += n;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for P2pmem {
@@ -258,23 +281,7 @@ fn p2pmem_read(
     let bar_offset = mem.phys_addr()? - bar_start(&pci, accel.bar)?;
 
     if !skip_read {
-        let f = OpenOptions::new()
-            .read(true)
-            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-            .open(nvme)
-            .map_err(|e| format!("{nvme}: {e}"))?;
-        // SAFETY: `mem` is `len` writable bytes that nothing else accesses
-        // while the read runs.
-        let buf = unsafe { std::slice::from_raw_parts_mut(mem.ptr.as_ptr(), len) };
-        let mut done = 0;
-        while done < len {
-            let n = pread(&f, &mut buf[done..], offset + done as u64)
-                .map_err(|e| format!("O_DIRECT pread {nvme} into P2P memory: {e}"))?;
-            if n == 0 {
-                return Err(format!("short read: {done} of {len} bytes"));
-            }
-            done += n;
-        }
+        mem.read_direct(nvme, offset, "P2P memory")?;
     }
     let landed = mem.to_vec();
     println!(
@@ -351,22 +358,7 @@ fn module_read(nvme: &str, offset: u64, len: usize, hold: bool) -> Result<(), St
     mem.fill(0x5A);
     let pci = accel.pci.to_string();
     let bar_offset = mem.phys_addr()? - bar_start(&pci, accel.bar)?;
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-        .open(nvme)
-        .map_err(|e| format!("{nvme}: {e}"))?;
-    // SAFETY: `mem` is `len` writable bytes nothing else accesses meanwhile.
-    let buf = unsafe { std::slice::from_raw_parts_mut(mem.ptr.as_ptr(), len) };
-    let mut done = 0;
-    while done < len {
-        let n = pread(&f, &mut buf[done..], offset + done as u64)
-            .map_err(|e| format!("O_DIRECT pread {nvme} into module memory: {e}"))?;
-        if n == 0 {
-            return Err(format!("short read: {done} of {len} bytes"));
-        }
-        done += n;
-    }
+    mem.read_direct(nvme, offset, "module memory")?;
     println!(
         "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={offset} bar_offset={bar_offset} len={len} fnv1a={:016x}",
         accel.bar,
