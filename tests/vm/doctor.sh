@@ -41,6 +41,20 @@ else
 	has_json doctor-quotes-kernel-reason '"reason":"P2P not possible: [^"]*do not share an upstream bridge or whitelisted host bridge'
 fi
 
+# A file on the ext4 filesystem of the second namespace: the same storage
+# facts, through the filesystem to its namespace.
+mount_rigfs
+json=$(p2pdma-ctl doctor /mnt/data.bin --dev 0 --json 2>&1)
+echo "$json"
+has_json doctor-file-storage-is-nvme '"name":"storage","status":"ok"'
+has_json doctor-file-generic '"generic_path":"/dev/ng0n2"'
+if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	has_json doctor-file-chooses-p2p '"path":"p2p"'
+else
+	has_json doctor-file-chooses-bounce '"path":"bounce"'
+fi
+umount_rigfs
+
 # The text report: a table, then the path.
 text=$(p2pdma-ctl doctor /dev/nvme0n1 --dev 0 2>&1)
 echo "$text"

@@ -3,7 +3,12 @@
 # kernel's reason) on the no-switch one; forced paths, unaligned heads and
 # tails, writes with read-modify-write, and P2P failures retried on the
 # bounce path. The host checks every byte in the BAR's backing file and in
-# the NVMe image.
+# the NVMe image. The same on files of an ext4 filesystem on the NVMe: P2P
+# and NVMe commands (extents from FIEMAP) with the filesystem kept, dirty
+# page cache written back before NVMe-command reads, the page cache
+# invalidated after NVMe-command writes, holes and unwritten extents read as
+# zeros, and NVMe-command writes that would need allocation redone on the
+# bounce path; the host reads the files back out of the image with debugfs.
 . /suite/lib.sh
 
 check module-loads insmod /lib/modules/p2pdma.ko
@@ -18,11 +23,55 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check nvme-cmd-write p2pdma-vmtest engine-write --path nvme-cmd --offset $((52 * M + 512)) --len $((M + 4096)) --mem-offset 512 --pattern-offset $((13 * M)) --expect-path nvme-cmd
 	check auto-write-p2p p2pdma-vmtest engine-write --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p
 	check forced-bounce-write p2pdma-vmtest engine-write --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
+
+	mount_rigfs
+	D="p2pdma-vmtest engine-read --nvme /mnt/data.bin --fs-name /data.bin --verify-buffered"
+	W="p2pdma-vmtest engine-write --nvme /mnt/rw.bin --fs-name /rw.bin --verify-buffered"
+	check_held file-p2p-read $D --offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 --expect-path p2p --hold
+	check_held file-nvme-cmd-read $D --path nvme-cmd --offset $((9 * M + 4096)) --len $((3 * M)) --expect-path nvme-cmd --hold
+	check_held file-nvme-cmd-read-unaligned $D --path nvme-cmd --offset $((14 * M + 777)) --len $((M + 3)) --mem-offset 777 --expect-path nvme-cmd --hold
+	check file-p2p-write $W --offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path p2p
+	# The range is in the page cache before the write: the buffered read
+	# after it must see the new bytes.
+	cat /mnt/rw.bin >/dev/null
+	check file-nvme-cmd-write $W --path nvme-cmd --offset $((4 * M + 4096)) --len $((2 * M)) --pattern-offset $((11 * M)) --expect-path nvme-cmd
+	check file-nvme-cmd-write-unaligned $W --path nvme-cmd --offset $((8 * M + 100)) --len $((M + 200)) --mem-offset 100 --pattern-offset $((12 * M + 16)) --expect-path nvme-cmd
+	: >/mnt/new.bin
+	check file-p2p-write-grows-file p2pdma-vmtest engine-write --nvme /mnt/new.bin --fs-name /new.bin --verify-buffered \
+		--offset 0 --len $((3 * M + 123)) --pattern-offset $((2 * M)) --expect-path p2p
+	: >/mnt/tail.bin
+	check file-nvme-cmd-write-new-file-retried p2pdma-vmtest engine-write --nvme /mnt/tail.bin --fs-name /tail.bin --verify-buffered \
+		--path nvme-cmd --offset 0 --len $((M + 5)) --pattern-offset $((3 * M)) --expect-path bounce --expect-retry
+	# Buffered writes not yet written back: NVMe commands must see them.
+	dd if=/dev/urandom of=/mnt/dirty.bin bs=65536 count=40 2>/dev/null
+	check file-nvme-cmd-read-dirty p2pdma-vmtest engine-read --nvme /mnt/dirty.bin --verify-buffered \
+		--path nvme-cmd --offset 4096 --len $((2 * M)) --expect-path nvme-cmd
+	# A hole at [0, 2M), data at [2M, 3M), a hole, an unwritten extent at
+	# [5M, 6M), a hole to 8M: reads give zeros in holes on both paths.
+	truncate -s $((8 * M)) /mnt/sparse.bin
+	dd if=/dev/urandom of=/mnt/sparse.bin bs=$M seek=2 count=1 conv=notrunc 2>/dev/null
+	fallocate -o $((5 * M)) -l $M /mnt/sparse.bin
+	sync
+	S="p2pdma-vmtest engine-read --nvme /mnt/sparse.bin --verify-buffered --offset 0 --len $((8 * M))"
+	check file-nvme-cmd-read-sparse $S --path nvme-cmd --expect-path nvme-cmd
+	check file-p2p-read-sparse $S --expect-path p2p
+	S="p2pdma-vmtest engine-write --nvme /mnt/sparse.bin --verify-buffered --pattern-offset 0"
+	check file-nvme-cmd-write-hole-retried $S --path nvme-cmd --offset $M --len $((2 * M)) --expect-path bounce --expect-retry
+	check file-nvme-cmd-write-unwritten-retried $S --path nvme-cmd --offset $((5 * M)) --len $M --expect-path bounce --expect-retry
+	umount_rigfs
 else
 	check_held auto-read-bounce p2pdma-vmtest engine-read --offset $((16 * M)) --len $((4 * M)) --expect-path bounce --hold
 	check_held forced-p2p-refused-retried p2pdma-vmtest engine-read --path p2p --offset $((24 * M)) --len $M --expect-path bounce --expect-retry --hold
 	check_held nvme-cmd-refused-retried p2pdma-vmtest engine-read --path nvme-cmd --offset $((28 * M)) --len $M --expect-path bounce --expect-retry --hold
 	check auto-write-bounce p2pdma-vmtest engine-write --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path bounce
+	mount_rigfs
+	check_held file-auto-read-bounce p2pdma-vmtest engine-read --nvme /mnt/data.bin --fs-name /data.bin --verify-buffered \
+		--offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 --expect-path bounce --hold
+	check file-nvme-cmd-refused-retried p2pdma-vmtest engine-read --nvme /mnt/data.bin --verify-buffered \
+		--path nvme-cmd --offset $((9 * M)) --len $M --expect-path bounce --expect-retry
+	check file-auto-write-bounce p2pdma-vmtest engine-write --nvme /mnt/rw.bin --fs-name /rw.bin --verify-buffered \
+		--offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path bounce
+	umount_rigfs
 	out=$(p2pdma-vmtest engine-read --offset 0 --len 4096 --expect-path bounce 2>&1)
 	case $out in
 	*"do not share an upstream bridge or whitelisted host bridge"*) pass auto-reason-is-the-kernels ;;

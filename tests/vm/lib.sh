@@ -92,3 +92,14 @@ check_kmemleak() {
 		fail kmemleak-clean "$(echo "$leaks" | grep -c 'unreferenced object') unreferenced object(s)"
 	fi
 }
+
+# The rig's filesystem (ext4 on the NVMe's second namespace) at /mnt.
+mount_rigfs() {
+	mkdir -p /mnt
+	check rigfs-mounts mount -t ext4 /dev/nvme0n2 /mnt
+}
+
+# Unmounting writes everything back, so the host can read the image.
+umount_rigfs() {
+	check rigfs-unmounts umount /mnt
+}

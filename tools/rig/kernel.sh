@@ -64,11 +64,22 @@ if [ -f "$tree/.p2pdma-built" ]; then
 fi
 
 rm -rf "$tree" "$tree.tmp" "$tree.deb"
-mkdir -p "$tree.tmp" "$tree.deb"
-log "unpacking linux-source $pkgver"
-dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tree.deb" --wildcards '*/linux-source-*.tar.xz'
-tar -xf "$tree.deb"/usr/src/linux-source-*.tar.xz -C "$tree.tmp" --strip-components=1
-rm -rf "$tree.deb"
+# A built tree of the same source and variant under another configuration
+# seeds this one: Kbuild tracks every object's CONFIG_ dependencies, so only
+# what the configuration change touches is rebuilt.
+seed=$(ls -dt "$P2PDMA_CACHE/kernel/linux-${pkgver//[^A-Za-z0-9.]/_}-$variant-"* 2>/dev/null |
+	while read -r t; do [ -f "$t/.p2pdma-built" ] && { echo "$t"; break; }; done)
+if [ -n "$seed" ]; then
+	log "seeding from $(basename "$seed") (incremental build)"
+	cp -a "$seed" "$tree.tmp"
+	rm -f "$tree.tmp/.p2pdma-built"
+else
+	mkdir -p "$tree.tmp" "$tree.deb"
+	log "unpacking linux-source $pkgver"
+	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tree.deb" --wildcards '*/linux-source-*.tar.xz'
+	tar -xf "$tree.deb"/usr/src/linux-source-*.tar.xz -C "$tree.tmp" --strip-components=1
+	rm -rf "$tree.deb"
+fi
 mv "$tree.tmp" "$tree"
 
 mk() { make -C "$tree" LLVM="$LLVM_SUFFIX" "$@"; }

@@ -76,9 +76,16 @@ INIT
 chmod +x "$ir/init"
 (cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$out/initramfs.cpio.gz"
 
-# The devices: an NVMe image with non-repeating content, and the file behind
-# the accelerator's memory BAR, zero-filled, shared with the guest.
+# The devices: an NVMe namespace with non-repeating content, a second
+# namespace holding an ext4 filesystem with files of that content (data.bin
+# to read, rw.bin to overwrite: both fully written, no holes), and the file
+# behind the accelerator's memory BAR, zero-filled, shared with the guest.
 "$musl/p2pdma-rigdata" make-image "$out/nvme.img" 64
+mkdir -p "$out/fsroot"
+"$musl/p2pdma-rigdata" make-image "$out/fsroot/data.bin" 24
+cp "$out/fsroot/data.bin" "$out/fsroot/rw.bin"
+mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/fs.img" 96M ||
+	die "mkfs.ext4 of the rig filesystem failed"
 truncate -s 64M "$out/accel.bin"
 
 pcie=()
@@ -111,7 +118,10 @@ timeout -k 5 "$timeout" qemu-system-x86_64 \
 	-append "console=ttyS0 loglevel=4 panic=-1 oops=panic" \
 	"${pcie[@]}" \
 	-drive "file=$out/nvme.img,if=none,id=nvm,format=raw" \
-	-device "nvme,serial=p2pdma-rig,drive=nvm,bus=$nvme_bus" \
+	-drive "file=$out/fs.img,if=none,id=nvmfs,format=raw" \
+	-device "nvme,id=nvme0,serial=p2pdma-rig,bus=$nvme_bus" \
+	-device "nvme-ns,drive=nvm,bus=nvme0,nsid=1" \
+	-device "nvme-ns,drive=nvmfs,bus=nvme0,nsid=2" \
 	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M" \
 	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus" \
 	>"$out/qemu.log" 2>&1
@@ -171,6 +181,29 @@ while IFS= read -r line; do
 			ok "host:$what ($res)"
 		else
 			bad "host:$what" "$res"
+		fi
+		;;
+	file-read)
+		# What the guest read from a file of the filesystem must be that
+		# file's bytes, which the host put into the image.
+		args=(--expected "$out/fsroot$(kv fsfile "$line")" --expected-offset "$(kv file_offset "$line")"
+			--actual "$out/accel.bin" --actual-offset "$(kv bar_offset "$line")" --len "$(kv len "$line")")
+		if res=$("$musl/p2pdma-rigdata" compare "${args[@]}"); then ok "host:$what ($res)"; else bad "host:$what" "$res"; fi
+		;;
+	file-write)
+		# What the guest wrote into a file must be in the filesystem image,
+		# read back with debugfs (no mount, no guest), at the size the guest saw.
+		name=$(kv fsfile "$line") dump="$out/dump$(kv fsfile "$line" | tr / _)"
+		rm -f "$dump"
+		if ! debugfs -R "dump $name $dump" "$out/fs.img" >"$dump.log" 2>&1 || [ ! -f "$dump" ]; then
+			bad "host:$what" "debugfs could not dump $name: $(tail -n 1 "$dump.log")"
+		elif [ "$(stat -c %s "$dump")" != "$(kv size "$line")" ]; then
+			bad "host:$what" "$name is $(stat -c %s "$dump") bytes in the image, the guest saw $(kv size "$line")"
+		elif res=$("$musl/p2pdma-rigdata" compare-pattern --file "$dump" --offset "$(kv file_offset "$line")" \
+			--pattern-offset "$(kv pattern_offset "$line")" --len "$(kv len "$line")"); then
+			ok "host:$what $name ($res)"
+		else
+			bad "host:$what" "$name: $res"
 		fi
 		;;
 	*) bad "host:$what" "unknown result kind" ;;

@@ -72,9 +72,18 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct EngineArgs {
+    /// The storage: a block device or a file on a mounted filesystem.
     #[arg(long, default_value = "/dev/nvme0n1")]
     nvme: String,
-    /// auto, p2p, bounce.
+    /// When the storage is a file of the rig's filesystem image: its path
+    /// inside the filesystem, for the host to find it in the image.
+    #[arg(long)]
+    fs_name: Option<String>,
+    /// After the transfer, read the range back through the page cache
+    /// (buffered `pread`) and require it to equal the device memory.
+    #[arg(long)]
+    verify_buffered: bool,
+    /// auto, p2p, nvme-cmd, bounce.
     #[arg(long, default_value = "auto")]
     path: String,
     #[arg(long)]
@@ -153,23 +162,85 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
             x.expect_path, x.expect_retry, report.path, report.retried
         ));
     }
+    if x.verify_buffered {
+        verify_buffered(&x.nvme, x.offset, &mem, x.mem_offset, x.len)?;
+    }
+    // Only the memory stays held: the storage is closed, so that a
+    // filesystem it lives on can be unmounted while the host check waits.
+    let block_device = file.path().starts_with("/dev/");
+    drop(handle);
+    drop(file);
+    drop(engine);
     let target = mem.dma_target().ok_or("module memory without a mapping")?;
     let pci = accel.pci.to_string();
     let bar_offset = phys_of(target.ptr as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
-    match write_pattern {
-        None => println!(
+    match (write_pattern, &x.fs_name) {
+        // A file the host has no copy of: the buffered read-back is the check.
+        (_, None) if !block_device => {
+            if !x.verify_buffered {
+                return Err("a file outside the rig image needs --verify-buffered".into());
+            }
+        }
+        (None, None) => println!(
             "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={} bar_offset={bar_offset} len={}",
             accel.bar, x.offset, x.len
         ),
-        Some(p) => println!(
+        (Some(p), None) => println!(
             "@@RESULT nvme-write nvme_offset={} pattern_offset={p} len={}",
             x.offset, x.len
         ),
+        (None, Some(name)) => println!(
+            "@@RESULT file-read fsfile={name} file_offset={} bar_offset={bar_offset} len={}",
+            x.offset, x.len
+        ),
+        (Some(p), Some(name)) => {
+            let size = fs::metadata(&x.nvme).map_err(|e| format!("{}: {e}", x.nvme))?.len();
+            println!(
+                "@@RESULT file-write fsfile={name} file_offset={} pattern_offset={p} len={} size={size}",
+                x.offset, x.len
+            )
+        }
     }
     if x.hold {
         hold_forever();
     }
     Ok(())
+}
+
+/// Reads `len` bytes at `offset` of `path` through the page cache and
+/// compares them with the device memory at `mem_offset`.
+fn verify_buffered(
+    path: &str,
+    offset: u64,
+    mem: &dyn p2pdma::backend::DeviceMemory,
+    mem_offset: usize,
+    len: usize,
+) -> Result<(), String> {
+    let f = fs::File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let (mut cached, mut landed) = (vec![0u8; len], vec![0u8; len]);
+    let mut done = 0;
+    while done < len {
+        let n = pread(&f, &mut cached[done..], offset + done as u64)
+            .map_err(|e| format!("buffered pread {path}: {e}"))?;
+        if n == 0 {
+            return Err(format!("buffered read of {path}: short, {done} of {len} bytes"));
+        }
+        done += n;
+    }
+    mem.read_at(mem_offset, &mut landed).map_err(|e| e.to_string())?;
+    match cached.iter().zip(&landed).position(|(a, b)| a != b) {
+        None => {
+            println!("buffered read of {path} matches the device memory ({len} bytes)");
+            Ok(())
+        }
+        Some(i) => Err(format!(
+            "{path} through the page cache differs from the device memory at byte {i} of {len} \
+             (file offset {}): page cache {:#04x}, memory {:#04x}",
+            offset + i as u64,
+            cached[i],
+            landed[i]
+        )),
+    }
 }
 
 /// A mapping of P2P memory from `/sys/bus/pci/devices/<dev>/p2pmem/allocate`.
