@@ -337,13 +337,26 @@ pub enum Sharing {
     Private,
 }
 
+/// The memory type of a mapping, which decides the copy routines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Caching {
+    /// Write-combined, uncached reads: accelerator BARs as the p2pdma module
+    /// maps them. Copies use [`crate::wc`]: streaming loads, and stores that
+    /// end with a store fence.
+    WriteCombined,
+    /// Ordinary cached memory (a memfd, the host-memory device). Copies are
+    /// `memcpy`: streaming stores would only evict lines from the cache.
+    WriteBack,
+}
+
 /// A read-write mapping of a file (device memory, for the p2pdma module),
 /// reachable only through raw pointers and copies.
 ///
 /// The memory may be changed at any time by the device, a peer's DMA or
 /// another mapping, so no reference into it is ever created; [`read_at`] and
-/// [`write_at`] copy with the routines of [`crate::wc`], and a write ends
-/// with a store fence. Unmapped on drop.
+/// [`write_at`] copy with the routines for its [`Caching`] (those of
+/// [`crate::wc`] for write-combined memory, where a write ends with a store
+/// fence). Unmapped on drop.
 ///
 /// Touching the mapping after the device went away raises `SIGBUS`, as for
 /// any mapping whose backing store vanished.
@@ -354,6 +367,7 @@ pub enum Sharing {
 pub struct RawMapping {
     ptr: NonNull<u8>,
     len: usize,
+    caching: Caching,
 }
 
 // SAFETY: The mapping is plain memory shared with the device; the type hands
@@ -365,8 +379,14 @@ unsafe impl Send for RawMapping {}
 unsafe impl Sync for RawMapping {}
 
 impl RawMapping {
-    /// `mmap(NULL, len, PROT_READ | PROT_WRITE, sharing, fd, offset)`.
+    /// `mmap(NULL, len, PROT_READ | PROT_WRITE, sharing, fd, offset)` of
+    /// device memory: copies treat it as write-combined.
     pub fn map(fd: impl AsFd, len: usize, offset: u64, sharing: Sharing) -> Result<Self, Errno> {
+        Self::map_with(fd, len, offset, sharing, Caching::WriteCombined)
+    }
+
+    /// [`RawMapping::map`] of memory of the given type.
+    pub fn map_with(fd: impl AsFd, len: usize, offset: u64, sharing: Sharing, caching: Caching) -> Result<Self, Errno> {
         if len == 0 {
             return Err(Errno::INVAL);
         }
@@ -387,7 +407,12 @@ impl RawMapping {
             )
         }?;
         let ptr = NonNull::new(ptr.cast()).ok_or(Errno::NOMEM)?;
-        Ok(Self { ptr, len })
+        Ok(Self { ptr, len, caching })
+    }
+
+    /// The memory type its copies assume.
+    pub fn caching(&self) -> Caching {
+        self.caching
     }
 
     /// The first byte of the mapping.
@@ -422,7 +447,13 @@ impl RawMapping {
         // SAFETY: `offset..offset + src.len()` lies inside the mapping, which
         // lives as long as `self`, and cannot overlap `src`, which is
         // ordinary memory Rust owns.
-        unsafe { crate::wc::copy_to_wc(self.ptr.as_ptr().add(offset), src.as_ptr(), src.len()) };
+        unsafe {
+            let dst = self.ptr.as_ptr().add(offset);
+            match self.caching {
+                Caching::WriteCombined => crate::wc::copy_to_wc(dst, src.as_ptr(), src.len()),
+                Caching::WriteBack => ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()),
+            }
+        };
         Ok(())
     }
 
@@ -433,7 +464,11 @@ impl RawMapping {
         self.check(offset, dst.len())?;
         // SAFETY: As in `write_at`.
         unsafe {
-            crate::wc::copy_from_wc(dst.as_mut_ptr(), self.ptr.as_ptr().add(offset), dst.len())
+            let src = self.ptr.as_ptr().add(offset);
+            match self.caching {
+                Caching::WriteCombined => crate::wc::copy_from_wc(dst.as_mut_ptr(), src, dst.len()),
+                Caching::WriteBack => ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()),
+            }
         };
         Ok(())
     }
@@ -589,9 +624,16 @@ mod tests {
 
     #[test]
     fn copies_are_exact_at_every_alignment() {
+        for caching in [Caching::WriteCombined, Caching::WriteBack] {
+            copies_are_exact_with(caching);
+        }
+    }
+
+    fn copies_are_exact_with(caching: Caching) {
         let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&memfd, 8192).unwrap();
-        let map = RawMapping::map(&memfd, 8192, 0, Sharing::Shared).unwrap();
+        let map = RawMapping::map_with(&memfd, 8192, 0, Sharing::Shared, caching).unwrap();
+        assert_eq!(map.caching(), caching);
         let data: Vec<u8> = (0..100u32).map(|i| (i * 7 + 3) as u8).collect();
         for offset in 0..17 {
             for len in [0, 1, 7, 8, 9, 23, 100] {

@@ -4,9 +4,15 @@
 //! Writes into a WC mapping are fastest as full-line streaming stores
 //! (`MOVNTDQ`/`VMOVNTDQ`) that fill write-combining buffers without reading
 //! the destination; reads from WC (uncached) memory are fastest as streaming
-//! loads (`MOVNTDQA`). Unaligned heads and tails are copied with ordinary
-//! byte moves, and a store fence makes the writes globally visible before the
+//! loads (`MOVNTDQA`), which fetch a whole line where ordinary loads would
+//! each cross the bus. Unaligned heads and tails are copied with ordinary
+//! moves, and a store fence makes the writes globally visible before the
 //! copy returns.
+//!
+//! Writes shorter than [`SMALL_STORE`] use ordinary stores and the fence:
+//! stores to WC memory are write-combined whatever their kind, so for a few
+//! lines the streaming loop only adds its set-up, and should the memory be
+//! cached after all, streaming stores would evict each line they touch.
 //!
 //! This is one of the crate's two raw layers (with `sys`): the functions take
 //! raw pointers because device memory is never exposed as Rust references.
@@ -76,6 +82,9 @@ pub unsafe fn copy_from_wc(dst: *mut u8, src: *const u8, len: usize) {
     unsafe { copy_from_wc_with(CopyIsa::detect(), dst, src, len) }
 }
 
+/// Writes below this many bytes use ordinary stores (then the fence).
+pub const SMALL_STORE: usize = 256;
+
 /// [`copy_to_wc`] with a given routine.
 ///
 /// # Safety
@@ -84,6 +93,12 @@ pub unsafe fn copy_from_wc(dst: *mut u8, src: *const u8, len: usize) {
 pub unsafe fn copy_to_wc_with(isa: CopyIsa, dst: *mut u8, src: *const u8, len: usize) {
     // SAFETY: Forwarded from the caller; each routine checks nothing more.
     unsafe {
+        if len < SMALL_STORE && isa != CopyIsa::Plain {
+            std::ptr::copy_nonoverlapping(src, dst, len);
+            #[cfg(target_arch = "x86_64")]
+            std::arch::x86_64::_mm_sfence();
+            return;
+        }
         match isa {
             #[cfg(target_arch = "x86_64")]
             CopyIsa::Avx2 => x86::store_avx2(dst, src, len),
@@ -243,7 +258,7 @@ mod tests {
     #[test]
     fn every_routine_copies_every_alignment_and_length() {
         for isa in CopyIsa::available() {
-            for len in [0, 1, 15, 16, 31, 32, 63, 64, 127, 128, 129, 4096, 65536 + 7] {
+            for len in [0, 1, 15, 16, 31, 32, 63, 64, 127, 128, 129, 255, 256, 257, 4096, 65536 + 7] {
                 for (doff, soff) in [(0, 0), (1, 0), (0, 3), (7, 13), (31, 1)] {
                     let src = pattern(len + soff, len as u8);
                     let mut dst = vec![0xEEu8; len + doff + 8];

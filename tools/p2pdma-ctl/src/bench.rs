@@ -4,8 +4,9 @@
 //! - `storage`: the bounce pipeline vs the serial approach (read everything,
 //!   then copy) vs fio (io_uring, `O_DIRECT`, same file, block size and
 //!   depth), sequential reads into the host-memory device;
-//! - `copy`: small copies into a shared mapping with the write-combining
-//!   copy routines vs one `pwrite(2)` per copy;
+//! - `copy`: small copies into a shared mapping with the library's copy
+//!   routines (and into accelerator memory, with the module) vs one
+//!   `pwrite(2)` per copy;
 //! - `cpu`: CPU time per GiB moved from an NVMe namespace into accelerator
 //!   memory, per path (needs the module; meant for the VM rig, where the
 //!   emulated devices' DMA runs outside the guest).
@@ -215,47 +216,60 @@ fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
 }
 
 fn copy(json_out: &mut Value) -> Res<()> {
-    // A shared mapping of a memfd, the kind of mapping device memory is,
-    // written with the write-combining routines (streaming stores, what the
-    // library uses on device memory) and with memcpy (what it uses on host
-    // memory), vs one pwrite(2) per copy into the same memfd.
+    // A shared mapping of a memfd: write-back memory, copied into with the
+    // library's routine for it (memcpy), and, for reference, with the
+    // write-combining routine device memory gets; accelerator memory from
+    // the module when there is one (its WC BAR mapping); vs one pwrite(2)
+    // per copy into the memfd.
+    use p2pdma::sys::{Caching, RawMapping, Sharing};
     let fd = rustix::fs::memfd_create("p2pdma-bench", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| e.to_string())?;
     let size = 1usize << 20;
     rustix::fs::ftruncate(&fd, size as u64).map_err(|e| e.to_string())?;
-    let map = p2pdma::sys::RawMapping::map(&fd, size, 0, p2pdma::sys::Sharing::Shared).map_err(|e| e.to_string())?;
-    let host = HostMemory::new(size).map_err(|e| e.to_string())?;
+    let wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteBack).map_err(|e| e.to_string())?;
+    let wc_on_wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteCombined).map_err(|e| e.to_string())?;
+    let bar = Module::open().ok().and_then(|m| {
+        let m = Arc::new(m);
+        let index = m.accelerators().ok()?.first()?.index;
+        ModuleMemory::alloc(m, index, size as u64, 0).ok()
+    });
     let file = File::from(fd);
-    println!("copy: latency per copy into a mapping vs one syscall per copy (median of 5 runs)");
+    println!("copy: latency per copy into a mapping vs one pwrite(2) per copy (median of 5 runs)");
+    println!("  mapped: the library's routine for the memory (write-back: memcpy; write-combined: streaming stores)");
     let mut rows = Vec::new();
     for n in [64usize, 4096, 65536] {
         let src = vec![0x5Au8; n];
         let iters = (50_000_000 / n).clamp(1000, 200_000);
         let at = |i: usize| (i * n) % (size - n + 1) / 64 * 64;
-        let (mut wc, mut plain, mut sys) = (Vec::new(), Vec::new(), Vec::new());
+        let time = |f: &dyn Fn(usize) -> Res<()>| -> Res<f64> {
+            let t = Instant::now();
+            for i in 0..iters {
+                f(at(i))?;
+            }
+            Ok(t.elapsed().as_nanos() as f64 / iters as f64)
+        };
+        let (mut mapped, mut wc, mut sys, mut dev) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..5 {
-            let t = Instant::now();
-            for i in 0..iters {
-                map.write_at(at(i), &src).map_err(|e| e.to_string())?;
+            mapped.push(time(&|o| wb.write_at(o, &src).map_err(|e| e.to_string()))?);
+            wc.push(time(&|o| wc_on_wb.write_at(o, &src).map_err(|e| e.to_string()))?);
+            sys.push(time(&|o| file.write_at(&src, o as u64).map(drop).map_err(|e| e.to_string()))?);
+            if let Some(b) = &bar {
+                dev.push(time(&|o| b.write_at(o, &src).map_err(|e| e.to_string()))?);
             }
-            wc.push(t.elapsed().as_nanos() as f64 / iters as f64);
-            let t = Instant::now();
-            for i in 0..iters {
-                host.write_at(at(i), &src).map_err(|e| e.to_string())?;
-            }
-            plain.push(t.elapsed().as_nanos() as f64 / iters as f64);
-            let t = Instant::now();
-            for i in 0..iters {
-                file.write_at(&src, at(i) as u64).map_err(|e| e.to_string())?;
-            }
-            sys.push(t.elapsed().as_nanos() as f64 / iters as f64);
         }
-        let (wc, plain, sys) = (median(wc), median(plain), median(sys));
-        println!(
-            "  {n:6} B  streaming {wc:9.1} ns  memcpy {plain:9.1} ns  pwrite {sys:9.1} ns  pwrite/streaming {:6.2}  pwrite/memcpy {:6.2}",
-            sys / wc,
-            sys / plain
+        let (mapped, wc, sys) = (median(mapped), median(wc), median(sys));
+        print!(
+            "  {n:6} B  mapped {mapped:9.1} ns  pwrite {sys:9.1} ns  pwrite/mapped {:6.2}  (WC routine on write-back memory {wc:9.1} ns)",
+            sys / mapped
         );
-        rows.push(json!({"bytes": n, "streaming_ns": wc, "memcpy_ns": plain, "pwrite_ns": sys}));
+        let mut row = json!({"bytes": n, "mapped_ns": mapped, "pwrite_ns": sys, "pwrite_vs_mapped": sys / mapped, "wc_routine_on_wb_ns": wc});
+        if !dev.is_empty() {
+            let dev = median(dev);
+            print!("  accelerator BAR (WC) {dev:9.1} ns  pwrite/BAR {:6.2}", sys / dev);
+            row["accel_bar_ns"] = json!(dev);
+            row["pwrite_vs_accel_bar"] = json!(sys / dev);
+        }
+        println!();
+        rows.push(row);
     }
     json_out["copy"] = json!(rows);
     Ok(())
