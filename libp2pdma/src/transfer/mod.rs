@@ -6,22 +6,27 @@
 //!
 //! - **P2P**: `O_DIRECT` reads and writes through io_uring whose buffer is the
 //!   accelerator memory's CPU mapping: the SSD DMAs into the accelerator
-//!   directly ([`direct`]);
+//!   directly (`direct.rs`);
 //! - **bounce**: a staged pipeline through a pinned host ring allocated once,
 //!   the storage stage of chunk i+1.. overlapping the device-copy stage of
-//!   chunk i ([`bounce`]).
+//!   chunk i (`bounce.rs`);
+//! - **NVMe commands** (only when asked for): read and write commands built
+//!   by the library and sent through io_uring passthrough, on a raw NVMe
+//!   namespace or partition, or on a file on ext4 or XFS whose extents are
+//!   found with `FIEMAP` (`nvme.rs`, `extents.rs`).
 //!
 //! [`PathPref::Auto`] picks P2P where the module, the memory and the PCIe
 //! topology allow it and says why not otherwise; each [`Handle`] keeps the
-//! choice and its reason. An I/O that fails on the P2P path is retried on the
-//! bounce path and counted. Unaligned heads and tails are handled, not
-//! refused. A transfer either moves every byte or returns an error: short
-//! transfers are reported, never returned as success.
+//! choice and its reason. An I/O that fails on the P2P or NVMe-command path is
+//! retried on the bounce path and counted. Unaligned heads and tails are
+//! handled, not refused. A transfer either moves every byte or returns an
+//! error: short transfers are reported, never returned as success.
 
 mod asyncio;
 mod bounce;
 mod config;
 mod direct;
+mod extents;
 mod nvme;
 mod stats;
 
@@ -67,9 +72,15 @@ pub struct StorageFile {
     pci: Option<crate::PciAddress>,
     nvme: bool,
     ns: Option<NvmeNamespace>,
+    /// Byte offset of the block device (the partition) on its disk.
+    dev_start: u64,
+    is_file: bool,
+    /// For a regular file on an NVMe namespace: its filesystem, if the
+    /// NVMe-command path can address files on it, or why not.
+    fs: Option<std::result::Result<extents::Filesystem, String>>,
 }
 
-/// A whole NVMe namespace, as the NVMe-command path needs it.
+/// An NVMe namespace, as the NVMe-command path needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NvmeNamespace {
     /// The generic character device, e.g. `/dev/ng0n1`.
@@ -121,18 +132,26 @@ impl StorageFile {
         } else {
             (meta.dev(), meta.len())
         };
-        let (block, pci, nvme, ns) = block_facts(dev);
-        // NVMe commands address the namespace itself: only a whole-namespace
-        // block device qualifies, not a file or a partition.
-        let ns = ns.filter(|_| meta.file_type().is_block_device());
+        let facts = block_facts(dev);
+        let is_file = meta.file_type().is_file();
+        // NVMe commands address the namespace: a block device on one
+        // qualifies, and so does a regular file on one, through its extents,
+        // when its filesystem says where they are.
+        let ns = facts
+            .ns
+            .filter(|_| is_file || meta.file_type().is_block_device());
+        let fs = (is_file && ns.is_some()).then(|| extents::Filesystem::of(direct.as_fd()));
         Ok(Self {
             path,
             direct,
             size,
-            block,
-            pci,
-            nvme,
+            block: facts.block,
+            pci: facts.pci,
+            nvme: facts.nvme,
             ns,
+            dev_start: facts.start,
+            is_file,
+            fs,
         })
     }
 
@@ -161,16 +180,37 @@ impl StorageFile {
         self.nvme
     }
 
-    /// The NVMe namespace, when this is a whole-namespace block device.
+    /// The NVMe namespace NVMe commands can address for this storage: the
+    /// namespace itself, a partition of it, or a regular file on either
+    /// (whose blocks the NVMe-command path finds with `FIEMAP`; see
+    /// [`Engine::choose`] for which filesystems qualify).
     pub fn nvme_namespace(&self) -> Option<&NvmeNamespace> {
         self.ns.as_ref()
+    }
+
+    /// Whether this is a regular file (rather than a block device).
+    pub fn is_file(&self) -> bool {
+        self.is_file
+    }
+
+    /// Byte offset on its disk (for NVMe, the namespace) of the block device
+    /// that is or holds the storage: a partition's start, 0 for a whole
+    /// disk.
+    pub fn partition_offset(&self) -> u64 {
+        self.dev_start
     }
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.direct.as_fd()
     }
 
-    pub(crate) fn io_error(&self, op: &'static str, offset: u64, len: u64, e: rustix::io::Errno) -> Error {
+    pub(crate) fn io_error(
+        &self,
+        op: &'static str,
+        offset: u64,
+        len: u64,
+        e: rustix::io::Errno,
+    ) -> Error {
         Error::Io {
             op,
             path: self.path.clone(),
@@ -181,40 +221,80 @@ impl StorageFile {
     }
 }
 
-/// Facts about the block device `dev` (`major:minor`) from sysfs: the
-/// `O_DIRECT` alignment, the PCI function behind it, whether it is NVMe, and
-/// the namespace when it is a whole NVMe namespace.
-fn block_facts(dev: u64) -> (usize, Option<crate::PciAddress>, bool, Option<NvmeNamespace>) {
+/// What sysfs says about a block device.
+struct BlockFacts {
+    /// The `O_DIRECT` alignment.
+    block: usize,
+    /// The PCI function behind it.
+    pci: Option<crate::PciAddress>,
+    /// Whether it is NVMe.
+    nvme: bool,
+    /// The namespace, when it is an NVMe namespace or a partition of one.
+    ns: Option<NvmeNamespace>,
+    /// A partition's start on its disk, in bytes (0 for a whole disk).
+    start: u64,
+}
+
+/// Facts about the block device `dev` (`major:minor`) from sysfs.
+fn block_facts(dev: u64) -> BlockFacts {
     let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
     let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
     let partition = sys.join("partition").exists();
-    // A partition's queue is its disk's.
-    let disk = if partition { sys.join("..") } else { sys.clone() };
-    let read = |f: &str| std::fs::read_to_string(disk.join(f)).ok().and_then(|s| s.trim().parse::<u64>().ok());
+    // A partition's queue, namespace and controller are its disk's.
+    let disk = if partition {
+        sys.join("..")
+    } else {
+        sys.clone()
+    };
+    let read_in = |dir: &Path, f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let read = |f: &str| read_in(&disk, f);
+    // `start` is in 512-byte sectors, whatever the logical block size.
+    let start = if partition {
+        read_in(&sys, "start").and_then(|s| s.checked_mul(512))
+    } else {
+        Some(0)
+    };
     let lbs = read("queue/logical_block_size")
         .filter(|b| b.is_power_of_two())
         .unwrap_or(512)
         .max(512);
     let real = std::fs::canonicalize(&disk).unwrap_or(disk.clone());
-    let name = real.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+    let name = real
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_string();
     let nvme = name.starts_with("nvme");
     let pci = real
         .ancestors()
         .filter_map(|p| p.file_name()?.to_str()?.parse::<crate::PciAddress>().ok())
         .next();
-    let ns = (nvme && !partition)
+    // Without a partition's start, nothing on it can be addressed.
+    let ns = (nvme && start.is_some())
         .then(|| {
             Some(NvmeNamespace {
                 generic: PathBuf::from(format!("/dev/ng{}", name.strip_prefix("nvme")?)),
                 nsid: u32::try_from(read("nsid")?).ok()?,
                 lba_shift: lbs.trailing_zeros(),
-                max_transfer: (read("queue/max_hw_sectors_kb").unwrap_or(128) as usize * 1024).max(4096),
+                max_transfer: (read("queue/max_hw_sectors_kb").unwrap_or(128) as usize * 1024)
+                    .max(4096),
             })
         })
         .flatten();
-    // Filesystems and O_DIRECT on them want at least the page for buffers
-    // on some configurations; 4 KiB is safe everywhere and costs nothing.
-    ((lbs as usize).max(4096), pci, nvme, ns)
+    BlockFacts {
+        // Filesystems and O_DIRECT on them want at least the page for
+        // buffers on some configurations; 4 KiB is safe everywhere and costs
+        // nothing.
+        block: (lbs as usize).max(4096),
+        pci,
+        nvme,
+        ns,
+        start: start.unwrap_or(0),
+    }
 }
 
 /// What one transfer did.
@@ -268,14 +348,28 @@ impl Handle<'_> {
 
     /// Reads `len` bytes at `file_offset` into the memory at `mem_offset`.
     pub fn read(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.engine
-            .run(Direction::Read, &self.choice, self.file, file_offset, self.mem, mem_offset, len)
+        self.engine.run(
+            Direction::Read,
+            &self.choice,
+            self.file,
+            file_offset,
+            self.mem,
+            mem_offset,
+            len,
+        )
     }
 
     /// Writes `len` bytes of the memory at `mem_offset` to `file_offset`.
     pub fn write(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.engine
-            .run(Direction::Write, &self.choice, self.file, file_offset, self.mem, mem_offset, len)
+        self.engine.run(
+            Direction::Write,
+            &self.choice,
+            self.file,
+            file_offset,
+            self.mem,
+            mem_offset,
+            len,
+        )
     }
 }
 
@@ -291,7 +385,9 @@ pub struct Engine {
 
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Engine").field("config", &self.config).finish()
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -319,6 +415,13 @@ impl Engine {
     }
 
     /// Chooses the path for transfers between `file` and `mem`.
+    ///
+    /// [`PathPref::NvmeCmd`] needs storage on an NVMe namespace
+    /// ([`StorageFile::nvme_namespace`]): the namespace, a partition of it,
+    /// or a regular file on ext4 or XFS there, whose extents each transfer
+    /// maps with `FIEMAP`; anything else is `Error::PathUnavailable` with the
+    /// reason. A transfer the path cannot serve after all (a hole or shared
+    /// extent under a write, say) is retried on the bounce path.
     pub fn choose(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Result<PathChoice> {
         let auto = self.decide(file, mem);
         match self.config.path {
@@ -346,19 +449,42 @@ impl Engine {
                     path: "nvme-cmd",
                     reason,
                 };
-                let ns = file.nvme_namespace().ok_or_else(|| {
-                    unavailable(format!(
-                        "{} is not a whole NVMe namespace (NVMe commands address namespace blocks)",
-                        file.path.display()
-                    ))
-                })?;
+                let Some(ns) = file.nvme_namespace() else {
+                    // Say why a file's filesystem would not do either (btrfs
+                    // files are on no block device of their own, for one).
+                    let fs = match file.is_file {
+                        true => extents::Filesystem::of(file.fd())
+                            .err()
+                            .map(|r| format!("; besides, {r}")),
+                        false => None,
+                    };
+                    return Err(unavailable(format!(
+                        "{} is not on an NVMe namespace (NVMe commands address namespace blocks){}",
+                        file.path.display(),
+                        fs.unwrap_or_default()
+                    )));
+                };
+                let layout = match &file.fs {
+                    Some(Ok(fs)) => format!("; file extents mapped with FIEMAP ({fs})"),
+                    Some(Err(reason)) => {
+                        return Err(unavailable(format!("{}: {reason}", file.path.display())))
+                    }
+                    None => String::new(),
+                };
+                let at = match file.dev_start {
+                    0 => String::new(),
+                    b => format!(", partition at byte {b}"),
+                };
                 if mem.dma_target().is_none() {
-                    return Err(unavailable(format!("{} has no CPU mapping to give the controller", mem.kind())));
+                    return Err(unavailable(format!(
+                        "{} has no CPU mapping to give the controller",
+                        mem.kind()
+                    )));
                 }
                 Ok(PathChoice {
                     path: TransferPath::NvmeCmd,
                     reason: format!(
-                        "NVMe commands built by the library on {} (namespace {}); {}",
+                        "NVMe commands built by the library on {} (namespace {}{at}){layout}; {}",
                         ns.generic.display(),
                         ns.nsid,
                         auto.reason
@@ -393,7 +519,11 @@ impl Engine {
     }
 
     /// A handle for transfers between `file` and `mem`, with its path.
-    pub fn handle<'a>(&'a self, file: &'a StorageFile, mem: &'a dyn DeviceMemory) -> Result<Handle<'a>> {
+    pub fn handle<'a>(
+        &'a self,
+        file: &'a StorageFile,
+        mem: &'a dyn DeviceMemory,
+    ) -> Result<Handle<'a>> {
         let choice = self.choose(file, mem)?;
         Ok(Handle {
             engine: self,
@@ -405,20 +535,37 @@ impl Engine {
 
     /// Reads `len` bytes at `file_offset` of `file` into `mem` at
     /// `mem_offset`, on the path [`Engine::choose`] picks.
-    pub fn read(&self, file: &StorageFile, file_offset: u64, mem: &dyn DeviceMemory, mem_offset: usize, len: usize) -> Result<Report> {
+    pub fn read(
+        &self,
+        file: &StorageFile,
+        file_offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Report> {
         self.handle(file, mem)?.read(file_offset, mem_offset, len)
     }
 
     /// Writes `len` bytes of `mem` at `mem_offset` to `file` at
     /// `file_offset`.
-    pub fn write(&self, file: &StorageFile, file_offset: u64, mem: &dyn DeviceMemory, mem_offset: usize, len: usize) -> Result<Report> {
+    pub fn write(
+        &self,
+        file: &StorageFile,
+        file_offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Report> {
         self.handle(file, mem)?.write(file_offset, mem_offset, len)
     }
 
     fn context(&self, len: usize, block: usize) -> Result<Context> {
         let (chunk, depth) = self.config.geometry(len, block);
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = pool.iter().position(|c| c.chunk() == chunk && c.depth() == depth) {
+        if let Some(i) = pool
+            .iter()
+            .position(|c| c.chunk() == chunk && c.depth() == depth)
+        {
             return Ok(pool.swap_remove(i));
         }
         drop(pool);
@@ -454,7 +601,9 @@ impl Engine {
             }
         }
         if file_offset.checked_add(len as u64).is_none() {
-            return Err(Error::InvalidArgument("file offset + length overflows".into()));
+            return Err(Error::InvalidArgument(
+                "file offset + length overflows".into(),
+            ));
         }
         if dir == Direction::Read && file_offset + len as u64 > file.size {
             return Err(Error::Short {

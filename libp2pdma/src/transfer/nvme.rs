@@ -3,14 +3,53 @@
 //! generic character device, their data pointers in accelerator memory. The
 //! kernel maps the buffer for the controller (P2P pages by bus address), so
 //! the SSD DMAs into the accelerator without the block layer's file
-//! semantics. Commands are split to the controller's transfer limit; partial
-//! blocks at the ends go through the bounce slots on the block device.
+//! semantics. Commands are split to the controller's transfer limit and
+//! never cross a run of contiguous blocks; partial blocks at the ends go
+//! through the bounce slots on the storage's own descriptor (`O_DIRECT`).
+//!
+//! # Where the blocks are
+//!
+//! - A raw namespace: file offset = namespace offset.
+//! - A partition of one: file offset + the partition's start (sysfs).
+//! - A regular file on ext4 or XFS on either: the block-aligned middle of the
+//!   transfer is mapped with `FS_IOC_FIEMAP` ([`super::extents`]) before
+//!   anything moves. `FIEMAP_FLAG_SYNC` writes dirty page-cache data back
+//!   first (resolving delayed allocation), so a read sees data written with
+//!   buffered writes that were never fsynced, and a write leaves no dirty
+//!   page that writeback could later put over it. Reads take holes and
+//!   unwritten extents as zeros, written into device memory by the CPU.
+//!   Writes only overwrite blocks the file owns alone and has written, inside
+//!   its size: a hole, an unwritten or shared (reflinked) extent, or a range
+//!   past the end is refused, and so is anything the filesystem marks as not
+//!   plainly addressable. After a write, the page cache of the written range
+//!   is dropped (`POSIX_FADV_DONTNEED`), so later buffered reads see the new
+//!   data.
+//!
+//! A refusal is `Error::PathUnavailable`, which the engine retries on the
+//! bounce path and counts; nothing has been written when it comes.
+//!
+//! # Limits
+//!
+//! - Passthrough writes go around the filesystem: they do not update the
+//!   file's mtime or ctime. A later `fsync` of the file still flushes the
+//!   controller's write cache (ext4 and XFS flush the device even when no
+//!   metadata changed).
+//! - As with `O_DIRECT`, concurrent writers and `mmap` users of the same
+//!   range are the caller's to order. Beyond `O_DIRECT`: the file must not be
+//!   truncated, hole-punched, defragmented, deduplicated or reflinked while a
+//!   transfer runs, since the blocks mapped before it may then belong to
+//!   another file by the time the commands reach them.
+//! - `FIEMAP_FLAG_SYNC` writes back the whole file's dirty pages on every
+//!   transfer.
+//! - The caller needs permission to open `/dev/ngXnY` (read, and write for
+//!   writes); without it the transfer is retried on the bounce path.
 
-use std::{fs::OpenOptions, os::fd::AsFd, time::Instant};
+use std::{fs::OpenOptions, num::NonZeroU64, os::fd::AsFd, time::Instant};
 
 use super::{
     bounce::{round_down, round_up, Xfer},
-    Direction,
+    extents::{self, Segment},
+    Direction, NvmeNamespace, StorageFile,
 };
 use crate::{
     backend::DmaTarget,
@@ -18,29 +57,52 @@ use crate::{
     Error, Result,
 };
 
+/// Zeros for holes, copied into device memory a piece at a time.
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
 /// Runs `x` in direction `dir` (`x.len > 0`).
 pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
-    let (file, file_offset, mem_offset, len, stats) = (x.file, x.file_offset, x.mem_offset, x.len, x.stats);
-    let unavailable = |reason: String| Error::PathUnavailable { path: "nvme-cmd", reason };
-    let ns = file
-        .nvme_namespace()
-        .ok_or_else(|| unavailable(format!("{} is not a whole NVMe namespace", file.path().display())))?;
+    let (file, file_offset, len) = (x.file, x.file_offset, x.len);
+    let write = dir == Direction::Write;
+    let unavailable = |reason: String| Error::PathUnavailable {
+        path: "nvme-cmd",
+        reason,
+    };
+    let ns = file.nvme_namespace().ok_or_else(|| {
+        unavailable(format!(
+            "{} is not on an NVMe namespace",
+            file.path().display()
+        ))
+    })?;
     let target = x.dma_target("nvme-cmd")?;
-    let generic = OpenOptions::new()
-        .read(true)
-        .write(dir == Direction::Write)
-        .open(&ns.generic)
-        .map_err(|e| {
-            file.io_error(
-                "open the NVMe generic device",
-                0,
-                0,
-                rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
-            )
-        })?;
     let bs = file.block_size() as u64;
     let end = file_offset + len as u64;
     let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));
+    // Where the middle lies on the namespace, found before anything moves:
+    // a refusal costs nothing written.
+    let segments = if m0 < m1 {
+        layout(file, ns, write, m0, m1)
+            .map_err(|r| unavailable(format!("{}: {r}", file.path().display())))?
+    } else {
+        Vec::new()
+    };
+    let generic = if segments.iter().any(|s| matches!(s, Segment::Mapped { .. })) {
+        let g = OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(&ns.generic)
+            .map_err(|e| {
+                file.io_error(
+                    "open the NVMe generic device",
+                    0,
+                    0,
+                    rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+                )
+            })?;
+        Some(g)
+    } else {
+        None
+    };
     {
         // The partial blocks at the ends, through the bounce slots.
         let mut s = Session::new(ctx, file.fd(), None::<(DmaTarget, &())>);
@@ -52,52 +114,166 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
             }
         };
         if !middle_left {
-            return if dir == Direction::Write { x.fix_size() } else { Ok(()) };
+            return if write { x.fix_size() } else { Ok(()) };
         }
     }
-    {
-        let chunk = (ctx.chunk() as u64).min(ns.max_transfer as u64) / bs * bs;
-        let chunk = chunk.max(bs);
-        let depth = ctx.depth();
-        let mut s = NvmeSession::new(generic.as_fd(), ns.nsid, ns.lba_shift, depth, target, x.mem)?;
-        let n = (m1 - m0).div_ceil(chunk);
-        let mut next = 0u64;
-        let write = dir == Direction::Write;
-        loop {
-            while next < n && s.inflight() < depth {
-                let c0 = m0 + next * chunk;
-                let clen = chunk.min(m1 - c0) as usize;
-                s.push(write, c0, mem_offset + (c0 - file_offset) as usize, clen, next)?;
-                stats.record_ios(1);
-                next += 1;
+    for seg in &segments {
+        if let Segment::Zero {
+            file_offset: z,
+            len: zlen,
+        } = *seg
+        {
+            if write {
+                // `layout` refuses holes under a write; were one here, the
+                // commands would skip it and leave the file unwritten there.
+                return Err(unavailable(format!("bytes [{z}, {}) are a hole", z + zlen)));
             }
-            if s.inflight() == 0 {
-                break;
+            zero_fill(x, z, zlen)?;
+        }
+    }
+    if let Some(generic) = &generic {
+        let mut s = NvmeSession::new(
+            generic.as_fd(),
+            ns.nsid,
+            ns.lba_shift,
+            ctx.depth(),
+            target,
+            x.mem,
+        )?;
+        commands(&mut s, ctx, x, ns, write, &segments)?;
+    }
+    if write {
+        // Buffered readers must not keep seeing what was there before. (No
+        // length would mean "to the end of the file"; the middle has one.)
+        if let Some(n) = NonZeroU64::new(m1 - m0) {
+            rustix::fs::fadvise(file.fd(), m0, Some(n), rustix::fs::Advice::DontNeed).map_err(
+                |e| file.io_error("drop the page cache of the written range", m0, m1 - m0, e),
+            )?;
+        }
+        x.fix_size()?;
+    }
+    Ok(())
+}
+
+/// Where the block-aligned `[m0, m1)` of `file` lies on `ns`, or why NVMe
+/// commands cannot move it.
+fn layout(
+    file: &StorageFile,
+    ns: &NvmeNamespace,
+    write: bool,
+    m0: u64,
+    m1: u64,
+) -> std::result::Result<Vec<Segment>, String> {
+    let lba = 1u64 << ns.lba_shift;
+    if !file.is_file() {
+        // A write past the end of a partition would land in the next one.
+        if m1 > file.size() {
+            return Err(format!(
+                "bytes [{m0}, {m1}) run past the end of the device ({} bytes)",
+                file.size()
+            ));
+        }
+        return extents::device_range(m0, m1, file.partition_offset(), lba);
+    }
+    match &file.fs {
+        Some(Ok(fs)) => extents::map(file.fd(), *fs, m0, m1, file.partition_offset(), lba, write),
+        Some(Err(reason)) => Err(reason.clone()),
+        None => Err("its filesystem was not checked".into()),
+    }
+}
+
+/// Writes `len` zeros into device memory where file bytes `[z, z + len)`
+/// of the transfer go.
+fn zero_fill(x: &Xfer<'_>, z: u64, len: u64) -> Result<()> {
+    let t = Instant::now();
+    let mut at = z;
+    while at < z + len {
+        let n = (ZEROS.len() as u64).min(z + len - at) as usize;
+        x.mem
+            .write_at(x.mem_offset + (at - x.file_offset) as usize, &ZEROS[..n])?;
+        at += n as u64;
+    }
+    x.stats.record_copy(t.elapsed());
+    Ok(())
+}
+
+/// One command's worth of a mapped run.
+#[derive(Clone, Copy)]
+struct Piece {
+    file_offset: u64,
+    dev_offset: u64,
+    len: u64,
+}
+
+/// Issues the mapped segments as commands of at most the chunk (and the
+/// controller's limit), `depth` in flight.
+fn commands(
+    s: &mut NvmeSession<'_>,
+    ctx: &Context,
+    x: &Xfer<'_>,
+    ns: &NvmeNamespace,
+    write: bool,
+    segments: &[Segment],
+) -> Result<()> {
+    let bs = x.file.block_size() as u64;
+    let chunk = ((ctx.chunk() as u64).min(ns.max_transfer as u64) / bs * bs).max(bs);
+    let mut pieces = Vec::new();
+    for seg in segments {
+        if let Segment::Mapped {
+            file_offset,
+            dev_offset,
+            len,
+        } = *seg
+        {
+            let mut done = 0;
+            while done < len {
+                let n = chunk.min(len - done);
+                pieces.push(Piece {
+                    file_offset: file_offset + done,
+                    dev_offset: dev_offset + done,
+                    len: n,
+                });
+                done += n;
             }
-            let t = Instant::now();
-            let done = s.wait(1)?;
-            stats.record_storage(t.elapsed());
-            for (tag, r) in done {
-                let c0 = m0 + tag * chunk;
-                let clen = chunk.min(m1 - c0);
-                let op = if write { "NVMe write command" } else { "NVMe read command" };
-                match r {
-                    NvmeResult::Ok => {}
-                    NvmeResult::Errno(e) => return Err(file.io_error(op, c0, clen, e)),
-                    NvmeResult::Status(status) => {
-                        return Err(Error::NvmeStatus {
-                            op,
-                            offset: c0,
-                            len: clen,
-                            status,
-                        })
-                    }
+        }
+    }
+    let depth = ctx.depth();
+    let op = if write {
+        "NVMe write command"
+    } else {
+        "NVMe read command"
+    };
+    let mut next = 0usize;
+    loop {
+        while next < pieces.len() && s.inflight() < depth {
+            let p = pieces[next];
+            let at = x.mem_offset + (p.file_offset - x.file_offset) as usize;
+            s.push(write, p.dev_offset, at, p.len as usize, next as u64)?;
+            x.stats.record_ios(1);
+            next += 1;
+        }
+        if s.inflight() == 0 {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let done = s.wait(1)?;
+        x.stats.record_storage(t.elapsed());
+        for (tag, r) in done {
+            let p = pieces.get(tag as usize).copied().ok_or_else(|| {
+                Error::InvalidArgument(format!("NVMe completion with unknown tag {tag}"))
+            })?;
+            match r {
+                NvmeResult::Ok => {}
+                NvmeResult::Errno(e) => return Err(x.file.io_error(op, p.file_offset, p.len, e)),
+                NvmeResult::Status(status) => {
+                    return Err(Error::NvmeStatus {
+                        op,
+                        offset: p.dev_offset,
+                        len: p.len,
+                        status,
+                    })
                 }
             }
         }
     }
-    if dir == Direction::Write {
-        x.fix_size()?;
-    }
-    Ok(())
 }
