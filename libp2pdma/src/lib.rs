@@ -1,7 +1,10 @@
 //! libp2pdma: peer-to-peer DMA between NVMe SSDs and accelerator memory.
 //!
-//! The layers, from the bottom: [`sys`] is the only module with `unsafe`
-//! (one safe function per ioctl of `/dev/p2pdma`, and raw mappings);
+//! The layers, from the bottom: [`sys`] holds the `unsafe` that talks to the
+//! module (one safe function per ioctl of `/dev/p2pdma`, and raw mappings);
+//! the only other `unsafe` is in [`wc`] (copy routines on raw pointers), the
+//! io_uring layer (buffers lent to the kernel) and the `FIEMAP` ioctl of the
+//! transfer engine;
 //! [`device`] discovers the accelerators the kernel module has bound;
 //! [`memory`] allocates their memory and maps it into the process, reachable
 //! only through explicit copies; [`dma`] asks whether a peer can reach that

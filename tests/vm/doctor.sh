@@ -24,6 +24,7 @@ if [ $rc -eq 0 ]; then
 else
 	fail doctor-exits-0 "p2pdma-ctl doctor exited $rc"
 fi
+has_json doctor-kernel-config '"detail":"CONFIG_PCI_P2PDMA=y[^"]*/proc/config.gz)","name":"kernel config","status":"ok"'
 has_json doctor-device-node '"name":"device node","status":"ok"'
 has_json doctor-accelerator '"name":"accelerator","status":"ok"'
 has_json doctor-p2p-memory '"name":"p2p memory","status":"ok"'

@@ -58,6 +58,24 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	S="p2pdma-vmtest engine-write --nvme /mnt/sparse.bin --verify-buffered --pattern-offset 0"
 	check file-nvme-cmd-write-hole-retried $S --path nvme-cmd --offset $M --len $((2 * M)) --expect-path bounce --expect-retry
 	check file-nvme-cmd-write-unwritten-retried $S --path nvme-cmd --offset $((5 * M)) --len $M --expect-path bounce --expect-retry
+	# The library's own tests that need ext4 on NVMe: FIEMAP's map checked
+	# against the raw namespace, and NVMe commands on files into host
+	# memory. Run from the filesystem, they must not skip anything.
+	mkdir -p /mnt/tests && cp /tests/* /mnt/tests/
+	for t in "libp2pdma-unit extents::" libp2pdma-nvme-files; do
+		name=lib-$(echo $t | cut -d' ' -f1 | sed 's/^libp2pdma-//')
+		if out=$(P2PDMA_TEST_NVME_DIR=/mnt/tests /mnt/tests/$t --test-threads 1 --nocapture 2>&1); then
+			echo "$out"
+			case $out in
+			*skipped* | *"not checked"*) fail $name "a test skipped: $(echo "$out" | grep -m1 -e skipped -e 'not checked')" ;;
+			*) pass $name ;;
+			esac
+		else
+			echo "$out"
+			fail $name "$(echo "$out" | grep -m1 -e FAILED -e panicked)"
+		fi
+	done
+	rm -rf /mnt/tests
 	umount_rigfs
 else
 	check_held auto-read-bounce p2pdma-vmtest engine-read --offset $((16 * M)) --len $((4 * M)) --expect-path bounce --hold

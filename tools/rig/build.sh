@@ -17,4 +17,31 @@ log "module built in $((SECONDS - start))s: kmod/p2pdma.ko"
 log "building the static userspace programs (musl)"
 (cd "$P2PDMA_ROOT" && cargo build --quiet --release --locked --target x86_64-unknown-linux-musl \
 	-p p2pdma-ctl -p p2pdma-tests) || die "userspace build failed"
+# The library's tests that need a real NVMe namespace with a filesystem run
+# in the guest too: its unit tests (the FIEMAP mapping, checked against the
+# raw device) and the NVMe-command tests on files.
+(cd "$P2PDMA_ROOT" && cargo test --quiet --release --locked --target x86_64-unknown-linux-musl \
+	-p libp2pdma --no-run --message-format=json) >"$P2PDMA_CACHE/guest-tests.json" ||
+	die "building the library's tests for the guest failed"
+python3 - "$P2PDMA_CACHE/guest-tests.json" "$P2PDMA_ROOT/target/guest-tests" <<'PY' || die "no guest test binaries"
+import json, os, shutil, sys
+src, out = sys.argv[1], sys.argv[2]
+os.makedirs(out, exist_ok=True)
+want = {("lib", "p2pdma"): "libp2pdma-unit", ("test", "nvme_files"): "libp2pdma-nvme-files"}
+found = set()
+for line in open(src):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    key = (m["target"]["kind"][0], m["target"]["name"])
+    if key in want:
+        shutil.copy(m["executable"], os.path.join(out, want[key]))
+        found.add(key)
+missing = [want[k] for k in want if k not in found]
+if missing:
+    sys.exit("missing test binaries: " + ", ".join(missing))
+PY
 echo "$tree"

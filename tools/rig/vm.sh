@@ -51,6 +51,11 @@ for b in p2pdma-ctl p2pdma-vmtest; do
 	strip "$ir/bin/$b" 2>/dev/null || true
 done
 cp "$P2PDMA_ROOT"/tests/vm/lib.sh "$suite_file" "$ir/suite/"
+mkdir -p "$ir/tests"
+for t in "$P2PDMA_ROOT"/target/guest-tests/*; do
+	cp "$t" "$ir/tests/"
+	strip "$ir/tests/$(basename "$t")" 2>/dev/null || true
+done
 cat >"$ir/init" <<INIT
 #!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -84,7 +89,7 @@ chmod +x "$ir/init"
 mkdir -p "$out/fsroot"
 "$musl/p2pdma-rigdata" make-image "$out/fsroot/data.bin" 24
 cp "$out/fsroot/data.bin" "$out/fsroot/rw.bin"
-mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/fs.img" 96M ||
+mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/fs.img" 128M ||
 	die "mkfs.ext4 of the rig filesystem failed"
 truncate -s 64M "$out/accel.bin"
 
