@@ -51,6 +51,18 @@ test)
 		echo "FAIL host:cargo-test" >"$results/host.txt"
 	fi
 	grep -hE '^test result:' "$results/cargo-test.log" || true
+	log "host checks: rustfmt and clippy"
+	if (cd "$P2PDMA_ROOT" && cargo fmt --all --check >"$results/rustfmt.log" 2>&1); then
+		echo "PASS host:rustfmt" >>"$results/host.txt"
+	else
+		echo "FAIL host:rustfmt: $(grep -c '^Diff in' "$results/rustfmt.log") hunks differ (cargo fmt --all)" >>"$results/host.txt"
+	fi
+	if (cd "$P2PDMA_ROOT" && cargo clippy --workspace --all-targets --locked -- -D warnings >"$results/clippy.log" 2>&1); then
+		echo "PASS host:clippy" >>"$results/host.txt"
+	else
+		echo "FAIL host:clippy: $(grep -m1 -E '^(error|warning)' "$results/clippy.log")" >>"$results/host.txt"
+	fi
+	cat "$results/host.txt"
 	count "$results/host.txt"
 
 	tree=$("$here/rig/build.sh")

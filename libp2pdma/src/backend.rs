@@ -35,7 +35,9 @@ pub enum MemoryKind {
 impl fmt::Display for MemoryKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MemoryKind::ModuleBar { index, pci } => write!(f, "accelerator {index} ({pci}) BAR memory"),
+            MemoryKind::ModuleBar { index, pci } => {
+                write!(f, "accelerator {index} ({pci}) BAR memory")
+            }
             MemoryKind::Host => f.write_str("host-memory device"),
         }
     }
@@ -99,7 +101,9 @@ pub struct HostMemory {
 
 impl fmt::Debug for HostMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HostMemory").field("len", &self.buf.len()).finish()
+        f.debug_struct("HostMemory")
+            .field("len", &self.buf.len())
+            .finish()
     }
 }
 
@@ -170,7 +174,9 @@ impl ModuleMemory {
             .accelerators()?
             .into_iter()
             .find(|a| a.index == index)
-            .ok_or_else(|| Error::InvalidArgument(format!("no accelerator {index} in the module")))?;
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("no accelerator {index} in the module"))
+            })?;
         let alloc = module.alloc(index, size, align)?;
         let map = alloc.map()?;
         let handle = alloc.into_handle();
@@ -241,8 +247,14 @@ mod tests {
         let mut out = [0u8; 5];
         m.read_at(100, &mut out).unwrap();
         assert_eq!(&out, b"hello");
-        assert!(matches!(m.write_at(8190, b"abc"), Err(Error::OutOfBounds { .. })));
-        assert!(matches!(m.read_at(usize::MAX, &mut out), Err(Error::OutOfBounds { .. })));
+        assert!(matches!(
+            m.write_at(8190, b"abc"),
+            Err(Error::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            m.read_at(usize::MAX, &mut out),
+            Err(Error::OutOfBounds { .. })
+        ));
         let t = m.dma_target().unwrap();
         assert_eq!(t.ptr as usize % 4096, 0);
         assert!(!t.p2p);

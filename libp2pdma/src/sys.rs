@@ -386,7 +386,13 @@ impl RawMapping {
     }
 
     /// [`RawMapping::map`] of memory of the given type.
-    pub fn map_with(fd: impl AsFd, len: usize, offset: u64, sharing: Sharing, caching: Caching) -> Result<Self, Errno> {
+    pub fn map_with(
+        fd: impl AsFd,
+        len: usize,
+        offset: u64,
+        sharing: Sharing,
+        caching: Caching,
+    ) -> Result<Self, Errno> {
         if len == 0 {
             return Err(Errno::INVAL);
         }
@@ -585,7 +591,11 @@ impl HostBuffer {
         match offset.checked_add(dst.len()) {
             // SAFETY: In bounds; `dst` is exclusively borrowed, so distinct.
             Some(end) if end <= self.len => unsafe {
-                ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len());
+                ptr::copy_nonoverlapping(
+                    self.ptr.as_ptr().add(offset),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                );
                 Ok(())
             },
             _ => Err(Errno::INVAL),

@@ -36,11 +36,10 @@ impl Context {
     /// A ring with `depth` entries and `depth` slots of `chunk` bytes each
     /// (page multiples), locked in memory when the limits allow.
     pub(crate) fn new(depth: usize, chunk: usize) -> Result<Self> {
-        let ring = IoUring::new(depth.next_power_of_two() as u32)
-            .map_err(|e| Error::Sys {
-                op: "io_uring_setup",
-                source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
-            })?;
+        let ring = IoUring::new(depth.next_power_of_two() as u32).map_err(|e| Error::Sys {
+            op: "io_uring_setup",
+            source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+        })?;
         // Spare slots beyond the I/O depth let the storage stage keep `depth`
         // reads in flight while the copy stage empties a landed slot.
         let mut slots = Vec::with_capacity(depth + SPARE_SLOTS);
@@ -193,7 +192,9 @@ impl<'a> Session<'a> {
         match buf {
             Buf::Slot(i) => {
                 if i >= self.busy.len() || self.busy[i] {
-                    return Err(Error::InvalidArgument(format!("bounce slot {i} busy or missing")));
+                    return Err(Error::InvalidArgument(format!(
+                        "bounce slot {i} busy or missing"
+                    )));
                 }
                 if len > self.ctx.chunk {
                     return Err(oob(0, self.ctx.chunk));
@@ -201,9 +202,9 @@ impl<'a> Session<'a> {
                 Ok(self.ctx.slots[i].as_raw())
             }
             Buf::Target(off) => {
-                let t = self
-                    .target
-                    .ok_or_else(|| Error::InvalidArgument("no DMA target in this session".into()))?;
+                let t = self.target.ok_or_else(|| {
+                    Error::InvalidArgument("no DMA target in this session".into())
+                })?;
                 match off.checked_add(len) {
                     // SAFETY: In bounds of the target mapping.
                     Some(end) if end <= t.len => Ok(unsafe { t.ptr.add(off) }),
@@ -213,9 +214,17 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn push(&mut self, write: bool, buf: Buf, file_offset: u64, len: usize, tag: u64) -> Result<()> {
+    fn push(
+        &mut self,
+        write: bool,
+        buf: Buf,
+        file_offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<()> {
         let ptr = self.buf_ptr(buf, len)?;
-        let len32 = u32::try_from(len).map_err(|_| Error::InvalidArgument("I/O over 4 GiB".into()))?;
+        let len32 =
+            u32::try_from(len).map_err(|_| Error::InvalidArgument("I/O over 4 GiB".into()))?;
         let idx = self
             .inflight
             .iter()
@@ -224,13 +233,21 @@ impl<'a> Session<'a> {
         let fd = types::Fd(self.fd.as_raw_fd());
         let sqe = match (write, buf) {
             (false, Buf::Slot(i)) if self.ctx.pinned => {
-                opcode::ReadFixed::new(fd, ptr, len32, i as u16).offset(file_offset).build()
+                opcode::ReadFixed::new(fd, ptr, len32, i as u16)
+                    .offset(file_offset)
+                    .build()
             }
             (true, Buf::Slot(i)) if self.ctx.pinned => {
-                opcode::WriteFixed::new(fd, ptr, len32, i as u16).offset(file_offset).build()
+                opcode::WriteFixed::new(fd, ptr, len32, i as u16)
+                    .offset(file_offset)
+                    .build()
             }
-            (false, _) => opcode::Read::new(fd, ptr, len32).offset(file_offset).build(),
-            (true, _) => opcode::Write::new(fd, ptr, len32).offset(file_offset).build(),
+            (false, _) => opcode::Read::new(fd, ptr, len32)
+                .offset(file_offset)
+                .build(),
+            (true, _) => opcode::Write::new(fd, ptr, len32)
+                .offset(file_offset)
+                .build(),
         }
         .user_data(idx as u64);
         // SAFETY: The buffer is valid for `len` bytes (checked above) and
@@ -389,12 +406,13 @@ impl<'a> NvmeSession<'a> {
         target: DmaTarget,
         _mem: &'a M,
     ) -> Result<Self> {
-        let ring = io_uring::IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>::builder()
-            .build(depth.next_power_of_two() as u32)
-            .map_err(|e| Error::Sys {
-                op: "io_uring_setup (128-byte entries)",
-                source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
-            })?;
+        let ring =
+            io_uring::IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>::builder()
+                .build(depth.next_power_of_two() as u32)
+                .map_err(|e| Error::Sys {
+                    op: "io_uring_setup (128-byte entries)",
+                    source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+                })?;
         Ok(Self {
             ring,
             fd,
@@ -414,7 +432,14 @@ impl<'a> NvmeSession<'a> {
     /// Queues a read (or write) of `len` bytes (whole logical blocks) at
     /// byte `offset` of the namespace, to (or from) `target_offset` of the
     /// DMA target.
-    pub(crate) fn push(&mut self, write: bool, offset: u64, target_offset: usize, len: usize, tag: u64) -> Result<()> {
+    pub(crate) fn push(
+        &mut self,
+        write: bool,
+        offset: u64,
+        target_offset: usize,
+        len: usize,
+        tag: u64,
+    ) -> Result<()> {
         let lba = 1u64 << self.lba_shift;
         if offset % lba != 0 || len as u64 % lba != 0 || len == 0 {
             return Err(Error::InvalidArgument(format!(
@@ -423,7 +448,9 @@ impl<'a> NvmeSession<'a> {
         }
         let nlb = len as u64 >> self.lba_shift;
         if nlb > 1 << 16 {
-            return Err(Error::InvalidArgument("NVMe command over 65536 blocks".into()));
+            return Err(Error::InvalidArgument(
+                "NVMe command over 65536 blocks".into(),
+            ));
         }
         let ptr = match target_offset.checked_add(len) {
             // SAFETY: In bounds of the target mapping.

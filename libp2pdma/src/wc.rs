@@ -252,31 +252,77 @@ mod tests {
     use super::*;
 
     fn pattern(n: usize, seed: u8) -> Vec<u8> {
-        (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8).collect()
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+            .collect()
     }
 
     #[test]
     fn every_routine_copies_every_alignment_and_length() {
         for isa in CopyIsa::available() {
-            for len in [0, 1, 15, 16, 31, 32, 63, 64, 127, 128, 129, 255, 256, 257, 4096, 65536 + 7] {
+            for len in [
+                0,
+                1,
+                15,
+                16,
+                31,
+                32,
+                63,
+                64,
+                127,
+                128,
+                129,
+                255,
+                256,
+                257,
+                4096,
+                65536 + 7,
+            ] {
                 for (doff, soff) in [(0, 0), (1, 0), (0, 3), (7, 13), (31, 1)] {
                     let src = pattern(len + soff, len as u8);
                     let mut dst = vec![0xEEu8; len + doff + 8];
                     // SAFETY: Both buffers cover the ranges.
                     unsafe {
-                        copy_to_wc_with(isa, dst.as_mut_ptr().add(doff), src.as_ptr().add(soff), len)
+                        copy_to_wc_with(
+                            isa,
+                            dst.as_mut_ptr().add(doff),
+                            src.as_ptr().add(soff),
+                            len,
+                        )
                     };
-                    assert_eq!(&dst[doff..doff + len], &src[soff..], "{isa:?} store {len} {doff}/{soff}");
-                    assert!(dst[..doff].iter().all(|&b| b == 0xEE), "{isa:?} wrote before the range");
-                    assert!(dst[doff + len..].iter().all(|&b| b == 0xEE), "{isa:?} wrote past the range");
+                    assert_eq!(
+                        &dst[doff..doff + len],
+                        &src[soff..],
+                        "{isa:?} store {len} {doff}/{soff}"
+                    );
+                    assert!(
+                        dst[..doff].iter().all(|&b| b == 0xEE),
+                        "{isa:?} wrote before the range"
+                    );
+                    assert!(
+                        dst[doff + len..].iter().all(|&b| b == 0xEE),
+                        "{isa:?} wrote past the range"
+                    );
 
                     let mut back = vec![0x11u8; len + soff + 8];
                     // SAFETY: Both buffers cover the ranges.
                     unsafe {
-                        copy_from_wc_with(isa, back.as_mut_ptr().add(soff), dst.as_ptr().add(doff), len)
+                        copy_from_wc_with(
+                            isa,
+                            back.as_mut_ptr().add(soff),
+                            dst.as_ptr().add(doff),
+                            len,
+                        )
                     };
-                    assert_eq!(&back[soff..soff + len], &src[soff..], "{isa:?} load {len} {doff}/{soff}");
-                    assert!(back[soff + len..].iter().all(|&b| b == 0x11), "{isa:?} load overran");
+                    assert_eq!(
+                        &back[soff..soff + len],
+                        &src[soff..],
+                        "{isa:?} load {len} {doff}/{soff}"
+                    );
+                    assert!(
+                        back[soff + len..].iter().all(|&b| b == 0x11),
+                        "{isa:?} load overran"
+                    );
                 }
             }
         }

@@ -20,7 +20,8 @@ fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
 }
 
 fn temp_file(name: &str, data: &[u8]) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("transfer-{}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("transfer-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     let mut f = std::fs::File::create(&p).unwrap();
@@ -59,7 +60,11 @@ fn reads_land_exactly_on_every_path() {
     let data = pattern(1, 0, size);
     let file = StorageFile::open(temp_file("read.bin", &data)).unwrap();
     for pref in [PathPref::Bounce, PathPref::P2p, PathPref::Auto] {
-        for &(chunk, depth) in &[(None, None), (Some(64 << 10), Some(2)), (Some(4096), Some(1))] {
+        for &(chunk, depth) in &[
+            (None, None),
+            (Some(64 << 10), Some(2)),
+            (Some(4096), Some(1)),
+        ] {
             let e = engine(pref, chunk, depth);
             for &(foff, moff, len) in CASES {
                 let mem = HostMemory::new(moff + len + 4096).unwrap();
@@ -67,10 +72,21 @@ fn reads_land_exactly_on_every_path() {
                 let r = e.read(&file, foff, &mem, moff, len).unwrap();
                 assert_eq!(r.bytes, len as u64);
                 let want = &data[foff as usize..foff as usize + len];
-                assert!(mem_bytes(&mem, moff, len) == want, "{pref:?} {chunk:?}/{depth:?} read {foff}+{len} -> {moff}");
-                assert!(mem_bytes(&mem, 0, moff).iter().all(|&b| b == 0xEE), "wrote before the range");
+                assert!(
+                    mem_bytes(&mem, moff, len) == want,
+                    "{pref:?} {chunk:?}/{depth:?} read {foff}+{len} -> {moff}"
+                );
+                assert!(
+                    mem_bytes(&mem, 0, moff).iter().all(|&b| b == 0xEE),
+                    "wrote before the range"
+                );
                 let after = mem.len() - moff - len;
-                assert!(mem_bytes(&mem, moff + len, after).iter().all(|&b| b == 0xEE), "wrote past the range");
+                assert!(
+                    mem_bytes(&mem, moff + len, after)
+                        .iter()
+                        .all(|&b| b == 0xEE),
+                    "wrote past the range"
+                );
             }
         }
     }
@@ -100,7 +116,10 @@ fn p2p_with_misaligned_offsets_is_retried_on_the_bounce_path_and_counted() {
     let r = e.read(&file, 4096, &mem, 1, 512 << 10).unwrap();
     assert!(r.retried);
     assert_eq!(r.path, TransferPath::Bounce);
-    assert_eq!(mem_bytes(&mem, 1, 512 << 10), &data[4096..4096 + (512 << 10)]);
+    assert_eq!(
+        mem_bytes(&mem, 1, 512 << 10),
+        &data[4096..4096 + (512 << 10)]
+    );
     assert_eq!(e.stats().p2p.snapshot().retries, 1);
     assert_eq!(e.stats().bounce.snapshot().transfers, 1);
 }
@@ -164,12 +183,27 @@ fn bad_arguments_are_errors_not_panics() {
     let file = StorageFile::open(temp_file("bad.bin", &pattern(8, 0, 4096))).unwrap();
     let mem = HostMemory::new(4096).unwrap();
     let e = engine(PathPref::Auto, None, None);
-    assert!(matches!(e.read(&file, 0, &mem, 1, 4096), Err(Error::OutOfBounds { .. })));
-    assert!(matches!(e.read(&file, 0, &mem, usize::MAX, 2), Err(Error::OutOfBounds { .. })));
-    assert!(matches!(e.read(&file, u64::MAX, &mem, 0, 2), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        e.read(&file, 0, &mem, 1, 4096),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        e.read(&file, 0, &mem, usize::MAX, 2),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        e.read(&file, u64::MAX, &mem, 0, 2),
+        Err(Error::InvalidArgument(_))
+    ));
     let w = engine(PathPref::NvmeCmd, None, None);
-    assert!(matches!(w.read(&file, 0, &mem, 0, 10), Err(Error::PathUnavailable { .. })));
-    assert!(matches!(StorageFile::open("/nonexistent/file"), Err(Error::Io { .. })));
+    assert!(matches!(
+        w.read(&file, 0, &mem, 0, 10),
+        Err(Error::PathUnavailable { .. })
+    ));
+    assert!(matches!(
+        StorageFile::open("/nonexistent/file"),
+        Err(Error::Io { .. })
+    ));
     // A zero-length transfer moves nothing and succeeds.
     assert_eq!(e.read(&file, 0, &mem, 0, 0).unwrap().bytes, 0);
 }

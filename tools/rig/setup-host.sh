@@ -26,6 +26,10 @@ command -v rustup >/dev/null || die "rustup is required (https://rustup.rs)"
 # The kernel builds core from rust-src with the host's default toolchain;
 # the test binaries that go into the VM are linked statically against musl.
 rustup component list --installed | grep -q '^rust-src' || rustup component add rust-src
+# The test command checks formatting and lints.
+for c in rustfmt clippy; do
+	rustup component list --installed | grep -q "^$c" || rustup component add $c
+done
 rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' || rustup target add x86_64-unknown-linux-musl
 
 if ! command -v bindgen >/dev/null; then

@@ -48,7 +48,9 @@ pub struct Ticket {
 
 impl std::fmt::Debug for Ticket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ticket").field("done", &self.is_done()).finish()
+        f.debug_struct("Ticket")
+            .field("done", &self.is_done())
+            .finish()
     }
 }
 
@@ -99,7 +101,9 @@ impl Ticket {
 
 fn take(s: &mut Slot) -> Option<Result<Report>> {
     if s.taken {
-        return Some(Err(Error::InvalidArgument("the transfer's result was already taken".into())));
+        return Some(Err(Error::InvalidArgument(
+            "the transfer's result was already taken".into(),
+        )));
     }
     let r = s.result.take()?;
     s.taken = true;
@@ -130,7 +134,9 @@ pub(super) struct Workers {
 
 impl Workers {
     pub(super) fn new() -> Self {
-        Self { tx: Mutex::new(None) }
+        Self {
+            tx: Mutex::new(None),
+        }
     }
 }
 
@@ -138,10 +144,12 @@ impl Workers {
 const WORKERS: usize = 4;
 
 fn run_job(engine: &Engine, (req, ticket): Job) {
-    let r = engine.handle(&req.file, req.mem.as_ref()).and_then(|h| match req.dir {
-        Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
-        Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
-    });
+    let r = engine
+        .handle(&req.file, req.mem.as_ref())
+        .and_then(|h| match req.dir {
+            Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
+            Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
+        });
     ticket.complete(r);
 }
 
@@ -165,7 +173,9 @@ impl Engine {
                         };
                         match engine.upgrade() {
                             Some(e) => run_job(&e, job),
-                            None => job.1.complete(Err(Error::InvalidArgument("the engine was dropped".into()))),
+                            None => job.1.complete(Err(Error::InvalidArgument(
+                                "the engine was dropped".into(),
+                            ))),
                         }
                     });
                 if spawned.is_err() && i == 0 {

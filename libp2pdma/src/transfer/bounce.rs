@@ -75,7 +75,9 @@ impl Xfer<'_> {
         }
         let t = Instant::now();
         let (mem, at) = (self.mem, self.mem_at(need0));
-        s.with_slot(slot, (need0 - c0) as usize, (need1 - need0) as usize, |b| mem.write_at(at, b))??;
+        s.with_slot(slot, (need0 - c0) as usize, (need1 - need0) as usize, |b| {
+            mem.write_at(at, b)
+        })??;
         self.stats.record_copy(t.elapsed());
         Ok(())
     }
@@ -83,7 +85,11 @@ impl Xfer<'_> {
     /// The whole read, through the slots.
     fn read(&self, s: &mut Session<'_>) -> Result<()> {
         let bs = self.file.block as u64;
-        self.read_range(s, round_down(self.file_offset, bs), round_up(self.end(), bs))
+        self.read_range(
+            s,
+            round_down(self.file_offset, bs),
+            round_up(self.end(), bs),
+        )
     }
 
     /// Reads the block-aligned range `[a0, a1)` through the slots and lands
@@ -98,7 +104,9 @@ impl Xfer<'_> {
         while done < nchunks {
             let held: Vec<usize> = landed.iter().map(|l| l.0).collect();
             while next < nchunks && s.inflight() < s.depth() {
-                let Some(slot) = s.free_slot_except(&held) else { break };
+                let Some(slot) = s.free_slot_except(&held) else {
+                    break;
+                };
                 let c0 = a0 + next * chunk;
                 let clen = chunk.min(a1 - c0) as usize;
                 s.read(Buf::Slot(slot), c0, clen, next)?;
@@ -115,7 +123,9 @@ impl Xfer<'_> {
                 let n = c
                     .res
                     .map_err(|e| self.file.io_error("read", c0, want - c0, e))?;
-                let Buf::Slot(slot) = c.buf else { unreachable!("bounce reads use slots") };
+                let Buf::Slot(slot) = c.buf else {
+                    unreachable!("bounce reads use slots")
+                };
                 landed.push((slot, c.tag, n));
             }
             if let Some((slot, tag, n)) = landed.pop() {
@@ -132,10 +142,12 @@ impl Xfer<'_> {
     /// aligned together (direct I/O needs both; the mapping starts on a page).
     pub(super) fn dma_target(&self, path: &'static str) -> Result<DmaTarget> {
         let unavailable = |reason: String| Error::PathUnavailable { path, reason };
-        let target = self
-            .mem
-            .dma_target()
-            .ok_or_else(|| unavailable(format!("{} has no CPU mapping storage could DMA into", self.mem.kind())))?;
+        let target = self.mem.dma_target().ok_or_else(|| {
+            unavailable(format!(
+                "{} has no CPU mapping storage could DMA into",
+                self.mem.kind()
+            ))
+        })?;
         let bs = self.file.block as u64;
         if (self.mem_offset as u64) % bs != self.file_offset % bs {
             return Err(unavailable(format!(
@@ -192,7 +204,9 @@ impl Xfer<'_> {
     }
 
     fn rmw(&self, s: &mut Session<'_>, b0: u64, b1: u64) -> Result<()> {
-        let slot = s.free_slot().ok_or_else(|| Error::InvalidArgument("no free bounce slot".into()))?;
+        let slot = s
+            .free_slot()
+            .ok_or_else(|| Error::InvalidArgument("no free bounce slot".into()))?;
         let n = (b1 - b0) as usize;
         // Past the end of a file there is nothing to read: zeros.
         let have = self.file.size().saturating_sub(b0).min(n as u64) as usize;
@@ -200,7 +214,10 @@ impl Xfer<'_> {
         if have > 0 {
             s.read(Buf::Slot(slot), b0, n, 0)?;
             let c = s.wait(1)?;
-            let got = c[0].res.map_err(|e| self.file.io_error("read (read-modify-write)", b0, n as u64, e))?;
+            let got = c[0].res.map_err(|e| {
+                self.file
+                    .io_error("read (read-modify-write)", b0, n as u64, e)
+            })?;
             if got < have {
                 return Err(Error::Short {
                     what: "read-modify-write read",
@@ -212,11 +229,16 @@ impl Xfer<'_> {
         let (o0, o1) = (b0.max(self.file_offset), b1.min(self.end()));
         let (mem, at) = (self.mem, self.mem_at(o0));
         let t = Instant::now();
-        s.with_slot(slot, (o0 - b0) as usize, (o1 - o0) as usize, |b| mem.read_at(at, b))??;
+        s.with_slot(slot, (o0 - b0) as usize, (o1 - o0) as usize, |b| {
+            mem.read_at(at, b)
+        })??;
         self.stats.record_copy(t.elapsed());
         s.write(Buf::Slot(slot), b0, n, 0)?;
         let c = s.wait(1)?;
-        let put = c[0].res.map_err(|e| self.file.io_error("write (read-modify-write)", b0, n as u64, e))?;
+        let put = c[0].res.map_err(|e| {
+            self.file
+                .io_error("write (read-modify-write)", b0, n as u64, e)
+        })?;
         self.stats.record_ios(if have > 0 { 2 } else { 1 });
         if put < n {
             return Err(Error::Short {
@@ -256,7 +278,9 @@ impl Xfer<'_> {
             for c in comps {
                 let c0 = m0 + c.tag * chunk;
                 let clen = chunk.min(m1 - c0) as usize;
-                let n = c.res.map_err(|e| self.file.io_error("write", c0, clen as u64, e))?;
+                let n = c
+                    .res
+                    .map_err(|e| self.file.io_error("write", c0, clen as u64, e))?;
                 if n < clen {
                     return Err(Error::Short {
                         what: "write to storage",
@@ -278,7 +302,8 @@ impl Xfer<'_> {
         }
         let want = self.file.size().max(self.end());
         if meta.st_size as u64 > want {
-            rustix::fs::ftruncate(f, want).map_err(Error::sys("trim a file after a block-rounded write"))?;
+            rustix::fs::ftruncate(f, want)
+                .map_err(Error::sys("trim a file after a block-rounded write"))?;
         }
         Ok(())
     }

@@ -71,16 +71,23 @@ impl Config {
         let mut c = Self::default();
         let file = std::env::var_os("P2PDMA_CONFIG")
             .map(std::path::PathBuf::from)
-            .or_else(|| Some("/etc/p2pdma.conf".into()).filter(|p: &std::path::PathBuf| p.exists()));
+            .or_else(|| {
+                Some("/etc/p2pdma.conf".into()).filter(|p: &std::path::PathBuf| p.exists())
+            });
         if let Some(f) = file {
             let text = std::fs::read_to_string(&f)
                 .map_err(|e| Error::InvalidArgument(format!("{}: {e}", f.display())))?;
             c.apply_file(&text)
                 .map_err(|e| Error::InvalidArgument(format!("{}: {e}", f.display())))?;
         }
-        for (key, var) in [("path", "P2PDMA_PATH"), ("chunk", "P2PDMA_CHUNK"), ("depth", "P2PDMA_DEPTH")] {
+        for (key, var) in [
+            ("path", "P2PDMA_PATH"),
+            ("chunk", "P2PDMA_CHUNK"),
+            ("depth", "P2PDMA_DEPTH"),
+        ] {
             if let Ok(v) = std::env::var(var) {
-                c.set(key, &v).map_err(|e| Error::InvalidArgument(format!("{var}: {e}")))?;
+                c.set(key, &v)
+                    .map_err(|e| Error::InvalidArgument(format!("{var}: {e}")))?;
             }
         }
         Ok(c)
@@ -93,9 +100,9 @@ impl Config {
             if line.is_empty() {
                 continue;
             }
-            let (k, v) = line
-                .split_once('=')
-                .ok_or_else(|| Error::InvalidArgument(format!("line {}: expected key = value", n + 1)))?;
+            let (k, v) = line.split_once('=').ok_or_else(|| {
+                Error::InvalidArgument(format!("line {}: expected key = value", n + 1))
+            })?;
             self.set(k.trim(), v.trim())
                 .map_err(|e| Error::InvalidArgument(format!("line {}: {e}", n + 1)))?;
         }
@@ -109,14 +116,16 @@ impl Config {
             "chunk" => {
                 let v = parse_size(value)?;
                 if !(4096..=MAX_CHUNK).contains(&v) {
-                    return Err(Error::InvalidArgument(format!("chunk {v} outside 4 KiB..=64 MiB")));
+                    return Err(Error::InvalidArgument(format!(
+                        "chunk {v} outside 4 KiB..=64 MiB"
+                    )));
                 }
                 self.chunk = Some(v);
             }
             "depth" => {
-                let v: usize = value
-                    .parse()
-                    .map_err(|_| Error::InvalidArgument(format!("depth '{value}' is not a number")))?;
+                let v: usize = value.parse().map_err(|_| {
+                    Error::InvalidArgument(format!("depth '{value}' is not a number"))
+                })?;
                 if !(1..=MAX_DEPTH).contains(&v) {
                     return Err(Error::InvalidArgument(format!("depth {v} outside 1..=256")));
                 }
@@ -133,7 +142,9 @@ impl Config {
     /// transfers so that they still pipeline.
     pub fn geometry(&self, len: usize, block: usize) -> (usize, usize) {
         let depth = self.depth.unwrap_or(DEFAULT_DEPTH).clamp(1, MAX_DEPTH);
-        let auto = (len / 4).next_power_of_two().clamp(MIN_CHUNK, DEFAULT_CHUNK);
+        let auto = (len / 4)
+            .next_power_of_two()
+            .clamp(MIN_CHUNK, DEFAULT_CHUNK);
         let chunk = self.chunk.unwrap_or(auto).max(block);
         let chunk = chunk.div_ceil(block) * block;
         (chunk.div_ceil(4096) * 4096, depth)
@@ -169,7 +180,8 @@ mod tests {
     #[test]
     fn config_file_and_values() {
         let mut c = Config::default();
-        c.apply_file("# comment\npath = bounce\nchunk=2M # two\n\ndepth = 16\n").unwrap();
+        c.apply_file("# comment\npath = bounce\nchunk=2M # two\n\ndepth = 16\n")
+            .unwrap();
         assert_eq!(c.path, PathPref::Bounce);
         assert_eq!(c.chunk, Some(2 << 20));
         assert_eq!(c.depth, Some(16));

@@ -72,7 +72,11 @@ fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> R
             let got = c.res.map_err(|e| x.file.io_error(op, c0, clen as u64, e))?;
             if got < clen {
                 return Err(Error::Short {
-                    what: if write { "P2P write to storage" } else { "P2P read from storage" },
+                    what: if write {
+                        "P2P write to storage"
+                    } else {
+                        "P2P read from storage"
+                    },
                     expected: clen as u64,
                     done: got as u64,
                 });

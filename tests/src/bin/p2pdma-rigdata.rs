@@ -103,7 +103,8 @@ fn run(cli: Cli) -> Result<bool, String> {
             actual_offset,
             len,
         } => {
-            let e = read_at(&expected, expected_offset, len).map_err(|e| format!("{expected}: {e}"))?;
+            let e =
+                read_at(&expected, expected_offset, len).map_err(|e| format!("{expected}: {e}"))?;
             let a = read_at(&actual, actual_offset, len).map_err(|e| format!("{actual}: {e}"))?;
             match e.iter().zip(&a).position(|(x, y)| x != y) {
                 None => {

@@ -129,7 +129,8 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
         .next()
         .ok_or("no accelerator bound to p2pdma")?;
     let size = (x.mem_offset + x.len).div_ceil(4096) * 4096;
-    let mem = ModuleMemory::alloc(module.clone(), accel.index, size as u64, 0).map_err(|e| e.to_string())?;
+    let mem = ModuleMemory::alloc(module.clone(), accel.index, size as u64, 0)
+        .map_err(|e| e.to_string())?;
     let mut cfg = Config::default();
     cfg.set("path", &x.path).map_err(|e| e.to_string())?;
     let engine = Engine::new(cfg, Some(module.clone()));
@@ -144,13 +145,15 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     let report = match write_pattern {
         None => {
             // Poison the memory so that nothing stale can pass the host check.
-            mem.write_at(0, &vec![0xC3; size]).map_err(|e| e.to_string())?;
+            mem.write_at(0, &vec![0xC3; size])
+                .map_err(|e| e.to_string())?;
             handle.read(x.offset, x.mem_offset, x.len)
         }
         Some(p) => {
             let mut buf = vec![0u8; x.len + (p % 8) as usize];
             p2pdma_tests::fill_image(p - p % 8, &mut buf);
-            mem.write_at(x.mem_offset, &buf[(p % 8) as usize..]).map_err(|e| e.to_string())?;
+            mem.write_at(x.mem_offset, &buf[(p % 8) as usize..])
+                .map_err(|e| e.to_string())?;
             handle.write(x.offset, x.mem_offset, x.len)
         }
     }
@@ -173,7 +176,8 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     drop(engine);
     let target = mem.dma_target().ok_or("module memory without a mapping")?;
     let pci = accel.pci.to_string();
-    let bar_offset = phys_of(target.ptr as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
+    let bar_offset =
+        phys_of(target.ptr as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
     match (write_pattern, &x.fs_name) {
         // A file the host has no copy of: the buffered read-back is the check.
         (_, None) if !block_device => {
@@ -194,7 +198,9 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
             x.offset, x.len
         ),
         (Some(p), Some(name)) => {
-            let size = fs::metadata(&x.nvme).map_err(|e| format!("{}: {e}", x.nvme))?.len();
+            let size = fs::metadata(&x.nvme)
+                .map_err(|e| format!("{}: {e}", x.nvme))?
+                .len();
             println!(
                 "@@RESULT file-write fsfile={name} file_offset={} pattern_offset={p} len={} size={size}",
                 x.offset, x.len
@@ -223,11 +229,14 @@ fn verify_buffered(
         let n = pread(&f, &mut cached[done..], offset + done as u64)
             .map_err(|e| format!("buffered pread {path}: {e}"))?;
         if n == 0 {
-            return Err(format!("buffered read of {path}: short, {done} of {len} bytes"));
+            return Err(format!(
+                "buffered read of {path}: short, {done} of {len} bytes"
+            ));
         }
         done += n;
     }
-    mem.read_at(mem_offset, &mut landed).map_err(|e| e.to_string())?;
+    mem.read_at(mem_offset, &mut landed)
+        .map_err(|e| e.to_string())?;
     match cached.iter().zip(&landed).position(|(a, b)| a != b) {
         None => {
             println!("buffered read of {path} matches the device memory ({len} bytes)");

@@ -71,14 +71,21 @@ fn machine() -> Value {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split(':').nth(1)))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split(':').nth(1))
+        })
         .unwrap_or("unknown")
         .trim()
         .to_string();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mem_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| m.lines().next().and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
         .unwrap_or(0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     json!({
@@ -91,7 +98,10 @@ fn machine() -> Value {
 }
 
 fn ensure_file(path: &Path, size: u64) -> Res<()> {
-    if std::fs::metadata(path).map(|m| m.len() >= size).unwrap_or(false) {
+    if std::fs::metadata(path)
+        .map(|m| m.len() >= size)
+        .unwrap_or(false)
+    {
         return Ok(());
     }
     let mut f = File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -99,7 +109,8 @@ fn ensure_file(path: &Path, size: u64) -> Res<()> {
     for i in 0..size.div_ceil(1 << 20) {
         let n = buf.len();
         buf.copy_from_slice(&crate::util::pattern(i, 0, n));
-        f.write_all(&buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.write_all(&buf)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     f.sync_all().map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -122,7 +133,10 @@ fn fio(path: &Path, size: u64, bs: u64, depth: usize) -> Res<f64> {
         .output()
         .map_err(|e| format!("cannot run fio: {e}"))?;
     if !out.status.success() {
-        return Err(format!("fio failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "fio failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
     let bw = v["jobs"][0]["read"]["bw_bytes"]
@@ -148,7 +162,8 @@ fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("p2pdma-bench.dat"));
     ensure_file(&path, a.size)?;
-    let file = StorageFile::open(&path).map_err(|e| format!("{e} (the file must be on a filesystem with O_DIRECT)"))?;
+    let file = StorageFile::open(&path)
+        .map_err(|e| format!("{e} (the file must be on a filesystem with O_DIRECT)"))?;
     let len = a.size as usize;
     let dst = HostMemory::new(len).map_err(|e| e.to_string())?;
     let staging = HostMemory::new(len).map_err(|e| e.to_string())?;
@@ -162,15 +177,21 @@ fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             Err(e) => fio_err = Some(e),
         }
         let t = Instant::now();
-        pipeline.read(&file, 0, &dst, 0, len).map_err(|e| e.to_string())?;
+        pipeline
+            .read(&file, 0, &dst, 0, len)
+            .map_err(|e| e.to_string())?;
         p.push(gib_s(a.size, t.elapsed()));
         // The serial approach: all of the storage stage, then all of the copy.
         let t = Instant::now();
-        direct.read(&file, 0, &staging, 0, len).map_err(|e| e.to_string())?;
+        direct
+            .read(&file, 0, &staging, 0, len)
+            .map_err(|e| e.to_string())?;
         let mut chunk = vec![0u8; a.bs as usize];
         for off in (0..len).step_by(chunk.len()) {
             let n = chunk.len().min(len - off);
-            staging.read_at(off, &mut chunk[..n]).map_err(|e| e.to_string())?;
+            staging
+                .read_at(off, &mut chunk[..n])
+                .map_err(|e| e.to_string())?;
             dst.write_at(off, &chunk[..n]).map_err(|e| e.to_string())?;
         }
         s.push(gib_s(a.size, t.elapsed()));
@@ -181,10 +202,14 @@ fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let mut want = vec![0u8; 1 << 20];
     for off in (0..len).step_by(1 << 20) {
         let n = check.len().min(len - off);
-        dst.read_at(off, &mut check[..n]).map_err(|e| e.to_string())?;
-        disk.read_exact_at(&mut want[..n], off as u64).map_err(|e| e.to_string())?;
+        dst.read_at(off, &mut check[..n])
+            .map_err(|e| e.to_string())?;
+        disk.read_exact_at(&mut want[..n], off as u64)
+            .map_err(|e| e.to_string())?;
         if check[..n] != want[..n] {
-            return Err(format!("the pipeline's data differs from the file at offset {off}"));
+            return Err(format!(
+                "the pipeline's data differs from the file at offset {off}"
+            ));
         }
     }
     let (p, s) = (median(p), median(s));
@@ -200,7 +225,10 @@ fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     println!("  serial (read, copy)   {s:7.3} GiB/s");
     let mut r = json!({"pipeline_gib_s": p, "serial_gib_s": s, "pipeline_vs_serial": p / s});
     if f.is_empty() {
-        println!("  fio                   unavailable: {}", fio_err.unwrap_or_default());
+        println!(
+            "  fio                   unavailable: {}",
+            fio_err.unwrap_or_default()
+        );
     } else {
         let f = median(f);
         println!("  fio (io_uring, O_DIRECT) {f:7.3} GiB/s");
@@ -222,11 +250,14 @@ fn copy(json_out: &mut Value) -> Res<()> {
     // the module when there is one (its WC BAR mapping); vs one pwrite(2)
     // per copy into the memfd.
     use p2pdma::sys::{Caching, RawMapping, Sharing};
-    let fd = rustix::fs::memfd_create("p2pdma-bench", rustix::fs::MemfdFlags::CLOEXEC).map_err(|e| e.to_string())?;
+    let fd = rustix::fs::memfd_create("p2pdma-bench", rustix::fs::MemfdFlags::CLOEXEC)
+        .map_err(|e| e.to_string())?;
     let size = 1usize << 20;
     rustix::fs::ftruncate(&fd, size as u64).map_err(|e| e.to_string())?;
-    let wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteBack).map_err(|e| e.to_string())?;
-    let wc_on_wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteCombined).map_err(|e| e.to_string())?;
+    let wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteBack)
+        .map_err(|e| e.to_string())?;
+    let wc_on_wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteCombined)
+        .map_err(|e| e.to_string())?;
     let bar = Module::open().ok().and_then(|m| {
         let m = Arc::new(m);
         let index = m.accelerators().ok()?.first()?.index;
@@ -247,11 +278,18 @@ fn copy(json_out: &mut Value) -> Res<()> {
             }
             Ok(t.elapsed().as_nanos() as f64 / iters as f64)
         };
-        let (mut mapped, mut wc, mut sys, mut dev) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut mapped, mut wc, mut sys, mut dev) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..5 {
             mapped.push(time(&|o| wb.write_at(o, &src).map_err(|e| e.to_string()))?);
-            wc.push(time(&|o| wc_on_wb.write_at(o, &src).map_err(|e| e.to_string()))?);
-            sys.push(time(&|o| file.write_at(&src, o as u64).map(drop).map_err(|e| e.to_string()))?);
+            wc.push(time(&|o| {
+                wc_on_wb.write_at(o, &src).map_err(|e| e.to_string())
+            })?);
+            sys.push(time(&|o| {
+                file.write_at(&src, o as u64)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })?);
             if let Some(b) = &bar {
                 dev.push(time(&|o| b.write_at(o, &src).map_err(|e| e.to_string()))?);
             }
@@ -264,7 +302,10 @@ fn copy(json_out: &mut Value) -> Res<()> {
         let mut row = json!({"bytes": n, "mapped_ns": mapped, "pwrite_ns": sys, "pwrite_vs_mapped": sys / mapped, "wc_routine_on_wb_ns": wc});
         if !dev.is_empty() {
             let dev = median(dev);
-            print!("  accelerator BAR (WC) {dev:9.1} ns  pwrite/BAR {:6.2}", sys / dev);
+            print!(
+                "  accelerator BAR (WC) {dev:9.1} ns  pwrite/BAR {:6.2}",
+                sys / dev
+            );
             row["accel_bar_ns"] = json!(dev);
             row["pwrite_vs_accel_bar"] = json!(sys / dev);
         }
@@ -290,8 +331,10 @@ fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         .next()
         .ok_or("no accelerator bound to the module")?;
     let file = StorageFile::open(&a.nvme).map_err(|e| e.to_string())?;
-    let len = (a.size.min(file.size()) as usize).min(accel.p2p_available as usize / 2) / 4096 * 4096;
-    let mem = ModuleMemory::alloc(module.clone(), accel.index, len as u64, 0).map_err(|e| e.to_string())?;
+    let len =
+        (a.size.min(file.size()) as usize).min(accel.p2p_available as usize / 2) / 4096 * 4096;
+    let mem = ModuleMemory::alloc(module.clone(), accel.index, len as u64, 0)
+        .map_err(|e| e.to_string())?;
     println!(
         "cpu: guest CPU time per GiB read from {} into accelerator {} memory, {} MiB x {} reps",
         a.nvme.display(),
@@ -325,9 +368,16 @@ fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             gib / wall.as_secs_f64()
         );
         base.get_or_insert(per);
-        rows.insert(pref.to_string(), json!({"cpu_s_per_gib": per, "gib_s": gib / wall.as_secs_f64()}));
+        rows.insert(
+            pref.to_string(),
+            json!({"cpu_s_per_gib": per, "gib_s": gib / wall.as_secs_f64()}),
+        );
     }
-    let cpu_of = |k: &str| rows.get(k).and_then(|r| r["cpu_s_per_gib"].as_f64()).filter(|&v| v > 0.0);
+    let cpu_of = |k: &str| {
+        rows.get(k)
+            .and_then(|r| r["cpu_s_per_gib"].as_f64())
+            .filter(|&v| v > 0.0)
+    };
     if let Some(b) = cpu_of("bounce") {
         for k in ["p2p", "nvme-cmd"] {
             if let Some(v) = cpu_of(k) {
@@ -351,7 +401,11 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
             storage(a, &mut out)?;
             copy(&mut out)?;
         }
-        other => return Err(format!("unknown benchmark '{other}' (storage, copy, cpu, all)")),
+        other => {
+            return Err(format!(
+                "unknown benchmark '{other}' (storage, copy, cpu, all)"
+            ))
+        }
     }
     if json {
         println!("{out}");

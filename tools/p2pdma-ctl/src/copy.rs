@@ -53,7 +53,10 @@ type Memory = (Box<dyn DeviceMemory>, Option<Arc<Module>>);
 
 fn memory(spec: &str, size: u64) -> Res<Memory> {
     if spec == "host" {
-        return Ok((Box::new(HostMemory::new(size as usize).map_err(|e| e.to_string())?), None));
+        return Ok((
+            Box::new(HostMemory::new(size as usize).map_err(|e| e.to_string())?),
+            None,
+        ));
     }
     let index = match spec.strip_prefix("accel") {
         Some("") => 0,
@@ -82,10 +85,20 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
     let src = StorageFile::open(&a.from).map_err(|e| e.to_string())?;
     let len = a.len.unwrap_or(src.size().saturating_sub(a.offset));
     if a.offset.checked_add(len).is_none_or(|end| end > src.size()) {
-        return Err(format!("{}+{} is past the end of {} ({} bytes)", a.offset, len, a.from.display(), src.size()));
+        return Err(format!(
+            "{}+{} is past the end of {} ({} bytes)",
+            a.offset,
+            len,
+            a.from.display(),
+            src.size()
+        ));
     }
     let to_file = !(a.to == "host" || a.to.starts_with("accel"));
-    let piece = if to_file { a.piece.min(len.max(4096)) } else { len.max(4096) };
+    let piece = if to_file {
+        a.piece.min(len.max(4096))
+    } else {
+        len.max(4096)
+    };
     let (mem, module) = memory(if to_file { &a.through } else { &a.to }, piece)?;
     let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
     if let Some(p) = &a.path {
@@ -104,7 +117,9 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
     } else {
         None
     };
-    let read = engine.handle(&src, mem.as_ref()).map_err(|e| e.to_string())?;
+    let read = engine
+        .handle(&src, mem.as_ref())
+        .map_err(|e| e.to_string())?;
     eprintln!("read: {} path ({})", read.path(), read.reason());
     let write = match &dst {
         Some(d) => {
@@ -120,7 +135,9 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
     let mut done = 0u64;
     while done < len {
         let n = piece.min(len - done) as usize;
-        let r = read.read(a.offset + done, 0, n).map_err(|e| e.to_string())?;
+        let r = read
+            .read(a.offset + done, 0, n)
+            .map_err(|e| e.to_string())?;
         retried += r.retried as u32;
         rpath = Some(r.path);
         if let Some(w) = &write {
@@ -138,10 +155,16 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
         let (mut want, mut got) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
         for off in (0..len).step_by(1 << 20) {
             let n = (len - off).min(1 << 20) as usize;
-            plain.read_exact_at(&mut want[..n], a.offset + off).map_err(|e| e.to_string())?;
-            mem.read_at(off as usize, &mut got[..n]).map_err(|e| e.to_string())?;
+            plain
+                .read_exact_at(&mut want[..n], a.offset + off)
+                .map_err(|e| e.to_string())?;
+            mem.read_at(off as usize, &mut got[..n])
+                .map_err(|e| e.to_string())?;
             if want[..n] != got[..n] {
-                return Err(format!("verify: memory differs from the source at offset {}", a.offset + off));
+                return Err(format!(
+                    "verify: memory differs from the source at offset {}",
+                    a.offset + off
+                ));
             }
         }
         eprintln!("verify: {len} bytes match the source");
