@@ -318,8 +318,7 @@ pub const P2PDMA_IOC_FREE: u32 = ioc(IOC_WRITE, 0x03, size_of::<P2pdmaFree>());
 /// accelerator or peer PCI function), `EBADF` (bad peer fd), `ENOTBLK`
 /// (peer fd is not a block device), `ENXIO` (peer has no PCI function),
 /// `EFAULT`.
-pub const P2PDMA_IOC_P2P_QUERY: u32 =
-    ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<P2pdmaP2pQuery>());
+pub const P2PDMA_IOC_P2P_QUERY: u32 = ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<P2pdmaP2pQuery>());
 
 /// DMA-map a range of an allocation for a peer; returns the peer's
 /// addresses. Requires `CAP_SYS_RAWIO`.
