@@ -16,21 +16,14 @@ use std::{
     path::{Path, PathBuf},
 };
 
+mod common;
+
+use common::{mem_bytes, pattern};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory},
-    transfer::{Config, Engine, PathPref, StorageFile, TransferPath},
+    transfer::{Engine, PathPref, StorageFile, TransferPath},
     Error,
 };
-
-/// Position-dependent bytes: any misplaced or stale block shows.
-fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (offset + i).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed;
-            (x >> 29) as u8 ^ (x >> 7) as u8
-        })
-        .collect()
-}
 
 fn write_file(path: &Path, data: &[u8]) {
     let mut f = File::create(path).unwrap();
@@ -39,20 +32,7 @@ fn write_file(path: &Path, data: &[u8]) {
 }
 
 fn engine(path: PathPref) -> Engine {
-    Engine::new(
-        Config {
-            path,
-            chunk: Some(256 << 10),
-            depth: Some(4),
-        },
-        None,
-    )
-}
-
-fn mem_bytes(m: &HostMemory, off: usize, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    m.read_at(off, &mut v).unwrap();
-    v
+    common::engine(path, Some(256 << 10), Some(4))
 }
 
 /// The partition start sysfs gives for the device holding `path`.

@@ -3,21 +3,14 @@
 
 use std::{io::Write, path::PathBuf};
 
+mod common;
+
+use common::{engine, mem_bytes, pattern};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory},
-    transfer::{Config, Engine, PathPref, StorageFile, TransferPath},
+    transfer::{Engine, PathPref, StorageFile, TransferPath},
     Error,
 };
-
-/// Position-dependent bytes: any misplaced or stale block shows.
-fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| {
-            let x = (offset + i).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed;
-            (x >> 29) as u8 ^ (x >> 7) as u8
-        })
-        .collect()
-}
 
 fn temp_file(name: &str, data: &[u8]) -> PathBuf {
     let dir =
@@ -28,16 +21,6 @@ fn temp_file(name: &str, data: &[u8]) -> PathBuf {
     f.write_all(data).unwrap();
     f.sync_all().unwrap();
     p
-}
-
-fn engine(path: PathPref, chunk: Option<usize>, depth: Option<usize>) -> Engine {
-    Engine::new(Config { path, chunk, depth }, None)
-}
-
-fn mem_bytes(m: &HostMemory, off: usize, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    m.read_at(off, &mut v).unwrap();
-    v
 }
 
 /// (file offset, memory offset, length): aligned, unaligned heads and

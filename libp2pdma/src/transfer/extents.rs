@@ -920,6 +920,36 @@ mod tests {
             Some(buf[..len].to_vec())
         }
 
+        /// Checks that `segments` map all of `want` (the file's bytes from
+        /// offset 0), in order, and that the device holds those bytes where
+        /// they say (when the block device can be read).
+        fn assert_on_device(f: &File, segments: &[Segment], want: &[u8], test: &str) {
+            let mut at = 0;
+            for s in segments {
+                let Segment::Mapped {
+                    file_offset,
+                    dev_offset,
+                    len,
+                } = *s
+                else {
+                    panic!("{test}: {s:?} where every byte is written")
+                };
+                assert_eq!(file_offset, at);
+                at += len;
+                let range = file_offset as usize..(file_offset + len) as usize;
+                match device_bytes(f, dev_offset, len as usize) {
+                    Some(got) => assert!(
+                        got == want[range],
+                        "{test}: device bytes at {dev_offset} are not the file's at {file_offset}"
+                    ),
+                    None => println!(
+                        "{test}: data on the device not checked (its block device is not readable here)"
+                    ),
+                }
+            }
+            assert_eq!(at, want.len() as u64);
+        }
+
         #[test]
         fn a_written_file_maps_to_the_device_bytes_holding_its_data() {
             let path = temp("written.bin");
@@ -934,27 +964,7 @@ mod tests {
             let read = plan(&extents, 0, 1 << 20, 1 << 20, 0, lba, false).unwrap();
             let write = plan(&extents, 0, 1 << 20, 1 << 20, 0, lba, true).unwrap();
             assert_eq!(read, write);
-            let mut at = 0;
-            for s in &read {
-                let Segment::Mapped {
-                    file_offset,
-                    dev_offset,
-                    len,
-                } = *s
-                else {
-                    panic!("{s:?} in a written file")
-                };
-                assert_eq!(file_offset, at);
-                at += len;
-                match device_bytes(&f, dev_offset, len as usize) {
-                    Some(got) => assert!(
-                        got == data[file_offset as usize..(file_offset + len) as usize],
-                        "device bytes at {dev_offset} are not the file's at {file_offset}"
-                    ),
-                    None => println!("written file: data on the device not checked (its block device is not readable here)"),
-                }
-            }
-            assert_eq!(at, 1 << 20);
+            assert_on_device(&f, &read, &data, "written file");
             // Past the end, writes are refused.
             assert!(plan(&extents, 0, 2 << 20, 1 << 20, 0, lba, true)
                 .unwrap_err()
@@ -1063,31 +1073,8 @@ mod tests {
                 return;
             };
             let p = plan(&extents, 0, size, size, 0, lba, true).unwrap();
-            let mut at = 0;
-            for s in &p {
-                let Segment::Mapped {
-                    file_offset,
-                    dev_offset,
-                    len,
-                } = *s
-                else {
-                    panic!("{s:?} after a sync")
-                };
-                assert_eq!(file_offset, at);
-                at += len;
-                let want: Vec<u8> = data
-                    .iter()
-                    .chain(&more)
-                    .skip(file_offset as usize)
-                    .take(len as usize)
-                    .copied()
-                    .collect();
-                match device_bytes(&f, dev_offset, len as usize) {
-                    Some(got) => assert!(got == want, "device bytes at {dev_offset} are not the buffered data at {file_offset}"),
-                    None => println!("dirty buffered writes: data on the device not checked (its block device is not readable here)"),
-                }
-            }
-            assert_eq!(at, size);
+            let want: Vec<u8> = data.iter().chain(&more).copied().collect();
+            assert_on_device(&f, &p, &want, "dirty buffered writes");
             drop(f);
             let _ = std::fs::remove_file(path);
         }
