@@ -6,7 +6,7 @@
 . /suite/lib.sh
 
 check module-loads insmod /lib/modules/p2pdma.ko
-check bench-cpu p2pdma-ctl bench cpu --size 48M --reps 3
+check bench-cpu p2pdma-ctl bench cpu --nvme $NVME --size 48M --reps 3
 check bench-copy p2pdma-ctl bench copy
 rmmod p2pdma
 exit $failures

@@ -7,7 +7,7 @@
 
 check module-loads insmod /lib/modules/p2pdma.ko
 p2pdma-ctl list
-p2pdma-ctl doctor /dev/nvme0n1 --dev 0
-check_held p2p-read p2pdma-vmtest engine-read --offset $((8 * 1048576 + 4096)) --len $((4 * 1048576)) --expect-path p2p --hold
+p2pdma-ctl doctor $NVME --dev 0
+check_held p2p-read p2pdma-vmtest engine-read --nvme $NVME --offset $((8 * 1048576 + 4096)) --len $((4 * 1048576)) --expect-path p2p --hold
 release_held
 exit $failures

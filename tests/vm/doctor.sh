@@ -16,7 +16,7 @@ has_json() {
 
 check module-loads insmod /lib/modules/p2pdma.ko
 
-json=$(p2pdma-ctl doctor /dev/nvme0n1 --dev 0 --json 2>&1)
+json=$(p2pdma-ctl doctor $NVME --dev 0 --json 2>&1)
 rc=$?
 echo "$json"
 if [ $rc -eq 0 ]; then
@@ -30,7 +30,7 @@ has_json doctor-accelerator '"name":"accelerator","status":"ok"'
 has_json doctor-p2p-memory '"name":"p2p memory","status":"ok"'
 has_json doctor-storage-is-nvme '"name":"storage","status":"ok"'
 has_json doctor-storage-controller '"controller":"nvme0"'
-has_json doctor-storage-generic '"generic_path":"/dev/ng0n1"'
+has_json doctor-storage-generic "\"generic_path\":\"$NVME_NG\""
 
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	has_json doctor-chooses-p2p '"path":"p2p"'
@@ -48,7 +48,7 @@ mount_rigfs
 json=$(p2pdma-ctl doctor /mnt/data.bin --dev 0 --json 2>&1)
 echo "$json"
 has_json doctor-file-storage-is-nvme '"name":"storage","status":"ok"'
-has_json doctor-file-generic '"generic_path":"/dev/ng0n2"'
+has_json doctor-file-generic "\"generic_path\":\"$FSDEV_NG\""
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	has_json doctor-file-chooses-p2p '"path":"p2p"'
 else
@@ -57,7 +57,7 @@ fi
 umount_rigfs
 
 # The text report: a table, then the path.
-text=$(p2pdma-ctl doctor /dev/nvme0n1 --dev 0 2>&1)
+text=$(p2pdma-ctl doctor $NVME --dev 0 2>&1)
 echo "$text"
 case $text in
 "CHECK "*"path: "*) pass doctor-text-report ;;
@@ -69,13 +69,13 @@ esac
 list=$(p2pdma-ctl list --all 2>&1)
 echo "$list"
 case $list in
-*"/dev/nvme0n1: namespace 1 of nvme0 at "*"p2pmem providers:"*"driver p2pdma"*) pass list-all ;;
+*"$NVME: namespace 1 of nvme0 at "*"p2pmem providers:"*"driver p2pdma"*) pass list-all ;;
 *) fail list-all "namespace or provider missing from list --all" ;;
 esac
 
 check module-unloads rmmod p2pdma
 
-json=$(p2pdma-ctl doctor /dev/nvme0n1 --json 2>&1)
+json=$(p2pdma-ctl doctor $NVME --json 2>&1)
 rc=$?
 echo "$json"
 if [ $rc -eq 0 ]; then

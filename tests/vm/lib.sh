@@ -3,6 +3,25 @@
 
 failures=0
 
+# The rig's namespaces by NSID: 1 holds the raw image, 2 the ext4
+# filesystem. The kernel names namespaces in the order its asynchronous scan
+# finds them, so nvme0n1 is not always NSID 1.
+ns_dev() {
+	i=0
+	while [ $i -lt 100 ]; do
+		for d in /sys/block/nvme*; do
+			[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && [ -b "/dev/${d##*/}" ] && echo "/dev/${d##*/}" && return 0
+		done
+		i=$((i + 1))
+		sleep 0.1
+	done
+	echo "/dev/no-nvme-nsid-$1"
+}
+NVME=$(ns_dev 1)
+FSDEV=$(ns_dev 2)
+NVME_NG=/dev/ng${NVME#/dev/nvme}
+FSDEV_NG=/dev/ng${FSDEV#/dev/nvme}
+
 pass() { echo "@@TEST $1 PASS"; }
 fail() {
 	echo "@@TEST $1 FAIL $2"
@@ -96,7 +115,7 @@ check_kmemleak() {
 # The rig's filesystem (ext4 on the NVMe's second namespace) at /mnt.
 mount_rigfs() {
 	mkdir -p /mnt
-	check rigfs-mounts mount -t ext4 /dev/nvme0n2 /mnt
+	check rigfs-mounts mount -t ext4 $FSDEV /mnt
 }
 
 # Unmounting writes everything back, so the host can read the image.

@@ -16,7 +16,7 @@ fi
 run=
 timeout 5 true 2>/dev/null && run="timeout 240"
 log=/tmp/sanity.log
-$run p2pdma-ctl sanity --nvme /dev/nvme0n1 --expect-p2p $expect >$log 2>&1
+$run p2pdma-ctl sanity --nvme $NVME --expect-p2p $expect >$log 2>&1
 rc=$?
 
 oks=0

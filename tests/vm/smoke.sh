@@ -20,12 +20,12 @@ esac
 # 1 MiB at an unaligned-to-MiB, 4 KiB-aligned offset of the namespace.
 offset=$((3 * 1048576 + 5 * 4096))
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
-	check_held p2p-read p2pdma-vmtest p2pmem-read --offset $offset --len 1048576 --hold
-	check_held p2p-read-module-memory p2pdma-vmtest module-read --offset $((offset + 2 * 1048576)) --len 2097152 --hold
-	check_held p2p-read-skipped p2pdma-vmtest p2pmem-read --offset $((offset + 1048576)) --len 65536 --skip-read --hold
+	check_held p2p-read p2pdma-vmtest p2pmem-read --nvme $NVME --offset $offset --len 1048576 --hold
+	check_held p2p-read-module-memory p2pdma-vmtest module-read --nvme $NVME --offset $((offset + 2 * 1048576)) --len 2097152 --hold
+	check_held p2p-read-skipped p2pdma-vmtest p2pmem-read --nvme $NVME --offset $((offset + 1048576)) --len 65536 --skip-read --hold
 else
-	check_fails p2p-read-refused p2pdma-vmtest p2pmem-read --offset $offset --len 1048576
-	check_fails p2p-read-module-memory-refused p2pdma-vmtest module-read --offset $offset --len 1048576
+	check_fails p2p-read-refused p2pdma-vmtest p2pmem-read --nvme $NVME --offset $offset --len 1048576
+	check_fails p2p-read-module-memory-refused p2pdma-vmtest module-read --nvme $NVME --offset $offset --len 1048576
 	if dmesg | grep -q 'do not share an upstream bridge or whitelisted host bridge'; then
 		pass p2p-refusal-reason-logged
 	else
