@@ -1020,22 +1020,42 @@ fn nvme_passthrough_check(
             ),
         ),
         Ok(_) => {
-            let file = if matches!(t.kind, TargetKind::File { .. }) {
-                "; for a file, its extents are mapped to blocks first"
-            } else {
-                ""
+            // For a file, the filesystem must be one whose extents NVMe
+            // commands can address (the engine's own rule).
+            let file = match t.kind {
+                TargetKind::File { .. } => match std::fs::File::open(&t.path) {
+                    Ok(f) => crate::transfer::extents::Filesystem::of(f.as_fd()).map(|fs| {
+                        format!("; for a file ({fs}), its extents are mapped to blocks with FIEMAP first")
+                    }),
+                    Err(_) => Ok("; for a file, its extents are mapped to blocks first".into()),
+                },
+                _ => Ok(String::new()),
             };
-            (
-                Some(ng.clone()),
-                Check::new(
-                    NAME,
-                    Status::Ok,
-                    format!(
-                        "{} opens: NVMe commands through io_uring passthrough are possible, used only when asked for{file}",
-                        ng.display()
+            match file {
+                Ok(file) => (
+                    Some(ng.clone()),
+                    Check::new(
+                        NAME,
+                        Status::Ok,
+                        format!(
+                            "{} opens: NVMe commands through io_uring passthrough are possible, used only when asked for{file}",
+                            ng.display()
+                        ),
                     ),
                 ),
-            )
+                Err(why) => (
+                    None,
+                    Check::new(
+                        NAME,
+                        Status::Warn,
+                        format!(
+                            "{} opens, but NVMe commands cannot address {}: {why}",
+                            ng.display(),
+                            t.path.display()
+                        ),
+                    ),
+                ),
+            }
         }
         Err(e @ (Errno::ACCESS | Errno::PERM)) => (
             None,
@@ -1497,14 +1517,27 @@ mod tests {
             "needs the module's device node"
         );
         let p = r.check("nvme passthrough").unwrap();
-        assert_eq!(p.status, Status::Ok, "{}", p.detail);
-        assert!(
-            p.detail
-                .ends_with("for a file, its extents are mapped to blocks first"),
-            "{}",
-            p.detail
-        );
-        assert_eq!(r.nvme_cmd, Some(f.root().join("dev/ng0n1")));
+        // The file is real, on whatever filesystem holds the temporary
+        // directory: NVMe commands can address it only on ext4 or XFS.
+        let fd = fs::File::open(&file).unwrap();
+        match crate::transfer::extents::Filesystem::of(fd.as_fd()) {
+            Ok(kind) => {
+                assert_eq!(p.status, Status::Ok, "{}", p.detail);
+                assert!(
+                    p.detail.ends_with(&format!(
+                        "for a file ({kind}), its extents are mapped to blocks with FIEMAP first"
+                    )),
+                    "{}",
+                    p.detail
+                );
+                assert_eq!(r.nvme_cmd, Some(f.root().join("dev/ng0n1")));
+            }
+            Err(why) => {
+                assert_eq!(p.status, Status::Warn, "{}", p.detail);
+                assert!(p.detail.ends_with(&why), "{}", p.detail);
+                assert_eq!(r.nvme_cmd, None);
+            }
+        }
         // The doctor never picks the NVMe command path itself.
         assert_eq!(r.path.path, Path::Bounce);
 

@@ -26,7 +26,7 @@ mod asyncio;
 mod bounce;
 mod config;
 mod direct;
-mod extents;
+pub(crate) mod extents;
 mod nvme;
 mod stats;
 
