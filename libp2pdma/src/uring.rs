@@ -23,7 +23,9 @@ use crate::{backend::DmaTarget, sys::HostBuffer, Error, Result};
 /// A ring and its bounce slots, reused across transfers.
 pub(crate) struct Context {
     ring: IoUring,
-    slots: Vec<HostBuffer>,
+    /// The slots, back to back: slot `i` is `[i * chunk, (i + 1) * chunk)`.
+    slots: HostBuffer,
+    nslots: usize,
     chunk: usize,
     depth: usize,
     pinned: bool,
@@ -41,18 +43,20 @@ impl Context {
             source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
         })?;
         // Spare slots beyond the I/O depth let the storage stage keep `depth`
-        // reads in flight while the copy stage empties a landed slot.
-        let mut slots = Vec::with_capacity(depth + SPARE_SLOTS);
-        for _ in 0..depth + SPARE_SLOTS {
-            slots.push(HostBuffer::new(chunk).map_err(Error::sys("allocate a bounce slot"))?);
-        }
+        // reads in flight while the copy stage empties a landed slot. One
+        // region holds them all, so that it can be backed by huge pages.
+        let nslots = depth + SPARE_SLOTS;
+        let bytes = chunk
+            .checked_mul(nslots)
+            .ok_or_else(|| Error::InvalidArgument("bounce ring too large".into()))?;
+        let slots = HostBuffer::new(bytes).map_err(Error::sys("allocate the bounce slots"))?;
         // Register the slots with the ring: the kernel pins them once, here,
         // instead of on every I/O. Without the memlock limit for it, plain
         // reads and writes still work.
-        let iovecs: Vec<libc::iovec> = slots
-            .iter()
-            .map(|b| libc::iovec {
-                iov_base: b.as_raw().cast(),
+        let iovecs: Vec<libc::iovec> = (0..nslots)
+            .map(|i| libc::iovec {
+                // SAFETY: Slot `i` lies inside the region.
+                iov_base: unsafe { slots.as_raw().add(i * chunk) }.cast(),
                 iov_len: chunk,
             })
             .collect();
@@ -63,6 +67,7 @@ impl Context {
         Ok(Self {
             ring,
             slots,
+            nslots,
             chunk,
             depth,
             pinned,
@@ -124,7 +129,7 @@ impl<'a> Session<'a> {
         fd: BorrowedFd<'a>,
         target: Option<(DmaTarget, &'a M)>,
     ) -> Self {
-        let depth = ctx.slots.len();
+        let depth = ctx.nslots;
         Self {
             ctx,
             fd,
@@ -172,7 +177,8 @@ impl<'a> Session<'a> {
         if self.busy[i] {
             return Err(Error::InvalidArgument("bounce slot busy".into()));
         }
-        let s = &mut self.ctx.slots[i];
+        let chunk = self.ctx.chunk;
+        let s = &mut self.ctx.slots[i * chunk..(i + 1) * chunk];
         let range = s
             .get_mut(offset..offset.saturating_add(len))
             .ok_or(Error::OutOfBounds {
@@ -199,7 +205,8 @@ impl<'a> Session<'a> {
                 if len > self.ctx.chunk {
                     return Err(oob(0, self.ctx.chunk));
                 }
-                Ok(self.ctx.slots[i].as_raw())
+                // SAFETY: Slot `i` (checked above) lies inside the region.
+                Ok(unsafe { self.ctx.slots.as_raw().add(i * self.ctx.chunk) })
             }
             Buf::Target(off) => {
                 let t = self.target.ok_or_else(|| {
