@@ -20,7 +20,17 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check_held p2p-misaligned-retried p2pdma-vmtest engine-read --nvme $NVME --path p2p --offset $((26 * M)) --len $((M / 2)) --mem-offset 100 --expect-path bounce --expect-retry --hold
 	check_held nvme-cmd-read p2pdma-vmtest engine-read --nvme $NVME --path nvme-cmd --offset $((28 * M)) --len $((3 * M)) --expect-path nvme-cmd --hold
 	check_held nvme-cmd-read-unaligned p2pdma-vmtest engine-read --nvme $NVME --path nvme-cmd --offset $((32 * M + 999)) --len $((M + 5)) --mem-offset 999 --expect-path nvme-cmd --hold
-	check nvme-cmd-write p2pdma-vmtest engine-write --nvme $NVME --path nvme-cmd --offset $((52 * M + 512)) --len $((M + 4096)) --mem-offset 512 --pattern-offset $((13 * M)) --expect-path nvme-cmd
+	# The device's own page cache: cached before an NVMe-command write, a
+	# buffered read after it must see the new bytes; dirty (written through
+	# the node, not yet written back) before an NVMe-command read, the read
+	# must see them. (The shell holds the device open meanwhile: its last
+	# close would write its page cache back and drop it.)
+	exec 3<$NVME
+	dd if=$NVME of=/dev/null bs=$M skip=52 count=2 2>/dev/null
+	check nvme-cmd-write p2pdma-vmtest engine-write --nvme $NVME --path nvme-cmd --offset $((52 * M + 512)) --len $((M + 4096)) --mem-offset 512 --pattern-offset $((13 * M)) --expect-path nvme-cmd --verify-buffered
+	dd if=/dev/urandom of=$NVME bs=$M seek=60 count=1 conv=notrunc 2>/dev/null
+	check_held nvme-cmd-read-dirty-device p2pdma-vmtest engine-read --nvme $NVME --path nvme-cmd --offset $((60 * M + 4096)) --len $((M - 8192)) --expect-path nvme-cmd --verify-buffered --hold
+	exec 3<&-
 	check auto-write-p2p p2pdma-vmtest engine-write --nvme $NVME --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p
 	check forced-bounce-write p2pdma-vmtest engine-write --nvme $NVME --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
 

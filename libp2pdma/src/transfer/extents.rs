@@ -313,6 +313,14 @@ pub(super) fn device_range(
     plan(&[extent], start, end, end, dev_start, lba, false)
 }
 
+/// Writes back (and waits for) the dirty page-cache pages of `[offset,
+/// offset + len)` of `fd`: what a block device's page cache holds that the
+/// device does not have yet, which NVMe commands would not see (reads) or
+/// would have written over them later (writes).
+pub(super) fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+    raw::write_back(fd, offset, len)
+}
+
 /// A filesystem the NVMe-command path can address files on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Filesystem {
@@ -584,6 +592,25 @@ mod raw {
     /// `_IOR('X', 31, struct fsxattr)`.
     const FS_IOC_FSGETXATTR: Opcode = opcode::read::<FsXattr>(b'X', 31);
     const _: () = assert!(FS_IOC_FSGETXATTR == 0x801C_581F as Opcode);
+
+    /// `sync_file_range(fd, offset, len, WAIT_BEFORE | WRITE | WAIT_AFTER)`:
+    /// writes the range's dirty page-cache pages back and waits for them.
+    pub(super) fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+        use std::os::fd::AsRawFd;
+        let (offset, len) = (
+            i64::try_from(offset).map_err(|_| Errno::INVAL)?,
+            i64::try_from(len).map_err(|_| Errno::INVAL)?,
+        );
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: Plain integers and a borrowed, open descriptor; the kernel
+        // reads no memory of ours.
+        match unsafe { libc::sync_file_range(fd.as_raw_fd(), offset, len, flags) } {
+            0 => Ok(()),
+            _ => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)),
+        }
+    }
 
     /// Maps `buf.head.fm_start..+fm_length` with `buf.head.fm_flags`; the
     /// kernel fills `buf.extents` and `fm_mapped_extents`.

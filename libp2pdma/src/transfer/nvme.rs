@@ -24,6 +24,10 @@
 //!   plainly addressable. After a write, the page cache of the written range
 //!   is dropped (`POSIX_FADV_DONTNEED`), so later buffered reads see the new
 //!   data.
+//! - A block device (namespace or partition): its own page cache, which
+//!   buffered I/O through the device node fills, is written back over the
+//!   range before the commands and dropped after a write, the same
+//!   coherence `O_DIRECT` keeps.
 //!
 //! A refusal is `Error::PathUnavailable`, which the engine retries on the
 //! bounce path and counts; nothing has been written when it comes.
@@ -86,6 +90,14 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     } else {
         Vec::new()
     };
+    // A block device's own page cache may hold data the device does not have
+    // yet (buffered writes through its node): written back first, as
+    // FIEMAP_FLAG_SYNC does for files, so reads see it and writeback cannot
+    // later put it over what the commands write.
+    if !file.is_file() && m0 < m1 {
+        extents::write_back(file.fd(), m0, m1 - m0)
+            .map_err(|e| file.io_error("write back the page cache of the range", m0, m1 - m0, e))?;
+    }
     let generic = if segments.iter().any(|s| matches!(s, Segment::Mapped { .. })) {
         let g = OpenOptions::new()
             .read(true)
