@@ -83,7 +83,7 @@ test)
 	done
 	log "all tests done in $((SECONDS - start))s"
 	echo "p2pdma: $total_pass passed, $total_fail failed"
-	((total_fail == 0))
+	((total_fail == 0)) || exit 1
 	;;
 *) die "unknown command $cmd (demo, test, setup, build, vm)" ;;
 esac

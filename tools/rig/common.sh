@@ -1,7 +1,7 @@
 # Shared settings for the build and VM scripts. Sourced, not executed.
 # shellcheck shell=bash
 
-set -euo pipefail
+set -Eeuo pipefail
 
 P2PDMA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 P2PDMA_CACHE=${P2PDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/p2pdma}
@@ -13,6 +13,15 @@ mkdir -p "$P2PDMA_CACHE"
 
 log() { printf '\033[1m[p2pdma]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[p2pdma] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# No step fails silently: a command that stops a script under set -e says
+# what it was and where (set -E carries this into functions and subshells).
+on_error() {
+	local rc=$?
+	printf '\033[1;31m[p2pdma] error:\033[0m "%s" failed with status %d (%s line %d)\n' \
+		"$BASH_COMMAND" "$rc" "${BASH_SOURCE[1]:-$0}" "${BASH_LINENO[0]}" >&2
+}
+trap on_error ERR
 
 # Run a long command with its output in a log file, printing a heartbeat with
 # the elapsed time and the log's last line so progress stays visible.

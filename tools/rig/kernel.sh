@@ -20,6 +20,21 @@ frags=("$P2PDMA_ROOT/tools/rig/kconfig/base.config")
 [ "$variant" = base ] || frags+=("$P2PDMA_ROOT/tools/rig/kconfig/$variant.config")
 for f in "${frags[@]}"; do [ -f "$f" ] || die "no config fragment $f"; done
 
+# Built trees whose path starts with PREFIX, newest first, one per line.
+# Nothing (and success) when there are none, as on a fresh machine.
+built_trees_newest_first() {
+	local t
+	for t in "$1"*/.p2pdma-built; do
+		if [ -f "$t" ]; then
+			printf '%s %s\n' "$(stat -c %Y "$t")" "${t%/.p2pdma-built}"
+		fi
+	done | sort -rn | cut -d' ' -f2-
+}
+
+newest_built_tree() {
+	built_trees_newest_first "$1" | sed -n 1p
+}
+
 # The Debian mirror is the one this machine's apt already uses.
 debian_mirror() {
 	if [ -n "${P2PDMA_DEBIAN_MIRROR:-}" ]; then echo "$P2PDMA_DEBIAN_MIRROR"; return; fi
@@ -66,9 +81,9 @@ fi
 rm -rf "$tree" "$tree.tmp" "$tree.deb"
 # A built tree of the same source and variant under another configuration
 # seeds this one: Kbuild tracks every object's CONFIG_ dependencies, so only
-# what the configuration change touches is rebuilt.
-seed=$(ls -dt "$P2PDMA_CACHE/kernel/linux-${pkgver//[^A-Za-z0-9.]/_}-$variant-"* 2>/dev/null |
-	while read -r t; do [ -f "$t/.p2pdma-built" ] && { echo "$t"; break; }; done)
+# what the configuration change touches is rebuilt. On a fresh machine there
+# is none, and the tree is unpacked from the source package.
+seed=$(newest_built_tree "$P2PDMA_CACHE/kernel/linux-${pkgver//[^A-Za-z0-9.]/_}-$variant-")
 if [ -n "$seed" ]; then
 	log "seeding from $(basename "$seed") (incremental build)"
 	cp -a "$seed" "$tree.tmp"
@@ -114,6 +129,10 @@ jobs=$(($(nproc) + 1))
 run_logged "building Linux $pkgver ($variant), -j$jobs: about 18 min on 2 cores" "$tree/build.log" \
 	make -C "$tree" LLVM="$LLVM_SUFFIX" -j"$jobs" bzImage modules
 touch "$tree/.p2pdma-built"
-# Keep only the newest few trees.
-ls -dt "$P2PDMA_CACHE"/kernel/linux-* 2>/dev/null | grep -v -e '\.tmp$' -e '\.deb$' | tail -n +4 | xargs -r rm -rf
+# Keep only the newest few trees (of any version and variant).
+keep=3
+while IFS= read -r old; do
+	log "removing the old kernel tree $(basename "$old") (the cache keeps the newest $keep)"
+	rm -rf "$old"
+done < <(built_trees_newest_first "$P2PDMA_CACHE/kernel/linux-" | tail -n +$((keep + 1)))
 echo "$tree"

@@ -114,7 +114,7 @@ fi
 
 log "booting the VM (topology $topology, suite $suite, timeout ${timeout}s)"
 start=$SECONDS
-set +e
+qrc=0
 timeout -k 5 "$timeout" qemu-system-x86_64 \
 	-machine q35,accel=$accel -cpu max -smp 2 -m 1G \
 	-nodefaults -display none -no-reboot \
@@ -129,9 +129,7 @@ timeout -k 5 "$timeout" qemu-system-x86_64 \
 	-device "nvme-ns,drive=nvmfs,bus=nvme0,nsid=2" \
 	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M" \
 	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus" \
-	>"$out/qemu.log" 2>&1
-qrc=$?
-set -e
+	>"$out/qemu.log" 2>&1 || qrc=$?
 log "VM exited with $qrc after $((SECONDS - start))s; console: $out/console.log"
 
 # The checks.
@@ -158,7 +156,7 @@ while IFS= read -r line; do
 	name=$2 verdict=$3
 	shift 3
 	if [ "$verdict" = PASS ]; then ok "guest:$name"; else bad "guest:$name" "$*"; fi
-done < <(grep '^@@TEST ' "$con")
+done < <(grep '^@@TEST ' "$con" || true)
 
 # Host-side checks of what the guest reported landing in the devices.
 kv() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$2"; }
@@ -213,7 +211,7 @@ while IFS= read -r line; do
 		;;
 	*) bad "host:$what" "unknown result kind" ;;
 	esac
-done < <(grep '^@@RESULT ' "$con")
+done < <(grep '^@@RESULT ' "$con" || true)
 
 # From the end of boot on (the module loads, the suite runs), the kernel log
 # must be free of warnings, oopses and leak reports. A report during boot,
@@ -236,4 +234,4 @@ if grep -qE "$reports" "$out/boot.txt"; then
 fi
 
 echo "vm $suite/$topology: $pass passed, $fail failed"
-((fail == 0))
+((fail == 0)) || exit 1
