@@ -77,6 +77,19 @@ pub enum Error {
         /// Bytes moved.
         done: u64,
     },
+    /// A read reaches past the end of the file: the file holds `size` bytes
+    /// when the read starts, and the read asked for `len` at `offset`.
+    #[error("read of {len} bytes at offset {offset} of {path} reaches past its end ({size} bytes)")]
+    EndOfFile {
+        /// The file.
+        path: PathBuf,
+        /// Start of the read.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The file's size.
+        size: u64,
+    },
     /// An I/O on storage failed.
     #[error("{op} of {len} bytes at offset {offset} of {path} failed: {source}")]
     Io {
@@ -127,6 +140,7 @@ impl Error {
             | Error::OutOfBounds { .. }
             | Error::InvalidArgument(_)
             | Error::Short { .. }
+            | Error::EndOfFile { .. }
             | Error::PathUnavailable { .. } => None,
         }
     }

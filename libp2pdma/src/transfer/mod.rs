@@ -160,9 +160,20 @@ impl StorageFile {
         &self.path
     }
 
-    /// Size in bytes (at open).
+    /// Size in bytes when it was opened; see [`StorageFile::current_size`].
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Size in bytes now: a regular file may have grown or shrunk since it
+    /// was opened (another handle or process wrote or truncated it).
+    pub fn current_size(&self) -> Result<u64> {
+        if !self.is_file {
+            return Ok(self.size);
+        }
+        rustix::fs::fstat(&self.direct)
+            .map(|st| st.st_size as u64)
+            .map_err(|e| self.io_error("fstat", 0, 0, e))
     }
 
     /// Alignment `O_DIRECT` needs for offsets, lengths and buffers.
@@ -605,12 +616,16 @@ impl Engine {
                 "file offset + length overflows".into(),
             ));
         }
-        if dir == Direction::Read && file_offset + len as u64 > file.size {
-            return Err(Error::Short {
-                what: "read past the end of the file",
-                expected: len as u64,
-                done: file.size.saturating_sub(file_offset).min(len as u64),
-            });
+        if dir == Direction::Read {
+            let size = file.current_size()?;
+            if file_offset + len as u64 > size {
+                return Err(Error::EndOfFile {
+                    path: file.path.clone(),
+                    offset: file_offset,
+                    len: len as u64,
+                    size,
+                });
+            }
         }
         if len == 0 {
             return Ok(Report {
