@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # The library's transfer engine against the real module and NVMe driver:
 # AUTO picks P2P on the switch topology and the bounce pipeline (with the
 # kernel's reason) on the no-switch one; forced paths, unaligned heads and
@@ -9,43 +10,46 @@
 # invalidated after NVMe-command writes, holes and unwritten extents read as
 # zeros, and NVMe-command writes that would need allocation redone on the
 # bounce path; the host reads the files back out of the image with debugfs.
+# shellcheck source=lib.sh
 . /suite/lib.sh
 
 check module-loads insmod /lib/modules/p2pdma.ko
 M=1048576
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
-	check_held auto-read-p2p p2pdma-vmtest engine-read --nvme $NVME --offset $((16 * M)) --len $((4 * M)) --expect-path p2p --hold
-	check_held auto-read-p2p-unaligned p2pdma-vmtest engine-read --nvme $NVME --offset $((20 * M + 12345)) --len $((M + 777)) --mem-offset 57 --expect-path p2p --hold
-	check_held forced-bounce-read p2pdma-vmtest engine-read --nvme $NVME --path bounce --offset $((24 * M + 4096)) --len $((2 * M)) --expect-path bounce --hold
-	check_held p2p-misaligned-retried p2pdma-vmtest engine-read --nvme $NVME --path p2p --offset $((26 * M)) --len $((M / 2)) --mem-offset 100 --expect-path bounce --expect-retry --hold
-	check_held nvme-cmd-read p2pdma-vmtest engine-read --nvme $NVME --path nvme-cmd --offset $((28 * M)) --len $((3 * M)) --expect-path nvme-cmd --hold
-	check_held nvme-cmd-read-unaligned p2pdma-vmtest engine-read --nvme $NVME --path nvme-cmd --offset $((32 * M + 999)) --len $((M + 5)) --mem-offset 999 --expect-path nvme-cmd --hold
+	check_held auto-read-p2p p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path p2p --hold
+	check_held auto-read-p2p-unaligned p2pdma-vmtest engine-read --nvme "$NVME" --offset $((20 * M + 12345)) --len $((M + 777)) --mem-offset 57 --expect-path p2p --hold
+	check_held forced-bounce-read p2pdma-vmtest engine-read --nvme "$NVME" --path bounce --offset $((24 * M + 4096)) --len $((2 * M)) --expect-path bounce --hold
+	check_held p2p-misaligned-retried p2pdma-vmtest engine-read --nvme "$NVME" --path p2p --offset $((26 * M)) --len $((M / 2)) --mem-offset 100 --expect-path bounce --expect-retry --hold
+	check_held nvme-cmd-read p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((28 * M)) --len $((3 * M)) --expect-path nvme-cmd --hold
+	check_held nvme-cmd-read-unaligned p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((32 * M + 999)) --len $((M + 5)) --mem-offset 999 --expect-path nvme-cmd --hold
 	# The device's own page cache: cached before an NVMe-command write, a
 	# buffered read after it must see the new bytes; dirty (written through
 	# the node, not yet written back) before an NVMe-command read, the read
 	# must see them. (The shell holds the device open meanwhile: its last
 	# close would write its page cache back and drop it.)
-	exec 3<$NVME
-	dd if=$NVME of=/dev/null bs=$M skip=52 count=2 2>/dev/null
-	check nvme-cmd-write p2pdma-vmtest engine-write --nvme $NVME --path nvme-cmd --offset $((52 * M + 512)) --len $((M + 4096)) --mem-offset 512 --pattern-offset $((13 * M)) --expect-path nvme-cmd --verify-buffered
-	dd if=/dev/urandom of=$NVME bs=$M seek=60 count=1 conv=notrunc 2>/dev/null
-	check_held nvme-cmd-read-dirty-device p2pdma-vmtest engine-read --nvme $NVME --path nvme-cmd --offset $((60 * M + 4096)) --len $((M - 8192)) --expect-path nvme-cmd --verify-buffered --hold
+	exec 3<"$NVME"
+	dd if="$NVME" of=/dev/null bs=$M skip=52 count=2 2>/dev/null
+	check nvme-cmd-write p2pdma-vmtest engine-write --nvme "$NVME" --path nvme-cmd --offset $((52 * M + 512)) --len $((M + 4096)) --mem-offset 512 --pattern-offset $((13 * M)) --expect-path nvme-cmd --verify-buffered
+	dd if=/dev/urandom of="$NVME" bs=$M seek=60 count=1 conv=notrunc 2>/dev/null
+	check_held nvme-cmd-read-dirty-device p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((60 * M + 4096)) --len $((M - 8192)) --expect-path nvme-cmd --verify-buffered --hold
 	exec 3<&-
-	check auto-write-p2p p2pdma-vmtest engine-write --nvme $NVME --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p
-	check forced-bounce-write p2pdma-vmtest engine-write --nvme $NVME --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
+	check auto-write-p2p p2pdma-vmtest engine-write --nvme "$NVME" --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p
+	check forced-bounce-write p2pdma-vmtest engine-write --nvme "$NVME" --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
 
 	mount_rigfs
-	D="p2pdma-vmtest engine-read --nvme /mnt/data.bin --fs-name /data.bin --verify-buffered"
-	W="p2pdma-vmtest engine-write --nvme /mnt/rw.bin --fs-name /rw.bin --verify-buffered"
-	check_held file-p2p-read $D --offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 --expect-path p2p --hold
-	check_held file-nvme-cmd-read $D --path nvme-cmd --offset $((9 * M + 4096)) --len $((3 * M)) --expect-path nvme-cmd --hold
-	check_held file-nvme-cmd-read-unaligned $D --path nvme-cmd --offset $((14 * M + 777)) --len $((M + 3)) --mem-offset 777 --expect-path nvme-cmd --hold
-	check file-p2p-write $W --offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path p2p
+	# shellcheck disable=SC2317 # run (and exec, in their subshell) by check and check_held
+	data_read() { exec p2pdma-vmtest engine-read --nvme /mnt/data.bin --fs-name /data.bin --verify-buffered "$@"; }
+	# shellcheck disable=SC2317 # run (and exec, in their subshell) by check and check_held
+	rw_write() { exec p2pdma-vmtest engine-write --nvme /mnt/rw.bin --fs-name /rw.bin --verify-buffered "$@"; }
+	check_held file-p2p-read data_read --offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 --expect-path p2p --hold
+	check_held file-nvme-cmd-read data_read --path nvme-cmd --offset $((9 * M + 4096)) --len $((3 * M)) --expect-path nvme-cmd --hold
+	check_held file-nvme-cmd-read-unaligned data_read --path nvme-cmd --offset $((14 * M + 777)) --len $((M + 3)) --mem-offset 777 --expect-path nvme-cmd --hold
+	check file-p2p-write rw_write --offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path p2p
 	# The range is in the page cache before the write: the buffered read
 	# after it must see the new bytes.
 	cat /mnt/rw.bin >/dev/null
-	check file-nvme-cmd-write $W --path nvme-cmd --offset $((4 * M + 4096)) --len $((2 * M)) --pattern-offset $((11 * M)) --expect-path nvme-cmd
-	check file-nvme-cmd-write-unaligned $W --path nvme-cmd --offset $((8 * M + 100)) --len $((M + 200)) --mem-offset 100 --pattern-offset $((12 * M + 16)) --expect-path nvme-cmd
+	check file-nvme-cmd-write rw_write --path nvme-cmd --offset $((4 * M + 4096)) --len $((2 * M)) --pattern-offset $((11 * M)) --expect-path nvme-cmd
+	check file-nvme-cmd-write-unaligned rw_write --path nvme-cmd --offset $((8 * M + 100)) --len $((M + 200)) --mem-offset 100 --pattern-offset $((12 * M + 16)) --expect-path nvme-cmd
 	: >/mnt/new.bin
 	check file-p2p-write-grows-file p2pdma-vmtest engine-write --nvme /mnt/new.bin --fs-name /new.bin --verify-buffered \
 		--offset 0 --len $((3 * M + 123)) --pattern-offset $((2 * M)) --expect-path p2p
@@ -62,36 +66,42 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	dd if=/dev/urandom of=/mnt/sparse.bin bs=$M seek=2 count=1 conv=notrunc 2>/dev/null
 	fallocate -o $((5 * M)) -l $M /mnt/sparse.bin
 	sync
-	S="p2pdma-vmtest engine-read --nvme /mnt/sparse.bin --verify-buffered --offset 0 --len $((8 * M))"
-	check file-nvme-cmd-read-sparse $S --path nvme-cmd --expect-path nvme-cmd
-	check file-p2p-read-sparse $S --expect-path p2p
-	S="p2pdma-vmtest engine-write --nvme /mnt/sparse.bin --verify-buffered --pattern-offset 0"
-	check file-nvme-cmd-write-hole-retried $S --path nvme-cmd --offset $M --len $((2 * M)) --expect-path bounce --expect-retry
-	check file-nvme-cmd-write-unwritten-retried $S --path nvme-cmd --offset $((5 * M)) --len $M --expect-path bounce --expect-retry
+	# shellcheck disable=SC2317 # run (and exec, in their subshell) by check and check_held
+	sparse_read() { exec p2pdma-vmtest engine-read --nvme /mnt/sparse.bin --verify-buffered --offset 0 --len $((8 * M)) "$@"; }
+	check file-nvme-cmd-read-sparse sparse_read --path nvme-cmd --expect-path nvme-cmd
+	check file-p2p-read-sparse sparse_read --expect-path p2p
+	# shellcheck disable=SC2317 # run (and exec, in their subshell) by check and check_held
+	sparse_write() { exec p2pdma-vmtest engine-write --nvme /mnt/sparse.bin --verify-buffered --pattern-offset 0 "$@"; }
+	check file-nvme-cmd-write-hole-retried sparse_write --path nvme-cmd --offset $M --len $((2 * M)) --expect-path bounce --expect-retry
+	check file-nvme-cmd-write-unwritten-retried sparse_write --path nvme-cmd --offset $((5 * M)) --len $M --expect-path bounce --expect-retry
 	# The library's own tests that need ext4 on NVMe: FIEMAP's map checked
 	# against the raw namespace, and NVMe commands on files into host
 	# memory. Run from the filesystem, they must not skip anything.
-	mkdir -p /mnt/tests && cp /tests/* /mnt/tests/
-	for t in "libp2pdma-unit extents::" libp2pdma-nvme-files; do
-		name=lib-$(echo $t | cut -d' ' -f1 | sed 's/^libp2pdma-//')
-		if out=$(P2PDMA_TEST_NVME_DIR=/mnt/tests /mnt/tests/$t --test-threads 1 --nocapture 2>&1); then
+	# lib_tests NAME PROGRAM [FILTER]
+	lib_tests() {
+		name=lib-$1
+		shift
+		if out=$(P2PDMA_TEST_NVME_DIR=/mnt/tests "$@" --test-threads 1 --nocapture 2>&1); then
 			echo "$out"
 			case $out in
-			*skipped* | *"not checked"*) fail $name "a test skipped: $(echo "$out" | grep -m1 -e skipped -e 'not checked')" ;;
-			*) pass $name ;;
+			*skipped* | *"not checked"*) fail "$name" "a test skipped: $(echo "$out" | grep -m1 -e skipped -e 'not checked')" ;;
+			*) pass "$name" ;;
 			esac
 		else
 			echo "$out"
-			fail $name "$(echo "$out" | grep -m1 -e FAILED -e panicked)"
+			fail "$name" "$(echo "$out" | grep -m1 -e FAILED -e panicked)"
 		fi
-	done
+	}
+	mkdir -p /mnt/tests && cp /tests/* /mnt/tests/
+	lib_tests unit /mnt/tests/libp2pdma-unit extents::
+	lib_tests nvme-files /mnt/tests/libp2pdma-nvme-files
 	rm -rf /mnt/tests
 	umount_rigfs
 else
-	check_held auto-read-bounce p2pdma-vmtest engine-read --nvme $NVME --offset $((16 * M)) --len $((4 * M)) --expect-path bounce --hold
-	check_held forced-p2p-refused-retried p2pdma-vmtest engine-read --nvme $NVME --path p2p --offset $((24 * M)) --len $M --expect-path bounce --expect-retry --hold
-	check_held nvme-cmd-refused-retried p2pdma-vmtest engine-read --nvme $NVME --path nvme-cmd --offset $((28 * M)) --len $M --expect-path bounce --expect-retry --hold
-	check auto-write-bounce p2pdma-vmtest engine-write --nvme $NVME --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path bounce
+	check_held auto-read-bounce p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path bounce --hold
+	check_held forced-p2p-refused-retried p2pdma-vmtest engine-read --nvme "$NVME" --path p2p --offset $((24 * M)) --len $M --expect-path bounce --expect-retry --hold
+	check_held nvme-cmd-refused-retried p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((28 * M)) --len $M --expect-path bounce --expect-retry --hold
+	check auto-write-bounce p2pdma-vmtest engine-write --nvme "$NVME" --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path bounce
 	mount_rigfs
 	check_held file-auto-read-bounce p2pdma-vmtest engine-read --nvme /mnt/data.bin --fs-name /data.bin --verify-buffered \
 		--offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 --expect-path bounce --hold
@@ -100,13 +110,13 @@ else
 	check file-auto-write-bounce p2pdma-vmtest engine-write --nvme /mnt/rw.bin --fs-name /rw.bin --verify-buffered \
 		--offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path bounce
 	umount_rigfs
-	out=$(p2pdma-vmtest engine-read --nvme $NVME --offset 0 --len 4096 --expect-path bounce 2>&1)
+	out=$(p2pdma-vmtest engine-read --nvme "$NVME" --offset 0 --len 4096 --expect-path bounce 2>&1)
 	case $out in
 	*"do not share an upstream bridge or whitelisted host bridge"*) pass auto-reason-is-the-kernels ;;
 	*) fail auto-reason-is-the-kernels "$out" ;;
 	esac
 fi
-check ctl-copy-verify p2pdma-ctl copy $NVME accel --offset $((8 * M + 4096)) --len $((16 * M)) --verify
+check ctl-copy-verify p2pdma-ctl copy "$NVME" accel --offset $((8 * M + 4096)) --len $((16 * M)) --verify
 release_held
 check module-unloads rmmod p2pdma
-exit $failures
+exit "$failures"
