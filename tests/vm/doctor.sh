@@ -1,8 +1,10 @@
+# shellcheck shell=sh
 # The doctor suite: `p2pdma-ctl doctor` on the VM's NVMe namespace and
 # accelerator finds the module, the accelerator and NVMe storage, and chooses
 # P2P on the switch topology; on the no-switch topology it chooses the bounce
 # pipeline and quotes the kernel's refusal. After unloading, the missing
 # module is the reason.
+# shellcheck source=lib.sh
 . /suite/lib.sh
 
 # has_json NAME PATTERN: passes when the last report matches PATTERN (grep).
@@ -16,7 +18,7 @@ has_json() {
 
 check module-loads insmod /lib/modules/p2pdma.ko
 
-json=$(p2pdma-ctl doctor $NVME --dev 0 --json 2>&1)
+json=$(p2pdma-ctl doctor "$NVME" --dev 0 --json 2>&1)
 rc=$?
 echo "$json"
 if [ $rc -eq 0 ]; then
@@ -58,7 +60,7 @@ fi
 umount_rigfs
 
 # The text report: a table, then the path.
-text=$(p2pdma-ctl doctor $NVME --dev 0 2>&1)
+text=$(p2pdma-ctl doctor "$NVME" --dev 0 2>&1)
 echo "$text"
 case $text in
 "CHECK "*"path: "*) pass doctor-text-report ;;
@@ -76,7 +78,7 @@ esac
 
 check module-unloads rmmod p2pdma
 
-json=$(p2pdma-ctl doctor $NVME --json 2>&1)
+json=$(p2pdma-ctl doctor "$NVME" --json 2>&1)
 rc=$?
 echo "$json"
 if [ $rc -eq 0 ]; then
@@ -86,4 +88,4 @@ else
 fi
 has_json doctor-without-module-bounces '"path":"bounce"'
 has_json doctor-without-module-says-so '"reason":"P2P not possible: the p2pdma kernel module is not available'
-exit $failures
+exit "$failures"

@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # Helpers for guest suites (busybox sh). Each check prints one
 # "@@TEST name PASS" or "@@TEST name FAIL why" line for the host to count.
 
@@ -19,7 +20,10 @@ ns_dev() {
 }
 NVME=$(ns_dev 1)
 FSDEV=$(ns_dev 2)
+# The generic (NVMe command) nodes of those namespaces, for the suites.
+# shellcheck disable=SC2034 # used by the suites that source this file
 NVME_NG=/dev/ng${NVME#/dev/nvme}
+# shellcheck disable=SC2034
 FSDEV_NG=/dev/ng${FSDEV#/dev/nvme}
 
 pass() { echo "@@TEST $1 PASS"; }
@@ -36,8 +40,9 @@ check() {
 		[ -n "$out" ] && echo "$out"
 		pass "$name"
 	else
+		check_rc=$?
 		echo "$out"
-		fail "$name" "'$*' exited $?: $(echo "$out" | tail -n 1)"
+		fail "$name" "'$*' exited $check_rc: $(echo "$out" | tail -n 1)"
 	fi
 }
 
@@ -90,8 +95,8 @@ check_held() {
 }
 
 release_held() {
-	for p in $held_pids; do kill $p 2>/dev/null; done
-	for p in $held_pids; do wait $p 2>/dev/null; done
+	for p in $held_pids; do kill "$p" 2>/dev/null; done
+	for p in $held_pids; do wait "$p" 2>/dev/null; done
 	held_pids=
 }
 
@@ -115,7 +120,7 @@ check_kmemleak() {
 # The rig's filesystem (ext4 on the NVMe's second namespace) at /mnt.
 mount_rigfs() {
 	mkdir -p /mnt
-	check rigfs-mounts mount -t ext4 $FSDEV /mnt
+	check rigfs-mounts mount -t ext4 "$FSDEV" /mnt
 }
 
 # Unmounting writes everything back, so the host can read the image.

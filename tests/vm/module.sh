@@ -1,7 +1,9 @@
+# shellcheck shell=sh
 # The module suite: `p2pdma-ctl sanity` against the real module (allocation,
 # mapping, ownership, argument checking, exhaustion, threads, P2P queries,
 # DMA mappings, privileges, a process killed mid-I/O, unbind while mapped),
 # one check per sanity case; then the module must unload.
+# shellcheck source=lib.sh
 . /suite/lib.sh
 
 check module-loads insmod /lib/modules/p2pdma.ko
@@ -16,7 +18,7 @@ fi
 run=
 timeout 5 true 2>/dev/null && run="timeout 240"
 log=/tmp/sanity.log
-$run p2pdma-ctl sanity --nvme $NVME --expect-p2p $expect >$log 2>&1
+$run p2pdma-ctl sanity --nvme "$NVME" --expect-p2p $expect >$log 2>&1
 rc=$?
 
 oks=0
@@ -50,4 +52,4 @@ esac
 check module-unloads rmmod p2pdma
 check device-node-gone test ! -e /dev/p2pdma
 check_kmemleak
-exit $failures
+exit "$failures"
