@@ -114,25 +114,42 @@ pub(crate) struct Completion {
 pub(crate) struct Session<'a> {
     ctx: &'a mut Context,
     fd: BorrowedFd<'a>,
+    /// Offsets a resubmission may start at: the file's `O_DIRECT` block.
+    align: u64,
     target: Option<DmaTarget>,
     busy: Vec<bool>,
-    inflight: Vec<Option<(u64, Buf)>>,
+    inflight: Vec<Option<Pending>>,
     ninflight: usize,
     _mem: PhantomData<&'a ()>,
 }
 
+/// An I/O in flight, and how much of it earlier completions moved.
+#[derive(Clone, Copy)]
+struct Pending {
+    tag: u64,
+    buf: Buf,
+    write: bool,
+    ptr: *mut u8,
+    offset: u64,
+    len: usize,
+    done: usize,
+}
+
 impl<'a> Session<'a> {
-    /// Starts a session on `fd`; `target` is the memory direct I/O may use,
-    /// borrowed (through `_mem`) for as long as the session lives.
+    /// Starts a session on `fd`, whose I/Os must start on multiples of
+    /// `align` bytes (its `O_DIRECT` block); `target` is the memory direct I/O
+    /// may use, borrowed (through `_mem`) for as long as the session lives.
     pub(crate) fn new<M: ?Sized>(
         ctx: &'a mut Context,
         fd: BorrowedFd<'a>,
+        align: usize,
         target: Option<(DmaTarget, &'a M)>,
     ) -> Self {
         let depth = ctx.nslots;
         Self {
             ctx,
             fd,
+            align: align.max(1) as u64,
             target: target.map(|(t, _)| t),
             busy: vec![false; depth],
             inflight: vec![None; depth.next_power_of_two() * 4],
@@ -174,18 +191,30 @@ impl<'a> Session<'a> {
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R> {
-        if self.busy[i] {
-            return Err(Error::InvalidArgument("bounce slot busy".into()));
+        if self.busy.get(i) != Some(&false) {
+            return Err(Error::InvalidArgument(format!(
+                "bounce slot {i} busy or missing"
+            )));
         }
         let chunk = self.ctx.chunk;
-        let s = &mut self.ctx.slots[i * chunk..(i + 1) * chunk];
-        let range = s
-            .get_mut(offset..offset.saturating_add(len))
-            .ok_or(Error::OutOfBounds {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.ctx.chunk as u64,
-            })?;
+        match offset.checked_add(len) {
+            Some(end) if end <= chunk => {}
+            _ => {
+                return Err(Error::OutOfBounds {
+                    offset: offset as u64,
+                    len: len as u64,
+                    size: chunk as u64,
+                })
+            }
+        }
+        // SAFETY: The range lies inside slot `i` (checked above), which no
+        // I/O uses (not busy) and nothing else refers to: the kernel only
+        // touches slots with an I/O in flight, and `&mut self` keeps other
+        // borrows of this slot out. Only the slot's own bytes are borrowed,
+        // never the region, whose other slots the kernel may be filling.
+        let range = unsafe {
+            std::slice::from_raw_parts_mut(self.ctx.slots.as_raw().add(i * chunk + offset), len)
+        };
         Ok(f(range))
     }
 
@@ -230,48 +259,62 @@ impl<'a> Session<'a> {
         tag: u64,
     ) -> Result<()> {
         let ptr = self.buf_ptr(buf, len)?;
-        let len32 =
-            u32::try_from(len).map_err(|_| Error::InvalidArgument("I/O over 4 GiB".into()))?;
+        u32::try_from(len).map_err(|_| Error::InvalidArgument("I/O over 4 GiB".into()))?;
         let idx = self
             .inflight
             .iter()
             .position(Option::is_none)
             .ok_or_else(|| Error::InvalidArgument("too many I/Os in flight".into()))?;
+        let p = Pending {
+            tag,
+            buf,
+            write,
+            ptr,
+            offset: file_offset,
+            len,
+            done: 0,
+        };
+        self.queue(idx, &p)?;
+        if let Buf::Slot(i) = buf {
+            self.busy[i] = true;
+        }
+        self.inflight[idx] = Some(p);
+        self.ninflight += 1;
+        Ok(())
+    }
+
+    /// Queues what is left of `p` (all of it, the first time) as entry `idx`.
+    fn queue(&mut self, idx: usize, p: &Pending) -> Result<()> {
+        // SAFETY: `done < len`, and `ptr` is valid for `len` bytes.
+        let ptr = unsafe { p.ptr.add(p.done) };
+        let (offset, len) = (p.offset + p.done as u64, (p.len - p.done) as u32);
         let fd = types::Fd(self.fd.as_raw_fd());
-        let sqe = match (write, buf) {
+        let sqe = match (p.write, p.buf) {
             (false, Buf::Slot(i)) if self.ctx.pinned => {
-                opcode::ReadFixed::new(fd, ptr, len32, i as u16)
-                    .offset(file_offset)
+                opcode::ReadFixed::new(fd, ptr, len, i as u16)
+                    .offset(offset)
                     .build()
             }
             (true, Buf::Slot(i)) if self.ctx.pinned => {
-                opcode::WriteFixed::new(fd, ptr, len32, i as u16)
-                    .offset(file_offset)
+                opcode::WriteFixed::new(fd, ptr, len, i as u16)
+                    .offset(offset)
                     .build()
             }
-            (false, _) => opcode::Read::new(fd, ptr, len32)
-                .offset(file_offset)
-                .build(),
-            (true, _) => opcode::Write::new(fd, ptr, len32)
-                .offset(file_offset)
-                .build(),
+            (false, _) => opcode::Read::new(fd, ptr, len).offset(offset).build(),
+            (true, _) => opcode::Write::new(fd, ptr, len).offset(offset).build(),
         }
         .user_data(idx as u64);
-        // SAFETY: The buffer is valid for `len` bytes (checked above) and
-        // stays so until the completion is reaped: slots are marked busy and
-        // the target's memory is borrowed for the session, whose drop waits
-        // for every I/O in flight. The fd is borrowed for the session too.
+        // SAFETY: The buffer is valid for `len` bytes (checked when the I/O
+        // was first pushed) and stays so until the completion is reaped:
+        // slots are marked busy and the target's memory is borrowed for the
+        // session, whose drop waits for every I/O in flight. The fd is
+        // borrowed for the session too.
         while unsafe { self.ctx.ring.submission().push(&sqe) }.is_err() {
             self.ctx.ring.submit().map_err(|e| Error::Sys {
                 op: "io_uring_enter",
                 source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
             })?;
         }
-        if let Buf::Slot(i) = buf {
-            self.busy[i] = true;
-        }
-        self.inflight[idx] = Some((tag, buf));
-        self.ninflight += 1;
         Ok(())
     }
 
@@ -287,29 +330,61 @@ impl<'a> Session<'a> {
 
     /// Submits what is queued and waits until at least `min` I/Os (at most
     /// the number in flight) have completed; returns all that have.
+    ///
+    /// An I/O that moves only part of its bytes is resubmitted for the rest,
+    /// as `pread`/`pwrite` callers loop, and completes once all have moved.
+    /// It completes short only when the storage moved nothing more (the end
+    /// of a file) or the rest would start off the file's block (direct I/O
+    /// cannot ask for it).
     pub(crate) fn wait(&mut self, min: usize) -> Result<Vec<Completion>> {
-        submit_and_wait(&self.ctx.ring.submitter(), min.min(self.ninflight))?;
+        let min = min.min(self.ninflight);
         let mut done = Vec::new();
-        for cqe in self.ctx.ring.completion() {
-            let idx = cqe.user_data() as usize;
-            if let Some((tag, buf)) = self.inflight.get_mut(idx).and_then(Option::take) {
-                if let Buf::Slot(i) = buf {
+        loop {
+            let want = if done.len() < min { 1 } else { 0 };
+            submit_and_wait(&self.ctx.ring.submitter(), want)?;
+            let cqes: Vec<(usize, i32)> = self
+                .ctx
+                .ring
+                .completion()
+                .map(|c| (c.user_data() as usize, c.result()))
+                .collect();
+            for (idx, r) in cqes {
+                let Some(mut p) = self.inflight.get_mut(idx).and_then(Option::take) else {
+                    continue;
+                };
+                let res = match r {
+                    r if r < 0 => Err(Errno::from_raw_os_error(-r)),
+                    r => {
+                        p.done += r as usize;
+                        let next = p.offset + p.done as u64;
+                        if r > 0 && p.done < p.len && next % self.align == 0 {
+                            match self.queue(idx, &p) {
+                                Ok(()) => {
+                                    self.inflight[idx] = Some(p);
+                                    continue;
+                                }
+                                // Not resubmitted: it ends here, with why.
+                                Err(e) => Err(e.errno().unwrap_or(Errno::IO)),
+                            }
+                        } else {
+                            Ok(p.done)
+                        }
+                    }
+                };
+                if let Buf::Slot(i) = p.buf {
                     self.busy[i] = false;
                 }
                 self.ninflight -= 1;
-                let r = cqe.result();
                 done.push(Completion {
-                    tag,
-                    buf,
-                    res: if r < 0 {
-                        Err(Errno::from_raw_os_error(-r))
-                    } else {
-                        Ok(r as usize)
-                    },
+                    tag: p.tag,
+                    buf: p.buf,
+                    res,
                 });
             }
+            if done.len() >= min {
+                return Ok(done);
+            }
         }
-        Ok(done)
     }
 }
 

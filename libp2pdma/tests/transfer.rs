@@ -151,14 +151,26 @@ fn a_write_past_the_end_extends_the_file_by_exactly_the_data() {
 }
 
 #[test]
-fn a_read_past_the_end_is_a_short_transfer_error_not_success() {
-    let file = StorageFile::open(temp_file("short.bin", &pattern(7, 0, 10_000))).unwrap();
+fn a_read_past_the_end_is_an_end_of_file_error_not_success() {
+    let path = temp_file("short.bin", &pattern(7, 0, 10_000));
+    let file = StorageFile::open(&path).unwrap();
     let mem = HostMemory::new(65536).unwrap();
     let e = engine(PathPref::Bounce, None, None);
     match e.read(&file, 8_000, &mem, 0, 4_000) {
-        Err(Error::Short { expected, done, .. }) => assert_eq!((expected, done), (4_000, 2_000)),
-        other => panic!("expected a short-transfer error, got {other:?}"),
+        Err(Error::EndOfFile {
+            offset, len, size, ..
+        }) => assert_eq!((offset, len, size), (8_000, 4_000, 10_000)),
+        other => panic!("expected an end-of-file error, got {other:?}"),
     }
+    // Bytes appended after the file was opened are there to read.
+    let more = pattern(7, 10_000, 3_000);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(&more))
+        .unwrap();
+    e.read(&file, 8_000, &mem, 0, 4_000).unwrap();
+    assert_eq!(mem_bytes(&mem, 0, 4_000), pattern(7, 0, 13_000)[8_000..12_000]);
 }
 
 #[test]

@@ -26,7 +26,7 @@ pub(super) fn round_up(x: u64, a: u64) -> u64 {
 /// Runs `x` in direction `dir` (`x.len > 0`).
 pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
     let (file, file_offset, len) = (x.file, x.file_offset, x.len);
-    let mut s = Session::new(ctx, file.fd(), None::<(DmaTarget, &())>);
+    let mut s = Session::new(ctx, file.fd(), file.block, None::<(DmaTarget, &())>);
     match dir {
         Direction::Read => x.read(&mut s),
         Direction::Write => {
@@ -36,7 +36,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
             if m0 < m1 {
                 x.write_middle(&mut s, m0, m1)?;
             }
-            x.fix_size()
+            Ok(())
         }
     }
 }
@@ -177,75 +177,44 @@ impl Xfer<'_> {
         Ok(true)
     }
 
-    /// Read-modify-write of the partial blocks at the ends of a write: the
-    /// blocks are read, the transfer's bytes laid over them, and written back.
+    /// Writes the partial blocks at the ends of a write: exactly the bytes
+    /// the transfer covers there, through the page cache (a buffered
+    /// `pwrite`), whose kernel merges them into their blocks under its own
+    /// locks. So the bytes around them are kept whoever wrote them (another
+    /// transfer sharing the block, another process appending), and a write
+    /// that ends past the end of a file makes it exactly that long. The
+    /// block-aligned middle `[m0, m1)` is the caller's, by direct I/O.
     pub(super) fn write_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<()> {
-        let bs = self.file.block as u64;
         let (start, end) = (self.file_offset, self.end());
         let mut edges = Vec::new();
         if m0 >= m1 {
-            // No whole block inside: one read-modify-write covers it all.
-            edges.push((round_down(start, bs), round_up(end, bs)));
+            // No whole block inside: it is all edge.
+            edges.push((start, end));
         } else {
             if start < m0 {
-                edges.push((m0 - bs, m0));
+                edges.push((start, m0));
             }
             if m1 < end {
-                edges.push((m1, m1 + bs));
+                edges.push((m1, end));
             }
         }
-        for (b0, b1) in edges {
-            for piece in (b0..b1).step_by(s.chunk()) {
-                let p1 = (piece + s.chunk() as u64).min(b1);
-                self.rmw(s, piece, p1)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn rmw(&self, s: &mut Session<'_>, b0: u64, b1: u64) -> Result<()> {
         let slot = s
             .free_slot()
             .ok_or_else(|| Error::InvalidArgument("no free bounce slot".into()))?;
-        let n = (b1 - b0) as usize;
-        // Past the end of a file there is nothing to read: zeros.
-        let have = self.file.size().saturating_sub(b0).min(n as u64) as usize;
-        s.with_slot(slot, 0, n, |b| b.fill(0))?;
-        if have > 0 {
-            s.read(Buf::Slot(slot), b0, n, 0)?;
-            let c = s.wait(1)?;
-            let got = c[0].res.map_err(|e| {
-                self.file
-                    .io_error("read (read-modify-write)", b0, n as u64, e)
-            })?;
-            if got < have {
-                return Err(Error::Short {
-                    what: "read-modify-write read",
-                    expected: have as u64,
-                    done: got as u64,
-                });
+        for (e0, e1) in edges {
+            let mut at = e0;
+            while at < e1 {
+                let n = (s.chunk() as u64).min(e1 - at) as usize;
+                let (mem, moff, file) = (self.mem, self.mem_at(at), self.file);
+                s.with_slot(slot, 0, n, |b| {
+                    let t = Instant::now();
+                    mem.read_at(moff, b)?;
+                    self.stats.record_copy(t.elapsed());
+                    file.pwrite_all(b, at)
+                })??;
+                self.stats.record_ios(1);
+                at += n as u64;
             }
-        }
-        let (o0, o1) = (b0.max(self.file_offset), b1.min(self.end()));
-        let (mem, at) = (self.mem, self.mem_at(o0));
-        let t = Instant::now();
-        s.with_slot(slot, (o0 - b0) as usize, (o1 - o0) as usize, |b| {
-            mem.read_at(at, b)
-        })??;
-        self.stats.record_copy(t.elapsed());
-        s.write(Buf::Slot(slot), b0, n, 0)?;
-        let c = s.wait(1)?;
-        let put = c[0].res.map_err(|e| {
-            self.file
-                .io_error("write (read-modify-write)", b0, n as u64, e)
-        })?;
-        self.stats.record_ios(if have > 0 { 2 } else { 1 });
-        if put < n {
-            return Err(Error::Short {
-                what: "write to storage",
-                expected: n as u64,
-                done: put as u64,
-            });
         }
         Ok(())
     }
@@ -290,21 +259,5 @@ impl Xfer<'_> {
                 }
             }
         }
-    }
-
-    /// A write to a regular file must not leave it longer than the data
-    /// written: block-rounded writes past its end are trimmed back.
-    pub(super) fn fix_size(&self) -> Result<()> {
-        let f = self.file.fd();
-        let meta = rustix::fs::fstat(f).map_err(Error::sys("fstat after a write"))?;
-        if rustix::fs::FileType::from_raw_mode(meta.st_mode) != rustix::fs::FileType::RegularFile {
-            return Ok(());
-        }
-        let want = self.file.size().max(self.end());
-        if meta.st_size as u64 > want {
-            rustix::fs::ftruncate(f, want)
-                .map_err(Error::sys("trim a file after a block-rounded write"))?;
-        }
-        Ok(())
     }
 }

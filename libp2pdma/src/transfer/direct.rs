@@ -1,8 +1,8 @@
 //! The P2P path: `O_DIRECT` I/O whose buffer is the accelerator memory's CPU
 //! mapping, so the SSD's DMA engine reads or writes the accelerator's BAR
-//! directly. Partial blocks at the ends go through a bounce slot (read, or
-//! read-modify-write), the block-aligned middle goes direct, with up to
-//! `depth` I/Os in flight.
+//! directly. Partial blocks at the ends go through a bounce slot (reads) or
+//! the page cache (writes, exactly the bytes asked for), the block-aligned
+//! middle goes direct, with up to `depth` I/Os in flight.
 
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     let (file, file_offset, mem, len) = (x.file, x.file_offset, x.mem, x.len);
     let target = x.dma_target("p2p")?;
     let bs = file.block_size() as u64;
-    let mut s = Session::new(ctx, file.fd(), Some((target, mem)));
+    let mut s = Session::new(ctx, file.fd(), file.block_size(), Some((target, mem)));
     let end = file_offset + len as u64;
     let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));
     match dir {
@@ -35,7 +35,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
             if m0 < m1 {
                 middle(&mut s, x, true, m0, m1)?;
             }
-            x.fix_size()
+            Ok(())
         }
     }
 }

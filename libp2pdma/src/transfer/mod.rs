@@ -67,6 +67,9 @@ pub enum Direction {
 pub struct StorageFile {
     path: PathBuf,
     direct: File,
+    /// The same file without `O_DIRECT`: partial blocks of writes go through
+    /// the page cache.
+    buffered: File,
     size: u64,
     block: usize,
     pci: Option<crate::PciAddress>,
@@ -118,13 +121,26 @@ impl StorageFile {
                 len: 0,
                 source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
             })?;
-        let meta = direct.metadata().map_err(|e| Error::Io {
-            op: "stat",
+        let io = |op, e: std::io::Error| Error::Io {
+            op,
             path: path.clone(),
             offset: 0,
             len: 0,
             source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
-        })?;
+        };
+        let meta = direct.metadata().map_err(|e| io("stat", e))?;
+        let buffered = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(&path)
+            .map_err(|e| io("open", e))?;
+        let same = buffered.metadata().map_err(|e| io("stat", e))?;
+        if (same.dev(), same.ino()) != (meta.dev(), meta.ino()) {
+            return Err(Error::InvalidArgument(format!(
+                "{} was replaced while it was being opened",
+                path.display()
+            )));
+        }
         let (dev, size) = if meta.file_type().is_block_device() {
             let size = rustix::fs::seek(&direct, rustix::fs::SeekFrom::End(0))
                 .map_err(Error::sys("find the size of a block device"))?;
@@ -144,6 +160,7 @@ impl StorageFile {
         Ok(Self {
             path,
             direct,
+            buffered,
             size,
             block: facts.block,
             pci: facts.pci,
@@ -213,6 +230,35 @@ impl StorageFile {
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.direct.as_fd()
+    }
+
+    /// Writes all of `buf` at `offset` through the page cache, as many
+    /// `pwrite` calls as it takes.
+    pub(crate) fn pwrite_all(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            match rustix::io::pwrite(&self.buffered, &buf[done..], at) {
+                Ok(0) => {
+                    return Err(Error::Short {
+                        what: "write to storage (partial block)",
+                        expected: buf.len() as u64,
+                        done: done as u64,
+                    })
+                }
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    return Err(self.io_error(
+                        "write (partial block)",
+                        at,
+                        (buf.len() - done) as u64,
+                        e,
+                    ))
+                }
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn io_error(

@@ -117,7 +117,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     };
     {
         // The partial blocks at the ends, through the bounce slots.
-        let mut s = Session::new(ctx, file.fd(), None::<(DmaTarget, &())>);
+        let mut s = Session::new(ctx, file.fd(), file.block_size(), None::<(DmaTarget, &())>);
         let middle_left = match dir {
             Direction::Read => x.read_edges(&mut s, m0, m1)?,
             Direction::Write => {
@@ -126,7 +126,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
             }
         };
         if !middle_left {
-            return if write { x.fix_size() } else { Ok(()) };
+            return Ok(());
         }
     }
     for seg in &segments {
@@ -162,7 +162,6 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
                 |e| file.io_error("drop the page cache of the written range", m0, m1 - m0, e),
             )?;
         }
-        x.fix_size()?;
     }
     Ok(())
 }
