@@ -79,7 +79,9 @@ pub enum Error {
     },
     /// A read reaches past the end of the file: the file holds `size` bytes
     /// when the read starts, and the read asked for `len` at `offset`.
-    #[error("read of {len} bytes at offset {offset} of {path} reaches past its end ({size} bytes)")]
+    #[error(
+        "read of {len} bytes at offset {offset} of {path} reaches past its end ({size} bytes)"
+    )]
     EndOfFile {
         /// The file.
         path: PathBuf,
@@ -116,6 +118,10 @@ pub enum Error {
         /// The NVMe status field (status code type and code).
         status: u32,
     },
+    /// The code running an asynchronous transfer panicked (a `DeviceMemory`
+    /// implementation, say); the transfer did not complete.
+    #[error("the transfer panicked: {0}")]
+    Panicked(String),
     /// The requested transfer path cannot serve this transfer.
     #[error("the {path} path cannot be used: {reason}")]
     PathUnavailable {
@@ -141,6 +147,7 @@ impl Error {
             | Error::InvalidArgument(_)
             | Error::Short { .. }
             | Error::EndOfFile { .. }
+            | Error::Panicked(_)
             | Error::PathUnavailable { .. } => None,
         }
     }

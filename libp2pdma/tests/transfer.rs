@@ -342,3 +342,69 @@ mod asynchronous {
         assert!(std::fs::read(&path).unwrap() == src);
     }
 }
+
+/// Memory whose copies panic: a broken `DeviceMemory` implementation.
+#[derive(Debug)]
+struct PanickingMemory;
+
+impl DeviceMemory for PanickingMemory {
+    fn len(&self) -> usize {
+        1 << 20
+    }
+    fn kind(&self) -> p2pdma::backend::MemoryKind {
+        p2pdma::backend::MemoryKind::Host
+    }
+    fn write_at(&self, _: usize, _: &[u8]) -> p2pdma::Result<()> {
+        panic!("copy into memory failed badly")
+    }
+    fn read_at(&self, _: usize, _: &mut [u8]) -> p2pdma::Result<()> {
+        panic!("copy out of memory failed badly")
+    }
+    fn dma_target(&self) -> Option<p2pdma::backend::DmaTarget> {
+        None
+    }
+}
+
+#[test]
+fn a_panicking_transfer_completes_its_ticket_with_an_error() {
+    use std::sync::Arc;
+
+    use p2pdma::transfer::{Direction, Request};
+
+    let file = Arc::new(StorageFile::open(temp_file("panic.bin", &pattern(9, 0, 65536))).unwrap());
+    let e = Arc::new(engine(PathPref::Bounce, None, None));
+    let bad: Arc<dyn DeviceMemory> = Arc::new(PanickingMemory);
+    let good: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(65536).unwrap());
+    let req = |mem: &Arc<dyn DeviceMemory>| Request {
+        dir: Direction::Read,
+        file: file.clone(),
+        file_offset: 0,
+        mem: mem.clone(),
+        mem_offset: 0,
+        len: 65536,
+    };
+    // A ticket left incomplete would hang `wait`: poll, with a deadline.
+    let finish = |t: &p2pdma::transfer::Ticket| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(r) = t.poll() {
+                return r;
+            }
+            assert!(std::time::Instant::now() < deadline, "the ticket never completed");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    // More panics than workers: none may take a worker down with it.
+    let tickets = e.submit_batch((0..8).map(|_| req(&bad)));
+    for t in &tickets {
+        match finish(t) {
+            Err(Error::Panicked(what)) => assert!(what.contains("failed badly"), "{what}"),
+            other => panic!("expected a panic reported as an error, got {other:?}"),
+        }
+    }
+    let t = e.submit(req(&good));
+    assert_eq!(finish(&t).unwrap().bytes, 65536);
+    let mut got = vec![0u8; 65536];
+    good.read_at(0, &mut got).unwrap();
+    assert_eq!(got, pattern(9, 0, 65536));
+}

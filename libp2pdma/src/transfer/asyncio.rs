@@ -143,14 +143,26 @@ impl Workers {
 /// Worker threads per engine.
 const WORKERS: usize = 4;
 
+/// Runs one job and completes its ticket, whatever happens: a panic in the
+/// transfer (a `DeviceMemory` implementation's, say) completes it with an
+/// error and leaves the worker running, so no `wait` is left hanging.
 fn run_job(engine: &Engine, (req, ticket): Job) {
-    let r = engine
-        .handle(&req.file, req.mem.as_ref())
-        .and_then(|h| match req.dir {
-            Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
-            Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
-        });
-    ticket.complete(r);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        engine
+            .handle(&req.file, req.mem.as_ref())
+            .and_then(|h| match req.dir {
+                Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
+                Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
+            })
+    }));
+    ticket.complete(r.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Panicked(what))
+    }));
 }
 
 impl Engine {
