@@ -59,6 +59,18 @@ pub struct DmaTarget {
 ///
 /// Implementations never hand out references into the memory: everything
 /// goes through explicit copies or a raw [`DmaTarget`].
+///
+/// # Concurrent use
+///
+/// One memory object may be used by many threads and transfers at once, and
+/// storage may DMA into it while they run: it behaves like a device's memory,
+/// not like a Rust buffer. Copies and transfers on disjoint ranges never
+/// disturb each other. On overlapping ranges nothing is ordered: a copy out
+/// of a range being written may see old bytes, new bytes or a mix, and after
+/// two overlapping writes each byte holds one of them. Ordering overlapping
+/// use is the caller's, as with two `O_DIRECT` I/Os on one buffer. No Rust
+/// reference into the memory is ever made, so the `&[u8]`/`&mut [u8]` a
+/// copy takes are always the caller's own host memory.
 pub trait DeviceMemory: Send + Sync + fmt::Debug {
     /// Size in bytes.
     fn len(&self) -> usize;

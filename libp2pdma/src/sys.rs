@@ -11,7 +11,6 @@
 use std::{
     ffi::c_void,
     mem::MaybeUninit,
-    ops::{Deref, DerefMut},
     os::fd::{AsFd, FromRawFd, OwnedFd},
     ptr::{self, NonNull},
     slice,
@@ -618,6 +617,71 @@ impl HostBuffer {
         }
     }
 
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes (never: `new` refuses 0).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Sets every byte to `byte`, through the raw pointer.
+    pub fn fill(&self, byte: u8) {
+        // SAFETY: `len` bytes of memory this value owns; no reference into
+        // it exists (the type hands none out safely).
+        unsafe { ptr::write_bytes(self.ptr.as_ptr(), byte, self.len) }
+    }
+
+    /// The bytes as a slice, for a system call that reads or writes them.
+    ///
+    /// # Safety
+    ///
+    /// Nothing else may write the buffer while the slice lives: no DMA
+    /// mapping or pin of it in use by a device, no I/O in flight into it,
+    /// no other thread copying into it.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes of initialized (zero-filled), private memory
+        // that lives as long as `self`; the caller rules out writers.
+        unsafe { slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes as a mutable slice, for a system call that fills them.
+    ///
+    /// # Safety
+    ///
+    /// Nothing else may read or write the buffer while the slice lives (see
+    /// [`HostBuffer::as_slice`]).
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: As for `as_slice`, and `&mut self` excludes other Rust
+        // borrows.
+        unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// `pread(file, buffer[offset..offset + len], file_offset)`: the kernel
+    /// (or, with `O_DIRECT`, the device) fills the range; no reference into
+    /// the buffer is made. Returns the bytes read.
+    pub fn pread_from(
+        &self,
+        file: impl AsFd,
+        file_offset: u64,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize, Errno> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => {}
+            _ => return Err(Errno::INVAL),
+        }
+        // SAFETY: The range lies inside the buffer. The slice only carries
+        // the range to the kernel for this one call; it is never read.
+        let buf = unsafe {
+            slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset).cast::<MaybeUninit<u8>>(), len)
+        };
+        let (done, _) = rustix::io::pread(file, buf, file_offset)?;
+        Ok(done.len())
+    }
+
     /// Copies `dst.len()` bytes at `offset` of the buffer into `dst` through
     /// its raw pointer; `EINVAL` if they are not all inside it.
     pub fn read_raw(&self, offset: usize, dst: &mut [u8]) -> Result<(), Errno> {
@@ -633,23 +697,6 @@ impl HostBuffer {
             },
             _ => Err(Errno::INVAL),
         }
-    }
-}
-
-impl Deref for HostBuffer {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        // SAFETY: `len` bytes of initialized (zero-filled), private memory
-        // that lives as long as `self`.
-        unsafe { slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl DerefMut for HostBuffer {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: As for `deref`, and `&mut self` makes the access exclusive.
-        unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
@@ -724,13 +771,19 @@ mod tests {
     #[test]
     fn large_host_buffers_start_on_a_huge_page_and_are_exact() {
         for len in [HUGE_PAGE, HUGE_PAGE + 4096, 3 * HUGE_PAGE + 12345] {
-            let mut b = HostBuffer::new(len).unwrap();
+            let b = HostBuffer::new(len).unwrap();
             assert_eq!(b.as_raw() as usize % HUGE_PAGE, 0);
             assert_eq!(b.len(), len);
-            assert!(b.iter().all(|&x| x == 0));
-            b[len - 1] = 7;
-            b[0] = 9;
-            assert_eq!((b[0], b[len - 1]), (9, 7));
+            let mut all = vec![1u8; len];
+            b.read_raw(0, &mut all).unwrap();
+            assert!(all.iter().all(|&x| x == 0));
+            b.write_raw(len - 1, &[7]).unwrap();
+            b.write_raw(0, &[9]).unwrap();
+            let (mut first, mut last) = ([0u8], [0u8]);
+            b.read_raw(0, &mut first).unwrap();
+            b.read_raw(len - 1, &mut last).unwrap();
+            assert_eq!((first, last), ([9], [7]));
+            assert_eq!(b.write_raw(len, &[1]), Err(Errno::INVAL));
         }
     }
 
@@ -738,9 +791,16 @@ mod tests {
     fn host_buffers_are_page_aligned_and_zeroed() {
         let mut b = HostBuffer::new(10000).unwrap();
         assert_eq!(b.addr() % 4096, 0);
-        assert!(b.iter().all(|&x| x == 0));
-        b[9999] = 5;
-        assert_eq!(b[9999], 5);
+        // SAFETY: No device or other thread uses the buffer.
+        assert!(unsafe { b.as_slice() }.iter().all(|&x| x == 0));
+        b.fill(5);
+        // SAFETY: As above.
+        let bytes = unsafe { b.as_mut_slice() };
+        assert!(bytes.iter().all(|&x| x == 5));
+        bytes[9999] = 6;
+        let mut last = [0u8];
+        b.read_raw(9999, &mut last).unwrap();
+        assert_eq!(last, [6]);
         assert_eq!(HostBuffer::new(0).unwrap_err(), Errno::INVAL);
     }
 

@@ -170,7 +170,10 @@ fn a_read_past_the_end_is_an_end_of_file_error_not_success() {
         .and_then(|mut f| f.write_all(&more))
         .unwrap();
     e.read(&file, 8_000, &mem, 0, 4_000).unwrap();
-    assert_eq!(mem_bytes(&mem, 0, 4_000), pattern(7, 0, 13_000)[8_000..12_000]);
+    assert_eq!(
+        mem_bytes(&mem, 0, 4_000),
+        pattern(7, 0, 13_000)[8_000..12_000]
+    );
 }
 
 #[test]
@@ -390,7 +393,10 @@ fn a_panicking_transfer_completes_its_ticket_with_an_error() {
             if let Some(r) = t.poll() {
                 return r;
             }
-            assert!(std::time::Instant::now() < deadline, "the ticket never completed");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the ticket never completed"
+            );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
     };

@@ -942,9 +942,13 @@ mod tests {
                 .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
                 .open(format!("/dev/{name}"))
                 .ok()?;
-            let mut buf = crate::sys::HostBuffer::new(len).ok()?;
-            bdev.read_exact_at(&mut buf[..len], offset).ok()?;
-            Some(buf[..len].to_vec())
+            let buf = crate::sys::HostBuffer::new(len).ok()?;
+            if buf.pread_from(&bdev, offset, 0, len).ok()? != len {
+                return None;
+            }
+            let mut out = vec![0u8; len];
+            buf.read_raw(0, &mut out).ok()?;
+            Some(out)
         }
 
         /// Checks that `segments` map all of `want` (the file's bytes from

@@ -164,9 +164,13 @@ fn io_loop(node: &str, dev: u32, nvme: &str) -> Result<(), String> {
     }
     let chunks = disk_size / LEN as u64;
     let first = LEN as u64;
-    let mut host = HostBuffer::new(LEN).map_err(|e| format!("host buffer: {e}"))?;
-    let n = rustix::io::pread(&disk, &mut host[..], first)
+    let host = HostBuffer::new(LEN).map_err(|e| format!("host buffer: {e}"))?;
+    let n = host
+        .pread_from(&disk, first, 0, LEN)
         .map_err(|e| format!("O_DIRECT read into host memory: {e}"))?;
+    let mut host_bytes = vec![0u8; LEN];
+    host.read_raw(0, &mut host_bytes)
+        .map_err(|e| format!("host buffer: {e}"))?;
     if n != LEN {
         return Err(format!("short O_DIRECT read into host memory: {n} bytes"));
     }
@@ -174,7 +178,7 @@ fn io_loop(node: &str, dev: u32, nvme: &str) -> Result<(), String> {
         Ok(n) => {
             let mut back = vec![0u8; LEN];
             map.read_at(0, &mut back).map_err(|e| e.to_string())?;
-            let ok = n == LEN && back[..] == host[..];
+            let ok = n == LEN && back == host_bytes;
             println!("first=ok bytes={n} match={}", u8::from(ok));
         }
         Err(e) => println!(

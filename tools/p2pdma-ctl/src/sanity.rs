@@ -1624,9 +1624,10 @@ impl Ctx {
 
     fn pin_user(&self) -> R {
         let len = MIB as usize;
-        let mut buf = HostBuffer::new(len).map_err(|e| format!("host buffer: {e}"))?;
+        let buf = HostBuffer::new(len).map_err(|e| format!("host buffer: {e}"))?;
         let data = pattern(61, 0, len);
-        buf.copy_from_slice(&data);
+        buf.write_raw(0, &data)
+            .map_err(|e| format!("host buffer: {e}"))?;
         let m = self.module.pin_user(buf.addr(), MIB, self.host_peer())?;
         let checks = (|| {
             self.check_segs(&m, MIB, false)?;
@@ -1636,7 +1637,10 @@ impl Ctx {
                     "segment {addr:#x}+{l:#x} of page-aligned memory not page aligned"
                 );
             }
-            if let Some(d) = first_difference(&data, &buf) {
+            let mut now = vec![0u8; len];
+            buf.read_raw(0, &mut now)
+                .map_err(|e| format!("host buffer: {e}"))?;
+            if let Some(d) = first_difference(&data, &now) {
                 fail!("pinning changed the buffer: {d}");
             }
             Ok(())
