@@ -123,6 +123,15 @@ pub(crate) struct Session<'a> {
     _mem: PhantomData<&'a ()>,
 }
 
+/// What a completion leaves of an I/O.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Part of it moved: queue the rest.
+    More,
+    /// It is over: the bytes moved in all, or the error.
+    Done(std::result::Result<usize, Errno>),
+}
+
 /// An I/O in flight, and how much of it earlier completions moved.
 #[derive(Clone, Copy)]
 struct Pending {
@@ -133,6 +142,26 @@ struct Pending {
     offset: u64,
     len: usize,
     done: usize,
+}
+
+impl Pending {
+    /// Counts a completion's result `r` (bytes, or a negative errno). An
+    /// I/O that moved only part of its bytes goes on for the rest, as
+    /// `pread`/`pwrite` callers loop; it ends short only when the storage
+    /// moved nothing more (the end of a file) or the rest would start off
+    /// the `align`-byte block that direct I/O needs.
+    fn complete(&mut self, r: i32, align: u64) -> Step {
+        if r < 0 {
+            return Step::Done(Err(Errno::from_raw_os_error(-r)));
+        }
+        self.done += r as usize;
+        let next = self.offset + self.done as u64;
+        if r > 0 && self.done < self.len && next % align == 0 {
+            Step::More
+        } else {
+            Step::Done(Ok(self.done))
+        }
+    }
 }
 
 impl<'a> Session<'a> {
@@ -352,24 +381,16 @@ impl<'a> Session<'a> {
                 let Some(mut p) = self.inflight.get_mut(idx).and_then(Option::take) else {
                     continue;
                 };
-                let res = match r {
-                    r if r < 0 => Err(Errno::from_raw_os_error(-r)),
-                    r => {
-                        p.done += r as usize;
-                        let next = p.offset + p.done as u64;
-                        if r > 0 && p.done < p.len && next % self.align == 0 {
-                            match self.queue(idx, &p) {
-                                Ok(()) => {
-                                    self.inflight[idx] = Some(p);
-                                    continue;
-                                }
-                                // Not resubmitted: it ends here, with why.
-                                Err(e) => Err(e.errno().unwrap_or(Errno::IO)),
-                            }
-                        } else {
-                            Ok(p.done)
+                let res = match p.complete(r, self.align) {
+                    Step::More => match self.queue(idx, &p) {
+                        Ok(()) => {
+                            self.inflight[idx] = Some(p);
+                            continue;
                         }
-                    }
+                        // Not resubmitted: it ends here, with why.
+                        Err(e) => Err(e.errno().unwrap_or(Errno::IO)),
+                    },
+                    Step::Done(res) => res,
                 };
                 if let Buf::Slot(i) = p.buf {
                     self.busy[i] = false;
@@ -610,5 +631,72 @@ impl Drop for NvmeSession<'_> {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{io::Write, os::fd::AsFd, os::unix::net::UnixStream, thread, time::Duration};
+
+    use super::*;
+
+    /// A stream whose writer sends `pieces` bursts of 1000 bytes (burst i
+    /// all `i`), a pause between them, then closes: every read of it is
+    /// partial.
+    fn slow_pipe(pieces: u8) -> (UnixStream, thread::JoinHandle<()>) {
+        let (r, mut w) = UnixStream::pair().unwrap();
+        let writer = thread::spawn(move || {
+            for i in 0..pieces {
+                w.write_all(&[i; 1000]).unwrap();
+                thread::sleep(Duration::from_millis(30));
+            }
+        });
+        (r, writer)
+    }
+
+    #[test]
+    fn partial_completions_go_on_until_all_moved_the_end_or_an_error() {
+        let io = |offset, len| Pending {
+            tag: 1,
+            buf: Buf::Slot(0),
+            write: false,
+            ptr: std::ptr::null_mut(),
+            offset,
+            len,
+            done: 0,
+        };
+        // 3 blocks in three partial completions.
+        let mut p = io(4096, 3 * 4096);
+        assert_eq!(p.complete(4096, 4096), Step::More);
+        assert_eq!((p.offset + p.done as u64, p.len - p.done), (8192, 8192));
+        assert_eq!(p.complete(4096, 4096), Step::More);
+        assert_eq!(p.complete(4096, 4096), Step::Done(Ok(3 * 4096)));
+        // The end of the file: a partial completion, then nothing.
+        let mut p = io(0, 8192);
+        assert_eq!(p.complete(4096, 4096), Step::More);
+        assert_eq!(p.complete(0, 4096), Step::Done(Ok(4096)));
+        // Mid-block: direct I/O cannot ask for the rest.
+        let mut p = io(0, 8192);
+        assert_eq!(p.complete(100, 4096), Step::Done(Ok(100)));
+        // Buffered (any offset): goes on.
+        let mut p = io(0, 8192);
+        assert_eq!(p.complete(100, 1), Step::More);
+        assert_eq!(p.complete(8092, 1), Step::Done(Ok(8192)));
+        // An error after progress is the error.
+        let mut p = io(0, 8192);
+        assert_eq!(p.complete(4096, 4096), Step::More);
+        assert_eq!(p.complete(-5, 4096), Step::Done(Err(Errno::IO)));
+    }
+
+    #[test]
+    fn a_partial_read_off_the_block_completes_short() {
+        let (r, writer) = slow_pipe(2);
+        let mut ctx = Context::new(2, 64 << 10).unwrap();
+        let mut s = Session::new(&mut ctx, r.as_fd(), 4096, None::<(DmaTarget, &())>);
+        s.read(Buf::Slot(1), 0, 8000, 3).unwrap();
+        let c = s.wait(1).unwrap();
+        assert_eq!((c[0].tag, c[0].res), (3, Ok(1000)));
+        drop(s);
+        writer.join().unwrap();
     }
 }
