@@ -95,6 +95,13 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	mkdir -p /mnt/tests && cp /tests/* /mnt/tests/
 	lib_tests unit /mnt/tests/libp2pdma-unit extents::
 	lib_tests nvme-files /mnt/tests/libp2pdma-nvme-files
+	# Random sequences of transfers (aligned and not, several handles,
+	# appends and truncates by another descriptor, concurrent writes sharing
+	# blocks) on files of this ext4, into the accelerator's BAR memory, on
+	# every path: each step checked against a shadow file changed with plain
+	# pwrite and truncate.
+	lib_tests pwrite-model env P2PDMA_MODEL_DIR=/mnt P2PDMA_MODEL_MEM=module \
+		P2PDMA_MODEL_PATHS=p2p,nvme-cmd,bounce PROPTEST_CASES=32 /mnt/tests/libp2pdma-pwrite-model
 	rm -rf /mnt/tests
 	umount_rigfs
 else

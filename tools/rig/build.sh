@@ -27,7 +27,11 @@ python3 - "$P2PDMA_CACHE/guest-tests.json" "$P2PDMA_ROOT/target/guest-tests" <<'
 import json, os, shutil, sys
 src, out = sys.argv[1], sys.argv[2]
 os.makedirs(out, exist_ok=True)
-want = {("lib", "p2pdma"): "libp2pdma-unit", ("test", "nvme_files"): "libp2pdma-nvme-files"}
+want = {
+    ("lib", "p2pdma"): "libp2pdma-unit",
+    ("test", "nvme_files"): "libp2pdma-nvme-files",
+    ("test", "pwrite_model"): "libp2pdma-pwrite-model",
+}
 found = set()
 for line in open(src):
     try:
