@@ -5,14 +5,16 @@
 #                        the module and the tools, boot the VM and read a
 #                        region of the NVMe into accelerator memory by P2P,
 #                        verifying on the host the bytes that landed
-#   tools/rig.sh test    every test: host tests, then the VM suites on both
-#                        topologies
+#   tools/rig.sh test    every test: the rig scripts' logic (stubbed, seconds)
+#                        and shellcheck, host tests, then the VM suites on
+#                        both topologies
 #   tools/rig.sh setup | build | vm [vm.sh args]
 #
 # Environment: P2PDMA_CACHE (default ~/.cache/p2pdma), P2PDMA_KERNEL_TREE (use
 # a built tree), P2PDMA_KVARIANT=debug, P2PDMA_KVM=1 (opt-in, may hang).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=rig/common.sh
 source "$here/rig/common.sh"
 
 cmd=${1:-demo}
@@ -33,7 +35,6 @@ demo)
 	;;
 test)
 	start=$SECONDS
-	"$here/rig/setup-host.sh"
 	total_pass=0 total_fail=0
 	count() {
 		local p f
@@ -43,6 +44,26 @@ test)
 	}
 	results="$P2PDMA_ROOT/rig-out/test-results"
 	mkdir -p "$results"
+
+	# First, in seconds: the rig scripts' own logic against an empty
+	# temporary cache, with the downloads and builds stubbed.
+	log "rig logic: tests/rig/cold-logic.sh (stubbed steps, temporary cache)"
+	"$P2PDMA_ROOT/tests/rig/cold-logic.sh" 2>&1 | tee "$results/cold-logic.txt" || true
+	count "$results/cold-logic.txt"
+
+	"$here/rig/setup-host.sh"
+	log "shellcheck over the scripts in tools/ and tests/"
+	mapfile -t scripts < <(cd "$P2PDMA_ROOT" && find tools tests -name '*.sh' | sort)
+	if ! command -v shellcheck >/dev/null; then
+		echo "FAIL host:shellcheck: shellcheck is not installed" >"$results/shellcheck.txt"
+	elif (cd "$P2PDMA_ROOT" && shellcheck -x "${scripts[@]}" >"$results/shellcheck.log" 2>&1); then
+		echo "PASS host:shellcheck (${#scripts[@]} scripts)" >"$results/shellcheck.txt"
+	else
+		echo "FAIL host:shellcheck: $(grep -c '^In ' "$results/shellcheck.log") finding(s), see $results/shellcheck.log" >"$results/shellcheck.txt"
+		head -n 40 "$results/shellcheck.log"
+	fi
+	cat "$results/shellcheck.txt"
+	count "$results/shellcheck.txt"
 
 	log "host tests: cargo test --workspace"
 	if (cd "$P2PDMA_ROOT" && cargo test --workspace --locked 2>&1 | tee "$results/cargo-test.log"); then
@@ -65,22 +86,32 @@ test)
 	cat "$results/host.txt"
 	count "$results/host.txt"
 
-	tree=$("$here/rig/build.sh")
-	for suite in smoke module engine doctor; do
-		for topo in switch noswitch; do
-			P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite $suite --topology "$topo" \
-				2>&1 | tee "$results/vm-$suite-$topo.txt" || true
-			count "$results/vm-$suite-$topo.txt"
+	# A build that fails is a failed check (its error is above), and the
+	# suites that needed it do not run.
+	if tree=$("$here/rig/build.sh"); then
+		for suite in smoke module engine doctor; do
+			for topo in switch noswitch; do
+				P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite $suite --topology "$topo" \
+					2>&1 | tee "$results/vm-$suite-$topo.txt" || true
+				count "$results/vm-$suite-$topo.txt"
+			done
 		done
-	done
+	else
+		echo "FAIL build: the base kernel, the module or the programs (see above); no VM suite ran" | tee "$results/build.txt"
+		count "$results/build.txt"
+	fi
 	# The module suite again on the debug kernel: KASAN, lockdep, kmemleak
 	# and DMA-API debugging watch the module while the suite runs.
-	dtree=$(P2PDMA_KVARIANT=debug "$here/rig/build.sh")
-	for suite in module engine; do
-		P2PDMA_BUILT_TREE=$dtree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite $suite --topology switch \
-			--out "$P2PDMA_ROOT/rig-out/$suite-switch-debug" 2>&1 | tee "$results/vm-$suite-debug.txt" || true
-		count "$results/vm-$suite-debug.txt"
-	done
+	if dtree=$(P2PDMA_KVARIANT=debug "$here/rig/build.sh"); then
+		for suite in module engine; do
+			P2PDMA_BUILT_TREE=$dtree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite $suite --topology switch \
+				--out "$P2PDMA_ROOT/rig-out/$suite-switch-debug" 2>&1 | tee "$results/vm-$suite-debug.txt" || true
+			count "$results/vm-$suite-debug.txt"
+		done
+	else
+		echo "FAIL build-debug: the debug kernel or the module (see above); the debug suites did not run" | tee "$results/build-debug.txt"
+		count "$results/build-debug.txt"
+	fi
 	log "all tests done in $((SECONDS - start))s"
 	echo "p2pdma: $total_pass passed, $total_fail failed"
 	((total_fail == 0)) || exit 1

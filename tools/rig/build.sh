@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything the VM needs: the kernel (cached), the module against it,
 # and the statically linked userspace programs. Prints the kernel tree path.
+# shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
 tree=$("$P2PDMA_ROOT/tools/rig/kernel.sh")

@@ -2,7 +2,11 @@
 # shellcheck shell=bash
 
 set -Eeuo pipefail
+# Command substitutions stop at a failing command too (bash clears -e in
+# them otherwise).
+shopt -s inherit_errexit
 
+# shellcheck disable=SC2034 # used by the scripts that source this file
 P2PDMA_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 P2PDMA_CACHE=${P2PDMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/p2pdma}
 KERNEL_SERIES=${KERNEL_SERIES:-7.3}
@@ -23,8 +27,10 @@ on_error() {
 }
 trap on_error ERR
 
-# Run a long command with its output in a log file, printing a heartbeat with
-# the elapsed time and the log's last line so progress stays visible.
+# run_logged WHAT LOG CMD...: runs a long command (or a function) with its
+# output in LOG, printing a heartbeat every 15 s with the elapsed time and the
+# log's last line so progress stays visible. If it fails, the end of LOG is
+# shown and the script stops with an error naming WHAT and LOG.
 run_logged() {
 	local what=$1 logf=$2
 	shift 2
@@ -32,15 +38,34 @@ run_logged() {
 	local start=$SECONDS
 	"$@" >"$logf" 2>&1 &
 	local pid=$!
-	while kill -0 "$pid" 2>/dev/null; do
-		sleep 15
-		kill -0 "$pid" 2>/dev/null || break
-		printf '[p2pdma]   %s: %ds  %s\n' "$what" $((SECONDS - start)) \
-			"$(tail -n 1 "$logf" 2>/dev/null | cut -c1-100)" >&2
-	done
-	if ! wait "$pid"; then
+	heartbeat "$what" "$logf" "$start" &
+	local beat=$! rc=0
+	wait "$pid" || rc=$?
+	kill "$beat" 2>/dev/null || true
+	wait "$beat" 2>/dev/null || true
+	if ((rc != 0)); then
 		tail -n 40 "$logf" >&2
-		die "$what failed after $((SECONDS - start))s; full log in $logf"
+		die "$what failed (status $rc) after $((SECONDS - start))s; full log in $logf"
 	fi
 	log "$what done in $((SECONDS - start))s"
+}
+
+heartbeat() {
+	while sleep 15 >/dev/null 2>&1; do
+		printf '[p2pdma]   %s: %ds  %s\n' "$1" $((SECONDS - $3)) \
+			"$(tail -n 1 "$2" 2>/dev/null | cut -c1-100)" >&2
+	done
+}
+
+# step WHAT LOG CMD...: a short command with its output added to LOG. If it
+# fails, the end of LOG is shown and the script stops with an error naming
+# WHAT and LOG.
+step() {
+	local what=$1 logf=$2 rc=0
+	shift 2
+	"$@" >>"$logf" 2>&1 || rc=$?
+	if ((rc != 0)); then
+		tail -n 20 "$logf" >&2
+		die "$what failed (status $rc); full log in $logf"
+	fi
 }

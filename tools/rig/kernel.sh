@@ -5,11 +5,13 @@
 #
 #   P2PDMA_KERNEL_TREE=/path   use an existing, already built tree instead
 #   P2PDMA_KVARIANT=debug      add kconfig/debug.config (KASAN, lockdep, ...)
+# shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
 if [ -n "${P2PDMA_KERNEL_TREE:-}" ]; then
-	[ -f "$P2PDMA_KERNEL_TREE/.config" ] && [ -f "$P2PDMA_KERNEL_TREE/Module.symvers" ] ||
+	if [ ! -f "$P2PDMA_KERNEL_TREE/.config" ] || [ ! -f "$P2PDMA_KERNEL_TREE/Module.symvers" ]; then
 		die "P2PDMA_KERNEL_TREE=$P2PDMA_KERNEL_TREE is not a built kernel tree (no .config or Module.symvers)"
+	fi
 	log "using the kernel tree from P2PDMA_KERNEL_TREE"
 	echo "$P2PDMA_KERNEL_TREE"
 	exit 0
@@ -47,27 +49,36 @@ debian_mirror() {
 	echo "${m%/}"
 }
 
-# Download linux-source-$KERNEL_SERIES from trixie-backports with a private apt
-# configuration, leaving the system's sources untouched. apt checks the
-# package against the signed index.
-fetch_source() {
-	local d="$P2PDMA_CACHE/apt"
-	local deb
-	deb=$(ls "$d"/linux-source-"$KERNEL_SERIES"_*.deb 2>/dev/null | tail -n 1 || true)
-	if [ -z "$deb" ]; then
-		mkdir -p "$d/lists/partial" "$d/archives/partial"
-		echo "deb $(debian_mirror) trixie-backports main" >"$d/sources.list"
-		local o=(-o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null
-			-o "Dir::State::Lists=$d/lists" -o "Dir::Cache::Archives=$d/archives")
-		run_logged "apt-get update (trixie-backports)" "$d/update.log" apt-get "${o[@]}" update
-		(cd "$d" && apt-get "${o[@]}" download "linux-source-$KERNEL_SERIES") >"$d/download.log" 2>&1 ||
-			die "no linux-source-$KERNEL_SERIES package in trixie-backports (see $d/download.log); set P2PDMA_KERNEL_TREE to a built tree"
-		deb=$(ls "$d"/linux-source-"$KERNEL_SERIES"_*.deb | tail -n 1)
-	fi
-	echo "$deb"
+# The newest (by name) downloaded source package in DIR, or nothing.
+downloaded_source() {
+	local f
+	for f in "$1"/linux-source-"$KERNEL_SERIES"_*.deb; do
+		if [ -f "$f" ]; then deb=$f; fi
+	done
 }
 
-deb=$(fetch_source)
+# Sets deb to the linux-source-$KERNEL_SERIES package, downloading it from
+# trixie-backports with a private apt configuration, leaving the system's
+# sources untouched. apt checks the package against the signed index.
+fetch_source() {
+	local d="$P2PDMA_CACHE/apt"
+	deb=
+	downloaded_source "$d"
+	[ -z "$deb" ] || return 0
+	mkdir -p "$d/lists/partial" "$d/archives/partial"
+	local mirror
+	mirror=$(debian_mirror)
+	echo "deb $mirror trixie-backports main" >"$d/sources.list"
+	local o=(-o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null
+		-o "Dir::State::Lists=$d/lists" -o "Dir::Cache::Archives=$d/archives")
+	run_logged "apt-get update (trixie-backports)" "$d/update.log" apt-get "${o[@]}" update
+	(cd "$d" && apt-get "${o[@]}" download "linux-source-$KERNEL_SERIES") >"$d/download.log" 2>&1 ||
+		die "apt-get download found no linux-source-$KERNEL_SERIES in trixie-backports (log: $d/download.log); set P2PDMA_KERNEL_TREE to a built tree"
+	downloaded_source "$d"
+	[ -n "$deb" ] || die "apt-get download left no linux-source-${KERNEL_SERIES}_*.deb in $d (log: $d/download.log)"
+}
+
+fetch_source
 pkgver=$(basename "$deb" | sed -E 's/^linux-source-[0-9.]+_([^_]+)_.*/\1/')
 confhash=$(cat "${frags[@]}" | sha256sum | cut -c1-12)
 tree="$P2PDMA_CACHE/kernel/linux-${pkgver//[^A-Za-z0-9.]/_}-$variant-$confhash"
@@ -90,21 +101,26 @@ if [ -n "$seed" ]; then
 	rm -f "$tree.tmp/.p2pdma-built"
 else
 	mkdir -p "$tree.tmp" "$tree.deb"
-	log "unpacking linux-source $pkgver"
-	dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tree.deb" --wildcards '*/linux-source-*.tar.xz'
-	tar -xf "$tree.deb"/usr/src/linux-source-*.tar.xz -C "$tree.tmp" --strip-components=1
+	log "unpacking linux-source $pkgver (log: $tree.tmp/unpack.log)"
+	step "dpkg-deb -x $deb" "$tree.tmp/unpack.log" dpkg-deb -x "$deb" "$tree.deb"
+	step "unpacking the kernel source tarball" "$tree.tmp/unpack.log" \
+		tar -xf "$tree.deb"/usr/src/linux-source-*.tar.xz -C "$tree.tmp" --strip-components=1
 	rm -rf "$tree.deb"
 fi
 mv "$tree.tmp" "$tree"
 
 mk() { make -C "$tree" LLVM="$LLVM_SUFFIX" "$@"; }
-mk rustavailable >"$tree/rustavailable.log" 2>&1 || {
+if ! mk rustavailable >"$tree/rustavailable.log" 2>&1; then
 	cat "$tree/rustavailable.log" >&2
-	die "the Rust toolchain is not usable for the kernel; run tools/rig/setup-host.sh"
-}
-mk tinyconfig >/dev/null
-(cd "$tree" && KCONFIG_CONFIG=.config scripts/kconfig/merge_config.sh -m .config "${frags[@]}") >/dev/null
-mk olddefconfig >/dev/null
+	die "make rustavailable: the Rust toolchain is not usable for the kernel (log: $tree/rustavailable.log); run tools/rig/setup-host.sh"
+fi
+conflog="$tree/config.log"
+log "configuring: tinyconfig, then the fragments (log: $conflog)"
+: >"$conflog"
+step "make tinyconfig" "$conflog" mk tinyconfig
+step "merging the config fragments (scripts/kconfig/merge_config.sh)" "$conflog" \
+	env -C "$tree" KCONFIG_CONFIG=.config scripts/kconfig/merge_config.sh -m .config "${frags[@]}"
+step "make olddefconfig" "$conflog" mk olddefconfig
 
 # Kconfig drops options whose dependencies are unmet without a word: check.
 bad=()
@@ -122,7 +138,7 @@ while IFS= read -r line; do
 done < <(cat "${frags[@]}")
 if ((${#bad[@]})); then
 	printf '  %s\n' "${bad[@]}" >&2
-	die "kernel config: ${#bad[@]} required option(s) not set after olddefconfig"
+	die "kernel config: ${#bad[@]} required option(s) not set after olddefconfig (log: $conflog)"
 fi
 
 jobs=$(($(nproc) + 1))

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the kernel build, the module build and the VM rig need on a
 # Debian bookworm machine with rustup. Idempotent: a second run only checks.
+# shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
 PKGS=(
@@ -24,13 +25,14 @@ fi
 
 command -v rustup >/dev/null || die "rustup is required (https://rustup.rs)"
 # The kernel builds core from rust-src with the host's default toolchain;
-# the test binaries that go into the VM are linked statically against musl.
-rustup component list --installed | grep -q '^rust-src' || rustup component add rust-src
-# The test command checks formatting and lints.
-for c in rustfmt clippy; do
-	rustup component list --installed | grep -q "^$c" || rustup component add $c
+# the test command checks formatting and lints (rustfmt, clippy); the test
+# binaries that go into the VM are linked statically against musl.
+components=$(rustup component list --installed)
+for c in rust-src rustfmt clippy; do
+	grep -q "^$c" <<<"$components" || rustup component add "$c"
 done
-rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$' || rustup target add x86_64-unknown-linux-musl
+targets=$(rustup target list --installed)
+grep -qx x86_64-unknown-linux-musl <<<"$targets" || rustup target add x86_64-unknown-linux-musl
 
 if ! command -v bindgen >/dev/null; then
 	run_logged "cargo install bindgen-cli" "$P2PDMA_CACHE/bindgen-install.log" \
