@@ -26,6 +26,13 @@ NVME_NG=/dev/ng${NVME#/dev/nvme}
 # shellcheck disable=SC2034
 FSDEV_NG=/dev/ng${FSDEV#/dev/nvme}
 
+# say TEXT: a line of the suite's story in words, which the host shows on
+# the terminal (the demo tells one).
+say() { echo "@@SAY $*"; }
+
+# say_output CMD...: CMD's output, indented, as part of the story.
+say_output() { "$@" 2>&1 | grep -v '^@@' | sed 's/^/@@SAY     /'; }
+
 pass() { echo "@@TEST $1 PASS"; }
 fail() {
 	echo "@@TEST $1 FAIL $2"
@@ -93,6 +100,9 @@ check_held() {
 	held_pids="$held_pids $pid"
 	pass "$name"
 }
+
+# held_output NAME: what the program that check_held NAME started printed.
+held_output() { cat "/tmp/held.$1"; }
 
 release_held() {
 	for p in $held_pids; do kill "$p" 2>/dev/null; done

@@ -12,6 +12,7 @@
 #
 # Prints one "PASS name" / "FAIL name: why" line per check and a closing
 # "N passed, N failed" line; exits non-zero on any failure or timeout.
+# shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
 topology=switch suite=smoke timeout=${P2PDMA_VM_TIMEOUT:-300} out=
@@ -76,6 +77,8 @@ echo "@@SUITE-EXIT \$?"
 echo "@@DMESG-BEGIN"
 dmesg
 echo "@@DMESG-END"
+# Buffered writes must reach the disk images the host checks afterwards.
+sync
 poweroff -f
 INIT
 chmod +x "$ir/init"
@@ -95,14 +98,14 @@ truncate -s 64M "$out/accel.bin"
 
 pcie=()
 if [ "$topology" = switch ]; then
-	pcie=(-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1
-		-device x3130-upstream,id=up0,bus=rp0
-		-device xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0
-		-device xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=0)
+	pcie=(-device "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"
+		-device "x3130-upstream,id=up0,bus=rp0"
+		-device "xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0"
+		-device "xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=0")
 	nvme_bus=dn0 accel_bus=dn1
 else
-	pcie=(-device pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1
-		-device pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2)
+	pcie=(-device "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"
+		-device "pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2")
 	nvme_bus=rp0 accel_bus=rp1
 fi
 
@@ -140,6 +143,29 @@ con="$out/console.log"
 tr -d '\r' <"$con" >"$out/console.txt" 2>/dev/null || true
 con="$out/console.txt"
 
+# The demo tells what happened in words: the guest's story (its @@SAY
+# lines: the doctor's report, the path the engine chose and why, the bytes
+# moved), then the host's check of those bytes.
+narrate=0
+if [ "$suite" = demo ]; then narrate=1; fi
+rel=${out#"$P2PDMA_ROOT"/}
+story=()
+narrate_read_check() {
+	((narrate)) || return 0
+	local line=$1 matched=$2 res=$3 len nvme_off bar_off
+	len=$(kv len "$line") nvme_off=$(kv nvme_offset "$line") bar_off=$(kv bar_offset "$line")
+	local where="The accelerator's memory (its BAR, from QEMU's ivshmem device) is the file
+		$rel/accel.bin on the host, and the SSD's namespace is the image $rel/nvme.img."
+	if ((matched)); then
+		story+=("$where The $len bytes at offset $bar_off of accel.bin (where the guest's
+			allocation lies in the BAR) equal the $len bytes at offset $nvme_off of nvme.img:
+			the data went from the SSD into accelerator memory intact ($res).")
+	else
+		story+=("$where The $len bytes at offset $bar_off of accel.bin do NOT equal the
+			$len bytes at offset $nvme_off of nvme.img: $res")
+	fi
+}
+
 if ((qrc == 124 || qrc == 137)); then
 	bad vm-finished "QEMU killed after ${timeout}s (hang); last lines:"
 	tail -n 20 "$con" | sed 's/^/    /'
@@ -151,11 +177,8 @@ else
 fi
 
 # Guest-side results.
-while IFS= read -r line; do
-	set -- $line
-	name=$2 verdict=$3
-	shift 3
-	if [ "$verdict" = PASS ]; then ok "guest:$name"; else bad "guest:$name" "$*"; fi
+while read -r _ name verdict why; do
+	if [ "$verdict" = PASS ]; then ok "guest:$name"; else bad "guest:$name" "$why"; fi
 done < <(grep '^@@TEST ' "$con" || true)
 
 # Host-side checks of what the guest reported landing in the devices.
@@ -168,12 +191,14 @@ while IFS= read -r line; do
 			--actual "$out/accel.bin" --actual-offset "$(kv bar_offset "$line")" --len "$(kv len "$line")")
 		if res=$("$musl/p2pdma-rigdata" compare "${args[@]}"); then matched=1; else matched=0; fi
 		if [ "$what" = p2pmem-read ]; then
-			((matched)) && ok "host:$what ($res)" || bad "host:$what" "$res"
-		else
+			if ((matched)); then ok "host:$what ($res)"; else bad "host:$what" "$res"; fi
+			narrate_read_check "$line" "$matched" "$res"
+		elif ((matched)); then
 			# The guest filled the memory but skipped the read: the check
 			# must notice that nothing arrived.
-			((matched)) && bad "host:$what" "compare matched although no data was read" ||
-				ok "host:$what (compare detects missing data)"
+			bad "host:$what" "compare matched although no data was read"
+		else
+			ok "host:$what (compare detects missing data)"
 		fi
 		;;
 	nvme-write)
@@ -233,5 +258,30 @@ if grep -qE "$reports" "$out/boot.txt"; then
 	grep -m3 -E "$reports" "$out/boot.txt" | sed 's/^/    /'
 fi
 
+if ((narrate)); then
+	echo
+	if [ "$topology" = switch ]; then
+		echo "The VM: the NVMe SSD and the accelerator sit under one PCIe switch, where the kernel allows P2P."
+	else
+		echo "The VM: the NVMe SSD and the accelerator meet only at the host bridge, which the kernel refuses for P2P."
+	fi
+	echo
+	echo "In the VM:"
+	if grep -q '^@@SAY' "$con"; then
+		sed -n 's/^@@SAY \{0,1\}/  /p' "$con" | sed 's/ *$//'
+	else
+		echo "  the guest told nothing; its console is $rel/console.txt"
+	fi
+	echo
+	echo "On the host:"
+	if ((${#story[@]})); then
+		for p in "${story[@]}"; do
+			tr -s '\n\t ' ' ' <<<"$p" | fmt -w 76 | sed 's/^/  /'
+		done
+	else
+		echo "  nothing to check: the guest reported no read"
+	fi
+	echo
+fi
 echo "vm $suite/$topology: $pass passed, $fail failed"
 ((fail == 0)) || exit 1

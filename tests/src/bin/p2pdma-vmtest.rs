@@ -141,7 +141,13 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     }
     .map_err(|e| e.to_string())?;
     let handle = engine.handle(&file, &mem).map_err(|e| e.to_string())?;
-    println!("path chosen: {} ({})", handle.path(), handle.reason());
+    println!(
+        "The engine chose the {} path for {} and accelerator {}. Why: {}",
+        handle.path(),
+        x.nvme,
+        accel.index,
+        handle.reason()
+    );
     let report = match write_pattern {
         None => {
             // Poison the memory so that nothing stale can pass the host check.
@@ -158,7 +164,7 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
         }
     }
     .map_err(|e| format!("transfer on handle ({}): {e}", handle.reason()))?;
-    println!("report: {report:?}");
+    println!("{}", transfer_sentence(x, write_pattern.is_some(), &report));
     if report.path.as_str() != x.expect_path || report.retried != x.expect_retry {
         return Err(format!(
             "expected path {} (retried: {}), the engine reported {} (retried: {})",
@@ -211,6 +217,44 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
         hold_forever();
     }
     Ok(())
+}
+
+/// What a transfer did, in a sentence.
+fn transfer_sentence(x: &EngineArgs, write: bool, r: &p2pdma::transfer::Report) -> String {
+    let storage = format!("{} at offset {}", x.nvme, x.offset);
+    let memory = format!("accelerator memory at offset {}", x.mem_offset);
+    let (from, to) = if write {
+        (memory, storage)
+    } else {
+        (storage, memory)
+    };
+    let mut s = format!(
+        "Moved {} bytes ({}) from {from} to {to} on the {} path",
+        r.bytes,
+        human_bytes(r.bytes),
+        r.path
+    );
+    if r.retried {
+        s.push_str(", after the first path failed and the bounce path redid the transfer");
+    }
+    if r.path.as_str() == "bounce" {
+        s.push_str(if r.ring_pinned {
+            " (bounce buffers registered with the ring, pinned once)"
+        } else {
+            " (bounce buffers pinned per I/O: no memlock allowance to register them)"
+        });
+    }
+    s.push('.');
+    s
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 20 => format!("{:.2} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
 }
 
 /// Reads `len` bytes at `offset` of `path` through the page cache and
