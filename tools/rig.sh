@@ -59,7 +59,7 @@ test)
 	elif (cd "$P2PDMA_ROOT" && shellcheck -x "${scripts[@]}" >"$results/shellcheck.log" 2>&1); then
 		echo "PASS host:shellcheck (${#scripts[@]} scripts)" >"$results/shellcheck.txt"
 	else
-		echo "FAIL host:shellcheck: $(grep -c '^In ' "$results/shellcheck.log") finding(s), see $results/shellcheck.log" >"$results/shellcheck.txt"
+		echo "FAIL host:shellcheck: $(grep -c '^In ' "$results/shellcheck.log" || true) finding(s), see $results/shellcheck.log" >"$results/shellcheck.txt"
 		head -n 40 "$results/shellcheck.log"
 	fi
 	cat "$results/shellcheck.txt"
@@ -76,12 +76,12 @@ test)
 	if (cd "$P2PDMA_ROOT" && cargo fmt --all --check >"$results/rustfmt.log" 2>&1); then
 		echo "PASS host:rustfmt" >>"$results/host.txt"
 	else
-		echo "FAIL host:rustfmt: $(grep -c '^Diff in' "$results/rustfmt.log") hunks differ (cargo fmt --all)" >>"$results/host.txt"
+		echo "FAIL host:rustfmt: $(grep -c '^Diff in' "$results/rustfmt.log" || true) hunks differ (cargo fmt --all)" >>"$results/host.txt"
 	fi
 	if (cd "$P2PDMA_ROOT" && cargo clippy --workspace --all-targets --locked -- -D warnings >"$results/clippy.log" 2>&1); then
 		echo "PASS host:clippy" >>"$results/host.txt"
 	else
-		echo "FAIL host:clippy: $(grep -m1 -E '^(error|warning)' "$results/clippy.log")" >>"$results/host.txt"
+		echo "FAIL host:clippy: $(grep -m1 -E '^(error|warning)' "$results/clippy.log" || true)" >>"$results/host.txt"
 	fi
 	cat "$results/host.txt"
 	count "$results/host.txt"

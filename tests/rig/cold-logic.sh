@@ -98,12 +98,13 @@ MERGE
 chmod +x "$dir/scripts/kconfig/merge_config.sh"
 EOF
 
-# make -C TREE [VAR=...] [-jN] TARGET...
+# make -C TREE [VAR=...] [-jN] TARGET...; with M=DIR, the module build.
 stub make <<'EOF'
-tree=. targets=()
+tree=. targets=() module=
 while (($#)); do
 	case $1 in
 	-C) tree=$2; shift ;;
+	M=*) module=${1#M=} ;;
 	-j*| *=*) ;;
 	*) targets+=("$1") ;;
 	esac
@@ -123,10 +124,37 @@ for t in "${targets[@]}"; do
 		fails make-build
 		mkdir -p "$tree/arch/x86/boot" && echo fake >"$tree/arch/x86/boot/bzImage"
 		;;
-	modules) echo fake >"$tree/Module.symvers" ;;
+	modules)
+		if [ -n "$module" ]; then
+			echo "  RUSTC [M] $module/kmod/p2pdma_main.o"
+			fails make-module
+		else
+			echo fake >"$tree/Module.symvers"
+		fi
+		;;
 	*) echo "make: no rule to make target $t" >&2; exit 2 ;;
 	esac
 done
+EOF
+
+# cargo build and cargo test --no-run --message-format=json (build.sh):
+# artifacts in JSON for the test programs build.sh looks for.
+stub cargo <<'EOF'
+case " $* " in
+*" build "*) fails cargo-build ;;
+*" test "*)
+	fails cargo-test
+	[ "${STUB_FAIL:-}" = no-test-binaries ] && exit 0
+	bins=$(dirname "$STUB_CALLS")/bins
+	mkdir -p "$bins"
+	grep -oE '\("(lib|test)", "[A-Za-z0-9_]+"\)' "$STUB_ROOT/tools/rig/build.sh" | tr -d '()" ' |
+		while IFS=, read -r kind name; do
+			echo fake >"$bins/$name"
+			printf '{"reason":"compiler-artifact","target":{"kind":["%s"],"name":"%s"},"executable":"%s"}\n' \
+				"$kind" "$name" "$bins/$name"
+		done
+	;;
+esac
 EOF
 
 stub sudo <<'EOF'
@@ -163,8 +191,8 @@ run() {
 	: >"$calls"
 	env -i HOME="$work/home" PATH="$stubs:/usr/bin:/bin" TMPDIR="$work" \
 		P2PDMA_CACHE="$cache" P2PDMA_DEBIAN_MIRROR=http://deb.invalid/debian \
-		STUB_CALLS="$calls" STUB_FAIL="${STUB_FAIL:-}" STUB_MISSING="${STUB_MISSING:-}" \
-		${KVARIANT:+P2PDMA_KVARIANT=$KVARIANT} \
+		STUB_CALLS="$calls" STUB_ROOT="$root" STUB_FAIL="${STUB_FAIL:-}" STUB_MISSING="${STUB_MISSING:-}" \
+		${KVARIANT:+P2PDMA_KVARIANT=$KVARIANT} ${KTREE:+P2PDMA_KERNEL_TREE=$KTREE} \
 		bash "$root/$1" "${@:2}" </dev/null >"$work/out" 2>"$work/err"
 	rc=$?
 }
@@ -330,6 +358,40 @@ if ((rc != 0)) && errors | grep -q 'not a built kernel tree'; then
 else
 	bad kernel:override-must-be-built "exit status $rc: $(errors | head -n 1)"
 fi
+
+# build.sh on a built tree: the module, the programs, the guest's test
+# binaries; then each of those failing.
+fresh_cache
+ktree=$work/tree
+mkdir -p "$ktree"
+echo fake >"$ktree/.config"
+echo fake >"$ktree/Module.symvers"
+KTREE=$ktree run tools/rig/build.sh
+wanted=$(grep -oE ': "libp2pdma-[a-z-]+"' "$root/tools/rig/build.sh" | tr -d ': "' | sort)
+got=$(find "$root/target/guest-tests" -type f -printf '%f\n' 2>/dev/null | sort)
+if ((rc != 0)) || [ "$(cat "$work/out")" != "$ktree" ]; then
+	bad build:builds "exit status $rc, printed $(head -c 200 "$work/out")"
+elif ! grep -q "^make .*M=$root modules" "$calls"; then
+	bad build:builds "no module build"
+elif [ -z "$wanted" ] || [ "$got" != "$wanted" ]; then
+	bad build:builds "guest test binaries: $(echo "$got" | tr '\n' ' '), wanted $(echo "$wanted" | tr '\n' ' ')"
+else
+	ok build:builds
+fi
+while read -r step expect; do
+	STUB_FAIL=$step KTREE=$ktree run tools/rig/build.sh
+	expect=${expect//@CACHE@/$cache}
+	if ((rc != 0)) && errors | grep -qE -- "$expect"; then
+		ok "build:fails-loudly:$step"
+	else
+		bad "build:fails-loudly:$step" "exit status $rc: $(errors | head -n 1)"
+	fi
+done <<'EOF'
+make-module module build failed.*@CACHE@/module-build\.log
+cargo-build cargo build of p2pdma-ctl
+cargo-test cargo test --no-run.*guest-tests\.json
+no-test-binaries guest test binaries.*guest-tests\.json
+EOF
 
 # setup-host.sh with everything in place: checks only, installs nothing.
 fresh_cache

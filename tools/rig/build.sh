@@ -10,21 +10,22 @@ log "building the module against $tree"
 start=$SECONDS
 make -C "$tree" LLVM="$LLVM_SUFFIX" M="$P2PDMA_ROOT" modules >"$P2PDMA_CACHE/module-build.log" 2>&1 || {
 	cat "$P2PDMA_CACHE/module-build.log" >&2
-	die "module build failed"
+	die "module build failed (log: $P2PDMA_CACHE/module-build.log)"
 }
 grep -E 'warning|error' "$P2PDMA_CACHE/module-build.log" >&2 || true
 log "module built in $((SECONDS - start))s: kmod/p2pdma.ko"
 
 log "building the static userspace programs (musl)"
 (cd "$P2PDMA_ROOT" && cargo build --quiet --release --locked --target x86_64-unknown-linux-musl \
-	-p p2pdma-ctl -p p2pdma-tests) || die "userspace build failed"
+	-p p2pdma-ctl -p p2pdma-tests) || die "cargo build of p2pdma-ctl and p2pdma-tests (musl) failed; its errors are above"
 # The library's tests that need a real NVMe namespace with a filesystem run
 # in the guest too: its unit tests (the FIEMAP mapping, checked against the
 # raw device) and the NVMe-command tests on files.
+guest_json="$P2PDMA_CACHE/guest-tests.json"
 (cd "$P2PDMA_ROOT" && cargo test --quiet --release --locked --target x86_64-unknown-linux-musl \
-	-p libp2pdma --no-run --message-format=json) >"$P2PDMA_CACHE/guest-tests.json" ||
-	die "building the library's tests for the guest failed"
-python3 - "$P2PDMA_CACHE/guest-tests.json" "$P2PDMA_ROOT/target/guest-tests" <<'PY' || die "no guest test binaries"
+	-p libp2pdma --no-run --message-format=json) >"$guest_json" ||
+	die "cargo test --no-run of the library's tests for the guest (musl) failed; its errors are above, its messages in $guest_json"
+python3 - "$guest_json" "$P2PDMA_ROOT/target/guest-tests" <<'PY' || die "the guest test binaries are not among cargo's artifacts ($guest_json)"
 import json, os, shutil, sys
 src, out = sys.argv[1], sys.argv[2]
 os.makedirs(out, exist_ok=True)
