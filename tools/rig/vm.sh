@@ -92,8 +92,8 @@ chmod +x "$ir/init"
 mkdir -p "$out/fsroot"
 "$musl/p2pdma-rigdata" make-image "$out/fsroot/data.bin" 24
 cp "$out/fsroot/data.bin" "$out/fsroot/rw.bin"
-mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/fs.img" 128M ||
-	die "mkfs.ext4 of the rig filesystem failed"
+mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/fs.img" 128M >"$out/mkfs.log" 2>&1 ||
+	die "mkfs.ext4 of the rig filesystem failed (log: $out/mkfs.log)"
 truncate -s 64M "$out/accel.bin"
 
 pcie=()
@@ -139,9 +139,12 @@ log "VM exited with $qrc after $((SECONDS - start))s; console: $out/console.log"
 pass=0 fail=0
 ok() { echo "PASS $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1: $2"; fail=$((fail + 1)); }
-con="$out/console.log"
-tr -d '\r' <"$con" >"$out/console.txt" 2>/dev/null || true
 con="$out/console.txt"
+if [ -f "$out/console.log" ]; then
+	tr -d '\r' <"$out/console.log" >"$con"
+else
+	: >"$con"
+fi
 
 # The demo tells what happened in words: the guest's story (its @@SAY
 # lines: the doctor's report, the path the engine chose and why, the bytes
@@ -167,11 +170,15 @@ narrate_read_check() {
 }
 
 if ((qrc == 124 || qrc == 137)); then
-	bad vm-finished "QEMU killed after ${timeout}s (hang); last lines:"
+	bad vm-finished "QEMU killed after ${timeout}s (hang); the console's last lines ($con):"
 	tail -n 20 "$con" | sed 's/^/    /'
 elif ! grep -q '^@@SUITE-EXIT' "$con"; then
-	bad vm-finished "the guest did not finish the suite (QEMU rc $qrc); last lines:"
+	bad vm-finished "the guest did not finish the suite (QEMU rc $qrc); the console's last lines ($con):"
 	tail -n 30 "$con" | sed 's/^/    /'
+	if [ -s "$out/qemu.log" ]; then
+		echo "    QEMU said ($out/qemu.log):"
+		tail -n 10 "$out/qemu.log" | sed 's/^/    /'
+	fi
 else
 	ok vm-finished
 fi
