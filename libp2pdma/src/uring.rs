@@ -347,6 +347,47 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
+    /// Reads `len` bytes at `file_offset` into free slot `i` now, with
+    /// `pread` on the session's descriptor: for a lone I/O a ring round trip
+    /// buys nothing. Partial reads go on by the same rule as [`Session::wait`].
+    /// Returns the bytes read, or the I/O's errno.
+    pub(crate) fn read_now(
+        &mut self,
+        i: usize,
+        file_offset: u64,
+        len: usize,
+    ) -> Result<std::result::Result<usize, Errno>> {
+        let ptr = self.buf_ptr(Buf::Slot(i), len)?;
+        let mut p = Pending {
+            tag: 0,
+            buf: Buf::Slot(i),
+            write: false,
+            ptr,
+            offset: file_offset,
+            len,
+            done: 0,
+        };
+        loop {
+            // SAFETY: `[done, len)` of the slot, which is free (checked by
+            // `buf_ptr`, and `&mut self` keeps it so); the slice only carries
+            // the range to the kernel for this call.
+            let rest = unsafe {
+                std::slice::from_raw_parts_mut(
+                    p.ptr.add(p.done).cast::<std::mem::MaybeUninit<u8>>(),
+                    p.len - p.done,
+                )
+            };
+            let r = match rustix::io::pread(self.fd, rest, p.offset + p.done as u64) {
+                Ok((read, _)) => read.len() as i32,
+                Err(Errno::INTR) => continue,
+                Err(e) => -e.raw_os_error(),
+            };
+            if let Step::Done(res) = p.complete(r, self.align) {
+                return Ok(res);
+            }
+        }
+    }
+
     /// Queues a read of `len` bytes at `file_offset` into `buf`.
     pub(crate) fn read(&mut self, buf: Buf, file_offset: u64, len: usize, tag: u64) -> Result<()> {
         self.push(false, buf, file_offset, len, tag)

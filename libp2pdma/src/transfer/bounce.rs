@@ -98,6 +98,19 @@ impl Xfer<'_> {
     pub(super) fn read_range(&self, s: &mut Session<'_>, a0: u64, a1: u64) -> Result<()> {
         let chunk = s.chunk() as u64;
         let nchunks = (a1 - a0).div_ceil(chunk);
+        if nchunks == 1 && s.inflight() == 0 {
+            // One I/O: nothing to overlap it with.
+            let slot = s
+                .free_slot()
+                .ok_or_else(|| Error::InvalidArgument("no free bounce slot".into()))?;
+            let t = Instant::now();
+            let n = s
+                .read_now(slot, a0, (a1 - a0) as usize)?
+                .map_err(|e| self.file.io_error("read", a0, a1 - a0, e))?;
+            self.stats.record_storage(t.elapsed());
+            self.stats.record_ios(1);
+            return self.land(s, slot, a0, n, a1);
+        }
         let (mut next, mut done) = (0u64, 0u64);
         // Landed chunks awaiting their copy: (slot, chunk index, bytes).
         let mut landed: Vec<(usize, u64, usize)> = Vec::new();

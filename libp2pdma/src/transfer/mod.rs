@@ -81,6 +81,22 @@ pub struct StorageFile {
     /// For a regular file on an NVMe namespace: its filesystem, if the
     /// NVMe-command path can address files on it, or why not.
     fs: Option<std::result::Result<extents::Filesystem, String>>,
+    /// Paths chosen for transfers with this file, by what else they depend
+    /// on: chosen once, not per transfer.
+    choices: Mutex<Vec<(ChoiceKey, Arc<PathChoice>)>>,
+    /// The namespace's generic device, opened read-only (0) and read-write
+    /// (1) by the first NVMe-command transfer that needs it.
+    generic: Mutex<[Option<Arc<File>>; 2]>,
+}
+
+/// What a path choice depends on besides the file: the engine's
+/// preference, whether it has the module (for P2P queries), and the memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ChoiceKey {
+    pref: PathPref,
+    module: bool,
+    mem: MemoryKind,
+    dma: bool,
 }
 
 /// An NVMe namespace, as the NVMe-command path needs it.
@@ -169,6 +185,8 @@ impl StorageFile {
             dev_start: facts.start,
             is_file,
             fs,
+            choices: Mutex::new(Vec::new()),
+            generic: Mutex::new([None, None]),
         })
     }
 
@@ -230,6 +248,50 @@ impl StorageFile {
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.direct.as_fd()
+    }
+
+    /// The namespace's generic device (`/dev/ngXnY`), opened for writing too
+    /// when `write`; opened once and kept.
+    pub(crate) fn generic_device(&self, ns: &NvmeNamespace, write: bool) -> Result<Arc<File>> {
+        let mut g = self.generic.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = &g[usize::from(write)] {
+            return Ok(f.clone());
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(&ns.generic)
+            .map_err(|e| Error::Io {
+                op: "open the NVMe generic device",
+                path: ns.generic.clone(),
+                offset: 0,
+                len: 0,
+                source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+            })?;
+        let f = Arc::new(f);
+        g[usize::from(write)] = Some(f.clone());
+        Ok(f)
+    }
+
+    fn cached_choice(&self, key: &ChoiceKey) -> Option<Arc<PathChoice>> {
+        let c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
+        c.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    fn cache_choice(&self, key: ChoiceKey, choice: Arc<PathChoice>) {
+        let mut c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
+        if !c.iter().any(|(k, _)| *k == key) {
+            c.push((key, choice));
+        }
+    }
+
+    /// Forgets the paths chosen: a fast path failed, so the next transfer
+    /// asks again (the module may have been unbound, say).
+    fn forget_choices(&self) {
+        self.choices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Writes all of `buf` at `offset` through the page cache, as many
@@ -374,7 +436,7 @@ pub struct Handle<'a> {
     engine: &'a Engine,
     file: &'a StorageFile,
     mem: &'a dyn DeviceMemory,
-    choice: PathChoice,
+    choice: Arc<PathChoice>,
 }
 
 impl fmt::Debug for Handle<'_> {
@@ -575,13 +637,28 @@ impl Engine {
         })
     }
 
-    /// A handle for transfers between `file` and `mem`, with its path.
+    /// A handle for transfers between `file` and `mem`, with its path: the
+    /// choice [`Engine::choose`] makes, made once per file for each kind of
+    /// memory and kept with the file, so small transfers do not pay for it.
     pub fn handle<'a>(
         &'a self,
         file: &'a StorageFile,
         mem: &'a dyn DeviceMemory,
     ) -> Result<Handle<'a>> {
-        let choice = self.choose(file, mem)?;
+        let key = ChoiceKey {
+            pref: self.config.path,
+            module: self.module.is_some(),
+            mem: mem.kind(),
+            dma: mem.dma_target().is_some(),
+        };
+        let choice = match file.cached_choice(&key) {
+            Some(c) => c,
+            None => {
+                let c = Arc::new(self.choose(file, mem)?);
+                file.cache_choice(key, c.clone());
+                c
+            }
+        };
         Ok(Handle {
             engine: self,
             file,
@@ -662,15 +739,20 @@ impl Engine {
                 "file offset + length overflows".into(),
             ));
         }
-        if dir == Direction::Read {
+        // A read past the end of the file: refused up front where that costs
+        // no system call (block devices) or where the path would not notice
+        // (NVMe commands read blocks past a file's end as a hole, zeros);
+        // the other paths find out from the storage's own short read, below.
+        let eof = |size: u64| Error::EndOfFile {
+            path: file.path.clone(),
+            offset: file_offset,
+            len: len as u64,
+            size,
+        };
+        if dir == Direction::Read && (!file.is_file || choice.path == TransferPath::NvmeCmd) {
             let size = file.current_size()?;
             if file_offset + len as u64 > size {
-                return Err(Error::EndOfFile {
-                    path: file.path.clone(),
-                    offset: file_offset,
-                    len: len as u64,
-                    size,
-                });
+                return Err(eof(size));
             }
         }
         if len == 0 {
@@ -714,6 +796,7 @@ impl Engine {
                         // not allow direct I/O): redo the whole transfer
                         // through host memory.
                         stats.record_retry();
+                        file.forget_choices();
                         let r = bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce));
                         (r, TransferPath::Bounce, true)
                     }
@@ -722,6 +805,12 @@ impl Engine {
             }
         };
         self.give_back(ctx);
+        if let (Err(Error::Short { .. }), Direction::Read, true) = (&res, dir, file.is_file) {
+            let size = file.current_size()?;
+            if file_offset + len as u64 > size {
+                return Err(eof(size));
+            }
+        }
         res?;
         let s = match path {
             TransferPath::P2p => &self.stats.p2p,

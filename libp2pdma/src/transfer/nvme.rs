@@ -48,7 +48,7 @@
 //! - The caller needs permission to open `/dev/ngXnY` (read, and write for
 //!   writes); without it the transfer is retried on the bounce path.
 
-use std::{fs::OpenOptions, num::NonZeroU64, os::fd::AsFd, time::Instant};
+use std::{num::NonZeroU64, os::fd::AsFd, time::Instant};
 
 use super::{
     bounce::{round_down, round_up, Xfer},
@@ -99,19 +99,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
             .map_err(|e| file.io_error("write back the page cache of the range", m0, m1 - m0, e))?;
     }
     let generic = if segments.iter().any(|s| matches!(s, Segment::Mapped { .. })) {
-        let g = OpenOptions::new()
-            .read(true)
-            .write(write)
-            .open(&ns.generic)
-            .map_err(|e| {
-                file.io_error(
-                    "open the NVMe generic device",
-                    0,
-                    0,
-                    rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
-                )
-            })?;
-        Some(g)
+        Some(file.generic_device(ns, write)?)
     } else {
         None
     };

@@ -7,6 +7,8 @@
 //! - `copy`: small copies into a shared mapping with the library's copy
 //!   routines (and into accelerator memory, with the module) vs one
 //!   `pwrite(2)` per copy;
+//! - `small`: 4 KiB random reads through `Engine::read` vs `pread` with
+//!   `O_DIRECT` plus a copy into the same memory, same file and offsets;
 //! - `cpu`: CPU time per GiB moved from an NVMe namespace into accelerator
 //!   memory, per path (needs the module; meant for the VM rig, where the
 //!   emulated devices' DMA runs outside the guest).
@@ -14,7 +16,7 @@
 use std::{
     fs::File,
     io::Write,
-    os::unix::fs::FileExt,
+    os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt},
     path::{Path, PathBuf},
     process::Command,
     sync::Arc,
@@ -33,7 +35,7 @@ type Res<T> = Result<T, String>;
 /// Which benchmark, and its knobs.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// storage, copy, cpu or all (storage and copy).
+    /// storage, copy, small, cpu or all (storage, copy and small).
     #[arg(default_value = "all")]
     pub what: String,
     /// File to read for `storage` (created if missing or short). It must be
@@ -357,6 +359,116 @@ fn copy(json_out: &mut Value) -> Res<()> {
     Ok(())
 }
 
+/// A 4 KiB block aligned for `O_DIRECT`.
+#[repr(C, align(4096))]
+struct Block([u8; 4096]);
+
+/// Small random reads: 4 KiB at random aligned offsets of one file, through
+/// `Engine::read` into device memory, vs what an application would do
+/// without the library: `pread` with `O_DIRECT` into an aligned host buffer,
+/// then a copy of it into the same device memory. The same offsets, both
+/// direct, interleaved repetitions, medians.
+fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
+    let path = a
+        .file
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("p2pdma-bench.dat"));
+    let size = a.size.max(16 << 20);
+    if !path.exists() || !std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_block_device()) {
+        ensure_file(&path, size)?;
+    }
+    let file = StorageFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = file.size().min(size) / 4096 * 4096;
+    let module = Module::open().ok().map(Arc::new);
+    let accel = module.as_ref().and_then(|m| {
+        let index = m.accelerators().ok()?.first()?.index;
+        ModuleMemory::alloc(m.clone(), index, 1 << 20, 0).ok()
+    });
+    let mem: Box<dyn DeviceMemory> = match accel {
+        Some(m) => Box::new(m),
+        None => Box::new(HostMemory::new(1 << 20).map_err(|e| e.to_string())?),
+    };
+    let e = Engine::new(Config::default(), module);
+    let direct = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let ops = 4000usize;
+    // The same pseudo-random block offsets for both.
+    let offsets: Vec<u64> = (0..ops as u64)
+        .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 17) % (size / 4096) * 4096)
+        .collect();
+    let mut block = Box::new(Block([0; 4096]));
+    let choice = e.choose(&file, mem.as_ref()).map_err(|e| e.to_string())?;
+    println!(
+        "small: {ops} random 4 KiB reads of {} ({} MiB) into {}, x {} reps, medians per read",
+        path.display(),
+        size >> 20,
+        mem.kind(),
+        a.reps
+    );
+    println!(
+        "  engine: Engine::read on the path AUTO picks: {} ({})",
+        choice.path, choice.reason
+    );
+    println!("  pread:  pread(O_DIRECT) into a host buffer, then a copy into the same memory");
+    // Each offset is read both ways, one right after the other, the order
+    // alternating: disk and machine noise hit both alike. Per-read medians.
+    let (mut eng, mut sys) = (Vec::new(), Vec::new());
+    let by_engine = |i: usize, off: u64| -> Res<f64> {
+        let t = Instant::now();
+        e.read(&file, off, mem.as_ref(), (i % 256) * 4096, 4096)
+            .map_err(|e| e.to_string())?;
+        Ok(t.elapsed().as_nanos() as f64)
+    };
+    let mut by_pread = |i: usize, off: u64| -> Res<f64> {
+        let t = Instant::now();
+        let n = direct
+            .read_at(&mut block.0, off)
+            .map_err(|e| format!("pread: {e}"))?;
+        if n != 4096 {
+            return Err(format!("short pread at {off}: {n}"));
+        }
+        mem.write_at((i % 256) * 4096, &block.0)
+            .map_err(|e| e.to_string())?;
+        Ok(t.elapsed().as_nanos() as f64)
+    };
+    for rep in 0..a.reps.max(1) {
+        for (i, &off) in offsets.iter().enumerate() {
+            if (i + rep) % 2 == 0 {
+                eng.push(by_engine(i, off)?);
+                sys.push(by_pread(i, off)?);
+            } else {
+                sys.push(by_pread(i, off)?);
+                eng.push(by_engine(i, off)?);
+            }
+        }
+    }
+    let pct = |v: &mut Vec<f64>, p: f64| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[((v.len() - 1) as f64 * p) as usize]
+    };
+    let (e10, e90) = (pct(&mut eng, 0.1), pct(&mut eng, 0.9));
+    let (s10, s90) = (pct(&mut sys, 0.1), pct(&mut sys, 0.9));
+    let (eng, sys) = (median(eng), median(sys));
+    println!(
+        "  engine {:8.2} us/read (p10 {:.2}, p90 {:.2})   pread+copy {:8.2} us/read (p10 {:.2}, p90 {:.2})   engine/pread {:5.3}",
+        eng / 1e3,
+        e10 / 1e3,
+        e90 / 1e3,
+        sys / 1e3,
+        s10 / 1e3,
+        s90 / 1e3,
+        eng / sys
+    );
+    json_out["small"] = json!({
+        "reads": ops, "bytes": 4096, "path": choice.path.to_string(),
+        "engine_ns": eng, "pread_copy_ns": sys, "engine_vs_pread": eng / sys,
+    });
+    Ok(())
+}
+
 /// User + system CPU time of this process so far.
 fn cpu_time() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
@@ -438,13 +550,15 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         "storage" => storage(a, &mut out)?,
         "copy" => copy(&mut out)?,
         "cpu" => cpu(a, &mut out)?,
+        "small" => small(a, &mut out)?,
         "all" => {
             storage(a, &mut out)?;
             copy(&mut out)?;
+            small(a, &mut out)?;
         }
         other => {
             return Err(format!(
-                "unknown benchmark '{other}' (storage, copy, cpu, all)"
+                "unknown benchmark '{other}' (storage, copy, small, cpu, all)"
             ))
         }
     }
