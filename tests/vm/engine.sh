@@ -48,8 +48,10 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	# The range is in the page cache before the write: the buffered read
 	# after it must see the new bytes.
 	cat /mnt/rw.bin >/dev/null
-	check file-nvme-cmd-write rw_write --path nvme-cmd --offset $((4 * M + 4096)) --len $((2 * M)) --pattern-offset $((11 * M)) --expect-path nvme-cmd
-	check file-nvme-cmd-write-unaligned rw_write --path nvme-cmd --offset $((8 * M + 100)) --len $((M + 200)) --mem-offset 100 --pattern-offset $((12 * M + 16)) --expect-path nvme-cmd
+	# NVMe commands never write files (nothing holds the layout during a
+	# write): refused before anything moves, redone on the bounce path.
+	check file-nvme-cmd-write-retried rw_write --path nvme-cmd --offset $((4 * M + 4096)) --len $((2 * M)) --pattern-offset $((11 * M)) --expect-path bounce --expect-retry
+	check file-nvme-cmd-write-unaligned-retried rw_write --path nvme-cmd --offset $((8 * M + 100)) --len $((M + 200)) --mem-offset 100 --pattern-offset $((12 * M + 16)) --expect-path bounce --expect-retry
 	: >/mnt/new.bin
 	check file-p2p-write-grows-file p2pdma-vmtest engine-write --nvme /mnt/new.bin --fs-name /new.bin --verify-buffered \
 		--offset 0 --len $((3 * M + 123)) --pattern-offset $((2 * M)) --expect-path p2p

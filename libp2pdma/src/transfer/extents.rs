@@ -513,6 +513,36 @@ pub(super) fn map(
     plan(&extents, start, end, eof, dev_start, lba, write)
 }
 
+/// Whether the read just done through `segments` (the map of `[start,
+/// end)` that [`map`] gave) read the file's own blocks: the file is mapped
+/// again, without writing anything back, and must map the same. A
+/// truncate, hole punch, defragmentation or reflink during the read changes
+/// the map, and the blocks read may by then have been another file's.
+pub(super) fn still_mapped(
+    fd: BorrowedFd<'_>,
+    start: u64,
+    end: u64,
+    dev_start: u64,
+    lba: u64,
+    segments: &[Segment],
+) -> Result<(), String> {
+    let extents =
+        fiemap(fd, start, end, false).map_err(|e| format!("FS_IOC_FIEMAP failed: {e}"))?;
+    let eof = rustix::fs::fstat(fd)
+        .map_err(|e| format!("fstat failed: {e}"))?
+        .st_size as u64;
+    match plan(&extents, start, end, eof, dev_start, lba, false) {
+        Ok(now) if now == segments => Ok(()),
+        Ok(_) => Err("its extents changed while the commands ran (truncated, hole-punched, defragmented or reflinked?)".into()),
+        Err(why) => Err(format!("its extents changed while the commands ran: {why}")),
+    }
+}
+
+/// Pages of `[offset, offset + len)` of `fd` in the page cache.
+pub(super) fn resident_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<usize, Errno> {
+    raw::resident_pages(fd, offset, len)
+}
+
 /// The two ioctls, with the `#[repr(C)]` layouts of linux/fiemap.h and
 /// linux/fs.h.
 mod raw {
@@ -609,6 +639,52 @@ mod raw {
         match unsafe { libc::sync_file_range(fd.as_raw_fd(), offset, len, flags) } {
             0 => Ok(()),
             _ => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)),
+        }
+    }
+
+    /// Pages of `[offset, offset + len)` of `fd` in the page cache
+    /// (`mincore` on a shared read-only mapping of the range, made and
+    /// dropped here; mapping a file does not populate anything).
+    pub(super) fn resident_pages(
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, Errno> {
+        use std::os::fd::AsRawFd;
+        const PAGE: u64 = 4096;
+        let start = offset - offset % PAGE;
+        let bytes = usize::try_from((offset + len).div_ceil(PAGE) * PAGE - start)
+            .map_err(|_| Errno::INVAL)?;
+        if bytes == 0 {
+            return Ok(0);
+        }
+        let off = libc::off_t::try_from(start).map_err(|_| Errno::INVAL)?;
+        let last = || Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO);
+        // SAFETY: A new shared read-only mapping at an address the kernel
+        // picks, so it overlaps nothing Rust uses; it is never read here.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                off,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(last());
+        }
+        let mut vec = vec![0u8; bytes / PAGE as usize];
+        // SAFETY: `addr..addr + bytes` is the mapping just made; `vec` has a
+        // byte for each of its pages.
+        let r = unsafe { libc::mincore(addr, bytes, vec.as_mut_ptr()) };
+        let err = (r != 0).then(last);
+        // SAFETY: The mapping made above, referred to by nothing else.
+        unsafe { libc::munmap(addr, bytes) };
+        match err {
+            Some(e) => Err(e),
+            None => Ok(vec.iter().filter(|&&b| b & 1 != 0).count()),
         }
     }
 
@@ -1004,6 +1080,44 @@ mod tests {
             if let Ok(fs) = Filesystem::of(f.as_fd()) {
                 assert_eq!(map(f.as_fd(), fs, 0, 1 << 20, 0, lba, true).unwrap(), read);
             }
+            drop(f);
+            let _ = std::fs::remove_file(path);
+        }
+
+        #[test]
+        fn a_map_no_longer_holds_after_a_hole_punch_or_truncate() {
+            let path = temp("changed.bin");
+            let mut f = File::options()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(&pattern(4, 1 << 20)).unwrap();
+            f.sync_all().unwrap();
+            let (Some(_), Ok(fs)) = (
+                extents_or_skip(&f, 1 << 20, "changed map"),
+                Filesystem::of(f.as_fd()),
+            ) else {
+                return;
+            };
+            let lba = block_size(&f);
+            let segs = map(f.as_fd(), fs, 0, 1 << 20, 0, lba, false).unwrap();
+            still_mapped(f.as_fd(), 0, 1 << 20, 0, lba, &segs).unwrap();
+            rustix::fs::fallocate(
+                &f,
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                256 << 10,
+                64 << 10,
+            )
+            .unwrap();
+            let why = still_mapped(f.as_fd(), 0, 1 << 20, 0, lba, &segs).unwrap_err();
+            assert!(why.contains("extents changed"), "{why}");
+            let segs = map(f.as_fd(), fs, 0, 1 << 20, 0, lba, false).unwrap();
+            f.set_len(512 << 10).unwrap();
+            let why = still_mapped(f.as_fd(), 0, 1 << 20, 0, lba, &segs).unwrap_err();
+            assert!(why.contains("extents changed"), "{why}");
             drop(f);
             let _ = std::fs::remove_file(path);
         }

@@ -11,38 +11,35 @@
 //!
 //! - A raw namespace: file offset = namespace offset.
 //! - A partition of one: file offset + the partition's start (sysfs).
-//! - A regular file on ext4 or XFS on either: the block-aligned middle of the
-//!   transfer is mapped with `FS_IOC_FIEMAP` ([`super::extents`]) before
-//!   anything moves. `FIEMAP_FLAG_SYNC` writes dirty page-cache data back
-//!   first (resolving delayed allocation), so a read sees data written with
-//!   buffered writes that were never fsynced, and a write leaves no dirty
-//!   page that writeback could later put over it. Reads take holes and
-//!   unwritten extents as zeros, written into device memory by the CPU.
-//!   Writes only overwrite blocks the file owns alone and has written, inside
-//!   its size: a hole, an unwritten or shared (reflinked) extent, or a range
-//!   past the end is refused, and so is anything the filesystem marks as not
-//!   plainly addressable. After a write, the page cache of the written range
-//!   is dropped (`POSIX_FADV_DONTNEED`), so later buffered reads see the new
-//!   data.
+//! - A regular file on ext4 or XFS on either, for reads: the block-aligned
+//!   middle of the transfer is mapped with `FS_IOC_FIEMAP`
+//!   ([`super::extents`]) before anything moves. `FIEMAP_FLAG_SYNC` writes
+//!   dirty page-cache data back first (resolving delayed allocation), so a
+//!   read sees data written with buffered writes that were never fsynced.
+//!   Holes and unwritten extents read as zeros, written into device memory
+//!   by the CPU. Nothing holds the file's layout while the commands run, so
+//!   after them the file is mapped again: if the map changed (a truncate,
+//!   hole punch, defragmentation or reflink meanwhile), the blocks read may
+//!   have been another file's by then, and the read is refused and redone
+//!   on the bounce path.
+//! - Regular files are never written by NVMe commands: a write could not be
+//!   taken back once the layout changed under it, and would land in blocks
+//!   another file may own by then. Such writes are refused before anything
+//!   moves and go by the bounce path.
 //! - A block device (namespace or partition): its own page cache, which
 //!   buffered I/O through the device node fills, is written back over the
 //!   range before the commands and dropped after a write, the same
-//!   coherence `O_DIRECT` keeps.
+//!   coherence `O_DIRECT` keeps. Before a write, the range's cached pages
+//!   are dropped and counted: pages that cannot be dropped (mapped by a
+//!   process) would be stale afterwards, so the write is refused.
 //!
 //! A refusal is `Error::PathUnavailable`, which the engine retries on the
 //! bounce path and counts; nothing has been written when it comes.
 //!
 //! # Limits
 //!
-//! - Passthrough writes go around the filesystem: they do not update the
-//!   file's mtime or ctime. A later `fsync` of the file still flushes the
-//!   controller's write cache (ext4 and XFS flush the device even when no
-//!   metadata changed).
 //! - As with `O_DIRECT`, concurrent writers and `mmap` users of the same
-//!   range are the caller's to order. Beyond `O_DIRECT`: the file must not be
-//!   truncated, hole-punched, defragmented, deduplicated or reflinked while a
-//!   transfer runs, since the blocks mapped before it may then belong to
-//!   another file by the time the commands reach them.
+//!   range of a block device are the caller's to order.
 //! - `FIEMAP_FLAG_SYNC` writes back the whole file's dirty pages on every
 //!   transfer.
 //! - The caller needs permission to open `/dev/ngXnY` (read, and write for
@@ -60,6 +57,9 @@ use crate::{
     uring::{Context, NvmeResult, NvmeSession, Session},
     Error, Result,
 };
+
+/// Why NVMe commands never write a regular file.
+const FILE_WRITES_REFUSED: &str = "NVMe commands do not write files: nothing holds the file's block layout during a write, so a truncate, hole punch, defragmentation or reflink in between would make the commands overwrite blocks another file may own by then (writes to files go by P2P or the bounce path)";
 
 /// Zeros for holes, copied into device memory a piece at a time.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
@@ -97,6 +97,21 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     if !file.is_file() && m0 < m1 {
         extents::write_back(file.fd(), m0, m1 - m0)
             .map_err(|e| file.io_error("write back the page cache of the range", m0, m1 - m0, e))?;
+        if write {
+            // Cached pages of the range would be stale once the commands
+            // land. Dropping them fails silently for pages in use (mapped by
+            // a process, locked): if any stay, the commands must not run.
+            drop_cache(file, m0, m1)?;
+            let left = extents::resident_pages(file.fd(), m0, m1 - m0).map_err(|e| {
+                file.io_error("look up the page cache of the range", m0, m1 - m0, e)
+            })?;
+            if left > 0 {
+                return Err(unavailable(format!(
+                    "{left} cached pages of bytes [{m0}, {m1}) of {} cannot be dropped (mapped by a process?), and would be stale after the write",
+                    file.path().display()
+                )));
+            }
+        }
     }
     let generic = if segments.iter().any(|s| matches!(s, Segment::Mapped { .. })) {
         Some(file.generic_device(ns, write)?)
@@ -142,14 +157,25 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
         )?;
         commands(&mut s, ctx, x, ns, write, &segments)?;
     }
+    if file.is_file() && m0 < m1 {
+        // The blocks read must still be the file's.
+        let lba = 1u64 << ns.lba_shift;
+        extents::still_mapped(file.fd(), m0, m1, file.partition_offset(), lba, &segments)
+            .map_err(|r| unavailable(format!("{}: {r}", file.path().display())))?;
+    }
     if write {
-        // Buffered readers must not keep seeing what was there before. (No
-        // length would mean "to the end of the file"; the middle has one.)
-        if let Some(n) = NonZeroU64::new(m1 - m0) {
-            rustix::fs::fadvise(file.fd(), m0, Some(n), rustix::fs::Advice::DontNeed).map_err(
-                |e| file.io_error("drop the page cache of the written range", m0, m1 - m0, e),
-            )?;
-        }
+        // Buffered readers must not keep seeing what was there before.
+        drop_cache(file, m0, m1)?;
+    }
+    Ok(())
+}
+
+/// Drops the page cache of `[m0, m1)` (`POSIX_FADV_DONTNEED`; pages in use
+/// stay). No length would mean "to the end of the file": the range has one.
+fn drop_cache(file: &StorageFile, m0: u64, m1: u64) -> Result<()> {
+    if let Some(n) = NonZeroU64::new(m1 - m0) {
+        rustix::fs::fadvise(file.fd(), m0, Some(n), rustix::fs::Advice::DontNeed)
+            .map_err(|e| file.io_error("drop the page cache of the range", m0, m1 - m0, e))?;
     }
     Ok(())
 }
@@ -173,6 +199,9 @@ fn layout(
             ));
         }
         return extents::device_range(m0, m1, file.partition_offset(), lba);
+    }
+    if write {
+        return Err(FILE_WRITES_REFUSED.into());
     }
     match &file.fs {
         Some(Ok(fs)) => extents::map(file.fd(), *fs, m0, m1, file.partition_offset(), lba, write),
