@@ -29,7 +29,14 @@ pub(crate) struct Context {
     chunk: usize,
     depth: usize,
     pinned: bool,
+    /// A ring of 128-byte submissions for NVMe commands, made by the first
+    /// NVMe-command transfer that takes this context and kept with it.
+    nvme: Option<NvmeRing>,
 }
+
+/// A ring for NVMe passthrough commands: 128-byte submissions, 32-byte
+/// completions.
+pub(crate) type NvmeRing = IoUring<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>;
 
 /// Bounce slots beyond the I/O depth.
 const SPARE_SLOTS: usize = 2;
@@ -71,6 +78,7 @@ impl Context {
             chunk,
             depth,
             pinned,
+            nvme: None,
         })
     }
 
@@ -87,6 +95,22 @@ impl Context {
     /// Whether the slots are registered (pinned) with the ring.
     pub(crate) fn pinned(&self) -> bool {
         self.pinned
+    }
+
+    /// The NVMe-command ring, `depth` entries, made on first use.
+    pub(crate) fn nvme_ring(&mut self) -> Result<&mut NvmeRing> {
+        if self.nvme.is_none() {
+            let ring = NvmeRing::builder()
+                .build(self.depth.next_power_of_two() as u32)
+                .map_err(|e| Error::Sys {
+                    op: "io_uring_setup (128-byte entries)",
+                    source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
+                })?;
+            self.nvme = Some(ring);
+        }
+        self.nvme
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("no NVMe ring".into()))
     }
 }
 
@@ -529,7 +553,7 @@ pub(crate) enum NvmeResult {
 /// buffers in a borrowed DMA target. Like [`Session`], dropping it waits for
 /// every command in flight.
 pub(crate) struct NvmeSession<'a> {
-    ring: io_uring::IoUring<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>,
+    ring: &'a mut NvmeRing,
     fd: BorrowedFd<'a>,
     nsid: u32,
     lba_shift: u32,
@@ -539,25 +563,19 @@ pub(crate) struct NvmeSession<'a> {
 }
 
 impl<'a> NvmeSession<'a> {
-    /// A session on namespace `nsid` of the generic device `fd`, whose
-    /// logical blocks are `1 << lba_shift` bytes, moving data to and from
-    /// `target` (borrowed with `mem` for the session's life).
+    /// A session on `ring` (empty: no command in flight) for namespace
+    /// `nsid` of the generic device `fd`, whose logical blocks are
+    /// `1 << lba_shift` bytes, moving data to and from `target` (borrowed
+    /// with `mem` for the session's life).
     pub(crate) fn new<M: ?Sized>(
+        ring: &'a mut NvmeRing,
         fd: BorrowedFd<'a>,
         nsid: u32,
         lba_shift: u32,
-        depth: usize,
         target: DmaTarget,
         _mem: &'a M,
-    ) -> Result<Self> {
-        let ring =
-            io_uring::IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>::builder()
-                .build(depth.next_power_of_two() as u32)
-                .map_err(|e| Error::Sys {
-                    op: "io_uring_setup (128-byte entries)",
-                    source: Errno::from_io_error(&e).unwrap_or(Errno::IO),
-                })?;
-        Ok(Self {
+    ) -> Self {
+        Self {
             ring,
             fd,
             nsid,
@@ -565,7 +583,7 @@ impl<'a> NvmeSession<'a> {
             target,
             inflight: 0,
             _mem: PhantomData,
-        })
+        }
     }
 
     /// Commands in flight.

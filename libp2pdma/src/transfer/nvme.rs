@@ -147,15 +147,10 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
         }
     }
     if let Some(generic) = &generic {
-        let mut s = NvmeSession::new(
-            generic.as_fd(),
-            ns.nsid,
-            ns.lba_shift,
-            ctx.depth(),
-            target,
-            x.mem,
-        )?;
-        commands(&mut s, ctx, x, ns, write, &segments)?;
+        let (chunk, depth) = (ctx.chunk(), ctx.depth());
+        let ring = ctx.nvme_ring()?;
+        let mut s = NvmeSession::new(ring, generic.as_fd(), ns.nsid, ns.lba_shift, target, x.mem);
+        commands(&mut s, chunk, depth, x, ns, write, &segments)?;
     }
     if file.is_file() && m0 < m1 {
         // The blocks read must still be the file's.
@@ -237,14 +232,15 @@ struct Piece {
 /// controller's limit), `depth` in flight.
 fn commands(
     s: &mut NvmeSession<'_>,
-    ctx: &Context,
+    chunk: usize,
+    depth: usize,
     x: &Xfer<'_>,
     ns: &NvmeNamespace,
     write: bool,
     segments: &[Segment],
 ) -> Result<()> {
     let bs = x.file.block_size() as u64;
-    let chunk = ((ctx.chunk() as u64).min(ns.max_transfer as u64) / bs * bs).max(bs);
+    let chunk = ((chunk as u64).min(ns.max_transfer as u64) / bs * bs).max(bs);
     let mut pieces = Vec::new();
     for seg in segments {
         if let Segment::Mapped {
@@ -265,7 +261,6 @@ fn commands(
             }
         }
     }
-    let depth = ctx.depth();
     let op = if write {
         "NVMe write command"
     } else {
