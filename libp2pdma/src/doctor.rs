@@ -27,8 +27,8 @@ use serde_json::json;
 use crate::{
     device::DEVICE_NODE,
     topology::{
-        acs_bits, acs_control, acs_path, common_upstream, PciFunction, StorageTarget, TargetKind,
-        Topology, PCI_ACS_REDIRECT,
+        acs_bits, acs_control, acs_path, common_upstream, NvmePath, PciFunction, StorageTarget,
+        TargetKind, Topology, PCI_ACS_REDIRECT,
     },
     Accelerator, Error, MapType, Module, P2pQuery, PciAddress, Peer,
 };
@@ -150,58 +150,156 @@ pub struct PathFacts<'a> {
     /// The kernel's answer to the P2P query between the two, if it was
     /// asked and answered.
     pub p2p: Option<&'a P2pQuery>,
+    /// For a native-multipath namespace head: each of its paths with the
+    /// kernel's answer for that path's controller (`None`: not asked or no
+    /// answer). I/O may take any path, so P2P needs every one of them; `p2p`
+    /// is then not used. Empty for other storage.
+    pub paths: &'a [(NvmePath, Option<P2pQuery>)],
 }
 
-/// Chooses the data path: [`Path::P2p`] when the module, the accelerator
-/// and NVMe storage are there and the kernel maps P2P between them by bus
-/// address or through an allowed host bridge; otherwise [`Path::Bounce`],
-/// with the first missing piece as the reason. [`Path::NvmeCmd`] is never
-/// chosen here: it is taken only when asked for.
-pub fn choose_path(facts: &PathFacts<'_>) -> PathChoice {
-    let bounce = |why: &str| PathChoice {
-        path: Path::Bounce,
-        reason: format!(
-            "P2P not possible: {why}; the library will stage through host memory (bounce pipeline)"
-        ),
-    };
-    if !facts.module {
-        return bounce(
-            "the p2pdma kernel module is not available (not loaded, or /dev/p2pdma cannot be opened)",
-        );
+/// Why [`choose_path`] does not choose P2P.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum P2pRefusal {
+    /// The module's device node is missing or does not answer.
+    NoModule,
+    /// The accelerator is not the module's.
+    NoAccelerator,
+    /// The storage is not on an NVMe namespace.
+    NotNvme,
+    /// The kernel was not asked or did not answer.
+    NoAnswer,
+    /// The kernel does not map P2P between the two; its reason.
+    Kernel(String),
+    /// The kernel was not asked or did not answer for this path of a
+    /// multipath namespace.
+    NoAnswerOnPath(NvmePath),
+    /// The kernel does not map P2P for this path of a multipath namespace;
+    /// its reason.
+    KernelOnPath(NvmePath, String),
+}
+
+/// I/O to a multipath namespace may take any path.
+const EVERY_PATH: &str =
+    "I/O to a multipath namespace may take any of its paths, so P2P needs every one";
+
+impl fmt::Display for P2pRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            P2pRefusal::NoModule => f.write_str(
+                "the p2pdma kernel module is not available (not loaded, or /dev/p2pdma cannot be opened)",
+            ),
+            P2pRefusal::NoAccelerator => {
+                f.write_str("the accelerator is not bound to the p2pdma module")
+            }
+            P2pRefusal::NotNvme => {
+                f.write_str("the storage is not on an NVMe namespace, which P2P DMA needs")
+            }
+            P2pRefusal::NoAnswer => f.write_str(
+                "the kernel did not answer whether the two devices can reach each other",
+            ),
+            P2pRefusal::Kernel(why) => f.write_str(why),
+            P2pRefusal::NoAnswerOnPath(p) => write!(
+                f,
+                "the kernel did not answer whether path {p} reaches the accelerator ({EVERY_PATH})"
+            ),
+            P2pRefusal::KernelOnPath(p, why) => write!(f, "path {p}: {why} ({EVERY_PATH})"),
+        }
     }
-    if !facts.accelerator {
-        return bounce("the accelerator is not bound to the p2pdma module");
-    }
-    if !facts.storage_nvme {
-        return bounce("the storage is not on an NVMe namespace, which P2P DMA needs");
-    }
-    let Some(q) = facts.p2p else {
-        return bounce("the kernel did not answer whether the two devices can reach each other");
-    };
+}
+
+/// Whether the kernel's answer allows P2P: `Ok` with how, or the refusal
+/// in words.
+fn allowed(q: &P2pQuery) -> std::result::Result<String, String> {
     let distance = q.distance.map_or_else(
         || "unknown distance".to_string(),
         |d| format!("distance {d}"),
     );
     match q.map_type {
-        MapType::BusAddr => PathChoice {
+        MapType::BusAddr => Ok(format!("P2P by PCI bus address ({distance}): {}", q.reason)),
+        MapType::ThruHostBridge => Ok(format!(
+            "P2P through a host bridge the kernel allows ({distance}): {}",
+            q.reason
+        )),
+        MapType::NotSupported | MapType::Unknown(_) => Err(if q.reason.is_empty() {
+            format!("the kernel answers {}", q.map_type)
+        } else {
+            q.reason.clone()
+        }),
+    }
+}
+
+/// Why P2P is not possible, the first missing piece; `None` when it is.
+pub fn p2p_refusal(facts: &PathFacts<'_>) -> Option<P2pRefusal> {
+    p2p_decision(facts).err()
+}
+
+fn p2p_decision(facts: &PathFacts<'_>) -> std::result::Result<String, P2pRefusal> {
+    if !facts.module {
+        return Err(P2pRefusal::NoModule);
+    }
+    if !facts.accelerator {
+        return Err(P2pRefusal::NoAccelerator);
+    }
+    if !facts.storage_nvme {
+        return Err(P2pRefusal::NotNvme);
+    }
+    if facts.paths.is_empty() {
+        let q = facts.p2p.ok_or(P2pRefusal::NoAnswer)?;
+        return allowed(q).map_err(P2pRefusal::Kernel);
+    }
+    let mut how = Vec::new();
+    for (path, q) in facts.paths {
+        let q = q
+            .as_ref()
+            .ok_or_else(|| P2pRefusal::NoAnswerOnPath(path.clone()))?;
+        let h = allowed(q).map_err(|why| P2pRefusal::KernelOnPath(path.clone(), why))?;
+        how.push(format!("path {path}: {h}"));
+    }
+    Ok(format!(
+        "P2P on every path of the multipath namespace, since I/O may take any of them; {}",
+        how.join("; ")
+    ))
+}
+
+/// Chooses the data path: [`Path::P2p`] when the module, the accelerator
+/// and NVMe storage are there and the kernel maps P2P between them by bus
+/// address or through an allowed host bridge (for a multipath namespace,
+/// between the accelerator and every path's controller); otherwise
+/// [`Path::Bounce`], with the first missing piece as the reason
+/// ([`p2p_refusal`] has it as a value). [`Path::NvmeCmd`] is never chosen
+/// here: it is taken only when asked for.
+pub fn choose_path(facts: &PathFacts<'_>) -> PathChoice {
+    match p2p_decision(facts) {
+        Ok(reason) => PathChoice {
             path: Path::P2p,
-            reason: format!("P2P by PCI bus address ({distance}): {}", q.reason),
+            reason,
         },
-        MapType::ThruHostBridge => PathChoice {
-            path: Path::P2p,
+        Err(why) => PathChoice {
+            path: Path::Bounce,
             reason: format!(
-                "P2P through a host bridge the kernel allows ({distance}): {}",
-                q.reason
+                "P2P not possible: {why}; the library will stage through host memory (bounce pipeline)"
             ),
         },
-        MapType::NotSupported | MapType::Unknown(_) => {
-            if q.reason.is_empty() {
-                bounce(&format!("the kernel answers {}", q.map_type))
-            } else {
-                bounce(&q.reason)
-            }
-        }
     }
+}
+
+/// Asks the kernel, for each path of a multipath namespace, whether its
+/// controller reaches accelerator `index` (the facts [`PathFacts::paths`]
+/// wants).
+pub fn query_paths(
+    module: &Module,
+    index: u32,
+    paths: &[NvmePath],
+) -> Vec<(NvmePath, Option<P2pQuery>)> {
+    paths
+        .iter()
+        .map(|p| {
+            let q = p
+                .pci
+                .and_then(|pci| module.p2p_query(index, Peer::Pci(pci)).ok());
+            (p.clone(), q)
+        })
+        .collect()
 }
 
 /// Which accelerator the doctor looks at.
@@ -232,6 +330,9 @@ pub struct Report {
     pub accelerator: Option<Accelerator>,
     /// The kernel's P2P answer, if it was asked.
     pub p2p: Option<P2pQuery>,
+    /// For a multipath namespace: each path and the kernel's answer for
+    /// its controller.
+    pub p2p_paths: Vec<(NvmePath, Option<P2pQuery>)>,
 }
 
 impl Report {
@@ -265,14 +366,24 @@ impl Report {
                 "p2p_size": a.p2p_size,
                 "p2p_available": a.p2p_available,
             })),
-            "p2p": self.p2p.as_ref().map(|q| json!({
-                "peer": q.peer.to_string(),
-                "map_type": q.map_type.to_string(),
-                "distance": q.distance,
-                "reason": q.reason,
-            })),
+            "p2p": self.p2p.as_ref().map(query_json),
+            "p2p_paths": self.p2p_paths.iter().map(|(p, q)| json!({
+                "path": p.name,
+                "controller": p.controller,
+                "pci": p.pci.map(|a| a.to_string()),
+                "p2p": q.as_ref().map(query_json),
+            })).collect::<Vec<_>>(),
         })
     }
+}
+
+fn query_json(q: &P2pQuery) -> serde_json::Value {
+    json!({
+        "peer": q.peer.to_string(),
+        "map_type": q.map_type.to_string(),
+        "distance": q.distance,
+        "reason": q.reason,
+    })
 }
 
 impl fmt::Display for Report {
@@ -499,7 +610,7 @@ impl Doctor {
         let target = target.and_then(Result::ok);
         let storage_nvme = target.as_ref().is_some_and(|t| t.is_nvme);
 
-        let (p2p, p2p_check) = self.p2p(
+        let (p2p, p2p_paths, p2p_check) = self.p2p(
             module.as_ref(),
             accelerator.as_ref(),
             target.as_ref().filter(|t| t.is_nvme),
@@ -522,6 +633,7 @@ impl Doctor {
             accelerator: accelerator.is_some(),
             storage_nvme,
             p2p: p2p.as_ref(),
+            paths: &p2p_paths,
         });
         Report {
             checks,
@@ -530,6 +642,7 @@ impl Doctor {
             storage: target,
             accelerator,
             p2p,
+            p2p_paths,
         }
     }
 
@@ -679,18 +792,20 @@ impl Doctor {
         }
     }
 
-    /// Asks the kernel whether the storage's controller can reach the
-    /// accelerator's memory.
+    /// Asks the kernel whether the storage's controller (for a multipath
+    /// namespace, each path's) can reach the accelerator's memory.
+    #[allow(clippy::type_complexity)]
     fn p2p(
         &self,
         module: Option<&Module>,
         accel: Option<&Accelerator>,
         nvme: Option<&StorageTarget>,
-    ) -> (Option<P2pQuery>, Check) {
+    ) -> (Option<P2pQuery>, Vec<(NvmePath, Option<P2pQuery>)>, Check) {
         const NAME: &str = "p2p";
         let (Some(module), Some(accel), Some(t)) = (module, accel, nvme) else {
             return (
                 None,
+                Vec::new(),
                 Check::new(
                     NAME,
                     Status::Skip,
@@ -698,6 +813,35 @@ impl Doctor {
                 ),
             );
         };
+        if t.is_multipath() {
+            let paths = query_paths(module, accel.index, &t.multipath);
+            let mut ok = true;
+            let each: Vec<String> = paths
+                .iter()
+                .map(|(p, q)| match q {
+                    Some(q) => {
+                        ok &= allowed(q).is_ok();
+                        let distance = q.distance.map_or("-".to_string(), |d| d.to_string());
+                        format!(
+                            "path {p}: kernel: {} ({}, distance {distance})",
+                            q.reason, q.map_type
+                        )
+                    }
+                    None => {
+                        ok = false;
+                        format!("path {p}: no answer from the kernel")
+                    }
+                })
+                .collect();
+            let status = if ok { Status::Ok } else { Status::Fail };
+            let detail = format!(
+                "{} is a multipath namespace with {} paths, all asked ({EVERY_PATH}): {}",
+                t.disk,
+                paths.len(),
+                each.join("; ")
+            );
+            return (None, paths, Check::new(NAME, status, detail));
+        }
         let answer = match t.pci {
             Some(pci) => module.p2p_query(accel.index, Peer::Pci(pci)),
             None => match open(&t.disk_path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
@@ -705,6 +849,7 @@ impl Doctor {
                 Err(e) => {
                     return (
                         None,
+                        Vec::new(),
                         Check::new(
                             NAME,
                             Status::Fail,
@@ -726,9 +871,13 @@ impl Doctor {
                     MapType::NotSupported | MapType::Unknown(_) => Status::Fail,
                 };
                 let detail = format!("kernel: {} ({}, distance {distance})", q.reason, q.map_type);
-                (Some(q), Check::new(NAME, status, detail))
+                (Some(q), Vec::new(), Check::new(NAME, status, detail))
             }
-            Err(e) => (None, Check::new(NAME, Status::Fail, e.to_string())),
+            Err(e) => (
+                None,
+                Vec::new(),
+                Check::new(NAME, Status::Fail, e.to_string()),
+            ),
         }
     }
 
@@ -961,13 +1110,28 @@ fn storage_check(
     if let Some(nsid) = t.nsid {
         detail.push_str(&format!(", namespace {nsid}"));
     }
-    if let Some(c) = &t.controller {
-        detail.push_str(&format!(" of {c}"));
-    }
-    match t.pci {
-        Some(p) => detail.push_str(&format!(" at {p}")),
-        None => detail.push_str(", with no PCI function in sysfs (NVMe over fabrics?)"),
-    }
+    let pci = if t.is_multipath() {
+        let paths: Vec<String> = t.multipath.iter().map(|p| p.to_string()).collect();
+        detail.push_str(&format!(
+            ", a multipath namespace with {} paths: {}",
+            paths.len(),
+            paths.join(", ")
+        ));
+        let all = t.multipath.iter().all(|p| p.pci.is_some());
+        if !all {
+            detail.push_str("; a path without a PCI function (NVMe over fabrics?)");
+        }
+        all
+    } else {
+        if let Some(c) = &t.controller {
+            detail.push_str(&format!(" of {c}"));
+        }
+        match t.pci {
+            Some(p) => detail.push_str(&format!(" at {p}")),
+            None => detail.push_str(", with no PCI function in sysfs (NVMe over fabrics?)"),
+        }
+        t.pci.is_some()
+    };
     detail.push_str(&format!(
         "; {}-byte blocks, at most {} a command",
         t.logical_block_size,
@@ -976,11 +1140,7 @@ fn storage_check(
     if let Some(p) = &t.partition {
         detail.push_str(&format!("; the partition starts at byte {}", p.start));
     }
-    let status = if t.pci.is_some() {
-        Status::Ok
-    } else {
-        Status::Warn
-    };
+    let status = if pci { Status::Ok } else { Status::Warn };
     Check::new(NAME, status, detail)
 }
 
@@ -1007,6 +1167,16 @@ fn nvme_passthrough_check(
             ),
         );
     };
+    if let Some(why) = t.nvme_cmd_refusal() {
+        return (
+            None,
+            Check::new(
+                NAME,
+                Status::Warn,
+                format!("NVMe commands through {} refused: {why}", ng.display()),
+            ),
+        );
+    }
     match open(ng, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
         Ok(_) if io_uring == Some(false) => (
             None,
@@ -1126,6 +1296,7 @@ mod tests {
             accelerator: true,
             storage_nvme: true,
             p2p,
+            paths: &[],
         }
     }
 
@@ -1181,6 +1352,7 @@ mod tests {
                     accelerator: false,
                     storage_nvme: false,
                     p2p: None,
+                    paths: &[],
                 },
                 "the p2pdma kernel module is not available",
             ),
@@ -1241,6 +1413,132 @@ mod tests {
             c.reason
         );
         assert_eq!(choose_path(&PathFacts::default()).path, Path::Bounce);
+    }
+
+    fn mp_path(name: &str, ctrl: &str, pci: &str) -> NvmePath {
+        NvmePath {
+            name: name.into(),
+            controller: Some(ctrl.into()),
+            pci: Some(pci.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_multipath_namespace_gets_p2p_only_when_every_path_allows_it() {
+        let a = mp_path("nvme1c1n1", "nvme1", "0000:07:00.0");
+        let b = mp_path("nvme1c2n1", "nvme2", "0000:08:00.0");
+        let near = query(MapType::BusAddr, Some(4), "shared switch");
+        let host = query(MapType::ThruHostBridge, Some(6), "allowed host bridge");
+        let far = query(
+            MapType::NotSupported,
+            None,
+            "do not share an upstream bridge",
+        );
+        let mp = |paths| PathFacts {
+            module: true,
+            accelerator: true,
+            storage_nvme: true,
+            // The answer for one controller does not count for a multipath
+            // namespace: only the paths' answers do.
+            p2p: Some(&near),
+            paths,
+        };
+        let both = [
+            (a.clone(), Some(near.clone())),
+            (b.clone(), Some(host.clone())),
+        ];
+        let c = choose_path(&mp(&both));
+        assert_eq!(c.path, Path::P2p);
+        assert_eq!(
+            c.reason,
+            "P2P on every path of the multipath namespace, since I/O may take any of them; \
+             path nvme1c1n1 (nvme1 at 0000:07:00.0): P2P by PCI bus address (distance 4): shared switch; \
+             path nvme1c2n1 (nvme2 at 0000:08:00.0): P2P through a host bridge the kernel allows (distance 6): allowed host bridge"
+        );
+        assert_eq!(p2p_refusal(&mp(&both)), None);
+
+        let one_far = [
+            (a.clone(), Some(near.clone())),
+            (b.clone(), Some(far.clone())),
+        ];
+        let c = choose_path(&mp(&one_far));
+        assert_eq!(c.path, Path::Bounce);
+        assert_eq!(
+            c.reason,
+            format!(
+                "P2P not possible: path nvme1c2n1 (nvme2 at 0000:08:00.0): do not share an upstream bridge \
+                 (I/O to a multipath namespace may take any of its paths, so P2P needs every one){TAIL}"
+            )
+        );
+        assert_eq!(
+            p2p_refusal(&mp(&one_far)),
+            Some(P2pRefusal::KernelOnPath(
+                b.clone(),
+                "do not share an upstream bridge".into()
+            ))
+        );
+
+        let unasked = [(a.clone(), None), (b.clone(), Some(near.clone()))];
+        assert_eq!(
+            p2p_refusal(&mp(&unasked)),
+            Some(P2pRefusal::NoAnswerOnPath(a.clone()))
+        );
+        assert_eq!(
+            choose_path(&mp(&unasked)).reason,
+            format!(
+                "P2P not possible: the kernel did not answer whether path nvme1c1n1 (nvme1 at 0000:07:00.0) \
+                 reaches the accelerator (I/O to a multipath namespace may take any of its paths, so P2P needs every one){TAIL}"
+            )
+        );
+        // The pieces before the kernel's answer come first.
+        let no_module = PathFacts {
+            module: false,
+            ..mp(&both)
+        };
+        assert_eq!(p2p_refusal(&no_module), Some(P2pRefusal::NoModule));
+    }
+
+    #[test]
+    fn refusals_are_values_with_the_reason_as_their_text() {
+        let q = query(MapType::NotSupported, None, "no common bridge");
+        assert_eq!(
+            p2p_refusal(&facts(Some(&q))),
+            Some(P2pRefusal::Kernel("no common bridge".into()))
+        );
+        assert_eq!(p2p_refusal(&facts(None)), Some(P2pRefusal::NoAnswer));
+        let ok = query(MapType::BusAddr, Some(2), "fine");
+        assert_eq!(p2p_refusal(&facts(Some(&ok))), None);
+        let cases = [
+            (
+                PathFacts {
+                    module: false,
+                    ..facts(None)
+                },
+                P2pRefusal::NoModule,
+            ),
+            (
+                PathFacts {
+                    accelerator: false,
+                    ..facts(None)
+                },
+                P2pRefusal::NoAccelerator,
+            ),
+            (
+                PathFacts {
+                    storage_nvme: false,
+                    ..facts(None)
+                },
+                P2pRefusal::NotNvme,
+            ),
+        ];
+        for (f, r) in cases {
+            assert_eq!(p2p_refusal(&f).as_ref(), Some(&r));
+            assert_eq!(
+                choose_path(&f).reason,
+                format!("P2P not possible: {r}{TAIL}")
+            );
+        }
+        assert_eq!(P2pRefusal::Kernel("k".into()).to_string(), "k");
     }
 
     #[test]
@@ -1411,6 +1709,64 @@ mod tests {
         );
         assert!(r.storage.as_ref().is_some_and(|t| t.is_nvme));
         assert!(r.accelerator.is_none() && r.p2p.is_none());
+    }
+
+    #[test]
+    fn a_namespace_with_metadata_is_reported_unfit_for_nvme_commands() {
+        let (f, file) = machine_with_file(true);
+        f.file(&format!("{NS}/metadata_bytes"), "8\n");
+        f.root_file("dev/ng0n1", "");
+        let accel: PciAddress = "0000:04:00.0".parse().unwrap();
+        let r = doctor(&f).run(Some(&file), AccelSelect::Pci(accel));
+        let p = r.check("nvme passthrough").unwrap();
+        assert_eq!(p.status, Status::Warn);
+        assert_eq!(
+            p.detail,
+            format!(
+                "NVMe commands through {} refused: nvme0n1 is formatted with 8 bytes of metadata per block: \
+                 the library's NVMe commands carry no metadata buffer (P2P and bounce I/O go through the block layer, which handles the metadata)",
+                f.root().join("dev/ng0n1").display()
+            )
+        );
+        assert_eq!(r.nvme_cmd, None);
+        // Storage and the P2P decision are not affected.
+        assert_eq!(r.check("storage").unwrap().status, Status::Ok);
+        assert_eq!(r.to_json()["storage"]["metadata_bytes"], 8);
+    }
+
+    #[test]
+    fn a_multipath_namespace_is_reported_with_every_path() {
+        let f = FakeSys::machine();
+        let head = "devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1";
+        f.disk(head, "nvme1n1", "259:30", 512, 128, Some(3));
+        let nvme2 = format!("{ACCEL}/nvme/nvme2/nvme1c2n1");
+        for (name, dir) in [
+            ("nvme1c1n1", format!("{NVME}/nvme/nvme1/nvme1c1n1")),
+            ("nvme1c2n1", nvme2),
+        ] {
+            f.dir(&dir);
+            f.link(&format!("{head}/multipath/{name}"), &dir);
+        }
+        let file = f.root().join("mp.bin");
+        fs::write(&file, b"x").unwrap();
+        let dev = DevNum::from_raw(fs::metadata(&file).unwrap().dev());
+        f.link(&format!("dev/block/{dev}"), head);
+        let accel: PciAddress = "0000:04:00.0".parse().unwrap();
+        let r = doctor(&f).run(Some(&file), AccelSelect::Pci(accel));
+        let s = r.check("storage").unwrap();
+        assert_eq!(s.status, Status::Ok, "{}", s.detail);
+        assert!(
+            s.detail.contains("lives on disk nvme1n1, namespace 3, a multipath namespace with 2 paths: \
+                 nvme1c1n1 (nvme1 at 0000:03:00.0), nvme1c2n1 (nvme2 at 0000:04:00.0); 512-byte blocks"),
+            "{}",
+            s.detail
+        );
+        let t = r.storage.as_ref().unwrap();
+        assert_eq!(t.multipath.len(), 2);
+        assert_eq!(
+            r.to_json()["storage"]["multipath"][1]["controller"],
+            "nvme2"
+        );
     }
 
     #[test]

@@ -191,6 +191,85 @@ pub struct StorageTarget {
     pub is_nvme: bool,
     /// The block devices this one is built on (device-mapper, md), if any.
     pub slaves: Vec<String>,
+    /// For a native-multipath namespace head (a namespace shared by the
+    /// controllers of one NVMe subsystem): its paths, in natural order. I/O
+    /// to the head may take any of them. Empty for other disks.
+    pub multipath: Vec<NvmePath>,
+    /// Metadata bytes per logical block the namespace is formatted with
+    /// (sysfs `metadata_bytes`; 0 when none or not said).
+    pub metadata_bytes: u32,
+    /// The block layer's integrity format (`integrity/format`), when there
+    /// is one other than `none`.
+    pub integrity: Option<String>,
+}
+
+/// One path of a native-multipath NVMe namespace: the hidden
+/// per-controller device (`nvmeXcYnZ`, in `multipath/` of the head) and the
+/// controller and PCI function it goes through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvmePath {
+    /// The path's device name (e.g. `nvme0c1n1`).
+    pub name: String,
+    /// The NVMe controller (e.g. `nvme1`).
+    pub controller: Option<String>,
+    /// The controller's PCI function.
+    pub pci: Option<PciAddress>,
+}
+
+impl fmt::Display for NvmePath {
+    /// `nvme0c1n1 (nvme1 at 0000:04:00.0)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name)?;
+        match (&self.controller, self.pci) {
+            (Some(c), Some(p)) => write!(f, " ({c} at {p})"),
+            (Some(c), None) => write!(f, " ({c}, no PCI function)"),
+            (None, Some(p)) => write!(f, " (at {p})"),
+            (None, None) => write!(f, " (no controller found)"),
+        }
+    }
+}
+
+/// Why NVMe commands built by this library cannot address a namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NvmeCmdRefusal {
+    /// The namespace is formatted with metadata (protection information or
+    /// other) per block: its commands need a metadata buffer, which the
+    /// library's commands do not carry.
+    Metadata {
+        /// The namespace's block device name.
+        disk: String,
+        /// Metadata bytes per block (0 when only the integrity format says).
+        bytes: u32,
+        /// The block layer's integrity format, if any.
+        integrity: Option<String>,
+    },
+}
+
+impl fmt::Display for NvmeCmdRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NvmeCmdRefusal::Metadata {
+                disk,
+                bytes,
+                integrity,
+            } => {
+                match bytes {
+                    0 => write!(f, "{disk} carries block-layer integrity metadata")?,
+                    n => write!(
+                        f,
+                        "{disk} is formatted with {n} bytes of metadata per block"
+                    )?,
+                }
+                if let Some(i) = integrity {
+                    write!(f, " (integrity format {i})")?;
+                }
+                write!(
+                    f,
+                    ": the library's NVMe commands carry no metadata buffer (P2P and bounce I/O go through the block layer, which handles the metadata)"
+                )
+            }
+        }
+    }
 }
 
 impl StorageTarget {
@@ -203,6 +282,40 @@ impl StorageTarget {
     /// The byte offset of the partition on the disk (0 for a whole disk).
     pub fn partition_offset(&self) -> u64 {
         self.partition.as_ref().map_or(0, |p| p.start)
+    }
+
+    /// Whether the disk is a native-multipath namespace head.
+    pub fn is_multipath(&self) -> bool {
+        !self.multipath.is_empty()
+    }
+
+    /// The NVMe paths I/O to the storage may take: every path of a
+    /// multipath namespace head; the one controller of another namespace;
+    /// none for other disks.
+    pub fn io_paths(&self) -> Vec<NvmePath> {
+        if self.is_multipath() {
+            return self.multipath.clone();
+        }
+        if !self.is_nvme {
+            return Vec::new();
+        }
+        vec![NvmePath {
+            name: self.disk.clone(),
+            controller: self.controller.clone(),
+            pci: self.pci,
+        }]
+    }
+
+    /// Why NVMe commands built by this library cannot address the
+    /// namespace, if they cannot.
+    pub fn nvme_cmd_refusal(&self) -> Option<NvmeCmdRefusal> {
+        (self.is_nvme && (self.metadata_bytes > 0 || self.integrity.is_some())).then(|| {
+            NvmeCmdRefusal::Metadata {
+                disk: self.disk.clone(),
+                bytes: self.metadata_bytes,
+                integrity: self.integrity.clone(),
+            }
+        })
     }
 
     /// The target as JSON.
@@ -233,6 +346,14 @@ impl StorageTarget {
             "pci": self.pci.map(|p| p.to_string()),
             "is_nvme": self.is_nvme,
             "slaves": self.slaves,
+            "multipath": self.multipath.iter().map(|p| json!({
+                "name": p.name,
+                "controller": p.controller,
+                "pci": p.pci.map(|a| a.to_string()),
+            })).collect::<Vec<_>>(),
+            "metadata_bytes": self.metadata_bytes,
+            "integrity": self.integrity,
+            "nvme_cmd_refusal": self.nvme_cmd_refusal().map(|r| r.to_string()),
         })
     }
 }
@@ -549,6 +670,13 @@ impl Topology {
             path: path.to_path_buf(),
             source,
         })?;
+        self.resolve_opened(path, &md)
+    }
+
+    /// Resolves `path`, already opened, from its metadata (`fstat` of the
+    /// open file: what is resolved is what was opened, whatever happened to
+    /// the name since).
+    pub fn resolve_opened(&self, path: &Path, md: &fs::Metadata) -> Result<StorageTarget> {
         let ft = md.file_type();
         if ft.is_file() || ft.is_dir() {
             self.resolve_file(path, DevNum::from_raw(md.dev()))
@@ -723,8 +851,21 @@ impl Topology {
         )?;
         let max_kb: u64 = read_parsed(&disk_dir.join("queue/max_hw_sectors_kb"), "a size in KiB")?;
         let nsid = read_optional(&disk_dir.join("nsid"), "a namespace ID")?;
-        let (controller, pci) = self.controller_of(&disk_dir);
+        let multipath = self.multipath_of(&disk_dir);
+        let (controller, pci) = match controller_above(&disk_dir) {
+            (None, None) => multipath
+                .iter()
+                .find(|p| p.controller.is_some())
+                .map_or((None, None), |p| (p.controller.clone(), p.pci)),
+            found => found,
+        };
         let is_nvme = controller.is_some() || is_nvme_namespace_name(&disk);
+        let metadata_bytes =
+            read_optional(&disk_dir.join("metadata_bytes"), "a byte count")?.unwrap_or(0);
+        let integrity = read_small(&disk_dir.join("integrity/format"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|f| !f.is_empty() && f != "none");
         let generic_path = if is_nvme {
             self.generic_device_of(&disk)
         } else {
@@ -752,31 +893,34 @@ impl Topology {
             pci,
             is_nvme,
             slaves,
+            multipath,
+            metadata_bytes,
+            integrity,
         })
     }
 
-    /// The NVMe controller and the PCI function above a disk's directory.
-    /// A native-multipath namespace sits under a virtual NVMe subsystem;
-    /// its first path (`multipath/nvmeXcYnZ`) leads to a controller.
-    fn controller_of(&self, disk_dir: &Path) -> (Option<String>, Option<PciAddress>) {
-        let (ctrl, pci) = controller_above(disk_dir);
-        if ctrl.is_some() || pci.is_some() {
-            return (ctrl, pci);
-        }
+    /// The paths of a native-multipath namespace head (its `multipath/`
+    /// entries, each under its controller), in natural order; empty for
+    /// other disks. The head itself sits under a virtual NVMe subsystem.
+    fn multipath_of(&self, disk_dir: &Path) -> Vec<NvmePath> {
         let Ok(rd) = fs::read_dir(disk_dir.join("multipath")) else {
-            return (None, None);
+            return Vec::new();
         };
         let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
         paths.sort_by(|a, b| natural_cmp(&dir_name(a), &dir_name(b)));
-        for p in paths {
-            if let Ok(real) = fs::canonicalize(&p) {
-                let (ctrl, pci) = controller_above(&real);
-                if ctrl.is_some() {
-                    return (ctrl, pci);
+        paths
+            .iter()
+            .map(|p| {
+                let (controller, pci) = fs::canonicalize(p)
+                    .map(|real| controller_above(&real))
+                    .unwrap_or((None, None));
+                NvmePath {
+                    name: dir_name(p),
+                    controller,
+                    pci,
                 }
-            }
-        }
-        (None, None)
+            })
+            .collect()
     }
 
     /// The NVMe generic character device of namespace `disk`, from the
@@ -1697,6 +1841,163 @@ mod tests {
             )
             .unwrap();
         assert_eq!(t.generic_path, Some(f.root().join("dev/ng0n3")));
+    }
+
+    #[test]
+    fn multipath_heads_list_every_path_with_its_controller() {
+        let f = FakeSys::machine();
+        let nvme1 = "devices/pci0000:00/0000:00:04.0/0000:07:00.0";
+        f.pci(
+            "devices/pci0000:00/0000:00:04.0",
+            0x8086,
+            0x29c4,
+            0x060400,
+            Some(6),
+        );
+        f.pci(nvme1, 0x1b36, 0x0010, 0x010802, Some(6));
+        let head = "devices/virtual/nvme-subsystem/nvme-subsys1/nvme1n1";
+        f.disk(head, "nvme1n1", "259:30", 512, 128, Some(3));
+        // Listed out of order, and a third path whose controller is gone.
+        for (name, dir) in [
+            (
+                "nvme1c10n1",
+                "devices/virtual/nvme-subsystem/nvme-subsys1/nvme1c10n1".to_string(),
+            ),
+            ("nvme1c2n1", format!("{nvme1}/nvme/nvme2/nvme1c2n1")),
+            ("nvme1c1n1", format!("{NVME}/nvme/nvme1/nvme1c1n1")),
+        ] {
+            f.dir(&dir);
+            f.link(&format!("{head}/multipath/{name}"), &dir);
+        }
+        let t = f
+            .topology()
+            .resolve_block(
+                Path::new("/dev/nvme1n1"),
+                DevNum {
+                    major: 259,
+                    minor: 30,
+                },
+                TargetKind::BlockDevice,
+            )
+            .unwrap();
+        let path = |name: &str, c: Option<&str>, p: Option<&str>| NvmePath {
+            name: name.into(),
+            controller: c.map(Into::into),
+            pci: p.map(pci),
+        };
+        let want = vec![
+            path("nvme1c1n1", Some("nvme1"), Some("0000:03:00.0")),
+            path("nvme1c2n1", Some("nvme2"), Some("0000:07:00.0")),
+            path("nvme1c10n1", None, None),
+        ];
+        assert!(t.is_multipath() && t.is_nvme);
+        assert_eq!(t.multipath, want);
+        assert_eq!(t.io_paths(), want);
+        assert_eq!(t.controller.as_deref(), Some("nvme1"));
+        assert_eq!(
+            want.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            [
+                "nvme1c1n1 (nvme1 at 0000:03:00.0)",
+                "nvme1c2n1 (nvme2 at 0000:07:00.0)",
+                "nvme1c10n1 (no controller found)"
+            ]
+        );
+        assert_eq!(
+            t.to_json()["multipath"][1],
+            serde_json::json!({"name": "nvme1c2n1", "controller": "nvme2", "pci": "0000:07:00.0"})
+        );
+
+        // A namespace of one controller has one path, its own; other disks
+        // none.
+        let topo = f.topology();
+        let ns = topo
+            .resolve_char(
+                Path::new("/dev/ng0n1"),
+                DevNum {
+                    major: 241,
+                    minor: 0,
+                },
+            )
+            .unwrap();
+        assert!(!ns.is_multipath());
+        assert_eq!(
+            ns.io_paths(),
+            vec![path("nvme0n1", Some("nvme0"), Some("0000:03:00.0"))]
+        );
+        let sda = topo
+            .resolve_block(
+                Path::new("/dev/sda"),
+                DevNum { major: 8, minor: 0 },
+                TargetKind::BlockDevice,
+            )
+            .unwrap();
+        assert_eq!(sda.io_paths(), vec![]);
+    }
+
+    #[test]
+    fn namespaces_with_metadata_refuse_nvme_commands_with_the_reason() {
+        let f = FakeSys::machine();
+        let resolve = |f: &FakeSys| {
+            f.topology()
+                .resolve_block(
+                    Path::new("/dev/nvme0n1p1"),
+                    DevNum {
+                        major: 259,
+                        minor: 1,
+                    },
+                    TargetKind::BlockDevice,
+                )
+                .unwrap()
+        };
+        // No metadata: no refusal, whether the files say 0 and none or are
+        // missing.
+        assert_eq!(resolve(&f).nvme_cmd_refusal(), None);
+        f.file(&format!("{NS}/metadata_bytes"), "0\n");
+        f.file(&format!("{NS}/integrity/format"), "none\n");
+        let t = resolve(&f);
+        assert_eq!((t.metadata_bytes, t.integrity.as_deref()), (0, None));
+        assert_eq!(t.nvme_cmd_refusal(), None);
+        // A partition's namespace is its disk's.
+        f.file(&format!("{NS}/metadata_bytes"), "8\n");
+        let t = resolve(&f);
+        assert_eq!(t.metadata_bytes, 8);
+        assert_eq!(
+            t.nvme_cmd_refusal().unwrap().to_string(),
+            "nvme0n1 is formatted with 8 bytes of metadata per block: the library's NVMe commands carry no metadata buffer (P2P and bounce I/O go through the block layer, which handles the metadata)"
+        );
+        f.file(&format!("{NS}/integrity/format"), "T10-DIF-TYPE1-CRC\n");
+        let r = resolve(&f).nvme_cmd_refusal().unwrap();
+        assert_eq!(
+            r,
+            NvmeCmdRefusal::Metadata {
+                disk: "nvme0n1".into(),
+                bytes: 8,
+                integrity: Some("T10-DIF-TYPE1-CRC".into())
+            }
+        );
+        assert!(r
+            .to_string()
+            .starts_with("nvme0n1 is formatted with 8 bytes of metadata per block (integrity format T10-DIF-TYPE1-CRC): "));
+        assert_eq!(
+            resolve(&f).to_json()["nvme_cmd_refusal"],
+            serde_json::json!(r.to_string())
+        );
+        f.file(&format!("{NS}/metadata_bytes"), "eight\n");
+        let err = f
+            .topology()
+            .resolve_char(
+                Path::new("/dev/ng0n1"),
+                DevNum {
+                    major: 241,
+                    minor: 0,
+                },
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("metadata_bytes: \"eight\" is not a byte count"),
+            "{err}"
+        );
     }
 
     #[test]

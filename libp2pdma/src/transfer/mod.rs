@@ -49,6 +49,7 @@ pub use stats::{PathStats, Stats};
 
 use crate::{
     backend::{DeviceMemory, MemoryKind},
+    topology::{NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
     uring::Context,
     Error, Module, Peer, Result,
 };
@@ -75,6 +76,10 @@ pub struct StorageFile {
     pci: Option<crate::PciAddress>,
     nvme: bool,
     ns: Option<NvmeNamespace>,
+    /// The paths of a multipath namespace head (empty otherwise).
+    multipath: Vec<NvmePath>,
+    /// Why NVMe commands cannot address the namespace, if they cannot.
+    nvme_cmd_refusal: Option<NvmeCmdRefusal>,
     /// Byte offset of the block device (the partition) on its disk.
     dev_start: u64,
     is_file: bool,
@@ -157,14 +162,13 @@ impl StorageFile {
                 path.display()
             )));
         }
-        let (dev, size) = if meta.file_type().is_block_device() {
-            let size = rustix::fs::seek(&direct, rustix::fs::SeekFrom::End(0))
-                .map_err(Error::sys("find the size of a block device"))?;
-            (meta.rdev(), size)
+        let size = if meta.file_type().is_block_device() {
+            rustix::fs::seek(&direct, rustix::fs::SeekFrom::End(0))
+                .map_err(Error::sys("find the size of a block device"))?
         } else {
-            (meta.dev(), meta.len())
+            meta.len()
         };
-        let facts = block_facts(dev);
+        let facts = block_facts(&path, &meta);
         let is_file = meta.file_type().is_file();
         // NVMe commands address the namespace: a block device on one
         // qualifies, and so does a regular file on one, through its extents,
@@ -182,6 +186,8 @@ impl StorageFile {
             pci: facts.pci,
             nvme: facts.nvme,
             ns,
+            multipath: facts.multipath,
+            nvme_cmd_refusal: facts.nvme_cmd_refusal,
             dev_start: facts.start,
             is_file,
             fs,
@@ -224,6 +230,13 @@ impl StorageFile {
     /// Whether the storage is an NVMe namespace.
     pub fn is_nvme(&self) -> bool {
         self.nvme
+    }
+
+    /// For a native-multipath namespace head (or a partition or file on
+    /// one): its paths, each with its controller; I/O may take any of them.
+    /// Empty for other storage.
+    pub fn multipath(&self) -> &[NvmePath] {
+        &self.multipath
     }
 
     /// The NVMe namespace NVMe commands can address for this storage: the
@@ -340,7 +353,7 @@ impl StorageFile {
     }
 }
 
-/// What sysfs says about a block device.
+/// What the topology says about the storage, as transfers need it.
 struct BlockFacts {
     /// The `O_DIRECT` alignment.
     block: usize,
@@ -350,69 +363,49 @@ struct BlockFacts {
     nvme: bool,
     /// The namespace, when it is an NVMe namespace or a partition of one.
     ns: Option<NvmeNamespace>,
+    /// The paths of a multipath namespace head.
+    multipath: Vec<NvmePath>,
+    /// Why NVMe commands cannot address the namespace.
+    nvme_cmd_refusal: Option<NvmeCmdRefusal>,
     /// A partition's start on its disk, in bytes (0 for a whole disk).
     start: u64,
 }
 
-/// Facts about the block device `dev` (`major:minor`) from sysfs.
-fn block_facts(dev: u64) -> BlockFacts {
-    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
-    let sys = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
-    let partition = sys.join("partition").exists();
-    // A partition's queue, namespace and controller are its disk's.
-    let disk = if partition {
-        sys.join("..")
-    } else {
-        sys.clone()
-    };
-    let read_in = |dir: &Path, f: &str| {
-        std::fs::read_to_string(dir.join(f))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-    };
-    let read = |f: &str| read_in(&disk, f);
-    // `start` is in 512-byte sectors, whatever the logical block size.
-    let start = if partition {
-        read_in(&sys, "start").and_then(|s| s.checked_mul(512))
-    } else {
-        Some(0)
-    };
-    let lbs = read("queue/logical_block_size")
+/// The storage behind the opened `path` (its metadata `meta`), from the
+/// topology the doctor reads too; storage it cannot place (a file on tmpfs,
+/// say) is plain storage with 4 KiB alignment.
+fn block_facts(path: &Path, meta: &std::fs::Metadata) -> BlockFacts {
+    let t = Topology::new().resolve_opened(path, meta).ok();
+    let lbs = t
+        .as_ref()
+        .map(|t| t.logical_block_size)
         .filter(|b| b.is_power_of_two())
         .unwrap_or(512)
         .max(512);
-    let real = std::fs::canonicalize(&disk).unwrap_or(disk.clone());
-    let name = real
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("")
-        .to_string();
-    let nvme = name.starts_with("nvme");
-    let pci = real
-        .ancestors()
-        .filter_map(|p| p.file_name()?.to_str()?.parse::<crate::PciAddress>().ok())
-        .next();
-    // Without a partition's start, nothing on it can be addressed.
-    let ns = (nvme && start.is_some())
-        .then(|| {
-            Some(NvmeNamespace {
-                generic: PathBuf::from(format!("/dev/ng{}", name.strip_prefix("nvme")?)),
-                nsid: u32::try_from(read("nsid")?).ok()?,
-                lba_shift: lbs.trailing_zeros(),
-                max_transfer: (read("queue/max_hw_sectors_kb").unwrap_or(128) as usize * 1024)
-                    .max(4096),
-            })
+    let ns = t.as_ref().filter(|t| t.is_nvme).and_then(|t| {
+        Some(NvmeNamespace {
+            generic: t.generic_path.clone().or_else(|| {
+                let n = t.disk.strip_prefix("nvme")?;
+                Some(PathBuf::from(format!("/dev/ng{n}")))
+            })?,
+            nsid: t.nsid?,
+            lba_shift: lbs.trailing_zeros(),
+            max_transfer: usize::try_from(t.max_transfer_bytes)
+                .unwrap_or(usize::MAX)
+                .max(4096),
         })
-        .flatten();
+    });
     BlockFacts {
         // Filesystems and O_DIRECT on them want at least the page for
         // buffers on some configurations; 4 KiB is safe everywhere and costs
         // nothing.
         block: (lbs as usize).max(4096),
-        pci,
-        nvme,
+        pci: t.as_ref().and_then(|t| t.pci),
+        nvme: t.as_ref().is_some_and(|t| t.is_nvme),
         ns,
-        start: start.unwrap_or(0),
+        multipath: t.as_ref().map(|t| t.multipath.clone()).unwrap_or_default(),
+        nvme_cmd_refusal: t.as_ref().and_then(StorageTarget::nvme_cmd_refusal),
+        start: t.as_ref().map_or(0, StorageTarget::partition_offset),
     }
 }
 
@@ -583,6 +576,9 @@ impl Engine {
                         fs.unwrap_or_default()
                     )));
                 };
+                if let Some(why) = &file.nvme_cmd_refusal {
+                    return Err(unavailable(format!("{}: {why}", file.path.display())));
+                }
                 let layout = match &file.fs {
                     Some(Ok(fs)) => format!("; file extents mapped with FIEMAP ({fs})"),
                     Some(Err(reason)) => {
@@ -626,14 +622,22 @@ impl Engine {
             }
         };
         let query = match (&self.module, file.controller()) {
-            (Some(m), Some(pci)) if file.is_nvme() => m.p2p_query(index, Peer::Pci(pci)).ok(),
+            (Some(m), Some(pci)) if file.is_nvme() && file.multipath.is_empty() => {
+                m.p2p_query(index, Peer::Pci(pci)).ok()
+            }
             _ => None,
+        };
+        // A multipath namespace: every path's controller is asked.
+        let paths = match &self.module {
+            Some(m) if file.is_nvme() => crate::doctor::query_paths(m, index, &file.multipath),
+            _ => Vec::new(),
         };
         crate::doctor::choose_path(&crate::doctor::PathFacts {
             module: self.module.is_some(),
             accelerator: true,
             storage_nvme: file.is_nvme(),
             p2p: query.as_ref(),
+            paths: &paths,
         })
     }
 
