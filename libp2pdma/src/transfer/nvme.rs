@@ -78,6 +78,12 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
             file.path().display()
         ))
     })?;
+    if write && file.is_file() {
+        return Err(unavailable(format!(
+            "{}: {FILE_WRITES_REFUSED}",
+            file.path().display()
+        )));
+    }
     let target = x.dma_target("nvme-cmd")?;
     let bs = file.block_size() as u64;
     let end = file_offset + len as u64;
@@ -194,9 +200,6 @@ fn layout(
             ));
         }
         return extents::device_range(m0, m1, file.partition_offset(), lba);
-    }
-    if write {
-        return Err(FILE_WRITES_REFUSED.into());
     }
     match &file.fs {
         Some(Ok(fs)) => extents::map(file.fd(), *fs, m0, m1, file.partition_offset(), lba, write),
