@@ -43,7 +43,9 @@ impl Failure {
     /// transfer as `-EIO`.
     pub(crate) fn from_read(e: Error) -> Self {
         match e {
-            Error::Short { .. } | Error::EndOfFile { .. } => Self::new(libc::ENODATA, e.to_string()),
+            Error::Short { .. } | Error::EndOfFile { .. } => {
+                Self::new(libc::ENODATA, e.to_string())
+            }
             e => Self::from(e),
         }
     }
