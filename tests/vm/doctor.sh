@@ -31,13 +31,38 @@ has_json doctor-device-node '"name":"device node","status":"ok"'
 has_json doctor-accelerator '"name":"accelerator","status":"ok"'
 has_json doctor-p2p-memory '"name":"p2p memory","status":"ok"'
 has_json doctor-storage-is-nvme '"name":"storage","status":"ok"'
-has_json doctor-storage-controller '"controller":"nvme0"'
+has_json doctor-storage-controller "\"controller\":\"$NVME_CTRL\""
 has_json doctor-storage-generic "\"generic_path\":\"$NVME_NG\""
 
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	has_json doctor-chooses-p2p '"path":"p2p"'
 	has_json doctor-p2p-check '"name":"p2p","status":"ok"'
 	has_json doctor-p2p-by-bus-address '"map_type":"bus-addr"'
+
+	# The multipath namespace: the doctor asks for both paths, chooses P2P
+	# with the reason naming them, and agrees with the engine word for word.
+	MP=$(ns_dev 3)
+	mp1=$(mp_paths "$MP" | sed -n 1p) mp2=$(mp_paths "$MP" | sed -n 2p)
+	json=$(p2pdma-ctl doctor "$MP" --dev 0 --json 2>&1)
+	echo "$json"
+	has_json doctor-mp-storage "\"detail\":\"$MP is disk ${MP#/dev/}, namespace 3, a multipath namespace with 2 paths: ${mp1#path }, ${mp2#path }; [^\"]*\",\"name\":\"storage\",\"status\":\"ok\""
+	has_json doctor-mp-p2p-check "\"detail\":\"${MP#/dev/} is a multipath namespace with 2 paths, all asked [^\"]*: $mp1: kernel: [^\"]*(bus-addr, distance [0-9]*); $mp2: kernel: [^\"]*(bus-addr, distance [0-9]*)\",\"name\":\"p2p\",\"status\":\"ok\""
+	has_json doctor-mp-chooses-p2p "\"path\":\"p2p\",\"reason\":\"P2P on every path of the multipath namespace, since I/O may take any of them; $mp1: P2P by PCI bus address"
+	doctor_why=$(echo "$json" | json_reason)
+	engine_why=$(p2pdma-vmtest engine-read --nvme "$MP" --offset 0 --len 4096 --expect-path p2p 2>&1 | why_of)
+	if [ -n "$doctor_why" ] && [ "$doctor_why" = "$engine_why" ]; then
+		pass doctor-mp-agrees-with-engine
+	else
+		fail doctor-mp-agrees-with-engine "doctor: '$doctor_why'; engine: '$engine_why'"
+	fi
+
+	# The namespace with metadata: NVMe commands refused with the reason,
+	# P2P chosen.
+	MD=$(ns_dev 4)
+	json=$(p2pdma-ctl doctor "$MD" --dev 0 --json 2>&1)
+	echo "$json"
+	has_json doctor-md-nvme-cmd-refused "\"detail\":\"NVMe commands through /dev/ng${MD#/dev/nvme} refused: ${MD#/dev/} is formatted with 8 bytes of metadata per block: the library's NVMe commands carry no metadata buffer [^\"]*\",\"name\":\"nvme passthrough\",\"status\":\"warn\""
+	has_json doctor-md-chooses-p2p '"path":"p2p","reason":"P2P by PCI bus address'
 else
 	has_json doctor-chooses-bounce '"path":"bounce"'
 	has_json doctor-p2p-check-fails '"name":"p2p","status":"fail"'
@@ -72,7 +97,7 @@ esac
 list=$(p2pdma-ctl list --all 2>&1)
 echo "$list"
 case $list in
-*"$NVME: namespace 1 of nvme0 at "*"p2pmem providers:"*"driver p2pdma"*) pass list-all ;;
+*"$NVME: namespace 1 of $NVME_CTRL at "*"p2pmem providers:"*"driver p2pdma"*) pass list-all ;;
 *) fail list-all "namespace or provider missing from list --all" ;;
 esac
 

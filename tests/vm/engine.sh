@@ -33,6 +33,32 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	dd if=/dev/urandom of="$NVME" bs=$M seek=60 count=1 conv=notrunc 2>/dev/null
 	check_held nvme-cmd-read-dirty-device p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((60 * M + 4096)) --len $((M - 8192)) --expect-path nvme-cmd --verify-buffered --hold
 	exec 3<&-
+	# The multipath namespace: AUTO asks the kernel for both paths'
+	# controllers and takes P2P, saying so; NVMe commands go through the
+	# head's generic device. The host compares the bytes with mp.img.
+	MP=$(ns_dev 3)
+	MP_NG=/dev/ng${MP#/dev/nvme}
+	mp1=$(mp_paths "$MP" | sed -n 1p) mp2=$(mp_paths "$MP" | sed -n 2p)
+	every="P2P on every path of the multipath namespace, since I/O may take any of them; "
+	check_held mp-auto-read-p2p p2pdma-vmtest engine-read --nvme "$MP" --image mp.img --offset $((5 * M + 100)) --len $((3 * M + 50)) --mem-offset 100 \
+		--expect-path p2p --expect-reason "$every$mp1: P2P by PCI bus address" --expect-reason "; $mp2: P2P by PCI bus address" --hold
+	check_held mp-nvme-cmd-read p2pdma-vmtest engine-read --nvme "$MP" --image mp.img --path nvme-cmd --offset $((9 * M + 4096)) --len $((2 * M + 7)) \
+		--expect-path nvme-cmd --expect-reason "on $MP_NG (namespace 3); $every$mp1" --hold
+	# The namespace with metadata: NVMe commands refused up front with the
+	# reason; P2P (the block layer handles the protection information) lands
+	# the bytes of md.img.
+	MD=$(ns_dev 4)
+	out=$(p2pdma-vmtest engine-read --nvme "$MD" --path nvme-cmd --offset 0 --len 4096 --expect-path bounce 2>&1)
+	rc=$?
+	echo "$out"
+	want="the nvme-cmd path cannot be used: $MD: ${MD#/dev/} is formatted with 8 bytes of metadata per block: the library's NVMe commands carry no metadata buffer"
+	case $rc:$out in
+	0:*) fail md-nvme-cmd-refused "NVMe commands were not refused" ;;
+	*"$want"*) pass md-nvme-cmd-refused ;;
+	*) fail md-nvme-cmd-refused "$(echo "$out" | tail -n 1)" ;;
+	esac
+	check_held md-auto-read-p2p p2pdma-vmtest engine-read --nvme "$MD" --image md.img --offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 \
+		--expect-path p2p --expect-reason "P2P by PCI bus address" --hold
 	check auto-write-p2p p2pdma-vmtest engine-write --nvme "$NVME" --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p
 	check forced-bounce-write p2pdma-vmtest engine-write --nvme "$NVME" --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
 

@@ -25,6 +25,28 @@ FSDEV=$(ns_dev 2)
 NVME_NG=/dev/ng${NVME#/dev/nvme}
 # shellcheck disable=SC2034
 FSDEV_NG=/dev/ng${FSDEV#/dev/nvme}
+# The controller of namespace 1 (the kernel numbers controllers in the order
+# its asynchronous probes get there).
+# shellcheck disable=SC2034
+NVME_CTRL=$(basename "$(readlink -f "/sys/block/${NVME#/dev/}/device")")
+
+# The switch topology's other namespaces: NSID 3 is shared by two
+# controllers of one subsystem (a native-multipath head), NSID 4 is
+# formatted with 8 bytes of metadata (protection information) per block.
+# mp_paths DEV: "path NAME (CONTROLLER at PCI)" for each path of a multipath
+# head, one a line, as the library names them.
+mp_paths() {
+	for p in /sys/block/"${1#/dev/}"/multipath/*; do
+		real=$(readlink -f "$p")
+		ctrl=$(dirname "$real")
+		echo "path ${p##*/} (${ctrl##*/} at $(basename "$(dirname "$(dirname "$ctrl")")"))"
+	done
+}
+
+# The reason a path choice was made, from "Why: ..." in p2pdma-vmtest's
+# output, or the path's reason in a doctor's JSON report.
+why_of() { sed -n 's/.*Why: //p'; }
+json_reason() { sed -n 's/.*"path":"[a-z-]*","reason":"\([^"]*\)".*/\1/p'; }
 
 # say TEXT: a line of the suite's story in words, which the host shows on
 # the terminal (the demo tells one).

@@ -7,8 +7,13 @@
 # The machine: q35 (TCG). Topology "switch": a PCIe switch (x3130 upstream,
 # two xio3130 downstream ports) with the NVMe on one port and the
 # accelerator stand-in (ivshmem-plain over a host file) on the other, so the
-# kernel allows P2P. Topology "noswitch": each device on its own root port,
-# meeting only at the q35 host bridge, which the kernel refuses for P2P.
+# kernel allows P2P; two more NVMe controllers of one NVMe subsystem on two
+# more ports of the switch share a namespace (NSID 3, native multipath: the
+# guest sees one namespace head with two paths), and the first controller
+# has a namespace formatted with 8 bytes of metadata (protection
+# information) per block (NSID 4). Topology "noswitch": each device on its
+# own root port, meeting only at the q35 host bridge, which the kernel
+# refuses for P2P.
 #
 # Prints one "PASS name" / "FAIL name: why" line per check and a closing
 # "N passed, N failed" line; exits non-zero on any failure or timeout.
@@ -95,13 +100,26 @@ cp "$out/fsroot/data.bin" "$out/fsroot/rw.bin"
 mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/fs.img" 128M >"$out/mkfs.log" 2>&1 ||
 	die "mkfs.ext4 of the rig filesystem failed (log: $out/mkfs.log)"
 truncate -s 64M "$out/accel.bin"
+# The shared namespace's image: the rig content from 64 MiB on, so that its
+# bytes differ from nvme.img's at every offset. The metadata namespace's:
+# the first 16 MiB of its data are the rig content (QEMU keeps the metadata
+# after the data, at 8 bytes per 512-byte block).
+"$musl/p2pdma-rigdata" make-image "$out/mp.img" 32 --pattern-offset $((64 << 20))
+"$musl/p2pdma-rigdata" make-image "$out/md.img" 17
 
 pcie=()
 if [ "$topology" = switch ]; then
 	pcie=(-device "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"
 		-device "x3130-upstream,id=up0,bus=rp0"
 		-device "xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0"
-		-device "xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=0")
+		-device "xio3130-downstream,id=dn1,bus=up0,chassis=3,slot=0"
+		-device "xio3130-downstream,id=dn2,bus=up0,chassis=4,slot=0"
+		-device "xio3130-downstream,id=dn3,bus=up0,chassis=5,slot=0"
+		-drive "file=$out/mp.img,if=none,id=nvmmp,format=raw"
+		-device "nvme-subsys,id=mpsub,nqn=nqn.2026-11.io.p2pdma:rig-multipath"
+		-device "nvme,id=nvme-mpa,serial=p2pdma-rig-mp,subsys=mpsub,bus=dn2"
+		-device "nvme,id=nvme-mpb,serial=p2pdma-rig-mp,subsys=mpsub,bus=dn3"
+		-device "nvme-ns,drive=nvmmp,bus=nvme-mpa,nsid=3,shared=on")
 	nvme_bus=dn0 accel_bus=dn1
 else
 	pcie=(-device "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"
@@ -130,6 +148,8 @@ timeout -k 5 "$timeout" qemu-system-x86_64 \
 	-device "nvme,id=nvme0,serial=p2pdma-rig,bus=$nvme_bus" \
 	-device "nvme-ns,drive=nvm,bus=nvme0,nsid=1" \
 	-device "nvme-ns,drive=nvmfs,bus=nvme0,nsid=2" \
+	-drive "file=$out/md.img,if=none,id=nvmmd,format=raw" \
+	-device "nvme-ns,drive=nvmmd,bus=nvme0,nsid=4,ms=8,pi=1,shared=off" \
 	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M" \
 	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus" \
 	>"$out/qemu.log" 2>&1 || qrc=$?
@@ -194,7 +214,9 @@ while IFS= read -r line; do
 	what=$(awk '{print $2}' <<<"$line")
 	case $what in
 	p2pmem-read | p2pmem-read-skipped)
-		args=(--expected "$out/nvme.img" --expected-offset "$(kv nvme_offset "$line")"
+		# Reads of the other namespaces name their image.
+		image=$(kv image "$line")
+		args=(--expected "$out/${image:-nvme.img}" --expected-offset "$(kv nvme_offset "$line")"
 			--actual "$out/accel.bin" --actual-offset "$(kv bar_offset "$line")" --len "$(kv len "$line")")
 		if res=$("$musl/p2pdma-rigdata" compare "${args[@]}"); then matched=1; else matched=0; fi
 		if [ "$what" = p2pmem-read ]; then

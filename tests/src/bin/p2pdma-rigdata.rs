@@ -18,8 +18,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Write a rig image of `mib` MiB with non-repeating content.
-    MakeImage { path: String, mib: u64 },
+    /// Write a rig image of `mib` MiB with non-repeating content: the rig
+    /// content from byte `pattern_offset` (a multiple of 1 MiB) on, so that
+    /// two images can differ everywhere.
+    MakeImage {
+        path: String,
+        mib: u64,
+        #[arg(long, default_value_t = 0)]
+        pattern_offset: u64,
+    },
     /// Check that `len` bytes of `file` at `offset` equal the rig image's
     /// bytes at `pattern_offset`.
     ComparePattern {
@@ -58,12 +65,21 @@ fn read_at(path: &str, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
 
 fn run(cli: Cli) -> Result<bool, String> {
     match cli.cmd {
-        Cmd::MakeImage { path, mib } => {
+        Cmd::MakeImage {
+            path,
+            mib,
+            pattern_offset,
+        } => {
+            if pattern_offset % (1 << 20) != 0 {
+                return Err(format!(
+                    "--pattern-offset {pattern_offset} is not whole MiB"
+                ));
+            }
             let f = File::create(&path).map_err(|e| format!("{path}: {e}"))?;
             let mut w = BufWriter::new(f);
             let mut buf = vec![0u8; 1 << 20];
             for i in 0..mib {
-                fill_image(i << 20, &mut buf);
+                fill_image(pattern_offset + (i << 20), &mut buf);
                 w.write_all(&buf).map_err(|e| format!("{path}: {e}"))?;
             }
             w.flush().map_err(|e| format!("{path}: {e}"))?;

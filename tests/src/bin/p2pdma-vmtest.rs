@@ -98,6 +98,14 @@ struct EngineArgs {
     /// Whether the transfer must have been retried on the bounce path.
     #[arg(long)]
     expect_retry: bool,
+    /// Text the handle's reason for its path must contain (each, when
+    /// given more than once).
+    #[arg(long)]
+    expect_reason: Vec<String>,
+    /// The host's image of the block device read, when it is not the rig's
+    /// first namespace (`nvme.img`).
+    #[arg(long)]
+    image: Option<String>,
     #[arg(long)]
     hold: bool,
 }
@@ -148,6 +156,14 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
         accel.index,
         handle.reason()
     );
+    for want in &x.expect_reason {
+        if !handle.reason().contains(want.as_str()) {
+            return Err(format!(
+                "the reason does not contain {want:?}: {}",
+                handle.reason()
+            ));
+        }
+    }
     let report = match write_pattern {
         None => {
             // Poison the memory so that nothing stale can pass the host check.
@@ -192,8 +208,14 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
             }
         }
         (None, None) => println!(
-            "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={} bar_offset={bar_offset} len={}",
-            accel.bar, x.offset, x.len
+            "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={} bar_offset={bar_offset} len={}{}",
+            accel.bar,
+            x.offset,
+            x.len,
+            x.image
+                .as_ref()
+                .map(|i| format!(" image={i}"))
+                .unwrap_or_default()
         ),
         (Some(p), None) => println!(
             "@@RESULT nvme-write nvme_offset={} pattern_offset={p} len={}",
