@@ -163,12 +163,12 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_stats(engine, 0, &stats) == -EINVAL && last_error_has("unknown path"));
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_BOUNCE, NULL) == -EINVAL);
 
-	/* A read past the end of the file fails as short, moves nothing it
+	/* A read past the end of the file fails, says so, moves nothing it
 	 * reports, and zeroes the report. */
 	int64_t size = p2pdma_file_size(file);
 	memset(&report, 0xff, sizeof(report));
 	int rc = p2pdma_read(engine, file, (uint64_t)size - 10, mem, 0, 20, &report);
-	CHECK(rc < 0 && rc == -ENODATA && last_error_has("short"));
+	CHECK(rc < 0 && rc == -ENODATA && last_error_has("past its end"));
 	CHECK(report.bytes == 0 && report.path == 0 && report.retried == 0);
 	CHECK(p2pdma_read(engine, file, (uint64_t)size, mem, 0, 1, NULL) == -ENODATA);
 	CHECK(p2pdma_read(engine, file, 0, mem, 2 * len - 10, 20, &report) == -EINVAL &&
