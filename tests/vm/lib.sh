@@ -46,7 +46,7 @@ mp_paths() {
 # The reason a path choice was made, from "Why: ..." in p2pdma-vmtest's
 # output, or the path's reason in a doctor's JSON report.
 why_of() { sed -n 's/.*Why: //p'; }
-json_reason() { sed -n 's/.*"path":"[a-z-]*","reason":"\([^"]*\)".*/\1/p'; }
+json_reason() { sed -n 's/.*"path":"[a-z0-9-]*","reason":"\([^"]*\)".*/\1/p'; }
 
 # say TEXT: a line of the suite's story in words, which the host shows on
 # the terminal (the demo tells one).
