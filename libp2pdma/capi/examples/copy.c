@@ -41,10 +41,22 @@ static const char *path_name(int path)
 	}
 }
 
-/* Reports a failed libp2pdma call and returns 1, for `return fail(...)`. */
+/* Reports a failed libp2pdma call and returns 1, for `return fail(...)`: the
+ * end of the file has its own code, and an NVMe controller's error status is
+ * there to print beside the errno (-ENODATA for a medium error). */
 static int fail(const char *what, int rc)
 {
-	fprintf(stderr, "copy: %s failed: %s (%s)\n", what, strerror(-rc), p2pdma_last_error());
+	uint32_t nvme = p2pdma_last_nvme_status();
+
+	if (rc == P2PDMA_ERR_EOF)
+		fprintf(stderr, "copy: %s failed: past the end of the file (%s)\n", what,
+			p2pdma_last_error());
+	else if (nvme)
+		fprintf(stderr, "copy: %s failed: %s, NVMe status 0x%03" PRIx32 " (%s)\n", what,
+			strerror(-rc), nvme & 0x7ff, p2pdma_last_error());
+	else
+		fprintf(stderr, "copy: %s failed: %s (%s)\n", what, strerror(-rc),
+			p2pdma_last_error());
 	return 1;
 }
 

@@ -5,8 +5,10 @@
  * topology allows it and through a pipelined host bounce ring otherwise.
  *
  * Every function returns 0 (or a count, or a path) on success and a negative
- * errno on failure; p2pdma_last_error() then describes the failure. Link with
- * -lp2pdma (pkg-config --libs p2pdma).
+ * errno on failure; p2pdma_last_error() then describes the failure, and
+ * p2pdma_last_nvme_status() gives an NVMe controller's status when one failed
+ * a command. A read past the end of a file is P2PDMA_ERR_EOF (-ERANGE), not a
+ * medium error (-ENODATA). Link with -lp2pdma (pkg-config --libs p2pdma).
  */
 
 #ifndef P2PDMA_H
@@ -21,6 +23,14 @@
  * The library's own return codes, beside negative errnos.
  */
 typedef enum p2pdma_error_code {
+    /**
+     * A read reaches past the end of the file: the file is shorter than
+     * `file_offset + len` when the read runs (or became shorter while it
+     * ran). Equal to `-ERANGE`, which no storage I/O returns, so it is never
+     * confused with a medium error (`-ENODATA`) or another device error.
+     * Nothing partial is reported as success.
+     */
+    P2PDMA_ERR_EOF = -34,
     /**
      * The library hit an internal error (a bug) and caught it before it
      * reached the caller; equal to `-ENOTRECOVERABLE`. The handles passed
@@ -143,6 +153,28 @@ extern "C" {
  * failing call or its exit.
  */
 const char *p2pdma_last_error(void);
+
+/**
+ * The NVMe status of the calling thread's last failure, when an NVMe
+ * controller failed a command of that call (the NVMe-command path); 0 when
+ * the last failure was anything else, and before the first. Successful
+ * calls leave it unchanged, as they leave p2pdma_last_error().
+ *
+ * The call itself returned the errno the kernel's block layer gives the
+ * same status, so a failure reads the same on every path: -ENODATA for a
+ * medium error (Write Fault, Unrecovered Read Error, Deallocated or
+ * Unwritten Logical Block...), -EILSEQ for end-to-end protection errors,
+ * -EIO for most others. p2pdma_last_error() names the status in words,
+ * e.g. "Unrecovered Read Error (SCT 0x2, SC 0x81)".
+ *
+ * The value is the status field of the completion queue entry without its
+ * phase tag, as the kernel passes it: Status Code `status & 0xff`, Status
+ * Code Type `(status >> 8) & 0x7`, Command Retry Delay
+ * `(status >> 11) & 0x3`, More `status & 0x2000`, Do Not Retry
+ * `status & 0x4000`. An Unrecovered Read Error is `(status & 0x7ff) ==
+ * 0x281`.
+ */
+uint32_t p2pdma_last_nvme_status(void);
 
 /**
  * The library's version, such as "0.1.0" (a static string).
@@ -387,8 +419,10 @@ int p2pdma_path_choice(const struct p2pdma_engine *engine,
  *
  * Returns 0 once every byte has landed, or a negative errno, with `*report`
  * zeroed: -EINVAL for NULL handles or a range outside the memory,
- * -ENODATA when the range runs past the end of the file (a short read:
- * nothing partial is reported as success), -EIO and others from storage.
+ * `P2PDMA_ERR_EOF` when the range runs past the end of the file (nothing
+ * partial is reported as success), -ENODATA for a medium error, -EIO and
+ * others from storage. When an NVMe controller failed a command,
+ * p2pdma_last_nvme_status() gives its status.
  *
  * # Safety
  *
@@ -411,7 +445,9 @@ int p2pdma_read(const struct p2pdma_engine *engine,
  *
  * Returns 0 once every byte is written, or a negative errno, with `*report`
  * zeroed: -EINVAL for NULL handles or a range outside the memory, -EBADF
- * when the file is read-only, -EIO and others from storage.
+ * when the file is read-only, -ENOSPC, -ENODATA for a medium error
+ * (Write Fault), -EIO and others from storage. When an NVMe controller
+ * failed a command, p2pdma_last_nvme_status() gives its status.
  *
  * # Safety
  *

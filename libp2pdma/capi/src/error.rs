@@ -1,5 +1,6 @@
-//! Failures as C sees them: a negative errno returned, and a message kept
-//! per thread for `p2pdma_last_error`.
+//! Failures as C sees them: a negative errno returned, and a message and an
+//! NVMe status kept per thread for `p2pdma_last_error` and
+//! `p2pdma_last_nvme_status`.
 
 use std::{
     any::Any,
@@ -10,13 +11,15 @@ use std::{
 
 use p2pdma::Error;
 
-use crate::ERR_INTERNAL;
+use crate::{ERR_EOF, ERR_INTERNAL};
 
-/// A failed call: the negative errno it returns and what went wrong.
+/// A failed call: the negative errno it returns, what went wrong, and the
+/// controller's NVMe status when it failed a command (else 0).
 #[derive(Debug)]
 pub(crate) struct Failure {
     code: c_int,
     message: String,
+    nvme_status: u32,
 }
 
 impl Failure {
@@ -25,6 +28,7 @@ impl Failure {
         Self {
             code: -errno.abs(),
             message: message.into(),
+            nvme_status: 0,
         }
     }
 
@@ -38,14 +42,12 @@ impl Failure {
         Self::invalid(format!("`{arg}` is NULL"))
     }
 
-    /// A library error, with a transfer's short read reported as `-ENODATA`
-    /// (the range runs past the end of the file) and any other short
-    /// transfer as `-EIO`.
+    /// A library error from a read: a short read is the storage ending
+    /// before the range did, so it is `P2PDMA_ERR_EOF` like a read that
+    /// starts past the end (a short write stays `-EIO`).
     pub(crate) fn from_read(e: Error) -> Self {
         match e {
-            Error::Short { .. } | Error::EndOfFile { .. } => {
-                Self::new(libc::ENODATA, e.to_string())
-            }
+            Error::Short { .. } => Self::new(-ERR_EOF, e.to_string()),
             e => Self::from(e),
         }
     }
@@ -55,29 +57,51 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         let errno = match (e.errno(), &e) {
             (Some(errno), _) => errno.raw_os_error(),
+            (None, Error::EndOfFile { .. }) => -ERR_EOF,
             (None, Error::AbiMismatch { .. }) => libc::EPROTO,
             (None, Error::OutOfBounds { .. } | Error::InvalidArgument(_)) => libc::EINVAL,
             (None, Error::PathUnavailable { .. }) => libc::EOPNOTSUPP,
             (None, _) => libc::EIO,
         };
-        Self::new(errno, e.to_string())
+        Self {
+            nvme_status: e.nvme_status().map_or(0, |s| s.raw()),
+            ..Self::new(errno, e.to_string())
+        }
     }
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+/// What the calling thread's last failure left for C to ask about.
+#[derive(Default)]
+struct Last {
+    message: CString,
+    nvme_status: u32,
 }
 
-fn set_last_error(func: &str, message: &str) {
+thread_local! {
+    static LAST: RefCell<Last> = RefCell::new(Last::default());
+}
+
+fn set_last(func: &str, message: &str, nvme_status: u32) {
     let text = format!("{func}: {message}").replace('\0', "\\0");
-    let text = CString::new(text).unwrap_or_default();
-    LAST_ERROR.with(|last| *last.borrow_mut() = text);
+    let message = CString::new(text).unwrap_or_default();
+    LAST.with(|last| {
+        *last.borrow_mut() = Last {
+            message,
+            nvme_status,
+        }
+    });
 }
 
 /// The calling thread's last failure message (empty before the first).
 /// The pointer stays valid until the thread's next failure or its exit.
 pub(crate) fn last_error() -> *const c_char {
-    LAST_ERROR.with(|last| last.borrow().as_ptr())
+    LAST.with(|last| last.borrow().message.as_ptr())
+}
+
+/// The NVMe status of the calling thread's last failure: 0 when it was not
+/// a controller's error status, and before the first failure.
+pub(crate) fn last_nvme_status() -> u32 {
+    LAST.with(|last| last.borrow().nvme_status)
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> &str {
@@ -103,13 +127,14 @@ pub(crate) fn call<T>(
     match panic::catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(value)) => value,
         Ok(Err(failure)) => {
-            set_last_error(func, &failure.message);
+            set_last(func, &failure.message, failure.nvme_status);
             fail(failure.code)
         }
         Err(payload) => {
-            set_last_error(
+            set_last(
                 func,
                 &format!("internal error: {}", panic_message(&*payload)),
+                0,
             );
             fail(ERR_INTERNAL)
         }
@@ -156,13 +181,22 @@ mod tests {
         assert_eq!(last(), "f: `out` is NULL");
 
         let e = Error::Short {
-            what: "read past the end of the file",
+            what: "read from storage",
             expected: 10,
             done: 3,
         };
         let f = Failure::from_read(e);
-        assert_eq!(f.code, -libc::ENODATA);
+        assert_eq!(f.code, ERR_EOF);
+        assert_eq!(f.code, -libc::ERANGE);
         assert!(f.message.contains("short"), "{}", f.message);
+        let f = Failure::from_read(Error::EndOfFile {
+            path: "/data/f".into(),
+            offset: 10,
+            len: 20,
+            size: 15,
+        });
+        assert_eq!(f.code, ERR_EOF);
+        assert!(f.message.contains("past its end"), "{}", f.message);
         let f = Failure::from(Error::Short {
             what: "write to storage",
             expected: 10,
@@ -179,6 +213,79 @@ mod tests {
             reason: "not yet".into(),
         });
         assert_eq!(f.code, -libc::EOPNOTSUPP);
+    }
+
+    #[test]
+    fn a_medium_error_is_not_the_end_of_the_file() {
+        let eof = Failure::from_read(Error::EndOfFile {
+            path: "/data/f".into(),
+            offset: 0,
+            len: 4096,
+            size: 100,
+        });
+        let io = |source| Error::Io {
+            op: "P2P read",
+            path: "/dev/nvme0n1".into(),
+            offset: 0,
+            len: 4096,
+            source,
+        };
+        let medium = Failure::from_read(io(rustix::io::Errno::NODATA));
+        assert_eq!(medium.code, -libc::ENODATA);
+        assert_ne!(eof.code, medium.code);
+        for errno in [
+            rustix::io::Errno::IO,
+            rustix::io::Errno::NODATA,
+            rustix::io::Errno::ILSEQ,
+            rustix::io::Errno::REMOTEIO,
+            rustix::io::Errno::OPNOTSUPP,
+            rustix::io::Errno::NOLINK,
+            rustix::io::Errno::NOSPC,
+            rustix::io::Errno::TIMEDOUT,
+        ] {
+            let f = Failure::from_read(io(errno));
+            assert_eq!(f.code, -errno.raw_os_error());
+            assert_ne!(f.code, eof.code, "{errno:?}");
+            assert_eq!(f.nvme_status, 0);
+        }
+    }
+
+    #[test]
+    fn an_nvme_status_reaches_c_with_the_block_layers_errno() {
+        let nvme = |status| Error::NvmeStatus {
+            op: "NVMe read",
+            offset: 8192,
+            len: 4096,
+            status,
+        };
+        // An unrecovered read error is a medium error, as on the P2P path.
+        let rc = status("p2pdma_read", || Err(Failure::from_read(nvme(0x4281))));
+        assert_eq!(rc, -libc::ENODATA);
+        assert_eq!(last_nvme_status(), 0x4281);
+        assert!(
+            last().contains("Unrecovered Read Error (SCT 0x2, SC 0x81, do not retry)"),
+            "{}",
+            last()
+        );
+        // Most others are EIO; the status is still there.
+        let rc = status("p2pdma_write", || Err(Failure::from(nvme(0x006))));
+        assert_eq!(rc, -libc::EIO);
+        assert_eq!(last_nvme_status(), 0x006);
+        assert!(
+            last().contains("Internal Error (SCT 0x0, SC 0x6)"),
+            "{}",
+            last()
+        );
+        // A later failure without a status clears it; a success leaves it.
+        let rc = status("p2pdma_read", || Err(Failure::invalid("x")));
+        assert_eq!(rc, -libc::EINVAL);
+        assert_eq!(last_nvme_status(), 0);
+        let _ = status("p2pdma_read", || Err(Failure::from(nvme(0x280))));
+        assert_eq!(status("p2pdma_read", || Ok(0)), 0);
+        assert_eq!(last_nvme_status(), 0x280);
+        let rc = status("g", || panic!("boom"));
+        assert_eq!(rc, ERR_INTERNAL);
+        assert_eq!(last_nvme_status(), 0);
     }
 
     #[test]

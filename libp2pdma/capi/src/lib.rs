@@ -12,7 +12,9 @@
 //! - A panic inside the library never crosses into C: it becomes
 //!   `P2PDMA_ERR_INTERNAL`.
 //! - A transfer moves every byte or fails; nothing partial is reported as
-//!   success.
+//!   success. A read past the end of a file is `P2PDMA_ERR_EOF` (`-ERANGE`),
+//!   distinct from a medium error (`-ENODATA`); when an NVMe controller
+//!   failed a command, [`p2pdma_last_nvme_status`] gives its status.
 //! - Handles are thread-safe: an engine, a memory and a file may be used by
 //!   several threads at once. Freeing one while another thread still uses it
 //!   is not allowed.
@@ -42,12 +44,22 @@ use p2pdma::{
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum p2pdma_error_code {
+    /// A read reaches past the end of the file: the file is shorter than
+    /// `file_offset + len` when the read runs (or became shorter while it
+    /// ran). Equal to `-ERANGE`, which no storage I/O returns, so it is never
+    /// confused with a medium error (`-ENODATA`) or another device error.
+    /// Nothing partial is reported as success.
+    P2PDMA_ERR_EOF = -34,
     /// The library hit an internal error (a bug) and caught it before it
     /// reached the caller; equal to `-ENOTRECOVERABLE`. The handles passed
     /// to that call remain valid, and p2pdma_last_error() says what
     /// happened.
     P2PDMA_ERR_INTERNAL = -131,
 }
+
+/// [`p2pdma_error_code::P2PDMA_ERR_EOF`] as a return value.
+pub(crate) const ERR_EOF: c_int = p2pdma_error_code::P2PDMA_ERR_EOF as c_int;
+const _: () = assert!(ERR_EOF == -libc::ERANGE);
 
 /// [`p2pdma_error_code::P2PDMA_ERR_INTERNAL`] as a return value.
 pub(crate) const ERR_INTERNAL: c_int = p2pdma_error_code::P2PDMA_ERR_INTERNAL as c_int;
@@ -183,6 +195,29 @@ impl From<&PathStats> for p2pdma_path_stats {
 #[no_mangle]
 pub extern "C" fn p2pdma_last_error() -> *const c_char {
     error::last_error()
+}
+
+/// The NVMe status of the calling thread's last failure, when an NVMe
+/// controller failed a command of that call (the NVMe-command path); 0 when
+/// the last failure was anything else, and before the first. Successful
+/// calls leave it unchanged, as they leave p2pdma_last_error().
+///
+/// The call itself returned the errno the kernel's block layer gives the
+/// same status, so a failure reads the same on every path: -ENODATA for a
+/// medium error (Write Fault, Unrecovered Read Error, Deallocated or
+/// Unwritten Logical Block...), -EILSEQ for end-to-end protection errors,
+/// -EIO for most others. p2pdma_last_error() names the status in words,
+/// e.g. "Unrecovered Read Error (SCT 0x2, SC 0x81)".
+///
+/// The value is the status field of the completion queue entry without its
+/// phase tag, as the kernel passes it: Status Code `status & 0xff`, Status
+/// Code Type `(status >> 8) & 0x7`, Command Retry Delay
+/// `(status >> 11) & 0x3`, More `status & 0x2000`, Do Not Retry
+/// `status & 0x4000`. An Unrecovered Read Error is `(status & 0x7ff) ==
+/// 0x281`.
+#[no_mangle]
+pub extern "C" fn p2pdma_last_nvme_status() -> u32 {
+    error::last_nvme_status()
 }
 
 /// The library's version, such as "0.1.0" (a static string).
@@ -681,8 +716,10 @@ unsafe fn transfer(
 ///
 /// Returns 0 once every byte has landed, or a negative errno, with `*report`
 /// zeroed: -EINVAL for NULL handles or a range outside the memory,
-/// -ENODATA when the range runs past the end of the file (a short read:
-/// nothing partial is reported as success), -EIO and others from storage.
+/// `P2PDMA_ERR_EOF` when the range runs past the end of the file (nothing
+/// partial is reported as success), -ENODATA for a medium error, -EIO and
+/// others from storage. When an NVMe controller failed a command,
+/// p2pdma_last_nvme_status() gives its status.
 ///
 /// # Safety
 ///
@@ -722,7 +759,9 @@ pub unsafe extern "C" fn p2pdma_read(
 ///
 /// Returns 0 once every byte is written, or a negative errno, with `*report`
 /// zeroed: -EINVAL for NULL handles or a range outside the memory, -EBADF
-/// when the file is read-only, -EIO and others from storage.
+/// when the file is read-only, -ENOSPC, -ENODATA for a medium error
+/// (Write Fault), -EIO and others from storage. When an NVMe controller
+/// failed a command, p2pdma_last_nvme_status() gives its status.
 ///
 /// # Safety
 ///

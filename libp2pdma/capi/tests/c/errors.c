@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT OR Apache-2.0 */
 /*
  * The C API's contract from C: NULL and bad arguments give -EINVAL and a
- * message instead of a crash, reads past the end of a file fail as short
- * instead of returning partial data, messages are per thread, every path
- * preference moves the right bytes, and one engine serves several threads.
+ * message instead of a crash, reads past the end of a file fail with their
+ * own code (P2PDMA_ERR_EOF, not a medium error's -ENODATA) instead of
+ * returning partial data, messages and NVMe statuses are per thread, every
+ * path preference moves the right bytes, and one engine serves several
+ * threads.
  *
  *     errors FILE      (FILE: at least 1 MiB, on a filesystem with O_DIRECT)
  *
@@ -54,7 +56,7 @@ static unsigned char *file_bytes(const char *path, size_t len)
 static void *fresh_thread_error(void *arg)
 {
 	(void)arg;
-	return (void *)(uintptr_t)(p2pdma_last_error()[0] == '\0');
+	return (void *)(uintptr_t)(p2pdma_last_error()[0] == '\0' && p2pdma_last_nvme_status() == 0);
 }
 
 struct worker {
@@ -99,6 +101,7 @@ int main(int argc, char **argv)
 
 	/* NULL everywhere. */
 	CHECK(p2pdma_last_error() != NULL && p2pdma_last_error()[0] == '\0');
+	CHECK(p2pdma_last_nvme_status() == 0);
 	CHECK(p2pdma_module_open(NULL) == -EINVAL && last_error_has("`out` is NULL"));
 	CHECK(p2pdma_module_num_accelerators(NULL) == -EINVAL);
 	CHECK(p2pdma_module_accelerator_index(NULL, 0, NULL) == -EINVAL);
@@ -163,14 +166,20 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_stats(engine, 0, &stats) == -EINVAL && last_error_has("unknown path"));
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_BOUNCE, NULL) == -EINVAL);
 
-	/* A read past the end of the file fails, says so, moves nothing it
-	 * reports, and zeroes the report. */
+	/* A read past the end of the file fails with its own code, not a
+	 * medium error's, says so, moves nothing it reports, and zeroes the
+	 * report. It carries no NVMe status. */
 	int64_t size = p2pdma_file_size(file);
 	memset(&report, 0xff, sizeof(report));
 	int rc = p2pdma_read(engine, file, (uint64_t)size - 10, mem, 0, 20, &report);
-	CHECK(rc < 0 && rc == -ENODATA && last_error_has("past its end"));
+	CHECK(rc == P2PDMA_ERR_EOF && rc == -ERANGE && rc != -ENODATA &&
+	      last_error_has("past its end"));
+	CHECK(p2pdma_last_nvme_status() == 0);
 	CHECK(report.bytes == 0 && report.path == 0 && report.retried == 0);
-	CHECK(p2pdma_read(engine, file, (uint64_t)size, mem, 0, 1, NULL) == -ENODATA);
+	CHECK(p2pdma_read(engine, file, (uint64_t)size, mem, 0, 1, NULL) == P2PDMA_ERR_EOF);
+	CHECK(p2pdma_read(engine, file, (uint64_t)size + 4096, mem, 0, 4096, NULL) ==
+	      P2PDMA_ERR_EOF);
+	CHECK(p2pdma_read(engine, file, 0, mem, 0, (size_t)size + 1, NULL) == P2PDMA_ERR_EOF);
 	CHECK(p2pdma_read(engine, file, 0, mem, 2 * len - 10, 20, &report) == -EINVAL &&
 	      last_error_has("outside"));
 	CHECK(p2pdma_write(engine, file, 0, mem, 0, 4096, &report) == -EBADF);
@@ -185,6 +194,15 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_BOUNCE, &stats) == 0 && stats.transfers == 1 &&
 	      stats.bytes == len - 3 && stats.ios > 0 && stats.total_ns > 0);
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_P2P, &stats) == 0 && stats.transfers == 0);
+	/* Up to the last byte is not past the end. */
+	CHECK(p2pdma_read(engine, file, (uint64_t)size - 1, mem, 0, 1, &report) == 0 &&
+	      report.bytes == 1);
+	unsigned char last_byte = 0;
+	int fd = open(argv[1], O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, &last_byte, 1, size - 1) == 1);
+	if (fd >= 0)
+		close(fd);
+	CHECK(p2pdma_mem_read(mem, 0, buf, 1) == 0 && buf[0] == last_byte);
 
 	/* Every path preference that can serve host memory moves the same
 	 * bytes; the NVMe-command path cannot serve a regular file, and says
