@@ -1,10 +1,24 @@
 //! `p2pdma-ctl copy`: storage to accelerator memory, or one file to another
 //! through accelerator memory, with a progress bar, the throughput and the
 //! path each transfer took.
+//!
+//! A file-to-file copy never leaves a partial destination: it writes a new
+//! file under a temporary name in DST's directory, created with `O_EXCL`
+//! (`.NAME.p2pdma-PID-N.tmp`), syncs it, and renames it over DST only when
+//! every byte is written; on any failure, mid-copy included, the temporary
+//! is removed and DST is as it was (or still absent). The new DST holds
+//! exactly the bytes copied, with the permission bits of the DST it replaces
+//! (set-id and sticky bits dropped, the caller as owner), or `0666` less the
+//! umask when there was none. A symbolic link DST has its target replaced. A
+//! DST that is a block or character device is written in place, since a
+//! rename would replace the device node itself. A process killed mid-copy
+//! leaves its temporary behind, under that recognisable name.
 
 use std::{
-    os::unix::fs::FileExt,
-    path::PathBuf,
+    fs::{File, OpenOptions, Permissions},
+    io::ErrorKind,
+    os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt},
+    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -26,7 +40,9 @@ pub struct CopyArgs {
     pub from: PathBuf,
     /// Destination: `accel[:N]` (accelerator N's memory), `host` (the
     /// host-memory device), or a file to copy into through the memory given
-    /// with `--through`.
+    /// with `--through`. A file is written under a temporary name beside it
+    /// and renamed over it only once the copy is complete and synced; a
+    /// failed copy leaves it as it was.
     pub to: String,
     /// Memory to stage a file-to-file copy through: `accel[:N]` or `host`.
     #[arg(long, default_value = "accel")]
@@ -71,6 +87,122 @@ fn memory(spec: &str, size: u64) -> Res<Memory> {
     Ok((Box::new(mem), Some(module)))
 }
 
+/// Where a file-to-file copy writes: a new file under a temporary name in
+/// DST's directory, renamed over DST by [`Staged::commit`] and removed when
+/// dropped uncommitted; or a device, in place.
+struct Staged {
+    /// The file being written: the temporary, or the device.
+    path: PathBuf,
+    /// The name it takes once complete (`None` for a device).
+    dst: Option<PathBuf>,
+    /// The file as created, kept open to sync it.
+    file: File,
+    done: bool,
+}
+
+impl Staged {
+    fn create(to: &Path) -> Res<Self> {
+        let err = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", to.display());
+        // The file DST names: a symbolic link's target is what gets replaced.
+        let dst = match std::fs::symlink_metadata(to) {
+            Ok(m) if m.file_type().is_symlink() => {
+                std::fs::canonicalize(to).map_err(|e| err("resolve the link", e))?
+            }
+            _ => to.to_path_buf(),
+        };
+        let mode = match std::fs::metadata(&dst) {
+            Ok(m) if m.is_dir() => return Err(format!("{}: is a directory", to.display())),
+            Ok(m) if !m.is_file() => {
+                // A device: renaming over it would replace the node.
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&dst)
+                    .map_err(|e| err("open", e))?;
+                return Ok(Self {
+                    path: dst,
+                    dst: None,
+                    file,
+                    done: false,
+                });
+            }
+            Ok(m) => Some(m.permissions().mode() & 0o777),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(err("stat", e)),
+        };
+        let name = dst
+            .file_name()
+            .ok_or_else(|| format!("{}: not a file name", to.display()))?
+            .to_string_lossy()
+            .into_owned();
+        let dir = match dst.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        for n in 0..1000 {
+            let path = dir.join(format!(".{name}.p2pdma-{}-{n}.tmp", std::process::id()));
+            // The umask applies to a new DST's 0666; a replaced DST's bits are
+            // set exactly once the file exists.
+            let created = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(if mode.is_some() { 0o600 } else { 0o666 })
+                .open(&path);
+            let file = match created {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("{}: create: {e}", path.display())),
+            };
+            let staged = Self {
+                path,
+                dst: Some(dst),
+                file,
+                done: false,
+            };
+            if let Some(mode) = mode {
+                staged
+                    .file
+                    .set_permissions(Permissions::from_mode(mode))
+                    .map_err(|e| format!("{}: chmod: {e}", staged.path.display()))?;
+            }
+            return Ok(staged);
+        }
+        Err(format!(
+            "{}: no free temporary name beside it",
+            to.display()
+        ))
+    }
+
+    /// Syncs the copy and gives it DST's name.
+    fn commit(mut self) -> Res<()> {
+        self.file
+            .sync_all()
+            .map_err(|e| format!("{}: fsync: {e}", self.path.display()))?;
+        let Some(dst) = &self.dst else {
+            self.done = true;
+            return Ok(());
+        };
+        std::fs::rename(&self.path, dst)
+            .map_err(|e| format!("rename {} to {}: {e}", self.path.display(), dst.display()))?;
+        self.done = true;
+        // The rename is durable once the directory is synced.
+        let dir = match dst.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| format!("{}: fsync: {e}", dir.display()))
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.done && self.dst.is_some() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 fn bar(len: u64) -> ProgressBar {
     let pb = ProgressBar::new(len);
     pb.set_style(
@@ -105,17 +237,14 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
         cfg.set("path", p).map_err(|e| e.to_string())?;
     }
     let engine = Engine::new(cfg, module);
-    let dst = if to_file {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&a.to)
-            .map_err(|e| format!("{}: {e}", a.to))?;
-        drop(f);
-        Some(StorageFile::open_rw(&a.to).map_err(|e| e.to_string())?)
+    let staged = if to_file {
+        Some(Staged::create(Path::new(&a.to))?)
     } else {
         None
+    };
+    let dst = match &staged {
+        Some(s) => Some(StorageFile::open_rw(&s.path).map_err(|e| e.to_string())?),
+        None => None,
     };
     let read = engine
         .handle(&src, mem.as_ref())
@@ -149,6 +278,9 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
         pb.set_position(done);
     }
     pb.finish_and_clear();
+    if let Some(s) = staged {
+        s.commit()?;
+    }
     let took = start.elapsed().max(Duration::from_nanos(1));
     if a.verify && !to_file {
         let plain = std::fs::File::open(&a.from).map_err(|e| e.to_string())?;

@@ -1,0 +1,224 @@
+//! `p2pdma-ctl copy SRC DST --through host`: DST is replaced whole, by a
+//! rename, only when the copy is complete; a copy that fails, before or in
+//! the middle, leaves DST as it was and no temporary file behind.
+
+use std::{
+    fs,
+    os::unix::fs::{MetadataExt, PermissionsExt},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use rustix::process::{kill_process, Pid, Signal};
+
+const CTL: &str = env!("CARGO_BIN_EXE_p2pdma-ctl");
+
+/// A fresh directory in the target directory (a filesystem with
+/// `O_DIRECT`, unlike tmpfs).
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("ctl-copy-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `len` bytes in which no 8-byte word repeats, so that a shifted or
+/// dropped piece shows.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut z = seed;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut x = z;
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(x ^ (x >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `p2pdma-ctl copy SRC DST --through host ARGS...`, run by `sh` after
+/// `setup` (shell commands: a umask, a file size limit).
+fn copy(setup: &str, src: &Path, dst: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("{setup}\nexec \"$@\""))
+        .arg("sh")
+        .arg(CTL)
+        .arg("copy")
+        .arg(src)
+        .arg(dst)
+        .args(["--through", "host", "--path", "auto"])
+        .args(args)
+        .env_remove("P2PDMA_CONFIG")
+        .env_remove("P2PDMA_PATH");
+    cmd
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn a_copy_replaces_dst_whole_by_a_rename() {
+    let dir = scratch("replace");
+    let (src, dst, old) = (dir.join("src"), dir.join("dst"), dir.join("old-dst"));
+    let data = pattern((3 << 20) + 12345, 1);
+    fs::write(&src, &data).unwrap();
+    // A longer DST with other bytes, mode 0640, and a second name for it.
+    let before = pattern(5 << 20, 2);
+    fs::write(&dst, &before).unwrap();
+    fs::set_permissions(&dst, fs::Permissions::from_mode(0o640)).unwrap();
+    fs::hard_link(&dst, &old).unwrap();
+
+    let out = copy("", &src, &dst, &["--piece", "1M"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let got = fs::read(&dst).unwrap();
+    assert_eq!(got.len(), data.len(), "DST keeps none of its old tail");
+    assert!(got == data, "DST differs from SRC");
+    let meta = fs::metadata(&dst).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o640);
+    // A new file took DST's name: the old one is intact under its other
+    // name, so nobody could have seen DST half written.
+    assert_ne!(meta.ino(), fs::metadata(&old).unwrap().ino());
+    assert!(fs::read(&old).unwrap() == before, "the old DST was written");
+    assert_eq!(names(&dir), ["dst", "old-dst", "src"]);
+
+    // A new DST gets 0666 less the umask.
+    let fresh = dir.join("fresh");
+    let out = copy("umask 027", &src, &fresh, &["--piece", "1M"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(fs::read(&fresh).unwrap() == data);
+    let mode = fs::metadata(&fresh).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7777, 0o640);
+    assert_eq!(names(&dir), ["dst", "fresh", "old-dst", "src"]);
+}
+
+#[test]
+fn a_symbolic_link_has_its_target_replaced() {
+    let dir = scratch("link");
+    let (src, target, link) = (dir.join("src"), dir.join("target"), dir.join("link"));
+    let data = pattern(100_000, 3);
+    fs::write(&src, &data).unwrap();
+    fs::write(&target, b"old").unwrap();
+    std::os::unix::fs::symlink("target", &link).unwrap();
+
+    let out = copy("", &src, &link, &[]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(fs::read(&target).unwrap() == data);
+    assert_eq!(names(&dir), ["link", "src", "target"]);
+}
+
+#[test]
+fn a_copy_failing_mid_way_leaves_dst_as_it_was_and_no_temporary() {
+    let dir = scratch("midway");
+    let (src, dst, absent) = (dir.join("src"), dir.join("dst"), dir.join("absent"));
+    let data = pattern(4 << 20, 4);
+    fs::write(&src, &data).unwrap();
+    let before = pattern(10_000, 5);
+    fs::write(&dst, &before).unwrap();
+
+    // Files may grow to 1024 blocks (512 KiB or 1 MiB, as the shell counts
+    // them): the first pieces land, then a write fails with EFBIG. SIGXFSZ
+    // is ignored, so the write fails instead of killing the process.
+    let limit = "trap '' XFSZ\nulimit -f 1024";
+    for to in [&dst, &absent] {
+        let out = copy(limit, &src, to, &["--piece", "128K"])
+            .output()
+            .unwrap();
+        let log = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{log}");
+        assert!(log.contains("File too large"), "{log}");
+    }
+    assert!(fs::read(&dst).unwrap() == before, "DST was changed");
+    assert_eq!(names(&dir), ["dst", "src"]);
+}
+
+#[test]
+fn a_source_truncated_mid_copy_leaves_no_dst_and_no_temporary() {
+    let dir = scratch("truncated");
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    fs::write(&src, pattern(32 << 20, 6)).unwrap();
+
+    // Small pieces make the copy take thousands of transfers. As soon as
+    // the temporary appears, the copy is stopped, its source cut short,
+    // and the copy let go on into the end of the file.
+    let mut child = copy("", &src, &dst, &["--piece", "4K"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = Pid::from_child(&child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if names(&dir).len() > 1 {
+            kill_process(pid, Signal::STOP).unwrap();
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the copy ended before its temporary was seen"
+        );
+        assert!(Instant::now() < deadline, "no temporary appeared");
+        thread::sleep(Duration::from_micros(200));
+    }
+    let during = names(&dir);
+    let temp = during.iter().find(|n| n.as_str() != "src").unwrap().clone();
+    assert!(
+        temp.starts_with(".dst.p2pdma-") && temp.ends_with(".tmp"),
+        "{during:?}"
+    );
+    fs::File::options()
+        .write(true)
+        .open(&src)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    kill_process(pid, Signal::CONT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("past its end"), "{log}");
+    assert_eq!(names(&dir), ["src"]);
+}
+
+#[test]
+fn a_copy_refused_up_front_touches_nothing() {
+    let dir = scratch("refused");
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    fs::write(&src, pattern(8192, 7)).unwrap();
+    fs::write(&dst, b"keep").unwrap();
+    let out = copy("", &src, &dst, &["--len", "8193"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(fs::read(&dst).unwrap(), b"keep");
+    let out = copy("", &src, &dir, &[]).output().unwrap();
+    let log = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("is a directory"), "{log}");
+    assert_eq!(names(&dir), ["dst", "src"]);
+}
