@@ -17,8 +17,9 @@
 //!
 //! [`PathPref::Auto`] picks P2P where the module, the memory and the PCIe
 //! topology allow it and says why not otherwise; each [`Handle`] keeps the
-//! choice and its reason. An I/O that fails on the P2P or NVMe-command path is
-//! retried on the bounce path and counted. Unaligned heads and tails are
+//! choice and its reason. A transfer the P2P or NVMe-command path cannot
+//! serve ([`Error::bounce_can_fix`]) is retried on the bounce path and
+//! counted; a device error is returned as it is. Unaligned heads and tails are
 //! handled, not refused. A transfer either moves every byte or returns an
 //! error: short transfers are reported, never returned as success.
 
@@ -794,11 +795,14 @@ impl Engine {
                 };
                 match r {
                     Ok(()) => (Ok(()), fast, false),
-                    Err(e) if e.errno().is_some() || matches!(e, Error::PathUnavailable { .. }) => {
-                        // The fast path failed (the kernel refused P2P pages,
-                        // the controller failed a command, or the layout does
-                        // not allow direct I/O): redo the whole transfer
-                        // through host memory.
+                    Err(e) if e.bounce_can_fix() => {
+                        // The fast path could not serve the transfer (the
+                        // kernel refused the P2P pages or the direct-I/O
+                        // shape, passthrough is unavailable, the layout does
+                        // not allow the path): redo the whole transfer
+                        // through host memory. What the device said about
+                        // the data itself (a medium error, say) is returned
+                        // as it is, not read a second time.
                         stats.record_retry();
                         file.forget_choices();
                         let r = bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce));
