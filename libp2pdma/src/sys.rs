@@ -489,13 +489,8 @@ impl RawMapping {
         len: usize,
     ) -> Result<usize, Errno> {
         self.check(offset, len)?;
-        // SAFETY: The range lies inside the mapping. The slice only carries
-        // the range to the kernel for this one call; it is never read.
-        let buf = unsafe {
-            slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset).cast::<MaybeUninit<u8>>(), len)
-        };
-        let (done, _) = rustix::io::pread(file, buf, file_offset)?;
-        Ok(done.len())
+        // SAFETY: The range lies inside the mapping.
+        unsafe { pread_raw(file, file_offset, self.ptr.as_ptr().add(offset), len) }
     }
 
     /// `pwrite(file, mapping[offset..offset + len], file_offset)`: writes
@@ -521,6 +516,25 @@ impl Drop for RawMapping {
         // reference into the mapping exists.
         let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+/// `pread(file, ptr[..len], file_offset)`, handing the range to the kernel
+/// without making a reference into it. Returns the bytes read.
+///
+/// # Safety
+///
+/// `ptr..ptr + len` must be memory this process may have the kernel write.
+unsafe fn pread_raw(
+    file: impl AsFd,
+    file_offset: u64,
+    ptr: *mut u8,
+    len: usize,
+) -> Result<usize, Errno> {
+    // SAFETY: The caller vouches for the range. The slice only carries it to
+    // the kernel for this one call; it is never read.
+    let buf = unsafe { slice::from_raw_parts_mut(ptr.cast::<MaybeUninit<u8>>(), len) };
+    let (done, _) = rustix::io::pread(file, buf, file_offset)?;
+    Ok(done.len())
 }
 
 /// The size (and alignment) of an x86-64 transparent huge page.
@@ -673,13 +687,8 @@ impl HostBuffer {
             Some(end) if end <= self.len => {}
             _ => return Err(Errno::INVAL),
         }
-        // SAFETY: The range lies inside the buffer. The slice only carries
-        // the range to the kernel for this one call; it is never read.
-        let buf = unsafe {
-            slice::from_raw_parts_mut(self.ptr.as_ptr().add(offset).cast::<MaybeUninit<u8>>(), len)
-        };
-        let (done, _) = rustix::io::pread(file, buf, file_offset)?;
-        Ok(done.len())
+        // SAFETY: The range lies inside the buffer.
+        unsafe { pread_raw(file, file_offset, self.ptr.as_ptr().add(offset), len) }
     }
 
     /// Copies `dst.len()` bytes at `offset` of the buffer into `dst` through
