@@ -25,13 +25,16 @@ pub(crate) struct Context {
     ring: IoUring,
     /// The slots, back to back: slot `i` is `[i * chunk, (i + 1) * chunk)`.
     slots: HostBuffer,
-    nslots: usize,
     chunk: usize,
     depth: usize,
     pinned: bool,
     /// A ring of 128-byte submissions for NVMe commands, made by the first
     /// NVMe-command transfer that takes this context and kept with it.
     nvme: Option<NvmeRing>,
+    /// A session's bookkeeping, lent to each session and given back empty:
+    /// which slots have an I/O in flight, and the I/Os in flight.
+    busy: Vec<bool>,
+    inflight: Vec<Option<Pending>>,
 }
 
 /// A ring for NVMe passthrough commands: 128-byte submissions, 32-byte
@@ -74,11 +77,12 @@ impl Context {
         Ok(Self {
             ring,
             slots,
-            nslots,
             chunk,
             depth,
             pinned,
             nvme: None,
+            busy: vec![false; nslots],
+            inflight: vec![None; nslots.next_power_of_two() * 4],
         })
     }
 
@@ -162,7 +166,9 @@ struct Pending {
     tag: u64,
     buf: Buf,
     write: bool,
-    ptr: *mut u8,
+    /// The buffer's address (an integer, so contexts holding these move
+    /// between threads).
+    ptr: usize,
     offset: u64,
     len: usize,
     done: usize,
@@ -198,14 +204,15 @@ impl<'a> Session<'a> {
         align: usize,
         target: Option<(DmaTarget, &'a M)>,
     ) -> Self {
-        let depth = ctx.nslots;
+        let busy = std::mem::take(&mut ctx.busy);
+        let inflight = std::mem::take(&mut ctx.inflight);
         Self {
             ctx,
             fd,
             align: align.max(1) as u64,
             target: target.map(|(t, _)| t),
-            busy: vec![false; depth],
-            inflight: vec![None; depth.next_power_of_two() * 4],
+            busy,
+            inflight,
             ninflight: 0,
             _mem: PhantomData,
         }
@@ -322,7 +329,7 @@ impl<'a> Session<'a> {
             tag,
             buf,
             write,
-            ptr,
+            ptr: ptr as usize,
             offset: file_offset,
             len,
             done: 0,
@@ -339,7 +346,7 @@ impl<'a> Session<'a> {
     /// Queues what is left of `p` (all of it, the first time) as entry `idx`.
     fn queue(&mut self, idx: usize, p: &Pending) -> Result<()> {
         // SAFETY: `done < len`, and `ptr` is valid for `len` bytes.
-        let ptr = unsafe { p.ptr.add(p.done) };
+        let ptr = unsafe { (p.ptr as *mut u8).add(p.done) };
         let (offset, len) = (p.offset + p.done as u64, (p.len - p.done) as u32);
         let fd = types::Fd(self.fd.as_raw_fd());
         let sqe = match (p.write, p.buf) {
@@ -386,7 +393,7 @@ impl<'a> Session<'a> {
             tag: 0,
             buf: Buf::Slot(i),
             write: false,
-            ptr,
+            ptr: ptr as usize,
             offset: file_offset,
             len,
             done: 0,
@@ -397,7 +404,9 @@ impl<'a> Session<'a> {
             // the range to the kernel for this call.
             let rest = unsafe {
                 std::slice::from_raw_parts_mut(
-                    p.ptr.add(p.done).cast::<std::mem::MaybeUninit<u8>>(),
+                    (p.ptr as *mut u8)
+                        .add(p.done)
+                        .cast::<std::mem::MaybeUninit<u8>>(),
                     p.len - p.done,
                 )
             };
@@ -501,6 +510,10 @@ impl Drop for Session<'_> {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
+        // Nothing in flight: the bookkeeping goes back clean.
+        self.busy.fill(false);
+        self.ctx.busy = std::mem::take(&mut self.busy);
+        self.ctx.inflight = std::mem::take(&mut self.inflight);
     }
 }
 
@@ -719,7 +732,7 @@ mod tests {
             tag: 1,
             buf: Buf::Slot(0),
             write: false,
-            ptr: std::ptr::null_mut(),
+            ptr: 0,
             offset,
             len,
             done: 0,
