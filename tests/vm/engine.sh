@@ -59,10 +59,35 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	esac
 	check_held md-auto-read-p2p p2pdma-vmtest engine-read --nvme "$MD" --image md.img --offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 \
 		--expect-path p2p --expect-reason "P2P by PCI bus address" --hold
+	# A bad block: reads touching byte 8 MiB of NSID 5 fail with a medium
+	# error. Every path fails the read with ENODATA, NVMe commands keep the
+	# controller's status, and nothing is read again on the bounce path.
+	BAD=$(ns_dev 5)
+	check bad-block-p2p-fails p2pdma-vmtest engine-read --nvme "$BAD" --offset $((8 * M - 4096)) --len $((64 * 1024)) \
+		--expect-path p2p --expect-errno ENODATA
+	check bad-block-nvme-cmd-fails p2pdma-vmtest engine-read --nvme "$BAD" --path nvme-cmd --offset $((8 * M - 4096)) --len $((64 * 1024)) \
+		--expect-path nvme-cmd --expect-errno ENODATA --expect-nvme-status 0x281
+	check bad-block-bounce-fails p2pdma-vmtest engine-read --nvme "$BAD" --path bounce --offset $((8 * M - 4096)) --len $((64 * 1024)) \
+		--expect-path bounce --expect-errno ENODATA
 	check auto-write-p2p p2pdma-vmtest engine-write --nvme "$NVME" --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p
 	check forced-bounce-write p2pdma-vmtest engine-write --nvme "$NVME" --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
 
 	mount_rigfs
+	# A copy from the bad namespace into a file fails and leaves neither the
+	# destination nor its temporary behind.
+	if p2pdma-ctl copy "$BAD" /mnt/copied.bin --through accel:0 --len $((12 * M)); then
+		fail bad-block-copy-leaves-nothing "the copy over a bad block succeeded"
+	else
+		left=
+		for f in /mnt/copied.bin /mnt/.copied.bin*; do
+			[ -e "$f" ] && left="$left $f"
+		done
+		if [ -n "$left" ]; then
+			fail bad-block-copy-leaves-nothing "left behind:$left"
+		else
+			pass bad-block-copy-leaves-nothing
+		fi
+	fi
 	# shellcheck disable=SC2317 # run (and exec, in their subshell) by check and check_held
 	data_read() { exec p2pdma-vmtest engine-read --nvme /mnt/data.bin --fs-name /data.bin --verify-buffered "$@"; }
 	# shellcheck disable=SC2317 # run (and exec, in their subshell) by check and check_held

@@ -106,6 +106,16 @@ truncate -s 64M "$out/accel.bin"
 # after the data, at 8 bytes per 512-byte block).
 "$musl/p2pdma-rigdata" make-image "$out/mp.img" 32 --pattern-offset $((64 << 20))
 "$musl/p2pdma-rigdata" make-image "$out/md.img" 17
+# A namespace with a bad block: QEMU's blkdebug fails every read that
+# touches byte 8 MiB (sector 16384) of bad.img, which the emulated controller
+# completes with a medium error (Unrecovered Read Error, SCT 0x2 SC 0x81).
+"$musl/p2pdma-rigdata" make-image "$out/bad.img" 16
+cat >"$out/blkdebug.conf" <<'BLKDEBUG'
+[inject-error]
+event = "read_aio"
+errno = "5"
+sector = "16384"
+BLKDEBUG
 
 pcie=()
 if [ "$topology" = switch ]; then
@@ -150,6 +160,8 @@ timeout -k 5 "$timeout" qemu-system-x86_64 \
 	-device "nvme-ns,drive=nvmfs,bus=nvme0,nsid=2" \
 	-drive "file=$out/md.img,if=none,id=nvmmd,format=raw" \
 	-device "nvme-ns,drive=nvmmd,bus=nvme0,nsid=4,ms=8,pi=1,shared=off" \
+	-drive "file=blkdebug:$out/blkdebug.conf:$out/bad.img,if=none,id=nvmbad,format=raw" \
+	-device "nvme-ns,drive=nvmbad,bus=nvme0,nsid=5,shared=off" \
 	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M" \
 	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus" \
 	>"$out/qemu.log" 2>&1 || qrc=$?

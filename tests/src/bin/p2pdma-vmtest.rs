@@ -106,8 +106,69 @@ struct EngineArgs {
     /// first namespace (`nvme.img`).
     #[arg(long)]
     image: Option<String>,
+    /// The transfer must fail with this errno (ENODATA or EIO), on the path
+    /// chosen, and must not be redone on the bounce path.
+    #[arg(long)]
+    expect_errno: Option<String>,
+    /// With `--expect-errno`: the NVMe status the error must keep, as
+    /// `(SCT << 8) | SC` (0x281: Unrecovered Read Error).
+    #[arg(long, value_parser = parse_hex)]
+    expect_nvme_status: Option<u32>,
     #[arg(long)]
     hold: bool,
+}
+
+fn parse_hex(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0x"), 16).map_err(|e| format!("{s}: {e}"))
+}
+
+/// Checks a transfer that had to fail: with errno `want` (and the NVMe
+/// status, when asked), on the path the handle chose, and not redone on
+/// the bounce path (which would read the bad range a second time).
+fn expect_failure(
+    x: &EngineArgs,
+    want: &str,
+    engine: &p2pdma::transfer::Engine,
+    path: p2pdma::transfer::TransferPath,
+    result: p2pdma::Result<p2pdma::transfer::Report>,
+) -> Result<(), String> {
+    let want_errno = match want {
+        "ENODATA" => rustix::io::Errno::NODATA,
+        "EIO" => rustix::io::Errno::IO,
+        other => return Err(format!("unknown errno name {other}")),
+    };
+    let e = match result {
+        Ok(r) => {
+            return Err(format!(
+                "the transfer succeeded ({} bytes on the {} path, retried: {}); it had to fail with {want}",
+                r.bytes, r.path, r.retried
+            ))
+        }
+        Err(e) => e,
+    };
+    if e.errno() != Some(want_errno) {
+        return Err(format!("expected {want}, the transfer failed with: {e}"));
+    }
+    if let Some(status) = x.expect_nvme_status {
+        match e.nvme_status() {
+            Some(s) if (u32::from(s.sct()) << 8 | u32::from(s.sc())) == status => {}
+            other => {
+                return Err(format!(
+                    "expected NVMe status {status:#x}, the error keeps {other:?}: {e}"
+                ))
+            }
+        }
+    }
+    let stats = engine.stats();
+    let retries = stats.p2p.snapshot().retries + stats.nvme_cmd.snapshot().retries;
+    let bounce_ios = stats.bounce.snapshot().ios;
+    if retries != 0 || (path != p2pdma::transfer::TransferPath::Bounce && bounce_ios != 0) {
+        return Err(format!(
+            "the failure was redone on the bounce path ({retries} retries, {bounce_ios} bounce I/Os): {e}"
+        ));
+    }
+    println!("The read failed on the {path} path, as it had to, and was not redone: {e}");
+    Ok(())
 }
 
 /// Physical address of the page mapped at `va`, from /proc/self/pagemap.
@@ -178,8 +239,11 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
                 .map_err(|e| e.to_string())?;
             handle.write(x.offset, x.mem_offset, x.len)
         }
+    };
+    if let Some(want) = &x.expect_errno {
+        return expect_failure(x, want, &engine, handle.path(), report);
     }
-    .map_err(|e| format!("transfer on handle ({}): {e}", handle.reason()))?;
+    let report = report.map_err(|e| format!("transfer on handle ({}): {e}", handle.reason()))?;
     println!("{}", transfer_sentence(x, write_pattern.is_some(), &report));
     if report.path.as_str() != x.expect_path || report.retried != x.expect_retry {
         return Err(format!(
