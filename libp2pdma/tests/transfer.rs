@@ -414,3 +414,35 @@ fn a_panicking_transfer_completes_its_ticket_with_an_error() {
     good.read_at(0, &mut got).unwrap();
     assert_eq!(got, pattern(9, 0, 65536));
 }
+
+#[test]
+fn writes_update_the_files_mtime_and_ctime_on_every_path() {
+    use std::os::unix::fs::MetadataExt;
+
+    for pref in [PathPref::Bounce, PathPref::P2p] {
+        let path = temp_file(&format!("mtime-{pref}.bin"), &pattern(10, 0, 65536));
+        let old = std::fs::metadata(&path).unwrap();
+        // Timestamps have the kernel's tick as granularity: set them back.
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(past)
+            .unwrap();
+        let before = std::fs::metadata(&path).unwrap();
+        assert!(before.mtime() < old.mtime());
+        let file = StorageFile::open_rw(&path).unwrap();
+        let mem = HostMemory::new(65536).unwrap();
+        mem.write_at(0, &pattern(11, 0, 65536)).unwrap();
+        let e = engine(pref, None, None);
+        // An aligned middle and unaligned edges.
+        e.write(&file, 100, &mem, 100, 20_000).unwrap();
+        let after = std::fs::metadata(&path).unwrap();
+        assert!(after.mtime() > before.mtime(), "{pref}: mtime not updated");
+        assert!(
+            (after.ctime(), after.ctime_nsec()) > (before.ctime(), before.ctime_nsec()),
+            "{pref}: ctime not updated"
+        );
+    }
+}
