@@ -378,40 +378,51 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// Reads `len` bytes at `file_offset` into free slot `i` now, with
-    /// `pread` on the session's descriptor: for a lone I/O a ring round trip
-    /// buys nothing. Partial reads go on by the same rule as [`Session::wait`].
-    /// Returns the bytes read, or the I/O's errno.
-    pub(crate) fn read_now(
+    /// Moves `len` bytes between `file_offset` and `buf` now, with
+    /// `pread` (or `pwrite`, when `write`) on the session's descriptor: for
+    /// a lone I/O a ring round trip buys nothing (and may cost a hand-off to
+    /// a kernel worker thread). Partial transfers go on by the same rule as
+    /// [`Session::wait`]. Returns the bytes moved, or the I/O's errno.
+    pub(crate) fn io_now(
         &mut self,
-        i: usize,
+        write: bool,
+        buf: Buf,
         file_offset: u64,
         len: usize,
     ) -> Result<std::result::Result<usize, Errno>> {
-        let ptr = self.buf_ptr(Buf::Slot(i), len)?;
+        let ptr = self.buf_ptr(buf, len)?;
         let mut p = Pending {
             tag: 0,
-            buf: Buf::Slot(i),
-            write: false,
+            buf,
+            write,
             ptr: ptr as usize,
             offset: file_offset,
             len,
             done: 0,
         };
         loop {
-            // SAFETY: `[done, len)` of the slot, which is free (checked by
-            // `buf_ptr`, and `&mut self` keeps it so); the slice only carries
-            // the range to the kernel for this call.
-            let rest = unsafe {
-                std::slice::from_raw_parts_mut(
-                    (p.ptr as *mut u8)
-                        .add(p.done)
-                        .cast::<std::mem::MaybeUninit<u8>>(),
-                    p.len - p.done,
-                )
+            let (at, rest) = (p.offset + p.done as u64, p.len - p.done);
+            // SAFETY: `[done, len)` of a free slot or of the borrowed target
+            // (checked by `buf_ptr`; `&mut self` keeps the slot free); the
+            // slices only carry the range to the kernel for this call.
+            let r = unsafe {
+                let start = (p.ptr as *mut u8).add(p.done);
+                if write {
+                    rustix::io::pwrite(self.fd, std::slice::from_raw_parts(start, rest), at)
+                } else {
+                    rustix::io::pread(
+                        self.fd,
+                        std::slice::from_raw_parts_mut(
+                            start.cast::<std::mem::MaybeUninit<u8>>(),
+                            rest,
+                        ),
+                        at,
+                    )
+                    .map(|(read, _)| read.len())
+                }
             };
-            let r = match rustix::io::pread(self.fd, rest, p.offset + p.done as u64) {
-                Ok((read, _)) => read.len() as i32,
+            let r = match r {
+                Ok(n) => n as i32,
                 Err(Errno::INTR) => continue,
                 Err(e) => -e.raw_os_error(),
             };

@@ -105,7 +105,7 @@ impl Xfer<'_> {
                 .ok_or_else(|| Error::InvalidArgument("no free bounce slot".into()))?;
             let t = Instant::now();
             let n = s
-                .read_now(slot, a0, (a1 - a0) as usize)?
+                .io_now(false, Buf::Slot(slot), a0, (a1 - a0) as usize)?
                 .map_err(|e| self.file.io_error("read", a0, a1 - a0, e))?;
             self.stats.record_storage(t.elapsed());
             self.stats.record_ios(1);

@@ -47,6 +47,31 @@ fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> R
     let n = (m1 - m0).div_ceil(chunk);
     let mut next = 0u64;
     let op = if write { "P2P write" } else { "P2P read" };
+    let short = |done: usize, clen: usize| Error::Short {
+        what: if write {
+            "P2P write to storage"
+        } else {
+            "P2P read from storage"
+        },
+        expected: clen as u64,
+        done: done as u64,
+    };
+    if n == 1 && s.inflight() == 0 {
+        // One I/O: nothing to overlap it with.
+        let clen = (m1 - m0) as usize;
+        let buf = Buf::Target(x.mem_offset + (m0 - x.file_offset) as usize);
+        let t = Instant::now();
+        let got = s
+            .io_now(write, buf, m0, clen)?
+            .map_err(|e| x.file.io_error(op, m0, clen as u64, e))?;
+        x.stats.record_storage(t.elapsed());
+        x.stats.record_ios(1);
+        return if got < clen {
+            Err(short(got, clen))
+        } else {
+            Ok(())
+        };
+    }
     loop {
         while next < n && s.inflight() < s.depth() {
             let c0 = m0 + next * chunk;
@@ -71,15 +96,7 @@ fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> R
             let clen = chunk.min(m1 - c0) as usize;
             let got = c.res.map_err(|e| x.file.io_error(op, c0, clen as u64, e))?;
             if got < clen {
-                return Err(Error::Short {
-                    what: if write {
-                        "P2P write to storage"
-                    } else {
-                        "P2P read from storage"
-                    },
-                    expected: clen as u64,
-                    done: got as u64,
-                });
+                return Err(short(got, clen));
             }
         }
     }
