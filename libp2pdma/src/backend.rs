@@ -212,6 +212,11 @@ impl ModuleMemory {
     pub fn module(&self) -> &Arc<Module> {
         &self.module
     }
+
+    /// Its mapping in this process.
+    pub fn mapping(&self) -> &crate::DeviceMapping {
+        &self.map
+    }
 }
 
 impl Drop for ModuleMemory {

@@ -384,9 +384,17 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         let index = m.accelerators().ok()?.first()?.index;
         ModuleMemory::alloc(m.clone(), index, 1 << 20, 0).ok()
     });
-    let mem: Box<dyn DeviceMemory> = match accel {
-        Some(m) => Box::new(m),
-        None => Box::new(HostMemory::new(1 << 20).map_err(|e| e.to_string())?),
+    // With accelerator memory, a third way: pread with O_DIRECT straight
+    // into its mapping, which is what the engine's P2P path does, without
+    // the engine: the engine's own cost, apart from P2P's.
+    let host = match accel {
+        Some(_) => None,
+        None => Some(HostMemory::new(1 << 20).map_err(|e| e.to_string())?),
+    };
+    let mem: &dyn DeviceMemory = match (&accel, &host) {
+        (Some(m), _) => m,
+        (None, Some(h)) => h,
+        (None, None) => return Err("no memory".into()),
     };
     let e = Engine::new(Config::default(), module);
     let direct = std::fs::OpenOptions::new()
@@ -400,7 +408,7 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 17) % (size / 4096) * 4096)
         .collect();
     let mut block = Box::new(Block([0; 4096]));
-    let choice = e.choose(&file, mem.as_ref()).map_err(|e| e.to_string())?;
+    let choice = e.choose(&file, mem).map_err(|e| e.to_string())?;
     println!(
         "small: {ops} random 4 KiB reads of {} ({} MiB) into {}, x {} reps, medians per read",
         path.display(),
@@ -418,7 +426,7 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let (mut eng, mut sys) = (Vec::new(), Vec::new());
     let by_engine = |i: usize, off: u64| -> Res<f64> {
         let t = Instant::now();
-        e.read(&file, off, mem.as_ref(), (i % 256) * 4096, 4096)
+        e.read(&file, off, mem, (i % 256) * 4096, 4096)
             .map_err(|e| e.to_string())?;
         Ok(t.elapsed().as_nanos() as f64)
     };
@@ -434,6 +442,18 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             .map_err(|e| e.to_string())?;
         Ok(t.elapsed().as_nanos() as f64)
     };
+    let mut raw = Vec::new();
+    let by_mapping = |i: usize, off: u64| -> Res<f64> {
+        let map = accel.as_ref().ok_or("no accelerator memory")?.mapping();
+        let t = Instant::now();
+        let n = map
+            .read_from_file(&direct, off, (i % 256) * 4096, 4096)
+            .map_err(|e| e.to_string())?;
+        if n != 4096 {
+            return Err(format!("short pread at {off}: {n}"));
+        }
+        Ok(t.elapsed().as_nanos() as f64)
+    };
     for rep in 0..a.reps.max(1) {
         for (i, &off) in offsets.iter().enumerate() {
             if (i + rep) % 2 == 0 {
@@ -442,6 +462,9 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             } else {
                 sys.push(by_pread(i, off)?);
                 eng.push(by_engine(i, off)?);
+            }
+            if accel.is_some() {
+                raw.push(by_mapping(i, off)?);
             }
         }
     }
@@ -466,6 +489,16 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         "reads": ops, "bytes": 4096, "path": choice.path.to_string(),
         "engine_ns": eng, "pread_copy_ns": sys, "engine_vs_pread": eng / sys,
     });
+    if !raw.is_empty() {
+        let raw = median(raw);
+        println!(
+            "  pread(O_DIRECT) straight into the mapping {:8.2} us/read   engine/that {:5.3}",
+            raw / 1e3,
+            eng / raw
+        );
+        json_out["small"]["pread_into_mapping_ns"] = json!(raw);
+        json_out["small"]["engine_vs_pread_into_mapping"] = json!(eng / raw);
+    }
     Ok(())
 }
 
