@@ -60,11 +60,10 @@ fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> R
         // One I/O: nothing to overlap it with.
         let clen = (m1 - m0) as usize;
         let buf = Buf::Target(x.mem_offset + (m0 - x.file_offset) as usize);
-        let t = Instant::now();
         let got = s
             .io_now(write, buf, m0, clen)?
             .map_err(|e| x.file.io_error(op, m0, clen as u64, e))?;
-        x.stats.record_storage(t.elapsed());
+        x.stats.record_storage(x.start.elapsed());
         x.stats.record_ios(1);
         return if got < clen {
             Err(short(got, clen))

@@ -778,6 +778,7 @@ impl Engine {
             mem_offset,
             len,
             stats,
+            start,
         };
         let (res, path, retried) = match choice.path {
             TransferPath::Bounce => (
