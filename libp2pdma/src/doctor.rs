@@ -1195,9 +1195,9 @@ fn nvme_passthrough_check(
             let file = match t.kind {
                 TargetKind::File { .. } => match std::fs::File::open(&t.path) {
                     Ok(f) => crate::transfer::extents::Filesystem::of(f.as_fd()).map(|fs| {
-                        format!("; for a file ({fs}), its extents are mapped to blocks with FIEMAP first")
+                        format!("; for a file ({fs}), reads only (writes to files go by P2P or the bounce path): its extents are mapped to blocks with FIEMAP first")
                     }),
-                    Err(_) => Ok("; for a file, its extents are mapped to blocks first".into()),
+                    Err(_) => Ok("; for a file, reads only: its extents are mapped to blocks first".into()),
                 },
                 _ => Ok(String::new()),
             };
@@ -1881,7 +1881,7 @@ mod tests {
                 assert_eq!(p.status, Status::Ok, "{}", p.detail);
                 assert!(
                     p.detail.ends_with(&format!(
-                        "for a file ({kind}), its extents are mapped to blocks with FIEMAP first"
+                        "for a file ({kind}), reads only (writes to files go by P2P or the bounce path): its extents are mapped to blocks with FIEMAP first"
                     )),
                     "{}",
                     p.detail

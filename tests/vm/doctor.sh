@@ -76,7 +76,7 @@ json=$(p2pdma-ctl doctor /mnt/data.bin --dev 0 --json 2>&1)
 echo "$json"
 has_json doctor-file-storage-is-nvme '"name":"storage","status":"ok"'
 has_json doctor-file-generic "\"generic_path\":\"$FSDEV_NG\""
-has_json doctor-file-nvme-cmd '"detail":"[^"]*for a file (ext4), its extents are mapped to blocks with FIEMAP first","name":"nvme passthrough","status":"ok"'
+has_json doctor-file-nvme-cmd '"detail":"[^"]*for a file (ext4), reads only (writes to files go by P2P or the bounce path): its extents are mapped to blocks with FIEMAP first","name":"nvme passthrough","status":"ok"'
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	has_json doctor-file-chooses-p2p '"path":"p2p"'
 else
