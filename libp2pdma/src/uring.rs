@@ -318,22 +318,12 @@ impl<'a> Session<'a> {
         len: usize,
         tag: u64,
     ) -> Result<()> {
-        let ptr = self.buf_ptr(buf, len)?;
-        u32::try_from(len).map_err(|_| Error::InvalidArgument("I/O over 4 GiB".into()))?;
+        let p = self.pending(write, buf, file_offset, len, tag)?;
         let idx = self
             .inflight
             .iter()
             .position(Option::is_none)
             .ok_or_else(|| Error::InvalidArgument("too many I/Os in flight".into()))?;
-        let p = Pending {
-            tag,
-            buf,
-            write,
-            ptr: ptr as usize,
-            offset: file_offset,
-            len,
-            done: 0,
-        };
         self.queue(idx, &p)?;
         if let Buf::Slot(i) = buf {
             self.busy[i] = true;
@@ -341,6 +331,29 @@ impl<'a> Session<'a> {
         self.inflight[idx] = Some(p);
         self.ninflight += 1;
         Ok(())
+    }
+
+    /// An I/O of `len` bytes between `file_offset` and `buf`, checked
+    /// against the session's borrows, nothing of it moved yet.
+    fn pending(
+        &self,
+        write: bool,
+        buf: Buf,
+        file_offset: u64,
+        len: usize,
+        tag: u64,
+    ) -> Result<Pending> {
+        let ptr = self.buf_ptr(buf, len)?;
+        u32::try_from(len).map_err(|_| Error::InvalidArgument("I/O over 4 GiB".into()))?;
+        Ok(Pending {
+            tag,
+            buf,
+            write,
+            ptr: ptr as usize,
+            offset: file_offset,
+            len,
+            done: 0,
+        })
     }
 
     /// Queues what is left of `p` (all of it, the first time) as entry `idx`.
@@ -390,16 +403,7 @@ impl<'a> Session<'a> {
         file_offset: u64,
         len: usize,
     ) -> Result<std::result::Result<usize, Errno>> {
-        let ptr = self.buf_ptr(buf, len)?;
-        let mut p = Pending {
-            tag: 0,
-            buf,
-            write,
-            ptr: ptr as usize,
-            offset: file_offset,
-            len,
-            done: 0,
-        };
+        let mut p = self.pending(write, buf, file_offset, len, 0)?;
         loop {
             let (at, rest) = (p.offset + p.done as u64, p.len - p.done);
             // SAFETY: `[done, len)` of a free slot or of the borrowed target
