@@ -16,7 +16,7 @@
 #include <linux/types.h>
 
 #define P2PDMA_IOCTL_MAGIC 0xBC
-#define P2PDMA_ABI_VERSION 1
+#define P2PDMA_ABI_VERSION 2
 #define P2PDMA_ABI_MIN_COMPAT 1
 #define P2PDMA_MAX_DEVICES 64
 
@@ -26,9 +26,26 @@
 #define P2PDMA_CAP_P2P_QUERY (1ULL << 2)	/* P2P_QUERY */
 #define P2PDMA_CAP_DMA_MAP (1ULL << 3)		/* DMA_MAP, PIN_USER, UNMAP */
 #define P2PDMA_CAP_DMABUF (1ULL << 4)		/* DMABUF_IMPORT */
+#define P2PDMA_CAP_REVOKE (1ULL << 5)		/* SET_EVENTFD, HANDLE_STATE */
+#define P2PDMA_CAP_MAP_DIRECTION (1ULL << 6)	/* P2PDMA_MAP_PEER_READS/WRITES */
 
 /* The peer is the block device behind peer.fd, not a PCI address. */
 #define P2PDMA_PEER_FD (1U << 0)
+
+/*
+ * Mapping direction (DMA_MAP, PIN_USER, DMABUF_IMPORT flags): the peer only
+ * reads the memory (PIN_USER then pins read-only), or only writes it.
+ * Neither or both: it does both.
+ */
+#define P2PDMA_MAP_PEER_READS (1U << 1)
+#define P2PDMA_MAP_PEER_WRITES (1U << 2)
+
+/* Most live PIN_USER mappings of one file covering one user page. */
+#define P2PDMA_MAX_PIN_OVERLAP 4
+
+/* p2pdma_handle_state.state values. */
+#define P2PDMA_STATE_LIVE 1
+#define P2PDMA_STATE_REVOKED 2
 
 /* map_type values. */
 #define P2PDMA_MAP_BUS_ADDR 1		/* by bus address through a common switch */
@@ -140,6 +157,21 @@ struct p2pdma_unmap {
 	__u64 reserved[2];
 };
 
+/* Argument of P2PDMA_IOC_SET_EVENTFD. */
+struct p2pdma_eventfd {
+	__s32 fd;		/* an eventfd, or -1 to stop */
+	__u32 flags;		/* zero */
+	__u64 reserved[2];
+};
+
+/* In/out argument of P2PDMA_IOC_HANDLE_STATE. */
+struct p2pdma_handle_state {
+	__u64 handle;		/* in: allocation or mapping handle */
+	__u32 flags;		/* in: zero */
+	__u32 state;		/* out: P2PDMA_STATE_* */
+	__u64 reserved[2];
+};
+
 /* Query the ABI version and capabilities. Never fails. */
 #define P2PDMA_IOC_GET_VERSION _IOR(P2PDMA_IOCTL_MAGIC, 0x00, struct p2pdma_version)
 
@@ -153,8 +185,11 @@ struct p2pdma_unmap {
  * Allocate accelerator memory owned by this open file; mmap(2) it with
  * MAP_SHARED at mmap_offset (write-combined; only the opening process may
  * map; not inherited by fork). Closing the file frees everything.
+ * The memory reads as zeros.
  * EINVAL: non-zero flags/reserved, size 0 or too large, bad align.
  * ENODEV: no such device, or it was unbound. ENOMEM: no P2P memory left.
+ * EDQUOT: without CAP_SYS_ADMIN, the user would hold more than the
+ * module's user_share percent of the device's memory.
  */
 #define P2PDMA_IOC_ALLOC _IOWR(P2PDMA_IOCTL_MAGIC, 0x02, struct p2pdma_alloc)
 
@@ -175,18 +210,25 @@ struct p2pdma_unmap {
 #define P2PDMA_IOC_P2P_QUERY _IOWR(P2PDMA_IOCTL_MAGIC, 0x04, struct p2pdma_p2p_query)
 
 /*
- * DMA-map [offset, offset + length) of an allocation for a peer. Needs
- * CAP_SYS_RAWIO (EPERM). EINVAL: non-zero fields, range not page aligned,
- * empty or outside the allocation. ENOENT: no such allocation. EREMOTEIO:
- * the peer cannot reach the memory. ENOSPC: max_segs too small (num_segs
- * says how many). Peer errors as for P2P_QUERY.
+ * DMA-map [offset, offset + length) of an allocation for a peer, by the
+ * kernel's DMA API (P2PDMA rules, ACS, IOMMU). Needs CAP_SYS_RAWIO (EPERM).
+ * EINVAL: unknown flags, non-zero fields, range not page aligned, empty or
+ * outside the allocation. ENOENT: no such allocation. EREMOTEIO: the kernel
+ * does not allow P2P between them. EXDEV: the controllers of a multipath
+ * device need different addresses. ENOSPC: max_segs too small (num_segs
+ * says how many). ENODEV: the allocation was revoked. Peer errors as for
+ * P2P_QUERY.
  */
 #define P2PDMA_IOC_DMA_MAP _IOWR(P2PDMA_IOCTL_MAGIC, 0x05, struct p2pdma_dma_map)
 
 /*
  * Pin a host user buffer and DMA-map it for a peer. Needs CAP_SYS_RAWIO.
+ * Counts against RLIMIT_MEMLOCK (pinned_vm) without CAP_IPC_LOCK.
  * EINVAL: user_va/length not page aligned, length 0 or over 1 GiB,
- * non-zero fields. EFAULT: buffer not mapped. ENOSPC, ENOMEM, peer errors.
+ * non-zero fields. EFAULT: buffer not mapped, or read-only without
+ * P2PDMA_MAP_PEER_READS. ENOMEM: over RLIMIT_MEMLOCK. ETOOMANYREFS: a page
+ * already carries P2PDMA_MAX_PIN_OVERLAP pins of this file. ENOSPC, peer
+ * errors.
  */
 #define P2PDMA_IOC_PIN_USER _IOWR(P2PDMA_IOCTL_MAGIC, 0x06, struct p2pdma_dma_map)
 
@@ -197,10 +239,23 @@ struct p2pdma_unmap {
 #define P2PDMA_IOC_UNMAP _IOW(P2PDMA_IOCTL_MAGIC, 0x07, struct p2pdma_unmap)
 
 /*
- * Import a dma-buf for a peer: attach, map, return the peer's addresses.
- * Needs CAP_SYS_RAWIO. EBADF: not a dma-buf. EINVAL, ENOSPC, ENOMEM, peer
- * errors, and the exporter's errors.
+ * Import a dma-buf for a peer: a dynamic, peer-to-peer attachment, pinned
+ * while imported; revoked if the exporter moves it anyway. Returns the
+ * peer's addresses. Needs CAP_SYS_RAWIO. EBADF: not a dma-buf. EINVAL,
+ * ENOSPC, ENOMEM, peer errors, and the exporter's errors.
  */
 #define P2PDMA_IOC_DMABUF_IMPORT _IOWR(P2PDMA_IOCTL_MAGIC, 0x08, struct p2pdma_dma_map)
+
+/*
+ * Signal an eventfd each time an allocation or mapping of this file is
+ * revoked (its accelerator or peer unbound, or a dma-buf withdrawn); fd -1
+ * stops it. The opening process only. EBADF: not an eventfd.
+ */
+#define P2PDMA_IOC_SET_EVENTFD _IOW(P2PDMA_IOCTL_MAGIC, 0x09, struct p2pdma_eventfd)
+
+/*
+ * Whether a handle of this file is live or revoked. ENOENT: no such handle.
+ */
+#define P2PDMA_IOC_HANDLE_STATE _IOWR(P2PDMA_IOCTL_MAGIC, 0x0a, struct p2pdma_handle_state)
 
 #endif /* P2PDMA_UAPI_H */

@@ -20,7 +20,7 @@ use core::mem::{offset_of, size_of};
 pub const P2PDMA_IOCTL_MAGIC: u32 = 0xBC;
 
 /// ABI version implemented by this file. Bumped when ioctls are added.
-pub const P2PDMA_ABI_VERSION: u32 = 1;
+pub const P2PDMA_ABI_VERSION: u32 = 2;
 
 /// Oldest ABI version a caller may have been built against and still work.
 pub const P2PDMA_ABI_MIN_COMPAT: u32 = 1;
@@ -35,6 +35,12 @@ pub const P2PDMA_CAP_P2P_QUERY: u64 = 1 << 2;
 pub const P2PDMA_CAP_DMA_MAP: u64 = 1 << 3;
 /// Capability bit: `DMABUF_IMPORT`.
 pub const P2PDMA_CAP_DMABUF: u64 = 1 << 4;
+/// Capability bit (ABI 2): `SET_EVENTFD` and `HANDLE_STATE`: resources are
+/// revoked when a device they depend on goes away, and the owner is told.
+pub const P2PDMA_CAP_REVOKE: u64 = 1 << 5;
+/// Capability bit (ABI 2): [`P2PDMA_MAP_PEER_READS`] and
+/// [`P2PDMA_MAP_PEER_WRITES`].
+pub const P2PDMA_CAP_MAP_DIRECTION: u64 = 1 << 6;
 
 const IOC_NRBITS: u32 = 8;
 const IOC_TYPEBITS: u32 = 8;
@@ -117,6 +123,19 @@ pub const P2PDMA_MAX_DEVICES: u32 = 64;
 /// Peer selection flag: the peer is the device behind `peer_fd` (an open
 /// block device, e.g. `/dev/nvme0n1`), not the PCI address fields.
 pub const P2PDMA_PEER_FD: u32 = 1 << 0;
+
+/// Mapping flag (`DMA_MAP`, `PIN_USER`, `DMABUF_IMPORT`): the peer only
+/// reads the memory (`DMA_TO_DEVICE`). `PIN_USER` then pins without write
+/// access, so read-only buffers can be pinned.
+pub const P2PDMA_MAP_PEER_READS: u32 = 1 << 1;
+/// Mapping flag: the peer only writes the memory (`DMA_FROM_DEVICE`).
+/// Neither or both of the two flags: the peer reads and writes.
+pub const P2PDMA_MAP_PEER_WRITES: u32 = 1 << 2;
+
+/// Most live `PIN_USER` mappings of one file that may cover the same user
+/// page; one more gets `ETOOMANYREFS` (the DMA API bounds how many mappings
+/// of one cacheline may be live at once).
+pub const P2PDMA_MAX_PIN_OVERLAP: u32 = 4;
 
 /// `map_type`: the peer reaches the memory by PCI bus address through a
 /// common switch.
@@ -288,6 +307,39 @@ pub struct P2pdmaUnmap {
     pub reserved: [u64; 2],
 }
 
+/// Argument of [`P2PDMA_IOC_SET_EVENTFD`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaEventfd {
+    /// An eventfd, or -1 to stop notifications.
+    pub fd: i32,
+    /// Must be zero.
+    pub flags: u32,
+    /// Zero.
+    pub reserved: [u64; 2],
+}
+
+/// [`P2pdmaHandleState::state`]: the resource is usable.
+pub const P2PDMA_STATE_LIVE: u32 = 1;
+/// [`P2pdmaHandleState::state`]: the resource was revoked (its device, or
+/// its peer, was unbound; or the dma-buf's exporter withdrew it). Its DMA
+/// addresses are no longer valid; `FREE` or `UNMAP` releases the handle.
+pub const P2PDMA_STATE_REVOKED: u32 = 2;
+
+/// In/out argument of [`P2PDMA_IOC_HANDLE_STATE`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaHandleState {
+    /// In: an allocation handle or a mapping handle of this file.
+    pub handle: u64,
+    /// In: must be zero.
+    pub flags: u32,
+    /// Out: `P2PDMA_STATE_*`.
+    pub state: u32,
+    /// In: zero.
+    pub reserved: [u64; 2],
+}
+
 /// Query the ABI version and capabilities. Never fails.
 pub const P2PDMA_IOC_GET_VERSION: u32 = ioc(IOC_READ, 0x00, size_of::<P2pdmaVersion>());
 
@@ -300,13 +352,18 @@ pub const P2PDMA_IOC_DEVICE_INFO: u32 =
 
 /// Allocate accelerator memory, owned by the open file.
 ///
+/// The memory reads as zeros: no opener sees what a previous user left.
+///
 /// Errors: `EINVAL` (flags/reserved non-zero, size 0 or too large, bad
 /// alignment), `ENODEV` (no such device, or it was unbound), `ENOMEM` (no
-/// P2P memory left), `EFAULT`.
+/// P2P memory left), `EDQUOT` (a caller without `CAP_SYS_ADMIN` would hold
+/// more than the module's `user_share` percent of the device's memory,
+/// counted over all files of its user), `EFAULT`.
 pub const P2PDMA_IOC_ALLOC: u32 = ioc(IOC_READ | IOC_WRITE, 0x02, size_of::<P2pdmaAlloc>());
 
 /// Free an allocation. Existing user mappings of it stay valid until
 /// unmapped; the memory returns to the device when the last one goes.
+/// Freeing a revoked allocation only releases its handle.
 ///
 /// Errors: `EINVAL` (flags/reserved non-zero), `ENOENT` (no such handle in
 /// this file), `EBUSY` (a `DMA_MAP` mapping of it still exists), `EFAULT`.
@@ -321,24 +378,37 @@ pub const P2PDMA_IOC_FREE: u32 = ioc(IOC_WRITE, 0x03, size_of::<P2pdmaFree>());
 pub const P2PDMA_IOC_P2P_QUERY: u32 = ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<P2pdmaP2pQuery>());
 
 /// DMA-map a range of an allocation for a peer; returns the peer's
-/// addresses. Requires `CAP_SYS_RAWIO`.
+/// addresses. Requires `CAP_SYS_RAWIO`. The kernel's DMA API maps the
+/// allocation's pages (`dma_map_sgtable`), so the P2PDMA rules, ACS and the
+/// IOMMU decide the addresses and `map_type`. A multipath block device is
+/// mapped for every controller under it, and succeeds only when they all
+/// get the same addresses.
 ///
-/// Errors: `EPERM`, `EINVAL` (flags/reserved/pad non-zero, range not page
-/// aligned or outside the allocation, length 0), `ENOENT` (no such
-/// allocation), `EREMOTEIO` (the peer cannot reach the memory), `ENOSPC`
-/// (`max_segs` too small; `num_segs` says how many are needed), peer errors
-/// as for `P2P_QUERY`, `ENODEV`, `ENOMEM`, `EFAULT`.
+/// Errors: `EPERM`, `EINVAL` (unknown flags, reserved/pad non-zero, range
+/// not page aligned or outside the allocation, length 0), `ENOENT` (no such
+/// allocation), `EREMOTEIO` (the kernel does not allow P2P between them),
+/// `EXDEV` (the paths of a multipath device need different addresses: map
+/// for one controller), `ENOSPC` (`max_segs` too small; `num_segs` says how
+/// many are needed), peer errors as for `P2P_QUERY`, `ENODEV` (the
+/// allocation was revoked), `ENOMEM`, `EFAULT`.
 pub const P2PDMA_IOC_DMA_MAP: u32 = ioc(IOC_READ | IOC_WRITE, 0x05, size_of::<P2pdmaDmaMap>());
 
 /// Pin a host user buffer and DMA-map it for a peer. Requires
 /// `CAP_SYS_RAWIO`.
 ///
+/// The pinned pages count against `RLIMIT_MEMLOCK` (as the process's
+/// `pinned_vm`) unless the caller has `CAP_IPC_LOCK`.
+///
 /// Errors: `EPERM`, `EINVAL` (address or length not page aligned, length 0
-/// or over 1 GiB, non-zero fields), `EFAULT` (buffer not mapped), `ENOSPC`,
-/// `ENOMEM`, peer errors as for `P2P_QUERY`.
+/// or over 1 GiB, non-zero fields), `EFAULT` (buffer not mapped, or not
+/// writable without [`P2PDMA_MAP_PEER_READS`]), `ENOMEM` (over
+/// `RLIMIT_MEMLOCK`, or out of memory), `ETOOMANYREFS` (a page already
+/// carries [`P2PDMA_MAX_PIN_OVERLAP`] pins of this file), `ENOSPC`, peer
+/// errors as for `P2P_QUERY`.
 pub const P2PDMA_IOC_PIN_USER: u32 = ioc(IOC_READ | IOC_WRITE, 0x06, size_of::<P2pdmaDmaMap>());
 
-/// Release a mapping made by `DMA_MAP`, `PIN_USER` or `DMABUF_IMPORT`.
+/// Release a mapping made by `DMA_MAP`, `PIN_USER` or `DMABUF_IMPORT`
+/// (revoked ones too).
 ///
 /// Errors: `EINVAL` (non-zero fields), `ENOENT` (no such mapping in this
 /// file), `EFAULT`.
@@ -347,10 +417,32 @@ pub const P2PDMA_IOC_UNMAP: u32 = ioc(IOC_WRITE, 0x07, size_of::<P2pdmaUnmap>())
 /// Import a dma-buf (e.g. GPU memory exported by its driver) for a peer:
 /// attach, map, and return the peer's addresses. Requires `CAP_SYS_RAWIO`.
 ///
+/// The attachment is dynamic and allows peer-to-peer, and the buffer is
+/// pinned while imported; if the exporter still moves or withdraws it
+/// (`move_notify`), the mapping is revoked.
+///
 /// Errors: `EPERM`, `EINVAL`, `EBADF` (not a dma-buf), `ENOSPC`, `ENOMEM`,
 /// peer errors as for `P2P_QUERY`, errors of the exporter.
 pub const P2PDMA_IOC_DMABUF_IMPORT: u32 =
     ioc(IOC_READ | IOC_WRITE, 0x08, size_of::<P2pdmaDmaMap>());
+
+/// Have the eventfd `fd` signalled each time a resource of this file (an
+/// allocation or a mapping) is revoked; `fd = -1` stops it. Resources are
+/// revoked when their accelerator is unbound, when the peer of a mapping is
+/// unbound from its driver, or when a dma-buf's exporter withdraws it; then
+/// [`P2PDMA_IOC_HANDLE_STATE`] says which. The opening process only.
+///
+/// Errors: `EPERM`, `EINVAL` (non-zero fields), `EBADF` (not an eventfd),
+/// `EFAULT`.
+pub const P2PDMA_IOC_SET_EVENTFD: u32 = ioc(IOC_WRITE, 0x09, size_of::<P2pdmaEventfd>());
+
+/// Whether an allocation or mapping handle of this file is live or was
+/// revoked.
+///
+/// Errors: `EINVAL` (non-zero fields), `ENOENT` (no such handle in this
+/// file), `EFAULT`.
+pub const P2PDMA_IOC_HANDLE_STATE: u32 =
+    ioc(IOC_READ | IOC_WRITE, 0x0a, size_of::<P2pdmaHandleState>());
 
 // The layout is frozen: these fail to compile if it moves.
 const _: () = {
@@ -418,6 +510,15 @@ const _: () = {
 
     assert!(size_of::<P2pdmaUnmap>() == 32);
 
+    assert!(size_of::<P2pdmaEventfd>() == 24);
+    assert!(offset_of!(P2pdmaEventfd, flags) == 4);
+    assert!(offset_of!(P2pdmaEventfd, reserved) == 8);
+
+    assert!(size_of::<P2pdmaHandleState>() == 32);
+    assert!(offset_of!(P2pdmaHandleState, flags) == 8);
+    assert!(offset_of!(P2pdmaHandleState, state) == 12);
+    assert!(offset_of!(P2pdmaHandleState, reserved) == 16);
+
     assert!(P2PDMA_IOC_GET_VERSION == 0x8038_BC00);
     assert!(P2PDMA_IOC_DEVICE_INFO == 0xC058_BC01);
     assert!(P2PDMA_IOC_ALLOC == 0xC048_BC02);
@@ -427,4 +528,6 @@ const _: () = {
     assert!(P2PDMA_IOC_PIN_USER == 0xC078_BC06);
     assert!(P2PDMA_IOC_UNMAP == 0x4020_BC07);
     assert!(P2PDMA_IOC_DMABUF_IMPORT == 0xC078_BC08);
+    assert!(P2PDMA_IOC_SET_EVENTFD == 0x4018_BC09);
+    assert!(P2PDMA_IOC_HANDLE_STATE == 0xC020_BC0A);
 };

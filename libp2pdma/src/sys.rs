@@ -193,6 +193,34 @@ pub fn unmap(fd: impl AsFd, arg: abi::P2pdmaUnmap) -> Result<(), Errno> {
     }
 }
 
+/// Has the eventfd in `arg` signalled when a resource of this file is
+/// revoked (`fd = -1` stops it).
+#[doc(alias = "P2PDMA_IOC_SET_EVENTFD")]
+pub fn set_eventfd(fd: impl AsFd, arg: abi::P2pdmaEventfd) -> Result<(), Errno> {
+    // SAFETY: The request code is an `_IOW` of exactly `P2pdmaEventfd`, which
+    // the kernel only reads.
+    unsafe {
+        ioctl(
+            fd,
+            Setter::<{ abi::P2PDMA_IOC_SET_EVENTFD as Opcode }, abi::P2pdmaEventfd>::new(arg),
+        )
+    }
+}
+
+/// Whether an allocation or mapping handle is live or revoked; `arg.state`
+/// is set in place.
+#[doc(alias = "P2PDMA_IOC_HANDLE_STATE")]
+pub fn handle_state(fd: impl AsFd, arg: &mut abi::P2pdmaHandleState) -> Result<(), Errno> {
+    // SAFETY: The request code is an `_IOWR` of exactly `P2pdmaHandleState`,
+    // which the kernel reads and rewrites in place; all of it is integers.
+    unsafe {
+        ioctl(
+            fd,
+            Updater::<{ abi::P2PDMA_IOC_HANDLE_STATE as Opcode }, abi::P2pdmaHandleState>::new(arg),
+        )
+    }
+}
+
 /// An argument address that can never point at memory of this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InvalidPointer {

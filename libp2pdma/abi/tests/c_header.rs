@@ -53,6 +53,11 @@ int main(void) {
     S(p2pdma_unmap)
     O(p2pdma_unmap, map_handle) O(p2pdma_unmap, flags) O(p2pdma_unmap, reserved0)
     O(p2pdma_unmap, reserved)
+    S(p2pdma_eventfd)
+    O(p2pdma_eventfd, fd) O(p2pdma_eventfd, flags) O(p2pdma_eventfd, reserved)
+    S(p2pdma_handle_state)
+    O(p2pdma_handle_state, handle) O(p2pdma_handle_state, flags)
+    O(p2pdma_handle_state, state) O(p2pdma_handle_state, reserved)
     V(P2PDMA_IOCTL_MAGIC) V(P2PDMA_ABI_VERSION) V(P2PDMA_ABI_MIN_COMPAT)
     V(P2PDMA_MAX_DEVICES) V(P2PDMA_CAP_BAR_P2PMEM) V(P2PDMA_CAP_ALLOC)
     V(P2PDMA_CAP_P2P_QUERY) V(P2PDMA_CAP_DMA_MAP) V(P2PDMA_CAP_DMABUF)
@@ -61,6 +66,9 @@ int main(void) {
     V(P2PDMA_IOC_GET_VERSION) V(P2PDMA_IOC_DEVICE_INFO) V(P2PDMA_IOC_ALLOC)
     V(P2PDMA_IOC_FREE) V(P2PDMA_IOC_P2P_QUERY) V(P2PDMA_IOC_DMA_MAP)
     V(P2PDMA_IOC_PIN_USER) V(P2PDMA_IOC_UNMAP) V(P2PDMA_IOC_DMABUF_IMPORT)
+    V(P2PDMA_CAP_REVOKE) V(P2PDMA_CAP_MAP_DIRECTION) V(P2PDMA_MAP_PEER_READS)
+    V(P2PDMA_MAP_PEER_WRITES) V(P2PDMA_MAX_PIN_OVERLAP) V(P2PDMA_STATE_LIVE)
+    V(P2PDMA_STATE_REVOKED) V(P2PDMA_IOC_SET_EVENTFD) V(P2PDMA_IOC_HANDLE_STATE)
     return 0;
 }
 "#;
@@ -136,13 +144,19 @@ fn c_header_matches_rust_abi() {
         segs_ptr max_segs num_segs map_handle map_type pad1 reserved);
     s!(P2pdmaUnmap, "p2pdma_unmap");
     o!(P2pdmaUnmap, "p2pdma_unmap", map_handle flags reserved0 reserved);
+    s!(P2pdmaEventfd, "p2pdma_eventfd");
+    o!(P2pdmaEventfd, "p2pdma_eventfd", fd flags reserved);
+    s!(P2pdmaHandleState, "p2pdma_handle_state");
+    o!(P2pdmaHandleState, "p2pdma_handle_state", handle flags state reserved);
     v!(P2PDMA_IOCTL_MAGIC P2PDMA_ABI_VERSION P2PDMA_ABI_MIN_COMPAT P2PDMA_MAX_DEVICES
         P2PDMA_CAP_BAR_P2PMEM P2PDMA_CAP_ALLOC P2PDMA_CAP_P2P_QUERY P2PDMA_CAP_DMA_MAP
         P2PDMA_CAP_DMABUF P2PDMA_PEER_FD P2PDMA_MAP_BUS_ADDR P2PDMA_MAP_THRU_HOST_BRIDGE
         P2PDMA_MAP_NOT_SUPPORTED P2PDMA_REASON_LEN P2PDMA_MAX_ALIGN
         P2PDMA_IOC_GET_VERSION P2PDMA_IOC_DEVICE_INFO P2PDMA_IOC_ALLOC P2PDMA_IOC_FREE
         P2PDMA_IOC_P2P_QUERY P2PDMA_IOC_DMA_MAP P2PDMA_IOC_PIN_USER P2PDMA_IOC_UNMAP
-        P2PDMA_IOC_DMABUF_IMPORT);
+        P2PDMA_IOC_DMABUF_IMPORT P2PDMA_CAP_REVOKE P2PDMA_CAP_MAP_DIRECTION
+        P2PDMA_MAP_PEER_READS P2PDMA_MAP_PEER_WRITES P2PDMA_MAX_PIN_OVERLAP P2PDMA_STATE_LIVE
+        P2PDMA_STATE_REVOKED P2PDMA_IOC_SET_EVENTFD P2PDMA_IOC_HANDLE_STATE);
     assert_eq!(c, rust, "kmod/uapi.h and kmod/uapi.rs disagree");
 }
 
@@ -158,4 +172,6 @@ fn request_codes_are_pinned() {
     assert_eq!(P2PDMA_IOC_PIN_USER, 0xC078_BC06);
     assert_eq!(P2PDMA_IOC_UNMAP, 0x4020_BC07);
     assert_eq!(P2PDMA_IOC_DMABUF_IMPORT, 0xC078_BC08);
+    assert_eq!(P2PDMA_IOC_SET_EVENTFD, 0x4018_BC09);
+    assert_eq!(P2PDMA_IOC_HANDLE_STATE, 0xC020_BC0A);
 }
