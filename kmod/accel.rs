@@ -15,7 +15,11 @@ use kernel::{
 };
 
 use crate::{
-    ffi,
+    dma,
+    ffi::{
+        self,
+        P2pPages, //
+    },
     memory::Alloc,
     uapi, //
 };
@@ -29,15 +33,33 @@ pub(crate) struct AccelDev {
     pub(crate) pdev: ARef<pci::Device>,
     /// What `DEVICE_INFO` reports, without the per-call fields.
     pub(crate) info: uapi::P2pdmaDeviceInfo,
-    /// Allocations from this device whose files are open (including freed
-    /// ones, whose user mappings may remain), revoked when it unbinds.
+    /// Allocations from this device that hold its memory (owned by a file,
+    /// or freed but still mapped), revoked when it unbinds.
     pub(crate) allocs: KVec<Arc<Alloc>>,
+    /// One page of the device's memory, mapped for a peer to learn what the
+    /// kernel's DMA API decides for it (`P2P_QUERY`).
+    pub(crate) probe: Arc<P2pPages>,
 }
 
 impl AccelDev {
-    /// Bytes held by live allocations.
+    /// Bytes held by allocations, and by the probe page.
     pub(crate) fn allocated(&self) -> u64 {
-        self.allocs.iter().filter(|a| a.is_live()).map(|a| a.size).sum()
+        let held: u64 = self
+            .allocs
+            .iter()
+            .filter(|a| a.holds_pages())
+            .map(|a| a.size)
+            .sum();
+        held + self.probe.size() as u64
+    }
+
+    /// Bytes held by allocations charged to `uid`.
+    pub(crate) fn held_by(&self, uid: u32) -> u64 {
+        self.allocs
+            .iter()
+            .filter(|a| a.uid == uid && a.holds_pages())
+            .map(|a| a.size)
+            .sum()
     }
 }
 
@@ -162,7 +184,10 @@ kernel::pci_device_table!(
     [
         // QEMU's ivshmem-plain: shared host memory behind BAR 2, the rig's
         // stand-in for accelerator memory.
-        (pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110), ()),
+        (
+            pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, 0x1110),
+            ()
+        ),
     ]
 );
 
@@ -182,6 +207,13 @@ impl pci::Driver for AccelDriver {
         ffi::p2pdma_add_resource(pdev, bar).inspect_err(|e| {
             dev_err!(pdev, "cannot register BAR {} as P2P memory: {:?}\n", bar, e);
         })?;
+        ffi::set_max_seg_size(pdev);
+        let pdev_ref: &pci::Device = pdev;
+        let pdev_ref: ARef<pci::Device> = pdev_ref.into();
+        let probe = Arc::new(
+            P2pPages::alloc(&pdev_ref, ffi::PAGE_SIZE as usize)?,
+            GFP_KERNEL,
+        )?;
         ffi::p2pmem_publish(pdev, true);
 
         let (domain, bus, devfn) = ffi::location(pdev);
@@ -198,11 +230,11 @@ impl pci::Driver for AccelDriver {
             p2p_size: bar_info.len,
             ..Default::default()
         };
-        let pdev_ref: &pci::Device = pdev;
         let index = DEVICES.lock().insert(AccelDev {
-            pdev: pdev_ref.into(),
+            pdev: pdev_ref,
             info,
             allocs: KVec::new(),
+            probe,
         })?;
         dev_info!(
             pdev,
@@ -217,10 +249,15 @@ impl pci::Driver for AccelDriver {
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
         ffi::p2pmem_publish(pdev, false);
+        // Out of the registry first: new ioctls on it get ENODEV.
         let dev = DEVICES.lock().remove(this.index);
-        // Revoke every allocation before the P2PDMA core tears the pages
-        // down: it waits for all page references, so user mappings must go
-        // first. Pins held by in-flight I/O drop when the I/O completes.
+        // Every DMA mapping of its memory, or made for it as a peer, goes
+        // (the bus notifier did this already; it is idempotent); then every
+        // allocation, user mappings included, before the P2PDMA core tears
+        // the pages down (it waits for all page references). Pins held by
+        // in-flight I/O drop when the I/O completes.
+        let pdev_ref: &pci::Device = pdev;
+        dma::revoke_peer(core::ptr::from_ref(pdev_ref).cast());
         let revoked = dev.as_ref().map_or(0, |d| d.allocs.len());
         if let Some(dev) = dev {
             for alloc in &dev.allocs {

@@ -2,26 +2,35 @@
 
 //! Kernel interfaces that the kernel's Rust abstractions do not cover yet.
 //!
-//! Every raw declaration lives in the private `raw` module below; the rest of
-//! the module only calls the safe wrappers here. Each wrapper names the
-//! upstream abstraction it stands in for.
+//! Every raw declaration lives in the private `raw` module below (or comes
+//! from `kernel::bindings`); the rest of the module only calls the safe
+//! wrappers here. Each wrapper names the upstream facility it stands in for.
 
 use core::ptr::NonNull;
 
 use kernel::{
-    bindings,
-    device,
+    bindings, device,
+    dma::DataDirection,
     error::to_result,
     ffi::{
         c_char,
         c_int,
+        c_uint,
         c_void, //
     },
     fs::File,
-    mm::virt::VmaNew,
+    mm::virt::{
+        VmaMixedMap,
+        VmaNew, //
+    },
+    page::BorrowedPage,
     pci,
     prelude::*,
-    sync::aref::ARef,
+    scatterlist::SGTable,
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
 };
 
 mod raw {
@@ -38,7 +47,7 @@ mod raw {
 
     #[expect(
         improper_ctypes,
-        reason = "struct pci_dev is only passed by pointer, never by value"
+        reason = "C structs are only passed by pointer, never by value"
     )]
     unsafe extern "C" {
         // include/linux/pci-p2pdma.h, which the kernel's bindings do not include.
@@ -49,17 +58,21 @@ mod raw {
             offset: u64,
         ) -> c_int;
         pub(super) fn pci_p2pmem_publish(pdev: *mut bindings::pci_dev, publish: bool);
+        pub(super) fn pci_p2pmem_virt_to_bus(
+            pdev: *mut bindings::pci_dev,
+            kaddr: *mut c_void,
+        ) -> u64;
 
         // include/linux/pci.h; exported, not in the Rust bindings.
         pub(super) fn pcim_enable_device(pdev: *mut bindings::pci_dev) -> c_int;
 
-        // helpers.c: static inline functions, macros and module parameters.
+        // helpers.c: static inline functions, macros, module parameters and
+        // operation tables.
         pub(super) fn p2pdma_helper_param_bar() -> c_int;
+        pub(super) fn p2pdma_helper_param_user_share() -> c_uint;
         pub(super) fn p2pdma_helper_add_param_ids(drv_name: *const c_char) -> c_int;
         pub(super) fn p2pdma_helper_bar_kind(pdev: *mut bindings::pci_dev, bar: c_int) -> u32;
-        pub(super) fn p2pdma_helper_bar_len(pdev: *mut bindings::pci_dev, bar: c_int) -> u64;
-        pub(super) fn p2pdma_helper_bar_bus_addr(pdev: *mut bindings::pci_dev, bar: c_int)
-            -> u64;
+        pub(super) fn p2pdma_helper_bar_bus_addr(pdev: *mut bindings::pci_dev, bar: c_int) -> u64;
         pub(super) fn p2pdma_helper_location(
             pdev: *mut bindings::pci_dev,
             domain: *mut u32,
@@ -67,69 +80,74 @@ mod raw {
             devfn: *mut u8,
         );
         pub(super) fn p2pdma_helper_numa_node(pdev: *mut bindings::pci_dev) -> c_int;
-        pub(super) fn p2pdma_helper_capable_rawio() -> bool;
+        pub(super) fn p2pdma_helper_max_seg_size(pdev: *mut bindings::pci_dev) -> c_uint;
+        pub(super) fn p2pdma_helper_capable(cap: c_int) -> bool;
+        pub(super) fn p2pdma_helper_current_uid() -> u32;
         pub(super) fn p2pdma_helper_current_tgid_get() -> *mut bindings::pid;
         pub(super) fn p2pdma_helper_is_current_tgid(pid: *mut bindings::pid) -> bool;
         pub(super) fn p2pdma_helper_put_pid(pid: *mut bindings::pid);
 
-        // P2P memory pages and their user mappings.
-        pub(super) fn p2pdma_helper_alloc(pdev: *mut bindings::pci_dev, size: usize) -> *mut c_void;
+        pub(super) fn p2pdma_helper_alloc(pdev: *mut bindings::pci_dev, size: usize)
+            -> *mut c_void;
         pub(super) fn p2pdma_helper_put_pages(kaddr: *mut c_void, size: usize);
-        pub(super) fn pci_p2pmem_virt_to_bus(pdev: *mut bindings::pci_dev, kaddr: *mut c_void)
-            -> u64;
-        pub(super) fn p2pdma_helper_virt_to_phys(kaddr: *mut c_void) -> u64;
+        pub(super) fn p2pdma_helper_virt_to_page(kaddr: *mut c_void) -> *mut bindings::page;
         pub(super) fn p2pdma_helper_vma_pgoff(vma: *mut bindings::vm_area_struct) -> c_ulong;
         pub(super) fn p2pdma_helper_vma_shared(vma: *mut bindings::vm_area_struct) -> bool;
-        pub(super) fn p2pdma_helper_insert_pages(
+        pub(super) fn p2pdma_helper_vma_setup(
             vma: *mut bindings::vm_area_struct,
-            kaddr: *mut c_void,
-            npages: c_ulong,
-        ) -> c_int;
-        pub(super) fn p2pdma_helper_file_mapping(file: *mut bindings::file)
-            -> *mut bindings::address_space;
-        pub(super) fn p2pdma_helper_zap(mapping: *mut bindings::address_space, offset: u64, len: u64);
+            private: *mut c_void,
+        );
+        pub(super) fn p2pdma_helper_zap(
+            mapping: *mut bindings::address_space,
+            offset: u64,
+            len: u64,
+        );
 
-        // Peers.
-        pub(super) fn p2pdma_helper_peer_from_fd(fd: c_int, err: *mut c_int)
-            -> *mut bindings::pci_dev;
-        pub(super) fn p2pdma_helper_peer_from_address(domain: u32, bus: u8, devfn: u8)
-            -> *mut bindings::pci_dev;
+        pub(super) fn p2pdma_helper_peers_from_fd(
+            fd: c_int,
+            out: *mut *mut bindings::pci_dev,
+            max: c_int,
+        ) -> c_int;
         pub(super) fn p2pdma_helper_common_upstream(
             a: *mut bindings::pci_dev,
             b: *mut bindings::pci_dev,
         ) -> *mut bindings::pci_dev;
-        pub(super) fn p2pdma_helper_distance(
-            provider: *mut bindings::pci_dev,
-            client: *mut bindings::pci_dev,
-        ) -> c_int;
 
-        // DMA mappings for peers.
-        pub(super) fn p2pdma_helper_map_resource(
+        pub(super) fn p2pdma_helper_map_p2p(
             peer: *mut bindings::pci_dev,
-            phys: u64,
+            kaddr: *mut c_void,
             len: u64,
+            dir: c_int,
             err: *mut c_int,
-        ) -> u64;
-        pub(super) fn p2pdma_helper_unmap_resource(peer: *mut bindings::pci_dev, addr: u64, len: u64);
+        ) -> *mut SgMapRaw;
+        pub(super) fn p2pdma_helper_sgmap_is_bus_addr(m: *mut SgMapRaw) -> bool;
         pub(super) fn p2pdma_helper_pin_user(
             peer: *mut bindings::pci_dev,
             va: u64,
             len: u64,
+            dir: c_int,
             err: *mut c_int,
         ) -> *mut SgMapRaw;
         pub(super) fn p2pdma_helper_dmabuf_import(
             peer: *mut bindings::pci_dev,
             fd: c_int,
+            dir: c_int,
+            notify: *mut c_void,
             err: *mut c_int,
         ) -> *mut SgMapRaw;
-        pub(super) fn p2pdma_helper_sgmap_len(m: *mut SgMapRaw) -> u64;
-        pub(super) fn p2pdma_helper_sgmap_segs(
-            m: *mut SgMapRaw,
-            addrs: *mut u64,
-            lens: *mut u64,
-            max: c_uint,
-        ) -> c_uint;
+        pub(super) fn p2pdma_helper_sgmap_table(m: *mut SgMapRaw) -> *mut bindings::sg_table;
+        pub(super) fn p2pdma_helper_sgmap_revoked(m: *mut SgMapRaw) -> bool;
+        pub(super) fn p2pdma_helper_sgmap_lock(m: *mut SgMapRaw);
+        pub(super) fn p2pdma_helper_sgmap_unlock(m: *mut SgMapRaw);
         pub(super) fn p2pdma_helper_sgmap_release(m: *mut SgMapRaw);
+        pub(super) fn p2pdma_helper_sgmap_notify(m: *mut SgMapRaw) -> *mut c_void;
+
+        pub(super) fn p2pdma_helper_eventfd_get(fd: c_int, err: *mut c_int) -> *mut c_void;
+        pub(super) fn p2pdma_helper_eventfd_signal(ctx: *mut c_void);
+        pub(super) fn p2pdma_helper_eventfd_put(ctx: *mut c_void);
+
+        pub(super) fn p2pdma_helper_watch_peers() -> c_int;
+        pub(super) fn p2pdma_helper_unwatch_peers();
     }
 
     /// `struct p2pdma_sgmap` of helpers.c, only handled by pointer.
@@ -158,6 +176,13 @@ fn raw_pdev<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>) -> *mut binding
     core::ptr::from_ref(pdev).cast_mut().cast()
 }
 
+/// The `struct device` embedded in `pdev`.
+fn raw_dev<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>) -> *mut bindings::device {
+    // SAFETY: `pdev` is a valid `struct pci_dev`; this only computes the
+    // address of its `dev` field.
+    unsafe { &raw mut (*raw_pdev(pdev)).dev }
+}
+
 /// Registers `bar` of `pdev` as P2PDMA memory (`pci_p2pdma_add_resource`).
 ///
 /// The pages are device-managed: they go away when the driver unbinds.
@@ -175,12 +200,22 @@ pub(crate) fn p2pmem_publish(pdev: &pci::Device<device::Core<'_>>, publish: bool
     unsafe { raw::pci_p2pmem_publish(raw_pdev(pdev), publish) }
 }
 
-/// Enables the device's memory decoding and bus mastering for as long as the
-/// driver stays bound (`pcim_enable_device`; upstream's `enable_device_mem`
-/// has no disable counterpart).
+/// Enables the device (its memory and I/O decoding; not bus mastering,
+/// which the accelerator's own DMA engine would need and this driver does
+/// not use) for as long as the driver stays bound (`pcim_enable_device`;
+/// upstream's `enable_device_mem` has no managed counterpart).
 pub(crate) fn pcim_enable_device(pdev: &pci::Device<device::Core<'_>>) -> Result {
     // SAFETY: `pdev` is a bound device, as the managed variant requires.
     to_result(unsafe { raw::pcim_enable_device(raw_pdev(pdev)) })
+}
+
+/// Declares that the accelerator takes DMA segments of any length
+/// (`dma_set_max_seg_size`): the PCI core's default of 64 KiB is a guess for
+/// devices whose driver says nothing.
+pub(crate) fn set_max_seg_size(pdev: &pci::Device<device::Core<'_>>) {
+    // SAFETY: Called from probe, before any DMA mapping for the device is
+    // made through this driver; `dma_parms` of a PCI device always exist.
+    unsafe { bindings::dma_set_max_seg_size(raw_dev(pdev), u32::MAX) }
 }
 
 /// The `bar=` module parameter, `None` when not set.
@@ -188,6 +223,13 @@ pub(crate) fn param_bar() -> Option<u32> {
     // SAFETY: Reads a module parameter that is only written at load time.
     let bar = unsafe { raw::p2pdma_helper_param_bar() };
     u32::try_from(bar).ok()
+}
+
+/// The `user_share=` module parameter: percent of a device's P2P memory one
+/// user without `CAP_SYS_ADMIN` may hold.
+pub(crate) fn param_user_share() -> u64 {
+    // SAFETY: Reads a module parameter.
+    u64::from(unsafe { raw::p2pdma_helper_param_user_share() })
 }
 
 /// Adds the IDs of the `ids=` module parameter to the PCI driver `name`.
@@ -207,15 +249,16 @@ pub(crate) struct BarInfo {
 }
 
 /// Describes BAR `bar` (< [`NUM_BARS`]) of `pdev`.
-pub(crate) fn bar_info<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>, bar: u32) -> BarInfo {
-    let pdev = raw_pdev(pdev);
-    let bar = bar.min(NUM_BARS - 1) as c_int;
+pub(crate) fn bar_info(pdev: &pci::Device, bar: u32) -> BarInfo {
+    let bar = bar.min(NUM_BARS - 1);
+    let len = pdev.resource_len(bar).unwrap_or(0);
+    let raw = raw_pdev(pdev);
     // SAFETY: `pdev` is valid and `bar` is a standard BAR index.
     unsafe {
         BarInfo {
-            kind: raw::p2pdma_helper_bar_kind(pdev, bar),
-            len: raw::p2pdma_helper_bar_len(pdev, bar),
-            bus_addr: raw::p2pdma_helper_bar_bus_addr(pdev, bar),
+            kind: raw::p2pdma_helper_bar_kind(raw, bar as c_int),
+            len,
+            bus_addr: raw::p2pdma_helper_bar_bus_addr(raw, bar as c_int),
         }
     }
 }
@@ -234,10 +277,31 @@ pub(crate) fn numa_node<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>) -> 
     unsafe { raw::p2pdma_helper_numa_node(raw_pdev(pdev)) }
 }
 
-/// Whether the caller has `CAP_SYS_RAWIO` (no upstream wrapper for `capable`).
-pub(crate) fn capable_rawio() -> bool {
+/// Longest DMA segment `pdev` accepts (`dma_get_max_seg_size`).
+pub(crate) fn max_seg_size(pdev: &pci::Device) -> u64 {
+    // SAFETY: `pdev` is valid.
+    u64::from(unsafe { raw::p2pdma_helper_max_seg_size(raw_pdev(pdev)) })
+}
+
+/// A capability of the calling task (`capable`, no upstream wrapper).
+#[derive(Clone, Copy)]
+pub(crate) enum Cap {
+    /// `CAP_SYS_RAWIO`: DMA addresses.
+    SysRawio = bindings::CAP_SYS_RAWIO as isize,
+    /// `CAP_SYS_ADMIN`: no share limit on device memory.
+    SysAdmin = bindings::CAP_SYS_ADMIN as isize,
+}
+
+/// Whether the caller has `cap`.
+pub(crate) fn capable(cap: Cap) -> bool {
     // SAFETY: `capable` only inspects the current task's credentials.
-    unsafe { raw::p2pdma_helper_capable_rawio() }
+    unsafe { raw::p2pdma_helper_capable(cap as c_int) }
+}
+
+/// The caller's uid, in its user namespace's view of the initial one.
+pub(crate) fn current_uid() -> u32 {
+    // SAFETY: Reads the current task's credentials.
+    unsafe { raw::p2pdma_helper_current_uid() }
 }
 
 /// A thread group (process), identified by its `struct pid`, which is
@@ -298,7 +362,8 @@ pub(crate) struct P2pPages {
 // SAFETY: The pages are device memory with no thread affinity; the page
 // references may be dropped from any thread.
 unsafe impl Send for P2pPages {}
-// SAFETY: Shared access only reads the fields.
+// SAFETY: Shared access only reads the fields, or writes device memory
+// through `zero`, which takes `&mut self`.
 unsafe impl Sync for P2pPages {}
 
 impl P2pPages {
@@ -342,29 +407,29 @@ impl P2pPages {
         }
     }
 
+    /// Writes zeros over the whole range.
+    pub(crate) fn zero(&mut self) {
+        // SAFETY: By the type invariant `kaddr` is `size` bytes of memory this
+        // object holds, mapped in the kernel's address space; `&mut self`
+        // means nobody else reaches it through this object, and user mappings
+        // of a fresh allocation do not exist yet.
+        unsafe { core::ptr::write_bytes(self.kaddr.as_ptr().cast::<u8>(), 0, self.size) };
+    }
+
     /// Bytes held.
     pub(crate) fn size(&self) -> usize {
         self.size
     }
 
-    /// PCI bus address of byte `offset`.
-    pub(crate) fn bus_addr(&self, offset: usize) -> u64 {
-        // SAFETY: `kaddr + offset` lies in P2P memory of `pdev` (callers pass
-        // offsets within the allocation).
-        unsafe {
-            raw::pci_p2pmem_virt_to_bus(
-                raw_pdev(&self.pdev),
-                self.kaddr.as_ptr().cast::<u8>().add(offset).cast(),
-            )
-        }
+    fn kaddr_at(&self, offset: usize) -> *mut c_void {
+        // SAFETY: Callers pass offsets within the allocation.
+        unsafe { self.kaddr.as_ptr().cast::<u8>().add(offset).cast() }
     }
 
-    /// CPU physical address of byte `offset`.
-    pub(crate) fn phys_addr(&self, offset: usize) -> u64 {
-        // SAFETY: As for `bus_addr`.
-        unsafe {
-            raw::p2pdma_helper_virt_to_phys(self.kaddr.as_ptr().cast::<u8>().add(offset).cast())
-        }
+    /// PCI bus address of byte `offset`.
+    pub(crate) fn bus_addr(&self, offset: usize) -> u64 {
+        // SAFETY: `kaddr + offset` lies in P2P memory of `pdev`.
+        unsafe { raw::pci_p2pmem_virt_to_bus(raw_pdev(&self.pdev), self.kaddr_at(offset)) }
     }
 
     /// The accelerator the memory belongs to.
@@ -372,24 +437,61 @@ impl P2pPages {
         &self.pdev
     }
 
-    /// Maps `npages` pages from `first_page` into `vma`, write-combined.
-    pub(crate) fn insert_into(&self, vma: &VmaNew, first_page: usize, npages: usize) -> Result {
+    /// Maps pages `[first_page, first_page + npages)` into `vma` from its
+    /// start (pages already there are kept).
+    pub(crate) fn insert_into(
+        &self,
+        vma: &VmaMixedMap,
+        first_page: usize,
+        npages: usize,
+    ) -> Result {
         if (first_page + npages) as u64 * PAGE_SIZE > self.size as u64 {
             return Err(EINVAL);
         }
-        // SAFETY: `vma` is being set up by this file's mmap; the pages are
-        // within the allocation, which stays referenced during the call.
-        to_result(unsafe {
-            raw::p2pdma_helper_insert_pages(
-                vma.as_ptr(),
-                self.kaddr
-                    .as_ptr()
-                    .cast::<u8>()
-                    .add(first_page * PAGE_SIZE as usize)
-                    .cast(),
-                npages as _,
+        for i in 0..npages {
+            let kaddr = self.kaddr_at((first_page + i) * PAGE_SIZE as usize);
+            // SAFETY: `kaddr` is a page of this allocation.
+            let page = unsafe { raw::p2pdma_helper_virt_to_page(kaddr) };
+            // SAFETY: The page is valid and referenced by `self` for the
+            // duration of the borrow.
+            let page = unsafe { BorrowedPage::from_raw(NonNull::new_unchecked(page)) };
+            match vma.vm_insert_page(vma.start() + i * PAGE_SIZE as usize, &page) {
+                Ok(()) => {}
+                Err(e) if e == EBUSY => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// DMA-maps `[offset, offset + len)` for `peer` by the DMA API, which
+    /// applies the P2PDMA rules (`dma_map_sgtable`); `EREMOTEIO` when the
+    /// kernel does not allow it. Also says whether it mapped by bus address.
+    pub(crate) fn map_for(
+        &self,
+        peer: &Peer,
+        offset: usize,
+        len: u64,
+        dir: DataDirection,
+    ) -> Result<(SgMap, bool)> {
+        let mut err: c_int = 0;
+        // SAFETY: The range lies in the allocation, whose pages `self` keeps
+        // referenced; the caller keeps `self` alive while the mapping exists.
+        let m = unsafe {
+            raw::p2pdma_helper_map_p2p(
+                raw_pdev(&peer.0),
+                self.kaddr_at(offset),
+                len,
+                dir as u32 as c_int,
+                &mut err,
             )
-        })
+        };
+        let m = NonNull::new(m)
+            .map(SgMap)
+            .ok_or_else(|| errno_or(err, ENOMEM))?;
+        // SAFETY: `m` is a live mapping.
+        let bus = unsafe { raw::p2pdma_helper_sgmap_is_bus_addr(m.0.as_ptr()) };
+        Ok((m, bus))
     }
 }
 
@@ -412,17 +514,33 @@ pub(crate) fn vma_pgoff_shared(vma: &VmaNew) -> (u64, bool) {
     }
 }
 
+/// Makes `vma` write-combined and populated on fault by this module, with
+/// `private` as its data (`vm_ops`, which `VmaNew` cannot set).
+///
+/// # Safety
+///
+/// `private` must be a reference the VMA owns from now on, as the vm_ops
+/// callbacks in memory.rs expect.
+pub(crate) unsafe fn vma_setup(vma: &VmaNew, private: *const c_void) {
+    // SAFETY: `vma` is a valid VMA under construction, not yet visible.
+    unsafe { raw::p2pdma_helper_vma_setup(vma.as_ptr(), private.cast_mut()) }
+}
+
 /// The page cache mapping (`f_mapping`) of an open file; user mappings of the
 /// file are reached through it.
 ///
 /// # Invariants
 ///
-/// Points to the `address_space` of an open file of this module; every user
-/// of it runs while that file is open.
-#[derive(Clone, Copy)]
-pub(crate) struct FileMapping(NonNull<bindings::address_space>);
+/// Points to the `address_space` of `inode`, on which this object holds a
+/// reference, so it stays valid however long the object lives (past the
+/// file's release, too).
+pub(crate) struct FileMapping {
+    mapping: NonNull<bindings::address_space>,
+    inode: NonNull<bindings::inode>,
+}
 
-// SAFETY: An `address_space` may be used from any thread.
+// SAFETY: An `address_space` may be used, and an inode reference dropped,
+// from any thread.
 unsafe impl Send for FileMapping {}
 // SAFETY: See above.
 unsafe impl Sync for FileMapping {}
@@ -430,16 +548,37 @@ unsafe impl Sync for FileMapping {}
 impl FileMapping {
     /// The mapping of `file`.
     pub(crate) fn of(file: &File) -> Result<Self> {
-        // SAFETY: `file` is a valid open file.
-        let m = unsafe { raw::p2pdma_helper_file_mapping(file.as_ptr()) };
-        NonNull::new(m).map(Self).ok_or(EINVAL)
+        // SAFETY: `file` is a valid open file: its mapping and that
+        // mapping's host inode are valid while it is open.
+        let (mapping, inode) = unsafe {
+            let mapping = (*file.as_ptr()).f_mapping;
+            let inode = if mapping.is_null() {
+                core::ptr::null_mut()
+            } else {
+                (*mapping).host
+            };
+            (mapping, inode)
+        };
+        let mapping = NonNull::new(mapping).ok_or(EINVAL)?;
+        let inode = NonNull::new(inode).ok_or(EINVAL)?;
+        // SAFETY: The inode is alive (the file holds it); take our own
+        // reference. INVARIANT: `mapping` is the inode's.
+        unsafe { bindings::ihold(inode.as_ptr()) };
+        Ok(Self { mapping, inode })
     }
 
-    /// Removes every user mapping of file bytes `[offset, offset + len)`, so
-    /// later accesses fault (with SIGBUS: the VMAs have no fault handler).
+    /// Removes every user mapping of file bytes `[offset, offset + len)`;
+    /// later accesses fault, and the fault handler decides.
     pub(crate) fn zap(&self, offset: u64, len: u64) {
         // SAFETY: By the type invariant the mapping is valid.
-        unsafe { raw::p2pdma_helper_zap(self.0.as_ptr(), offset, len) }
+        unsafe { raw::p2pdma_helper_zap(self.mapping.as_ptr(), offset, len) }
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: Drops the reference taken in `of`.
+        unsafe { bindings::iput(self.inode.as_ptr()) }
     }
 }
 
@@ -448,30 +587,57 @@ fn errno_or(err: c_int, default: Error) -> Error {
     to_result(err).err().unwrap_or(default)
 }
 
-/// A PCI function some accelerator memory is mapped for.
-pub(crate) struct Peer(ARef<pci::Device>);
+/// Most PCI functions one block device resolves to (paths of a multipath
+/// device).
+pub(crate) const MAX_PATHS: usize = 8;
+
+/// A PCI function some memory is mapped for.
+#[derive(Clone)]
+pub(crate) struct Peer(pub(crate) ARef<pci::Device>);
 
 impl Peer {
-    /// The PCI function behind an open block device.
-    pub(crate) fn from_fd(fd: i32) -> Result<Self> {
-        let mut err: c_int = 0;
-        // SAFETY: The helper validates `fd` itself.
-        let p = unsafe { raw::p2pdma_helper_peer_from_fd(fd, &mut err) };
-        Self::from_raw(p).ok_or_else(|| errno_or(err, ENXIO))
+    /// The PCI functions behind an open block device: its controller, or
+    /// every controller with a path to a multipath device.
+    pub(crate) fn from_fd(fd: i32) -> Result<KVec<Self>> {
+        let mut raw_peers = [core::ptr::null_mut::<bindings::pci_dev>(); MAX_PATHS];
+        // SAFETY: The helper validates `fd` and writes at most `MAX_PATHS`
+        // referenced devices.
+        let n = unsafe {
+            raw::p2pdma_helper_peers_from_fd(fd, raw_peers.as_mut_ptr(), MAX_PATHS as c_int)
+        };
+        to_result(n.min(0))?;
+        let mut peers = KVec::new();
+        for &p in raw_peers.iter().take(n as usize) {
+            // Each pointer carries a reference: adopt all of them, even if
+            // pushing fails, so none leaks.
+            let peer = Self::from_raw(p).ok_or(ENXIO)?;
+            peers.push(peer, GFP_KERNEL)?;
+        }
+        if peers.is_empty() {
+            return Err(ENXIO);
+        }
+        Ok(peers)
     }
 
     /// The PCI function at an address.
     pub(crate) fn from_address(domain: u32, bus: u8, devfn: u8) -> Result<Self> {
         // SAFETY: Looks up a device; returns it referenced or NULL.
-        let p = unsafe { raw::p2pdma_helper_peer_from_address(domain, bus, devfn) };
+        let p = unsafe {
+            bindings::pci_get_domain_bus_and_slot(domain as c_int, bus.into(), devfn.into())
+        };
         Self::from_raw(p).ok_or(ENODEV)
     }
 
     fn from_raw(p: *mut bindings::pci_dev) -> Option<Self> {
         let p = NonNull::new(p.cast::<pci::Device>())?;
-        // SAFETY: The helpers return a PCI device with a reference we now own;
+        // SAFETY: The callers pass a PCI device with a reference we now own;
         // `pci::Device` is transparent over `struct pci_dev`.
         Some(Self(unsafe { ARef::from_raw(p) }))
+    }
+
+    /// Whether this is `pdev`.
+    pub(crate) fn is(&self, pdev: *const bindings::pci_dev) -> bool {
+        raw_pdev(&*self.0).cast_const() == pdev
     }
 
     /// The peer's PCI location.
@@ -479,11 +645,13 @@ impl Peer {
         location(&*self.0)
     }
 
-    /// The kernel's P2P distance from `provider` to this peer, `None` when
-    /// the kernel refuses P2P between them.
+    /// The kernel's P2P distance from `provider` to this peer
+    /// (`pci_p2pdma_distance_many`), `None` when the kernel refuses P2P.
     pub(crate) fn distance(&self, provider: &pci::Device) -> Option<u32> {
-        // SAFETY: Both are valid PCI devices.
-        let d = unsafe { raw::p2pdma_helper_distance(raw_pdev(provider), raw_pdev(&*self.0)) };
+        let mut dev = raw_dev(&*self.0);
+        // SAFETY: Both are valid PCI devices; one client in the array.
+        let d =
+            unsafe { bindings::pci_p2pdma_distance_many(raw_pdev(provider), &mut dev, 1, false) };
         u32::try_from(d).ok()
     }
 
@@ -496,89 +664,306 @@ impl Peer {
         NonNull::new(b.cast::<pci::Device>()).map(|b| location(unsafe { b.as_ref() }))
     }
 
-    /// Maps `len` bytes of MMIO at CPU physical address `phys` for DMA by
-    /// this peer (`dma_map_resource`, which has no upstream wrapper).
-    pub(crate) fn map_resource(&self, phys: u64, len: u64) -> Result<ResourceMap> {
-        let mut err: c_int = 0;
-        // SAFETY: `phys..phys + len` is P2P memory the caller keeps allocated
-        // while the mapping exists.
-        let addr = unsafe { raw::p2pdma_helper_map_resource(raw_pdev(&*self.0), phys, len, &mut err) };
-        to_result(err)?;
-        Ok(ResourceMap {
-            peer: self.0.clone(),
-            addr,
-            len,
-        })
+    /// Longest DMA segment this peer accepts.
+    pub(crate) fn max_seg_size(&self) -> u64 {
+        max_seg_size(&self.0)
     }
 
-    /// Pins `[va, va + len)` of the caller's memory and maps it for this peer.
-    pub(crate) fn pin_user(&self, va: u64, len: u64) -> Result<SgMap> {
+    /// Pins `[va, va + len)` of the caller's memory and maps it for this
+    /// peer, charging the caller's `RLIMIT_MEMLOCK`. With `ToDevice` the
+    /// pages are pinned read-only.
+    pub(crate) fn pin_user(&self, va: u64, len: u64, dir: DataDirection) -> Result<SgMap> {
         let mut err: c_int = 0;
         // SAFETY: The helper pins with `pin_user_pages_fast`, which validates
         // the user range.
-        let m = unsafe { raw::p2pdma_helper_pin_user(raw_pdev(&*self.0), va, len, &mut err) };
-        NonNull::new(m).map(SgMap).ok_or_else(|| errno_or(err, ENOMEM))
+        let m = unsafe {
+            raw::p2pdma_helper_pin_user(raw_pdev(&*self.0), va, len, dir as u32 as c_int, &mut err)
+        };
+        NonNull::new(m)
+            .map(SgMap)
+            .ok_or_else(|| errno_or(err, ENOMEM))
     }
 
-    /// Attaches and maps the dma-buf `fd` for this peer.
-    pub(crate) fn dmabuf_import(&self, fd: i32) -> Result<SgMap> {
+    /// Attaches (dynamically, peer-to-peer allowed), pins and maps the
+    /// dma-buf `fd` for this peer. If the exporter revokes it, the mapping is
+    /// torn down and `notify` is signalled.
+    pub(crate) fn dmabuf_import(
+        &self,
+        fd: i32,
+        dir: DataDirection,
+        notify: &Arc<Notifier>,
+    ) -> Result<SgMap> {
         let mut err: c_int = 0;
-        // SAFETY: The helper validates `fd` with `dma_buf_get`.
-        let m = unsafe { raw::p2pdma_helper_dmabuf_import(raw_pdev(&*self.0), fd, &mut err) };
-        NonNull::new(m).map(SgMap).ok_or_else(|| errno_or(err, ENOMEM))
+        let notify_raw = Arc::into_raw(notify.clone());
+        // SAFETY: The helper validates `fd` with `dma_buf_get`; it keeps the
+        // `notify` reference until the mapping is released (see
+        // `SgMap::drop`) and passes it to `p2pdma_dmabuf_revoked` only.
+        let m = unsafe {
+            raw::p2pdma_helper_dmabuf_import(
+                raw_pdev(&*self.0),
+                fd,
+                dir as u32 as c_int,
+                notify_raw.cast_mut().cast(),
+                &mut err,
+            )
+        };
+        match NonNull::new(m) {
+            Some(m) => Ok(SgMap(m)),
+            None => {
+                // SAFETY: The helper failed and kept nothing: the reference is
+                // still ours.
+                drop(unsafe { Arc::from_raw(notify_raw) });
+                Err(errno_or(err, ENOMEM))
+            }
+        }
     }
 }
 
-/// A `dma_map_resource` mapping, unmapped on drop.
-pub(crate) struct ResourceMap {
-    peer: ARef<pci::Device>,
-    /// The peer's DMA address.
-    pub(crate) addr: u64,
-    len: u64,
-}
-
-impl Drop for ResourceMap {
-    fn drop(&mut self) {
-        // SAFETY: Unmaps exactly what `map_resource` mapped, once.
-        unsafe { raw::p2pdma_helper_unmap_resource(raw_pdev(&*self.peer), self.addr, self.len) }
-    }
-}
-
-/// A scatter-gather mapping for a peer (pinned user pages or an attached
-/// dma-buf), released on drop.
+/// A scatter-gather mapping for a peer (P2P pages, pinned user pages or an
+/// attached dma-buf), released on drop.
 ///
 /// # Invariants
 ///
-/// Points to a live `struct p2pdma_sgmap` owned by this object.
+/// Points to a live `struct p2pdma_sgmap` owned by this object; a dma-buf
+/// mapping owns one reference on the `Notifier` given at import.
 pub(crate) struct SgMap(NonNull<raw::SgMapRaw>);
 
 // SAFETY: The mapping has no thread affinity.
 unsafe impl Send for SgMap {}
-// SAFETY: Shared access only reads the table.
+// SAFETY: Shared access only reads the table, under the dma-buf's lock.
 unsafe impl Sync for SgMap {}
 
 impl SgMap {
-    /// Total bytes mapped.
-    pub(crate) fn len(&self) -> u64 {
+    /// Whether the exporter revoked it (dma-bufs only).
+    pub(crate) fn revoked(&self) -> bool {
         // SAFETY: By the type invariant.
-        unsafe { raw::p2pdma_helper_sgmap_len(self.0.as_ptr()) }
+        unsafe { raw::p2pdma_helper_sgmap_revoked(self.0.as_ptr()) }
     }
 
-    /// Fills `addrs`/`lens` with up to their length of merged segments and
-    /// returns how many segments there are in all.
-    pub(crate) fn segments(&self, addrs: &mut [u64], lens: &mut [u64]) -> usize {
-        let max = addrs.len().min(lens.len()).min(u32::MAX as usize) as u32;
-        // SAFETY: Both arrays have at least `max` elements.
-        unsafe {
-            raw::p2pdma_helper_sgmap_segs(self.0.as_ptr(), addrs.as_mut_ptr(), lens.as_mut_ptr(), max)
-                as usize
-        }
+    /// Calls `f` with each DMA segment (address, length), merging adjacent
+    /// ones up to `max_seg` bytes; `ENODEV` if the mapping was revoked.
+    pub(crate) fn for_each_segment(
+        &self,
+        max_seg: u64,
+        mut f: impl FnMut(u64, u64) -> Result,
+    ) -> Result {
+        let m = self.0.as_ptr();
+        // SAFETY: By the type invariant; the lock keeps a dma-buf's table
+        // from being revoked while it is read.
+        unsafe { raw::p2pdma_helper_sgmap_lock(m) };
+        // SAFETY: As above.
+        let table = unsafe { raw::p2pdma_helper_sgmap_table(m) };
+        let r = if table.is_null() {
+            Err(ENODEV)
+        } else {
+            // SAFETY: The table is mapped and stays so until unlocked below.
+            let table = unsafe { SGTable::from_raw(table) };
+            let mut cur: Option<(u64, u64)> = None;
+            let mut r = Ok(());
+            for sg in table.iter() {
+                let (a, l) = (sg.dma_address(), sg.dma_len());
+                cur = match cur {
+                    Some((ca, cl)) if ca + cl == a && cl + l <= max_seg => Some((ca, cl + l)),
+                    Some(seg) => {
+                        r = f(seg.0, seg.1);
+                        if r.is_err() {
+                            break;
+                        }
+                        Some((a, l))
+                    }
+                    None => Some((a, l)),
+                };
+            }
+            match (r, cur) {
+                (Ok(()), Some((a, l))) => f(a, l),
+                (r, _) => r,
+            }
+        };
+        // SAFETY: Pairs with the lock above.
+        unsafe { raw::p2pdma_helper_sgmap_unlock(m) };
+        r
     }
 }
 
 impl Drop for SgMap {
     fn drop(&mut self) {
-        // SAFETY: By the type invariant; released exactly once.
-        unsafe { raw::p2pdma_helper_sgmap_release(self.0.as_ptr()) }
+        // SAFETY: By the type invariant. The helper detaches a dma-buf
+        // before returning, so no revocation callback runs afterwards and
+        // the notifier reference given at import can be dropped then.
+        let notify = unsafe { sgmap_notify(self.0.as_ptr()) };
+        // SAFETY: As above.
+        unsafe { raw::p2pdma_helper_sgmap_release(self.0.as_ptr()) };
+        if let Some(n) = notify {
+            // SAFETY: The reference given at import, now unused.
+            drop(unsafe { Arc::from_raw(n) });
+        }
     }
+}
+
+/// The notifier a dma-buf mapping was given, if any.
+///
+/// # Safety
+///
+/// `m` is a live `struct p2pdma_sgmap`.
+unsafe fn sgmap_notify(m: *mut raw::SgMapRaw) -> Option<*const Notifier> {
+    // SAFETY: The caller guarantees `m` is live.
+    let n = unsafe { raw::p2pdma_helper_sgmap_notify(m) };
+    (!n.is_null()).then_some(n.cast_const().cast())
+}
+
+/// An eventfd a file's owner registered for revocation notices.
+///
+/// # Invariants
+///
+/// Holds a reference on the `struct eventfd_ctx`.
+pub(crate) struct EventFd(NonNull<c_void>);
+
+// SAFETY: eventfd contexts may be signalled and dropped from any thread.
+unsafe impl Send for EventFd {}
+// SAFETY: See above.
+unsafe impl Sync for EventFd {}
+
+impl EventFd {
+    /// The eventfd behind the caller's descriptor `fd`.
+    pub(crate) fn get(fd: i32) -> Result<Self> {
+        let mut err: c_int = 0;
+        // SAFETY: The helper validates `fd`.
+        let ctx = unsafe { raw::p2pdma_helper_eventfd_get(fd, &mut err) };
+        NonNull::new(ctx)
+            .map(Self)
+            .ok_or_else(|| errno_or(err, EBADF))
+    }
+
+    /// Adds one to its counter.
+    pub(crate) fn signal(&self) {
+        // SAFETY: By the type invariant.
+        unsafe { raw::p2pdma_helper_eventfd_signal(self.0.as_ptr()) }
+    }
+}
+
+impl Drop for EventFd {
+    fn drop(&mut self) {
+        // SAFETY: Drops the reference taken in `get`.
+        unsafe { raw::p2pdma_helper_eventfd_put(self.0.as_ptr()) }
+    }
+}
+
+/// Where an open file's revocation notices go.
+#[pin_data]
+pub(crate) struct Notifier {
+    #[pin]
+    eventfd: kernel::sync::Mutex<Option<EventFd>>,
+}
+
+impl Notifier {
+    /// A notifier with no eventfd yet.
+    pub(crate) fn new() -> Result<Arc<Self>> {
+        Arc::pin_init(
+            pin_init!(Self {
+                eventfd <- kernel::new_mutex!(None),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Replaces the eventfd.
+    pub(crate) fn set(&self, eventfd: Option<EventFd>) {
+        let old = core::mem::replace(&mut *self.eventfd.lock(), eventfd);
+        drop(old);
+    }
+
+    /// Tells the owner that something was revoked.
+    pub(crate) fn signal(&self) {
+        if let Some(e) = self.eventfd.lock().as_ref() {
+            e.signal();
+        }
+    }
+}
+
+/// Keeps the module told about PCI devices losing their driver (a bus
+/// notifier) while it lives.
+pub(crate) struct PeerWatch(());
+
+impl PeerWatch {
+    /// Starts watching.
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: Registers a static notifier block once; `Drop` removes it.
+        to_result(unsafe { raw::p2pdma_helper_watch_peers() })?;
+        Ok(Self(()))
+    }
+}
+
+impl Drop for PeerWatch {
+    fn drop(&mut self) {
+        // SAFETY: Registered in `new`.
+        unsafe { raw::p2pdma_helper_unwatch_peers() }
+    }
+}
+
+// Callbacks from helpers.c.
+
+/// `vm_ops->open`: a VMA was copied (split, moved); it holds its own
+/// allocation reference.
+#[no_mangle]
+extern "C" fn p2pdma_vma_open(alloc: *mut c_void) {
+    // SAFETY: `vm_private_data` of our VMAs is a reference from
+    // `Arc::into_raw` (see `Alloc::mmap`), alive while the VMA is; it stays
+    // the old VMA's.
+    let old = core::mem::ManuallyDrop::new(unsafe {
+        Arc::from_raw(alloc.cast_const().cast::<crate::memory::Alloc>())
+    });
+    // The new VMA's own reference, under the same pointer.
+    let _ = Arc::into_raw(Arc::clone(&old));
+    crate::memory::vma_open(&old);
+}
+
+/// `vm_ops->close`: a VMA went away with its allocation reference.
+#[no_mangle]
+extern "C" fn p2pdma_vma_close(alloc: *mut c_void) {
+    // SAFETY: As for `p2pdma_vma_open`; the VMA's reference is given back.
+    let alloc = unsafe { Arc::from_raw(alloc.cast_const().cast::<crate::memory::Alloc>()) };
+    crate::memory::vma_close(alloc);
+}
+
+/// `vm_ops->fault`.
+#[no_mangle]
+extern "C" fn p2pdma_vma_fault(alloc: *mut c_void, vma: *mut bindings::vm_area_struct) -> c_uint {
+    // SAFETY: The fault handler runs with the mmap (or VMA) read lock held,
+    // and our VMAs are `VM_MIXEDMAP` (set in `Alloc::mmap`).
+    let vma = unsafe { VmaMixedMap::from_raw(vma) };
+    // SAFETY: As for `p2pdma_vma_open`.
+    let alloc = unsafe { borrow_alloc(alloc) };
+    // SAFETY: Reads the VMA's offset under the lock held by the caller.
+    let pgoff = unsafe { raw::p2pdma_helper_vma_pgoff(vma.as_ptr()) } as u64;
+    match crate::memory::vma_fault(alloc, vma, pgoff) {
+        Ok(()) => bindings::vm_fault_reason_VM_FAULT_NOPAGE,
+        Err(e) if e == ENOMEM => bindings::vm_fault_reason_VM_FAULT_OOM,
+        Err(_) => bindings::vm_fault_reason_VM_FAULT_SIGBUS,
+    }
+}
+
+/// Borrows the allocation a VMA holds.
+///
+/// # Safety
+///
+/// `p` is a VMA's `vm_private_data` set by `Alloc::mmap`, alive for `'a`.
+unsafe fn borrow_alloc<'a>(p: *mut c_void) -> &'a crate::memory::Alloc {
+    // SAFETY: `p` came from `Arc::into_raw` and the VMA keeps it alive.
+    unsafe { &*p.cast_const().cast::<crate::memory::Alloc>() }
+}
+
+/// A dma-buf exporter revoked an imported buffer.
+#[no_mangle]
+extern "C" fn p2pdma_dmabuf_revoked(notify: *mut c_void) {
+    // SAFETY: The reference given at import is alive until the mapping is
+    // released, which cannot run concurrently with this callback (both hold
+    // the reservation lock).
+    let n = unsafe { &*notify.cast_const().cast::<Notifier>() };
+    n.signal();
+}
+
+/// A PCI device is losing its driver, or going away.
+#[no_mangle]
+extern "C" fn p2pdma_peer_going(pdev: *mut bindings::pci_dev) {
+    crate::dma::revoke_peer(pdev);
 }

@@ -5,11 +5,13 @@
 //! Every resource (allocation, DMA mapping) belongs to the open file and is
 //! released when the file is. The file is bound to the process that opened
 //! it: only that process may map memory or use the ioctls that create or
-//! release resources.
+//! release resources. Resources a device takes away (an unbind) stay listed,
+//! revoked, until released; the owner's eventfd is signalled.
 
 use core::fmt::Write;
 
 use kernel::{
+    dma::DataDirection,
     fs::File,
     ioctl::{
         _IOC_SIZE,
@@ -41,12 +43,19 @@ use kernel::{
 
 use crate::{
     accel::DEVICES,
+    dma::{
+        self,
+        DmaMapping,
+        Source, //
+    },
     ffi::{
         self,
+        Cap,
+        EventFd,
         FileMapping,
+        Notifier,
         P2pPages,
         Peer,
-        ResourceMap,
         SgMap,
         ThreadGroup,
         PAGE_SIZE, //
@@ -77,6 +86,8 @@ abi_struct!(
     uapi::P2pdmaDmaSeg,
     uapi::P2pdmaDmaMap,
     uapi::P2pdmaUnmap,
+    uapi::P2pdmaEventfd,
+    uapi::P2pdmaHandleState,
 );
 
 // The shared ABI computes request codes itself; they must equal the kernel's.
@@ -91,6 +102,8 @@ const _: () = {
     assert!(P2PDMA_IOC_PIN_USER == _IOWR::<P2pdmaDmaMap>(P2PDMA_IOCTL_MAGIC, 0x06));
     assert!(P2PDMA_IOC_UNMAP == _IOW::<P2pdmaUnmap>(P2PDMA_IOCTL_MAGIC, 0x07));
     assert!(P2PDMA_IOC_DMABUF_IMPORT == _IOWR::<P2pdmaDmaMap>(P2PDMA_IOCTL_MAGIC, 0x08));
+    assert!(P2PDMA_IOC_SET_EVENTFD == _IOW::<P2pdmaEventfd>(P2PDMA_IOCTL_MAGIC, 0x09));
+    assert!(P2PDMA_IOC_HANDLE_STATE == _IOWR::<P2pdmaHandleState>(P2PDMA_IOCTL_MAGIC, 0x0a));
 };
 
 /// Largest `PIN_USER` length.
@@ -99,42 +112,12 @@ const MAX_PIN_LEN: u64 = 1 << 30;
 /// Most segments returned by one mapping (a 1 GiB pin of 4 KiB pages).
 const MAX_SEGS: usize = (MAX_PIN_LEN / PAGE_SIZE) as usize;
 
-/// What a DMA mapping holds.
-enum MapKind {
-    /// Allocation memory reached by bus address: nothing to unmap, but the
-    /// allocation may not be freed while the peer may use it.
-    Bus(Arc<Alloc>),
-    /// Allocation memory mapped through the host bridge.
-    Resource {
-        alloc: Arc<Alloc>,
-        _map: ResourceMap,
-    },
-    /// Pinned user pages or an imported dma-buf.
-    Sg(SgMap),
-}
-
-struct DmaMapping {
-    handle: u64,
-    kind: MapKind,
-}
-
-impl DmaMapping {
-    fn uses(&self, alloc: &Arc<Alloc>) -> bool {
-        match &self.kind {
-            MapKind::Bus(a) | MapKind::Resource { alloc: a, .. } => Arc::ptr_eq(a, alloc),
-            MapKind::Sg(_) => false,
-        }
-    }
-}
-
 #[derive(Default)]
 struct FileState {
-    /// Live allocations, by handle.
+    /// Allocations, by handle, until `FREE` (revoked ones included).
     allocs: KVec<Arc<Alloc>>,
-    /// Freed allocations: their user mappings may remain (holding this file
-    /// open), so an unbind must still be able to revoke them.
-    freed: KVec<Arc<Alloc>>,
-    maps: KVec<DmaMapping>,
+    /// DMA mappings, by handle, until `UNMAP` (revoked ones included).
+    maps: KVec<Arc<DmaMapping>>,
 }
 
 /// State of one open `/dev/p2pdma` file.
@@ -142,6 +125,8 @@ struct FileState {
 pub(crate) struct P2pdmaFile {
     /// Thread group that opened the file.
     owner: ThreadGroup,
+    /// Where revocation notices go.
+    notifier: Arc<Notifier>,
     #[pin]
     state: Mutex<FileState>,
 }
@@ -154,6 +139,7 @@ impl MiscDevice for P2pdmaFile {
         KBox::try_pin_init(
             try_pin_init!(P2pdmaFile {
                 owner: ThreadGroup::current()?,
+                notifier: Notifier::new()?,
                 state <- new_mutex!(FileState::default()),
             }),
             GFP_KERNEL,
@@ -162,15 +148,15 @@ impl MiscDevice for P2pdmaFile {
 
     fn release(me: Pin<KBox<Self>>, _file: &File) {
         let state = core::mem::take(&mut *me.state.lock());
-        // DMA mappings first: they may refer to allocations.
-        drop(state.maps);
-        let mut devices = DEVICES.lock();
-        for alloc in Iterator::chain(state.allocs.iter(), state.freed.iter()) {
-            devices.forget(alloc);
+        // DMA mappings first: they may map allocations.
+        for m in &state.maps {
+            dma::unregister(m);
         }
-        drop(devices);
+        drop(state.maps);
+        // No user mapping is left (each holds the file open): the memory
+        // goes now.
         for alloc in &state.allocs {
-            alloc.release();
+            alloc.disown();
         }
     }
 
@@ -189,7 +175,7 @@ impl MiscDevice for P2pdmaFile {
             .find(|a| a.contains_pages(pgoff, npages))
             .cloned()
             .ok_or(EINVAL)?;
-        alloc.mmap(vma, pgoff, npages)
+        alloc.mmap(vma)
     }
 
     fn ioctl(me: Pin<&P2pdmaFile>, file: &File, cmd: u32, arg: usize) -> Result<isize> {
@@ -204,12 +190,14 @@ impl MiscDevice for P2pdmaFile {
             | uapi::P2PDMA_IOC_PIN_USER
             | uapi::P2PDMA_IOC_DMABUF_IMPORT => {
                 me.check_owner()?;
-                if !ffi::capable_rawio() {
+                if !ffi::capable(Cap::SysRawio) {
                     return Err(EPERM);
                 }
                 me.dma_map(cmd, user)
             }
             uapi::P2PDMA_IOC_UNMAP => me.check_owner().and_then(|()| me.unmap(user)),
+            uapi::P2PDMA_IOC_SET_EVENTFD => me.check_owner().and_then(|()| me.set_eventfd(user)),
+            uapi::P2PDMA_IOC_HANDLE_STATE => me.handle_state(user),
             _ => Err(ENOTTY),
         }?;
         Ok(0)
@@ -224,7 +212,9 @@ fn get_version(user: UserSlice) -> Result {
             | uapi::P2PDMA_CAP_ALLOC
             | uapi::P2PDMA_CAP_P2P_QUERY
             | uapi::P2PDMA_CAP_DMA_MAP
-            | uapi::P2PDMA_CAP_DMABUF,
+            | uapi::P2PDMA_CAP_DMABUF
+            | uapi::P2PDMA_CAP_REVOKE
+            | uapi::P2PDMA_CAP_MAP_DIRECTION,
         num_devices: DEVICES.lock().count() as u32,
         ..Default::default()
     };
@@ -248,8 +238,9 @@ fn device_info(user: UserSlice) -> Result {
     writer.write(&out)
 }
 
-/// Resolves the peer named by an ioctl argument.
-fn resolve_peer(flags: u32, p: &uapi::P2pdmaPeer) -> Result<Peer> {
+/// Resolves the peer named by an ioctl argument: one PCI function, or each
+/// controller with a path to a multipath block device.
+fn resolve_peers(flags: u32, p: &uapi::P2pdmaPeer) -> Result<KVec<Peer>> {
     if p.pad0 != 0 {
         return Err(EINVAL);
     }
@@ -262,7 +253,20 @@ fn resolve_peer(flags: u32, p: &uapi::P2pdmaPeer) -> Result<Peer> {
         if p.fd != 0 && p.fd != -1 {
             return Err(EINVAL);
         }
-        Peer::from_address(p.domain, p.bus, p.devfn)
+        let mut v = KVec::new();
+        v.push(Peer::from_address(p.domain, p.bus, p.devfn)?, GFP_KERNEL)?;
+        Ok(v)
+    }
+}
+
+/// The DMA direction asked for by `P2PDMA_MAP_PEER_*` flags.
+fn direction(flags: u32) -> DataDirection {
+    let reads = flags & uapi::P2PDMA_MAP_PEER_READS != 0;
+    let writes = flags & uapi::P2PDMA_MAP_PEER_WRITES != 0;
+    match (reads, writes) {
+        (true, false) => DataDirection::ToDevice,
+        (false, true) => DataDirection::FromDevice,
+        _ => DataDirection::Bidirectional,
     }
 }
 
@@ -270,6 +274,15 @@ fn resolve_peer(flags: u32, p: &uapi::P2pdmaPeer) -> Result<Peer> {
 struct ReasonBuf {
     buf: [u8; uapi::P2PDMA_REASON_LEN],
     len: usize,
+}
+
+impl ReasonBuf {
+    fn new() -> Self {
+        Self {
+            buf: [0; uapi::P2PDMA_REASON_LEN],
+            len: 0,
+        }
+    }
 }
 
 impl Write for ReasonBuf {
@@ -287,52 +300,93 @@ struct PciName((u32, u8, u8));
 impl core::fmt::Display for PciName {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let (domain, bus, devfn) = self.0;
-        write!(f, "{:04x}:{:02x}:{:02x}.{}", domain, bus, devfn >> 3, devfn & 7)
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{}",
+            domain,
+            bus,
+            devfn >> 3,
+            devfn & 7
+        )
     }
 }
 
-/// How `peer` reaches `provider`'s memory: the map type, the kernel's
-/// distance and the reason in words.
-///
-/// The kernel's P2PDMA core decides whether P2P is allowed (its distance);
-/// the type follows its rules: devices below a common bridge talk by bus
-/// address, others through the host bridge.
-fn classify(
-    provider: &kernel::pci::Device,
-    peer: &Peer,
-) -> (u32, i32, [u8; uapi::P2PDMA_REASON_LEN]) {
-    let mut r = ReasonBuf {
-        buf: [0; uapi::P2PDMA_REASON_LEN],
-        len: 0,
-    };
+/// What the kernel decides for one peer of `provider`'s memory.
+struct Verdict {
+    map_type: u32,
+    distance: i32,
+    reason: ReasonBuf,
+}
+
+/// How `peer` reaches `provider`'s memory, as the kernel decides it: one
+/// page of the memory (`probe`) is mapped for the peer by the DMA API, which
+/// applies the P2PDMA rules (ACS redirect, host bridge allowlist, IOMMU);
+/// the distance is the P2PDMA core's.
+fn classify(provider: &kernel::pci::Device, probe: &P2pPages, peer: &Peer) -> Verdict {
+    let mut reason = ReasonBuf::new();
     let a = PciName(peer.location());
     let b = PciName(ffi::location(provider));
     let common = peer.common_upstream(provider).map(PciName);
-    let (map_type, distance) = match (peer.distance(provider), common) {
-        (Some(d), Some(bridge)) => {
-            let _ = write!(r, "{a} and {b} share upstream bridge {bridge}: P2P by bus address");
-            (uapi::P2PDMA_MAP_BUS_ADDR, d as i32)
-        }
-        (Some(d), None) => {
-            let _ = write!(r, "{a} and {b} meet at a host bridge the kernel allows for P2P");
-            (uapi::P2PDMA_MAP_THRU_HOST_BRIDGE, d as i32)
-        }
-        (None, None) => {
+    let distance = peer.distance(provider).map_or(-1, |d| d as i32);
+    let trial = probe.map_for(peer, 0, PAGE_SIZE, DataDirection::Bidirectional);
+    let map_type = match (&trial, &common) {
+        (Ok((_, true)), Some(bridge)) => {
             let _ = write!(
-                r,
-                "{a} and {b} do not share an upstream bridge or whitelisted host bridge"
+                reason,
+                "{a} and {b} share bridge {bridge}: the kernel maps by bus address"
             );
-            (uapi::P2PDMA_MAP_NOT_SUPPORTED, -1)
+            uapi::P2PDMA_MAP_BUS_ADDR
         }
-        (None, Some(bridge)) => {
+        (Ok((_, true)), None) => {
+            let _ = write!(reason, "{a} and {b}: the kernel maps by bus address");
+            uapi::P2PDMA_MAP_BUS_ADDR
+        }
+        (Ok((_, false)), _) => {
             let _ = write!(
-                r,
+                reason,
+                "{a} and {b} meet at a host bridge the kernel allows: mapped through it (DMA API)"
+            );
+            uapi::P2PDMA_MAP_THRU_HOST_BRIDGE
+        }
+        (Err(e), Some(bridge)) if *e == EREMOTEIO => {
+            let _ = write!(
+                reason,
                 "{a} and {b}: ACS below bridge {bridge} redirects P2P to a host bridge the kernel does not allow"
             );
-            (uapi::P2PDMA_MAP_NOT_SUPPORTED, -1)
+            uapi::P2PDMA_MAP_NOT_SUPPORTED
+        }
+        (Err(e), None) if *e == EREMOTEIO => {
+            let _ = write!(
+                reason,
+                "{a} and {b} do not share an upstream bridge or whitelisted host bridge"
+            );
+            uapi::P2PDMA_MAP_NOT_SUPPORTED
+        }
+        (Err(e), _) => {
+            let _ = write!(reason, "{a} and {b}: the DMA API failed to map ({e:?})");
+            uapi::P2PDMA_MAP_NOT_SUPPORTED
         }
     };
-    (map_type, distance, r.buf)
+    drop(trial);
+    let distance = if map_type == uapi::P2PDMA_MAP_NOT_SUPPORTED {
+        -1
+    } else {
+        distance
+    };
+    Verdict {
+        map_type,
+        distance,
+        reason,
+    }
+}
+
+/// Rank of a map type, worst last.
+fn badness(map_type: u32) -> u32 {
+    match map_type {
+        uapi::P2PDMA_MAP_BUS_ADDR => 0,
+        uapi::P2PDMA_MAP_THRU_HOST_BRIDGE => 1,
+        _ => 2,
+    }
 }
 
 fn p2p_query(user: UserSlice) -> Result {
@@ -345,22 +399,48 @@ fn p2p_query(user: UserSlice) -> Result {
     {
         return Err(EINVAL);
     }
-    let provider = DEVICES
-        .lock()
-        .get(q.dev_index as usize)
-        .ok_or(ENODEV)?
-        .pdev
-        .clone();
-    let peer = resolve_peer(q.flags, &q.peer)?;
-    let (map_type, distance, reason) = classify(&provider, &peer);
-    let (domain, bus, devfn) = peer.location();
+    let (provider, probe) = {
+        let devices = DEVICES.lock();
+        let dev = devices.get(q.dev_index as usize).ok_or(ENODEV)?;
+        (dev.pdev.clone(), dev.probe.clone())
+    };
+    let peers = resolve_peers(q.flags, &q.peer)?;
+    // A multipath device is as good as its worst path.
+    let mut worst: Option<Verdict> = None;
+    for peer in &peers {
+        let v = classify(&provider, &probe, peer);
+        worst = match worst {
+            Some(w)
+                if badness(w.map_type) > badness(v.map_type)
+                    || (badness(w.map_type) == badness(v.map_type) && w.distance >= v.distance) =>
+            {
+                Some(w)
+            }
+            _ => Some(v),
+        };
+    }
+    let v = worst.ok_or(ENXIO)?;
+    let (domain, bus, devfn) = peers[0].location();
     q.peer.domain = domain;
     q.peer.bus = bus;
     q.peer.devfn = devfn;
-    q.map_type = map_type;
-    q.distance = distance;
-    q.reason = reason;
+    q.map_type = v.map_type;
+    q.distance = v.distance;
+    q.reason = v.reason.buf;
     writer.write(&q)
+}
+
+/// The segments of `sg`, merged up to `max_seg` bytes.
+fn segments(sg: &SgMap, max_seg: u64) -> Result<KVVec<(u64, u64)>> {
+    let mut segs = KVVec::new();
+    sg.for_each_segment(max_seg, |a, l| {
+        if segs.len() >= MAX_SEGS {
+            return Err(E2BIG);
+        }
+        segs.push((a, l), GFP_KERNEL)?;
+        Ok(())
+    })?;
+    Ok(segs)
 }
 
 /// Writes `segs` to the user array at `ptr`.
@@ -373,6 +453,28 @@ fn write_segs(ptr: u64, segs: &[(u64, u64)]) -> Result {
     Ok(())
 }
 
+/// How many of `pins` cover the most-covered page of `[va, va + len)`.
+fn pin_depth(pins: &[(u64, u64)], va: u64, len: u64) -> usize {
+    let end = va + len;
+    let overlaps: KVec<(u64, u64)> = {
+        let mut v = KVec::new();
+        for &(s, l) in pins {
+            let (s, e) = (s.max(va), (s + l).min(end));
+            if s < e && v.push((s, e), GFP_KERNEL).is_err() {
+                // Out of memory: count conservatively.
+                return pins.len();
+            }
+        }
+        v
+    };
+    // The deepest point is the start of one of the overlaps.
+    overlaps
+        .iter()
+        .map(|&(p, _)| overlaps.iter().filter(|&&(s, e)| s <= p && p < e).count())
+        .max()
+        .unwrap_or(0)
+}
+
 impl P2pdmaFile {
     fn check_owner(&self) -> Result {
         if self.owner.is_current() {
@@ -380,16 +482,6 @@ impl P2pdmaFile {
         } else {
             Err(EPERM)
         }
-    }
-
-    fn find_alloc(&self, handle: u64) -> Result<Arc<Alloc>> {
-        self.state
-            .lock()
-            .allocs
-            .iter()
-            .find(|a| a.handle == handle)
-            .cloned()
-            .ok_or(ENOENT)
     }
 
     fn alloc(&self, file: &File, user: UserSlice) -> Result {
@@ -409,6 +501,8 @@ impl P2pdmaFile {
         };
         let mapping = FileMapping::of(file)?;
         let index = a.dev_index as usize;
+        let uid = ffi::current_uid();
+        let capped = !ffi::capable(Cap::SysAdmin);
         // Room in the file's list first, so nothing fails after allocating.
         self.state.lock().allocs.reserve(1, GFP_KERNEL)?;
 
@@ -418,6 +512,12 @@ impl P2pdmaFile {
             if size > dev.info.p2p_size {
                 return Err(EINVAL);
             }
+            if capped {
+                let cap = dev.info.p2p_size / 100 * ffi::param_user_share();
+                if dev.held_by(uid).saturating_add(size) > cap {
+                    return Err(EDQUOT);
+                }
+            }
             let pdev = dev.pdev.clone();
             // Over-allocate by the alignment slack and give back the ends.
             let total = size.checked_add(align - PAGE_SIZE).ok_or(ENOMEM)?;
@@ -426,28 +526,39 @@ impl P2pdmaFile {
             let pages = pages.trim(head as usize, size as usize);
             let handle = devices.new_handle();
             let pgoff = devices.new_pgoff(size / PAGE_SIZE)?;
-            let alloc = Alloc::new(handle, index, pgoff, mapping, pages)?;
+            let alloc = Alloc::new(
+                handle,
+                index,
+                pgoff,
+                uid,
+                mapping,
+                self.notifier.clone(),
+                pages,
+            )?;
             let dev = devices.get_mut(index).ok_or(ENODEV)?;
             dev.allocs.push(alloc.clone(), GFP_KERNEL)?;
             alloc
         };
+        // Nobody else can reach it yet: clear what the previous user left,
+        // outside the registry lock.
+        let zeroed = alloc.zero();
         a.size = size;
         a.handle = alloc.handle;
         a.mmap_offset = alloc.pgoff * PAGE_SIZE;
-        let pushed = self.state.lock().allocs.push(alloc.clone(), GFP_KERNEL);
-        if let Err(e) = pushed.map_err(Error::from).and_then(|()| writer.write(&a)) {
+        let done = zeroed.and_then(|()| {
+            self.state
+                .lock()
+                .allocs
+                .push(alloc.clone(), GFP_KERNEL)
+                .map_err(Error::from)
+        });
+        if let Err(e) = done.and_then(|()| writer.write(&a)) {
             // The caller never learns the handle: undo, losing nothing.
-            self.forget_alloc(&alloc);
+            self.state.lock().allocs.retain(|x| !Arc::ptr_eq(x, &alloc));
+            alloc.disown();
             return Err(e);
         }
         Ok(())
-    }
-
-    /// Removes `alloc` from this file and its device and frees it.
-    fn forget_alloc(&self, alloc: &Arc<Alloc>) {
-        self.state.lock().allocs.retain(|a| !Arc::ptr_eq(a, alloc));
-        DEVICES.lock().forget(alloc);
-        alloc.release();
     }
 
     fn free(&self, user: UserSlice) -> Result {
@@ -455,28 +566,34 @@ impl P2pdmaFile {
         if f.flags != 0 || f.reserved0 != 0 || f.reserved != [0; 2] {
             return Err(EINVAL);
         }
-        let mut state = self.state.lock();
-        let i = state
-            .allocs
-            .iter()
-            .position(|a| a.handle == f.handle)
-            .ok_or(ENOENT)?;
-        // A peer may still DMA to it: its mappings must go first.
-        if state.maps.iter().any(|m| m.uses(&state.allocs[i])) {
-            return Err(EBUSY);
-        }
-        state.freed.reserve(1, GFP_KERNEL)?;
-        let alloc = state.allocs.remove(i).map_err(|_| ENOENT)?;
-        alloc.release();
-        // Cannot fail: room was reserved above.
-        let _ = state.freed.push_within_capacity(alloc);
+        let alloc = {
+            let mut state = self.state.lock();
+            let i = state
+                .allocs
+                .iter()
+                .position(|a| a.handle == f.handle)
+                .ok_or(ENOENT)?;
+            // A peer may still DMA to it: its mappings must go first.
+            let alloc = &state.allocs[i];
+            if state
+                .maps
+                .iter()
+                .any(|m| m.maps_alloc(alloc) && m.is_live())
+            {
+                return Err(EBUSY);
+            }
+            state.allocs.remove(i).map_err(|_| ENOENT)?
+        };
+        alloc.disown();
         Ok(())
     }
 
     fn dma_map(&self, cmd: u32, user: UserSlice) -> Result {
         let (mut reader, mut writer) = user.reader_writer();
         let mut m: uapi::P2pdmaDmaMap = reader.read()?;
-        if m.flags & !uapi::P2PDMA_PEER_FD != 0
+        let known =
+            uapi::P2PDMA_PEER_FD | uapi::P2PDMA_MAP_PEER_READS | uapi::P2PDMA_MAP_PEER_WRITES;
+        if m.flags & !known != 0
             || m.pad0 != 0
             || m.pad1 != 0
             || m.reserved != [0; 4]
@@ -494,64 +611,104 @@ impl P2pdmaFile {
         if !used_fields_ok {
             return Err(EINVAL);
         }
-        let peer = resolve_peer(m.flags, &m.peer)?;
-        let max = (m.max_segs as usize).min(MAX_SEGS);
-
-        let mut segs = KVVec::new();
-        let (kind, map_type) = match cmd {
-            uapi::P2PDMA_IOC_DMA_MAP => {
-                let alloc = self.find_alloc(m.handle)?;
-                let end = m.offset.checked_add(m.length).ok_or(EINVAL)?;
-                if m.length == 0 || m.offset % PAGE_SIZE != 0 || m.length % PAGE_SIZE != 0 || end > alloc.size {
-                    return Err(EINVAL);
-                }
-                let provider = alloc.with_pages(|p| Ok(p.pdev().clone()))?;
-                let (map_type, _, _) = classify(&provider, &peer);
-                let kind = match map_type {
-                    uapi::P2PDMA_MAP_BUS_ADDR => {
-                        let addr = alloc.with_pages(|p| Ok(p.bus_addr(m.offset as usize)))?;
-                        segs.push((addr, m.length), GFP_KERNEL)?;
-                        MapKind::Bus(alloc)
-                    }
-                    uapi::P2PDMA_MAP_THRU_HOST_BRIDGE => {
-                        let map = alloc.with_pages(|p| {
-                            peer.map_resource(p.phys_addr(m.offset as usize), m.length)
-                        })?;
-                        segs.push((map.addr, m.length), GFP_KERNEL)?;
-                        MapKind::Resource { alloc, _map: map }
-                    }
-                    _ => return Err(EREMOTEIO),
-                };
-                (kind, map_type)
+        if cmd == uapi::P2PDMA_IOC_PIN_USER {
+            let end = m.user_va.checked_add(m.length).ok_or(EINVAL)?;
+            if m.length == 0
+                || m.length > MAX_PIN_LEN
+                || m.user_va % PAGE_SIZE != 0
+                || m.length % PAGE_SIZE != 0
+                || end > isize::MAX as u64
+            {
+                return Err(EINVAL);
             }
-            uapi::P2PDMA_IOC_PIN_USER => {
-                let end = m.user_va.checked_add(m.length).ok_or(EINVAL)?;
+        }
+        let peers = resolve_peers(m.flags, &m.peer)?;
+        let dir = direction(m.flags);
+        let max = (m.max_segs as usize).min(MAX_SEGS);
+        // Segments no longer than every peer takes.
+        let max_seg = peers
+            .iter()
+            .map(Peer::max_seg_size)
+            .min()
+            .unwrap_or(0)
+            .max(PAGE_SIZE);
+
+        // The whole operation runs under the file's lock: `FREE` of the
+        // allocation, and other pins, see it complete or not started.
+        let mut state = self.state.lock();
+        let mut maps = KVec::new();
+        let mut map_type = 0;
+        let source = match cmd {
+            uapi::P2PDMA_IOC_DMA_MAP => {
+                let alloc = state
+                    .allocs
+                    .iter()
+                    .find(|a| a.handle == m.handle)
+                    .cloned()
+                    .ok_or(ENOENT)?;
+                let end = m.offset.checked_add(m.length).ok_or(EINVAL)?;
                 if m.length == 0
-                    || m.length > MAX_PIN_LEN
-                    || m.user_va % PAGE_SIZE != 0
+                    || m.offset % PAGE_SIZE != 0
                     || m.length % PAGE_SIZE != 0
-                    || end > isize::MAX as u64
+                    || end > alloc.size
                 {
                     return Err(EINVAL);
                 }
-                (MapKind::Sg(peer.pin_user(m.user_va, m.length)?), 0)
+                for peer in &peers {
+                    let (sg, bus) =
+                        alloc.with_pages(|p| p.map_for(peer, m.offset as usize, m.length, dir))?;
+                    let t = if bus {
+                        uapi::P2PDMA_MAP_BUS_ADDR
+                    } else {
+                        uapi::P2PDMA_MAP_THRU_HOST_BRIDGE
+                    };
+                    if map_type != 0 && map_type != t {
+                        return Err(EXDEV);
+                    }
+                    map_type = t;
+                    maps.push(sg, GFP_KERNEL)?;
+                }
+                Source::Alloc(alloc)
             }
-            _ => (MapKind::Sg(peer.dmabuf_import(m.dmabuf_fd)?), 0),
+            uapi::P2PDMA_IOC_PIN_USER => {
+                let pins: KVec<(u64, u64)> = {
+                    let mut v = KVec::new();
+                    for x in state.maps.iter().filter(|x| x.is_live()) {
+                        if let Source::User { va, len } = x.source {
+                            v.push((va, len), GFP_KERNEL)?;
+                        }
+                    }
+                    v
+                };
+                if pin_depth(&pins, m.user_va, m.length) >= uapi::P2PDMA_MAX_PIN_OVERLAP as usize {
+                    return Err(ETOOMANYREFS);
+                }
+                for peer in &peers {
+                    maps.push(peer.pin_user(m.user_va, m.length, dir)?, GFP_KERNEL)?;
+                }
+                Source::User {
+                    va: m.user_va,
+                    len: m.length,
+                }
+            }
+            _ => {
+                for peer in &peers {
+                    maps.push(
+                        peer.dmabuf_import(m.dmabuf_fd, dir, &self.notifier)?,
+                        GFP_KERNEL,
+                    )?;
+                }
+                Source::DmaBuf
+            }
         };
-        if let MapKind::Sg(sg) = &kind {
-            let mut addrs = KVVec::from_elem(0u64, max, GFP_KERNEL)?;
-            let mut lens = KVVec::from_elem(0u64, max, GFP_KERNEL)?;
-            let n = sg.segments(&mut addrs, &mut lens);
-            if n > max {
-                m.num_segs = n as u32;
-                writer.write(&m)?;
-                return Err(ENOSPC);
+        // Every path of a multipath device must see the same addresses.
+        let segs = segments(&maps[0], max_seg)?;
+        for sg in maps.iter().skip(1) {
+            if *segments(sg, max_seg)? != *segs {
+                return Err(EXDEV);
             }
-            for i in 0..n {
-                segs.push((addrs[i], lens[i]), GFP_KERNEL)?;
-            }
-            m.length = sg.len();
         }
+        m.length = segs.iter().map(|&(_, l)| l).sum();
         m.num_segs = segs.len() as u32;
         if segs.len() > max {
             writer.write(&m)?;
@@ -560,14 +717,11 @@ impl P2pdmaFile {
         write_segs(m.segs_ptr, &segs)?;
         m.map_type = map_type;
         m.map_handle = DEVICES.lock().new_handle();
-        let handle = m.map_handle;
-        self.state
-            .lock()
-            .maps
-            .push(DmaMapping { handle, kind }, GFP_KERNEL)?;
-        if let Err(e) = writer.write(&m) {
-            // The caller never learns the handle: undo.
-            self.state.lock().maps.retain(|x| x.handle != handle);
+        writer.write(&m)?;
+        let mapping = DmaMapping::new(m.map_handle, source, peers, self.notifier.clone(), maps)?;
+        state.maps.push(mapping.clone(), GFP_KERNEL)?;
+        if let Err(e) = dma::register(&mapping) {
+            state.maps.retain(|x| !Arc::ptr_eq(x, &mapping));
             return Err(e);
         }
         Ok(())
@@ -587,7 +741,48 @@ impl P2pdmaFile {
                 .ok_or(ENOENT)?;
             state.maps.remove(i).map_err(|_| ENOENT)?
         };
+        dma::unregister(&mapping);
         drop(mapping);
         Ok(())
+    }
+
+    fn set_eventfd(&self, user: UserSlice) -> Result {
+        let e: uapi::P2pdmaEventfd = user.reader().read()?;
+        if e.flags != 0 || e.reserved != [0; 2] {
+            return Err(EINVAL);
+        }
+        let eventfd = match e.fd {
+            -1 => None,
+            fd => Some(EventFd::get(fd)?),
+        };
+        self.notifier.set(eventfd);
+        Ok(())
+    }
+
+    fn handle_state(&self, user: UserSlice) -> Result {
+        let (mut reader, mut writer) = user.reader_writer();
+        let mut h: uapi::P2pdmaHandleState = reader.read()?;
+        if h.flags != 0 || h.state != 0 || h.reserved != [0; 2] {
+            return Err(EINVAL);
+        }
+        let live = {
+            let state = self.state.lock();
+            if let Some(a) = state.allocs.iter().find(|a| a.handle == h.handle) {
+                !a.is_revoked()
+            } else {
+                state
+                    .maps
+                    .iter()
+                    .find(|m| m.handle == h.handle)
+                    .ok_or(ENOENT)?
+                    .is_live()
+            }
+        };
+        h.state = if live {
+            uapi::P2PDMA_STATE_LIVE
+        } else {
+            uapi::P2PDMA_STATE_REVOKED
+        };
+        writer.write(&h)
     }
 }

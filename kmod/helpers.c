@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C helpers for the p2pdma module: the kernel facilities Rust cannot reach
- * (static inline functions, macros, module_param_array). Each is wrapped by
- * a safe function in ffi.rs; nothing else in the module calls these.
+ * C glue for the p2pdma module: the kernel facilities Rust cannot reach
+ * (static inline functions, macros, module_param_array, operation tables
+ * that call back into Rust). Each is wrapped by a safe function in ffi.rs;
+ * nothing else in the module calls these. Decisions live in the Rust code.
  */
 
 #include <linux/blkdev.h>
@@ -10,16 +11,19 @@
 #include <linux/device.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
+#include <linux/eventfd.h>
 #include <linux/file.h>
 #include <linux/kernel.h>
 #include <linux/memremap.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/pagemap.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/pid.h>
 #include <linux/sched.h>
-#include <linux/percpu-refcount.h>
+#include <linux/sched/mm.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 
@@ -38,9 +42,19 @@ module_param(bar, int, 0444);
 MODULE_PARM_DESC(bar,
 	"BAR to register as P2P memory (default -1: the largest 64-bit prefetchable memory BAR)");
 
+static unsigned int user_share = 50;
+module_param(user_share, uint, 0644);
+MODULE_PARM_DESC(user_share,
+	"Percent of each accelerator's P2P memory one user without CAP_SYS_ADMIN may hold (default 50)");
+
 int p2pdma_helper_param_bar(void)
 {
 	return bar;
+}
+
+unsigned int p2pdma_helper_param_user_share(void)
+{
+	return min(READ_ONCE(user_share), 100U);
 }
 
 /* Parse the ids= parameter and add each ID to the PCI driver @drv_name. */
@@ -72,7 +86,7 @@ int p2pdma_helper_add_param_ids(const char *drv_name)
 	return 0;
 }
 
-/* What kind of BAR @bar is, as P2PDMA_BAR_* bits (see ffi.rs). */
+/* What kind of BAR @bar is, as BAR_* bits (see ffi.rs). */
 u32 p2pdma_helper_bar_kind(struct pci_dev *pdev, int bar)
 {
 	unsigned long flags = pci_resource_flags(pdev, bar);
@@ -85,11 +99,6 @@ u32 p2pdma_helper_bar_kind(struct pci_dev *pdev, int bar)
 	if (flags & IORESOURCE_PREFETCH)
 		kind |= 4;
 	return kind;
-}
-
-u64 p2pdma_helper_bar_len(struct pci_dev *pdev, int bar)
-{
-	return pci_resource_len(pdev, bar);
 }
 
 u64 p2pdma_helper_bar_bus_addr(struct pci_dev *pdev, int bar)
@@ -109,9 +118,19 @@ int p2pdma_helper_numa_node(struct pci_dev *pdev)
 	return dev_to_node(&pdev->dev);
 }
 
-bool p2pdma_helper_capable_rawio(void)
+unsigned int p2pdma_helper_max_seg_size(struct pci_dev *pdev)
 {
-	return capable(CAP_SYS_RAWIO);
+	return dma_get_max_seg_size(&pdev->dev);
+}
+
+bool p2pdma_helper_capable(int cap)
+{
+	return capable(cap);
+}
+
+u32 p2pdma_helper_current_uid(void)
+{
+	return from_kuid_munged(current_user_ns(), current_uid());
 }
 
 struct pid *p2pdma_helper_current_tgid_get(void)
@@ -130,33 +149,35 @@ void p2pdma_helper_put_pid(struct pid *pid)
 }
 
 /*
- * P2P memory pages. The kernel's P2PDMA core returns a page to its pool when
- * the page's refcount drops to zero (p2pdma_folio_free), dropping one
- * reference on the pagemap per page. An allocation here therefore holds one
- * page reference and one pagemap reference per page, exactly like the pages
- * the core's own sysfs "allocate" file hands to user space: user mappings,
- * pins and the allocation each hold their own page references, and the
- * memory returns to the pool when the last of them is gone.
+ * P2P memory pages. The P2PDMA core returns a page to its pool when the
+ * page's last reference goes (the pagemap's folio_free), dropping one
+ * pagemap reference per page. An allocation therefore initialises each page
+ * as a ZONE_DEVICE page with one reference (zone_device_page_init, which
+ * also takes the page's pagemap reference) and drops the single pagemap
+ * reference pci_alloc_p2pmem() took for the whole range: user mappings,
+ * pins and the allocation then each hold their own page references, and
+ * the memory returns to the pool when the last of them is gone.
  */
 void *p2pdma_helper_alloc(struct pci_dev *pdev, size_t size)
 {
 	void *kaddr = pci_alloc_p2pmem(pdev, size);
-	struct percpu_ref *ref;
+	struct dev_pagemap *pgmap;
 	size_t off;
 
 	if (!kaddr)
 		return NULL;
-	ref = &page_pgmap(virt_to_page(kaddr))->ref;
+	pgmap = page_pgmap(virt_to_page(kaddr));
 	for (off = 0; off < size; off += PAGE_SIZE) {
-		set_page_count(virt_to_page(kaddr + off), 1);
-		percpu_ref_get(ref);
+		struct page *page = virt_to_page(kaddr + off);
+
+		zone_device_page_init(page, pgmap, 0);
+		unlock_page(page);
 	}
-	/* Drop the reference pci_alloc_p2pmem() took for the whole range. */
-	percpu_ref_put(ref);
+	put_dev_pagemap(pgmap);
 	return kaddr;
 }
 
-/* Drops the allocation's reference on each page of [kaddr, kaddr + size). */
+/* Drops one reference on each page of [kaddr, kaddr + size). */
 void p2pdma_helper_put_pages(void *kaddr, size_t size)
 {
 	size_t off;
@@ -165,9 +186,9 @@ void p2pdma_helper_put_pages(void *kaddr, size_t size)
 		put_page(virt_to_page(kaddr + off));
 }
 
-u64 p2pdma_helper_virt_to_phys(void *kaddr)
+struct page *p2pdma_helper_virt_to_page(void *kaddr)
 {
-	return page_to_phys(virt_to_page(kaddr)) + offset_in_page(kaddr);
+	return virt_to_page(kaddr);
 }
 
 unsigned long p2pdma_helper_vma_pgoff(struct vm_area_struct *vma)
@@ -181,28 +202,36 @@ bool p2pdma_helper_vma_shared(struct vm_area_struct *vma)
 }
 
 /*
- * Maps @npages pages of P2P memory at @kaddr write-combined into @vma from
- * its start. On error the caller's mmap fails and the core unmaps whatever
- * was inserted.
+ * User mappings of allocations are populated by the fault handler, so that
+ * no page is mapped before the VMA is linked where unmap_mapping_range()
+ * finds it. vm_private_data is an allocation reference owned by the VMA.
  */
-int p2pdma_helper_insert_pages(struct vm_area_struct *vma, void *kaddr, unsigned long npages)
+static void p2pdma_vm_open(struct vm_area_struct *vma)
 {
-	unsigned long i;
-	int ret;
-
-	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
-	for (i = 0; i < npages; i++) {
-		ret = vm_insert_page(vma, vma->vm_start + i * PAGE_SIZE,
-				     virt_to_page(kaddr + i * PAGE_SIZE));
-		if (ret)
-			return ret;
-	}
-	return 0;
+	p2pdma_vma_open(vma->vm_private_data);
 }
 
-struct address_space *p2pdma_helper_file_mapping(struct file *file)
+static void p2pdma_vm_close(struct vm_area_struct *vma)
 {
-	return file->f_mapping;
+	p2pdma_vma_close(vma->vm_private_data);
+}
+
+static vm_fault_t p2pdma_vm_fault(struct vm_fault *vmf)
+{
+	return p2pdma_vma_fault(vmf->vma->vm_private_data, vmf->vma);
+}
+
+static const struct vm_operations_struct p2pdma_vm_ops = {
+	.open = p2pdma_vm_open,
+	.close = p2pdma_vm_close,
+	.fault = p2pdma_vm_fault,
+};
+
+void p2pdma_helper_vma_setup(struct vm_area_struct *vma, void *private)
+{
+	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+	vma->vm_private_data = private;
+	vma->vm_ops = &p2pdma_vm_ops;
 }
 
 /* Removes every user mapping of [offset, offset + len) of @mapping. */
@@ -212,42 +241,82 @@ void p2pdma_helper_zap(struct address_space *mapping, u64 offset, u64 len)
 }
 
 /*
- * The PCI function behind an open block device: the first PCI device among
- * the block device's ancestors (for NVMe: namespace -> controller -> PCI
- * function). Returns it with a reference held, or NULL with *err set.
+ * The PCI functions behind an open block device, each referenced: the first
+ * PCI ancestor (for NVMe: namespace -> controller -> PCI function), or, for
+ * an NVMe multipath head (whose parent is the subsystem, not a controller),
+ * the PCI function of each controller with a path to it: the path disks
+ * are named nvme<subsys>c<ctrl>n<head> and are children of their controller.
+ * Returns how many were found (at most @max), or a negative errno.
  */
-struct pci_dev *p2pdma_helper_peer_from_fd(int fd, int *err)
+struct mpath_match {
+	int subsys, head;
+	struct pci_dev **out;
+	int max, n;
+};
+
+static int mpath_path_disk(struct device *dev, void *data)
+{
+	struct mpath_match *m = data;
+	int s, c, h;
+	char tail;
+
+	if (sscanf(dev_name(dev), "nvme%dc%dn%d%c", &s, &c, &h, &tail) == 3 &&
+	    s == m->subsys && h == m->head)
+		return 1;
+	return 0;
+}
+
+static int mpath_controller(struct device *ctrl, void *data)
+{
+	struct mpath_match *m = data;
+	struct device *pci = ctrl->parent;
+
+	if (!pci || !dev_is_pci(pci) || m->n >= m->max)
+		return 0;
+	if (device_for_each_child(ctrl, m, mpath_path_disk))
+		m->out[m->n++] = pci_dev_get(to_pci_dev(pci));
+	return 0;
+}
+
+int p2pdma_helper_peers_from_fd(int fd, struct pci_dev **out, int max)
 {
 	struct file *file = fget(fd);
 	struct block_device *bdev;
-	struct device *dev;
 	struct pci_dev *pdev = NULL;
+	struct mpath_match m = { .out = out, .max = max };
+	struct device *dev;
+	char tail;
+	int ret;
 
-	if (!file) {
-		*err = -EBADF;
-		return NULL;
-	}
+	if (!file)
+		return -EBADF;
 	bdev = S_ISBLK(file_inode(file)->i_mode) ? file_bdev(file) : NULL;
 	if (!bdev) {
-		*err = -ENOTBLK;
+		ret = -ENOTBLK;
 		goto out;
 	}
 	for (dev = &bdev->bd_device; dev; dev = dev->parent) {
 		if (dev_is_pci(dev)) {
-			pdev = pci_dev_get(to_pci_dev(dev));
+			out[0] = pci_dev_get(to_pci_dev(dev));
+			ret = 1;
+			goto out;
+		}
+	}
+	ret = -ENXIO;
+	if (sscanf(bdev->bd_disk->disk_name, "nvme%dn%d%c", &m.subsys, &m.head, &tail) != 2)
+		goto out;
+	for_each_pci_dev(pdev) {
+		device_for_each_child(&pdev->dev, &m, mpath_controller);
+		if (m.n >= max) {
+			pci_dev_put(pdev);
 			break;
 		}
 	}
-	if (!pdev)
-		*err = -ENXIO;
+	if (m.n)
+		ret = m.n;
 out:
 	fput(file);
-	return pdev;
-}
-
-struct pci_dev *p2pdma_helper_peer_from_address(u32 domain, u8 bus, u8 devfn)
-{
-	return pci_get_domain_bus_and_slot(domain, bus, devfn);
+	return ret;
 }
 
 /* The lowest PCI bridge that is upstream of both @a and @b, or NULL. */
@@ -262,58 +331,139 @@ struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev 
 	return NULL;
 }
 
-int p2pdma_helper_distance(struct pci_dev *provider, struct pci_dev *client)
-{
-	struct device *dev = &client->dev;
-
-	return pci_p2pdma_distance_many(provider, &dev, 1, false);
-}
-
-u64 p2pdma_helper_map_resource(struct pci_dev *peer, u64 phys, u64 len, int *err)
-{
-	dma_addr_t addr = dma_map_resource(&peer->dev, phys, len, DMA_BIDIRECTIONAL, 0);
-
-	*err = dma_mapping_error(&peer->dev, addr) ? -EIO : 0;
-	return addr;
-}
-
-void p2pdma_helper_unmap_resource(struct pci_dev *peer, u64 addr, u64 len)
-{
-	dma_unmap_resource(&peer->dev, addr, len, DMA_BIDIRECTIONAL, 0);
-}
-
 /*
- * A scatter-gather DMA mapping for a peer: pinned user pages, or an
- * attached dma-buf.
+ * A scatter-gather DMA mapping for a peer: P2P pages of an allocation,
+ * pinned user pages, or an imported dma-buf.
  */
 struct p2pdma_sgmap {
 	struct pci_dev *peer;
-	struct sg_table sgt_own;	/* pinned pages */
-	struct sg_table *sgt;
-	struct page **pages;
+	enum dma_data_direction dir;
+	struct sg_table sgt_own;	/* P2P pages, pinned pages */
+	struct sg_table *sgt;		/* NULL once a dma-buf was revoked */
+	struct page **pages;		/* pinned pages */
 	unsigned long npages;
+	struct mm_struct *mm;		/* charged with npages of pinned_vm */
 	struct dma_buf *dmabuf;
 	struct dma_buf_attachment *attach;
+	void *notify;			/* passed to p2pdma_dmabuf_revoked() */
+	bool pinned, revoked;
 };
 
-struct p2pdma_sgmap *p2pdma_helper_pin_user(struct pci_dev *peer, u64 va, u64 len, int *err)
+static struct p2pdma_sgmap *sgmap_new(struct pci_dev *peer, enum dma_data_direction dir)
 {
-	struct p2pdma_sgmap *m;
-	long pinned;
+	struct p2pdma_sgmap *m = kzalloc(sizeof(*m), GFP_KERNEL);
+
+	if (m) {
+		m->peer = pci_dev_get(peer);
+		m->dir = dir;
+	}
+	return m;
+}
+
+/*
+ * Builds a table of @npages pages, segments no longer than the peer
+ * accepts, and maps it for the peer through the DMA API, which applies the
+ * P2PDMA rules to P2P pages (bus address, host bridge, or -EREMOTEIO).
+ */
+static int sgmap_map_pages(struct p2pdma_sgmap *m, struct page **pages,
+			   unsigned long npages)
+{
 	int ret;
 
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!m) {
-		*err = -ENOMEM;
-		return NULL;
+	ret = sg_alloc_table_from_pages_segment(&m->sgt_own, pages, npages, 0,
+						npages << PAGE_SHIFT,
+						dma_get_max_seg_size(&m->peer->dev),
+						GFP_KERNEL);
+	if (ret)
+		return ret;
+	ret = dma_map_sgtable(&m->peer->dev, &m->sgt_own, m->dir, 0);
+	if (ret) {
+		sg_free_table(&m->sgt_own);
+		return ret;
 	}
+	m->sgt = &m->sgt_own;
+	return 0;
+}
+
+struct p2pdma_sgmap *p2pdma_helper_map_p2p(struct pci_dev *peer, void *kaddr, u64 len,
+					   int dir, int *err)
+{
+	unsigned long i, npages = len >> PAGE_SHIFT;
+	struct p2pdma_sgmap *m = sgmap_new(peer, dir);
+	struct page **pages;
+	int ret = -ENOMEM;
+
+	if (!m)
+		goto fail;
+	pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL);
+	if (!pages)
+		goto free_m;
+	for (i = 0; i < npages; i++)
+		pages[i] = virt_to_page(kaddr + (i << PAGE_SHIFT));
+	ret = sgmap_map_pages(m, pages, npages);
+	kvfree(pages);
+	if (!ret)
+		return m;
+free_m:
+	pci_dev_put(m->peer);
+	kfree(m);
+fail:
+	*err = ret;
+	return NULL;
+}
+
+/* Whether the DMA API mapped @m by PCI bus address (P2P through a switch). */
+bool p2pdma_helper_sgmap_is_bus_addr(struct p2pdma_sgmap *m)
+{
+	return m->sgt && m->sgt->nents && sg_dma_is_bus_address(m->sgt->sgl);
+}
+
+/*
+ * Charges @npages to the caller's pinned_vm against RLIMIT_MEMLOCK, as
+ * RDMA does for pinned memory, unless it has CAP_IPC_LOCK.
+ */
+static int charge_pinned(struct p2pdma_sgmap *m, unsigned long npages)
+{
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	u64 now = atomic64_add_return(npages, &current->mm->pinned_vm);
+
+	if (now > limit && !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(npages, &current->mm->pinned_vm);
+		return -ENOMEM;
+	}
+	m->mm = current->mm;
+	mmgrab(m->mm);
+	return 0;
+}
+
+static void uncharge_pinned(struct p2pdma_sgmap *m)
+{
+	if (m->mm) {
+		atomic64_sub(m->npages, &m->mm->pinned_vm);
+		mmdrop(m->mm);
+	}
+}
+
+struct p2pdma_sgmap *p2pdma_helper_pin_user(struct pci_dev *peer, u64 va, u64 len,
+					    int dir, int *err)
+{
+	unsigned int gup = FOLL_LONGTERM | (dir == DMA_TO_DEVICE ? 0 : FOLL_WRITE);
+	struct p2pdma_sgmap *m = sgmap_new(peer, dir);
+	long pinned;
+	int ret = -ENOMEM;
+
+	if (!m)
+		goto fail;
 	m->npages = len >> PAGE_SHIFT;
+	ret = charge_pinned(m, m->npages);
+	if (ret)
+		goto free_m;
 	m->pages = kvmalloc_array(m->npages, sizeof(*m->pages), GFP_KERNEL);
 	if (!m->pages) {
 		ret = -ENOMEM;
-		goto free_m;
+		goto uncharge;
 	}
-	pinned = pin_user_pages_fast(va, m->npages, FOLL_WRITE | FOLL_LONGTERM, m->pages);
+	pinned = pin_user_pages_fast(va, m->npages, gup, m->pages);
 	if (pinned < 0) {
 		ret = pinned;
 		goto free_pages;
@@ -323,117 +473,209 @@ struct p2pdma_sgmap *p2pdma_helper_pin_user(struct pci_dev *peer, u64 va, u64 le
 		ret = -EFAULT;
 		goto free_pages;
 	}
-	ret = sg_alloc_table_from_pages(&m->sgt_own, m->pages, m->npages, 0, len, GFP_KERNEL);
-	if (ret)
-		goto unpin;
-	ret = dma_map_sgtable(&peer->dev, &m->sgt_own, DMA_BIDIRECTIONAL, 0);
-	if (ret)
-		goto free_table;
-	m->sgt = &m->sgt_own;
-	m->peer = pci_dev_get(peer);
-	return m;
-
-free_table:
-	sg_free_table(&m->sgt_own);
-unpin:
+	ret = sgmap_map_pages(m, m->pages, m->npages);
+	if (!ret)
+		return m;
 	unpin_user_pages(m->pages, m->npages);
 free_pages:
 	kvfree(m->pages);
+uncharge:
+	uncharge_pinned(m);
 free_m:
+	pci_dev_put(m->peer);
 	kfree(m);
+fail:
 	*err = ret;
 	return NULL;
 }
 
-struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, int fd, int *err)
+/*
+ * A dma-buf import is a dynamic attachment that allows peer-to-peer and is
+ * pinned while imported, like RDMA's pinned revocable dma-buf memory. If the
+ * exporter invalidates it anyway (e.g. its device is reset or unbound), the
+ * mapping is torn down under the reservation lock and the owner told.
+ */
+static void dmabuf_revoke_locked(struct p2pdma_sgmap *m)
 {
-	struct p2pdma_sgmap *m;
-	struct sg_table *sgt;
-	int ret;
-
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
-	if (!m) {
-		*err = -ENOMEM;
-		return NULL;
+	dma_resv_assert_held(m->dmabuf->resv);
+	if (m->sgt) {
+		dma_buf_unmap_attachment(m->attach, m->sgt, m->dir);
+		m->sgt = NULL;
 	}
+	if (m->pinned) {
+		dma_buf_unpin(m->attach);
+		m->pinned = false;
+	}
+}
+
+static void p2pdma_invalidate_mappings(struct dma_buf_attachment *attach)
+{
+	struct p2pdma_sgmap *m = attach->importer_priv;
+
+	if (m->revoked)
+		return;
+	dmabuf_revoke_locked(m);
+	WRITE_ONCE(m->revoked, true);
+	p2pdma_dmabuf_revoked(m->notify);
+}
+
+static const struct dma_buf_attach_ops p2pdma_importer_ops = {
+	.allow_peer2peer = true,
+	.invalidate_mappings = p2pdma_invalidate_mappings,
+};
+
+struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, int fd, int dir,
+						 void *notify, int *err)
+{
+	struct p2pdma_sgmap *m = sgmap_new(peer, dir);
+	struct sg_table *sgt;
+	long wait;
+	int ret = -ENOMEM;
+
+	if (!m)
+		goto fail;
+	m->notify = notify;
 	m->dmabuf = dma_buf_get(fd);
 	if (IS_ERR(m->dmabuf)) {
 		ret = PTR_ERR(m->dmabuf) == -EINVAL ? -EBADF : PTR_ERR(m->dmabuf);
 		goto free_m;
 	}
-	m->attach = dma_buf_attach(m->dmabuf, &peer->dev);
+	m->attach = dma_buf_dynamic_attach(m->dmabuf, &peer->dev, &p2pdma_importer_ops, m);
 	if (IS_ERR(m->attach)) {
 		ret = PTR_ERR(m->attach);
 		goto put;
 	}
-	sgt = dma_buf_map_attachment_unlocked(m->attach, DMA_BIDIRECTIONAL);
+	dma_resv_lock(m->dmabuf->resv, NULL);
+	ret = dma_buf_pin(m->attach);
+	if (ret)
+		goto unlock;
+	m->pinned = true;
+	sgt = dma_buf_map_attachment(m->attach, dir);
 	if (IS_ERR(sgt)) {
 		ret = PTR_ERR(sgt);
-		goto detach;
+		goto unpin;
 	}
 	m->sgt = sgt;
-	m->peer = pci_dev_get(peer);
+	/* Wait for the exporter's pending moves before handing out addresses. */
+	wait = dma_resv_wait_timeout(m->dmabuf->resv, DMA_RESV_USAGE_KERNEL, false,
+				     MAX_SCHEDULE_TIMEOUT);
+	if (wait < 0) {
+		ret = wait;
+		goto unpin;
+	}
+	dma_resv_unlock(m->dmabuf->resv);
 	return m;
 
-detach:
+unpin:
+	dmabuf_revoke_locked(m);
+unlock:
+	dma_resv_unlock(m->dmabuf->resv);
 	dma_buf_detach(m->dmabuf, m->attach);
 put:
 	dma_buf_put(m->dmabuf);
 free_m:
+	pci_dev_put(m->peer);
 	kfree(m);
+fail:
 	*err = ret;
 	return NULL;
 }
 
-/* Total DMA length of @m. */
-u64 p2pdma_helper_sgmap_len(struct p2pdma_sgmap *m)
+/*
+ * The mapped table, or NULL if a dma-buf was revoked. The caller keeps it
+ * from being revoked meanwhile: p2pdma_helper_sgmap_lock() for dma-bufs.
+ */
+struct sg_table *p2pdma_helper_sgmap_table(struct p2pdma_sgmap *m)
 {
-	struct scatterlist *sg;
-	u64 total = 0;
-	unsigned int i;
-
-	for_each_sgtable_dma_sg(m->sgt, sg, i)
-		total += sg_dma_len(sg);
-	return total;
+	return m->sgt;
 }
 
-/*
- * Writes the DMA segments of @m into @addrs/@lens (at most @max of them,
- * merging contiguous ones) and returns how many there are in all.
- */
-unsigned int p2pdma_helper_sgmap_segs(struct p2pdma_sgmap *m, u64 *addrs, u64 *lens, unsigned int max)
+void *p2pdma_helper_sgmap_notify(struct p2pdma_sgmap *m)
 {
-	struct scatterlist *sg;
-	unsigned int i, n = 0;
+	return m->notify;
+}
 
-	for_each_sgtable_dma_sg(m->sgt, sg, i) {
-		u64 a = sg_dma_address(sg), l = sg_dma_len(sg);
+bool p2pdma_helper_sgmap_revoked(struct p2pdma_sgmap *m)
+{
+	return READ_ONCE(m->revoked);
+}
 
-		if (n && n <= max && addrs[n - 1] + lens[n - 1] == a) {
-			lens[n - 1] += l;
-			continue;
-		}
-		if (n < max) {
-			addrs[n] = a;
-			lens[n] = l;
-		}
-		n++;
-	}
-	return n;
+void p2pdma_helper_sgmap_lock(struct p2pdma_sgmap *m)
+{
+	if (m->dmabuf)
+		dma_resv_lock(m->dmabuf->resv, NULL);
+}
+
+void p2pdma_helper_sgmap_unlock(struct p2pdma_sgmap *m)
+{
+	if (m->dmabuf)
+		dma_resv_unlock(m->dmabuf->resv);
 }
 
 void p2pdma_helper_sgmap_release(struct p2pdma_sgmap *m)
 {
 	if (m->dmabuf) {
-		dma_buf_unmap_attachment_unlocked(m->attach, m->sgt, DMA_BIDIRECTIONAL);
+		dma_resv_lock(m->dmabuf->resv, NULL);
+		dmabuf_revoke_locked(m);
+		dma_resv_unlock(m->dmabuf->resv);
 		dma_buf_detach(m->dmabuf, m->attach);
 		dma_buf_put(m->dmabuf);
 	} else {
-		dma_unmap_sgtable(&m->peer->dev, m->sgt, DMA_BIDIRECTIONAL, 0);
+		dma_unmap_sgtable(&m->peer->dev, m->sgt, m->dir, 0);
 		sg_free_table(m->sgt);
-		unpin_user_pages(m->pages, m->npages);
-		kvfree(m->pages);
+		if (m->pages) {
+			/* The peer may have written the pages: keep the data. */
+			unpin_user_pages_dirty_lock(m->pages, m->npages, m->dir != DMA_TO_DEVICE);
+			kvfree(m->pages);
+			uncharge_pinned(m);
+		}
 	}
 	pci_dev_put(m->peer);
 	kfree(m);
+}
+
+/* eventfds, for revocation notices. */
+struct eventfd_ctx *p2pdma_helper_eventfd_get(int fd, int *err)
+{
+	struct eventfd_ctx *ctx = eventfd_ctx_fdget(fd);
+
+	if (IS_ERR(ctx)) {
+		*err = PTR_ERR(ctx) == -EINVAL ? -EBADF : PTR_ERR(ctx);
+		return NULL;
+	}
+	return ctx;
+}
+
+void p2pdma_helper_eventfd_signal(struct eventfd_ctx *ctx)
+{
+	eventfd_signal(ctx);
+}
+
+void p2pdma_helper_eventfd_put(struct eventfd_ctx *ctx)
+{
+	eventfd_ctx_put(ctx);
+}
+
+/* A PCI device is about to lose its driver: its DMA mappings must go. */
+static int p2pdma_bus_event(struct notifier_block *nb, unsigned long action, void *data)
+{
+	struct device *dev = data;
+
+	if (action == BUS_NOTIFY_UNBIND_DRIVER || action == BUS_NOTIFY_DEL_DEVICE)
+		p2pdma_peer_going(to_pci_dev(dev));
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block p2pdma_bus_nb = {
+	.notifier_call = p2pdma_bus_event,
+};
+
+int p2pdma_helper_watch_peers(void)
+{
+	return bus_register_notifier(&pci_bus_type, &p2pdma_bus_nb);
+}
+
+void p2pdma_helper_unwatch_peers(void)
+{
+	bus_unregister_notifier(&pci_bus_type, &p2pdma_bus_nb);
 }

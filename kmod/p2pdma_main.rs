@@ -17,6 +17,7 @@ use kernel::{
 };
 
 mod accel;
+mod dma;
 mod ffi;
 mod file;
 mod memory;
@@ -32,20 +33,25 @@ const MODULE_NAME: &CStr = <LocalModule as kernel::ModuleMetadata>::NAME;
 #[pin_data]
 struct P2pdmaModule {
     // Fields drop in declaration order: the device node goes first, then the
-    // PCI driver (unbinding every device).
+    // PCI driver (unbinding every device), then the watch on peers.
     #[pin]
     _misc: MiscDeviceRegistration<file::P2pdmaFile>,
     #[pin]
     _driver: Registration<pci::Adapter<accel::AccelDriver>>,
+    _peers: ffi::PeerWatch,
 }
 
 impl InPlaceModule for P2pdmaModule {
     fn init(module: &'static ThisModule) -> impl PinInit<Self, Error> {
         // SAFETY: Called once, before the driver and the device node that use
-        // the registry exist.
-        unsafe { accel::DEVICES.init() };
+        // the registries exist.
+        unsafe {
+            accel::DEVICES.init();
+            dma::MAPPINGS.init();
+        }
 
         try_pin_init!(Self {
+            _peers: ffi::PeerWatch::new()?,
             _driver <- Registration::new(MODULE_NAME, module),
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdma" }),
         })
