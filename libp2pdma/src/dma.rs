@@ -4,11 +4,14 @@
 
 use std::{
     fmt,
-    os::fd::{AsRawFd, BorrowedFd},
+    os::fd::{AsRawFd, BorrowedFd, OwnedFd},
 };
 
 use p2pdma_abi as abi;
-use rustix::io::Errno;
+use rustix::{
+    event::{eventfd, EventfdFlags},
+    io::Errno,
+};
 
 use crate::{device::PciAddress, sys, Error, Module, Result};
 
@@ -183,10 +186,44 @@ pub(crate) fn map_with_retry(
     })
 }
 
-fn template(peer: &Peer<'_>) -> abi::P2pdmaDmaMap {
+/// What a peer does with memory mapped for it: the DMA direction. Memory
+/// the peer only reads can be pinned read-only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PeerAccess {
+    /// The peer reads and writes it.
+    #[default]
+    ReadWrite,
+    /// The peer only reads it (a storage write from this memory).
+    ReadOnly,
+    /// The peer only writes it (a storage read into this memory).
+    WriteOnly,
+}
+
+impl PeerAccess {
+    fn flags(self) -> u32 {
+        match self {
+            Self::ReadWrite => 0,
+            Self::ReadOnly => abi::P2PDMA_MAP_PEER_READS,
+            Self::WriteOnly => abi::P2PDMA_MAP_PEER_WRITES,
+        }
+    }
+}
+
+/// Whether a resource is still usable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandleState {
+    /// Usable.
+    Live,
+    /// Revoked: its accelerator or its peer was unbound, or a dma-buf's
+    /// exporter withdrew it. Its addresses are no longer valid; free or
+    /// unmap it to release the handle.
+    Revoked,
+}
+
+fn template(peer: &Peer<'_>, access: PeerAccess) -> abi::P2pdmaDmaMap {
     let (flags, peer) = peer.to_abi();
     abi::P2pdmaDmaMap {
-        flags,
+        flags: flags | access.flags(),
         peer,
         ..Default::default()
     }
@@ -218,24 +255,52 @@ impl Module {
         length: u64,
         peer: Peer<'_>,
     ) -> Result<DmaMapping> {
+        self.dma_map_access(handle, offset, length, peer, PeerAccess::ReadWrite)
+    }
+
+    /// [`dma_map`](Self::dma_map) for a peer that only reads or only
+    /// writes the memory.
+    #[doc(alias = "P2PDMA_IOC_DMA_MAP")]
+    pub fn dma_map_access(
+        &self,
+        handle: u64,
+        offset: u64,
+        length: u64,
+        peer: Peer<'_>,
+        access: PeerAccess,
+    ) -> Result<DmaMapping> {
         let t = abi::P2pdmaDmaMap {
             handle,
             offset,
             length,
-            ..template(&peer)
+            ..template(&peer, access)
         };
         map_with_retry("P2PDMA_IOC_DMA_MAP", t, |a, s| sys::dma_map(self, a, s))
     }
 
     /// Pins `length` bytes of host memory at `user_va` (both page aligned)
-    /// and DMA-maps them for `peer`. Needs `CAP_SYS_RAWIO`. This makes the
-    /// memory reachable by the peer; it starts no transfer.
+    /// and DMA-maps them for `peer`. Needs `CAP_SYS_RAWIO`; counts against
+    /// `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK`. This makes the memory
+    /// reachable by the peer; it starts no transfer.
     #[doc(alias = "P2PDMA_IOC_PIN_USER")]
     pub fn pin_user(&self, user_va: u64, length: u64, peer: Peer<'_>) -> Result<DmaMapping> {
+        self.pin_user_access(user_va, length, peer, PeerAccess::ReadWrite)
+    }
+
+    /// [`pin_user`](Self::pin_user) for a peer that only reads or only
+    /// writes the memory; [`PeerAccess::ReadOnly`] pins read-only memory.
+    #[doc(alias = "P2PDMA_IOC_PIN_USER")]
+    pub fn pin_user_access(
+        &self,
+        user_va: u64,
+        length: u64,
+        peer: Peer<'_>,
+        access: PeerAccess,
+    ) -> Result<DmaMapping> {
         let t = abi::P2pdmaDmaMap {
             user_va,
             length,
-            ..template(&peer)
+            ..template(&peer, access)
         };
         map_with_retry("P2PDMA_IOC_PIN_USER", t, |a, s| sys::pin_user(self, a, s))
     }
@@ -246,7 +311,7 @@ impl Module {
     pub fn dmabuf_import(&self, dmabuf: BorrowedFd<'_>, peer: Peer<'_>) -> Result<DmaMapping> {
         let t = abi::P2pdmaDmaMap {
             dmabuf_fd: dmabuf.as_raw_fd(),
-            ..template(&peer)
+            ..template(&peer, PeerAccess::ReadWrite)
         };
         map_with_retry("P2PDMA_IOC_DMABUF_IMPORT", t, |a, s| {
             sys::dmabuf_import(self, a, s)
@@ -265,6 +330,40 @@ impl Module {
             },
         )
         .map_err(Error::ioctl("P2PDMA_IOC_UNMAP"))
+    }
+
+    /// An eventfd the module signals each time a resource of this module
+    /// file is revoked (see [`HandleState::Revoked`]); then
+    /// [`handle_state`](Self::handle_state) says which. Replaces any
+    /// earlier one.
+    #[doc(alias = "P2PDMA_IOC_SET_EVENTFD")]
+    pub fn watch_revocations(&self) -> Result<OwnedFd> {
+        let efd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(Error::sys("eventfd"))?;
+        sys::set_eventfd(
+            self,
+            abi::P2pdmaEventfd {
+                fd: efd.as_raw_fd(),
+                ..Default::default()
+            },
+        )
+        .map_err(Error::ioctl("P2PDMA_IOC_SET_EVENTFD"))?;
+        Ok(efd)
+    }
+
+    /// Whether an allocation or mapping handle of this module file is live
+    /// or was revoked.
+    #[doc(alias = "P2PDMA_IOC_HANDLE_STATE")]
+    pub fn handle_state(&self, handle: u64) -> Result<HandleState> {
+        let mut arg = abi::P2pdmaHandleState {
+            handle,
+            ..Default::default()
+        };
+        sys::handle_state(self, &mut arg).map_err(Error::ioctl("P2PDMA_IOC_HANDLE_STATE"))?;
+        Ok(match arg.state {
+            abi::P2PDMA_STATE_LIVE => HandleState::Live,
+            _ => HandleState::Revoked,
+        })
     }
 }
 

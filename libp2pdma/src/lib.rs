@@ -26,7 +26,7 @@ mod uring;
 pub mod wc;
 
 pub use device::{Accelerator, Module, PciAddress};
-pub use dma::{DmaMapping, MapType, P2pQuery, Peer};
+pub use dma::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
 pub use doctor::{choose_path, AccelSelect, Doctor, PathChoice, PathFacts, Report};
 pub use error::{Error, Result};
 pub use memory::{Allocation, DeviceMapping};
