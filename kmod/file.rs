@@ -118,6 +118,46 @@ struct FileState {
     allocs: KVec<Arc<Alloc>>,
     /// DMA mappings, by handle, until `UNMAP` (revoked ones included).
     maps: KVec<Arc<DmaMapping>>,
+    /// User ranges being pinned right now, not yet in `maps`.
+    pinning: KVec<(u64, u64)>,
+}
+
+/// A user range counted against the pin overlap bound while it is being
+/// pinned; dropping it (once recorded, or on failure) uncounts it.
+struct PendingPin<'a> {
+    file: &'a P2pdmaFile,
+    range: (u64, u64),
+}
+
+impl<'a> PendingPin<'a> {
+    /// Counts `range` if no page of it would carry more than
+    /// `P2PDMA_MAX_PIN_OVERLAP` live or pending pins of this file.
+    fn reserve(file: &'a P2pdmaFile, range: (u64, u64)) -> Result<Self> {
+        let mut state = file.state.lock();
+        let mut pins = KVec::new();
+        for x in state.maps.iter().filter(|x| x.is_live()) {
+            if let Source::User { va, len } = x.source {
+                pins.push((va, len), GFP_KERNEL)?;
+            }
+        }
+        for &p in &state.pinning {
+            pins.push(p, GFP_KERNEL)?;
+        }
+        if pin_depth(&pins, range.0, range.1) >= uapi::P2PDMA_MAX_PIN_OVERLAP as usize {
+            return Err(ETOOMANYREFS);
+        }
+        state.pinning.push(range, GFP_KERNEL)?;
+        Ok(Self { file, range })
+    }
+}
+
+impl Drop for PendingPin<'_> {
+    fn drop(&mut self) {
+        let mut state = self.file.state.lock();
+        if let Some(i) = state.pinning.iter().position(|&p| p == self.range) {
+            let _ = state.pinning.remove(i);
+        }
+    }
 }
 
 /// State of one open `/dev/p2pdma` file.
@@ -633,14 +673,17 @@ impl P2pdmaFile {
             .unwrap_or(0)
             .max(PAGE_SIZE);
 
-        // The whole operation runs under the file's lock: `FREE` of the
-        // allocation, and other pins, see it complete or not started.
-        let mut state = self.state.lock();
+        // The file's lock is never held while pinning or copying to user
+        // memory (both take the mmap lock, which `mmap` holds when it takes
+        // the file's lock): the mapping is made unlocked and recorded under
+        // the lock after checking again what it depends on.
         let mut maps = KVec::new();
         let mut map_type = 0;
-        let source = match cmd {
+        let (source, pin) = match cmd {
             uapi::P2PDMA_IOC_DMA_MAP => {
-                let alloc = state
+                let alloc = self
+                    .state
+                    .lock()
                     .allocs
                     .iter()
                     .find(|a| a.handle == m.handle)
@@ -668,37 +711,27 @@ impl P2pdmaFile {
                     map_type = t;
                     maps.push(sg, GFP_KERNEL)?;
                 }
-                Source::Alloc(alloc)
+                (Source::Alloc(alloc), None)
             }
             uapi::P2PDMA_IOC_PIN_USER => {
-                let pins: KVec<(u64, u64)> = {
-                    let mut v = KVec::new();
-                    for x in state.maps.iter().filter(|x| x.is_live()) {
-                        if let Source::User { va, len } = x.source {
-                            v.push((va, len), GFP_KERNEL)?;
-                        }
-                    }
-                    v
-                };
-                if pin_depth(&pins, m.user_va, m.length) >= uapi::P2PDMA_MAX_PIN_OVERLAP as usize {
-                    return Err(ETOOMANYREFS);
-                }
+                let range = (m.user_va, m.length);
+                let pin = PendingPin::reserve(self, range)?;
                 for peer in &peers {
                     maps.push(peer.pin_user(m.user_va, m.length, dir)?, GFP_KERNEL)?;
                 }
-                Source::User {
-                    va: m.user_va,
-                    len: m.length,
-                }
+                (
+                    Source::User {
+                        va: m.user_va,
+                        len: m.length,
+                    },
+                    Some(pin),
+                )
             }
             _ => {
                 for peer in &peers {
-                    maps.push(
-                        peer.dmabuf_import(m.dmabuf_fd, dir, &self.notifier)?,
-                        GFP_KERNEL,
-                    )?;
+                    maps.push(peer.dmabuf_import(m.dmabuf_fd, dir, &self.notifier)?, GFP_KERNEL)?;
                 }
-                Source::DmaBuf
+                (Source::DmaBuf, None)
             }
         };
         // Every path of a multipath device must see the same addresses.
@@ -714,14 +747,36 @@ impl P2pdmaFile {
             writer.write(&m)?;
             return Err(ENOSPC);
         }
-        write_segs(m.segs_ptr, &segs)?;
         m.map_type = map_type;
         m.map_handle = DEVICES.lock().new_handle();
-        writer.write(&m)?;
         let mapping = DmaMapping::new(m.map_handle, source, peers, self.notifier.clone(), maps)?;
-        state.maps.push(mapping.clone(), GFP_KERNEL)?;
-        if let Err(e) = dma::register(&mapping) {
-            state.maps.retain(|x| !Arc::ptr_eq(x, &mapping));
+        {
+            let mut state = self.state.lock();
+            // `FREE` of the allocation may have run meanwhile: it checks for
+            // mappings under this lock, so either it saw none and the
+            // allocation is gone now, or this one is recorded first.
+            if let Source::Alloc(alloc) = &mapping.source {
+                if !state.allocs.iter().any(|a| Arc::ptr_eq(a, alloc)) {
+                    return Err(ENOENT);
+                }
+            }
+            state.maps.push(mapping.clone(), GFP_KERNEL)?;
+            // Counted in `maps` now, no longer pending.
+            if let Some(pin) = pin {
+                if let Some(i) = state.pinning.iter().position(|&p| p == pin.range) {
+                    let _ = state.pinning.remove(i);
+                }
+                core::mem::forget(pin);
+            }
+        }
+        let recorded = dma::register(&mapping);
+        if let Err(e) = recorded
+            .and_then(|()| write_segs(m.segs_ptr, &segs))
+            .and_then(|()| writer.write(&m))
+        {
+            // The caller never learns the handle: undo.
+            self.state.lock().maps.retain(|x| !Arc::ptr_eq(x, &mapping));
+            dma::unregister(&mapping);
             return Err(e);
         }
         Ok(())
