@@ -553,7 +553,7 @@ impl P2pdmaFile {
                 return Err(EINVAL);
             }
             if capped {
-                let cap = dev.info.p2p_size / 100 * ffi::param_user_share();
+                let cap = (u128::from(dev.info.p2p_size) * u128::from(ffi::param_user_share()) / 100) as u64;
                 if dev.held_by(uid).saturating_add(size) > cap {
                     return Err(EDQUOT);
                 }
