@@ -553,7 +553,8 @@ impl P2pdmaFile {
                 return Err(EINVAL);
             }
             if capped {
-                let cap = (u128::from(dev.info.p2p_size) * u128::from(ffi::param_user_share()) / 100) as u64;
+                let (size, share) = (dev.info.p2p_size, ffi::param_user_share());
+                let cap = size / 100 * share + size % 100 * share / 100;
                 if dev.held_by(uid).saturating_add(size) > cap {
                     return Err(EDQUOT);
                 }
