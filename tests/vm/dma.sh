@@ -60,8 +60,9 @@ switch | iommu) ;;
 esac
 
 check module-loads insmod /lib/modules/p2pdma.ko
-# The other suites' namespace 1 is still the rig's controller's.
-check nsid-1-is-the-rig-controller grep -qx p2pdma-rig "/sys/class/nvme/$NVME_CTRL/serial"
+# The other suites' namespace 1 is still the rig's controller's (the serial
+# is padded with spaces to 20 characters).
+check nsid-1-is-the-rig-controller grep -q '^p2pdma-rig *$' "/sys/class/nvme/$NVME_CTRL/serial"
 
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	dmacheck agree --serial $SERIAL --nvme "$NVME" --expect-map-type bus-addr
