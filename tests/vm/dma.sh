@@ -7,7 +7,7 @@
 # lists in accelerator memory (DMA_MAP), data to and from accelerator
 # memory, pinned host memory (PIN_USER) and a udmabuf (DMABUF_IMPORT), every
 # byte compared in the guest; the host then finds what was written in
-# vfio.img. Before that, and alone on the iommu topology (where no-IOMMU
+# vfio.img. Before that, and alone on the iommu topologies (where no-IOMMU
 # VFIO is not available), P2P_QUERY and DMA_MAP must agree for the spare
 # controller and for the rig's NVMe: NOT_SUPPORTED with EREMOTEIO, or the
 # same map type. What the kernel answered is printed as @@NOTE lines.
@@ -52,7 +52,7 @@ dmacheck() {
 }
 
 case $P2PDMA_TOPOLOGY in
-switch | iommu) ;;
+switch | iommu | iommu-switch) ;;
 *)
 	fail dma-topology "the dma suite needs the spare controller of the switch or iommu topology, not $P2PDMA_TOPOLOGY"
 	exit "$failures"

@@ -2,7 +2,8 @@
 # Boots the rig VM once and runs a guest suite in it, then runs the host-side
 # checks of what landed in the emulated devices.
 #
-#   vm.sh [--topology switch|noswitch|iommu] [--suite NAME] [--timeout S] [--out DIR]
+#   vm.sh [--topology switch|noswitch|iommu|iommu-switch] [--suite NAME]
+#         [--timeout S] [--out DIR]
 #
 # The machine: q35 (TCG). Topology "switch": a PCIe switch (x3130 upstream,
 # two xio3130 downstream ports) with the NVMe on one port and the
@@ -19,8 +20,15 @@
 # meeting only at the q35 host bridge, which the kernel refuses for P2P.
 # Those two run with VFIO's no-IOMMU mode allowed. Topology "iommu": the
 # switch topology behind an emulated Intel IOMMU (VT-d), turned on by the
-# guest's command line, so every device DMA is translated; the same kernel,
-# no other build.
+# guest's command line, so every device DMA is translated (the same kernel,
+# no other build); but the accelerator sits on its own root port, where the
+# kernel refuses P2P, so the suites see it fall back to the bounce path
+# through the IOMMU. Topology "iommu-switch" keeps the accelerator under the
+# switch: the kernel then allows P2P by bus address (QEMU 7.2's switch ports
+# have no ACS), but QEMU sends every device DMA through its IOMMU, also the
+# P2P that a real switch routes directly, and the IOMMU faults it: the
+# controller completes the command and the bytes never land. Only the dma
+# suite's agreement check means anything there; it is not part of `test`.
 #
 # Prints one "PASS name" / "FAIL name: why" line per check and a closing
 # "N passed, N failed" line; exits non-zero on any failure or timeout.
@@ -37,7 +45,7 @@ while (($#)); do
 	*) die "unknown argument $1" ;;
 	esac
 done
-case $topology in switch | noswitch | iommu) ;; *) die "unknown topology $topology" ;; esac
+case $topology in switch | noswitch | iommu | iommu-switch) ;; *) die "unknown topology $topology" ;; esac
 suite_file="$P2PDMA_ROOT/tests/vm/$suite.sh"
 [ -f "$suite_file" ] || die "no guest suite $suite_file"
 out=${out:-$P2PDMA_ROOT/rig-out/$suite-$topology}
@@ -135,7 +143,7 @@ pcie=() iommu=()
 # IOMMU, translation is on for every device (no passthrough) and type1 VFIO
 # accepts the missing interrupt remapping (intremap is off).
 append="console=ttyS0 loglevel=4 panic=-1 oops=panic"
-if [ "$topology" = iommu ]; then
+if [ "$topology" != "${topology#iommu}" ]; then
 	# QEMU wants the IOMMU before the PCI devices it translates for.
 	iommu=(-device "intel-iommu,intremap=off")
 	append+=" intel_iommu=on iommu=nopt vfio_iommu_type1.allow_unsafe_interrupts=1"
@@ -159,6 +167,10 @@ if [ "$topology" != noswitch ]; then
 		-device "nvme,id=nvme-vfio,serial=p2pdma-vfio,bus=dn4"
 		-device "nvme-ns,drive=nvmvfio,bus=nvme-vfio,nsid=7")
 	nvme_bus=dn0 accel_bus=dn1
+	if [ "$topology" = iommu ]; then
+		pcie+=(-device "pcie-root-port,id=rp1,bus=pcie.0,chassis=7,slot=0")
+		accel_bus=rp1
+	fi
 else
 	pcie=(-device "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"
 		-device "pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2")
