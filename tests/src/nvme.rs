@@ -797,6 +797,34 @@ mod tests {
     }
 
     #[test]
+    fn identify_data_is_decoded() {
+        let mut d = vec![0u8; PAGE];
+        d[4..24].copy_from_slice(b"p2pdma-vfio         ");
+        d[24..64].copy_from_slice(&[b' '; 40]);
+        d[24..38].copy_from_slice(b"QEMU NVMe Ctrl");
+        d[77] = 7;
+        d[516..520].copy_from_slice(&256u32.to_le_bytes());
+        let c = IdCtrl::decode(&d).unwrap();
+        assert_eq!(
+            (c.serial.as_str(), c.model.as_str()),
+            ("p2pdma-vfio", "QEMU NVMe Ctrl")
+        );
+        assert_eq!((c.mdts, c.nn), (7, 256));
+        assert!(IdCtrl::decode(&d[..100]).is_err());
+
+        let mut n = vec![0u8; PAGE];
+        n[0..8].copy_from_slice(&131072u64.to_le_bytes());
+        // Format 1 in use: 4 KiB blocks with 8 bytes of metadata.
+        n[26] = 1;
+        n[128 + 2] = 9;
+        n[132..136].copy_from_slice(&[8, 0, 12, 0]);
+        let ns = IdNs::decode(&n).unwrap();
+        assert_eq!((ns.nsze, ns.block_size, ns.metadata), (131072, 4096, 8));
+        n[134] = 3;
+        assert!(IdNs::decode(&n).is_err());
+    }
+
+    #[test]
     fn caps_decode() {
         // QEMU's: MQES 2047, CQR, TO 15, DSTRD 0, NVM, MPSMIN 0, MPSMAX 4.
         let c = Caps::decode(0x0040_0020_0f01_07ff);

@@ -533,7 +533,7 @@ fn drive(c: &mut Checks, bdf: &str, a: &VfioArgs<'_>) {
     // each allocation: 56 KiB of queues, IDENTIFY data and PRP lists; 768
     // KiB of data.
     let want = q.map_type;
-    let Some((_qalloc, qm)) = c.record(
+    let Some((qalloc, qm)) = c.record(
         "dma-map-queue-memory",
         accel_mem(
             &module,
@@ -546,7 +546,7 @@ fn drive(c: &mut Checks, bdf: &str, a: &VfioArgs<'_>) {
     ) else {
         return;
     };
-    let Some((_dalloc, dm)) = c.record(
+    let Some((dalloc, dm)) = c.record(
         "dma-map-data-memory",
         accel_mem(
             &module,
@@ -615,6 +615,14 @@ fn drive(c: &mut Checks, bdf: &str, a: &VfioArgs<'_>) {
         c.record(
             &format!("unmap-{name}"),
             module.unmap(handle).map_err(|e| e.to_string()),
+        );
+    }
+    // Unmapped, the allocations can be freed (their mmaps stay valid
+    // until they go too).
+    for (name, alloc) in [("queue-memory", qalloc), ("data-memory", dalloc)] {
+        c.record(
+            &format!("free-{name}"),
+            alloc.free().map_err(|e| e.to_string()),
         );
     }
 }
