@@ -7,7 +7,9 @@
 #                        verifying on the host the bytes that landed
 #   tools/rig.sh test    every test: the rig scripts' logic (stubbed, seconds)
 #                        and shellcheck, host tests, then the VM suites on
-#                        both topologies
+#                        the switch and no-switch topologies, the dma suite,
+#                        and the suites that must agree with an IOMMU on the
+#                        iommu topology
 #   tools/rig.sh setup | build | vm [vm.sh args]
 #
 # Environment: P2PDMA_CACHE (default ~/.cache/p2pdma), P2PDMA_KERNEL_TREE (use
@@ -96,14 +98,32 @@ test)
 				count "$results/vm-$suite-$topo.txt"
 			done
 		done
+		# A device uses the DMA addresses the module returns: the dma suite
+		# drives the rig's spare NVMe controller from user space (VFIO,
+		# no IOMMU) with its queues and data in accelerator memory.
+		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite dma --topology switch \
+			2>&1 | tee "$results/vm-dma-switch.txt" || true
+		count "$results/vm-dma-switch.txt"
+		# The switch behind an emulated IOMMU, chosen on the guest's command
+		# line, with the accelerator on its own root port (tools/rig/vm.sh
+		# says why): the kernel refuses P2P there, so the module, engine
+		# and doctor suites keep their no-switch expectations with every
+		# DMA translated, and the dma suite checks that P2P_QUERY and
+		# DMA_MAP agree.
+		for suite in module engine doctor dma; do
+			P2PDMA_BUILT_TREE=$tree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite $suite --topology iommu \
+				2>&1 | tee "$results/vm-$suite-iommu.txt" || true
+			count "$results/vm-$suite-iommu.txt"
+		done
 	else
 		echo "FAIL build: the base kernel, the module or the programs (see above); no VM suite ran" | tee "$results/build.txt"
 		count "$results/build.txt"
 	fi
-	# The module suite again on the debug kernel: KASAN, lockdep, kmemleak
-	# and DMA-API debugging watch the module while the suite runs.
+	# The module, engine and dma suites again on the debug kernel: KASAN,
+	# lockdep, kmemleak and DMA-API debugging watch the module (and the
+	# addresses it hands to a device) while the suite runs.
 	if dtree=$(P2PDMA_KVARIANT=debug "$here/rig/build.sh"); then
-		for suite in module engine; do
+		for suite in module engine dma; do
 			P2PDMA_BUILT_TREE=$dtree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite $suite --topology switch \
 				--out "$P2PDMA_ROOT/rig-out/$suite-switch-debug" 2>&1 | tee "$results/vm-$suite-debug.txt" || true
 			count "$results/vm-$suite-debug.txt"

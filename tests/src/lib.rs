@@ -1,6 +1,10 @@
 //! Shared pieces of the integration test programs.
 #![deny(unsafe_code)]
 
+pub mod dmamem;
+pub mod nvme;
+pub mod vfio;
+
 /// The rig's NVMe image content: 64-bit words from a splitmix64 stream keyed
 /// by the word's index, so every aligned 8 bytes of the image are distinct
 /// (for any practical size) and any misplaced or stale block is detected.

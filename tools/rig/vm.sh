@@ -2,7 +2,8 @@
 # Boots the rig VM once and runs a guest suite in it, then runs the host-side
 # checks of what landed in the emulated devices.
 #
-#   vm.sh [--topology switch|noswitch] [--suite NAME] [--timeout S] [--out DIR]
+#   vm.sh [--topology switch|noswitch|iommu|iommu-switch] [--suite NAME]
+#         [--timeout S] [--out DIR]
 #
 # The machine: q35 (TCG). Topology "switch": a PCIe switch (x3130 upstream,
 # two xio3130 downstream ports) with the NVMe on one port and the
@@ -11,9 +12,23 @@
 # more ports of the switch share a namespace (NSID 3, native multipath: the
 # guest sees one namespace head with two paths), and the first controller
 # has a namespace formatted with 8 bytes of metadata (protection
-# information) per block (NSID 4). Topology "noswitch": each device on its
-# own root port, meeting only at the q35 host bridge, which the kernel
-# refuses for P2P.
+# information) per block (NSID 4). One more controller on its own port of
+# the switch (serial p2pdma-vfio, NSID 7, image vfio.img) is for the dma
+# suite, which takes it from the kernel's nvme driver and drives it from user
+# space through VFIO; the other suites find their namespaces by NSID and
+# never pick it. Topology "noswitch": each device on its own root port,
+# meeting only at the q35 host bridge, which the kernel refuses for P2P.
+# Those two run with VFIO's no-IOMMU mode allowed. Topology "iommu": the
+# switch topology behind an emulated Intel IOMMU (VT-d), turned on by the
+# guest's command line, so every device DMA is translated (the same kernel,
+# no other build); but the accelerator sits on its own root port, where the
+# kernel refuses P2P, so the suites see it fall back to the bounce path
+# through the IOMMU. Topology "iommu-switch" keeps the accelerator under the
+# switch: the kernel then allows P2P by bus address (QEMU 7.2's switch ports
+# have no ACS), but QEMU sends every device DMA through its IOMMU, also the
+# P2P that a real switch routes directly, and the IOMMU faults it: the
+# controller completes the command and the bytes never land. Only the dma
+# suite's agreement check means anything there; it is not part of `test`.
 #
 # Prints one "PASS name" / "FAIL name: why" line per check and a closing
 # "N passed, N failed" line; exits non-zero on any failure or timeout.
@@ -30,7 +45,7 @@ while (($#)); do
 	*) die "unknown argument $1" ;;
 	esac
 done
-case $topology in switch | noswitch) ;; *) die "unknown topology $topology" ;; esac
+case $topology in switch | noswitch | iommu | iommu-switch) ;; *) die "unknown topology $topology" ;; esac
 suite_file="$P2PDMA_ROOT/tests/vm/$suite.sh"
 [ -f "$suite_file" ] || die "no guest suite $suite_file"
 out=${out:-$P2PDMA_ROOT/rig-out/$suite-$topology}
@@ -52,7 +67,7 @@ ir="$out/initramfs"
 # The guest: busybox, the module, our programs and the suite.
 cp /bin/busybox "$ir/bin/busybox"
 cp "$kofile" "$ir/lib/modules/"
-for b in p2pdma-ctl p2pdma-vmtest; do
+for b in p2pdma-ctl p2pdma-vmtest p2pdma-dmacheck; do
 	cp "$musl/$b" "$ir/bin/"
 	strip "$ir/bin/$b" 2>/dev/null || true
 done
@@ -106,6 +121,11 @@ truncate -s 64M "$out/accel.bin"
 # after the data, at 8 bytes per 512-byte block).
 "$musl/p2pdma-rigdata" make-image "$out/mp.img" 32 --pattern-offset $((64 << 20))
 "$musl/p2pdma-rigdata" make-image "$out/md.img" 17
+# The user-space-driven controller's namespace: the rig content from
+# 128 MiB on, different from every other image.
+if [ "$topology" != noswitch ]; then
+	"$musl/p2pdma-rigdata" make-image "$out/vfio.img" 64 --pattern-offset $((128 << 20))
+fi
 # A namespace with a bad block: QEMU's blkdebug fails every read that
 # touches byte 8 MiB (sector 16384) of bad.img, which the emulated controller
 # completes with a medium error (Unrecovered Read Error, SCT 0x2 SC 0x81).
@@ -117,8 +137,20 @@ errno = "5"
 sector = "16384"
 BLKDEBUG
 
-pcie=()
-if [ "$topology" = switch ]; then
+pcie=() iommu=()
+# The guest's command line: VFIO's no-IOMMU mode is allowed (it does nothing
+# until a device is bound to vfio-pci without an IOMMU); with the emulated
+# IOMMU, translation is on for every device (no passthrough) and type1 VFIO
+# accepts the missing interrupt remapping (intremap is off).
+append="console=ttyS0 loglevel=4 panic=-1 oops=panic"
+if [ "$topology" != "${topology#iommu}" ]; then
+	# QEMU wants the IOMMU before the PCI devices it translates for.
+	iommu=(-device "intel-iommu,intremap=off")
+	append+=" intel_iommu=on iommu=nopt vfio_iommu_type1.allow_unsafe_interrupts=1"
+else
+	append+=" vfio.enable_unsafe_noiommu_mode=1"
+fi
+if [ "$topology" != noswitch ]; then
 	pcie=(-device "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"
 		-device "x3130-upstream,id=up0,bus=rp0"
 		-device "xio3130-downstream,id=dn0,bus=up0,chassis=2,slot=0"
@@ -129,8 +161,16 @@ if [ "$topology" = switch ]; then
 		-device "nvme-subsys,id=mpsub,nqn=nqn.2026-11.io.p2pdma:rig-multipath"
 		-device "nvme,id=nvme-mpa,serial=p2pdma-rig-mp,subsys=mpsub,bus=dn2"
 		-device "nvme,id=nvme-mpb,serial=p2pdma-rig-mp,subsys=mpsub,bus=dn3"
-		-device "nvme-ns,drive=nvmmp,bus=nvme-mpa,nsid=3,shared=on")
+		-device "nvme-ns,drive=nvmmp,bus=nvme-mpa,nsid=3,shared=on"
+		-device "xio3130-downstream,id=dn4,bus=up0,chassis=6,slot=0"
+		-drive "file=$out/vfio.img,if=none,id=nvmvfio,format=raw"
+		-device "nvme,id=nvme-vfio,serial=p2pdma-vfio,bus=dn4"
+		-device "nvme-ns,drive=nvmvfio,bus=nvme-vfio,nsid=7")
 	nvme_bus=dn0 accel_bus=dn1
+	if [ "$topology" = iommu ]; then
+		pcie+=(-device "pcie-root-port,id=rp1,bus=pcie.0,chassis=7,slot=0")
+		accel_bus=rp1
+	fi
 else
 	pcie=(-device "pcie-root-port,id=rp0,bus=pcie.0,chassis=1,slot=1"
 		-device "pcie-root-port,id=rp1,bus=pcie.0,chassis=2,slot=2")
@@ -151,8 +191,8 @@ timeout -k 5 "$timeout" qemu-system-x86_64 \
 	-nodefaults -display none -no-reboot \
 	-serial "file:$out/console.log" \
 	-kernel "$tree/arch/x86/boot/bzImage" -initrd "$out/initramfs.cpio.gz" \
-	-append "console=ttyS0 loglevel=4 panic=-1 oops=panic" \
-	"${pcie[@]}" \
+	-append "$append" \
+	"${iommu[@]}" "${pcie[@]}" \
 	-drive "file=$out/nvme.img,if=none,id=nvm,format=raw" \
 	-drive "file=$out/fs.img,if=none,id=nvmfs,format=raw" \
 	-device "nvme,id=nvme0,serial=p2pdma-rig,bus=$nvme_bus" \
@@ -219,6 +259,10 @@ fi
 while read -r _ name verdict why; do
 	if [ "$verdict" = PASS ]; then ok "guest:$name"; else bad "guest:$name" "$why"; fi
 done < <(grep '^@@TEST ' "$con" || true)
+# What the guest recorded for the reader (what the kernel answered, say).
+while IFS= read -r line; do
+	echo "NOTE guest: ${line#@@NOTE }"
+done < <(grep '^@@NOTE ' "$con" || true)
 
 # Host-side checks of what the guest reported landing in the devices.
 kv() { sed -nE "s/.* $1=([^ ]+).*/\1/p" <<<"$2"; }
@@ -243,13 +287,15 @@ while IFS= read -r line; do
 		fi
 		;;
 	nvme-write)
-		# What the guest wrote through the NVMe must be in the image file.
-		if res=$("$musl/p2pdma-rigdata" compare-pattern --file "$out/nvme.img" \
+		# What the guest wrote through the NVMe must be in the image file
+		# (nvme.img, or the one the line names).
+		image=$(kv image "$line")
+		if res=$("$musl/p2pdma-rigdata" compare-pattern --file "$out/${image:-nvme.img}" \
 			--offset "$(kv nvme_offset "$line")" --pattern-offset "$(kv pattern_offset "$line")" \
 			--len "$(kv len "$line")"); then
-			ok "host:$what ($res)"
+			ok "host:$what${image:+ $image} ($res)"
 		else
-			bad "host:$what" "$res"
+			bad "host:$what" "${image:+$image: }$res"
 		fi
 		;;
 	file-read)

@@ -1,0 +1,966 @@
+//! A real device uses the DMA addresses the p2pdma module returns.
+//!
+//! `vfio`: the rig's spare NVMe controller is taken from the kernel's nvme
+//! driver and driven from user space through VFIO's no-IOMMU mode, where
+//! the device is handed bus addresses as they are. Its admin and I/O queues,
+//! IDENTIFY data and PRP lists live in accelerator memory at the addresses
+//! `DMA_MAP` returned; data moves between the namespace and accelerator
+//! memory (`DMA_MAP`), host memory (`PIN_USER`) and a udmabuf
+//! (`DMABUF_IMPORT`), and every byte is compared where the CPU sees it. What
+//! is written is reported in `@@RESULT nvme-write` lines for the host to
+//! find in the namespace's image. The controller goes back to nvme at the
+//! end.
+//!
+//! `agree`: `P2P_QUERY` and `DMA_MAP` must give the same answer for a peer:
+//! `NOT_SUPPORTED` and `EREMOTEIO`, or the same map type. What the kernel
+//! said is printed in `@@NOTE` lines.
+//!
+//! Prints `ok NAME` or `FAIL NAME: why` per check, other lines for the log,
+//! and `dmacheck: N passed, N failed` last; exits non-zero on any failure.
+
+use std::{fs::File, os::fd::AsFd, process::ExitCode, time::Duration};
+
+use clap::{Parser, Subcommand};
+use p2pdma::{HostBuffer, MapType, Module, PciAddress, Peer, Udmabuf};
+use p2pdma_tests::{
+    dmamem::{describe, AccelMem, ImportedDmabuf, PinnedHost},
+    fill_image, fnv1a,
+    nvme::{io, Controller, DmaMem, IdCtrl, IdNs, QueuePair, PAGE},
+    vfio,
+};
+use rustix::io::Errno;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// P2P_QUERY and DMA_MAP agree for the controller with serial `serial`
+    /// (by PCI address) and for the one behind `nvme` (by descriptor).
+    Agree {
+        #[arg(long)]
+        serial: String,
+        #[arg(long)]
+        nvme: Option<String>,
+        /// The map type the kernel must answer (bus-addr,
+        /// thru-host-bridge, not-supported).
+        #[arg(long, value_parser = parse_map_type)]
+        expect_map_type: Option<MapType>,
+    },
+    /// Drive the controller with serial `serial` through VFIO (no IOMMU)
+    /// with its queues and data at addresses the module returned.
+    Vfio {
+        #[arg(long)]
+        serial: String,
+        /// The host's image of its namespace, for the @@RESULT lines.
+        #[arg(long)]
+        image: String,
+        /// The rig content's offset at the start of that image.
+        #[arg(long)]
+        image_pattern_offset: u64,
+        #[arg(long, value_parser = parse_map_type)]
+        expect_map_type: Option<MapType>,
+    },
+}
+
+fn parse_map_type(s: &str) -> Result<MapType, String> {
+    match s {
+        "bus-addr" => Ok(MapType::BusAddr),
+        "thru-host-bridge" => Ok(MapType::ThruHostBridge),
+        "not-supported" => Ok(MapType::NotSupported),
+        _ => Err(format!(
+            "{s}: not bus-addr, thru-host-bridge or not-supported"
+        )),
+    }
+}
+
+/// The checks' tally; each prints its line as it is recorded.
+#[derive(Default)]
+struct Checks {
+    passed: u32,
+    failed: u32,
+}
+
+impl Checks {
+    fn record<T>(&mut self, name: &str, r: Result<T, String>) -> Option<T> {
+        match r {
+            Ok(v) => {
+                println!("ok {name}");
+                self.passed += 1;
+                Some(v)
+            }
+            Err(e) => {
+                println!("FAIL {name}: {e}");
+                self.failed += 1;
+                None
+            }
+        }
+    }
+
+    /// Records a check whose success has something to say first.
+    fn note(&mut self, name: &str, r: Result<String, String>) -> bool {
+        self.record(
+            name,
+            r.map(|s| {
+                println!("  {name}: {s}");
+            }),
+        )
+        .is_some()
+    }
+}
+
+fn first_accelerator(module: &Module) -> Result<p2pdma::Accelerator, String> {
+    module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or_else(|| "no accelerator bound to p2pdma".to_string())
+}
+
+/// The contract between the two answers: `NOT_SUPPORTED` goes with
+/// `EREMOTEIO`; a map type with a mapping of that type.
+fn contract(query: MapType, map: Result<MapType, Option<Errno>>) -> Result<String, String> {
+    match (query, map) {
+        (MapType::NotSupported, Err(Some(Errno::REMOTEIO))) => {
+            Ok("P2P_QUERY says not-supported and DMA_MAP refuses with EREMOTEIO".into())
+        }
+        (MapType::NotSupported, Ok(t)) => Err(format!(
+            "P2P_QUERY says not-supported, but DMA_MAP mapped it ({t})"
+        )),
+        (MapType::NotSupported, Err(e)) => Err(format!(
+            "P2P_QUERY says not-supported, DMA_MAP failed with {e:?}, not EREMOTEIO"
+        )),
+        (q @ (MapType::BusAddr | MapType::ThruHostBridge), Ok(t)) if t == q => {
+            Ok(format!("P2P_QUERY and DMA_MAP both say {q}"))
+        }
+        (q @ (MapType::BusAddr | MapType::ThruHostBridge), Ok(t)) => {
+            Err(format!("P2P_QUERY says {q}, DMA_MAP mapped it as {t}"))
+        }
+        (q @ (MapType::BusAddr | MapType::ThruHostBridge), Err(e)) => {
+            Err(format!("P2P_QUERY says {q}, DMA_MAP failed with {e:?}"))
+        }
+        (q, _) => Err(format!("P2P_QUERY answered {q}")),
+    }
+}
+
+fn agree(
+    c: &mut Checks,
+    serial: &str,
+    nvme: Option<&str>,
+    expect: Option<MapType>,
+) -> Result<(), String> {
+    let module = Module::open().map_err(|e| e.to_string())?;
+    let accel = first_accelerator(&module)?;
+    let bdf = vfio::nvme_by_serial(serial)?;
+    let pci: PciAddress = bdf.parse().map_err(|e| format!("{bdf}: {e}"))?;
+    let file = match nvme {
+        Some(n) => Some(File::open(n).map_err(|e| format!("{n}: {e}"))?),
+        None => None,
+    };
+    let mut peers = vec![(
+        "spare-controller".to_string(),
+        format!("controller {serial} at {bdf} (by PCI address)"),
+        Peer::Pci(pci),
+    )];
+    if let (Some(f), Some(n)) = (&file, nvme) {
+        peers.push((
+            "nvme".into(),
+            format!("{n} (by descriptor)"),
+            Peer::Fd(f.as_fd()),
+        ));
+    }
+    let size = 64 << 10;
+    for (name, what, peer) in peers {
+        let q = module
+            .p2p_query(accel.index, peer)
+            .map_err(|e| format!("P2P_QUERY for {what}: {e}"))?;
+        let alloc = module
+            .alloc(accel.index, size, 0)
+            .map_err(|e| e.to_string())?;
+        let map = module.dma_map(alloc.handle(), 0, size, peer);
+        let map_text = match &map {
+            Ok(m) => describe(m, size).unwrap_or_else(|e| e),
+            Err(e) => format!("failed: {e}"),
+        };
+        println!(
+            "@@NOTE kernel: accelerator {} and {what} (PCI {}): P2P_QUERY {} (distance {}): \"{}\"; DMA_MAP: {map_text}",
+            accel.pci,
+            q.peer,
+            q.map_type,
+            q.distance.map_or("none".into(), |d| d.to_string()),
+            q.reason
+        );
+        let answer = match &map {
+            Ok(m) => Ok(m.map_type),
+            Err(e) => Err(e.errno()),
+        };
+        c.note(
+            &format!("query-and-map-agree-{name}"),
+            contract(q.map_type, answer),
+        );
+        if let Some(want) = expect {
+            c.record(
+                &format!("query-{name}-{want}"),
+                if q.map_type == want {
+                    Ok(())
+                } else {
+                    Err(format!("P2P_QUERY says {}: {}", q.map_type, q.reason))
+                },
+            );
+        }
+        if let Ok(m) = map {
+            c.record(
+                &format!("unmap-{name}"),
+                module.unmap(m.map_handle).map_err(|e| e.to_string()),
+            );
+        }
+        c.record(
+            &format!("free-{name}"),
+            alloc.free().map_err(|e| e.to_string()),
+        );
+    }
+    Ok(())
+}
+
+/// Where things go in the queue memory (offsets in its `DMA_MAP`ped
+/// range, one page each).
+mod qmem {
+    pub const ADMIN_SQ: usize = 0;
+    pub const ADMIN_CQ: usize = 0x1000;
+    pub const IO_SQ: usize = 0x2000;
+    pub const IO_CQ: usize = 0x3000;
+    pub const ID_CTRL: usize = 0x4000;
+    pub const ID_NS: usize = 0x5000;
+    pub const NS_LIST: usize = 0x6000;
+    pub const PRP_LIST: usize = 0x7000;
+}
+
+/// Entries in each queue.
+const QUEUE_ENTRIES: u16 = 64;
+/// How long one command may take (TCG is slow).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+/// The byte that fills memory before a READ into it.
+const POISON: u8 = 0xC3;
+
+/// The rig content at `pattern_offset` (a multiple of 8), `len` bytes.
+fn pattern(pattern_offset: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill_image(pattern_offset, &mut v);
+    v
+}
+
+fn read_back(mem: &dyn DmaMem, offset: usize, len: usize) -> Result<Vec<u8>, String> {
+    let mut v = vec![0u8; len];
+    mem.read(offset, &mut v)?;
+    Ok(v)
+}
+
+/// Compares what landed with what had to.
+fn same(expected: &[u8], got: &[u8], where_: &str) -> Result<String, String> {
+    match expected.iter().zip(got).position(|(a, b)| a != b) {
+        None if expected.len() == got.len() => Ok(format!(
+            "{} bytes in {where_} match, fnv1a {:016x}",
+            got.len(),
+            fnv1a(got)
+        )),
+        None => Err(format!(
+            "{} bytes expected, {} read",
+            expected.len(),
+            got.len()
+        )),
+        Some(i) => Err(format!(
+            "{where_} differs at byte {i} of {}: expected {:02x?}, got {:02x?} ({} bytes differ)",
+            got.len(),
+            &expected[i..(i + 8).min(expected.len())],
+            &got[i..(i + 8).min(got.len())],
+            expected.iter().zip(got).filter(|(a, b)| a != b).count()
+        )),
+    }
+}
+
+/// The namespace being driven and the limits the transfers obey.
+struct Ns {
+    nsid: u32,
+    block_size: usize,
+    blocks: u64,
+    max_transfer: usize,
+}
+
+/// One READ or WRITE on the I/O queue, its status checked.
+struct Rw<'m> {
+    opcode: u8,
+    slba: u64,
+    blocks: u32,
+    data: &'m dyn DmaMem,
+    offset: usize,
+}
+
+/// An [`Rw`], written short.
+fn rw<'m>(opcode: u8, slba: u64, blocks: u32, data: &'m dyn DmaMem, offset: usize) -> Rw<'m> {
+    Rw {
+        opcode,
+        slba,
+        blocks,
+        data,
+        offset,
+    }
+}
+
+fn run_rw(
+    ctrl: &mut Controller<'_>,
+    ns: &Ns,
+    list: &dyn DmaMem,
+    rw: &Rw<'_>,
+) -> Result<String, String> {
+    let len = rw.blocks as usize * ns.block_size;
+    if len > ns.max_transfer {
+        return Err(format!(
+            "{len} bytes exceed the controller's {} per command",
+            ns.max_transfer
+        ));
+    }
+    let cmd = Controller::rw_command(
+        rw.opcode,
+        ns.nsid,
+        rw.slba,
+        rw.blocks,
+        (rw.data, rw.offset, len),
+        (list, qmem::PRP_LIST),
+    )?;
+    let name = if rw.opcode == io::READ {
+        "READ"
+    } else {
+        "WRITE"
+    };
+    ctrl.io(&cmd)?.check(&format!(
+        "{name} of {} blocks at LBA {}",
+        rw.blocks, rw.slba
+    ))?;
+    let entries = len.div_ceil(PAGE);
+    Ok(format!(
+        "{name} {} blocks at LBA {}, data at offset {:#x}: PRP1 {:#x}, PRP2 {:#x}{}",
+        rw.blocks,
+        rw.slba,
+        rw.offset,
+        cmd.prp1,
+        cmd.prp2,
+        if entries > 2 {
+            " (a PRP list, in accelerator memory)"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The VFIO side: container, group, device, BAR0.
+struct VfioDevice {
+    bar: vfio::Bar,
+    _device: vfio::Device,
+    _group: vfio::Group,
+    _container: vfio::Container,
+}
+
+fn open_vfio(bdf: &str) -> Result<VfioDevice, String> {
+    let node = vfio::group_node(bdf)?;
+    if !node.to_string_lossy().contains("noiommu-") {
+        return Err(format!(
+            "{} is not a no-IOMMU group: this check needs vfio.enable_unsafe_noiommu_mode=1 and no IOMMU",
+            node.display()
+        ));
+    }
+    let container = vfio::Container::open()?;
+    if !container.check_extension(vfio::VFIO_NOIOMMU_IOMMU)? {
+        return Err("the VFIO container has no no-IOMMU backend".into());
+    }
+    let group = vfio::Group::open(&node)?;
+    let flags = group.status()?;
+    if flags & vfio::VFIO_GROUP_FLAGS_VIABLE == 0 {
+        return Err(format!(
+            "{} is not viable (flags {flags:#x})",
+            node.display()
+        ));
+    }
+    group.set_container(&container)?;
+    container.set_iommu(vfio::VFIO_NOIOMMU_IOMMU)?;
+    let device = group.device(bdf)?;
+    // Memory space on, bus mastering on (without it the controller's DMA
+    // is dropped), legacy interrupts off: completions are polled.
+    let cmd = device.config_read16(vfio::PCI_COMMAND)?;
+    let want = vfio::PCI_COMMAND_MEMORY | vfio::PCI_COMMAND_MASTER | vfio::PCI_COMMAND_INTX_DISABLE;
+    device.config_write16(vfio::PCI_COMMAND, cmd | want)?;
+    let now = device.config_read16(vfio::PCI_COMMAND)?;
+    if now & want != want {
+        return Err(format!(
+            "PCI_COMMAND is {now:#06x} after setting {want:#06x}"
+        ));
+    }
+    let bar = device.map_bar(0)?;
+    println!(
+        "  {bdf}: group {}, PCI_COMMAND {cmd:#06x} -> {now:#06x}, BAR0 mapped",
+        node.display()
+    );
+    Ok(VfioDevice {
+        bar,
+        _device: device,
+        _group: group,
+        _container: container,
+    })
+}
+
+struct VfioArgs<'a> {
+    serial: &'a str,
+    image: &'a str,
+    image_pattern_offset: u64,
+    expect: Option<MapType>,
+}
+
+fn vfio_run(c: &mut Checks, a: &VfioArgs<'_>) {
+    let Some(bdf) = c.record("spare-controller-found", vfio::nvme_by_serial(a.serial)) else {
+        return;
+    };
+    println!("  the controller with serial {} is {bdf}", a.serial);
+    if c.record(
+        "spare-controller-to-vfio-pci",
+        vfio::bind_to(&bdf, "vfio-pci"),
+    )
+    .is_some()
+    {
+        drive(c, &bdf, a);
+    }
+    // Back to nvme, which must find the namespace again.
+    let back = vfio::bind_default(&bdf).and_then(|d| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match vfio::nvme_by_serial(a.serial) {
+                Ok(b) if b == bdf => return Ok(d),
+                _ if std::time::Instant::now() >= deadline => {
+                    return Err(format!(
+                        "{bdf} is bound to {d}, but no nvme controller with serial {} came back",
+                        a.serial
+                    ))
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    });
+    c.record(
+        "spare-controller-back-to-nvme",
+        back.and_then(|d| {
+            if d == "nvme" {
+                Ok(())
+            } else {
+                Err(format!("{bdf} went to {d}"))
+            }
+        }),
+    );
+}
+
+/// Allocates `size` bytes of accelerator memory, poisons them, and
+/// `DMA_MAP`s `len` bytes at `base` for `peer`, which must get the map
+/// type `want` (P2P_QUERY's answer).
+fn accel_mem<'m>(
+    module: &'m Module,
+    dev: u32,
+    peer: Peer<'_>,
+    want: MapType,
+    name: &str,
+    (size, base, len): (u64, u64, u64),
+) -> Result<(p2pdma::Allocation<'m>, AccelMem), String> {
+    let alloc = module.alloc(dev, size, 0).map_err(|e| e.to_string())?;
+    let map = alloc.map().map_err(|e| e.to_string())?;
+    map.write_at(0, &vec![POISON; size as usize])
+        .map_err(|e| e.to_string())?;
+    let dma = module
+        .dma_map(alloc.handle(), base, len, peer)
+        .map_err(|e| e.to_string())?;
+    let text = describe(&dma, len)?;
+    if dma.map_type != want {
+        return Err(format!(
+            "DMA_MAP says {}, P2P_QUERY said {want}",
+            dma.map_type
+        ));
+    }
+    println!("  {name}: {len:#x} bytes at {base:#x} of a {size:#x}-byte allocation: {text}");
+    let base = base as usize;
+    Ok((alloc, AccelMem { map, base, dma }))
+}
+
+/// Everything between taking the controller and giving it back; all it
+/// holds (the module file, its allocations and mappings, the VFIO device)
+/// is released when it returns, before the controller changes drivers.
+fn drive(c: &mut Checks, bdf: &str, a: &VfioArgs<'_>) {
+    let Some(dev) = c.record("vfio-noiommu-open", open_vfio(bdf)) else {
+        return;
+    };
+    let Some(module) = c.record("module-opens", Module::open().map_err(|e| e.to_string())) else {
+        return;
+    };
+    let Some(accel) = c.record("accelerator-found", first_accelerator(&module)) else {
+        return;
+    };
+    let Some(pci) = c.record(
+        "controller-pci-address",
+        bdf.parse::<PciAddress>().map_err(|e| format!("{bdf}: {e}")),
+    ) else {
+        return;
+    };
+    let peer = Peer::Pci(pci);
+    let Some(q) = c.record(
+        "p2p-query-controller",
+        module
+            .p2p_query(accel.index, peer)
+            .map_err(|e| e.to_string())
+            .and_then(|q| match a.expect {
+                Some(want) if q.map_type != want => Err(format!(
+                    "P2P_QUERY says {}, expected {want}: {}",
+                    q.map_type, q.reason
+                )),
+                _ => Ok(q),
+            }),
+    ) else {
+        return;
+    };
+    println!(
+        "  P2P_QUERY accelerator {} -> {bdf}: {} (distance {:?}): {}",
+        accel.pci, q.map_type, q.distance, q.reason
+    );
+
+    // Accelerator memory, mapped for the controller away from the start of
+    // each allocation: 56 KiB of queues, IDENTIFY data and PRP lists; 768
+    // KiB of data.
+    let want = q.map_type;
+    let Some((qalloc, qm)) = c.record(
+        "dma-map-queue-memory",
+        accel_mem(
+            &module,
+            accel.index,
+            peer,
+            want,
+            "queue memory",
+            (64 << 10, 8 << 10, 56 << 10),
+        ),
+    ) else {
+        return;
+    };
+    let Some((dalloc, dm)) = c.record(
+        "dma-map-data-memory",
+        accel_mem(
+            &module,
+            accel.index,
+            peer,
+            want,
+            "data memory",
+            (1 << 20, 64 << 10, 768 << 10),
+        ),
+    ) else {
+        return;
+    };
+    let host = |name: &str| -> Result<PinnedHost, String> {
+        let buf = HostBuffer::new(512 << 10).map_err(|e| e.to_string())?;
+        let dma = module
+            .pin_user(buf.addr(), buf.len() as u64, peer)
+            .map_err(|e| e.to_string())?;
+        println!("  {name}: {}", describe(&dma, buf.len() as u64)?);
+        Ok(PinnedHost { buf, dma })
+    };
+    let Some(h1) = c.record("pin-user-host-buffer-1", host("host buffer 1")) else {
+        return;
+    };
+    let Some(h2) = c.record("pin-user-host-buffer-2", host("host buffer 2")) else {
+        return;
+    };
+    let Some(ub) = c.record(
+        "dmabuf-import-udmabuf",
+        Udmabuf::create(512 << 10)
+            .map_err(|e| e.to_string())
+            .and_then(|buf| {
+                let dma = module
+                    .dmabuf_import(buf.dmabuf(), peer)
+                    .map_err(|e| e.to_string())?;
+                println!("  udmabuf: {}", describe(&dma, buf.size())?);
+                Ok(ImportedDmabuf { buf, dma })
+            }),
+    ) else {
+        return;
+    };
+
+    // The controller, with its admin queues in accelerator memory.
+    let Some(admin) = c.record(
+        "admin-queues-in-accelerator-memory",
+        QueuePair::new(0, 32, (&qm, qmem::ADMIN_SQ), (&qm, qmem::ADMIN_CQ)),
+    ) else {
+        return;
+    };
+    let Some(mut ctrl) = c.record(
+        "nvme-enable",
+        Controller::enable(&dev.bar, admin, COMMAND_TIMEOUT),
+    ) else {
+        return;
+    };
+    exercise(c, &mut ctrl, a, &qm, &dm, &h1, &h2, &ub);
+    c.record("nvme-shutdown", ctrl.shutdown());
+
+    // Unmapped in the module before the controller changes drivers.
+    for (name, handle) in [
+        ("queue-memory", qm.dma.map_handle),
+        ("data-memory", dm.dma.map_handle),
+        ("host-buffer-1", h1.dma.map_handle),
+        ("host-buffer-2", h2.dma.map_handle),
+        ("udmabuf", ub.dma.map_handle),
+    ] {
+        c.record(
+            &format!("unmap-{name}"),
+            module.unmap(handle).map_err(|e| e.to_string()),
+        );
+    }
+    // Unmapped, the allocations can be freed (their mmaps stay valid
+    // until they go too).
+    for (name, alloc) in [("queue-memory", qalloc), ("data-memory", dalloc)] {
+        c.record(
+            &format!("free-{name}"),
+            alloc.free().map_err(|e| e.to_string()),
+        );
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn exercise<'a>(
+    c: &mut Checks,
+    ctrl: &mut Controller<'a>,
+    a: &VfioArgs<'_>,
+    qm: &'a AccelMem,
+    dm: &AccelMem,
+    h1: &PinnedHost,
+    h2: &PinnedHost,
+    ub: &ImportedDmabuf,
+) {
+    // IDENTIFY into accelerator memory, read through the mmap.
+    let id = ctrl
+        .identify(1, 0, qm, qmem::ID_CTRL)
+        .and_then(|()| IdCtrl::decode(&read_back(qm, qmem::ID_CTRL, PAGE)?))
+        .and_then(|id| {
+            if id.serial == a.serial {
+                Ok(id)
+            } else {
+                Err(format!("serial {:?}, expected {:?}", id.serial, a.serial))
+            }
+        });
+    let Some(id) = c.record("identify-controller", id) else {
+        return;
+    };
+    println!(
+        "  IDENTIFY CONTROLLER: model {:?}, serial {:?}, MDTS {}, {} namespaces",
+        id.model, id.serial, id.mdts, id.nn
+    );
+    let nsid = ctrl
+        .identify(2, 0, qm, qmem::NS_LIST)
+        .and_then(|()| read_back(qm, qmem::NS_LIST, PAGE))
+        .and_then(|l| {
+            let ids: Vec<u32> = l
+                .chunks(4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .take_while(|&n| n != 0)
+                .collect();
+            match ids[..] {
+                [n] => Ok(n),
+                _ => Err(format!("active namespaces {ids:?}, expected one")),
+            }
+        });
+    let Some(nsid) = c.record("identify-active-namespaces", nsid) else {
+        return;
+    };
+    let ns = ctrl
+        .identify(0, nsid, qm, qmem::ID_NS)
+        .and_then(|()| IdNs::decode(&read_back(qm, qmem::ID_NS, PAGE)?))
+        .and_then(|n| {
+            if n.metadata != 0 || n.nsze * u64::from(n.block_size) < 32 << 20 {
+                Err(format!("{n:?}: expected no metadata and at least 32 MiB"))
+            } else {
+                Ok(n)
+            }
+        });
+    let Some(idns) = c.record("identify-namespace", ns) else {
+        return;
+    };
+    let ns = Ns {
+        nsid,
+        block_size: idns.block_size as usize,
+        blocks: idns.nsze,
+        max_transfer: if id.mdts == 0 {
+            usize::MAX
+        } else {
+            PAGE << id.mdts
+        },
+    };
+    println!(
+        "  namespace {nsid}: {} blocks of {} bytes; at most {} bytes per command",
+        ns.blocks, ns.block_size, ns.max_transfer
+    );
+    let Some(io) = c.record(
+        "io-queues-in-accelerator-memory",
+        QueuePair::new(1, QUEUE_ENTRIES, (qm, qmem::IO_SQ), (qm, qmem::IO_CQ)),
+    ) else {
+        return;
+    };
+    if c.record("create-io-queues", ctrl.create_io_queues(io))
+        .is_none()
+    {
+        return;
+    }
+    data_checks(c, ctrl, a, &ns, qm, dm, h1, h2, ub);
+    c.record("flush", ctrl.flush(nsid));
+    // A READ past the end must fail with LBA Out of Range: the status is
+    // really read, not assumed.
+    let past_end = Controller::rw_command(
+        io::READ,
+        nsid,
+        ns.blocks,
+        1,
+        (dm, 0, ns.block_size),
+        (qm, qmem::PRP_LIST),
+    )
+    .and_then(|cmd| ctrl.io(&cmd))
+    .and_then(|comp| match (comp.sct(), comp.sc()) {
+        (0, 0x80) => Ok(()),
+        _ => Err(format!(
+            "a READ at LBA {} completed with SCT {:#x} SC {:#x}, not LBA Out of Range",
+            ns.blocks,
+            comp.sct(),
+            comp.sc()
+        )),
+    });
+    c.record("read-past-end-fails-with-lba-out-of-range", past_end);
+    c.record("delete-io-queues", ctrl.delete_io_queues());
+}
+
+/// A READ into poisoned memory, compared byte for byte where the CPU sees
+/// the memory.
+fn read_check(
+    ctrl: &mut Controller<'_>,
+    ns: &Ns,
+    list: &dyn DmaMem,
+    rw: &Rw<'_>,
+    expected: &[u8],
+    where_: &str,
+) -> Result<String, String> {
+    rw.data.write(0, &vec![POISON; rw.data.len()])?;
+    let text = run_rw(ctrl, ns, list, rw)?;
+    let got = read_back(rw.data, rw.offset, rw.blocks as usize * ns.block_size)?;
+    Ok(format!("{text}; {}", same(expected, &got, where_)?))
+}
+
+/// The data checks: each READ lands in poisoned memory and is compared
+/// byte for byte where the CPU sees it; each WRITE is read back and
+/// reported for the host.
+#[allow(clippy::too_many_arguments)]
+fn data_checks(
+    c: &mut Checks,
+    ctrl: &mut Controller<'_>,
+    a: &VfioArgs<'_>,
+    ns: &Ns,
+    qm: &AccelMem,
+    dm: &AccelMem,
+    h1: &PinnedHost,
+    h2: &PinnedHost,
+    ub: &ImportedDmabuf,
+) {
+    let bs = ns.block_size;
+    let image_at = |slba: u64| a.image_pattern_offset + slba * bs as u64;
+
+    // The image's own content, never written: a long READ (a PRP list)
+    // and a two-page one (PRP2 a page), at offsets inside pages.
+    let (slba, blocks) = (2048, 1000);
+    let want = pattern(image_at(slba), blocks as usize * bs);
+    c.note(
+        "read-image-into-accelerator-memory-prp-list",
+        read_check(
+            ctrl,
+            ns,
+            qm,
+            &rw(io::READ, slba, blocks, dm, 0x1200),
+            &want,
+            "accelerator memory",
+        ),
+    );
+    let (slba, blocks) = (4097, 8);
+    let want = pattern(image_at(slba), blocks as usize * bs);
+    c.note(
+        "read-image-into-accelerator-memory-prp2",
+        read_check(
+            ctrl,
+            ns,
+            qm,
+            &rw(io::READ, slba, blocks, dm, 0x7_0200),
+            &want,
+            "accelerator memory",
+        ),
+    );
+
+    // Three WRITEs of rig content (at a pattern offset no image starts
+    // with), each from another kind of memory, each read back; the host
+    // finds them in the image.
+    let blocks = 403;
+    let len = blocks as usize * bs;
+    let reported = |slba: u64, p: u64| {
+        println!(
+            "@@RESULT nvme-write image={} nvme_offset={} pattern_offset={p} len={len}",
+            a.image,
+            slba * bs as u64
+        );
+    };
+    let write =
+        |ctrl: &mut Controller<'_>, src: &dyn DmaMem, offset: usize, slba: u64, data: &[u8]| {
+            src.write(offset, data)?;
+            run_rw(ctrl, ns, qm, &rw(io::WRITE, slba, blocks, src, offset))
+        };
+
+    // From pinned host memory; read into each kind of memory.
+    let (slba, p) = (16384, 256 << 20);
+    let data = pattern(p, len);
+    if c.note(
+        "write-from-pinned-host-memory",
+        write(ctrl, h1, 0x800, slba, &data),
+    ) {
+        c.note(
+            "read-written-into-accelerator-memory",
+            read_check(
+                ctrl,
+                ns,
+                qm,
+                &rw(io::READ, slba, blocks, dm, 0x2_0400),
+                &data,
+                "accelerator memory",
+            ),
+        );
+        c.note(
+            "read-written-into-pinned-host-memory",
+            read_check(
+                ctrl,
+                ns,
+                qm,
+                &rw(io::READ, slba, blocks, h2, 0x200),
+                &data,
+                "pinned host memory",
+            ),
+        );
+        c.note(
+            "read-written-into-udmabuf",
+            read_check(
+                ctrl,
+                ns,
+                qm,
+                &rw(io::READ, slba, blocks, ub, 0x1040),
+                &data,
+                "the udmabuf's memfd",
+            ),
+        );
+        reported(slba, p);
+    }
+
+    // From accelerator memory; read back into pinned host memory.
+    let (slba, p) = (24576, 260 << 20);
+    let data = pattern(p, len);
+    if c.note(
+        "write-from-accelerator-memory",
+        write(ctrl, dm, 0x4_0600, slba, &data),
+    ) {
+        c.note(
+            "read-accelerator-write-into-host-memory",
+            read_check(
+                ctrl,
+                ns,
+                qm,
+                &rw(io::READ, slba, blocks, h2, 0),
+                &data,
+                "pinned host memory",
+            ),
+        );
+        reported(slba, p);
+    }
+
+    // From the udmabuf; read back into accelerator memory.
+    let (slba, p) = (32768, 264 << 20);
+    let data = pattern(p, len);
+    if c.note("write-from-udmabuf", write(ctrl, ub, 0x2000, slba, &data)) {
+        c.note(
+            "read-udmabuf-write-into-accelerator-memory",
+            read_check(
+                ctrl,
+                ns,
+                qm,
+                &rw(io::READ, slba, blocks, dm, 0x6_0000),
+                &data,
+                "accelerator memory",
+            ),
+        );
+        reported(slba, p);
+    }
+}
+
+fn main() -> ExitCode {
+    let mut c = Checks::default();
+    match Cli::parse().cmd {
+        Cmd::Agree {
+            serial,
+            nvme,
+            expect_map_type,
+        } => {
+            if let Err(e) = agree(&mut c, &serial, nvme.as_deref(), expect_map_type) {
+                c.record::<()>("agree-setup", Err(e));
+            }
+        }
+        Cmd::Vfio {
+            serial,
+            image,
+            image_pattern_offset,
+            expect_map_type,
+        } => vfio_run(
+            &mut c,
+            &VfioArgs {
+                serial: &serial,
+                image: &image,
+                image_pattern_offset,
+                expect: expect_map_type,
+            },
+        ),
+    }
+    println!("dmacheck: {} passed, {} failed", c.passed, c.failed);
+    if c.failed == 0 && c.passed > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_contract_pairs_refusals_and_map_types() {
+        let ns = MapType::NotSupported;
+        assert!(contract(ns, Err(Some(Errno::REMOTEIO))).is_ok());
+        assert!(contract(ns, Err(Some(Errno::INVAL))).is_err());
+        assert!(contract(ns, Ok(MapType::BusAddr)).is_err());
+        for t in [MapType::BusAddr, MapType::ThruHostBridge] {
+            assert!(contract(t, Ok(t)).is_ok());
+            assert!(contract(t, Err(Some(Errno::REMOTEIO))).is_err());
+        }
+        assert!(contract(MapType::BusAddr, Ok(MapType::ThruHostBridge)).is_err());
+        assert!(contract(MapType::Unknown(9), Ok(MapType::Unknown(9))).is_err());
+    }
+
+    #[test]
+    fn comparisons_name_the_first_difference() {
+        assert!(same(&[1, 2, 3], &[1, 2, 3], "x")
+            .unwrap()
+            .contains("3 bytes"));
+        let e = same(&[1, 2, 3], &[1, 9, 3], "x").unwrap_err();
+        assert!(e.contains("byte 1"), "{e}");
+        assert!(same(&[1, 2], &[1], "x").is_err());
+    }
+}

@@ -1,0 +1,505 @@
+//! The little of VFIO that the DMA checks need to drive a PCI function from
+//! user space: moving it between drivers through sysfs, a container with
+//! the no-IOMMU backend, its group and device, config space through the
+//! config region, and BAR0 mapped for MMIO.
+//!
+//! This module holds the test crate's `unsafe`: the VFIO ioctls and the
+//! volatile accesses to the BAR mapping. Every function is safe to call.
+#![allow(unsafe_code)]
+
+use std::{
+    ffi::{c_void, CStr, CString},
+    fs,
+    os::fd::{FromRawFd, OwnedFd},
+    path::{Path, PathBuf},
+    ptr::{self, NonNull},
+    thread,
+    time::{Duration, Instant},
+};
+
+use rustix::{
+    fs::{open, Mode, OFlags},
+    io::{pread, pwrite},
+    ioctl::{ioctl, opcode, Ioctl, IoctlOutput, Opcode, Setter, Updater},
+    mm::{mmap, munmap, MapFlags, ProtFlags},
+};
+
+/// `VFIO_TYPE` of `<linux/vfio.h>`: every VFIO ioctl is `_IO(';', 100 + n)`.
+const VFIO_TYPE: u8 = b';';
+const VFIO_GET_API_VERSION: Opcode = opcode::none(VFIO_TYPE, 100);
+const VFIO_CHECK_EXTENSION: Opcode = opcode::none(VFIO_TYPE, 101);
+const VFIO_SET_IOMMU: Opcode = opcode::none(VFIO_TYPE, 102);
+const VFIO_GROUP_GET_STATUS: Opcode = opcode::none(VFIO_TYPE, 103);
+const VFIO_GROUP_SET_CONTAINER: Opcode = opcode::none(VFIO_TYPE, 104);
+const VFIO_GROUP_GET_DEVICE_FD: Opcode = opcode::none(VFIO_TYPE, 106);
+const VFIO_DEVICE_GET_REGION_INFO: Opcode = opcode::none(VFIO_TYPE, 108);
+
+/// `VFIO_API_VERSION`.
+const VFIO_API_VERSION: i32 = 0;
+/// `VFIO_NOIOMMU_IOMMU`: DMA addresses are bus addresses, nothing is
+/// translated or isolated.
+pub const VFIO_NOIOMMU_IOMMU: u32 = 8;
+/// `VFIO_GROUP_FLAGS_VIABLE`: every device of the group is bound to a VFIO
+/// driver (or to none).
+pub const VFIO_GROUP_FLAGS_VIABLE: u32 = 1 << 0;
+/// `VFIO_PCI_CONFIG_REGION_INDEX`.
+pub const VFIO_PCI_CONFIG_REGION_INDEX: u32 = 7;
+/// `VFIO_REGION_INFO_FLAG_MMAP`.
+const VFIO_REGION_INFO_FLAG_MMAP: u32 = 1 << 2;
+
+/// `PCI_COMMAND` in config space, and its bits.
+pub const PCI_COMMAND: u64 = 0x04;
+/// `PCI_COMMAND_MEMORY`: the function answers memory cycles (its BARs).
+pub const PCI_COMMAND_MEMORY: u16 = 1 << 1;
+/// `PCI_COMMAND_MASTER`: the function may master the bus (DMA).
+pub const PCI_COMMAND_MASTER: u16 = 1 << 2;
+/// `PCI_COMMAND_INTX_DISABLE`: no legacy interrupts.
+pub const PCI_COMMAND_INTX_DISABLE: u16 = 1 << 10;
+
+/// `struct vfio_group_status`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct VfioGroupStatus {
+    argsz: u32,
+    flags: u32,
+}
+
+/// `struct vfio_region_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RegionInfo {
+    argsz: u32,
+    /// `VFIO_REGION_INFO_FLAG_*`.
+    pub flags: u32,
+    /// The region's index (`VFIO_PCI_*_REGION_INDEX`).
+    pub index: u32,
+    cap_offset: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Offset of the region in the device file (for `pread`/`mmap`).
+    pub offset: u64,
+}
+
+/// A VFIO ioctl whose argument is an integer, not a pointer; its output is
+/// the call's return value.
+struct IntArg {
+    opcode: Opcode,
+    value: usize,
+}
+
+// SAFETY: Only used with `VFIO_GET_API_VERSION` (no argument),
+// `VFIO_CHECK_EXTENSION` and `VFIO_SET_IOMMU` (an IOMMU type number): the
+// kernel treats the argument as a number and touches no memory of this
+// process.
+unsafe impl Ioctl for IntArg {
+    type Output = IoctlOutput;
+
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> Opcode {
+        self.opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        ptr::without_provenance_mut(self.value)
+    }
+
+    unsafe fn output_from_ptr(
+        out: IoctlOutput,
+        _ptr: *mut c_void,
+    ) -> rustix::io::Result<IoctlOutput> {
+        Ok(out)
+    }
+}
+
+/// `VFIO_GROUP_GET_DEVICE_FD`: a NUL-terminated device name in, a new
+/// descriptor out.
+struct GetDeviceFd<'a> {
+    name: &'a CStr,
+}
+
+// SAFETY: The kernel only reads the NUL-terminated string the pointer
+// names, which lives as long as `self`; a successful call returns a new
+// descriptor that nothing else owns.
+unsafe impl Ioctl for GetDeviceFd<'_> {
+    type Output = OwnedFd;
+
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> Opcode {
+        VFIO_GROUP_GET_DEVICE_FD
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        self.name.as_ptr().cast_mut().cast()
+    }
+
+    unsafe fn output_from_ptr(out: IoctlOutput, _ptr: *mut c_void) -> rustix::io::Result<OwnedFd> {
+        // SAFETY: A successful call returned a new descriptor, owned by no one.
+        Ok(unsafe { OwnedFd::from_raw_fd(out) })
+    }
+}
+
+/// A VFIO container (`/dev/vfio/vfio`).
+#[derive(Debug)]
+pub struct Container {
+    fd: OwnedFd,
+}
+
+impl Container {
+    /// Opens `/dev/vfio/vfio` and checks the API version.
+    pub fn open() -> Result<Self, String> {
+        let path = "/dev/vfio/vfio";
+        let fd = open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("{path}: {e}"))?;
+        let c = Self { fd };
+        let v = c.int_ioctl(VFIO_GET_API_VERSION, 0, "VFIO_GET_API_VERSION")?;
+        if v != VFIO_API_VERSION {
+            return Err(format!(
+                "VFIO API version {v}, this program knows {VFIO_API_VERSION}"
+            ));
+        }
+        Ok(c)
+    }
+
+    fn int_ioctl(&self, opcode: Opcode, value: usize, what: &str) -> Result<i32, String> {
+        // SAFETY: See the `Ioctl` implementation of `IntArg`: the opcodes
+        // passed here take a number.
+        unsafe { ioctl(&self.fd, IntArg { opcode, value }) }.map_err(|e| format!("{what}: {e}"))
+    }
+
+    /// Whether the container supports the IOMMU backend `iommu_type`.
+    #[doc(alias = "VFIO_CHECK_EXTENSION")]
+    pub fn check_extension(&self, iommu_type: u32) -> Result<bool, String> {
+        Ok(self.int_ioctl(
+            VFIO_CHECK_EXTENSION,
+            iommu_type as usize,
+            "VFIO_CHECK_EXTENSION",
+        )? > 0)
+    }
+
+    /// Selects the IOMMU backend (after a group was added).
+    #[doc(alias = "VFIO_SET_IOMMU")]
+    pub fn set_iommu(&self, iommu_type: u32) -> Result<(), String> {
+        self.int_ioctl(VFIO_SET_IOMMU, iommu_type as usize, "VFIO_SET_IOMMU")
+            .map(|_| ())
+    }
+}
+
+/// A VFIO group (`/dev/vfio/N`, or `/dev/vfio/noiommu-N`).
+#[derive(Debug)]
+pub struct Group {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl Group {
+    /// Opens the group node at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, String> {
+        let path = path.as_ref().to_path_buf();
+        let fd = open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Self { fd, path })
+    }
+
+    /// The group's `VFIO_GROUP_FLAGS_*`.
+    #[doc(alias = "VFIO_GROUP_GET_STATUS")]
+    pub fn status(&self) -> Result<u32, String> {
+        let mut s = VfioGroupStatus {
+            argsz: size_of::<VfioGroupStatus>() as u32,
+            flags: 0,
+        };
+        // SAFETY: The ioctl reads and rewrites exactly a
+        // `struct vfio_group_status`, plain integers.
+        unsafe {
+            ioctl(
+                &self.fd,
+                Updater::<VFIO_GROUP_GET_STATUS, VfioGroupStatus>::new(&mut s),
+            )
+        }
+        .map_err(|e| format!("VFIO_GROUP_GET_STATUS on {}: {e}", self.path.display()))?;
+        Ok(s.flags)
+    }
+
+    /// Adds the group to `container`.
+    #[doc(alias = "VFIO_GROUP_SET_CONTAINER")]
+    pub fn set_container(&self, container: &Container) -> Result<(), String> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: The ioctl reads one `int` (the container's descriptor)
+        // from the pointer, which points at the setter's copy of it.
+        unsafe {
+            ioctl(
+                &self.fd,
+                Setter::<VFIO_GROUP_SET_CONTAINER, i32>::new(container.fd.as_raw_fd()),
+            )
+        }
+        .map_err(|e| format!("VFIO_GROUP_SET_CONTAINER on {}: {e}", self.path.display()))
+    }
+
+    /// Opens the device `name` (a PCI address) of the group. vfio-pci
+    /// resets the function on the first open.
+    #[doc(alias = "VFIO_GROUP_GET_DEVICE_FD")]
+    pub fn device(&self, name: &str) -> Result<Device, String> {
+        let cname = CString::new(name).map_err(|e| format!("device name {name:?}: {e}"))?;
+        // SAFETY: See the `Ioctl` implementation of `GetDeviceFd`.
+        let fd = unsafe { ioctl(&self.fd, GetDeviceFd { name: &cname }) }
+            .map_err(|e| format!("VFIO_GROUP_GET_DEVICE_FD {name}: {e}"))?;
+        Ok(Device {
+            fd,
+            name: name.to_string(),
+        })
+    }
+}
+
+/// A device opened through its VFIO group.
+#[derive(Debug)]
+pub struct Device {
+    fd: OwnedFd,
+    name: String,
+}
+
+impl Device {
+    /// Describes region `index`.
+    #[doc(alias = "VFIO_DEVICE_GET_REGION_INFO")]
+    pub fn region(&self, index: u32) -> Result<RegionInfo, String> {
+        let mut info = RegionInfo {
+            argsz: size_of::<RegionInfo>() as u32,
+            index,
+            ..Default::default()
+        };
+        // SAFETY: The ioctl reads and rewrites exactly a
+        // `struct vfio_region_info` (the size `argsz` says), plain integers.
+        unsafe {
+            ioctl(
+                &self.fd,
+                Updater::<VFIO_DEVICE_GET_REGION_INFO, RegionInfo>::new(&mut info),
+            )
+        }
+        .map_err(|e| format!("VFIO_DEVICE_GET_REGION_INFO {index} of {}: {e}", self.name))?;
+        Ok(info)
+    }
+
+    /// Reads the 16-bit config register at `offset`.
+    pub fn config_read16(&self, offset: u64) -> Result<u16, String> {
+        let cfg = self.region(VFIO_PCI_CONFIG_REGION_INDEX)?;
+        let mut b = [0u8; 2];
+        match pread(&self.fd, &mut b, cfg.offset + offset) {
+            Ok(2) => Ok(u16::from_le_bytes(b)),
+            Ok(n) => Err(format!("config read at {offset:#x}: {n} bytes")),
+            Err(e) => Err(format!("config read at {offset:#x} of {}: {e}", self.name)),
+        }
+    }
+
+    /// Writes the 16-bit config register at `offset`.
+    pub fn config_write16(&self, offset: u64, value: u16) -> Result<(), String> {
+        let cfg = self.region(VFIO_PCI_CONFIG_REGION_INDEX)?;
+        match pwrite(&self.fd, &value.to_le_bytes(), cfg.offset + offset) {
+            Ok(2) => Ok(()),
+            Ok(n) => Err(format!("config write at {offset:#x}: {n} bytes")),
+            Err(e) => Err(format!("config write at {offset:#x} of {}: {e}", self.name)),
+        }
+    }
+
+    /// Maps BAR `index` (a memory BAR that VFIO lets user space map).
+    pub fn map_bar(&self, index: u32) -> Result<Bar, String> {
+        let info = self.region(index)?;
+        if info.flags & VFIO_REGION_INFO_FLAG_MMAP == 0 || info.size == 0 {
+            return Err(format!(
+                "BAR {index} of {} cannot be mapped (flags {:#x}, size {})",
+                self.name, info.flags, info.size
+            ));
+        }
+        let len = usize::try_from(info.size).map_err(|e| e.to_string())?;
+        // SAFETY: A NULL hint lets the kernel choose the address, so the
+        // new mapping overlaps nothing Rust uses.
+        let ptr = unsafe {
+            mmap(
+                ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                &self.fd,
+                info.offset,
+            )
+        }
+        .map_err(|e| format!("mmap of BAR {index} of {}: {e}", self.name))?;
+        Ok(Bar {
+            ptr: NonNull::new(ptr.cast()).ok_or("mmap returned NULL")?,
+            len,
+        })
+    }
+}
+
+/// A device's memory BAR mapped into this process: registers, reached only
+/// by volatile 32-bit accesses. Unmapped on drop.
+#[derive(Debug)]
+pub struct Bar {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Bar {
+    fn reg(&self, offset: usize) -> Result<*mut u32, String> {
+        if offset % 4 != 0 || offset.checked_add(4).is_none_or(|end| end > self.len) {
+            return Err(format!(
+                "register {offset:#x} is not a dword of the {}-byte BAR",
+                self.len
+            ));
+        }
+        // SAFETY: In bounds of the mapping (checked above).
+        Ok(unsafe { self.ptr.as_ptr().add(offset) }.cast())
+    }
+
+    /// Reads the 32-bit register at `offset`.
+    pub fn read32(&self, offset: usize) -> Result<u32, String> {
+        let p = self.reg(offset)?;
+        // SAFETY: An aligned dword inside the live mapping; device
+        // registers are read with one volatile access and no reference.
+        Ok(unsafe { ptr::read_volatile(p) })
+    }
+
+    /// Writes the 32-bit register at `offset`.
+    pub fn write32(&self, offset: usize, value: u32) -> Result<(), String> {
+        let p = self.reg(offset)?;
+        // SAFETY: As in `read32`.
+        unsafe { ptr::write_volatile(p, value) };
+        Ok(())
+    }
+
+    /// Reads a 64-bit register as two dwords, low first.
+    pub fn read64(&self, offset: usize) -> Result<u64, String> {
+        let lo = self.read32(offset)?;
+        let hi = self.read32(offset + 4)?;
+        Ok(u64::from(hi) << 32 | u64::from(lo))
+    }
+
+    /// Writes a 64-bit register as two dwords, low first.
+    pub fn write64(&self, offset: usize, value: u64) -> Result<(), String> {
+        self.write32(offset, value as u32)?;
+        self.write32(offset + 4, (value >> 32) as u32)
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        // SAFETY: Exactly the mapping `map_bar` made; no reference into it
+        // exists.
+        let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The PCI address of the NVMe controller whose serial number is `serial`,
+/// while the kernel's nvme driver has it.
+pub fn nvme_by_serial(serial: &str) -> Result<String, String> {
+    let dir = fs::read_dir("/sys/class/nvme").map_err(|e| format!("/sys/class/nvme: {e}"))?;
+    for entry in dir.flatten() {
+        let p = entry.path();
+        if fs::read_to_string(p.join("serial")).is_ok_and(|s| s.trim() == serial) {
+            let dev = fs::canonicalize(p.join("device"))
+                .map_err(|e| format!("{}/device: {e}", p.display()))?;
+            return dev
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .ok_or_else(|| format!("{} has no PCI device", p.display()));
+        }
+    }
+    Err(format!(
+        "no NVMe controller with serial {serial} in /sys/class/nvme"
+    ))
+}
+
+fn pci_dev(bdf: &str) -> PathBuf {
+    Path::new("/sys/bus/pci/devices").join(bdf)
+}
+
+/// The driver bound to PCI function `bdf`, if any.
+pub fn driver_of(bdf: &str) -> Option<String> {
+    fs::read_link(pci_dev(bdf).join("driver"))
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+}
+
+fn sysfs_write(path: impl AsRef<Path>, value: &str) -> Result<(), String> {
+    let path = path.as_ref();
+    fs::write(path, value).map_err(|e| format!("writing {value:?} to {}: {e}", path.display()))
+}
+
+/// Waits up to `timeout` for `bdf` to be bound to `want` (any driver for
+/// `None`).
+fn wait_driver(bdf: &str, want: Option<&str>, timeout: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match (driver_of(bdf), want) {
+            (Some(d), None) => return Ok(d),
+            (Some(d), Some(w)) if d == w => return Ok(d),
+            (now, _) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "{bdf} is bound to {} after {timeout:?}, not {}",
+                    now.as_deref().unwrap_or("no driver"),
+                    want.unwrap_or("a driver")
+                ))
+            }
+            _ => thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Moves PCI function `bdf` to `driver` (e.g. `vfio-pci`): unbinds it from
+/// its driver, sets `driver_override` and asks the PCI core to probe it.
+pub fn bind_to(bdf: &str, driver: &str) -> Result<(), String> {
+    let dev = pci_dev(bdf);
+    if let Some(old) = driver_of(bdf) {
+        if old == driver {
+            return Ok(());
+        }
+        sysfs_write(dev.join("driver/unbind"), bdf)?;
+    }
+    sysfs_write(dev.join("driver_override"), driver)?;
+    sysfs_write("/sys/bus/pci/drivers_probe", bdf)?;
+    wait_driver(bdf, Some(driver), Duration::from_secs(10)).map(|_| ())
+}
+
+/// Gives PCI function `bdf` back to its default driver: unbinds it, clears
+/// `driver_override` and probes it again. Returns the driver it got.
+pub fn bind_default(bdf: &str) -> Result<String, String> {
+    let dev = pci_dev(bdf);
+    if driver_of(bdf).is_some() {
+        sysfs_write(dev.join("driver/unbind"), bdf)?;
+    }
+    sysfs_write(dev.join("driver_override"), "\n")?;
+    sysfs_write("/sys/bus/pci/drivers_probe", bdf)?;
+    wait_driver(bdf, None, Duration::from_secs(10))
+}
+
+/// The VFIO group node of PCI function `bdf`: `/dev/vfio/noiommu-N` for a
+/// no-IOMMU group, else `/dev/vfio/N`.
+pub fn group_node(bdf: &str) -> Result<PathBuf, String> {
+    let link = pci_dev(bdf).join("iommu_group");
+    let group = fs::read_link(&link).map_err(|e| format!("{}: {e}", link.display()))?;
+    let n = group
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| format!("{} names no group", link.display()))?;
+    let noiommu = PathBuf::from(format!("/dev/vfio/noiommu-{n}"));
+    if noiommu.exists() {
+        Ok(noiommu)
+    } else {
+        Ok(PathBuf::from(format!("/dev/vfio/{n}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_codes_match_the_kernel_header() {
+        // `_IO(VFIO_TYPE, VFIO_BASE + n)` of <linux/vfio.h>.
+        assert_eq!(VFIO_GET_API_VERSION, 0x3b64);
+        assert_eq!(VFIO_SET_IOMMU, 0x3b66);
+        assert_eq!(VFIO_GROUP_GET_DEVICE_FD, 0x3b6a);
+        assert_eq!(VFIO_DEVICE_GET_REGION_INFO, 0x3b6c);
+        assert_eq!(size_of::<RegionInfo>(), 32);
+        assert_eq!(size_of::<VfioGroupStatus>(), 8);
+    }
+}

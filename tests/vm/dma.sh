@@ -1,0 +1,80 @@
+# shellcheck shell=sh
+# The dma suite: a real device uses the DMA addresses the module returns.
+#
+# On the switch topology, p2pdma-dmacheck takes the rig's spare NVMe
+# controller (serial p2pdma-vfio) from the nvme driver and drives it from
+# user space through VFIO's no-IOMMU mode: queues, IDENTIFY data and PRP
+# lists in accelerator memory (DMA_MAP), data to and from accelerator
+# memory, pinned host memory (PIN_USER) and a udmabuf (DMABUF_IMPORT), every
+# byte compared in the guest; the host then finds what was written in
+# vfio.img. Before that, and alone on the iommu topologies (where no-IOMMU
+# VFIO is not available), P2P_QUERY and DMA_MAP must agree for the spare
+# controller and for the rig's NVMe: NOT_SUPPORTED with EREMOTEIO, or the
+# same map type. What the kernel answered is printed as @@NOTE lines.
+# shellcheck source=lib.sh
+. /suite/lib.sh
+
+SERIAL=p2pdma-vfio
+
+# dmacheck ARGS...: runs p2pdma-dmacheck, one check per "ok"/"FAIL" line,
+# then checks its exit status and that its summary agrees with the lines.
+dmacheck() {
+	name=dmacheck-$1
+	log=/tmp/$name.log
+	run=
+	timeout 5 true 2>/dev/null && run="timeout 300"
+	$run p2pdma-dmacheck "$@" >"$log" 2>&1
+	rc=$?
+	oks=0 fails=0
+	while IFS= read -r line; do
+		case $line in
+		"ok "*)
+			pass "$1:${line#ok }"
+			oks=$((oks + 1))
+			;;
+		"FAIL "*)
+			rest=${line#FAIL }
+			fail "$1:${rest%%: *}" "${rest#*: }"
+			fails=$((fails + 1))
+			;;
+		*) echo "$line" ;;
+		esac
+	done <"$log"
+	if [ $rc -eq 0 ]; then
+		pass "$name-exit"
+	else
+		fail "$name-exit" "p2pdma-dmacheck $1 exited $rc: $(tail -n 1 "$log")"
+	fi
+	case $(tail -n 1 "$log") in
+	"dmacheck: $oks passed, $fails failed") pass "$name-summary" ;;
+	*) fail "$name-summary" "last line '$(tail -n 1 "$log")', with $oks ok and $fails FAIL lines" ;;
+	esac
+}
+
+case $P2PDMA_TOPOLOGY in
+switch | iommu | iommu-switch) ;;
+*)
+	fail dma-topology "the dma suite needs the spare controller of the switch or iommu topology, not $P2PDMA_TOPOLOGY"
+	exit "$failures"
+	;;
+esac
+
+check module-loads insmod /lib/modules/p2pdma.ko
+# The other suites' namespace 1 is still the rig's controller's (the serial
+# is padded with spaces to 20 characters).
+check nsid-1-is-the-rig-controller grep -q '^p2pdma-rig *$' "/sys/class/nvme/$NVME_CTRL/serial"
+
+if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	dmacheck agree --serial $SERIAL --nvme "$NVME" --expect-map-type bus-addr
+	# vfio.img holds the rig content from 128 MiB on (see tools/rig/vm.sh).
+	dmacheck vfio --serial $SERIAL --image vfio.img --image-pattern-offset $((128 << 20)) --expect-map-type bus-addr
+	# No-IOMMU VFIO taints the kernel; anything else in the log is checked
+	# by the host.
+	dmesg | grep -i -e vfio -e taint | tail -n 5
+else
+	dmacheck agree --serial $SERIAL --nvme "$NVME"
+fi
+
+check module-unloads rmmod p2pdma
+check_kmemleak
+exit "$failures"
