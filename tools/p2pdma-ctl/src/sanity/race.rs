@@ -13,7 +13,11 @@ use std::{
 
 use p2pdma::sys::{self, RawMapping, Sharing};
 use p2pdma_abi as abi;
-use rustix::io::Errno;
+use rustix::{
+    fs::{fadvise, Advice as FileAdvice},
+    io::Errno,
+    mm::{madvise, mmap, mmap_anonymous, munmap, Advice, MapFlags, ProtFlags},
+};
 
 use super::{ename, Ctx, Why, PAGE, R};
 
@@ -54,6 +58,93 @@ impl Rng {
 
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// Where `DMA_MAP` writes its segments in the race: a page that is not in
+/// memory when the call starts, so that the kernel's copy of the segments
+/// waits for a page fault, a read from the NVMe when there is one. Any
+/// window between the module's lookup of the allocation and its recording
+/// of the mapping grows by that wait.
+struct SlowPage {
+    ptr: *mut std::ffi::c_void,
+    /// The NVMe the page is a private mapping of, if any.
+    disk: Option<OwnedFd>,
+}
+
+// SAFETY: The page is private memory owned by this value; the threads of
+// the race hand it to the kernel one call at a time.
+#[allow(unsafe_code)]
+unsafe impl Sync for SlowPage {}
+
+impl SlowPage {
+    /// A private mapping of the first page of `disk` (no readahead), or of
+    /// anonymous memory without one.
+    #[allow(unsafe_code)]
+    fn new(disk: Option<OwnedFd>) -> Result<Self, String> {
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // SAFETY: A NULL hint lets the kernel choose an address, so the new
+        // mapping overlaps nothing Rust uses.
+        let ptr = unsafe {
+            match &disk {
+                Some(fd) => mmap(
+                    std::ptr::null_mut(),
+                    PAGE as usize,
+                    prot,
+                    MapFlags::PRIVATE,
+                    fd,
+                    0,
+                ),
+                None => {
+                    mmap_anonymous(std::ptr::null_mut(), PAGE as usize, prot, MapFlags::PRIVATE)
+                }
+            }
+        }
+        .map_err(|e| format!("mmap of the segment page: {}", ename(e)))?;
+        // SAFETY: Advice on the page just mapped; it changes no contents.
+        let _ = unsafe { madvise(ptr, PAGE as usize, Advice::Random) };
+        Ok(Self { ptr, disk })
+    }
+
+    /// Drops the page from this process and from the page cache, so the
+    /// next write to it faults and reads it again.
+    #[allow(unsafe_code)]
+    fn evict(&self) {
+        // SAFETY: The page is this value's private mapping and no
+        // reference into it exists; it reads as the file (or zeros) again.
+        let _ = unsafe { madvise(self.ptr, PAGE as usize, Advice::LinuxDontNeed) };
+        if let Some(fd) = &self.disk {
+            let _ = fadvise(fd, 0, std::num::NonZeroU64::new(PAGE), FileAdvice::DontNeed);
+        }
+    }
+
+    /// `DMA_MAP` of the first page of `handle` for `ctx`'s accelerator,
+    /// with the segments written to this page.
+    #[allow(unsafe_code)]
+    fn dma_map(&self, ctx: &Ctx, handle: u64) -> Result<u64, Errno> {
+        let (flags, peer) = ctx.self_peer().to_abi();
+        let mut arg = abi::P2pdmaDmaMap {
+            flags,
+            peer,
+            handle,
+            length: PAGE,
+            ..Default::default()
+        };
+        // SAFETY: The page is PAGE writable bytes of private memory, room
+        // for 4 segments, and only the kernel writes it (during this call,
+        // made by one thread at a time).
+        let segs =
+            unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<abi::P2pdmaDmaSeg>(), 4) };
+        sys::dma_map(&ctx.module, &mut arg, segs)?;
+        Ok(arg.map_handle)
+    }
+}
+
+impl Drop for SlowPage {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is the page `mmap` returned; nothing refers into it.
+        let _ = unsafe { munmap(self.ptr, PAGE as usize) };
     }
 }
 
@@ -119,15 +210,17 @@ impl Ctx {
         let map_handle = AtomicU64::new(0);
         let free_res = AtomicI32::new(0);
         // Delays: even iterations hold the FREE back, odd ones the DMA_MAP,
-        // by 0 to 196 us.
+        // by 0 to 490 us.
         let delay = |i: u32, of_free: bool| -> u64 {
-            let d = u64::from((i / 2) % 50) * 4;
+            let d = u64::from((i / 2) % 50) * 10;
             if (i % 2 == 0) == of_free {
                 d
             } else {
                 0
             }
         };
+        let disk = self.nvme.as_ref().and_then(|fd| fd.try_clone().ok());
+        let slow = SlowPage::new(disk)?;
         let mut both = Vec::new();
         let mut odd = Vec::new();
         let (mut map_won, mut free_won) = (0u32, 0u32);
@@ -139,7 +232,7 @@ impl Ctx {
                     break;
                 }
                 spin(delay(iteration.load(SeqCst), false));
-                let r = self.dma_map_page(handle.load(SeqCst));
+                let r = slow.dma_map(self, handle.load(SeqCst));
                 map_res.store(code(&r), SeqCst);
                 map_handle.store(r.unwrap_or(0), SeqCst);
                 end.wait();
@@ -163,6 +256,7 @@ impl Ctx {
                 };
                 handle.store(a, SeqCst);
                 iteration.store(i, SeqCst);
+                slow.evict();
                 start.wait();
                 end.wait();
                 let (m, f, mh) = (

@@ -336,9 +336,10 @@ impl Ctx {
                 },
             },
         );
-        // Release: the mappings with UNMAP, the allocation with FREE; then
-        // the handles are gone.
+        // Release: the mappings with UNMAP, then the allocation with FREE;
+        // then the handles are gone.
         let mut release = Vec::new();
+        handles.sort_by_key(|&(what, _)| what == "allocation");
         for &(what, h) in &handles {
             let r = if what == "allocation" {
                 sys::free(
@@ -571,7 +572,8 @@ impl Ctx {
                             log.held.fetch_add(1, SeqCst);
                         }
                     }
-                    Err(_) if unbinding => {
+                    // Read again: the unbind may have started since.
+                    Err(_) if log.unbinding.load(SeqCst) => {
                         // The allocation was revoked: the mmap is refused
                         // (with which errno, the ABI leaves open).
                         log.refused.fetch_add(1, SeqCst);
