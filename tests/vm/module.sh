@@ -24,6 +24,11 @@ else
 	set --
 fi
 
+# On the debug kernel, have the DMA-API checks report every error, not only
+# the first one: each case that breaks a DMA rule then shows in the log.
+dma_api=/sys/kernel/debug/dma-api
+[ -w $dma_api/all_errors ] && echo 1 >$dma_api/all_errors
+
 # Bounded, so that a hung case still leaves the results before it.
 run=
 timeout 5 true 2>/dev/null && run="timeout 240"

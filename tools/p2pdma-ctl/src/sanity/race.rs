@@ -195,7 +195,9 @@ impl Ctx {
 
     /// One thread `DMA_MAP`s an allocation (and keeps the mapping) while
     /// another `FREE`s it, released together by a barrier, with the one or
-    /// the other delayed by a sweep of a few microseconds. Either the map
+    /// the other delayed by a sweep of a few hundred microseconds, and
+    /// `DMA_MAP`'s segments going to a page that faults (see [`SlowPage`]).
+    /// Either the map
     /// wins (`FREE` gets `EBUSY`) or the free does (`DMA_MAP` gets `ENOENT`
     /// or `ENODEV`); both succeeding leaves the peer a mapping of freed
     /// memory.

@@ -370,6 +370,17 @@ impl Ctx {
         if let Ok(a) = alloc {
             let _ = a.into_handle();
         }
+        // Notifications off again: later unbinds need not signal it.
+        release.push(
+            sys::set_eventfd(
+                &self.module,
+                abi::P2pdmaEventfd {
+                    fd: -1,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| Why::Fail(format!("SET_EVENTFD with fd -1: {}", ename(e)))),
+        );
         suite.report("revoke-release-handles", all(release));
         drop(host);
         drop(udmabuf);
