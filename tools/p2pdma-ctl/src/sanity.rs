@@ -8,7 +8,15 @@
 //! re-executed with the hidden `__child` subcommand), and the parent checks
 //! how it ended. The leak check compares the kernel's own count of free P2P
 //! memory (`/sys/bus/pci/devices/<pci>/p2pmem/available`) with the count at
-//! the start.
+//! the start. A case whose check could not run reports `skip`, never `ok`.
+//!
+//! The cases of ABI 2 and of the module's known failure modes live in
+//! submodules: `alloc` (zeroed memory, the per-user share), `race`
+//! (`FREE` against `DMA_MAP`, shared-handle stress), `pin` (overlapping,
+//! read-only, huge-page and `RLIMIT_MEMLOCK` pins), `peer` (multipath
+//! heads, `DMA_MAP` agreeing with `P2P_QUERY`) and `revoke` (what an unbind
+//! revokes, and mappings made while it runs, probed by the kernel's own
+//! copies so that a revoked mapping gives `EFAULT` instead of `SIGBUS`).
 
 use std::{
     collections::HashSet,
