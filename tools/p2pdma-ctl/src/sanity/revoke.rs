@@ -555,8 +555,23 @@ impl Ctx {
                     }
                     true
                 }
+                // A short copy: the mapping went away during the copy.
+                Ok(n) if after => {
+                    RaceLog::note(
+                        &log.violations,
+                        format!("thread {t}: {n} bytes of a mapping of allocation {i} could be read after the unbind returned"),
+                    );
+                    false
+                }
+                Ok(_) if log.unbinding.load(SeqCst) => {
+                    log.revoked.fetch_add(1, SeqCst);
+                    false
+                }
                 Ok(n) => {
-                    RaceLog::note(&log.errors, format!("thread {t}: probe copied {n} bytes"));
+                    RaceLog::note(
+                        &log.errors,
+                        format!("thread {t}: probe copied {n} bytes before the unbind"),
+                    );
                     false
                 }
                 Err(Errno::FAULT) => {
