@@ -68,6 +68,39 @@ pub enum ChildCmd {
         #[arg(long)]
         dev: u32,
     },
+    /// Allocate `size` bytes of device `dev`, map them, fill them with
+    /// `byte`, print `filled handle=H size=S`, and exit without freeing or
+    /// unmapping anything.
+    FillExit {
+        #[arg(long)]
+        dev: u32,
+        #[arg(long)]
+        size: u64,
+        #[arg(long)]
+        byte: u8,
+    },
+    /// Keep CAP_SYS_RAWIO but drop CAP_IPC_LOCK, set RLIMIT_MEMLOCK to
+    /// 64 KiB, then PIN_USER 128 KiB, then three buffers of 32 KiB, UNMAP
+    /// the first and pin a fourth. Prints `caps=0|1 big=E first=E second=E
+    /// third=E unmap=E again=E`.
+    Memlock {
+        #[arg(long)]
+        dev: u32,
+        /// The peer's block device; without it, the accelerator itself.
+        #[arg(long)]
+        nvme: Option<String>,
+    },
+    /// Open the module twice, drop to uid/gid 65534 (no CAP_SYS_ADMIN),
+    /// then allocate against the per-user share of device `dev`, `share`
+    /// bytes: one page more than the share, the whole share, and the
+    /// share split over both files plus one page more on each. Prints
+    /// `uid=U over=E whole=E split_a=E split_b=E beyond_a=E beyond_b=E`.
+    PoolShare {
+        #[arg(long)]
+        dev: u32,
+        #[arg(long)]
+        share: u64,
+    },
 }
 
 /// An errno as the number the helpers print: 0 for success.
@@ -100,6 +133,9 @@ pub fn run(node: &str, cmd: &ChildCmd) -> ExitCode {
         ChildCmd::IoLoop { dev, nvme } => io_loop(node, *dev, nvme),
         ChildCmd::Unprivileged { dev, nvme } => unprivileged(node, *dev, nvme.as_deref()),
         ChildCmd::TouchLater { dev } => touch_later(node, *dev),
+        ChildCmd::FillExit { dev, size, byte } => fill_exit(node, *dev, *size, *byte),
+        ChildCmd::Memlock { dev, nvme } => memlock(node, *dev, nvme.as_deref()),
+        ChildCmd::PoolShare { dev, share } => pool_share(node, *dev, *share),
     };
     let _ = std::io::stdout().flush();
     match r {
@@ -259,6 +295,131 @@ fn touch_later(node: &str, dev: u32) -> Result<(), String> {
     println!("survived data_ok={}", u8::from(back == data));
     // The module may already have dropped the allocation with the device.
     let _ = a.into_handle();
+    Ok(())
+}
+
+fn fill_exit(node: &str, dev: u32, size: u64, byte: u8) -> Result<(), String> {
+    const CHUNK: usize = 1 << 20;
+    let module = Module::open_path(node).map_err(|e| e.to_string())?;
+    let a = module.alloc(dev, size, 0).map_err(|e| e.to_string())?;
+    let map = a.map().map_err(|e| e.to_string())?;
+    let fill = vec![byte; CHUNK];
+    let mut off = 0;
+    while off < map.len() {
+        let n = CHUNK.min(map.len() - off);
+        map.write_at(off, &fill[..n]).map_err(|e| e.to_string())?;
+        off += n;
+    }
+    let mut last = [0u8; 1];
+    map.read_at(map.len() - 1, &mut last)
+        .map_err(|e| e.to_string())?;
+    if last[0] != byte {
+        return Err(format!("the last byte reads {:#x} after the fill", last[0]));
+    }
+    println!("filled handle={} size={}", a.handle(), a.size());
+    let _ = std::io::stdout().flush();
+    // Exit holding everything: the module must clean up after the process.
+    std::process::exit(0)
+}
+
+/// The peer of the helpers' mappings: `nvme` opened, or the accelerator.
+fn open_peer(nvme: Option<&str>) -> Result<Option<OwnedFd>, String> {
+    nvme.map(|path| {
+        open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("open {path}: {e}"))
+    })
+    .transpose()
+}
+
+fn memlock(node: &str, dev: u32, nvme: Option<&str>) -> Result<(), String> {
+    use rustix::{
+        process::{setrlimit, Resource, Rlimit},
+        thread::{capabilities, set_capabilities, CapabilitySet},
+    };
+    const LIMIT: u64 = 64 << 10;
+    const SMALL: u64 = 32 << 10;
+    let module = Module::open_path(node).map_err(|e| e.to_string())?;
+    let accel = module.accelerator(dev).map_err(|e| e.to_string())?;
+    let disk = open_peer(nvme)?;
+    let peer = match &disk {
+        Some(fd) => Peer::Fd(fd.as_fd()),
+        None => Peer::Pci(accel.pci),
+    };
+    let buf = |len: u64| -> Result<HostBuffer, String> {
+        let b = HostBuffer::new(len as usize).map_err(|e| format!("host buffer: {e}"))?;
+        b.fill(0x3c);
+        Ok(b)
+    };
+    let big = buf(2 * LIMIT)?;
+    let small = [buf(SMALL)?, buf(SMALL)?, buf(SMALL)?, buf(SMALL)?];
+
+    // This process has one thread, so the thread's sets are the process's.
+    let mut sets = capabilities(None).map_err(|e| format!("capget: {e}"))?;
+    sets.effective.remove(CapabilitySet::IPC_LOCK);
+    sets.permitted.remove(CapabilitySet::IPC_LOCK);
+    sets.inheritable.remove(CapabilitySet::IPC_LOCK);
+    set_capabilities(None, sets).map_err(|e| format!("capset: {e}"))?;
+    let now = capabilities(None).map_err(|e| format!("capget: {e}"))?;
+    let caps_ok = !now.effective.contains(CapabilitySet::IPC_LOCK)
+        && now.effective.contains(CapabilitySet::SYS_RAWIO);
+    setrlimit(
+        Resource::Memlock,
+        Rlimit {
+            current: Some(LIMIT),
+            maximum: Some(LIMIT),
+        },
+    )
+    .map_err(|e| format!("setrlimit RLIMIT_MEMLOCK: {e}"))?;
+
+    let pin = |b: &HostBuffer, len: u64| module.pin_user(b.addr(), len, peer);
+    let big_r = pin(&big, 2 * LIMIT);
+    let first = pin(&small[0], SMALL);
+    let second = pin(&small[1], SMALL);
+    let third = pin(&small[2], SMALL);
+    let unmap = match &first {
+        Ok(m) => lib_code(&module.unmap(m.map_handle)),
+        Err(_) => -1,
+    };
+    let again = pin(&small[3], SMALL);
+    println!(
+        "caps={} big={} first={} second={} third={} unmap={unmap} again={}",
+        u8::from(caps_ok),
+        lib_code(&big_r),
+        lib_code(&first),
+        lib_code(&second),
+        lib_code(&third),
+        lib_code(&again)
+    );
+    Ok(())
+}
+
+fn pool_share(node: &str, dev: u32, share: u64) -> Result<(), String> {
+    const PAGE: u64 = 4096;
+    let one = Module::open_path(node).map_err(|e| e.to_string())?;
+    let two = Module::open_path(node).map_err(|e| e.to_string())?;
+    set_thread_groups(&[]).map_err(|e| format!("setgroups: {e}"))?;
+    set_thread_gid(rustix::process::Gid::from_raw(NOBODY)).map_err(|e| format!("setgid: {e}"))?;
+    set_thread_uid(rustix::process::Uid::from_raw(NOBODY)).map_err(|e| format!("setuid: {e}"))?;
+
+    let over = one.alloc(dev, share + PAGE, 0);
+    let over_code = lib_code(&over);
+    drop(over);
+    let whole = one.alloc(dev, share, 0);
+    let whole_code = lib_code(&whole);
+    drop(whole);
+    let half = (share / 2) & !(PAGE - 1);
+    let split_a = one.alloc(dev, half, 0);
+    let split_b = two.alloc(dev, share - half, 0);
+    let beyond_a = one.alloc(dev, PAGE, 0);
+    let beyond_b = two.alloc(dev, PAGE, 0);
+    println!(
+        "uid={} over={over_code} whole={whole_code} split_a={} split_b={} beyond_a={} beyond_b={}",
+        getuid().as_raw(),
+        lib_code(&split_a),
+        lib_code(&split_b),
+        lib_code(&beyond_a),
+        lib_code(&beyond_b)
+    );
     Ok(())
 }
 

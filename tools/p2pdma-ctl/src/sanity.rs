@@ -8,7 +8,15 @@
 //! re-executed with the hidden `__child` subcommand), and the parent checks
 //! how it ended. The leak check compares the kernel's own count of free P2P
 //! memory (`/sys/bus/pci/devices/<pci>/p2pmem/available`) with the count at
-//! the start.
+//! the start. A case whose check could not run reports `skip`, never `ok`.
+//!
+//! The cases of ABI 2 and of the module's known failure modes live in
+//! submodules: `alloc` (zeroed memory, the per-user share), `race`
+//! (`FREE` against `DMA_MAP`, shared-handle stress), `pin` (overlapping,
+//! read-only, huge-page and `RLIMIT_MEMLOCK` pins), `peer` (multipath
+//! heads, `DMA_MAP` agreeing with `P2P_QUERY`) and `revoke` (what an unbind
+//! revokes, and mappings made while it runs, probed by the kernel's own
+//! copies so that a revoked mapping gives `EFAULT` instead of `SIGBUS`).
 
 use std::{
     collections::HashSet,
@@ -80,9 +88,14 @@ pub struct SanityArgs {
     /// it, the DMA cases follow what P2P_QUERY answers.
     #[arg(long, value_enum)]
     expect_p2p: Option<ExpectP2p>,
-    /// Leave out the case that unbinds and rebinds the device.
+    /// Leave out the cases that unbind and rebind the device.
     #[arg(long)]
     no_unbind: bool,
+    /// A native-multipath NVMe namespace head (one namespace reached
+    /// through several controllers); the multipath cases are skipped
+    /// without it.
+    #[arg(long)]
+    nvme_multipath: Option<String>,
 }
 
 /// Why a case did not pass.
@@ -128,26 +141,45 @@ fn skip(why: impl Into<String>) -> R {
     Err(Why::Skip(why.into()))
 }
 
+// The cases by subject; they use the macros above.
+mod alloc;
+mod peer;
+mod pin;
+mod race;
+mod revoke;
+
+/// The symbolic name of an errno, including the ones of ABI 2 that
+/// [`errno_name`] does not know.
+fn ename(e: Errno) -> String {
+    match e {
+        Errno::DQUOT => "EDQUOT".into(),
+        Errno::TOOMANYREFS => "ETOOMANYREFS".into(),
+        Errno::XDEV => "EXDEV".into(),
+        e => errno_name(e),
+    }
+}
+
 /// Checks that a raw call failed with exactly `want`.
 fn want_errno<T>(what: &str, r: Result<T, Errno>, want: Errno) -> R {
     match r {
-        Ok(_) => fail!("{what} succeeded, expected {}", errno_name(want)),
+        Ok(_) => fail!("{what} succeeded, expected {}", ename(want)),
         Err(e) if e == want => Ok(()),
-        Err(e) => fail!(
-            "{what} gave {}, expected {}",
-            errno_name(e),
-            errno_name(want)
-        ),
+        Err(e) => fail!("{what} gave {}, expected {}", ename(e), ename(want)),
     }
 }
 
 /// Checks that a library call failed with exactly `want`.
 fn want_lib_errno<T>(what: &str, r: p2pdma::Result<T>, want: Errno) -> R {
     match r {
-        Ok(_) => fail!("{what} succeeded, expected {}", errno_name(want)),
+        Ok(_) => fail!("{what} succeeded, expected {}", ename(want)),
         Err(e) if e.errno() == Some(want) => Ok(()),
-        Err(e) => fail!("{what}: {e}; expected {}", errno_name(want)),
+        Err(e) => fail!("{what}: {e}; expected {}", ename(want)),
     }
+}
+
+/// Checks that a raw call succeeded.
+fn want_ok<T>(what: &str, r: Result<T, Errno>) -> Result<T, Why> {
+    r.map_err(|e| Why::Fail(format!("{what} gave {}, expected success", ename(e))))
 }
 
 /// Runs every check and fails with all the messages of those that failed.
@@ -164,6 +196,28 @@ fn all(checks: Vec<R>) -> R {
         Ok(())
     } else {
         Err(Why::Fail(msgs.join("; ")))
+    }
+}
+
+/// Runs every check: fails with the messages of those that failed; if none
+/// failed but some were skipped, the whole is skipped (a check that did not
+/// run never counts as passed).
+fn all_or_skip(checks: Vec<R>) -> R {
+    let mut fails = Vec::new();
+    let mut skips = Vec::new();
+    for r in checks {
+        match r {
+            Ok(()) => {}
+            Err(Why::Fail(m)) => fails.push(m),
+            Err(Why::Skip(m)) => skips.push(m),
+        }
+    }
+    if !fails.is_empty() {
+        Err(Why::Fail(fails.join("; ")))
+    } else if !skips.is_empty() {
+        Err(Why::Skip(skips.join("; ")))
+    } else {
+        Ok(())
     }
 }
 
@@ -274,6 +328,8 @@ struct Ctx {
     nvme_pci: Option<PciAddress>,
     nvme_query: Option<P2pQuery>,
     expect: Option<ExpectP2p>,
+    /// `--nvme-multipath`.
+    nvme_multipath: Option<String>,
     /// `p2pmem/available` before any case ran.
     baseline: Option<u64>,
 }
@@ -401,7 +457,9 @@ impl Ctx {
             | abi::P2PDMA_CAP_ALLOC
             | abi::P2PDMA_CAP_P2P_QUERY
             | abi::P2PDMA_CAP_DMA_MAP
-            | abi::P2PDMA_CAP_DMABUF;
+            | abi::P2PDMA_CAP_DMABUF
+            | abi::P2PDMA_CAP_REVOKE
+            | abi::P2PDMA_CAP_MAP_DIRECTION;
         let n = self.module.accelerators()?.len();
         ensure!(
             v.abi_version == abi::P2PDMA_ABI_VERSION,
@@ -525,6 +583,9 @@ impl Ctx {
             "p2pmem/available fell by {} bytes for a {want}-byte allocation",
             before as i128 - during as i128
         );
+        if align > 0 {
+            self.check_bus_alignment(&a, align)?;
+        }
         let map = a.map()?;
         ensure!(map.len() as u64 == want, "mapping of {} bytes", map.len());
         write_verify(&map, seed)?;
@@ -541,6 +602,27 @@ impl Ctx {
         drop(map);
         a.free()?;
         self.leak_check()
+    }
+
+    /// Checks, by a `DMA_MAP` with the accelerator itself as the peer (its
+    /// own bus addresses), that the allocation starts at a bus address
+    /// aligned to `align` and lies in the BAR.
+    fn check_bus_alignment(&self, a: &p2pdma::Allocation<'_>, align: u64) -> R {
+        let m = self
+            .module
+            .dma_map(a.handle(), 0, a.size(), self.self_peer())?;
+        let r = (|| {
+            self.check_segs(&m, a.size(), true)?;
+            let bus = m.segs[0].0;
+            ensure!(
+                bus % align == 0,
+                "allocation aligned to {align:#x} starts at bus address {bus:#x} (offset {:#x} into the BAR)",
+                bus - self.accel.bar_bus_addr
+            );
+            Ok(())
+        })();
+        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        all(vec![r, u])
     }
 
     fn alloc_distinct(&self) -> R {
@@ -1114,7 +1196,9 @@ impl Ctx {
         let check = |k: &str| -> R {
             let v = get(k)?;
             if v == "skip" {
-                return Ok(());
+                return skip(format!(
+                    "{k} was not tried: the helper had nothing to try it on"
+                ));
             }
             let e: i32 = v.parse().map_err(|_| Why::Fail(format!("bad {k}={v}")))?;
             let r = if e == 0 {
@@ -1124,7 +1208,7 @@ impl Ctx {
             };
             want_errno(&format!("{k} as uid {NOBODY}"), r, Errno::PERM)
         };
-        all(vec![
+        all_or_skip(vec![
             check("dma_map"),
             check("pin_user"),
             check("dmabuf_import"),
@@ -1381,15 +1465,31 @@ impl Ctx {
             .dma_map(a.handle(), 2 * PAGE, 4 * PAGE, self.self_peer())?;
         let r = (|| {
             self.check_segs(&part, 4 * PAGE, true)?;
-            if full.segs.len() == 1 {
-                ensure!(
-                    part.segs[0].0 == full.segs[0].0 + 2 * PAGE,
-                    "offset {:#x} maps at {:#x}, the allocation at {:#x}",
-                    2 * PAGE,
-                    part.segs[0].0,
-                    full.segs[0].0
-                );
+            // Where offset 2 pages lies in the full mapping, however many
+            // segments it has.
+            let mut at = 2 * PAGE;
+            let mut want = None;
+            for &(addr, len) in &full.segs {
+                if at < len {
+                    want = Some(addr + at);
+                    break;
+                }
+                at -= len;
             }
+            let Some(want) = want else {
+                fail!(
+                    "the full mapping's segments {:x?} do not reach offset {:#x}",
+                    full.segs,
+                    2 * PAGE
+                );
+            };
+            ensure!(
+                part.segs[0].0 == want,
+                "offset {:#x} maps at {:#x}, but the full mapping {:x?} has it at {want:#x}",
+                2 * PAGE,
+                part.segs[0].0,
+                full.segs
+            );
             Ok(())
         })();
         let u = self.module.unmap(part.map_handle).map_err(Why::from);
@@ -1987,52 +2087,49 @@ impl Ctx {
         Ok(())
     }
 
-    fn rebind(&mut self, suite: &mut Suite, drv: &Path, pci: PciAddress, old_size: u64) {
-        if let Err(e) = std::fs::write(drv.join("bind"), pci.to_string()) {
-            return suite.report(
-                "unbind-rebind",
-                Err(Why::Fail(format!("writing {pci} to bind: {e}"))),
-            );
-        }
+    /// Binds `pci` to the driver again and waits up to 10 s for it to be
+    /// back in DEVICE_INFO; from then on the cases use its (possibly new)
+    /// index. Fails if it comes back with another amount of P2P memory.
+    fn bind_again(&mut self, drv: &Path, pci: PciAddress, old_size: u64) -> R {
+        std::fs::write(drv.join("bind"), pci.to_string())
+            .map_err(|e| format!("writing {pci} to bind: {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(10);
-        let found = loop {
-            match self.module.find_accelerator(pci) {
-                Ok(Some(a)) => break Ok(a),
-                Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
-                Ok(None) => {
-                    break Err(Why::Fail(format!(
-                        "{pci} not back in DEVICE_INFO after 10 s"
-                    )))
-                }
-                Err(e) => break Err(e.into()),
+        let accel = loop {
+            match self.module.find_accelerator(pci)? {
+                Some(a) => break a,
+                None if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+                None => fail!("{pci} not back in DEVICE_INFO after 10 s"),
             }
         };
-        let accel = match found {
-            Ok(a) => a,
-            Err(e) => return suite.report("unbind-rebind", Err(e)),
-        };
-        let same = accel.p2p_size == old_size;
         self.dev = accel.index;
         self.accel = accel;
-        suite.report(
-            "unbind-rebind",
-            if same {
-                Ok(())
-            } else {
-                Err(Why::Fail(format!(
-                    "p2p_size {:#x} after rebinding, {old_size:#x} before",
-                    self.accel.p2p_size
-                )))
-            },
+        ensure!(
+            self.accel.p2p_size == old_size,
+            "p2p_size {:#x} after rebinding, {old_size:#x} before",
+            self.accel.p2p_size
         );
-        suite.case("unbind-alloc-after-rebind", || {
-            let a = self.module.alloc(self.dev, 2 * MIB, 0)?;
-            let map = a.map()?;
-            write_verify(&map, 72)?;
-            drop(map);
-            a.free()?;
-            self.leak_check()
-        });
+        Ok(())
+    }
+
+    fn rebind(&mut self, suite: &mut Suite, drv: &Path, pci: PciAddress, old_size: u64) {
+        let r = self.bind_again(drv, pci, old_size);
+        let back = matches!(self.module.find_accelerator(pci), Ok(Some(_)));
+        suite.report("unbind-rebind", r);
+        if !back {
+            return;
+        }
+        suite.case("unbind-alloc-after-rebind", || self.alloc_after_rebind(72));
+    }
+
+    /// A fresh allocation on the rebound device works, holds data, and
+    /// everything goes back.
+    fn alloc_after_rebind(&self, seed: u64) -> R {
+        let a = self.module.alloc(self.dev, 2 * MIB, 0)?;
+        let map = a.map()?;
+        write_verify(&map, seed)?;
+        drop(map);
+        a.free()?;
+        self.leak_check()
     }
 }
 
@@ -2069,6 +2166,7 @@ fn setup(node: &str, args: &SanityArgs) -> Result<Ctx, String> {
         nvme,
         nvme_query: None,
         expect: args.expect_p2p,
+        nvme_multipath: args.nvme_multipath.clone(),
         baseline,
     })
 }
@@ -2116,6 +2214,7 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("alloc-distinct", || c.alloc_distinct());
     s.case("alloc-map-twice", || c.alloc_map_twice());
     s.case("mapping-bounds", || c.mapping_bounds());
+    s.case("alloc-zeroed-after-exit", || c.alloc_zeroed());
     s.case("leak-after-alloc", || c.leak_check());
 
     // Ownership: fork, close, fd passing. The forks come first, while this
@@ -2192,6 +2291,9 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     // Load.
     s.case("exhaustion", || c.exhaustion());
     s.case("threads", || c.threads());
+    s.case("free-vs-dma-map-race", || c.free_vs_dma_map());
+    s.case("threads-shared-handles", || c.stress_shared());
+    s.case("alloc-user-share", || c.pool_share());
 
     // P2P queries and DMA mappings.
     s.case("p2p-query-nvme", || c.p2p_query_nvme());
@@ -2206,6 +2308,11 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("dma-map-bad-fields", || c.dma_map_bad_fields());
     s.case("dma-map-no-such-handle", || c.dma_map_no_such_handle());
     s.case("dma-map-nvme", || c.dma_map_nvme());
+    s.case("p2p-query-multipath", || c.p2p_query_multipath());
+    s.case("dma-map-multipath", || c.dma_map_multipath());
+    s.case("dma-map-agrees-with-query", || {
+        c.dma_map_agrees_with_query()
+    });
     s.case("free-while-dma-mapped", || c.free_while_dma_mapped());
     s.case("unmap-double", || c.unmap_double());
     s.case("unmap-never-issued", || c.unmap_never_issued());
@@ -2213,17 +2320,26 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("pin-user", || c.pin_user());
     s.case("pin-user-bad-args", || c.pin_user_bad());
     s.case("pin-user-enospc", || c.pin_user_enospc());
+    s.case("pin-user-overlap", || c.pin_overlap());
+    s.case("pin-user-readonly", || c.pin_readonly());
+    s.case("pin-user-memlock", || c.pin_memlock());
+    s.case("pin-user-huge-self", || c.pin_huge_self());
     s.case("dmabuf-import", || c.dmabuf_import());
     s.case("dmabuf-import-not-dmabuf", || c.dmabuf_import_not_dmabuf());
+    s.case("dmabuf-import-hugetlb-self", || c.dmabuf_hugetlb_self());
     s.case("leak-after-dma", || c.leak_check());
 
     // Processes that lose privileges or die, and the device going away.
     s.case("unprivileged-eperm", || c.unprivileged());
     s.case("killed-mid-io", || c.killed_mid_io());
     if args.no_unbind {
-        s.report("unbind-while-mapped", skip("--no-unbind"));
+        for case in ["unbind-while-mapped", "revoke-unbind", "unbind-mmap-race"] {
+            s.report(case, skip("--no-unbind"));
+        }
     } else {
         c.unbind_rebind(s);
+        c.unbind_revokes(s);
+        c.unbind_mmap_race(s);
     }
     s.case("leak-final", || c.leak_check());
 
