@@ -553,8 +553,8 @@ impl P2pdmaFile {
                 return Err(EINVAL);
             }
             if capped {
-                let (size, share) = (dev.info.p2p_size, ffi::param_user_share());
-                let cap = size / 100 * share + size % 100 * share / 100;
+                let (total, share) = (dev.info.p2p_size, ffi::param_user_share());
+                let cap = total / 100 * share + total % 100 * share / 100;
                 if dev.held_by(uid).saturating_add(size) > cap {
                     return Err(EDQUOT);
                 }
