@@ -1,7 +1,7 @@
 //! The little of VFIO that the DMA checks need to drive a PCI function from
 //! user space: moving it between drivers through sysfs, a container with
 //! the no-IOMMU backend, its group and device, config space through the
-//! config region, and BAR0 mapped for MMIO.
+//! config region, BAR0 mapped for MMIO, and a BAR exported as a dma-buf.
 //!
 //! This module holds the test crate's `unsafe`: the VFIO ioctls and the
 //! volatile accesses to the BAR mapping. Every function is safe to call.
@@ -33,6 +33,12 @@ const VFIO_GROUP_GET_STATUS: Opcode = opcode::none(VFIO_TYPE, 103);
 const VFIO_GROUP_SET_CONTAINER: Opcode = opcode::none(VFIO_TYPE, 104);
 const VFIO_GROUP_GET_DEVICE_FD: Opcode = opcode::none(VFIO_TYPE, 106);
 const VFIO_DEVICE_GET_REGION_INFO: Opcode = opcode::none(VFIO_TYPE, 108);
+const VFIO_DEVICE_FEATURE: Opcode = opcode::none(VFIO_TYPE, 117);
+
+/// `VFIO_DEVICE_FEATURE_GET`: the feature's data is read out of the device.
+const VFIO_DEVICE_FEATURE_GET: u32 = 1 << 16;
+/// `VFIO_DEVICE_FEATURE_DMA_BUF`: export ranges of a BAR as a dma-buf.
+const VFIO_DEVICE_FEATURE_DMA_BUF: u32 = 11;
 
 /// `VFIO_API_VERSION`.
 const VFIO_API_VERSION: i32 = 0;
@@ -110,6 +116,61 @@ unsafe impl Ioctl for IntArg {
     ) -> rustix::io::Result<IoctlOutput> {
         Ok(out)
     }
+}
+
+/// `VFIO_DEVICE_FEATURE` with `VFIO_DEVICE_FEATURE_GET |
+/// VFIO_DEVICE_FEATURE_DMA_BUF`: the encoded argument (see
+/// [`dma_buf_feature`]) in, a new dma-buf descriptor out.
+struct GetDmaBuf {
+    arg: Vec<u8>,
+}
+
+// SAFETY: The pointer names `arg`, owned by `self` for the whole call, whose
+// first field `argsz` is its exact length, so the kernel reads no further;
+// it only reads it. A successful call returns a new descriptor that nothing
+// else owns.
+unsafe impl Ioctl for GetDmaBuf {
+    type Output = OwnedFd;
+
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> Opcode {
+        VFIO_DEVICE_FEATURE
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        self.arg.as_mut_ptr().cast()
+    }
+
+    unsafe fn output_from_ptr(out: IoctlOutput, _ptr: *mut c_void) -> rustix::io::Result<OwnedFd> {
+        // SAFETY: A successful call returned a new descriptor, owned by no one.
+        Ok(unsafe { OwnedFd::from_raw_fd(out) })
+    }
+}
+
+/// The argument of `VFIO_DEVICE_FEATURE_DMA_BUF`: `struct
+/// vfio_device_feature` (`argsz`, `flags`), then `struct
+/// vfio_device_feature_dma_buf` (`region_index`, `open_flags`, `flags` = 0,
+/// `nr_ranges`) and its `struct vfio_region_dma_range`s (`offset`,
+/// `length`), native-endian as the kernel reads them.
+fn dma_buf_feature(region_index: u32, open_flags: u32, ranges: &[(u64, u64)]) -> Vec<u8> {
+    let len = 24 + 16 * ranges.len();
+    let mut v = Vec::with_capacity(len);
+    for w in [
+        len as u32,
+        VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_DMA_BUF,
+        region_index,
+        open_flags,
+        0,
+        ranges.len() as u32,
+    ] {
+        v.extend_from_slice(&w.to_ne_bytes());
+    }
+    for &(offset, length) in ranges {
+        v.extend_from_slice(&offset.to_ne_bytes());
+        v.extend_from_slice(&length.to_ne_bytes());
+    }
+    v
 }
 
 /// `VFIO_GROUP_GET_DEVICE_FD`: a NUL-terminated device name in, a new
@@ -300,6 +361,23 @@ impl Device {
         }
     }
 
+    /// Exports `ranges` (`(offset, length)`, page aligned) of BAR `bar` as
+    /// one dma-buf, opened read-write and close-on-exec. vfio-pci hands it
+    /// only to importers that allow peer-to-peer and can be revoked, and
+    /// revokes it while the device's memory decoding is off.
+    #[doc(alias = "VFIO_DEVICE_FEATURE_DMA_BUF")]
+    pub fn export_dma_buf(&self, bar: u32, ranges: &[(u64, u64)]) -> Result<OwnedFd, String> {
+        let open_flags = (OFlags::RDWR | OFlags::CLOEXEC).bits();
+        let arg = dma_buf_feature(bar, open_flags, ranges);
+        // SAFETY: See the `Ioctl` implementation of `GetDmaBuf`.
+        unsafe { ioctl(&self.fd, GetDmaBuf { arg }) }.map_err(|e| {
+            format!(
+                "VFIO_DEVICE_FEATURE_DMA_BUF of BAR {bar} {ranges:#x?} of {}: {e}",
+                self.name
+            )
+        })
+    }
+
     /// Maps BAR `index` (a memory BAR that VFIO lets user space map).
     pub fn map_bar(&self, index: u32) -> Result<Bar, String> {
         let info = self.region(index)?;
@@ -412,6 +490,33 @@ fn pci_dev(bdf: &str) -> PathBuf {
     Path::new("/sys/bus/pci/devices").join(bdf)
 }
 
+/// The start and size of BAR `bar` in a PCI function's sysfs `resource`
+/// file (one `start end flags` line per resource, in hex).
+fn parse_resource(text: &str, bar: usize) -> Result<(u64, u64), String> {
+    let line = text
+        .lines()
+        .nth(bar)
+        .ok_or_else(|| format!("no line for BAR {bar}"))?;
+    let hex = |w: Option<&str>| {
+        w.and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok())
+            .ok_or_else(|| format!("BAR {bar}: {line:?} is not 'start end flags'"))
+    };
+    let mut words = line.split_whitespace();
+    let (start, end) = (hex(words.next())?, hex(words.next())?);
+    if start == 0 || end < start {
+        return Err(format!("BAR {bar} is not assigned: {line:?}"));
+    }
+    Ok((start, end - start + 1))
+}
+
+/// The CPU address and size of BAR `bar` of PCI function `bdf`, as the
+/// PCI core assigned it (sysfs `resource`), read independently of VFIO.
+pub fn bar_resource(bdf: &str, bar: usize) -> Result<(u64, u64), String> {
+    let path = pci_dev(bdf).join("resource");
+    let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_resource(&text, bar).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// The driver bound to PCI function `bdf`, if any.
 pub fn driver_of(bdf: &str) -> Option<String> {
     fs::read_link(pci_dev(bdf).join("driver"))
@@ -499,7 +604,36 @@ mod tests {
         assert_eq!(VFIO_SET_IOMMU, 0x3b66);
         assert_eq!(VFIO_GROUP_GET_DEVICE_FD, 0x3b6a);
         assert_eq!(VFIO_DEVICE_GET_REGION_INFO, 0x3b6c);
+        assert_eq!(VFIO_DEVICE_FEATURE, 0x3b75);
         assert_eq!(size_of::<RegionInfo>(), 32);
         assert_eq!(size_of::<VfioGroupStatus>(), 8);
+    }
+
+    #[test]
+    fn the_dma_buf_feature_is_laid_out_as_the_kernel_reads_it() {
+        let v = dma_buf_feature(0, 0o2_000_002, &[(0x1000, 0x2000), (0x8000, 0x1000)]);
+        let word = |i: usize| u32::from_ne_bytes(v[i..i + 4].try_into().unwrap());
+        let dword = |i: usize| u64::from_ne_bytes(v[i..i + 8].try_into().unwrap());
+        assert_eq!(v.len(), 56);
+        assert_eq!(word(0), 56, "argsz is the whole argument");
+        assert_eq!(word(4), 0x1_000b, "GET | DMA_BUF");
+        assert_eq!(
+            (word(8), word(12), word(16), word(20)),
+            (0, 0o2_000_002, 0, 2)
+        );
+        assert_eq!((dword(24), dword(32)), (0x1000, 0x2000));
+        assert_eq!((dword(40), dword(48)), (0x8000, 0x1000));
+    }
+
+    #[test]
+    fn resources_give_start_and_size() {
+        let text = "0x00000000fe800000 0x00000000fe803fff 0x0000000000140204\n\
+                    0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
+        assert_eq!(parse_resource(text, 0), Ok((0xfe80_0000, 0x4000)));
+        assert!(parse_resource(text, 1)
+            .unwrap_err()
+            .contains("not assigned"));
+        assert!(parse_resource(text, 6).is_err());
+        assert!(parse_resource("junk\n", 0).is_err());
     }
 }

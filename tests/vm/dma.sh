@@ -7,7 +7,12 @@
 # lists in accelerator memory (DMA_MAP), data to and from accelerator
 # memory, pinned host memory (PIN_USER) and a udmabuf (DMABUF_IMPORT), every
 # byte compared in the guest; the host then finds what was written in
-# vfio.img. Before that, and alone on the iommu topologies (where no-IOMMU
+# vfio.img. Then vfio-pci exports a page of the controller's BAR0 as a
+# dma-buf (device memory, for importers that allow P2P and can be revoked):
+# DMABUF_IMPORT for the accelerator and for the controller itself must give
+# the BAR's bus address, and turning the controller's memory decoding off
+# must revoke the imports (eventfd, HANDLE_STATE) until it is back on.
+# Before that, and alone on the iommu topologies (where no-IOMMU
 # VFIO is not available), P2P_QUERY and DMA_MAP must agree for the spare
 # controller and for the rig's NVMe: NOT_SUPPORTED with EREMOTEIO, or the
 # same map type. What the kernel answered is printed as @@NOTE lines.

@@ -8,8 +8,13 @@
 //! memory (`DMA_MAP`), host memory (`PIN_USER`) and a udmabuf
 //! (`DMABUF_IMPORT`), and every byte is compared where the CPU sees it. What
 //! is written is reported in `@@RESULT nvme-write` lines for the host to
-//! find in the namespace's image. The controller goes back to nvme at the
-//! end.
+//! find in the namespace's image. Then a page of the controller's BAR0,
+//! exported by vfio-pci as a dma-buf (device memory, handed only to
+//! importers that allow P2P and can be revoked), is imported for the
+//! accelerator and for the controller itself, must be one segment at the
+//! BAR's bus address, and is revoked by turning the controller's memory
+//! decoding off; the controller must still answer once it is back on. The
+//! controller goes back to nvme at the end.
 //!
 //! `agree`: `P2P_QUERY` and `DMA_MAP` must give the same answer for a peer:
 //! `NOT_SUPPORTED` and `EREMOTEIO`, or the same map type. What the kernel
@@ -18,17 +23,26 @@
 //! Prints `ok NAME` or `FAIL NAME: why` per check, other lines for the log,
 //! and `dmacheck: N passed, N failed` last; exits non-zero on any failure.
 
-use std::{fs::File, os::fd::AsFd, process::ExitCode, time::Duration};
+use std::{
+    fs::File,
+    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
+    process::ExitCode,
+    time::Duration,
+};
 
 use clap::{Parser, Subcommand};
-use p2pdma::{HostBuffer, MapType, Module, PciAddress, Peer, Udmabuf};
+use p2pdma::{sys, DmaMapping, HostBuffer, MapType, Module, PciAddress, Peer, Udmabuf};
+use p2pdma_abi as abi;
 use p2pdma_tests::{
     dmamem::{describe, AccelMem, ImportedDmabuf, PinnedHost},
     fill_image, fnv1a,
     nvme::{io, Controller, DmaMem, IdCtrl, IdNs, QueuePair, PAGE},
     vfio,
 };
-use rustix::io::Errno;
+use rustix::{
+    event::{eventfd, EventfdFlags},
+    io::{read, Errno},
+};
 
 #[derive(Parser)]
 struct Cli {
@@ -359,7 +373,7 @@ fn run_rw(
 /// The VFIO side: container, group, device, BAR0.
 struct VfioDevice {
     bar: vfio::Bar,
-    _device: vfio::Device,
+    device: vfio::Device,
     _group: vfio::Group,
     _container: vfio::Container,
 }
@@ -405,7 +419,7 @@ fn open_vfio(bdf: &str) -> Result<VfioDevice, String> {
     );
     Ok(VfioDevice {
         bar,
-        _device: device,
+        device,
         _group: group,
         _container: container,
     })
@@ -602,6 +616,20 @@ fn drive(c: &mut Checks, bdf: &str, a: &VfioArgs<'_>) {
         return;
     };
     exercise(c, &mut ctrl, a, &qm, &dm, &h1, &h2, &ub);
+    vfio_dmabuf(c, &module, &accel, (bdf, pci), &dev.device);
+    // Memory decoding was off and on again: the controller still answers
+    // on its admin queue.
+    let id = ctrl
+        .identify(1, 0, &qm, qmem::ID_CTRL)
+        .and_then(|()| IdCtrl::decode(&read_back(&qm, qmem::ID_CTRL, PAGE)?))
+        .and_then(|id| {
+            if id.serial == a.serial {
+                Ok(())
+            } else {
+                Err(format!("serial {:?}, expected {:?}", id.serial, a.serial))
+            }
+        });
+    c.record("identify-controller-after-memory-decoding-restored", id);
     c.record("nvme-shutdown", ctrl.shutdown());
 
     // Unmapped in the module before the controller changes drivers.
@@ -625,6 +653,297 @@ fn drive(c: &mut Checks, bdf: &str, a: &VfioArgs<'_>) {
             alloc.free().map_err(|e| e.to_string()),
         );
     }
+}
+
+/// The raw `HANDLE_STATE` of a handle of `module`'s file
+/// (`P2PDMA_STATE_*`).
+fn handle_state(module: &Module, handle: u64) -> Result<u32, String> {
+    let mut arg = abi::P2pdmaHandleState {
+        handle,
+        ..Default::default()
+    };
+    sys::handle_state(module, &mut arg).map_err(|e| format!("HANDLE_STATE {handle}: {e}"))?;
+    Ok(arg.state)
+}
+
+/// `Ok` when `handle` is in state `want`.
+fn expect_state(module: &Module, handle: u64, want: u32) -> Result<(), String> {
+    let name = |s| match s {
+        abi::P2PDMA_STATE_LIVE => "LIVE".to_string(),
+        abi::P2PDMA_STATE_REVOKED => "REVOKED".to_string(),
+        s => format!("unknown ({s})"),
+    };
+    match handle_state(module, handle)? {
+        s if s == want => Ok(()),
+        s => Err(format!(
+            "HANDLE_STATE of {handle} is {}, expected {}",
+            name(s),
+            name(want)
+        )),
+    }
+}
+
+/// Reads and resets the eventfd's counter: how many times it was
+/// signalled since the last read (0 when never).
+fn eventfd_count(efd: &OwnedFd) -> Result<u64, String> {
+    let mut b = [0u8; 8];
+    match read(efd, &mut b) {
+        Ok(8) => Ok(u64::from_ne_bytes(b)),
+        Ok(n) => Err(format!("eventfd read gave {n} bytes")),
+        Err(Errno::AGAIN) => Ok(0),
+        Err(e) => Err(format!("eventfd read: {e}")),
+    }
+}
+
+/// `DMABUF_IMPORT` of a dma-buf of BAR memory for `peer`: one segment at
+/// `addr`, the BAR range's bus address, of the range's `len`, and map type
+/// 0 (the exporter maps dma-bufs). Returns the mapping and it in words; a
+/// mapping that is not that is unmapped.
+fn import_bar(
+    module: &Module,
+    dmabuf: BorrowedFd<'_>,
+    peer: Peer<'_>,
+    (addr, len): (u64, u64),
+) -> Result<(DmaMapping, String), String> {
+    let m = module
+        .dmabuf_import(dmabuf, peer)
+        .map_err(|e| e.to_string())?;
+    let segs: Vec<String> = m
+        .segs
+        .iter()
+        .map(|(a, l)| format!("{a:#x}+{l:#x}"))
+        .collect();
+    let text = format!(
+        "map type {}, {} bytes in {} segment(s): {}",
+        m.map_type.as_raw(),
+        m.length,
+        m.segs.len(),
+        segs.join(" ")
+    );
+    if m.segs != [(addr, len)] || m.length != len || m.map_type.as_raw() != 0 {
+        let _ = module.unmap(m.map_handle);
+        return Err(format!(
+            "expected map type 0 and one segment {addr:#x}+{len:#x}, got {text}"
+        ));
+    }
+    Ok((m, text))
+}
+
+/// A page of the controller's BAR0 exported by vfio-pci as a dma-buf,
+/// imported for a peer, revoked by the exporter when the controller's
+/// memory decoding goes off, and exported and imported again once it is
+/// back on. The controller's PCI_COMMAND is as before when this returns.
+fn vfio_dmabuf(
+    c: &mut Checks,
+    module: &Module,
+    accel: &p2pdma::Accelerator,
+    (bdf, pci): (&str, PciAddress),
+    device: &vfio::Device,
+) {
+    // BAR0 as the PCI core assigned it, read from sysfs rather than from
+    // VFIO or the module. Here (x86, no IOMMU, no bus offset) its bus
+    // address is its CPU address.
+    let Some((bar0, bar0_size)) =
+        c.record("controller-bar0-from-sysfs", vfio::bar_resource(bdf, 0))
+    else {
+        return;
+    };
+    // The second page when there is one, so the offset has to count.
+    let offset = if bar0_size >= 2 * PAGE as u64 {
+        PAGE as u64
+    } else {
+        0
+    };
+    let want = (bar0 + offset, PAGE as u64);
+    println!(
+        "  {bdf} BAR0: {bar0:#x}, {bar0_size:#x} bytes; exporting {:#x} bytes at offset {offset:#x}, bus address {:#x}",
+        want.1, want.0
+    );
+    let Some(buf) = c.record(
+        "vfio-dmabuf-export-bar0-page",
+        device.export_dma_buf(0, &[(offset, want.1)]),
+    ) else {
+        return;
+    };
+    let for_accel = Peer::Pci(accel.pci);
+    let for_ctrl = Peer::Pci(pci);
+
+    // The accelerator (by PCI address) reaches the controller's BAR by
+    // P2P: vfio-pci refuses an importer that does not allow it
+    // (EOPNOTSUPP) or cannot be revoked.
+    let mut live: Vec<(&str, DmaMapping)> = Vec::new();
+    if let Some((m, text)) = c.record(
+        "vfio-dmabuf-import-for-accelerator",
+        import_bar(module, buf.as_fd(), for_accel, want),
+    ) {
+        println!(
+            "  BAR0+{offset:#x} of {bdf} for accelerator {}: {text}",
+            accel.pci
+        );
+        c.record(
+            "vfio-dmabuf-import-for-accelerator-is-live",
+            expect_state(module, m.map_handle, abi::P2PDMA_STATE_LIVE),
+        );
+        live.push(("accelerator", m));
+    }
+    // The same dma-buf for the controller that exports it: the P2PDMA core
+    // finds a device at distance 0 from itself, reached by bus address.
+    if let Some((m, text)) = c.record(
+        "vfio-dmabuf-import-for-the-exporting-controller",
+        import_bar(module, buf.as_fd(), for_ctrl, want),
+    ) {
+        println!("@@NOTE kernel: BAR0+{offset:#x} of {bdf} (vfio-pci dma-buf) imported for {bdf} itself: {text}");
+        live.push(("controller", m));
+    }
+    if live.is_empty() {
+        return;
+    }
+
+    // Revocation: memory decoding off through the VFIO config region,
+    // every other bit of PCI_COMMAND kept.
+    let efd = c.record(
+        "set-eventfd",
+        eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| format!("eventfd: {e}"))
+            .and_then(|efd| {
+                let arg = abi::P2pdmaEventfd {
+                    fd: efd.as_raw_fd(),
+                    ..Default::default()
+                };
+                sys::set_eventfd(module, arg).map_err(|e| format!("SET_EVENTFD: {e}"))?;
+                eventfd_count(&efd)?;
+                Ok(efd)
+            }),
+    );
+    let Some(cmd) = c.record("pci-command-read", device.config_read16(vfio::PCI_COMMAND)) else {
+        return;
+    };
+    let off = cmd & !vfio::PCI_COMMAND_MEMORY;
+    let turned_off = device.config_write16(vfio::PCI_COMMAND, off);
+    let wrote = turned_off.is_ok();
+    c.record(
+        "pci-command-memory-off",
+        turned_off
+            .and_then(|()| device.config_read16(vfio::PCI_COMMAND))
+            .and_then(|now| {
+                if now == off {
+                    Ok(())
+                } else {
+                    Err(format!("PCI_COMMAND reads {now:#06x}, {off:#06x} written"))
+                }
+            }),
+    );
+    if wrote {
+        if let Some(efd) = &efd {
+            // One signal per revoked import, before the config write
+            // returned (vfio-pci revokes synchronously).
+            c.record(
+                "revocation-signals-eventfd-once-per-import",
+                eventfd_count(efd).and_then(|n| match n {
+                    0 => Err("the eventfd was not signalled".into()),
+                    n if n == live.len() as u64 => {
+                        println!("  eventfd counter {n}: {} import(s) revoked", live.len());
+                        Ok(())
+                    }
+                    n => Err(format!(
+                        "the eventfd counts {n}, {} import(s) were live",
+                        live.len()
+                    )),
+                }),
+            );
+        }
+        for (name, m) in &live {
+            c.record(
+                &format!("revoked-vfio-dmabuf-import-for-{name}-state"),
+                expect_state(module, m.map_handle, abi::P2PDMA_STATE_REVOKED),
+            );
+        }
+        // The exporter refuses new attachments while revoked.
+        c.record(
+            "vfio-dmabuf-import-refused-while-memory-off",
+            match module.dmabuf_import(buf.as_fd(), for_accel) {
+                Err(e) if e.errno() == Some(Errno::NODEV) => Ok(()),
+                Err(e) => Err(format!("{e}, expected ENODEV")),
+                Ok(m) => {
+                    let _ = module.unmap(m.map_handle);
+                    Err("imported while revoked".into())
+                }
+            },
+        );
+    }
+    for (name, m) in live.drain(..) {
+        c.record(
+            &format!("unmap-vfio-dmabuf-import-for-{name}"),
+            module.unmap(m.map_handle).map_err(|e| e.to_string()),
+        );
+    }
+    // Always back to what it was: the queues still in use need the BAR.
+    c.record(
+        "pci-command-restored",
+        device
+            .config_write16(vfio::PCI_COMMAND, cmd)
+            .and_then(|()| device.config_read16(vfio::PCI_COMMAND))
+            .and_then(|now| {
+                if now == cmd {
+                    Ok(())
+                } else {
+                    Err(format!("PCI_COMMAND reads {now:#06x}, {cmd:#06x} written"))
+                }
+            }),
+    );
+
+    // Memory decoding on again: a new export is live, and vfio-pci has
+    // given the revoked one back too.
+    let again = c.record(
+        "vfio-dmabuf-export-again",
+        device.export_dma_buf(0, &[(offset, want.1)]),
+    );
+    let mut imports = Vec::new();
+    for (name, fd) in [("new", again.as_ref()), ("revoked", Some(&buf))] {
+        let Some(fd) = fd else {
+            continue;
+        };
+        if let Some((m, _)) = c.record(
+            &format!("vfio-dmabuf-import-of-{name}-export-after-restore"),
+            import_bar(module, fd.as_fd(), for_accel, want),
+        ) {
+            c.record(
+                &format!("vfio-dmabuf-import-of-{name}-export-after-restore-is-live"),
+                expect_state(module, m.map_handle, abi::P2PDMA_STATE_LIVE),
+            );
+            imports.push((name, m));
+        }
+    }
+    for (name, m) in imports {
+        c.record(
+            &format!("unmap-vfio-dmabuf-import-of-{name}-export"),
+            module.unmap(m.map_handle).map_err(|e| e.to_string()),
+        );
+    }
+    if let Some(efd) = &efd {
+        // Unmapping live imports and turning memory on revoke nothing.
+        c.record(
+            "eventfd-quiet-after-restore",
+            eventfd_count(efd).and_then(|n| match n {
+                0 => Ok(()),
+                n => Err(format!("signalled {n} more time(s)")),
+            }),
+        );
+        c.record(
+            "set-eventfd-off",
+            sys::set_eventfd(
+                module,
+                abi::P2pdmaEventfd {
+                    fd: -1,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| format!("SET_EVENTFD -1: {e}")),
+        );
+    }
+    // The dma-buf descriptors close here.
+    drop(again);
+    drop(buf);
 }
 
 #[allow(clippy::too_many_arguments)]
