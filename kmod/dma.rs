@@ -116,6 +116,16 @@ kernel::sync::global_lock! {
     pub(crate) unsafe(uninit) static MAPPINGS: Mutex<KVec<Arc<DmaMapping>>> = KVec::new();
 }
 
+/// Frees the registry's storage when the module goes (a static is never
+/// dropped); by then every file, and so every mapping, is gone.
+pub(crate) struct RegistryCleanup;
+
+impl Drop for RegistryCleanup {
+    fn drop(&mut self) {
+        drop(core::mem::take(&mut *MAPPINGS.lock()));
+    }
+}
+
 /// Lists `m` for revocation.
 pub(crate) fn register(m: &Arc<DmaMapping>) -> Result {
     MAPPINGS.lock().push(m.clone(), GFP_KERNEL)?;

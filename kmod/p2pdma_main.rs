@@ -33,12 +33,14 @@ const MODULE_NAME: &CStr = <LocalModule as kernel::ModuleMetadata>::NAME;
 #[pin_data]
 struct P2pdmaModule {
     // Fields drop in declaration order: the device node goes first, then the
-    // PCI driver (unbinding every device), then the watch on peers.
+    // PCI driver (unbinding every device), then the watch on peers, then
+    // the mapping registry's storage.
     #[pin]
     _misc: MiscDeviceRegistration<file::P2pdmaFile>,
     #[pin]
     _driver: Registration<pci::Adapter<accel::AccelDriver>>,
     _peers: ffi::PeerWatch,
+    _mappings: dma::RegistryCleanup,
 }
 
 impl InPlaceModule for P2pdmaModule {
@@ -51,6 +53,7 @@ impl InPlaceModule for P2pdmaModule {
         }
 
         try_pin_init!(Self {
+            _mappings: dma::RegistryCleanup,
             _peers: ffi::PeerWatch::new()?,
             _driver <- Registration::new(MODULE_NAME, module),
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdma" }),

@@ -77,6 +77,9 @@ enum Cmd {
         image_pattern_offset: u64,
         #[arg(long, value_parser = parse_map_type)]
         expect_map_type: Option<MapType>,
+        /// Leave out the import of vfio-pci's dma-buf export of the BAR.
+        #[arg(long)]
+        no_dmabuf_export: bool,
     },
 }
 
@@ -430,6 +433,7 @@ struct VfioArgs<'a> {
     image: &'a str,
     image_pattern_offset: u64,
     expect: Option<MapType>,
+    dmabuf_export: bool,
 }
 
 fn vfio_run(c: &mut Checks, a: &VfioArgs<'_>) {
@@ -616,7 +620,9 @@ fn drive(c: &mut Checks, bdf: &str, a: &VfioArgs<'_>) {
         return;
     };
     exercise(c, &mut ctrl, a, &qm, &dm, &h1, &h2, &ub);
-    vfio_dmabuf(c, &module, &accel, (bdf, pci), &dev.device);
+    if a.dmabuf_export {
+        vfio_dmabuf(c, &module, &accel, (bdf, pci), &dev.device);
+    }
     // Memory decoding was off and on again: the controller still answers
     // on its admin queue.
     let id = ctrl
@@ -1237,6 +1243,7 @@ fn main() -> ExitCode {
             image,
             image_pattern_offset,
             expect_map_type,
+            no_dmabuf_export,
         } => vfio_run(
             &mut c,
             &VfioArgs {
@@ -1244,6 +1251,7 @@ fn main() -> ExitCode {
                 image: &image,
                 image_pattern_offset,
                 expect: expect_map_type,
+                dmabuf_export: !no_dmabuf_export,
             },
         ),
     }
