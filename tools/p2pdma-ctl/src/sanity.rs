@@ -183,6 +183,24 @@ fn want_ok<T>(what: &str, r: Result<T, Errno>) -> Result<T, Why> {
 }
 
 /// Runs every check and fails with all the messages of those that failed.
+/// The outcome a helper process printed as `key=errno` (0 for success, -1
+/// for an error without an errno) among `kv`, parsed from its output `out`.
+fn child_outcome(
+    kv: &std::collections::HashMap<String, String>,
+    out: &str,
+    key: &str,
+) -> Result<Result<(), Errno>, Why> {
+    let v = kv
+        .get(key)
+        .ok_or_else(|| Why::Fail(format!("no {key}= in {:?}", out.trim())))?;
+    let e: i32 = v.parse().map_err(|_| Why::Fail(format!("bad {key}={v}")))?;
+    Ok(match e {
+        0 => Ok(()),
+        -1 => Err(Errno::IO),
+        e => Err(Errno::from_raw_os_error(e)),
+    })
+}
+
 fn all(checks: Vec<R>) -> R {
     let msgs: Vec<String> = checks
         .into_iter()

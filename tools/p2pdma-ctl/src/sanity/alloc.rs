@@ -9,7 +9,7 @@ use std::{
 
 use rustix::{io::Errno, process::getuid};
 
-use super::{all, skip, want_errno, want_ok, Ctx, Why, MIB, PAGE, R};
+use super::{all, child_outcome, skip, want_errno, want_ok, Ctx, Why, MIB, PAGE, R};
 use crate::{
     child::{parse_kv, NOBODY},
     proc::Ended,
@@ -148,17 +148,7 @@ impl Ctx {
             "the helper did not drop to uid {NOBODY}: {}",
             out.trim()
         );
-        let get = |k: &str| -> Result<Result<(), Errno>, Why> {
-            let v = kv
-                .get(k)
-                .ok_or_else(|| Why::Fail(format!("no {k}= in {:?}", out.trim())))?;
-            let e: i32 = v.parse().map_err(|_| Why::Fail(format!("bad {k}={v}")))?;
-            Ok(match e {
-                0 => Ok(()),
-                -1 => Err(Errno::IO),
-                e => Err(Errno::from_raw_os_error(e)),
-            })
-        };
+        let get = |k: &str| child_outcome(&kv, &out, k);
         let mib = |b: u64| b as f64 / MIB as f64;
         let r = all(vec![
             want_errno(

@@ -21,7 +21,7 @@ use rustix::{
     process::getuid,
 };
 
-use super::{all, ename, skip, want_errno, want_ok, Ctx, Why, KIB, MIB, PAGE, R};
+use super::{all, child_outcome, ename, skip, want_errno, want_ok, Ctx, Why, KIB, MIB, PAGE, R};
 use crate::{
     child::parse_kv,
     proc::Ended,
@@ -394,17 +394,7 @@ impl Ctx {
             out.trim()
         );
         let kv = parse_kv(&out);
-        let get = |k: &str| -> Result<Result<(), Errno>, Why> {
-            let v = kv
-                .get(k)
-                .ok_or_else(|| Why::Fail(format!("no {k}= in {:?}", out.trim())))?;
-            let e: i32 = v.parse().map_err(|_| Why::Fail(format!("bad {k}={v}")))?;
-            Ok(match e {
-                0 => Ok(()),
-                -1 => Err(Errno::IO),
-                e => Err(Errno::from_raw_os_error(e)),
-            })
-        };
+        let get = |k: &str| child_outcome(&kv, &out, k);
         ensure!(
             kv.get("caps").map(String::as_str) == Some("1"),
             "the helper could not drop CAP_IPC_LOCK and keep CAP_SYS_RAWIO: {}",

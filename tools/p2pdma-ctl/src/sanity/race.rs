@@ -122,14 +122,7 @@ impl SlowPage {
     /// with the segments written to this page.
     #[allow(unsafe_code)]
     fn dma_map(&self, ctx: &Ctx, handle: u64) -> Result<u64, Errno> {
-        let (flags, peer) = ctx.self_peer().to_abi();
-        let mut arg = abi::P2pdmaDmaMap {
-            flags,
-            peer,
-            handle,
-            length: PAGE,
-            ..Default::default()
-        };
+        let mut arg = ctx.page_map_arg(handle);
         // SAFETY: The page is PAGE writable bytes of private memory, room
         // for 4 segments, and only the kernel writes it (during this call,
         // made by one thread at a time).
@@ -157,17 +150,23 @@ struct Shared {
 }
 
 impl Ctx {
-    /// Sends a `DMA_MAP` of the first page of `handle` for the accelerator
-    /// itself; the mapping handle on success.
-    pub(super) fn dma_map_page(&self, handle: u64) -> Result<u64, Errno> {
+    /// The `DMA_MAP` argument for the first page of `handle`, for the
+    /// accelerator itself.
+    fn page_map_arg(&self, handle: u64) -> abi::P2pdmaDmaMap {
         let (flags, peer) = self.self_peer().to_abi();
-        let mut arg = abi::P2pdmaDmaMap {
+        abi::P2pdmaDmaMap {
             flags,
             peer,
             handle,
             length: PAGE,
             ..Default::default()
-        };
+        }
+    }
+
+    /// Sends a `DMA_MAP` of the first page of `handle` for the accelerator
+    /// itself; the mapping handle on success.
+    pub(super) fn dma_map_page(&self, handle: u64) -> Result<u64, Errno> {
+        let mut arg = self.page_map_arg(handle);
         let mut segs = [abi::P2pdmaDmaSeg::default(); 4];
         sys::dma_map(&self.module, &mut arg, &mut segs)?;
         Ok(arg.map_handle)
