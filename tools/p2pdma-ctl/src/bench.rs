@@ -1,9 +1,12 @@
 //! `p2pdma-ctl bench`: measurements taken side by side in one run and
 //! printed as ratios, with the machine described. Never pass/fail.
 //!
-//! - `storage`: the bounce pipeline vs the serial approach (read everything,
-//!   then copy) vs fio (io_uring, `O_DIRECT`, same file, block size and
-//!   depth), sequential reads into the host-memory device;
+//! - `storage`: the storage limit first (fio, io_uring, `O_DIRECT`, swept
+//!   over block size, depth, fixed buffers and huge pages on the same file),
+//!   then, interleaved, fio at the limit's settings and at the bench's, the
+//!   bounce pipeline at the bench's settings and at the limit's, and the
+//!   serial approach (read everything, then copy), sequential reads into
+//!   the host-memory device, as ratios to the limit;
 //! - `copy`: small copies into a shared mapping with the library's copy
 //!   routines (and into accelerator memory, with the module) vs one
 //!   `pwrite(2)` per copy;
@@ -117,6 +120,68 @@ fn ensure_file(path: &Path, size: u64) -> Res<()> {
     f.sync_all().map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// How fio reads: block size, depth, registered (fixed) buffers, and
+/// whether its buffers are in huge pages.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct FioSettings {
+    bs: u64,
+    depth: usize,
+    fixedbufs: bool,
+    huge: bool,
+}
+
+impl std::fmt::Display for FioSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "bs {} KiB, depth {}{}{}",
+            self.bs >> 10,
+            self.depth,
+            if self.fixedbufs {
+                ", fixed buffers"
+            } else {
+                ""
+            },
+            if self.huge {
+                ", huge-page buffers"
+            } else {
+                ", 4 KiB-page buffers"
+            }
+        )
+    }
+}
+
+/// The storage limit: fio swept over block sizes, depths, fixed buffers
+/// and huge pages on the same file; the fastest settings and every result.
+fn fio_limit(path: &Path, size: u64) -> Res<(FioSettings, Vec<(FioSettings, f64)>)> {
+    let mut results = Vec::new();
+    let mut last_err = None;
+    for bs in [1 << 20, 4 << 20] {
+        for depth in [8, 16, 32] {
+            for fixedbufs in [false, true] {
+                for huge in [false, true] {
+                    let st = FioSettings {
+                        bs,
+                        depth,
+                        fixedbufs,
+                        huge,
+                    };
+                    match fio(path, size, st) {
+                        Ok(x) => results.push((st, x)),
+                        Err(e) => last_err = Some(e),
+                    }
+                }
+            }
+        }
+    }
+    let best = results
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|&(st, _)| st)
+        .ok_or_else(|| last_err.unwrap_or_else(|| "fio gave no result".into()))?;
+    Ok((best, results))
+}
+
 /// fio's sequential read throughput in GiB/s.
 ///
 /// With `huge`, fio's buffers are in transparent huge pages (glibc's
@@ -124,9 +189,9 @@ fn ensure_file(path: &Path, size: u64) -> Res<()> {
 /// as the engine's bounce slots are: physically contiguous buffers make each
 /// request one DMA segment, which is worth a good part of the throughput on
 /// devices with few segments per request.
-fn fio(path: &Path, size: u64, bs: u64, depth: usize, huge: bool) -> Res<f64> {
+fn fio(path: &Path, size: u64, s: FioSettings) -> Res<f64> {
     let mut cmd = Command::new("fio");
-    if huge {
+    if s.huge {
         cmd.env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1");
     }
     let out = cmd
@@ -139,9 +204,11 @@ fn fio(path: &Path, size: u64, bs: u64, depth: usize, huge: bool) -> Res<f64> {
             "--output-format=json",
         ])
         .arg(format!("--filename={}", path.display()))
-        .arg(format!("--bs={bs}"))
-        .arg(format!("--iodepth={depth}"))
+        .arg(format!("--bs={}", s.bs))
+        .arg(format!("--iodepth={}", s.depth))
         .arg(format!("--size={size}"))
+        // An io_uring engine option: after the engine is named.
+        .args(s.fixedbufs.then_some("--fixedbufs=1"))
         .output()
         .map_err(|e| format!("cannot run fio: {e}"))?;
     if !out.status.success() {
@@ -179,22 +246,27 @@ fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let len = a.size as usize;
     let dst = HostMemory::new(len).map_err(|e| e.to_string())?;
     let staging = HostMemory::new(len).map_err(|e| e.to_string())?;
+    // The limit first: fio at its best on this file.
+    let (limit, sweep) = fio_limit(&path, a.size)?;
+    let same = FioSettings {
+        bs: a.bs,
+        depth: a.depth,
+        fixedbufs: false,
+        huge: true,
+    };
     let pipeline = engine(PathPref::Bounce, a.bs, a.depth);
+    let pipeline_at_limit = engine(PathPref::Bounce, limit.bs, limit.depth);
     let direct = engine(PathPref::P2p, a.bs, a.depth);
-    let (mut f, mut f4k, mut p, mut s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut fio_err = None;
+    let (mut f, mut fs, mut p, mut pl, mut s) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..a.reps.max(1) {
-        for (huge, v) in [(true, &mut f), (false, &mut f4k)] {
-            match fio(&path, a.size, a.bs, a.depth, huge) {
-                Ok(x) => v.push(x),
-                Err(e) => fio_err = Some(e),
-            }
+        f.push(fio(&path, a.size, limit)?);
+        fs.push(fio(&path, a.size, same)?);
+        for (e, v) in [(&pipeline, &mut p), (&pipeline_at_limit, &mut pl)] {
+            let t = Instant::now();
+            e.read(&file, 0, &dst, 0, len).map_err(|e| e.to_string())?;
+            v.push(gib_s(a.size, t.elapsed()));
         }
-        let t = Instant::now();
-        pipeline
-            .read(&file, 0, &dst, 0, len)
-            .map_err(|e| e.to_string())?;
-        p.push(gib_s(a.size, t.elapsed()));
         // The serial approach: all of the storage stage, then all of the copy.
         let t = Instant::now();
         direct
@@ -227,53 +299,64 @@ fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         }
     }
     println!(
-        "storage: sequential read of {} MiB, bs {} KiB, depth {}, {} reps interleaved, file {}",
+        "storage: sequential read of {} MiB, {} reps interleaved, file {}",
         a.size >> 20,
-        a.bs >> 10,
-        a.depth,
         a.reps,
         path.display()
     );
-    println!("  fio: io_uring, O_DIRECT, the same file, block size and depth; the storage limit");
-    println!("  GiB/s                      median     best    worst");
+    println!(
+        "  the storage limit: fio (io_uring, O_DIRECT, same file) at its best of {} settings: {limit}",
+        sweep.len()
+    );
+    let mut ranked = sweep.clone();
+    ranked.sort_by(|x, y| y.1.total_cmp(&x.1));
+    for (st, x) in ranked.iter().take(3) {
+        println!("    sweep: {x:8.3} GiB/s  {st}");
+    }
+    println!("  GiB/s                                median     best    worst");
     let row = |name: &str, v: &[f64]| {
         let (lo, hi) = spread(v);
-        println!("  {name:24} {:8.3} {hi:8.3} {lo:8.3}", median(v.to_vec()));
+        println!("  {name:35} {:8.3} {hi:8.3} {lo:8.3}", median(v.to_vec()));
     };
-    row("bounce pipeline", &p);
-    row("serial (read, then copy)", &s);
-    let (pm, sm, pb, sb) = (
-        median(p.clone()),
-        median(s.clone()),
-        spread(&p).1,
-        spread(&s).1,
+    row("fio at the limit's settings", &f);
+    row(
+        &format!("fio at bs {} KiB, depth {}", a.bs >> 10, a.depth),
+        &fs,
     );
+    row(
+        &format!("pipeline, bs {} KiB, depth {}", a.bs >> 10, a.depth),
+        &p,
+    );
+    row("pipeline at the limit's bs, depth", &pl);
+    row("serial (read, then copy)", &s);
+    let (fm, fb, fw) = (median(f.clone()), spread(&f).1, spread(&f).0);
+    let ratio = |v: &[f64]| {
+        let (lo, hi) = spread(v);
+        (median(v.to_vec()) / fm, hi / fb, lo / fw)
+    };
+    println!("  ratio to the limit                   median     best    worst");
     let mut r = json!({
-        "pipeline_gib_s": pm, "serial_gib_s": sm, "pipeline_vs_serial": pm / sm,
-        "pipeline_best_gib_s": pb, "serial_best_gib_s": sb,
+        "limit": {
+            "bs": limit.bs, "depth": limit.depth, "fixedbufs": limit.fixedbufs,
+            "huge_pages": limit.huge, "gib_s": fm, "best_gib_s": fb,
+        },
+        "sweep": ranked.iter().map(|(st, x)| json!({
+            "bs": st.bs, "depth": st.depth, "fixedbufs": st.fixedbufs,
+            "huge_pages": st.huge, "gib_s": x,
+        })).collect::<Vec<_>>(),
     });
-    if f.is_empty() {
-        println!(
-            "  fio                      unavailable: {}",
-            fio_err.unwrap_or_default()
-        );
-    } else {
-        row("fio, huge-page buffers", &f);
-        if !f4k.is_empty() {
-            row("fio, 4 KiB-page buffers", &f4k);
-            r["fio_4k_pages_gib_s"] = json!(median(f4k.clone()));
-        }
-        let (fm, fb) = (median(f.clone()), spread(&f).1);
-        println!("  ratios                     median     best");
-        println!("  pipeline / fio           {:8.3} {:8.3}", pm / fm, pb / fb);
-        println!("  serial / fio             {:8.3} {:8.3}", sm / fm, sb / fb);
-        r["fio_gib_s"] = json!(fm);
-        r["fio_best_gib_s"] = json!(fb);
-        r["pipeline_vs_fio"] = json!(pm / fm);
-        r["pipeline_vs_fio_best"] = json!(pb / fb);
-        r["serial_vs_fio"] = json!(sm / fm);
+    for (name, key, v) in [
+        ("fio at the bench's settings", "fio_same_settings", &fs),
+        ("pipeline", "pipeline", &p),
+        ("pipeline at the limit's", "pipeline_at_limit", &pl),
+        ("serial", "serial", &s),
+    ] {
+        let (m, b, w) = ratio(v);
+        println!("  {name:35} {m:8.3} {b:8.3} {w:8.3}");
+        r[key] = json!({
+            "gib_s": median(v.to_vec()), "vs_limit": m, "vs_limit_best": b, "vs_limit_worst": w,
+        });
     }
-    println!("  pipeline / serial        {:8.3} {:8.3}", pm / sm, pb / sb);
     json_out["storage"] = r;
     Ok(())
 }
