@@ -10,20 +10,25 @@ use rustix::io::{pread, pwrite};
 
 use crate::nvme::{seg_addr, DmaMem, PAGE};
 
-/// Checks a mapping the module returned for `length` bytes: the segments
-/// cover exactly that many bytes and start on page boundaries. Returns
-/// them in words.
-pub fn describe(m: &DmaMapping, length: u64) -> Result<String, String> {
+/// A mapping's segments as `address+length`, space separated.
+pub fn segments_text(m: &DmaMapping) -> String {
     let segs: Vec<String> = m
         .segs
         .iter()
         .map(|(a, l)| format!("{a:#x}+{l:#x}"))
         .collect();
+    segs.join(" ")
+}
+
+/// Checks a mapping the module returned for `length` bytes: the segments
+/// cover exactly that many bytes and start on page boundaries. Returns
+/// them in words.
+pub fn describe(m: &DmaMapping, length: u64) -> Result<String, String> {
     let text = format!(
         "map type {}, {} segment(s): {}",
         m.map_type,
         m.segs.len(),
-        segs.join(" ")
+        segments_text(m)
     );
     if m.length != length || m.total_len() != length {
         return Err(format!(

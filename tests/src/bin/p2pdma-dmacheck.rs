@@ -34,7 +34,7 @@ use clap::{Parser, Subcommand};
 use p2pdma::{sys, DmaMapping, HostBuffer, MapType, Module, PciAddress, Peer, Udmabuf};
 use p2pdma_abi as abi;
 use p2pdma_tests::{
-    dmamem::{describe, AccelMem, ImportedDmabuf, PinnedHost},
+    dmamem::{describe, segments_text, AccelMem, ImportedDmabuf, PinnedHost},
     fill_image, fnv1a,
     nvme::{io, Controller, DmaMem, IdCtrl, IdNs, QueuePair, PAGE},
     vfio,
@@ -714,17 +714,12 @@ fn import_bar(
     let m = module
         .dmabuf_import(dmabuf, peer)
         .map_err(|e| e.to_string())?;
-    let segs: Vec<String> = m
-        .segs
-        .iter()
-        .map(|(a, l)| format!("{a:#x}+{l:#x}"))
-        .collect();
     let text = format!(
         "map type {}, {} bytes in {} segment(s): {}",
         m.map_type.as_raw(),
         m.length,
         m.segs.len(),
-        segs.join(" ")
+        segments_text(&m)
     );
     if m.segs != [(addr, len)] || m.length != len || m.map_type.as_raw() != 0 {
         let _ = module.unmap(m.map_handle);
