@@ -18,7 +18,10 @@ use kernel::{
         c_uint,
         c_void, //
     },
-    fs::File,
+    fs::{
+        file::LocalFile,
+        File, //
+    },
     mm::virt::{
         VmaMixedMap,
         VmaNew, //
@@ -103,11 +106,35 @@ mod raw {
             len: u64,
         );
 
-        pub(super) fn p2pdma_helper_peers_from_fd(
-            fd: c_int,
+        pub(super) fn p2pdma_helper_peers_from_file(
+            file: *mut bindings::file,
             out: *mut *mut bindings::pci_dev,
             max: c_int,
         ) -> c_int;
+        pub(super) fn p2pdma_helper_io_bdev(
+            file: *mut bindings::file,
+            facts: *mut super::BdevFacts,
+        ) -> *mut bindings::block_device;
+        pub(super) fn p2pdma_helper_io_sync_cache(
+            bdev: *mut bindings::block_device,
+            pos: u64,
+            len: u64,
+            write: bool,
+        ) -> c_int;
+        pub(super) fn p2pdma_helper_io_new() -> *mut IoRaw;
+        pub(super) fn p2pdma_helper_io_plug(io: *mut IoRaw, on: bool);
+        pub(super) fn p2pdma_helper_io_submit(
+            io: *mut IoRaw,
+            bdev: *mut bindings::block_device,
+            write: bool,
+            pos: u64,
+            kaddr: *mut c_void,
+            len: u32,
+        );
+        pub(super) fn p2pdma_helper_io_wait(io: *mut IoRaw, below: c_int);
+        pub(super) fn p2pdma_helper_io_error(io: *mut IoRaw) -> c_int;
+        pub(super) fn p2pdma_helper_io_free(io: *mut IoRaw);
+        pub(super) fn p2pdma_helper_fatal_signal_pending() -> bool;
         pub(super) fn p2pdma_helper_common_upstream(
             a: *mut bindings::pci_dev,
             b: *mut bindings::pci_dev,
@@ -153,6 +180,12 @@ mod raw {
     /// `struct p2pdma_sgmap` of helpers.c, only handled by pointer.
     #[repr(C)]
     pub(crate) struct SgMapRaw {
+        _opaque: [u8; 0],
+    }
+
+    /// `struct p2pdma_io` of helpers.c, only handled by pointer.
+    #[repr(C)]
+    pub(crate) struct IoRaw {
         _opaque: [u8; 0],
     }
 }
@@ -362,8 +395,9 @@ pub(crate) struct P2pPages {
 // SAFETY: The pages are device memory with no thread affinity; the page
 // references may be dropped from any thread.
 unsafe impl Send for P2pPages {}
-// SAFETY: Shared access only reads the fields, or writes device memory
-// through `zero`, which takes `&mut self`.
+// SAFETY: Shared access reads the fields, hands the memory's addresses to
+// DMA, or writes device memory through raw pointers (`zero`); none forms a
+// Rust reference to the memory.
 unsafe impl Sync for P2pPages {}
 
 impl P2pPages {
@@ -407,12 +441,12 @@ impl P2pPages {
         }
     }
 
-    /// Writes zeros over the whole range.
-    pub(crate) fn zero(&mut self) {
+    /// Writes zeros over the whole range. Meant for fresh allocations,
+    /// before anyone else can reach the memory.
+    pub(crate) fn zero(&self) {
         // SAFETY: By the type invariant `kaddr` is `size` bytes of memory this
-        // object holds, mapped in the kernel's address space; `&mut self`
-        // means nobody else reaches it through this object, and user mappings
-        // of a fresh allocation do not exist yet.
+        // object holds, mapped in the kernel's address space; the write goes
+        // through a raw pointer, so it races with no Rust reference.
         unsafe { core::ptr::write_bytes(self.kaddr.as_ptr().cast::<u8>(), 0, self.size) };
     }
 
@@ -599,11 +633,21 @@ impl Peer {
     /// The PCI functions behind an open block device: its controller, or
     /// every controller with a path to a multipath device.
     pub(crate) fn from_fd(fd: i32) -> Result<KVec<Self>> {
+        let fd = u32::try_from(fd).map_err(|_| EBADF)?;
+        Self::from_file(&*LocalFile::fget(fd)?)
+    }
+
+    /// [`Peer::from_fd`] for a file already held.
+    pub(crate) fn from_file(file: &LocalFile) -> Result<KVec<Self>> {
         let mut raw_peers = [core::ptr::null_mut::<bindings::pci_dev>(); MAX_PATHS];
-        // SAFETY: The helper validates `fd` and writes at most `MAX_PATHS`
-        // referenced devices.
+        // SAFETY: `file` is a valid, referenced file; the helper writes at
+        // most `MAX_PATHS` referenced devices.
         let n = unsafe {
-            raw::p2pdma_helper_peers_from_fd(fd, raw_peers.as_mut_ptr(), MAX_PATHS as c_int)
+            raw::p2pdma_helper_peers_from_file(
+                file.as_ptr(),
+                raw_peers.as_mut_ptr(),
+                MAX_PATHS as c_int,
+            )
         };
         to_result(n.min(0))?;
         let mut peers = KVec::new();
@@ -966,4 +1010,152 @@ extern "C" fn p2pdma_dmabuf_revoked(notify: *mut c_void) {
 #[no_mangle]
 extern "C" fn p2pdma_peer_going(pdev: *mut bindings::pci_dev) {
     crate::dma::revoke_peer(pdev);
+}
+
+/// What block I/O on a block device must respect (`struct
+/// p2pdma_bdev_facts` of helpers.c).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct BdevFacts {
+    /// The file was opened for reading.
+    pub(crate) readable: bool,
+    /// The file was opened for writing.
+    pub(crate) writable: bool,
+    /// The device is read-only.
+    pub(crate) read_only: bool,
+    /// Its driver maps P2P memory (`BLK_FEAT_PCI_P2PDMA`).
+    pub(crate) p2pdma: bool,
+    /// Bytes per logical block.
+    pub(crate) logical_block_size: u32,
+    /// Mask of the memory alignment its DMA needs.
+    pub(crate) dma_alignment: u32,
+    /// Bytes.
+    pub(crate) size: u64,
+}
+
+/// The block device an open file is, for block I/O the module submits.
+/// Upstream has block-driver abstractions (`kernel::block::mq`) but none
+/// for submitting bios.
+///
+/// # Invariants
+///
+/// `bdev` is the block device of `file`, which holds it open for `'a`.
+pub(crate) struct BlockDev<'a> {
+    file: &'a LocalFile,
+    bdev: NonNull<bindings::block_device>,
+    facts: BdevFacts,
+}
+
+impl<'a> BlockDev<'a> {
+    /// The block device `file` is; `ENOTBLK` if it is not one.
+    pub(crate) fn of(file: &'a LocalFile) -> Result<Self> {
+        let mut facts = BdevFacts::default();
+        // SAFETY: `file` is a valid, referenced file; `facts` is writable.
+        let bdev = unsafe { raw::p2pdma_helper_io_bdev(file.as_ptr(), &mut facts) };
+        let bdev = NonNull::new(bdev).ok_or(ENOTBLK)?;
+        // INVARIANT: the helper returned `file`'s block device.
+        Ok(Self { file, bdev, facts })
+    }
+
+    /// Its facts, as they were when it was looked up.
+    pub(crate) fn facts(&self) -> &BdevFacts {
+        &self.facts
+    }
+
+    /// The file it was opened by.
+    pub(crate) fn file(&self) -> &LocalFile {
+        self.file
+    }
+
+    /// Writes back the page cache's dirty pages over `[pos, pos + len)`
+    /// and, before a `write`, drops them, as direct I/O does (`EBUSY` when
+    /// a page cannot be dropped).
+    pub(crate) fn sync_cache(&self, pos: u64, len: u64, write: bool) -> Result {
+        // SAFETY: By the type invariant `bdev` is open; `len > 0` (callers
+        // validate segments first).
+        to_result(unsafe {
+            raw::p2pdma_helper_io_sync_cache(self.bdev.as_ptr(), pos, len.max(1), write)
+        })
+    }
+}
+
+/// Bios in flight between P2P pages and a block device, for one call;
+/// dropping it waits for every one of them to end.
+///
+/// # Invariants
+///
+/// `io` is a live `struct p2pdma_io`; every bio submitted through it moves
+/// data between `pages` and `bdev`, both borrowed for `'a`, so they outlive
+/// the bios.
+pub(crate) struct BlockIo<'a> {
+    io: NonNull<raw::IoRaw>,
+    bdev: &'a BlockDev<'a>,
+    pages: &'a P2pPages,
+}
+
+impl<'a> BlockIo<'a> {
+    /// Starts a call moving data between `pages` and `bdev`.
+    pub(crate) fn new(bdev: &'a BlockDev<'a>, pages: &'a P2pPages) -> Result<Self> {
+        // SAFETY: Allocates; no requirements.
+        let io = NonNull::new(unsafe { raw::p2pdma_helper_io_new() }).ok_or(ENOMEM)?;
+        Ok(Self { io, bdev, pages })
+    }
+
+    /// Batches the following submissions into one plug (`on`), or flushes
+    /// them (`!on`), as `blk_start_plug`/`blk_finish_plug` do.
+    pub(crate) fn plug(&self, on: bool) {
+        // SAFETY: `io` is live (type invariant).
+        unsafe { raw::p2pdma_helper_io_plug(self.io.as_ptr(), on) }
+    }
+
+    /// Submits one bio moving `len` bytes between byte `mem_offset` of the
+    /// pages and byte `pos` of the device (from the device when `!write`).
+    pub(crate) fn submit(&self, write: bool, pos: u64, mem_offset: u64, len: u64) -> Result {
+        let end = mem_offset.checked_add(len).ok_or(EINVAL)?;
+        let len32 = u32::try_from(len).map_err(|_| EINVAL)?;
+        if len == 0 || end > self.pages.size() as u64 {
+            return Err(EINVAL);
+        }
+        // SAFETY: The range lies in `pages`, which outlive every bio (type
+        // invariant: `Drop` waits for them), as does the open `bdev`.
+        unsafe {
+            raw::p2pdma_helper_io_submit(
+                self.io.as_ptr(),
+                self.bdev.bdev.as_ptr(),
+                write,
+                pos,
+                self.pages.kaddr_at(mem_offset as usize),
+                len32,
+            )
+        };
+        Ok(())
+    }
+
+    /// Waits, uninterruptibly, until fewer than `below` bios are in flight.
+    pub(crate) fn wait_below(&self, below: u32) {
+        let below = c_int::try_from(below).unwrap_or(c_int::MAX);
+        // SAFETY: `io` is live (type invariant).
+        unsafe { raw::p2pdma_helper_io_wait(self.io.as_ptr(), below) }
+    }
+
+    /// The first error of the bios that ended so far.
+    pub(crate) fn error(&self) -> Option<Error> {
+        // SAFETY: `io` is live (type invariant).
+        let e = unsafe { raw::p2pdma_helper_io_error(self.io.as_ptr()) };
+        (e < 0).then(|| Error::from_errno(e))
+    }
+}
+
+impl Drop for BlockIo<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `io` is live; the helper waits for every bio, then frees it.
+        unsafe { raw::p2pdma_helper_io_free(self.io.as_ptr()) }
+    }
+}
+
+/// Whether the current task was sent a fatal signal (`fatal_signal_pending`,
+/// a static inline).
+pub(crate) fn fatal_signal_pending() -> bool {
+    // SAFETY: Reads the current task's signal state.
+    unsafe { raw::p2pdma_helper_fatal_signal_pending() }
 }

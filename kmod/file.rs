@@ -43,6 +43,7 @@ use kernel::{
 
 use crate::{
     accel::DEVICES,
+    blockio,
     dma::{
         self,
         DmaMapping,
@@ -88,6 +89,8 @@ abi_struct!(
     uapi::P2pdmaUnmap,
     uapi::P2pdmaEventfd,
     uapi::P2pdmaHandleState,
+    uapi::P2pdmaIoSeg,
+    uapi::P2pdmaBlockIo,
 );
 
 // The shared ABI computes request codes itself; they must equal the kernel's.
@@ -104,6 +107,7 @@ const _: () = {
     assert!(P2PDMA_IOC_DMABUF_IMPORT == _IOWR::<P2pdmaDmaMap>(P2PDMA_IOCTL_MAGIC, 0x08));
     assert!(P2PDMA_IOC_SET_EVENTFD == _IOW::<P2pdmaEventfd>(P2PDMA_IOCTL_MAGIC, 0x09));
     assert!(P2PDMA_IOC_HANDLE_STATE == _IOWR::<P2pdmaHandleState>(P2PDMA_IOCTL_MAGIC, 0x0a));
+    assert!(P2PDMA_IOC_BLOCK_IO == _IOWR::<P2pdmaBlockIo>(P2PDMA_IOCTL_MAGIC, 0x0b));
 };
 
 /// Largest `PIN_USER` length.
@@ -238,6 +242,7 @@ impl MiscDevice for P2pdmaFile {
             uapi::P2PDMA_IOC_UNMAP => me.check_owner().and_then(|()| me.unmap(user)),
             uapi::P2PDMA_IOC_SET_EVENTFD => me.check_owner().and_then(|()| me.set_eventfd(user)),
             uapi::P2PDMA_IOC_HANDLE_STATE => me.handle_state(user),
+            uapi::P2PDMA_IOC_BLOCK_IO => me.check_owner().and_then(|()| me.block_io(user)),
             _ => Err(ENOTTY),
         }?;
         Ok(0)
@@ -254,7 +259,8 @@ fn get_version(user: UserSlice) -> Result {
             | uapi::P2PDMA_CAP_DMA_MAP
             | uapi::P2PDMA_CAP_DMABUF
             | uapi::P2PDMA_CAP_REVOKE
-            | uapi::P2PDMA_CAP_MAP_DIRECTION,
+            | uapi::P2PDMA_CAP_MAP_DIRECTION
+            | uapi::P2PDMA_CAP_BLOCK_IO,
         num_devices: DEVICES.lock().count() as u32,
         ..Default::default()
     };
@@ -813,6 +819,21 @@ impl P2pdmaFile {
         };
         self.notifier.set(eventfd);
         Ok(())
+    }
+
+    fn block_io(&self, user: UserSlice) -> Result {
+        let (mut reader, mut writer) = user.reader_writer();
+        let mut arg: uapi::P2pdmaBlockIo = reader.read()?;
+        let alloc = self
+            .state
+            .lock()
+            .allocs
+            .iter()
+            .find(|a| a.handle == arg.handle)
+            .cloned()
+            .ok_or(ENOENT)?;
+        blockio::run(&alloc, &mut arg)?;
+        writer.write(&arg)
     }
 
     fn handle_state(&self, user: UserSlice) -> Result {

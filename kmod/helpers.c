@@ -278,33 +278,25 @@ static int mpath_controller(struct device *ctrl, void *data)
 	return 0;
 }
 
-int p2pdma_helper_peers_from_fd(int fd, struct pci_dev **out, int max)
+int p2pdma_helper_peers_from_file(struct file *file, struct pci_dev **out, int max)
 {
-	struct file *file = fget(fd);
 	struct block_device *bdev;
 	struct pci_dev *pdev = NULL;
 	struct mpath_match m = { .out = out, .max = max };
 	struct device *dev;
 	char tail;
-	int ret;
 
-	if (!file)
-		return -EBADF;
 	bdev = S_ISBLK(file_inode(file)->i_mode) ? file_bdev(file) : NULL;
-	if (!bdev) {
-		ret = -ENOTBLK;
-		goto out;
-	}
+	if (!bdev)
+		return -ENOTBLK;
 	for (dev = &bdev->bd_device; dev; dev = dev->parent) {
 		if (dev_is_pci(dev)) {
 			out[0] = pci_dev_get(to_pci_dev(dev));
-			ret = 1;
-			goto out;
+			return 1;
 		}
 	}
-	ret = -ENXIO;
 	if (sscanf(bdev->bd_disk->disk_name, "nvme%dn%d%c", &m.subsys, &m.head, &tail) != 2)
-		goto out;
+		return -ENXIO;
 	for_each_pci_dev(pdev) {
 		device_for_each_child(&pdev->dev, &m, mpath_controller);
 		if (m.n >= max) {
@@ -312,11 +304,131 @@ int p2pdma_helper_peers_from_fd(int fd, struct pci_dev **out, int max)
 			break;
 		}
 	}
-	if (m.n)
-		ret = m.n;
-out:
-	fput(file);
-	return ret;
+	return m.n ? m.n : -ENXIO;
+}
+
+bool p2pdma_helper_fatal_signal_pending(void)
+{
+	return fatal_signal_pending(current);
+}
+
+/*
+ * The block device @file is, with what block I/O on it must respect; NULL
+ * when it is not one.
+ */
+struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f)
+{
+	struct block_device *bdev;
+
+	if (!S_ISBLK(file_inode(file)->i_mode))
+		return NULL;
+	bdev = file_bdev(file);
+	f->readable = file->f_mode & FMODE_READ;
+	f->writable = file->f_mode & FMODE_WRITE;
+	f->read_only = bdev_read_only(bdev);
+	f->p2pdma = blk_queue_pci_p2pdma(bdev_get_queue(bdev));
+	f->logical_block_size = bdev_logical_block_size(bdev);
+	f->dma_alignment = bdev_dma_alignment(bdev);
+	f->size = bdev_nr_bytes(bdev);
+	return bdev;
+}
+
+/*
+ * Before direct I/O on [pos, pos + len) of @bdev: writes back the page
+ * cache's dirty pages there and, before a write, drops them, as the block
+ * layer's own direct I/O does.
+ */
+int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, bool write)
+{
+	struct address_space *mapping = bdev->bd_mapping;
+	int ret;
+
+	ret = filemap_write_and_wait_range(mapping, pos, pos + len - 1);
+	if (ret || !write || !mapping->nrpages)
+		return ret;
+	return invalidate_inode_pages2_range(mapping, pos >> PAGE_SHIFT,
+					     (pos + len - 1) >> PAGE_SHIFT);
+}
+
+/* Block I/Os in flight for one BLOCK_IO call, and the first error. */
+struct p2pdma_io {
+	atomic_t inflight;
+	int error;
+	struct blk_plug plug;
+};
+
+struct p2pdma_io *p2pdma_helper_io_new(void)
+{
+	struct p2pdma_io *io = kzalloc(sizeof(*io), GFP_KERNEL);
+
+	if (io)
+		atomic_set(&io->inflight, 0);
+	return io;
+}
+
+static void p2pdma_io_end(struct bio *bio)
+{
+	struct p2pdma_io *io = bio->bi_private;
+
+	if (bio->bi_status)
+		cmpxchg(&io->error, 0, blk_status_to_errno(bio->bi_status));
+	bio_put(bio);
+	/*
+	 * Fully ordered, so the waiter sees the error; the wake-up uses the
+	 * counter's address only as a key, so it is safe after the waiter has
+	 * freed @io.
+	 */
+	atomic_dec_return(&io->inflight);
+	wake_up_var(&io->inflight);
+}
+
+/* Starts (@on) or ends batching submissions into one plug. */
+void p2pdma_helper_io_plug(struct p2pdma_io *io, bool on)
+{
+	if (on)
+		blk_start_plug(&io->plug);
+	else
+		blk_finish_plug(&io->plug);
+}
+
+/*
+ * Submits one bio moving @len bytes between the P2P memory at @kaddr (which
+ * must stay allocated until the bio ends) and byte @pos of @bdev. The pages
+ * go into one multi-page segment; __bio_add_page marks the bio REQ_NOMERGE
+ * since it holds P2P pages, so the block layer never merges it with I/O on
+ * other memory.
+ */
+void p2pdma_helper_io_submit(struct p2pdma_io *io, struct block_device *bdev, bool write,
+			     u64 pos, void *kaddr, u32 len)
+{
+	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ;
+	struct bio *bio = bio_alloc(bdev, 1, opf, GFP_KERNEL);
+
+	bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
+	__bio_add_page(bio, virt_to_page(kaddr), len, offset_in_page(kaddr));
+	bio->bi_private = io;
+	bio->bi_end_io = p2pdma_io_end;
+	atomic_inc(&io->inflight);
+	submit_bio(bio);
+}
+
+/* Waits, uninterruptibly, until fewer than @below bios are in flight. */
+void p2pdma_helper_io_wait(struct p2pdma_io *io, int below)
+{
+	wait_var_event(&io->inflight, atomic_read_acquire(&io->inflight) < below);
+}
+
+/* The first error of the bios that ended (0 if none). */
+int p2pdma_helper_io_error(struct p2pdma_io *io)
+{
+	return READ_ONCE(io->error);
+}
+
+/* Frees @io once no bio is in flight. */
+void p2pdma_helper_io_free(struct p2pdma_io *io)
+{
+	p2pdma_helper_io_wait(io, 1);
+	kfree(io);
 }
 
 /* The lowest PCI bridge that is upstream of both @a and @b, or NULL. */

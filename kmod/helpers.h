@@ -8,7 +8,10 @@
 #include <linux/pci.h>
 #include <linux/types.h>
 
+struct block_device;
 struct eventfd_ctx;
+struct file;
+struct p2pdma_io;
 struct p2pdma_sgmap;
 struct pid;
 struct sg_table;
@@ -33,7 +36,29 @@ unsigned long p2pdma_helper_vma_pgoff(struct vm_area_struct *vma);
 bool p2pdma_helper_vma_shared(struct vm_area_struct *vma);
 void p2pdma_helper_vma_setup(struct vm_area_struct *vma, void *private);
 void p2pdma_helper_zap(struct address_space *mapping, u64 offset, u64 len);
-int p2pdma_helper_peers_from_fd(int fd, struct pci_dev **out, int max);
+int p2pdma_helper_peers_from_file(struct file *file, struct pci_dev **out, int max);
+bool p2pdma_helper_fatal_signal_pending(void);
+
+/* What block I/O on a block device must respect. */
+struct p2pdma_bdev_facts {
+	bool readable;		/* opened for reading */
+	bool writable;		/* opened for writing */
+	bool read_only;		/* the device is read-only */
+	bool p2pdma;		/* its driver maps P2P memory */
+	u32 logical_block_size;
+	u32 dma_alignment;	/* a mask */
+	u64 size;		/* bytes */
+};
+
+struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f);
+int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, bool write);
+struct p2pdma_io *p2pdma_helper_io_new(void);
+void p2pdma_helper_io_plug(struct p2pdma_io *io, bool on);
+void p2pdma_helper_io_submit(struct p2pdma_io *io, struct block_device *bdev, bool write,
+			     u64 pos, void *kaddr, u32 len);
+void p2pdma_helper_io_wait(struct p2pdma_io *io, int below);
+int p2pdma_helper_io_error(struct p2pdma_io *io);
+void p2pdma_helper_io_free(struct p2pdma_io *io);
 struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev *b);
 struct p2pdma_sgmap *p2pdma_helper_map_p2p(struct pci_dev *peer, void *kaddr, u64 len,
 					   int dir, int *err);

@@ -35,8 +35,9 @@ use crate::{
 };
 
 struct State {
-    /// The memory; `None` once released or revoked.
-    pages: Option<P2pPages>,
+    /// The memory; `None` once released or revoked. Block I/O in flight
+    /// holds it too, so it goes back to the device only after the I/O.
+    pages: Option<Arc<P2pPages>>,
     /// The file still lists it (no `FREE`, no close yet).
     owned: bool,
     /// User mappings (VMAs) of it.
@@ -84,6 +85,7 @@ impl Alloc {
     ) -> Result<Arc<Self>> {
         let size = pages.size() as u64;
         let pdev = pages.pdev().clone();
+        let pages = Arc::new(pages, GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Self {
                 handle,
@@ -108,8 +110,7 @@ impl Alloc {
     /// Clears the memory before anyone but the kernel sees it; `ENODEV` if
     /// it was revoked meanwhile.
     pub(crate) fn zero(&self) -> Result {
-        let mut st = self.state.lock();
-        st.pages.as_mut().ok_or(ENODEV)?.zero();
+        self.state.lock().pages.as_ref().ok_or(ENODEV)?.zero();
         Ok(())
     }
 
@@ -141,6 +142,12 @@ impl Alloc {
     pub(crate) fn with_pages<R>(&self, f: impl FnOnce(&P2pPages) -> Result<R>) -> Result<R> {
         let st = self.state.lock();
         f(st.pages.as_ref().ok_or(ENODEV)?)
+    }
+
+    /// The memory, held for block I/O: `ENODEV` once it was revoked or
+    /// released.
+    pub(crate) fn pages(&self) -> Result<Arc<P2pPages>> {
+        self.state.lock().pages.clone().ok_or(ENODEV)
     }
 
     /// Whether it holds device memory now.

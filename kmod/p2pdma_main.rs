@@ -17,6 +17,7 @@ use kernel::{
 };
 
 mod accel;
+mod blockio;
 mod dma;
 mod ffi;
 mod file;

@@ -16,7 +16,7 @@
 #include <linux/types.h>
 
 #define P2PDMA_IOCTL_MAGIC 0xBC
-#define P2PDMA_ABI_VERSION 2
+#define P2PDMA_ABI_VERSION 3
 #define P2PDMA_ABI_MIN_COMPAT 1
 #define P2PDMA_MAX_DEVICES 64
 
@@ -28,6 +28,7 @@
 #define P2PDMA_CAP_DMABUF (1ULL << 4)		/* DMABUF_IMPORT */
 #define P2PDMA_CAP_REVOKE (1ULL << 5)		/* SET_EVENTFD, HANDLE_STATE */
 #define P2PDMA_CAP_MAP_DIRECTION (1ULL << 6)	/* P2PDMA_MAP_PEER_READS/WRITES */
+#define P2PDMA_CAP_BLOCK_IO (1ULL << 7)		/* BLOCK_IO */
 
 /* The peer is the block device behind peer.fd, not a PCI address. */
 #define P2PDMA_PEER_FD (1U << 0)
@@ -172,6 +173,32 @@ struct p2pdma_handle_state {
 	__u64 reserved[2];
 };
 
+/* BLOCK_IO. */
+#define P2PDMA_IO_WRITE (1U << 0)	/* allocation to device */
+#define P2PDMA_IO_MAX_SEGS 4096
+#define P2PDMA_IO_MAX_SEG_LEN (1ULL << 30)
+#define P2PDMA_IO_MAX_DEPTH 256
+#define P2PDMA_IO_DEFAULT_DEPTH 32
+
+/* One segment of BLOCK_IO. */
+struct p2pdma_io_seg {
+	__u64 mem_offset;	/* in the allocation; device DMA alignment */
+	__u64 dev_offset;	/* on the block device; logical block multiple */
+	__u64 len;		/* logical block multiple, <= P2PDMA_IO_MAX_SEG_LEN */
+};
+
+/* In/out argument of P2PDMA_IOC_BLOCK_IO. */
+struct p2pdma_block_io {
+	__u64 handle;		/* in: the allocation */
+	__s32 fd;		/* in: an open block device */
+	__u32 flags;		/* in: P2PDMA_IO_WRITE or 0 */
+	__u64 segs_ptr;		/* in: struct p2pdma_io_seg[num_segs] */
+	__u32 num_segs;		/* in: 1..P2PDMA_IO_MAX_SEGS */
+	__u32 depth;		/* in: segments in flight (0: default) */
+	__u64 bytes;		/* in: zero; out: bytes moved */
+	__u64 reserved[4];
+};
+
 /* Query the ABI version and capabilities. Never fails. */
 #define P2PDMA_IOC_GET_VERSION _IOR(P2PDMA_IOCTL_MAGIC, 0x00, struct p2pdma_version)
 
@@ -257,5 +284,20 @@ struct p2pdma_handle_state {
  * Whether a handle of this file is live or revoked. ENOENT: no such handle.
  */
 #define P2PDMA_IOC_HANDLE_STATE _IOWR(P2PDMA_IOCTL_MAGIC, 0x0a, struct p2pdma_handle_state)
+
+/*
+ * Read a block device into an allocation of this file (or, with
+ * P2PDMA_IO_WRITE, write it from one): the module builds the bios on the
+ * allocation's own pages (nothing pinned per I/O), up to depth segments in
+ * flight, and returns when all have ended. The page cache of the ranges is
+ * written back first (and dropped, for writes), as O_DIRECT does. The
+ * opening process only.
+ * EINVAL: fields, alignment, ranges. ENOENT: no such allocation. ENODEV:
+ * revoked. EBADF: fd not open for that direction. ENOTBLK. EPERM: read-only
+ * device. EOPNOTSUPP: the driver cannot DMA to P2P memory. EREMOTEIO: the
+ * kernel does not allow P2P between them. EBUSY: page cache in use. EINTR:
+ * fatal signal. Device errors (EIO, ...).
+ */
+#define P2PDMA_IOC_BLOCK_IO _IOWR(P2PDMA_IOCTL_MAGIC, 0x0b, struct p2pdma_block_io)
 
 #endif /* P2PDMA_UAPI_H */

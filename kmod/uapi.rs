@@ -20,7 +20,7 @@ use core::mem::{offset_of, size_of};
 pub const P2PDMA_IOCTL_MAGIC: u32 = 0xBC;
 
 /// ABI version implemented by this file. Bumped when ioctls are added.
-pub const P2PDMA_ABI_VERSION: u32 = 2;
+pub const P2PDMA_ABI_VERSION: u32 = 3;
 
 /// Oldest ABI version a caller may have been built against and still work.
 pub const P2PDMA_ABI_MIN_COMPAT: u32 = 1;
@@ -41,6 +41,9 @@ pub const P2PDMA_CAP_REVOKE: u64 = 1 << 5;
 /// Capability bit (ABI 2): [`P2PDMA_MAP_PEER_READS`] and
 /// [`P2PDMA_MAP_PEER_WRITES`].
 pub const P2PDMA_CAP_MAP_DIRECTION: u64 = 1 << 6;
+/// Capability bit (ABI 3): `BLOCK_IO`: the module reads and writes block
+/// devices to and from allocations itself, with no page pinning.
+pub const P2PDMA_CAP_BLOCK_IO: u64 = 1 << 7;
 
 const IOC_NRBITS: u32 = 8;
 const IOC_TYPEBITS: u32 = 8;
@@ -340,6 +343,56 @@ pub struct P2pdmaHandleState {
     pub reserved: [u64; 2],
 }
 
+/// [`P2pdmaBlockIo::flags`]: move data from the allocation to the device
+/// (otherwise from the device to the allocation).
+pub const P2PDMA_IO_WRITE: u32 = 1 << 0;
+/// Most segments in one `BLOCK_IO`.
+pub const P2PDMA_IO_MAX_SEGS: u32 = 4096;
+/// Largest segment, in bytes.
+pub const P2PDMA_IO_MAX_SEG_LEN: u64 = 1 << 30;
+/// Most segments in flight at once.
+pub const P2PDMA_IO_MAX_DEPTH: u32 = 256;
+/// Segments in flight when [`P2pdmaBlockIo::depth`] is 0.
+pub const P2PDMA_IO_DEFAULT_DEPTH: u32 = 32;
+
+/// One segment of a [`P2PDMA_IOC_BLOCK_IO`]: `len` bytes between
+/// `mem_offset` in the allocation and `dev_offset` on the block device.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaIoSeg {
+    /// Byte offset in the allocation; a multiple of the device's DMA
+    /// alignment.
+    pub mem_offset: u64,
+    /// Byte offset on the block device; a multiple of its logical block.
+    pub dev_offset: u64,
+    /// Bytes; a multiple of the logical block, at most
+    /// [`P2PDMA_IO_MAX_SEG_LEN`].
+    pub len: u64,
+}
+
+/// In/out argument of [`P2PDMA_IOC_BLOCK_IO`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct P2pdmaBlockIo {
+    /// In: the allocation.
+    pub handle: u64,
+    /// In: an open block device (a namespace, a partition); opened for
+    /// reading to read it, for writing to write it.
+    pub fd: i32,
+    /// In: [`P2PDMA_IO_WRITE`] or 0.
+    pub flags: u32,
+    /// In: user pointer to `num_segs` [`P2pdmaIoSeg`].
+    pub segs_ptr: u64,
+    /// In: segments, 1 to [`P2PDMA_IO_MAX_SEGS`].
+    pub num_segs: u32,
+    /// In: most segments in flight (0: [`P2PDMA_IO_DEFAULT_DEPTH`]).
+    pub depth: u32,
+    /// In: zero; out: bytes moved (all segments').
+    pub bytes: u64,
+    /// In: zero.
+    pub reserved: [u64; 4],
+}
+
 /// Query the ABI version and capabilities. Never fails.
 pub const P2PDMA_IOC_GET_VERSION: u32 = ioc(IOC_READ, 0x00, size_of::<P2pdmaVersion>());
 
@@ -444,6 +497,25 @@ pub const P2PDMA_IOC_SET_EVENTFD: u32 = ioc(IOC_WRITE, 0x09, size_of::<P2pdmaEve
 pub const P2PDMA_IOC_HANDLE_STATE: u32 =
     ioc(IOC_READ | IOC_WRITE, 0x0a, size_of::<P2pdmaHandleState>());
 
+/// Reads (or, with [`P2PDMA_IO_WRITE`], writes) a block device to (from)
+/// an allocation of this file: the module builds the bios on the
+/// allocation's own pages, so nothing is pinned per I/O, and keeps up to
+/// `depth` segments in flight. Returns when every segment has ended. Like
+/// `O_DIRECT`, the page cache of the ranges is written back first (and, for
+/// writes, dropped before and after). A fatal signal stops submitting;
+/// what was submitted is waited for. The opening process only.
+///
+/// Errors: `EINVAL` (fields, alignment, a range past the allocation or the
+/// device), `ENOENT` (no such allocation), `ENODEV` (it was revoked),
+/// `EBADF` (not open, or not open for that direction), `ENOTBLK` (not a
+/// block device), `EPERM` (writing a read-only device), `EOPNOTSUPP` (the
+/// device's driver cannot DMA to P2P memory), `EREMOTEIO` (the kernel does
+/// not allow P2P between the accelerator and the device's controller),
+/// `EBUSY` (the page cache of a written range could not be dropped),
+/// `EINTR` (fatal signal), and the device's I/O errors (`EIO`, ...): the
+/// data of the segments is then undefined.
+pub const P2PDMA_IOC_BLOCK_IO: u32 = ioc(IOC_READ | IOC_WRITE, 0x0b, size_of::<P2pdmaBlockIo>());
+
 // The layout is frozen: these fail to compile if it moves.
 const _: () = {
     assert!(size_of::<P2pdmaVersion>() == 56);
@@ -519,6 +591,19 @@ const _: () = {
     assert!(offset_of!(P2pdmaHandleState, state) == 12);
     assert!(offset_of!(P2pdmaHandleState, reserved) == 16);
 
+    assert!(size_of::<P2pdmaIoSeg>() == 24);
+    assert!(offset_of!(P2pdmaIoSeg, dev_offset) == 8);
+    assert!(offset_of!(P2pdmaIoSeg, len) == 16);
+
+    assert!(size_of::<P2pdmaBlockIo>() == 72);
+    assert!(offset_of!(P2pdmaBlockIo, fd) == 8);
+    assert!(offset_of!(P2pdmaBlockIo, flags) == 12);
+    assert!(offset_of!(P2pdmaBlockIo, segs_ptr) == 16);
+    assert!(offset_of!(P2pdmaBlockIo, num_segs) == 24);
+    assert!(offset_of!(P2pdmaBlockIo, depth) == 28);
+    assert!(offset_of!(P2pdmaBlockIo, bytes) == 32);
+    assert!(offset_of!(P2pdmaBlockIo, reserved) == 40);
+
     assert!(P2PDMA_IOC_GET_VERSION == 0x8038_BC00);
     assert!(P2PDMA_IOC_DEVICE_INFO == 0xC058_BC01);
     assert!(P2PDMA_IOC_ALLOC == 0xC048_BC02);
@@ -530,4 +615,5 @@ const _: () = {
     assert!(P2PDMA_IOC_DMABUF_IMPORT == 0xC078_BC08);
     assert!(P2PDMA_IOC_SET_EVENTFD == 0x4018_BC09);
     assert!(P2PDMA_IOC_HANDLE_STATE == 0xC020_BC0A);
+    assert!(P2PDMA_IOC_BLOCK_IO == 0xC048_BC0B);
 };

@@ -91,6 +91,13 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
 
     /// The CPU mapping storage can DMA into directly, if there is one.
     fn dma_target(&self) -> Option<DmaTarget>;
+
+    /// For memory allocated from the module: the module and the
+    /// allocation's handle, through which the module can do block I/O on
+    /// the memory itself ([`Module::block_io`](crate::Module::block_io)).
+    fn module_allocation(&self) -> Option<(&Arc<Module>, u64)> {
+        None
+    }
 }
 
 fn check(offset: usize, len: usize, size: usize) -> Result<()> {
@@ -249,6 +256,10 @@ impl DeviceMemory for ModuleMemory {
             len: self.map.len(),
             p2p: true,
         })
+    }
+
+    fn module_allocation(&self) -> Option<(&Arc<Module>, u64)> {
+        Some((&self.module, self.handle))
     }
 }
 

@@ -17,6 +17,40 @@ use crate::{
 };
 
 impl Module {
+    /// Whether the module can move data between block devices and
+    /// allocations itself ([`Module::block_io`]).
+    pub fn has_block_io(&self) -> bool {
+        self.version().capabilities & abi::P2PDMA_CAP_BLOCK_IO != 0
+    }
+
+    /// Reads the block device `dev` into allocation `handle` (or, with
+    /// `write`, writes it from the allocation), segment by segment: the
+    /// module builds the block I/O on the allocation's own pages, so no page
+    /// is pinned per I/O, and keeps up to `depth` segments in flight (0: the
+    /// module's default). `dev` must be open for reading (or writing);
+    /// offsets and lengths must be multiples of its logical block (memory
+    /// offsets, of its DMA alignment). Returns the bytes moved: all of them,
+    /// or an error.
+    #[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
+    pub fn block_io(
+        &self,
+        handle: u64,
+        dev: impl AsFd,
+        write: bool,
+        segs: &[abi::P2pdmaIoSeg],
+        depth: u32,
+    ) -> Result<u64> {
+        let mut arg = abi::P2pdmaBlockIo {
+            handle,
+            fd: std::os::fd::AsRawFd::as_raw_fd(&dev.as_fd()),
+            flags: if write { abi::P2PDMA_IO_WRITE } else { 0 },
+            depth,
+            ..Default::default()
+        };
+        sys::block_io(self, &mut arg, segs).map_err(Error::ioctl("P2PDMA_IOC_BLOCK_IO"))?;
+        Ok(arg.bytes)
+    }
+
     /// Allocates `size` bytes (rounded up to pages by the kernel) of P2P
     /// memory from the accelerator at `dev_index`, with the bus address
     /// aligned to `align` (0 for a page, else a power of two up to

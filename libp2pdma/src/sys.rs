@@ -221,6 +221,57 @@ pub fn handle_state(fd: impl AsFd, arg: &mut abi::P2pdmaHandleState) -> Result<(
     }
 }
 
+/// The argument of `BLOCK_IO`, with the segment array the kernel reads.
+struct BlockIoArg<'a> {
+    arg: &'a mut abi::P2pdmaBlockIo,
+}
+
+// SAFETY: `P2PDMA_IOC_BLOCK_IO` is an `_IOWR` of exactly `P2pdmaBlockIo`,
+// which the kernel reads and rewrites in place. It only reads the
+// `num_segs` `P2pdmaIoSeg`s at `segs_ptr` (copying them in, `EFAULT` where
+// they are not mapped), so whatever the pointer, no memory of this process
+// is written but the argument.
+unsafe impl Ioctl for BlockIoArg<'_> {
+    type Output = ();
+
+    const IS_MUTATING: bool = true;
+
+    fn opcode(&self) -> Opcode {
+        abi::P2PDMA_IOC_BLOCK_IO as Opcode
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        ptr::from_mut(self.arg).cast()
+    }
+
+    unsafe fn output_from_ptr(_out: IoctlOutput, _ptr: *mut c_void) -> rustix::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Moves data between a block device and an allocation by block I/O the
+/// module submits. `segs_ptr` and `num_segs` are set from `segs`; `arg` is
+/// updated in place (`bytes`).
+#[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
+pub fn block_io(
+    fd: impl AsFd,
+    arg: &mut abi::P2pdmaBlockIo,
+    segs: &[abi::P2pdmaIoSeg],
+) -> Result<(), Errno> {
+    arg.segs_ptr = segs.as_ptr() as u64;
+    arg.num_segs = u32::try_from(segs.len()).map_err(|_| Errno::INVAL)?;
+    block_io_raw(fd, arg)
+}
+
+/// [`block_io`] with `segs_ptr` and `num_segs` as the caller set them: the
+/// kernel only reads the segments, so any pointer is harmless (a bad one
+/// gives `EFAULT`).
+#[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
+pub fn block_io_raw(fd: impl AsFd, arg: &mut abi::P2pdmaBlockIo) -> Result<(), Errno> {
+    // SAFETY: See the `Ioctl` implementation.
+    unsafe { ioctl(fd, BlockIoArg { arg }) }
+}
+
 /// An argument address that can never point at memory of this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InvalidPointer {

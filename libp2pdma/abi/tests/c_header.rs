@@ -69,6 +69,14 @@ int main(void) {
     V(P2PDMA_CAP_REVOKE) V(P2PDMA_CAP_MAP_DIRECTION) V(P2PDMA_MAP_PEER_READS)
     V(P2PDMA_MAP_PEER_WRITES) V(P2PDMA_MAX_PIN_OVERLAP) V(P2PDMA_STATE_LIVE)
     V(P2PDMA_STATE_REVOKED) V(P2PDMA_IOC_SET_EVENTFD) V(P2PDMA_IOC_HANDLE_STATE)
+    S(p2pdma_io_seg)
+    O(p2pdma_io_seg, mem_offset) O(p2pdma_io_seg, dev_offset) O(p2pdma_io_seg, len)
+    S(p2pdma_block_io)
+    O(p2pdma_block_io, handle) O(p2pdma_block_io, fd) O(p2pdma_block_io, flags)
+    O(p2pdma_block_io, segs_ptr) O(p2pdma_block_io, num_segs) O(p2pdma_block_io, depth)
+    O(p2pdma_block_io, bytes) O(p2pdma_block_io, reserved)
+    V(P2PDMA_CAP_BLOCK_IO) V(P2PDMA_IO_WRITE) V(P2PDMA_IO_MAX_SEGS) V(P2PDMA_IO_MAX_SEG_LEN)
+    V(P2PDMA_IO_MAX_DEPTH) V(P2PDMA_IO_DEFAULT_DEPTH) V(P2PDMA_IOC_BLOCK_IO)
     return 0;
 }
 "#;
@@ -157,6 +165,12 @@ fn c_header_matches_rust_abi() {
         P2PDMA_IOC_DMABUF_IMPORT P2PDMA_CAP_REVOKE P2PDMA_CAP_MAP_DIRECTION
         P2PDMA_MAP_PEER_READS P2PDMA_MAP_PEER_WRITES P2PDMA_MAX_PIN_OVERLAP P2PDMA_STATE_LIVE
         P2PDMA_STATE_REVOKED P2PDMA_IOC_SET_EVENTFD P2PDMA_IOC_HANDLE_STATE);
+    s!(P2pdmaIoSeg, "p2pdma_io_seg");
+    o!(P2pdmaIoSeg, "p2pdma_io_seg", mem_offset dev_offset len);
+    s!(P2pdmaBlockIo, "p2pdma_block_io");
+    o!(P2pdmaBlockIo, "p2pdma_block_io", handle fd flags segs_ptr num_segs depth bytes reserved);
+    v!(P2PDMA_CAP_BLOCK_IO P2PDMA_IO_WRITE P2PDMA_IO_MAX_SEGS P2PDMA_IO_MAX_SEG_LEN
+        P2PDMA_IO_MAX_DEPTH P2PDMA_IO_DEFAULT_DEPTH P2PDMA_IOC_BLOCK_IO);
     assert_eq!(c, rust, "kmod/uapi.h and kmod/uapi.rs disagree");
 }
 
@@ -174,4 +188,5 @@ fn request_codes_are_pinned() {
     assert_eq!(P2PDMA_IOC_DMABUF_IMPORT, 0xC078_BC08);
     assert_eq!(P2PDMA_IOC_SET_EVENTFD, 0x4018_BC09);
     assert_eq!(P2PDMA_IOC_HANDLE_STATE, 0xC020_BC0A);
+    assert_eq!(P2PDMA_IOC_BLOCK_IO, 0xC048_BC0B);
 }

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use super::{Direction, PathStats, StorageFile};
+use super::{Direction, P2pSubmit, PathStats, StorageFile};
 use crate::{
     backend::{DeviceMemory, DmaTarget},
     uring::{Buf, Context, Session},
@@ -49,6 +49,8 @@ pub(super) struct Xfer<'a> {
     pub(super) mem_offset: usize,
     pub(super) len: usize,
     pub(super) stats: &'a PathStats,
+    /// How the P2P path submits its I/O.
+    pub(super) submit: P2pSubmit,
     /// When the transfer started: a lone I/O's storage time runs from here,
     /// saving a clock read on the small transfers where it shows.
     pub(super) start: Instant,
@@ -60,7 +62,7 @@ impl Xfer<'_> {
     }
 
     /// Offset in device memory of file byte `f` (inside the transfer).
-    fn mem_at(&self, f: u64) -> usize {
+    pub(super) fn mem_at(&self, f: u64) -> usize {
         self.mem_offset + (f - self.file_offset) as usize
     }
 

@@ -45,6 +45,41 @@ impl fmt::Display for PathPref {
     }
 }
 
+/// How the P2P path submits block I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum P2pSubmit {
+    /// The module's block I/O where it can (a block device, memory from the
+    /// module), `O_DIRECT` on the memory's mapping otherwise.
+    #[default]
+    Auto,
+    /// Always `O_DIRECT` on the memory's mapping: the kernel pins the
+    /// mapping's pages for every I/O.
+    Odirect,
+}
+
+impl FromStr for P2pSubmit {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "odirect" | "o_direct" => Ok(Self::Odirect),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown P2P submission '{other}' (auto, odirect)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for P2pSubmit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Odirect => "odirect",
+        })
+    }
+}
+
 /// Engine settings. Chunk size and depth are chosen automatically unless set.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
@@ -55,6 +90,8 @@ pub struct Config {
     pub chunk: Option<usize>,
     /// Chunks in flight (bounce slots and ring entries).
     pub depth: Option<usize>,
+    /// How the P2P path submits its I/O.
+    pub p2p_submit: P2pSubmit,
 }
 
 /// Default and largest chunk.
@@ -66,7 +103,8 @@ const MAX_DEPTH: usize = 256;
 
 impl Config {
     /// Defaults, then `$P2PDMA_CONFIG` (or `/etc/p2pdma.conf` if it exists),
-    /// then the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`).
+    /// then the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
+    /// `P2PDMA_P2P_SUBMIT`).
     pub fn from_env() -> Result<Self> {
         let mut c = Self::default();
         let file = std::env::var_os("P2PDMA_CONFIG")
@@ -84,6 +122,7 @@ impl Config {
             ("path", "P2PDMA_PATH"),
             ("chunk", "P2PDMA_CHUNK"),
             ("depth", "P2PDMA_DEPTH"),
+            ("p2p_submit", "P2PDMA_P2P_SUBMIT"),
         ] {
             if let Ok(v) = std::env::var(var) {
                 c.set(key, &v)
@@ -131,6 +170,7 @@ impl Config {
                 }
                 self.depth = Some(v);
             }
+            "p2p_submit" => self.p2p_submit = value.parse()?,
             other => return Err(Error::InvalidArgument(format!("unknown setting '{other}'"))),
         }
         Ok(())
@@ -180,8 +220,12 @@ mod tests {
     #[test]
     fn config_file_and_values() {
         let mut c = Config::default();
-        c.apply_file("# comment\npath = bounce\nchunk=2M # two\n\ndepth = 16\n")
-            .unwrap();
+        c.apply_file(
+            "# comment\npath = bounce\nchunk=2M # two\n\ndepth = 16\np2p_submit = odirect\n",
+        )
+        .unwrap();
+        assert_eq!(c.p2p_submit, P2pSubmit::Odirect);
+        assert!(c.apply_file("p2p_submit = sideways").is_err());
         assert_eq!(c.path, PathPref::Bounce);
         assert_eq!(c.chunk, Some(2 << 20));
         assert_eq!(c.depth, Some(16));

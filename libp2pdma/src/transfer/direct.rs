@@ -1,18 +1,27 @@
-//! The P2P path: `O_DIRECT` I/O whose buffer is the accelerator memory's CPU
-//! mapping, so the SSD's DMA engine reads or writes the accelerator's BAR
+//! The P2P path: the SSD's DMA engine reads or writes the accelerator's BAR
 //! directly. Partial blocks at the ends go through a bounce slot (reads) or
-//! the page cache (writes, exactly the bytes asked for), the block-aligned
-//! middle goes direct, with up to `depth` I/Os in flight.
+//! the page cache (writes, exactly the bytes asked for); the block-aligned
+//! middle goes direct, with up to `depth` I/Os in flight, submitted one of
+//! two ways:
+//!
+//! - by the module (`BLOCK_IO`), for a block device and memory allocated
+//!   from the module: it builds the block I/O on the allocation's own
+//!   pages, so nothing is pinned per I/O;
+//! - otherwise by `O_DIRECT` through io_uring with the memory's CPU mapping
+//!   as the buffer: the kernel pins the mapping's pages for every I/O.
 
 use std::time::Instant;
 
+use p2pdma_abi as abi;
+use rustix::io::Errno;
+
 use super::{
     bounce::{round_down, round_up, Xfer},
-    Direction,
+    Direction, P2pSubmit,
 };
 use crate::{
     uring::{Buf, Context, Session},
-    Error, Result,
+    Error, Module, Result,
 };
 
 /// Runs `x` in direction `dir` (`x.len > 0`).
@@ -40,9 +49,101 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     }
 }
 
-/// Direct I/O of the block-aligned `[m0, m1)` straight to or from device
-/// memory.
+/// The block-aligned `[m0, m1)` straight to or from device memory: by the
+/// module where it can, else (or when the module refuses the shape or the
+/// pair) by `O_DIRECT`.
 fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> Result<()> {
+    if let Some((module, handle)) = module_io(x) {
+        match by_module(s, x, module, handle, write, m0, m1) {
+            Err(Error::Ioctl { source, .. }) if module_refused(source) => {}
+            r => return r,
+        }
+    }
+    by_odirect(s, x, write, m0, m1)
+}
+
+/// The module and allocation that can do `x`'s I/O (`BLOCK_IO`), if any:
+/// storage that is a block device, memory from a module that has it.
+fn module_io<'a>(x: &Xfer<'a>) -> Option<(&'a Module, u64)> {
+    if x.submit != P2pSubmit::Auto || x.file.is_file() {
+        return None;
+    }
+    let (module, handle) = x.mem.module_allocation()?;
+    module.has_block_io().then_some((&**module, handle))
+}
+
+/// Whether the module's refusal leaves `O_DIRECT` worth trying: it does not
+/// do this device, shape or pair, or the page cache is in use; an I/O error
+/// is the device's and is returned.
+fn module_refused(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::OPNOTSUPP
+            | Errno::REMOTEIO
+            | Errno::INVAL
+            | Errno::NOTBLK
+            | Errno::BUSY
+            | Errno::NOTTY
+            | Errno::PERM
+    )
+}
+
+/// The middle by the module's block I/O: one segment per chunk, `depth` in
+/// flight, as many calls as the module's segment limit needs.
+#[allow(clippy::too_many_arguments)]
+fn by_module(
+    s: &Session<'_>,
+    x: &Xfer<'_>,
+    module: &Module,
+    handle: u64,
+    write: bool,
+    m0: u64,
+    m1: u64,
+) -> Result<()> {
+    let chunk = (s.chunk() as u64).min(abi::P2PDMA_IO_MAX_SEG_LEN);
+    let segs: Vec<abi::P2pdmaIoSeg> = (m0..m1)
+        .step_by(chunk as usize)
+        .map(|c0| abi::P2pdmaIoSeg {
+            mem_offset: x.mem_at(c0) as u64,
+            dev_offset: c0,
+            len: chunk.min(m1 - c0),
+        })
+        .collect();
+    let depth = u32::try_from(s.depth())
+        .unwrap_or(abi::P2PDMA_IO_MAX_DEPTH)
+        .min(abi::P2PDMA_IO_MAX_DEPTH);
+    let t = Instant::now();
+    for batch in segs.chunks(abi::P2PDMA_IO_MAX_SEGS as usize) {
+        let c0 = batch[0].dev_offset;
+        let len: u64 = batch.iter().map(|g| g.len).sum();
+        match module.block_io(handle, x.file.fd(), write, batch, depth) {
+            Ok(n) if n == len => {}
+            Ok(n) => {
+                return Err(Error::Short {
+                    what: if write {
+                        "P2P write to storage"
+                    } else {
+                        "P2P read from storage"
+                    },
+                    expected: len,
+                    done: n,
+                })
+            }
+            Err(Error::Ioctl { source, .. }) if !module_refused(source) => {
+                let what = if write { "P2P write" } else { "P2P read" };
+                return Err(x.file.io_error(what, c0, len, source));
+            }
+            Err(e) => return Err(e),
+        }
+        x.stats.record_module_ios(batch.len() as u64);
+    }
+    x.stats.record_storage(t.elapsed());
+    Ok(())
+}
+
+/// The middle by `O_DIRECT` through the ring, the memory's CPU mapping as
+/// the buffer.
+fn by_odirect(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> Result<()> {
     let chunk = s.chunk() as u64;
     let n = (m1 - m0).div_ceil(chunk);
     let mut next = 0u64;

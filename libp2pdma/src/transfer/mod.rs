@@ -45,7 +45,7 @@ use std::{
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
 pub use asyncio::{Request, Ticket};
-pub use config::{Config, PathPref};
+pub use config::{Config, P2pSubmit, PathPref};
 pub use stats::{PathStats, Stats};
 
 use crate::{
@@ -778,6 +778,7 @@ impl Engine {
             mem_offset,
             len,
             stats,
+            submit: self.config.p2p_submit,
             start,
         };
         let (res, path, retried) = match choice.path {

@@ -11,6 +11,7 @@ pub struct PathStats {
     bytes: AtomicU64,
     transfers: AtomicU64,
     ios: AtomicU64,
+    module_ios: AtomicU64,
     retries: AtomicU64,
     storage_ns: AtomicU64,
     copy_ns: AtomicU64,
@@ -26,6 +27,9 @@ pub struct PathSnapshot {
     pub transfers: u64,
     /// Storage I/Os issued.
     pub ios: u64,
+    /// Of those, the ones the module submitted on its own pages (P2P path,
+    /// `BLOCK_IO`: nothing pinned per I/O).
+    pub module_ios: u64,
     /// Transfers that failed on this path and were redone on the bounce path.
     pub retries: u64,
     /// Time spent waiting for storage.
@@ -47,6 +51,11 @@ impl PathStats {
         self.ios.fetch_add(n, Relaxed);
     }
 
+    pub(crate) fn record_module_ios(&self, n: u64) {
+        self.ios.fetch_add(n, Relaxed);
+        self.module_ios.fetch_add(n, Relaxed);
+    }
+
     pub(crate) fn record_retry(&self) {
         self.retries.fetch_add(1, Relaxed);
     }
@@ -65,6 +74,7 @@ impl PathStats {
             bytes: self.bytes.load(Relaxed),
             transfers: self.transfers.load(Relaxed),
             ios: self.ios.load(Relaxed),
+            module_ios: self.module_ios.load(Relaxed),
             retries: self.retries.load(Relaxed),
             storage: Duration::from_nanos(self.storage_ns.load(Relaxed)),
             copy: Duration::from_nanos(self.copy_ns.load(Relaxed)),

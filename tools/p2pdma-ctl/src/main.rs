@@ -130,6 +130,28 @@ enum Cmd {
         #[command(flatten)]
         peer: PeerArgs,
     },
+    /// Read a range of a block device into a new allocation by the module's
+    /// own block I/O (BLOCK_IO), compare it with a plain read of the range,
+    /// print the throughput, then free it.
+    BlockIo {
+        /// Accelerator index.
+        #[arg(long, default_value_t = 0)]
+        dev: u32,
+        /// The block device (e.g. /dev/nvme0n1).
+        device: PathBuf,
+        /// Byte offset on the device (a multiple of its logical block).
+        #[arg(long, default_value = "0", value_parser = parse_size)]
+        offset: u64,
+        /// Bytes (a multiple of its logical block).
+        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        len: u64,
+        /// Bytes per segment (one bio each).
+        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        seg: u64,
+        /// Segments in flight (0: the module's default).
+        #[arg(long, default_value_t = 0)]
+        depth: u32,
+    },
     /// Check whether data can move between a storage path and an
     /// accelerator by P2P DMA, and why not (a report: exits 0 either way).
     Doctor(doctor::DoctorArgs),
@@ -231,6 +253,74 @@ fn print_mapping(json: bool, what: &str, m: &DmaMapping) {
         for (i, &(addr, len)) in m.segs.iter().enumerate() {
             println!("  seg {i}: {addr:#x} + {len:#x}");
         }
+    }
+}
+
+/// `block-io`: the range read by `BLOCK_IO`, checked against `pread`.
+#[allow(clippy::too_many_arguments)]
+fn block_io(
+    module: &Module,
+    json: bool,
+    dev: u32,
+    device: &std::path::Path,
+    offset: u64,
+    len: u64,
+    seg: u64,
+    depth: u32,
+) -> Result<(), Box<dyn StdError>> {
+    if len == 0 || seg == 0 {
+        return Err("--len and --seg must not be 0".into());
+    }
+    let fd = open(device, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| format!("cannot open {}: {e}", device.display()))?;
+    let a = module.alloc(dev, len, 0)?;
+    let map = a.map()?;
+    let segs: Vec<p2pdma_abi::P2pdmaIoSeg> = (0..len)
+        .step_by(seg as usize)
+        .map(|at| p2pdma_abi::P2pdmaIoSeg {
+            mem_offset: at,
+            dev_offset: offset + at,
+            len: seg.min(len - at),
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let mut moved = 0;
+    for batch in segs.chunks(p2pdma_abi::P2PDMA_IO_MAX_SEGS as usize) {
+        moved += module.block_io(a.handle(), &fd, false, batch, depth)?;
+    }
+    let took = t.elapsed();
+    let mut got = vec![0u8; len as usize];
+    map.read_at(0, &mut got)?;
+    let mut want = vec![0u8; len as usize];
+    let n = rustix::io::pread(&fd, &mut want, offset)?;
+    let diff = if n == want.len() {
+        first_difference(&want, &got)
+    } else {
+        Some(format!("pread gave {n} of {len} bytes"))
+    };
+    let gib_s = moved as f64 / (1u64 << 30) as f64 / took.as_secs_f64();
+    if json {
+        println!(
+            "{}",
+            json!({"op": "block-io", "bytes": moved, "segments": segs.len(),
+                   "seconds": took.as_secs_f64(), "gib_s": gib_s, "match": diff.is_none()})
+        );
+    } else {
+        println!(
+            "block-io: {moved} bytes in {} segments, {:.3} s, {gib_s:.3} GiB/s; {}",
+            segs.len(),
+            took.as_secs_f64(),
+            match &diff {
+                None => "the memory matches a pread of the range".to_string(),
+                Some(d) => format!("MISMATCH with a pread of the range: {d}"),
+            }
+        );
+    }
+    drop(map);
+    a.free()?;
+    match diff {
+        None => Ok(()),
+        Some(d) => Err(format!("the memory differs from the device: {d}").into()),
     }
 }
 
@@ -428,6 +518,14 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             print_mapping(json, "pin-user", &m);
             unmap_and_report(&module, json, &m)?;
         }
+        Cmd::BlockIo {
+            dev,
+            device,
+            offset,
+            len,
+            seg,
+            depth,
+        } => block_io(&module, json, *dev, device, *offset, *len, *seg, *depth)?,
         Cmd::Unmap { map_handle } => {
             module.unmap(*map_handle)?;
             print_done(json, "unmap", *map_handle);

@@ -143,6 +143,7 @@ fn skip(why: impl Into<String>) -> R {
 
 // The cases by subject; they use the macros above.
 mod alloc;
+mod blockio;
 mod peer;
 mod pin;
 mod race;
@@ -2345,6 +2346,9 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("dmabuf-import", || c.dmabuf_import());
     s.case("dmabuf-import-not-dmabuf", || c.dmabuf_import_not_dmabuf());
     s.case("dmabuf-import-hugetlb-self", || c.dmabuf_hugetlb_self());
+    s.case("block-io-read", || c.block_io_read());
+    s.case("block-io-write", || c.block_io_write());
+    s.case("block-io-bad-args", || c.block_io_bad_args());
     s.case("leak-after-dma", || c.leak_check());
 
     // Processes that lose privileges or die, and the device going away.

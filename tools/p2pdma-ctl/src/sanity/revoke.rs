@@ -323,6 +323,30 @@ impl Ctx {
             "revoke-handle-state",
             self.want_states(&handles, abi::P2PDMA_STATE_REVOKED),
         );
+        // The memory is gone: the module's block I/O on it is refused.
+        suite.report(
+            "revoke-block-io",
+            match (self.nvme(), &alloc) {
+                (Ok(nvme), Ok(a)) => {
+                    let seg = abi::P2pdmaIoSeg {
+                        len: 4 * KIB,
+                        ..Default::default()
+                    };
+                    let mut arg = abi::P2pdmaBlockIo {
+                        handle: a.handle(),
+                        fd: std::os::fd::AsRawFd::as_raw_fd(nvme),
+                        ..Default::default()
+                    };
+                    want_errno(
+                        "BLOCK_IO on a revoked allocation",
+                        sys::block_io(&self.module, &mut arg, &[seg]),
+                        Errno::NODEV,
+                    )
+                }
+                (Err(w), _) => Err(w),
+                (_, Err(e)) => Err(Why::Fail(format!("ALLOC: {e}"))),
+            },
+        );
         suite.report(
             "revoke-eventfd-signalled",
             match &efd {

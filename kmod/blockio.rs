@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! `BLOCK_IO`: reads and writes between an allocation and a block device,
+//! as bios the module builds on the allocation's own P2P pages.
+//!
+//! `O_DIRECT` on a user mapping of the memory pins every page of every I/O
+//! (`FOLL_PCI_P2PDMA`), builds a bio segment per page and unpins at
+//! completion; here the pages are already held by the allocation, so each
+//! segment is one bio with one multi-page vector, and the block layer and
+//! the NVMe driver map it as they map any P2P memory (a bio of P2P pages is
+//! marked `REQ_NOMERGE`, never merged with I/O on other memory). The
+//! caller must be allowed the I/O itself: the block device is one it opened
+//! for reading or writing.
+
+use kernel::{
+    dma::DataDirection,
+    fs::file::LocalFile,
+    prelude::*,
+    uaccess::{
+        UserPtr,
+        UserSlice, //
+    },
+};
+
+use crate::{
+    accel::DEVICES,
+    ffi::{
+        self,
+        BlockDev,
+        BlockIo,
+        Peer,
+        PAGE_SIZE, //
+    },
+    memory::Alloc,
+    uapi, //
+};
+
+/// Runs `BLOCK_IO` on `alloc` (an allocation of the caller's file) with
+/// the argument `arg`, already read; sets `arg.bytes`.
+pub(crate) fn run(alloc: &Alloc, arg: &mut uapi::P2pdmaBlockIo) -> Result {
+    if arg.flags & !uapi::P2PDMA_IO_WRITE != 0
+        || arg.bytes != 0
+        || arg.reserved != [0; 4]
+        || arg.num_segs == 0
+        || arg.num_segs > uapi::P2PDMA_IO_MAX_SEGS
+        || arg.depth > uapi::P2PDMA_IO_MAX_DEPTH
+    {
+        return Err(EINVAL);
+    }
+    let write = arg.flags & uapi::P2PDMA_IO_WRITE != 0;
+    let depth = match arg.depth {
+        0 => uapi::P2PDMA_IO_DEFAULT_DEPTH,
+        d => d,
+    };
+    let fd = u32::try_from(arg.fd).map_err(|_| EBADF)?;
+    let file = LocalFile::fget(fd)?;
+    let bdev = BlockDev::of(&file)?;
+    let facts = *bdev.facts();
+    if (write && !facts.writable) || (!write && !facts.readable) {
+        return Err(EBADF);
+    }
+    if write && facts.read_only {
+        return Err(EPERM);
+    }
+    if !facts.p2pdma {
+        return Err(EOPNOTSUPP);
+    }
+    let segs = read_segs(arg.segs_ptr, arg.num_segs)?;
+    let block = u64::from(facts.logical_block_size.max(1));
+    let dma_mask = u64::from(facts.dma_alignment);
+    let mut total = 0u64;
+    for s in &segs {
+        let dev_end = s.dev_offset.checked_add(s.len).ok_or(EINVAL)?;
+        let mem_end = s.mem_offset.checked_add(s.len).ok_or(EINVAL)?;
+        if s.len == 0
+            || s.len > uapi::P2PDMA_IO_MAX_SEG_LEN
+            || s.dev_offset % block != 0
+            || s.len % block != 0
+            || s.mem_offset & dma_mask != 0
+            || dev_end > facts.size
+            || mem_end > alloc.size
+        {
+            return Err(EINVAL);
+        }
+        total += s.len;
+    }
+    reachable(alloc, bdev.file())?;
+    let pages = alloc.pages()?;
+    for s in &segs {
+        bdev.sync_cache(s.dev_offset, s.len, write)?;
+    }
+    let moved = {
+        let io = BlockIo::new(&bdev, &pages)?;
+        io.plug(true);
+        let mut stopped = Ok(());
+        for s in &segs {
+            if io.error().is_some() {
+                break;
+            }
+            if ffi::fatal_signal_pending() {
+                stopped = Err(EINTR);
+                break;
+            }
+            io.wait_below(depth);
+            if let Err(e) = io.submit(write, s.dev_offset, s.mem_offset, s.len) {
+                stopped = Err(e);
+                break;
+            }
+        }
+        io.plug(false);
+        io.wait_below(1);
+        match io.error() {
+            Some(e) => Err(e),
+            None => stopped,
+        }
+    };
+    if write {
+        // Pages read into the cache while the write ran are stale now; a
+        // page that cannot be dropped (mapped by a process) stays, as it
+        // does after the kernel's own direct writes.
+        for s in &segs {
+            let _ = bdev.sync_cache(s.dev_offset, s.len, true);
+        }
+    }
+    moved?;
+    arg.bytes = total;
+    Ok(())
+}
+
+/// Reads the caller's `n` segments at `ptr`.
+fn read_segs(ptr: u64, n: u32) -> Result<KVVec<uapi::P2pdmaIoSeg>> {
+    let size = core::mem::size_of::<uapi::P2pdmaIoSeg>();
+    let mut reader =
+        UserSlice::new(UserPtr::from_addr(ptr as usize), n as usize * size).reader();
+    let mut segs = KVVec::with_capacity(n as usize, GFP_KERNEL)?;
+    for _ in 0..n {
+        segs.push(reader.read()?, GFP_KERNEL)?;
+    }
+    Ok(segs)
+}
+
+/// `EREMOTEIO` unless the kernel lets every controller behind `file` reach
+/// the allocation's memory: one page of the accelerator's is mapped for
+/// each, as the driver will map the bios.
+fn reachable(alloc: &Alloc, file: &LocalFile) -> Result {
+    let probe = DEVICES
+        .lock()
+        .get(alloc.dev_index)
+        .map(|d| d.probe.clone())
+        .ok_or(ENODEV)?;
+    for peer in &Peer::from_file(file)? {
+        probe.map_for(peer, 0, PAGE_SIZE, DataDirection::Bidirectional)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,391 @@
+//! `BLOCK_IO`: block I/O the module builds on an allocation's own pages,
+//! checked byte for byte against what the kernel's own reads of the
+//! namespace return, in both directions, with the page cache in play, and
+//! refused with the documented errno for every bad argument.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use p2pdma::{sys, sys::HostBuffer, DeviceMapping};
+use p2pdma_abi as abi;
+use rustix::{
+    fs::{open, Mode, OFlags},
+    io::Errno,
+};
+
+use super::{all, ename, want_errno, Ctx, Why, KIB, MIB, R};
+use crate::util::{first_difference, pattern};
+
+/// Bytes of the namespace the write cases use, at its end; restored after.
+const SCRATCH: u64 = MIB;
+
+impl Ctx {
+    /// The namespace opened again, `flags` added (`O_RDWR`, `O_DIRECT`).
+    fn nvme_with(&self, flags: OFlags) -> Result<OwnedFd, Why> {
+        self.nvme()?;
+        open(
+            self.nvme_path.as_str(),
+            flags | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Why::Fail(format!("open {}: {}", self.nvme_path, ename(e))))
+    }
+
+    /// `len` bytes of the namespace at `offset`, read with `O_DIRECT` by
+    /// the kernel's own block-device path: the reference.
+    fn nvme_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>, Why> {
+        let fd = self.nvme_with(OFlags::RDONLY | OFlags::DIRECT)?;
+        let buf = HostBuffer::new(len).map_err(|e| format!("host buffer: {}", ename(e)))?;
+        let n = buf
+            .pread_from(&fd, offset, 0, len)
+            .map_err(|e| format!("O_DIRECT pread of the namespace: {}", ename(e)))?;
+        if n != len {
+            return Err(Why::Fail(format!("O_DIRECT pread gave {n} of {len} bytes")));
+        }
+        let mut out = vec![0u8; len];
+        buf.read_raw(0, &mut out)
+            .map_err(|e| format!("host buffer: {}", ename(e)))?;
+        Ok(out)
+    }
+
+    /// Size of the namespace.
+    fn nvme_size(&self) -> Result<u64, Why> {
+        let fd = self.nvme()?;
+        rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0))
+            .map_err(|e| Why::Fail(format!("size of {}: {}", self.nvme_path, ename(e))))
+    }
+
+    /// `BLOCK_IO` of `segs` on allocation `handle` through `fd`.
+    fn block_io(
+        &self,
+        handle: u64,
+        fd: &impl AsFd,
+        write: bool,
+        segs: &[abi::P2pdmaIoSeg],
+        depth: u32,
+    ) -> Result<u64, Errno> {
+        let mut arg = abi::P2pdmaBlockIo {
+            handle,
+            fd: fd.as_fd().as_raw_fd(),
+            flags: if write { abi::P2PDMA_IO_WRITE } else { 0 },
+            depth,
+            ..Default::default()
+        };
+        sys::block_io(&self.module, &mut arg, segs)?;
+        Ok(arg.bytes)
+    }
+
+    /// Reads three segments, out of order, one at a memory offset inside a
+    /// page, into poisoned memory: each lands where it was asked to, with
+    /// the namespace's bytes, and nothing else of the memory changes. Where
+    /// the kernel refuses P2P between the two, `EREMOTEIO` and the memory is
+    /// untouched.
+    pub(super) fn block_io_read(&self) -> R {
+        let nvme = self.nvme_with(OFlags::RDONLY)?;
+        let p2p = self.nvme_p2p()?;
+        let a = self.module.alloc(self.dev, 4 * MIB, 0)?;
+        let map = a.map()?;
+        let poison = vec![0xA5u8; map.len()];
+        map.write_at(0, &poison)?;
+        let segs = [
+            seg(2 * MIB + 512, 3 * MIB, MIB),
+            seg(64 * KIB, 128 * KIB, 512 * KIB),
+            seg(3 * MIB + 512 * KIB, 7 * MIB, 4 * KIB),
+        ];
+        let r = self.block_io(a.handle(), &nvme, false, &segs, 2);
+        let mut expect = poison.clone();
+        if !p2p {
+            let checks = vec![
+                want_errno("BLOCK_IO where P2P is refused", r, Errno::REMOTEIO),
+                same_memory(&map, &expect, "after the refused BLOCK_IO"),
+            ];
+            return all(checks);
+        }
+        let n = r.map_err(|e| format!("BLOCK_IO read: {}", ename(e)))?;
+        let total: u64 = segs.iter().map(|s| s.len).sum();
+        ensure_bytes(n, total)?;
+        for s in &segs {
+            let want = self.nvme_bytes(s.dev_offset, s.len as usize)?;
+            let m = s.mem_offset as usize;
+            expect[m..m + want.len()].copy_from_slice(&want);
+        }
+        same_memory(&map, &expect, "after BLOCK_IO read")
+    }
+
+    /// Writes memory to the last MiB of the namespace, which is restored
+    /// afterwards: the kernel's `O_DIRECT` reads and its page cache (filled
+    /// before the write) both show the new bytes. Then a buffered write left
+    /// dirty in the page cache is what a `BLOCK_IO` read returns.
+    pub(super) fn block_io_write(&self) -> R {
+        let rw = self.nvme_with(OFlags::RDWR)?;
+        let p2p = self.nvme_p2p()?;
+        let at = (self.nvme_size()? - SCRATCH) / (4 * KIB) * (4 * KIB);
+        let original = self.nvme_bytes(at, SCRATCH as usize)?;
+        let r = self.block_io_write_checks(&rw, p2p, at, &original);
+        // Put the namespace back as it was, through the page cache, synced.
+        let restore = rustix::io::pwrite(&rw, &original, at)
+            .and_then(|n| {
+                rustix::fs::fsync(&rw)?;
+                Ok(n)
+            })
+            .map_err(|e| Why::Fail(format!("restoring the namespace: {}", ename(e))))
+            .and_then(|n| {
+                if n == original.len() {
+                    Ok(())
+                } else {
+                    Err(Why::Fail(format!(
+                        "restored {n} of {} bytes",
+                        original.len()
+                    )))
+                }
+            });
+        all(vec![r, restore])
+    }
+
+    fn block_io_write_checks(&self, rw: &OwnedFd, p2p: bool, at: u64, original: &[u8]) -> R {
+        let len = SCRATCH as usize;
+        let a = self.module.alloc(self.dev, 2 * MIB, 0)?;
+        let map = a.map()?;
+        let data = pattern(41, 0, len);
+        map.write_at(4 * KIB as usize, &data)?;
+        // Fill the page cache with the old bytes.
+        let mut cached = vec![0u8; len];
+        rustix::io::pread(rw, &mut cached, at)
+            .map_err(|e| format!("buffered pread: {}", ename(e)))?;
+        let segs = [
+            seg(4 * KIB + SCRATCH / 2, at + SCRATCH / 2, SCRATCH / 2),
+            seg(4 * KIB, at, SCRATCH / 2),
+        ];
+        let r = self.block_io(a.handle(), rw, true, &segs, 0);
+        if !p2p {
+            return all(vec![
+                want_errno("BLOCK_IO write where P2P is refused", r, Errno::REMOTEIO),
+                same(
+                    original,
+                    &self.nvme_bytes(at, len)?,
+                    "the namespace after the refused write",
+                ),
+            ]);
+        }
+        let n = r.map_err(|e| format!("BLOCK_IO write: {}", ename(e)))?;
+        ensure_bytes(n, SCRATCH)?;
+        let mut checks = vec![same(
+            &data,
+            &self.nvme_bytes(at, len)?,
+            "O_DIRECT read after BLOCK_IO write",
+        )];
+        let mut back = vec![0u8; len];
+        checks.push(
+            rustix::io::pread(rw, &mut back, at)
+                .map_err(|e| Why::Fail(format!("buffered pread: {}", ename(e))))
+                .and_then(|_| {
+                    same(
+                        &data,
+                        &back,
+                        "buffered read after BLOCK_IO write (stale page cache)",
+                    )
+                }),
+        );
+        // A dirty page the module must write back before reading.
+        let dirty = pattern(42, 0, 8 * KIB as usize);
+        let w = rustix::io::pwrite(rw, &dirty, at + 16 * KIB);
+        checks.push(
+            w.map(|_| ())
+                .map_err(|e| Why::Fail(format!("buffered pwrite: {}", ename(e)))),
+        );
+        let poison = vec![0xA5u8; map.len()];
+        map.write_at(0, &poison)?;
+        let rd = [seg(0, at, 64 * KIB)];
+        match self.block_io(a.handle(), rw, false, &rd, 0) {
+            Ok(_) => {
+                let mut expect = data[..64 * KIB as usize].to_vec();
+                expect[16 * KIB as usize..24 * KIB as usize].copy_from_slice(&dirty);
+                let mut got = vec![0u8; 64 * KIB as usize];
+                map.read_at(0, &mut got)?;
+                checks.push(same(
+                    &expect,
+                    &got,
+                    "BLOCK_IO read of a range with dirty page cache",
+                ));
+            }
+            Err(e) => checks.push(Err(Why::Fail(format!("BLOCK_IO read: {}", ename(e))))),
+        }
+        all(checks)
+    }
+
+    /// Every malformed request gets its errno, and none of them moves a
+    /// byte: the memory and the namespace are as they were.
+    pub(super) fn block_io_bad_args(&self) -> R {
+        let ro = self.nvme_with(OFlags::RDONLY)?;
+        let size = self.nvme_size()?;
+        let a = self.module.alloc(self.dev, MIB, 0)?;
+        let map = a.map()?;
+        let poison = vec![0x5Au8; map.len()];
+        map.write_at(0, &poison)?;
+        let before = self.nvme_bytes(0, 64 * KIB as usize)?;
+        let h = a.handle();
+        let good = seg(0, 0, 64 * KIB);
+        let raw = |f: &dyn Fn(&mut abi::P2pdmaBlockIo), segs: &[abi::P2pdmaIoSeg], fd: i32| {
+            let mut arg = abi::P2pdmaBlockIo {
+                handle: h,
+                fd,
+                ..Default::default()
+            };
+            f(&mut arg);
+            sys::block_io(&self.module, &mut arg, segs)
+        };
+        let fd = ro.as_raw_fd();
+        let null = open("/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("/dev/null: {}", ename(e)))?;
+        let file = super::revoke::scratch_file("block-io")?;
+        let many = vec![good; abi::P2PDMA_IO_MAX_SEGS as usize + 1];
+        let mut checks = vec![
+            want_errno("flags 2", raw(&|a| a.flags = 2, &[good], fd), Errno::INVAL),
+            want_errno(
+                "reserved[3] 1",
+                raw(&|a| a.reserved[3] = 1, &[good], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "bytes 1 on input",
+                raw(&|a| a.bytes = 1, &[good], fd),
+                Errno::INVAL,
+            ),
+            want_errno("no segments", raw(&|_| {}, &[], fd), Errno::INVAL),
+            want_errno(
+                "P2PDMA_IO_MAX_SEGS + 1 segments",
+                raw(&|_| {}, &many, fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "depth P2PDMA_IO_MAX_DEPTH + 1",
+                raw(&|a| a.depth = abi::P2PDMA_IO_MAX_DEPTH + 1, &[good], fd),
+                Errno::INVAL,
+            ),
+            want_errno("length 0", raw(&|_| {}, &[seg(0, 0, 0)], fd), Errno::INVAL),
+            want_errno(
+                "length 100",
+                raw(&|_| {}, &[seg(0, 0, 100)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "device offset 1",
+                raw(&|_| {}, &[seg(0, 1, 4 * KIB)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "memory offset 1",
+                raw(&|_| {}, &[seg(1, 0, 4 * KIB)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "past the device's end",
+                raw(&|_| {}, &[seg(0, size - 4 * KIB, 8 * KIB)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "device offset overflowing",
+                raw(&|_| {}, &[seg(0, u64::MAX - 4095, 8 * KIB)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "past the allocation's end",
+                raw(&|_| {}, &[seg(MIB - 4 * KIB, 0, 8 * KIB)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "a good segment, then a bad one",
+                raw(&|_| {}, &[good, seg(0, 0, 100)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "over P2PDMA_IO_MAX_SEG_LEN",
+                raw(&|_| {}, &[seg(0, 0, abi::P2PDMA_IO_MAX_SEG_LEN + 4096)], fd),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "no such handle",
+                raw(&|a| a.handle = h + 1000, &[good], fd),
+                Errno::NOENT,
+            ),
+            want_errno("fd -1", raw(&|_| {}, &[good], -1), Errno::BADF),
+            want_errno(
+                "fd of /dev/null",
+                raw(&|_| {}, &[good], null.as_raw_fd()),
+                Errno::NOTBLK,
+            ),
+            want_errno(
+                "fd of a regular file",
+                raw(&|_| {}, &[good], file.as_raw_fd()),
+                Errno::NOTBLK,
+            ),
+            want_errno(
+                "write through a read-only descriptor",
+                raw(&|a| a.flags = abi::P2PDMA_IO_WRITE, &[good], fd),
+                Errno::BADF,
+            ),
+            want_errno(
+                "segments at address 0",
+                sys::block_io_raw(
+                    &self.module,
+                    &mut abi::P2pdmaBlockIo {
+                        handle: h,
+                        fd,
+                        num_segs: 1,
+                        ..Default::default()
+                    },
+                ),
+                Errno::FAULT,
+            ),
+        ];
+        checks.push(same_memory(
+            &map,
+            &poison,
+            "the memory after the refused requests",
+        ));
+        checks.push(same(
+            &before,
+            &self.nvme_bytes(0, 64 * KIB as usize)?,
+            "the namespace after the refused requests",
+        ));
+        let freed = a.handle();
+        drop(map);
+        drop(a);
+        checks.push(want_errno(
+            "a freed handle",
+            raw(&|a| a.handle = freed, &[good], fd),
+            Errno::NOENT,
+        ));
+        all(checks)
+    }
+}
+
+fn seg(mem_offset: u64, dev_offset: u64, len: u64) -> abi::P2pdmaIoSeg {
+    abi::P2pdmaIoSeg {
+        mem_offset,
+        dev_offset,
+        len,
+    }
+}
+
+fn ensure_bytes(n: u64, want: u64) -> R {
+    if n == want {
+        Ok(())
+    } else {
+        Err(Why::Fail(format!(
+            "BLOCK_IO says {n} bytes moved, {want} asked"
+        )))
+    }
+}
+
+fn same(want: &[u8], got: &[u8], what: &str) -> R {
+    match first_difference(want, got) {
+        None => Ok(()),
+        Some(d) => Err(Why::Fail(format!("{what}: {d}"))),
+    }
+}
+
+fn same_memory(map: &DeviceMapping, want: &[u8], what: &str) -> R {
+    let mut got = vec![0u8; want.len()];
+    map.read_at(0, &mut got)?;
+    same(want, &got, what)
+}
