@@ -9,7 +9,7 @@
 . /suite/lib.sh
 
 check module-loads insmod /lib/modules/p2pdma.ko
-check bench-cpu p2pdma-ctl bench cpu --nvme "$NVME" --size 48M --reps 3
+check bench-cpu p2pdma-ctl bench cpu --nvme "$NVME" --size 48M --reps 36
 check bench-copy p2pdma-ctl bench copy
 # 4 KiB random reads of the NVMe namespace into BAR memory: the engine (AUTO
 # picks P2P here) against pread with O_DIRECT plus a copy.

@@ -21,6 +21,8 @@ else
 	expect=unsupported
 	# No multipath namespace in this topology.
 	may_skip="$may_skip p2p-query-multipath dma-map-multipath"
+	# P2P is refused here: there is no block I/O to race with the unbind.
+	may_skip="$may_skip unbind-during-block-io"
 	set --
 fi
 

@@ -2355,13 +2355,19 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("unprivileged-eperm", || c.unprivileged());
     s.case("killed-mid-io", || c.killed_mid_io());
     if args.no_unbind {
-        for case in ["unbind-while-mapped", "revoke-unbind", "unbind-mmap-race"] {
+        for case in [
+            "unbind-while-mapped",
+            "revoke-unbind",
+            "unbind-mmap-race",
+            "unbind-during-block-io",
+        ] {
             s.report(case, skip("--no-unbind"));
         }
     } else {
         c.unbind_rebind(s);
         c.unbind_revokes(s);
         c.unbind_mmap_race(s);
+        c.unbind_during_block_io(s);
     }
     s.case("leak-final", || c.leak_check());
 

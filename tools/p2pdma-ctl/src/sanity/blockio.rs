@@ -3,7 +3,15 @@
 //! namespace return, in both directions, with the page cache in play, and
 //! refused with the documented errno for every bad argument.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::{
+    os::fd::{AsFd, AsRawFd, OwnedFd},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering::SeqCst},
+        Arc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
 
 use p2pdma::{sys, sys::HostBuffer, DeviceMapping};
 use p2pdma_abi as abi;
@@ -12,7 +20,11 @@ use rustix::{
     io::Errno,
 };
 
-use super::{all, ename, want_errno, Ctx, Why, KIB, MIB, R};
+use super::{
+    all, ename,
+    revoke::{Unbinding, UNBIND_DEADLINE},
+    want_errno, Ctx, Suite, Why, KIB, MIB, R,
+};
 use crate::util::{first_difference, pattern};
 
 /// Bytes of the namespace the write cases use, at its end; restored after.
@@ -356,6 +368,137 @@ impl Ctx {
             Errno::NOENT,
         ));
         all(checks)
+    }
+}
+
+impl Ctx {
+    /// Threads keep `BLOCK_IO` reads in flight while the accelerator is
+    /// unbound: the unbind returns (after the I/O it waits for), every
+    /// call either moved all its bytes or failed with `ENODEV`, and after
+    /// the unbind every call is `ENODEV`. Then the device is bound again.
+    /// The debug kernel's KASAN and lockdep watch the memory's lifetime.
+    pub(super) fn unbind_during_block_io(&mut self, suite: &mut Suite) {
+        let r = (|| {
+            if !self.nvme_p2p()? {
+                return Err(Why::Skip(
+                    "the kernel refuses P2P between the NVMe and the accelerator: no block I/O to race".into(),
+                ));
+            }
+            let drv = self.unbind_ready()?;
+            Ok(drv)
+        })();
+        let drv = match r {
+            Ok(d) => d,
+            Err(e) => return suite.report("unbind-during-block-io", Err(e)),
+        };
+        let (pci, old_size) = (self.accel.pci, self.accel.p2p_size);
+        let (r, unbound) = self.block_io_unbind(&drv);
+        suite.report("unbind-during-block-io", r);
+        if unbound {
+            let r = self.bind_again(&drv, pci, old_size);
+            suite.report("unbind-during-block-io-rebind", r);
+        }
+    }
+
+    /// The race of [`unbind_during_block_io`](Self::unbind_during_block_io):
+    /// the verdict, and whether the device was unbound.
+    fn block_io_unbind(&self, drv: &std::path::Path) -> (R, bool) {
+        const THREADS: usize = 2;
+        let mut allocs = Vec::new();
+        for _ in 0..THREADS {
+            match self.module.alloc(self.dev, 4 * MIB, 0) {
+                Ok(a) => allocs.push(a),
+                Err(e) => return (Err(e.into()), false),
+            }
+        }
+        let nvme = match self.nvme_with(OFlags::RDONLY) {
+            Ok(f) => f,
+            Err(e) => return (Err(e), false),
+        };
+        let unbound = Arc::new(AtomicBool::new(false));
+        let calls = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let segs: Vec<abi::P2pdmaIoSeg> = (0..8)
+            .map(|i| seg(i * 512 * KIB, i * 512 * KIB, 512 * KIB))
+            .collect();
+        let (verdict, was_unbound) = thread::scope(|sc| {
+            let workers: Vec<_> = allocs
+                .iter()
+                .map(|a| {
+                    let (h, nvme, segs) = (a.handle(), &nvme, &segs);
+                    let (unbound, calls, stop) = (&unbound, &calls, &stop);
+                    sc.spawn(move || -> R {
+                        let mut after = 0;
+                        while !stop.load(SeqCst) && after < 3 {
+                            let done_before = unbound.load(SeqCst);
+                            match self.block_io(h, nvme, false, segs, 4) {
+                                Ok(n) if n == 4 * MIB && !done_before => {}
+                                Ok(n) if n == 4 * MIB => {
+                                    return Err(Why::Fail(
+                                        "BLOCK_IO worked after the unbind had returned".into(),
+                                    ))
+                                }
+                                Ok(n) => {
+                                    return Err(Why::Fail(format!(
+                                        "BLOCK_IO moved {n} bytes of {}",
+                                        4 * MIB
+                                    )))
+                                }
+                                Err(Errno::NODEV) => {}
+                                Err(e) => return Err(Why::Fail(format!("BLOCK_IO: {}", ename(e)))),
+                            }
+                            calls.fetch_add(1, SeqCst);
+                            if done_before {
+                                after += 1;
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            let start = Instant::now();
+            while calls.load(SeqCst) < 4 && start.elapsed() < Duration::from_secs(30) {
+                thread::sleep(Duration::from_millis(5));
+            }
+            let unbinding = Unbinding::start(drv, self.accel.pci, unbound.clone());
+            let res = unbinding.wait(UNBIND_DEADLINE);
+            let mut verdict = Vec::new();
+            let was_unbound = match res {
+                Some(Ok(())) => true,
+                Some(Err(e)) => {
+                    verdict.push(Err(Why::Fail(format!("unbind: {e}"))));
+                    false
+                }
+                None => {
+                    stop.store(true, SeqCst);
+                    let late = unbinding.wait(Duration::from_secs(30)).is_some();
+                    verdict.push(Err(Why::Fail(format!(
+                        "the unbind did not return within {} s with block I/O in flight{}",
+                        UNBIND_DEADLINE.as_secs(),
+                        if late {
+                            " (it did once the I/O stopped)"
+                        } else {
+                            ""
+                        }
+                    ))));
+                    late
+                }
+            };
+            if !was_unbound {
+                stop.store(true, SeqCst);
+            }
+            for w in workers {
+                verdict.push(
+                    w.join()
+                        .unwrap_or_else(|_| Err(Why::Fail("a worker panicked".into()))),
+                );
+            }
+            (all(verdict), was_unbound)
+        });
+        for a in allocs {
+            let _ = a.into_handle();
+        }
+        (verdict, was_unbound)
     }
 }
 

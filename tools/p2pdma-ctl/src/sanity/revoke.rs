@@ -32,7 +32,7 @@ use rustix::{
 use super::{all, all_or_skip, ename, skip, want_errno, Ctx, Suite, Why, KIB, MIB, PAGE, R};
 
 /// How long an unbind may take while mappings of the device exist.
-const UNBIND_DEADLINE: Duration = Duration::from_secs(20);
+pub(super) const UNBIND_DEADLINE: Duration = Duration::from_secs(20);
 
 /// How many unbind/rebind cycles the mmap race runs.
 const RACE_CYCLES: u32 = 3;
@@ -41,14 +41,14 @@ const RACE_CYCLES: u32 = 3;
 const DRIVER: &str = "/sys/bus/pci/drivers/p2pdma";
 
 /// An unbind under way on its own thread.
-struct Unbinding {
+pub(super) struct Unbinding {
     rx: mpsc::Receiver<std::io::Result<()>>,
 }
 
 impl Unbinding {
     /// Writes `pci` to the driver's `unbind` on a new thread, which sets
     /// `done` once the write has returned.
-    fn start(drv: &Path, pci: PciAddress, done: Arc<AtomicBool>) -> Self {
+    pub(super) fn start(drv: &Path, pci: PciAddress, done: Arc<AtomicBool>) -> Self {
         let (tx, rx) = mpsc::channel();
         let (unbind, name) = (drv.join("unbind"), pci.to_string());
         thread::spawn(move || {
@@ -60,7 +60,7 @@ impl Unbinding {
     }
 
     /// The unbind's result, if it returned within `limit`.
-    fn wait(&self, limit: Duration) -> Option<std::io::Result<()>> {
+    pub(super) fn wait(&self, limit: Duration) -> Option<std::io::Result<()>> {
         self.rx.recv_timeout(limit).ok()
     }
 }
@@ -148,7 +148,7 @@ impl RaceLog {
 impl Ctx {
     /// The driver directory, if this process may unbind the accelerator
     /// now: `Skip` without root, `Fail` if the device is not bound.
-    fn unbind_ready(&self) -> Result<PathBuf, Why> {
+    pub(super) fn unbind_ready(&self) -> Result<PathBuf, Why> {
         if !getuid().is_root() {
             return Err(Why::Skip("needs root".into()));
         }
