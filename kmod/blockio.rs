@@ -16,6 +16,10 @@ use kernel::{
     dma::DataDirection,
     fs::file::LocalFile,
     prelude::*,
+    sync::{
+        Arc,
+        Mutex, //
+    },
     uaccess::{
         UserPtr,
         UserSlice, //
@@ -35,9 +39,24 @@ use crate::{
     uapi, //
 };
 
+/// Pairs of an accelerator (its probe page) and a block device (its device
+/// number) found reachable, so that small I/Os do not pay for the trial
+/// mapping each time. The kernel caches the same answer per pair for good
+/// (`pci_p2pdma_map_type`), and the driver applies the P2PDMA rules to
+/// every bio anyway: this only decides which errno a refusal gets.
+pub(crate) type Reachable = KVec<(usize, u32)>;
+
+/// Most pairs remembered per file.
+const REACHABLE_MAX: usize = 16;
+
 /// Runs `BLOCK_IO` on `alloc` (an allocation of the caller's file) with
-/// the argument `arg`, already read; sets `arg.bytes`.
-pub(crate) fn run(alloc: &Alloc, arg: &mut uapi::P2pdmaBlockIo) -> Result {
+/// the argument `arg`, already read; sets `arg.bytes`. `reach` is the
+/// file's memory of reachable pairs.
+pub(crate) fn run(
+    alloc: &Alloc,
+    arg: &mut uapi::P2pdmaBlockIo,
+    reach: &Mutex<Reachable>,
+) -> Result {
     if arg.flags & !uapi::P2PDMA_IO_WRITE != 0
         || arg.bytes != 0
         || arg.reserved != [0; 4]
@@ -84,7 +103,7 @@ pub(crate) fn run(alloc: &Alloc, arg: &mut uapi::P2pdmaBlockIo) -> Result {
         }
         total += s.len;
     }
-    reachable(alloc, bdev.file())?;
+    reachable(alloc, bdev.file(), facts.dev, reach)?;
     let pages = alloc.pages()?;
     for s in &segs {
         bdev.sync_cache(s.dev_offset, s.len, write)?;
@@ -139,17 +158,28 @@ fn read_segs(ptr: u64, n: u32) -> Result<KVVec<uapi::P2pdmaIoSeg>> {
     Ok(segs)
 }
 
-/// `EREMOTEIO` unless the kernel lets every controller behind `file` reach
-/// the allocation's memory: one page of the accelerator's is mapped for
-/// each, as the driver will map the bios.
-fn reachable(alloc: &Alloc, file: &LocalFile) -> Result {
+/// `EREMOTEIO` unless the kernel lets every controller behind `file` (the
+/// block device `dev`) reach the allocation's memory: one page of the
+/// accelerator's is mapped for each, as the driver will map the bios.
+fn reachable(alloc: &Alloc, file: &LocalFile, dev: u32, reach: &Mutex<Reachable>) -> Result {
     let probe = DEVICES
         .lock()
         .get(alloc.dev_index)
         .map(|d| d.probe.clone())
         .ok_or(ENODEV)?;
+    // The probe page lives as long as its device's registry entry: a new
+    // binding has a new one.
+    let key = (Arc::as_ptr(&probe) as usize, dev);
+    if reach.lock().contains(&key) {
+        return Ok(());
+    }
     for peer in &Peer::from_file(file)? {
         probe.map_for(peer, 0, PAGE_SIZE, DataDirection::Bidirectional)?;
     }
+    let mut known = reach.lock();
+    if known.len() >= REACHABLE_MAX {
+        known.remove(0)?;
+    }
+    known.push(key, GFP_KERNEL)?;
     Ok(())
 }

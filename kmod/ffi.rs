@@ -1031,6 +1031,8 @@ pub(crate) struct BdevFacts {
     pub(crate) dma_alignment: u32,
     /// Bytes.
     pub(crate) size: u64,
+    /// Its device number.
+    pub(crate) dev: u32,
 }
 
 /// The block device an open file is, for block I/O the module submits.

@@ -173,6 +173,9 @@ pub(crate) struct P2pdmaFile {
     notifier: Arc<Notifier>,
     #[pin]
     state: Mutex<FileState>,
+    /// Accelerator and block device pairs `BLOCK_IO` found reachable.
+    #[pin]
+    reachable: Mutex<blockio::Reachable>,
 }
 
 #[vtable]
@@ -185,6 +188,7 @@ impl MiscDevice for P2pdmaFile {
                 owner: ThreadGroup::current()?,
                 notifier: Notifier::new()?,
                 state <- new_mutex!(FileState::default()),
+                reachable <- new_mutex!(KVec::new()),
             }),
             GFP_KERNEL,
         )
@@ -832,7 +836,7 @@ impl P2pdmaFile {
             .find(|a| a.handle == arg.handle)
             .cloned()
             .ok_or(ENOENT)?;
-        blockio::run(&alloc, &mut arg)?;
+        blockio::run(&alloc, &mut arg, &self.reachable)?;
         writer.write(&arg)
     }
 

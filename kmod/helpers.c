@@ -330,6 +330,7 @@ struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev
 	f->logical_block_size = bdev_logical_block_size(bdev);
 	f->dma_alignment = bdev_dma_alignment(bdev);
 	f->size = bdev_nr_bytes(bdev);
+	f->dev = bdev->bd_dev;
 	return bdev;
 }
 

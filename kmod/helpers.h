@@ -48,6 +48,7 @@ struct p2pdma_bdev_facts {
 	u32 logical_block_size;
 	u32 dma_alignment;	/* a mask */
 	u64 size;		/* bytes */
+	u32 dev;		/* its device number */
 };
 
 struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f);

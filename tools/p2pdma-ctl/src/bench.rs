@@ -538,6 +538,25 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         }
         Ok(t.elapsed().as_nanos() as f64)
     };
+    // And the module's own block I/O (`BLOCK_IO`), one segment, without
+    // the engine, where the storage is a block device.
+    let module_io = accel
+        .as_ref()
+        .filter(|m| m.module().has_block_io() && !file.is_file());
+    let mut blk = Vec::new();
+    let by_block_io = |i: usize, off: u64| -> Res<f64> {
+        let m = module_io.ok_or("no module block I/O")?;
+        let seg = p2pdma_abi::P2pdmaIoSeg {
+            mem_offset: ((i % 256) * 4096) as u64,
+            dev_offset: off,
+            len: 4096,
+        };
+        let t = Instant::now();
+        m.module()
+            .block_io(m.handle(), &direct, false, &[seg], 1)
+            .map_err(|e| e.to_string())?;
+        Ok(t.elapsed().as_nanos() as f64)
+    };
     for rep in 0..a.reps.max(1) {
         for (i, &off) in offsets.iter().enumerate() {
             if (i + rep) % 2 == 0 {
@@ -549,6 +568,9 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             }
             if accel.is_some() {
                 raw.push(by_mapping(i, off)?);
+            }
+            if module_io.is_some() {
+                blk.push(by_block_io(i, off)?);
             }
         }
     }
@@ -582,6 +604,15 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         );
         json_out["small"]["pread_into_mapping_ns"] = json!(raw);
         json_out["small"]["engine_vs_pread_into_mapping"] = json!(eng / raw);
+        if !blk.is_empty() {
+            let blk = median(blk);
+            println!(
+                "  BLOCK_IO of one segment, no engine         {:8.2} us/read   that/pread into the mapping {:5.3}",
+                blk / 1e3,
+                blk / raw
+            );
+            json_out["small"]["block_io_ns"] = json!(blk);
+        }
     }
     Ok(())
 }
