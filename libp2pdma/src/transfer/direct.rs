@@ -17,9 +17,10 @@ use rustix::io::Errno;
 
 use super::{
     bounce::{round_down, round_up, Xfer},
-    Direction, P2pSubmit,
+    Direction, P2pSubmit, StorageFile,
 };
 use crate::{
+    backend::DeviceMemory,
     uring::{Buf, Context, Session},
     Error, Module, Result,
 };
@@ -62,14 +63,38 @@ fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> R
     by_odirect(s, x, write, m0, m1)
 }
 
-/// The module and allocation that can do `x`'s I/O (`BLOCK_IO`), if any:
-/// storage that is a block device, memory from a module that has it.
+/// The module and allocation that can do `x`'s I/O (`BLOCK_IO`), if any.
 fn module_io<'a>(x: &Xfer<'a>) -> Option<(&'a Module, u64)> {
-    if x.submit != P2pSubmit::Auto || x.file.is_file() {
+    module_for(x.submit, x.file, x.mem)
+}
+
+/// The module and allocation that can move data between `file` and `mem`
+/// by block I/O of its own: storage that is a block device, memory from a
+/// module that has it, unless `submit` says otherwise.
+fn module_for<'a>(
+    submit: P2pSubmit,
+    file: &StorageFile,
+    mem: &'a dyn DeviceMemory,
+) -> Option<(&'a Module, u64)> {
+    if submit != P2pSubmit::Auto || file.is_file() {
         return None;
     }
-    let (module, handle) = x.mem.module_allocation()?;
+    let (module, handle) = mem.module_allocation()?;
     module.has_block_io().then_some((&**module, handle))
+}
+
+/// How P2P transfers between `file` and `mem` are submitted, for the
+/// path's reason.
+pub(super) fn submission(submit: P2pSubmit, file: &StorageFile, mem: &dyn DeviceMemory) -> String {
+    if module_for(submit, file, mem).is_some() {
+        "; the module submits the block I/O on the memory's own pages (BLOCK_IO: nothing pinned per I/O)".into()
+    } else if submit == P2pSubmit::Odirect {
+        "; O_DIRECT on the memory's mapping, as configured (pages pinned per I/O)".into()
+    } else if file.is_file() {
+        "; O_DIRECT on the memory's mapping (a regular file: its filesystem's direct I/O pins the pages per I/O)".into()
+    } else {
+        "; O_DIRECT on the memory's mapping (pages pinned per I/O): the module's block I/O needs a module allocation and a module with BLOCK_IO".into()
+    }
 }
 
 /// Whether the module's refusal leaves `O_DIRECT` worth trying: it does not

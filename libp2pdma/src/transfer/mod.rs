@@ -536,6 +536,17 @@ impl Engine {
     /// reason. A transfer the path cannot serve after all (a hole or shared
     /// extent under a write, say) is retried on the bounce path.
     pub fn choose(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Result<PathChoice> {
+        let mut choice = self.choose_path(file, mem)?;
+        if choice.path == TransferPath::P2p {
+            choice
+                .reason
+                .push_str(&direct::submission(self.config.p2p_submit, file, mem));
+        }
+        Ok(choice)
+    }
+
+    /// [`Engine::choose`] before it says how P2P I/O is submitted.
+    fn choose_path(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Result<PathChoice> {
         let auto = self.decide(file, mem);
         match self.config.path {
             PathPref::Auto => Ok(auto),
