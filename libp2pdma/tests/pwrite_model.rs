@@ -336,6 +336,7 @@ fn check_path(pref: PathPref) {
             // Small chunks: multi-chunk transfers at these sizes.
             chunk: Some(2 * BLOCK as usize),
             depth: Some(3),
+            ..Config::default()
         },
         rig.module.clone(),
     ));

@@ -18,7 +18,15 @@ pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
 
 /// An engine with `path`, and the chunk and depth when given.
 pub fn engine(path: PathPref, chunk: Option<usize>, depth: Option<usize>) -> Engine {
-    Engine::new(Config { path, chunk, depth }, None)
+    Engine::new(
+        Config {
+            path,
+            chunk,
+            depth,
+            ..Config::default()
+        },
+        None,
+    )
 }
 
 /// `len` bytes of `m` at `off`.

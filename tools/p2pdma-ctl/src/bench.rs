@@ -230,6 +230,7 @@ fn engine(path: PathPref, bs: u64, depth: usize) -> Engine {
             path,
             chunk: Some(bs as usize),
             depth: Some(depth),
+            ..Config::default()
         },
         None,
     )
@@ -619,6 +620,7 @@ fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                 path: pref,
                 chunk: Some(a.bs as usize),
                 depth: Some(a.depth),
+                ..Config::default()
             },
             Some(module.clone()),
         );
