@@ -209,8 +209,12 @@ impl Xfer<'_> {
             if let Some((slot, tag, n)) = landed.pop() {
                 let c0 = a0 + tag * chunk;
                 self.land(s, slot, c0, n, (c0 + chunk).min(a1))?;
-                self.copy.adapt(self.start.elapsed());
                 done += 1;
+                // Past the first two windows, whose chunks land in bursts
+                // that keep any copy stage busy for a moment.
+                if done >= 2 * s.depth() as u64 {
+                    self.copy.adapt(self.start.elapsed());
+                }
             }
         }
         Ok(())
