@@ -93,6 +93,8 @@ pub struct StorageFile {
     dev_start: u64,
     /// The disk's identity and request queue, for AUTO's geometry.
     disk: DiskFacts,
+    /// What the disk is recognised by in the cache of learned geometry.
+    key: Option<geometry::DeviceKey>,
     is_file: bool,
     /// For a regular file on an NVMe namespace: its filesystem, if the
     /// NVMe-command path can address files on it, or why not.
@@ -200,6 +202,7 @@ impl StorageFile {
             multipath: facts.multipath,
             nvme_cmd_refusal: facts.nvme_cmd_refusal,
             dev_start: facts.start,
+            key: geometry::DeviceKey::of(&facts.disk),
             disk: facts.disk,
             is_file,
             fs,
@@ -524,6 +527,10 @@ pub struct Engine {
     /// Copy threads the last automatically sized bounce read ended with:
     /// the next one starts there.
     copy_threads_auto: AtomicUsize,
+    /// The most copy threads automatic sizing uses: the cores this process
+    /// may run on (read once: finding out reads cgroup files), at most
+    /// [`MAX_AUTO_COPY_THREADS`].
+    copy_threads_most: usize,
 }
 
 /// What AUTO knows of a device's geometry.
@@ -591,6 +598,9 @@ impl Engine {
             copy: copypool::CopyPool::default(),
             devices: Mutex::new(HashMap::new()),
             copy_threads_auto: AtomicUsize::new(1),
+            copy_threads_most: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(MAX_AUTO_COPY_THREADS),
         }
     }
 
@@ -778,7 +788,8 @@ impl Engine {
     /// The chunk size and depth a read of `len` bytes of `file` would use
     /// now, and why (without calibrating: see [`Engine::prepare`]).
     pub fn geometry(&self, file: &StorageFile, len: usize) -> GeometryChoice {
-        let (device, why) = self.device_geometry(file);
+        let (device, learned) = self.device_geometry(file);
+        let why = Self::device_geometry_reason(file, learned);
         let (chunk, depth) = self.config.geometry(len, file.block, device);
         let reason = match (self.config.chunk, self.config.depth) {
             (Some(_), Some(_)) => "chunk and depth set by configuration".to_string(),
@@ -809,35 +820,40 @@ impl Engine {
         Ok(())
     }
 
-    /// The device's geometry for AUTO, and where it comes from.
-    fn device_geometry(&self, file: &StorageFile) -> (Geometry, String) {
-        let facts = geometry::from_facts(&file.disk);
-        let from_facts = || {
-            let d = &file.disk;
-            let said = match (d.max_request_bytes, d.queue_requests) {
-                (None, None) => "the storage says nothing, defaults".to_string(),
-                (r, q) => format!(
-                    "largest request {}, queue of {}",
-                    r.map_or("unknown".into(), |b| format!("{} KiB", b >> 10)),
-                    q.map_or("unknown".into(), |n| n.to_string())
-                ),
-            };
-            format!("from the storage's facts ({said})")
+    /// The device's geometry for AUTO, and what was learned for it, if
+    /// anything.
+    fn device_geometry(&self, file: &StorageFile) -> (Geometry, Option<geometry::Learned>) {
+        let learned = match (&self.config.cache_dir, &file.key) {
+            (Some(dir), Some(key)) => match self.known(dir, key) {
+                Known::Learned(l) => Some(l),
+                _ => None,
+            },
+            _ => None,
         };
-        let known = match (&self.config.cache_dir, geometry::DeviceKey::of(&file.disk)) {
-            (Some(dir), Some(key)) => self.known(dir, &key),
-            _ => return (facts, from_facts()),
-        };
-        match known {
-            Known::Learned(l) => (
-                l.geometry,
-                format!(
-                    "learned by calibration ({:.2} GiB/s)",
-                    l.bytes_per_s / (1u64 << 30) as f64
-                ),
-            ),
-            _ => (facts, from_facts()),
+        match learned {
+            Some(l) => (l.geometry, Some(l)),
+            None => (geometry::from_facts(&file.disk), None),
         }
+    }
+
+    /// Where [`Engine::device_geometry`]'s choice comes from, in words.
+    fn device_geometry_reason(file: &StorageFile, learned: Option<geometry::Learned>) -> String {
+        if let Some(l) = learned {
+            return format!(
+                "learned by calibration ({:.2} GiB/s)",
+                l.bytes_per_s / (1u64 << 30) as f64
+            );
+        }
+        let d = &file.disk;
+        let said = match (d.max_request_bytes, d.queue_requests) {
+            (None, None) => "the storage says nothing, defaults".to_string(),
+            (r, q) => format!(
+                "largest request {}, queue of {}",
+                r.map_or("unknown".into(), |b| format!("{} KiB", b >> 10)),
+                q.map_or("unknown".into(), |n| n.to_string())
+            ),
+        };
+        format!("from the storage's facts ({said})")
     }
 
     /// What is known of device `key`, reading the cache in `dir` the first
@@ -855,29 +871,39 @@ impl Engine {
     fn calibrate_if_due(&self, file: &StorageFile, file_offset: u64, len: usize) {
         let (Some(dir), Some(key), None, None) = (
             &self.config.cache_dir,
-            geometry::DeviceKey::of(&file.disk),
+            &file.key,
             self.config.chunk,
             self.config.depth,
         ) else {
             return;
         };
+        if len < geometry::CALIBRATE_MIN {
+            return;
+        }
         let bs = file.block as u64;
         let a0 = bounce::round_up(file_offset, bs);
         let a1 = match file_offset.checked_add(len as u64) {
             Some(end) => bounce::round_down(end, bs),
             None => return,
         };
-        let inside = file.current_size().is_ok_and(|size| a1 <= size);
-        if a1 < a0 || a1 - a0 < geometry::CALIBRATE_MIN as u64 || !inside {
+        if a1 < a0 || a1 - a0 < geometry::CALIBRATE_MIN as u64 {
             return;
         }
         {
             let mut d = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-            let k = known_entry(&mut d, dir, &key);
+            let k = known_entry(&mut d, dir, key);
             if !matches!(k, Known::Unknown) {
                 return;
             }
             *k = Known::Calibrating;
+        }
+        // Only a range the storage holds: the read itself reports the end.
+        if !file.current_size().is_ok_and(|size| a1 <= size) {
+            self.devices
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone(), Known::Unknown);
+            return;
         }
         let cands = geometry::candidates(&file.disk);
         let range = usize::try_from(a1 - a0).unwrap_or(usize::MAX);
@@ -885,7 +911,7 @@ impl Engine {
             Some((l, _)) => {
                 // A cache that cannot be written only means calibrating
                 // again in the next process.
-                let _ = geometry::Cache::in_dir(dir).store(&key, &l);
+                let _ = geometry::Cache::in_dir(dir).store(key, &l);
                 Known::Learned(l)
             }
             None => Known::Facts,
@@ -893,7 +919,7 @@ impl Engine {
         self.devices
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, known);
+            .insert(key.clone(), known);
     }
 
     /// Copy threads a bounce read starts with, and the most it may use:
@@ -902,8 +928,7 @@ impl Engine {
         if let Some(n) = self.config.copy_threads {
             return (n, n);
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let most = cores.min(MAX_AUTO_COPY_THREADS);
+        let most = self.copy_threads_most;
         if most < 2 || chunk < 2 * copypool::MIN_PIECE {
             return (1, 1);
         }
