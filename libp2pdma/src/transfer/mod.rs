@@ -445,8 +445,9 @@ pub struct Report {
     /// Whether the bounce slots were registered (pinned once) with the ring;
     /// without the memlock limit for it, the kernel pins them per I/O.
     pub ring_pinned: bool,
-    /// Threads copying each landed chunk when the transfer ended (1 off the
-    /// bounce path, or when one was enough).
+    /// Threads the copy stage was set to when the transfer ended: 1 off the
+    /// bounce path, for writes, or when one was enough. Pieces are at least
+    /// 256 KiB, so smaller chunks are copied by fewer threads than this.
     pub copy_threads: usize,
 }
 
