@@ -3,8 +3,9 @@
 //! The layers, from the bottom: [`sys`] holds the `unsafe` that talks to the
 //! module (one safe function per ioctl of `/dev/p2pdma`, and raw mappings);
 //! the only other `unsafe` is in [`wc`] (copy routines on raw pointers), the
-//! io_uring layer (buffers lent to the kernel) and the `FIEMAP` ioctl of the
-//! transfer engine;
+//! io_uring layer (buffers lent to the kernel), the `FIEMAP` ioctl of the
+//! transfer engine and its copy stage's helper threads (a landed chunk's
+//! bytes lent to them until the copy returns);
 //! [`device`] discovers the accelerators the kernel module has bound;
 //! [`memory`] allocates their memory and maps it into the process, reachable
 //! only through explicit copies; [`dma`] asks whether a peer can reach that

@@ -201,6 +201,53 @@ pub struct StorageTarget {
     /// The block layer's integrity format (`integrity/format`), when there
     /// is one other than `none`.
     pub integrity: Option<String>,
+    /// The whole disk's identity and request queue.
+    pub disk_facts: DiskFacts,
+}
+
+/// A disk's identity and what its request queue takes: what the transfer
+/// engine chooses its I/O sizes from, and recognises the disk by.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskFacts {
+    /// The whole disk's device number (sysfs `dev`).
+    pub dev: Option<DevNum>,
+    /// Its model: the device's, or for an NVMe namespace its controller's.
+    pub model: Option<String>,
+    /// Its serial number (the device's or controller's `serial`), or else
+    /// its `wwid`.
+    pub serial: Option<String>,
+    /// The largest request the block layer sends without splitting it
+    /// (`queue/max_sectors_kb`), in bytes.
+    pub max_request_bytes: Option<u64>,
+    /// Requests the queue holds (`queue/nr_requests`).
+    pub queue_requests: Option<u32>,
+    /// Whether the disk says it is rotational (`queue/rotational`; virtual
+    /// disks often say so whatever backs them).
+    pub rotational: Option<bool>,
+}
+
+impl DiskFacts {
+    /// The facts of the disk whose sysfs directory is `dir`; what is
+    /// missing or unreadable stays `None`.
+    fn read(dir: &Path) -> Self {
+        let text = |rel: &str| {
+            read_small(&dir.join(rel))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        let num = |rel: &str| text(rel).and_then(|s| parse_dec::<u64>(&s));
+        Self {
+            dev: text("dev").and_then(|s| DevNum::parse(&s)),
+            model: text("device/model").or_else(|| text("model")),
+            serial: ["device/serial", "serial", "wwid", "device/wwid"]
+                .into_iter()
+                .find_map(text),
+            max_request_bytes: num("queue/max_sectors_kb").map(|kb| kb.saturating_mul(1024)),
+            queue_requests: num("queue/nr_requests").and_then(|n| u32::try_from(n).ok()),
+            rotational: num("queue/rotational").map(|r| r != 0),
+        }
+    }
 }
 
 /// One path of a native-multipath NVMe namespace: the hidden
@@ -896,6 +943,7 @@ impl Topology {
             multipath,
             metadata_bytes,
             integrity,
+            disk_facts: DiskFacts::read(&disk_dir),
         })
     }
 
@@ -1611,6 +1659,63 @@ mod tests {
         let j = t.to_json();
         assert_eq!(j["pci"], "0000:03:00.0");
         assert_eq!(j["kind"], "block");
+    }
+
+    #[test]
+    fn disk_facts_come_from_the_disk_and_its_controller() {
+        let f = FakeSys::machine();
+        let ctrl = format!("{NVME}/nvme/nvme0");
+        f.file(&format!("{ctrl}/model"), "QEMU NVMe Ctrl   \n");
+        f.file(&format!("{ctrl}/serial"), "deadbeef\n");
+        f.link(&format!("{NS}/device"), &ctrl);
+        f.file(&format!("{NS}/queue/max_sectors_kb"), "1280\n");
+        f.file(&format!("{NS}/queue/nr_requests"), "1023\n");
+        f.file(&format!("{NS}/queue/rotational"), "0\n");
+        // A file on the partition: the whole disk's facts.
+        let t = f
+            .topology()
+            .resolve_block(
+                Path::new("/dev/nvme0n1p1"),
+                DevNum {
+                    major: 259,
+                    minor: 1,
+                },
+                TargetKind::BlockDevice,
+            )
+            .unwrap();
+        let d = &t.disk_facts;
+        assert_eq!(
+            d.dev,
+            Some(DevNum {
+                major: 259,
+                minor: 0
+            })
+        );
+        assert_eq!(d.model.as_deref(), Some("QEMU NVMe Ctrl"));
+        assert_eq!(d.serial.as_deref(), Some("deadbeef"));
+        assert_eq!(d.max_request_bytes, Some(1280 * 1024));
+        assert_eq!(d.queue_requests, Some(1023));
+        assert_eq!(d.rotational, Some(false));
+        // A disk that says little: a virtio disk's serial is its own.
+        let sda = format!("{SATA}/ata1/host0/target0:0:0/0:0:0:0/block/sda");
+        f.file(&format!("{sda}/serial"), "overlayblk\n");
+        f.file(&format!("{sda}/queue/nr_requests"), "lots\n");
+        let t = f
+            .topology()
+            .resolve_block(
+                Path::new("/dev/sda"),
+                DevNum { major: 8, minor: 0 },
+                TargetKind::BlockDevice,
+            )
+            .unwrap();
+        assert_eq!(
+            t.disk_facts,
+            DiskFacts {
+                dev: Some(DevNum { major: 8, minor: 0 }),
+                serial: Some("overlayblk".into()),
+                ..Default::default()
+            }
+        );
     }
 
     #[test]

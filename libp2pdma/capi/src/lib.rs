@@ -537,9 +537,11 @@ pub unsafe extern "C" fn p2pdma_file_size(file: *const p2pdma_file) -> i64 {
 /// topology allow it, the bounce path otherwise), "p2p", "bounce" or
 /// "nvme-cmd"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
 /// `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`,
-/// `P2PDMA_DEPTH`). `chunk` (bytes per pipeline chunk, 4 KiB to 64 MiB) and
-/// `depth` (chunks in flight, 1 to 256) override it when not 0; 0 chooses
-/// automatically. `module` may be NULL: AUTO then always chooses the bounce
+/// `P2PDMA_DEPTH`, `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`), and lets the
+/// engine keep the chunk size and depth it learns per storage device in the
+/// user's cache (`docs/transfer.md`); a named path learns nothing. `chunk`
+/// (bytes per pipeline chunk, 4 KiB to 64 MiB) and `depth` (chunks in
+/// flight, 1 to 256) override it when not 0; 0 chooses automatically. `module` may be NULL: AUTO then always chooses the bounce
 /// path. The engine keeps the module open.
 ///
 /// Returns 0, or a negative errno: -EINVAL for a NULL `out`, an unknown

@@ -6,9 +6,12 @@
 //! one chunk, not the sum of the stages. Writes run the other way: the copy
 //! of chunk i+1 out of device memory overlaps the storage write of chunk i.
 
-use std::time::Instant;
+use std::{
+    cell::Cell,
+    time::{Duration, Instant},
+};
 
-use super::{Direction, P2pSubmit, PathStats, StorageFile};
+use super::{copypool::CopyPool, Direction, P2pSubmit, PathStats, StorageFile};
 use crate::{
     backend::{DeviceMemory, DmaTarget},
     uring::{Buf, Context, Session},
@@ -54,6 +57,51 @@ pub(super) struct Xfer<'a> {
     /// When the transfer started: a lone I/O's storage time runs from here,
     /// saving a clock read on the small transfers where it shows.
     pub(super) start: Instant,
+    /// How landed chunks are copied into device memory.
+    pub(super) copy: CopyStage<'a>,
+}
+
+/// The copy stage of a read: how many threads copy each landed chunk, and,
+/// when that is automatic, what it is adjusted from.
+pub(super) struct CopyStage<'a> {
+    pub(super) pool: &'a CopyPool,
+    /// Threads copying each chunk now (the calling thread included).
+    pub(super) threads: &'a Cell<usize>,
+    /// With automatic sizing, the most threads; `None` when fixed.
+    pub(super) auto_most: Option<usize>,
+    /// One thread's copy time so far: each copy's time times the threads
+    /// that shared it.
+    pub(super) busy: Cell<Duration>,
+}
+
+impl CopyStage<'_> {
+    /// Copies `b` into `mem` at `at` with the current thread count.
+    fn write(&self, mem: &dyn DeviceMemory, at: usize, b: &[u8]) -> Result<()> {
+        match self.threads.get() {
+            1 => mem.write_at(at, b),
+            n => self.pool.write(mem, at, b, n),
+        }
+    }
+
+    /// Counts a copy that took `d` with the current thread count.
+    fn note(&self, d: Duration) {
+        self.busy
+            .set(self.busy.get() + d * self.threads.get() as u32);
+    }
+
+    /// With automatic sizing, sets the thread count from how busy one
+    /// thread would have been with the copies so far, over `elapsed` of a
+    /// pipelined read: helpers above [`super::COPY_LOAD_ON`] of the time, one
+    /// thread again below [`super::COPY_LOAD_OFF`].
+    fn adapt(&self, elapsed: Duration) {
+        let Some(most) = self.auto_most else { return };
+        let load = self.busy.get().as_secs_f64() / elapsed.as_secs_f64().max(1e-9);
+        if load > super::COPY_LOAD_ON {
+            self.threads.set(most);
+        } else if load < super::COPY_LOAD_OFF {
+            self.threads.set(1);
+        }
+    }
 }
 
 impl Xfer<'_> {
@@ -93,9 +141,11 @@ impl Xfer<'_> {
         }
         let (mem, at) = (self.mem, self.mem_at(need0));
         s.with_slot(slot, (need0 - c0) as usize, (need1 - need0) as usize, |b| {
-            mem.write_at(at, b)
+            self.copy.write(mem, at, b)
         })??;
-        self.stats.record_copy(t.elapsed());
+        let d = t.elapsed();
+        self.stats.record_copy(d);
+        self.copy.note(d);
         Ok(())
     }
 
@@ -162,6 +212,11 @@ impl Xfer<'_> {
                 let c0 = a0 + tag * chunk;
                 self.land(s, slot, c0, n, (c0 + chunk).min(a1))?;
                 done += 1;
+                // Past the first two windows, whose chunks land in bursts
+                // that keep any copy stage busy for a moment.
+                if done >= 2 * s.depth() as u64 {
+                    self.copy.adapt(self.start.elapsed());
+                }
             }
         }
         Ok(())

@@ -1,7 +1,8 @@
 //! Transfer configuration: from the API, a config file or the environment.
 
-use std::{fmt, str::FromStr};
+use std::{fmt, path::PathBuf, str::FromStr};
 
+use super::geometry::{self, Geometry};
 use crate::{Error, Result};
 
 /// Which path transfers take.
@@ -80,7 +81,14 @@ impl fmt::Display for P2pSubmit {
     }
 }
 
-/// Engine settings. Chunk size and depth are chosen automatically unless set.
+/// Engine settings. Chunk size, depth and copy threads are chosen
+/// automatically unless set.
+///
+/// [`Config::from_env`] is the usual start: it reads the configuration
+/// file and the environment, and lets AUTO keep what it learns about each
+/// storage device in the user's cache. [`Config::default`] is the same
+/// without the file, the environment or the cache: AUTO's geometry then
+/// comes from the device's facts alone, the same in every process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
     /// Path preference.
@@ -92,21 +100,33 @@ pub struct Config {
     pub depth: Option<usize>,
     /// How the P2P path submits its I/O.
     pub p2p_submit: P2pSubmit,
+    /// Threads that copy each landed bounce chunk into device memory (the
+    /// calling thread and helpers); automatic when unset: see
+    /// `docs/transfer.md`.
+    pub copy_threads: Option<usize>,
+    /// Directory where AUTO keeps the chunk size and depth it learns per
+    /// storage device (by a short calibration on the first large read);
+    /// `None` learns nothing.
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// Default and largest chunk.
-const DEFAULT_CHUNK: usize = 1 << 20;
 const MIN_CHUNK: usize = 64 << 10;
-const MAX_CHUNK: usize = 64 << 20;
-const DEFAULT_DEPTH: usize = 8;
-const MAX_DEPTH: usize = 256;
+pub(super) const MAX_CHUNK: usize = 64 << 20;
+pub(super) const MAX_DEPTH: usize = 256;
+const MAX_COPY_THREADS: usize = 64;
 
 impl Config {
-    /// Defaults, then `$P2PDMA_CONFIG` (or `/etc/p2pdma.conf` if it exists),
-    /// then the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
-    /// `P2PDMA_P2P_SUBMIT`).
+    /// Defaults (with the cache of learned geometry in
+    /// `$XDG_CACHE_HOME/p2pdma`, or `~/.cache/p2pdma`), then `$P2PDMA_CONFIG`
+    /// (or `/etc/p2pdma.conf` if it exists), then the environment
+    /// (`P2PDMA_PATH`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
+    /// `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`, `P2PDMA_P2P_SUBMIT`).
     pub fn from_env() -> Result<Self> {
-        let mut c = Self::default();
+        let mut c = Self {
+            cache_dir: geometry::parse_cache_dir("default"),
+            ..Self::default()
+        };
         let file = std::env::var_os("P2PDMA_CONFIG")
             .map(std::path::PathBuf::from)
             .or_else(|| {
@@ -123,6 +143,8 @@ impl Config {
             ("chunk", "P2PDMA_CHUNK"),
             ("depth", "P2PDMA_DEPTH"),
             ("p2p_submit", "P2PDMA_P2P_SUBMIT"),
+            ("copy_threads", "P2PDMA_COPY_THREADS"),
+            ("cache_dir", "P2PDMA_CACHE_DIR"),
         ] {
             if let Ok(v) = std::env::var(var) {
                 c.set(key, &v)
@@ -171,20 +193,39 @@ impl Config {
                 self.depth = Some(v);
             }
             "p2p_submit" => self.p2p_submit = value.parse()?,
+            "copy_threads" => {
+                self.copy_threads = match value.trim() {
+                    "auto" => None,
+                    v => {
+                        let n: usize = v.parse().map_err(|_| {
+                            Error::InvalidArgument(format!(
+                                "copy_threads '{value}' is not a number or auto"
+                            ))
+                        })?;
+                        if !(1..=MAX_COPY_THREADS).contains(&n) {
+                            return Err(Error::InvalidArgument(format!(
+                                "copy_threads {n} outside 1..={MAX_COPY_THREADS}"
+                            )));
+                        }
+                        Some(n)
+                    }
+                }
+            }
+            "cache_dir" => self.cache_dir = geometry::parse_cache_dir(value),
             other => return Err(Error::InvalidArgument(format!("unknown setting '{other}'"))),
         }
         Ok(())
     }
 
     /// Chunk size and depth for a transfer of `len` bytes on storage with
-    /// `block`-byte alignment: 1 MiB chunks, 8 in flight (about what an NVMe
-    /// SSD needs to stream at full speed), smaller chunks for small
-    /// transfers so that they still pipeline.
-    pub fn geometry(&self, len: usize, block: usize) -> (usize, usize) {
-        let depth = self.depth.unwrap_or(DEFAULT_DEPTH).clamp(1, MAX_DEPTH);
-        let auto = (len / 4)
-            .next_power_of_two()
-            .clamp(MIN_CHUNK, DEFAULT_CHUNK);
+    /// `block`-byte alignment, where AUTO chose `device` for the storage
+    /// device: what is set wins; an unset chunk is `device.chunk`, smaller
+    /// for small transfers (a quarter of the length, at least 64 KiB) so
+    /// that they still pipeline; an unset depth is `device.depth`.
+    pub fn geometry(&self, len: usize, block: usize, device: Geometry) -> (usize, usize) {
+        let depth = self.depth.unwrap_or(device.depth).clamp(1, MAX_DEPTH);
+        let top = device.chunk.clamp(MIN_CHUNK, MAX_CHUNK);
+        let auto = (len / 4).next_power_of_two().clamp(MIN_CHUNK, top);
         let chunk = self.chunk.unwrap_or(auto).max(block);
         let chunk = chunk.div_ceil(block) * block;
         (chunk.div_ceil(4096) * 4096, depth)
@@ -248,14 +289,40 @@ mod tests {
 
     #[test]
     fn geometry_is_block_aligned() {
+        let dev = Geometry {
+            chunk: 4 << 20,
+            depth: 8,
+        };
         let c = Config::default();
-        assert_eq!(c.geometry(256 << 20, 4096), (1 << 20, 8));
-        assert_eq!(c.geometry(4096, 4096), (64 << 10, 8));
+        assert_eq!(c.geometry(256 << 20, 4096, dev), (4 << 20, 8));
+        assert_eq!(c.geometry(4 << 20, 4096, dev), (1 << 20, 8));
+        assert_eq!(c.geometry(4096, 4096, dev), (64 << 10, 8));
         let c = Config {
             chunk: Some(5000),
             depth: Some(3),
             ..Default::default()
         };
-        assert_eq!(c.geometry(1 << 30, 4096), (8192, 3));
+        assert_eq!(c.geometry(1 << 30, 4096, dev), (8192, 3));
+        // Only the depth set: the device's chunk.
+        let c = Config {
+            depth: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(c.geometry(1 << 30, 512, dev), (4 << 20, 2));
+    }
+
+    #[test]
+    fn copy_threads_and_cache_dir_settings() {
+        let mut c = Config::default();
+        c.apply_file("copy_threads = 3\ncache_dir = /tmp/x\n")
+            .unwrap();
+        assert_eq!(c.copy_threads, Some(3));
+        assert_eq!(c.cache_dir, Some(PathBuf::from("/tmp/x")));
+        c.apply_file("copy_threads = auto\ncache_dir = off")
+            .unwrap();
+        assert_eq!((c.copy_threads, c.cache_dir.clone()), (None, None));
+        assert!(c.set("copy_threads", "0").is_err());
+        assert!(c.set("copy_threads", "65").is_err());
+        assert!(c.set("copy_threads", "many").is_err());
     }
 }

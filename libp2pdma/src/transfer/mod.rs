@@ -26,12 +26,16 @@
 mod asyncio;
 mod bounce;
 mod config;
+mod copypool;
 mod direct;
 pub(crate) mod extents;
+pub mod geometry;
 mod nvme;
 mod stats;
 
 use std::{
+    cell::Cell,
+    collections::HashMap,
     fmt,
     fs::File,
     os::{
@@ -39,18 +43,22 @@ use std::{
         unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     },
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
     time::Instant,
 };
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
 pub use asyncio::{Request, Ticket};
 pub use config::{Config, P2pSubmit, PathPref};
+pub use geometry::Geometry;
 pub use stats::{PathStats, Stats};
 
 use crate::{
     backend::{DeviceMemory, MemoryKind},
-    topology::{NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
+    topology::{DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
     uring::Context,
     Error, Module, Peer, Result,
 };
@@ -83,6 +91,10 @@ pub struct StorageFile {
     nvme_cmd_refusal: Option<NvmeCmdRefusal>,
     /// Byte offset of the block device (the partition) on its disk.
     dev_start: u64,
+    /// The disk's identity and request queue, for AUTO's geometry.
+    disk: DiskFacts,
+    /// What the disk is recognised by in the cache of learned geometry.
+    key: Option<geometry::DeviceKey>,
     is_file: bool,
     /// For a regular file on an NVMe namespace: its filesystem, if the
     /// NVMe-command path can address files on it, or why not.
@@ -190,6 +202,8 @@ impl StorageFile {
             multipath: facts.multipath,
             nvme_cmd_refusal: facts.nvme_cmd_refusal,
             dev_start: facts.start,
+            key: geometry::DeviceKey::of(&facts.disk),
+            disk: facts.disk,
             is_file,
             fs,
             choices: Mutex::new(Vec::new()),
@@ -251,6 +265,12 @@ impl StorageFile {
     /// Whether this is a regular file (rather than a block device).
     pub fn is_file(&self) -> bool {
         self.is_file
+    }
+
+    /// The disk's identity and request queue (empty for storage that is not
+    /// on a block device, a file on tmpfs say).
+    pub fn disk_facts(&self) -> &DiskFacts {
+        &self.disk
     }
 
     /// Byte offset on its disk (for NVMe, the namespace) of the block device
@@ -370,6 +390,8 @@ struct BlockFacts {
     nvme_cmd_refusal: Option<NvmeCmdRefusal>,
     /// A partition's start on its disk, in bytes (0 for a whole disk).
     start: u64,
+    /// The disk's identity and request queue.
+    disk: DiskFacts,
 }
 
 /// The storage behind the opened `path` (its metadata `meta`), from the
@@ -407,6 +429,7 @@ fn block_facts(path: &Path, meta: &std::fs::Metadata) -> BlockFacts {
         multipath: t.as_ref().map(|t| t.multipath.clone()).unwrap_or_default(),
         nvme_cmd_refusal: t.as_ref().and_then(StorageTarget::nvme_cmd_refusal),
         start: t.as_ref().map_or(0, StorageTarget::partition_offset),
+        disk: t.map(|t| t.disk_facts).unwrap_or_default(),
     }
 }
 
@@ -422,6 +445,10 @@ pub struct Report {
     /// Whether the bounce slots were registered (pinned once) with the ring;
     /// without the memlock limit for it, the kernel pins them per I/O.
     pub ring_pinned: bool,
+    /// Threads the copy stage was set to when the transfer ended: 1 off the
+    /// bounce path, for writes, or when one was enough. Pieces are at least
+    /// 256 KiB, so smaller chunks are copied by fewer threads than this.
+    pub copy_threads: usize,
 }
 
 /// A storage file paired with accelerator memory, with the path chosen for
@@ -494,7 +521,62 @@ pub struct Engine {
     pool: Mutex<Vec<Context>>,
     stats: Stats,
     workers: asyncio::Workers,
+    /// The copy stage's helper threads.
+    copy: copypool::CopyPool,
+    /// What AUTO knows of each storage device's geometry.
+    devices: Mutex<HashMap<geometry::DeviceKey, Known>>,
+    /// Copy threads the last automatically sized bounce read ended with:
+    /// the next one starts there.
+    copy_threads_auto: AtomicUsize,
+    /// The most copy threads automatic sizing uses: the cores this process
+    /// may run on (read once: finding out reads cgroup files), at most
+    /// [`MAX_AUTO_COPY_THREADS`].
+    copy_threads_most: usize,
 }
+
+/// What AUTO knows of a device's geometry.
+#[derive(Clone, Copy, Debug)]
+enum Known {
+    /// Learned by calibration, in this process or from the cache.
+    Learned(geometry::Learned),
+    /// Nothing yet: the facts' choice until a large read calibrates.
+    Unknown,
+    /// A calibration is running.
+    Calibrating,
+    /// Calibration failed: the facts' choice for this engine's life.
+    Facts,
+}
+
+/// Device `key`'s entry in `devices`, read from the cache in `dir` when it
+/// has none yet.
+fn known_entry<'m>(
+    devices: &'m mut HashMap<geometry::DeviceKey, Known>,
+    dir: &Path,
+    key: &geometry::DeviceKey,
+) -> &'m mut Known {
+    devices
+        .entry(key.clone())
+        .or_insert_with(|| match geometry::Cache::in_dir(dir).lookup(key) {
+            Some(l) => Known::Learned(l),
+            None => Known::Unknown,
+        })
+}
+
+/// The chunk size and depth a transfer uses, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeometryChoice {
+    /// Bytes per chunk and chunks in flight.
+    pub geometry: Geometry,
+    /// Where they come from, in words.
+    pub reason: String,
+}
+
+/// Above this busy fraction of one copy thread, the copy stage gets helpers;
+/// below [`COPY_LOAD_OFF`] it goes back to one thread.
+const COPY_LOAD_ON: f64 = 0.5;
+const COPY_LOAD_OFF: f64 = 0.3;
+/// Most threads the automatic copy stage uses.
+const MAX_AUTO_COPY_THREADS: usize = 4;
 
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -514,6 +596,12 @@ impl Engine {
             pool: Mutex::new(Vec::new()),
             stats: Stats::default(),
             workers: asyncio::Workers::new(),
+            copy: copypool::CopyPool::default(),
+            devices: Mutex::new(HashMap::new()),
+            copy_threads_auto: AtomicUsize::new(1),
+            copy_threads_most: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .min(MAX_AUTO_COPY_THREADS),
         }
     }
 
@@ -709,8 +797,162 @@ impl Engine {
         self.handle(file, mem)?.write(file_offset, mem_offset, len)
     }
 
-    fn context(&self, len: usize, block: usize) -> Result<Context> {
-        let (chunk, depth) = self.config.geometry(len, block);
+    /// The chunk size and depth a read of `len` bytes of `file` would use
+    /// now, and why (without calibrating: see [`Engine::prepare`]).
+    pub fn geometry(&self, file: &StorageFile, len: usize) -> GeometryChoice {
+        let (device, learned) = self.device_geometry(file);
+        let why = Self::device_geometry_reason(file, learned);
+        let (chunk, depth) = self.config.geometry(len, file.block, device);
+        let reason = match (self.config.chunk, self.config.depth) {
+            (Some(_), Some(_)) => "chunk and depth set by configuration".to_string(),
+            (Some(_), None) => format!("chunk set by configuration, depth {why}"),
+            (None, Some(_)) => format!("depth set by configuration, chunk {why}"),
+            (None, None) if chunk < device.chunk => {
+                format!("{why}; chunk reduced to a quarter of the {len}-byte transfer")
+            }
+            (None, None) => why,
+        };
+        GeometryChoice {
+            geometry: Geometry { chunk, depth },
+            reason,
+        }
+    }
+
+    /// Gets ready for reads of `len` bytes of `file` at `file_offset`:
+    /// calibrates the device if AUTO would on such a read, and sets up the
+    /// ring and bounce slots for its geometry, so that the first transfer
+    /// does not pay for them.
+    pub fn prepare(&self, file: &StorageFile, file_offset: u64, len: usize) -> Result<()> {
+        self.calibrate_if_due(file, file_offset, len);
+        let (chunk, depth) = self
+            .config
+            .geometry(len, file.block, self.device_geometry(file).0);
+        let ctx = self.context(chunk, depth)?;
+        self.give_back(ctx);
+        Ok(())
+    }
+
+    /// The device's geometry for AUTO, and what was learned for it, if
+    /// anything.
+    fn device_geometry(&self, file: &StorageFile) -> (Geometry, Option<geometry::Learned>) {
+        let learned = match (&self.config.cache_dir, &file.key) {
+            (Some(dir), Some(key)) => match self.known(dir, key) {
+                Known::Learned(l) => Some(l),
+                _ => None,
+            },
+            _ => None,
+        };
+        match learned {
+            Some(l) => (l.geometry, Some(l)),
+            None => (geometry::from_facts(&file.disk), None),
+        }
+    }
+
+    /// Where [`Engine::device_geometry`]'s choice comes from, in words.
+    fn device_geometry_reason(file: &StorageFile, learned: Option<geometry::Learned>) -> String {
+        if let Some(l) = learned {
+            return format!(
+                "learned by calibration ({:.2} GiB/s)",
+                l.bytes_per_s / (1u64 << 30) as f64
+            );
+        }
+        let d = &file.disk;
+        let said = match (d.max_request_bytes, d.queue_requests) {
+            (None, None) => "the storage says nothing, defaults".to_string(),
+            (r, q) => format!(
+                "largest request {}, queue of {}",
+                r.map_or("unknown".into(), |b| format!("{} KiB", b >> 10)),
+                q.map_or("unknown".into(), |n| n.to_string())
+            ),
+        };
+        format!("from the storage's facts ({said})")
+    }
+
+    /// What is known of device `key`, reading the cache in `dir` the first
+    /// time.
+    fn known(&self, dir: &Path, key: &geometry::DeviceKey) -> Known {
+        let mut d = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        *known_entry(&mut d, dir, key)
+    }
+
+    /// Calibrates `file`'s device when AUTO chooses both chunk and depth,
+    /// learning is on, nothing is known of the device yet, and the
+    /// block-aligned part of a read of `len` bytes at `file_offset` is at
+    /// least [`geometry::CALIBRATE_MIN`] bytes inside the storage. The result
+    /// goes to the cache; a failure leaves the facts' choice. Never fails.
+    fn calibrate_if_due(&self, file: &StorageFile, file_offset: u64, len: usize) {
+        let (Some(dir), Some(key), None, None) = (
+            &self.config.cache_dir,
+            &file.key,
+            self.config.chunk,
+            self.config.depth,
+        ) else {
+            return;
+        };
+        if len < geometry::CALIBRATE_MIN {
+            return;
+        }
+        let bs = file.block as u64;
+        let a0 = bounce::round_up(file_offset, bs);
+        let a1 = match file_offset.checked_add(len as u64) {
+            Some(end) => bounce::round_down(end, bs),
+            None => return,
+        };
+        if a1 < a0 || a1 - a0 < geometry::CALIBRATE_MIN as u64 {
+            return;
+        }
+        {
+            let mut d = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+            let k = known_entry(&mut d, dir, key);
+            if !matches!(k, Known::Unknown) {
+                return;
+            }
+            *k = Known::Calibrating;
+        }
+        // Only a range the storage holds: the read itself reports the end.
+        if !file.current_size().is_ok_and(|size| a1 <= size) {
+            self.devices
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone(), Known::Unknown);
+            return;
+        }
+        let cands = geometry::candidates(&file.disk);
+        let range = usize::try_from(a1 - a0).unwrap_or(usize::MAX);
+        let known = match geometry::calibrate(file, a0, range, &cands) {
+            Some((l, _)) => {
+                // A cache that cannot be written only means calibrating
+                // again in the next process.
+                let _ = geometry::Cache::in_dir(dir).store(key, &l);
+                Known::Learned(l)
+            }
+            None => Known::Facts,
+        };
+        self.devices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), known);
+    }
+
+    /// Copy threads a bounce read starts with, and the most it may use:
+    /// as configured, or automatically (see `docs/transfer.md`).
+    fn copy_threads(&self, chunk: usize) -> (usize, usize) {
+        if let Some(n) = self.config.copy_threads {
+            return (n, n);
+        }
+        let most = self.copy_threads_most;
+        if most < 2 || chunk < 2 * copypool::MIN_PIECE {
+            return (1, 1);
+        }
+        (
+            self.copy_threads_auto
+                .load(Ordering::Relaxed)
+                .clamp(1, most),
+            most,
+        )
+    }
+
+    fn context(&self, chunk: usize, depth: usize) -> Result<Context> {
         let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(i) = pool
             .iter()
@@ -777,10 +1019,19 @@ impl Engine {
                 path: choice.path,
                 retried: false,
                 ring_pinned: false,
+                copy_threads: 1,
             });
         }
-        let mut ctx = self.context(len, file.block)?;
+        if dir == Direction::Read {
+            self.calibrate_if_due(file, file_offset, len);
+        }
+        let (chunk, depth) = self
+            .config
+            .geometry(len, file.block, self.device_geometry(file).0);
+        let mut ctx = self.context(chunk, depth)?;
         let ring_pinned = ctx.pinned();
+        let (threads, most) = self.copy_threads(chunk);
+        let threads = Cell::new(threads);
         let start = Instant::now();
         let xfer = |stats| bounce::Xfer {
             file,
@@ -791,6 +1042,12 @@ impl Engine {
             stats,
             submit: self.config.p2p_submit,
             start,
+            copy: bounce::CopyStage {
+                pool: &self.copy,
+                threads: &threads,
+                auto_most: (self.config.copy_threads.is_none() && most > 1).then_some(most),
+                busy: Cell::new(std::time::Duration::ZERO),
+            },
         };
         let (res, path, retried) = match choice.path {
             TransferPath::Bounce => (
@@ -826,6 +1083,11 @@ impl Engine {
             }
         };
         self.give_back(ctx);
+        let copied = path == TransferPath::Bounce && dir == Direction::Read;
+        if self.config.copy_threads.is_none() && copied {
+            self.copy_threads_auto
+                .store(threads.get(), Ordering::Relaxed);
+        }
         if let (Err(Error::Short { .. }), Direction::Read, true) = (&res, dir, file.is_file) {
             let size = file.current_size()?;
             if file_offset + len as u64 > size {
@@ -844,6 +1106,7 @@ impl Engine {
             path,
             retried,
             ring_pinned,
+            copy_threads: if copied { threads.get() } else { 1 },
         })
     }
 }

@@ -203,6 +203,16 @@ impl Drop for Staged {
     }
 }
 
+/// Touches every page of `mem` once (a zero byte at its start, before
+/// anything is copied in), so that the kernel's page faults, and its
+/// zeroing of fresh pages, happen here rather than in the timed copy.
+fn prefault(mem: &dyn DeviceMemory) -> Res<()> {
+    for off in (0..mem.len()).step_by(4096) {
+        mem.write_at(off, &[0]).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 fn bar(len: u64) -> ProgressBar {
     let pb = ProgressBar::new(len);
     pb.set_style(
@@ -250,6 +260,20 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
         .handle(&src, mem.as_ref())
         .map_err(|e| e.to_string())?;
     eprintln!("read: {} path ({})", read.path(), read.reason());
+    // Outside the timed copy: the memory's pages, and the ring and bounce
+    // slots for the pieces' geometry (calibrating the device first if AUTO
+    // has learned nothing about it yet).
+    prefault(mem.as_ref())?;
+    engine
+        .prepare(&src, a.offset, piece as usize)
+        .map_err(|e| e.to_string())?;
+    let geometry = engine.geometry(&src, piece as usize);
+    eprintln!(
+        "geometry: {} KiB chunks, {} in flight ({})",
+        geometry.geometry.chunk >> 10,
+        geometry.geometry.depth,
+        geometry.reason
+    );
     let write = match &dst {
         Some(d) => {
             let h = engine.handle(d, mem.as_ref()).map_err(|e| e.to_string())?;
@@ -259,7 +283,7 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
         None => None,
     };
     let pb = bar(len);
-    let (start, mut retried) = (Instant::now(), 0);
+    let (start, mut retried, mut threads) = (Instant::now(), 0, 0);
     let (mut rpath, mut wpath) = (None, None);
     let mut done = 0u64;
     while done < len {
@@ -268,6 +292,7 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
             .read(a.offset + done, 0, n)
             .map_err(|e| e.to_string())?;
         retried += r.retried as u32;
+        threads = threads.max(r.copy_threads);
         rpath = Some(r.path);
         if let Some(w) = &write {
             let r = w.write(done, 0, n).map_err(|e| e.to_string())?;
@@ -308,11 +333,13 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
         println!(
             "{}",
             json!({"bytes": len, "seconds": took.as_secs_f64(), "gib_s": gib_s, "read_path": rp,
-                   "write_path": wp, "retried": retried, "memory": mem.kind().to_string()})
+                   "write_path": wp, "retried": retried, "memory": mem.kind().to_string(),
+                   "chunk": geometry.geometry.chunk, "depth": geometry.geometry.depth,
+                   "geometry_reason": geometry.reason, "copy_threads": threads})
         );
     } else {
         println!(
-            "copied {len} bytes in {:.3} s ({gib_s:.3} GiB/s) through {}: read path {rp}, write path {wp}, {retried} retried",
+            "copied {len} bytes in {:.3} s ({gib_s:.3} GiB/s) through {}: read path {rp}, write path {wp}, {retried} retried, {threads} copy thread(s)",
             took.as_secs_f64(),
             mem.kind()
         );

@@ -65,7 +65,9 @@ fn copy(setup: &str, src: &Path, dst: &Path, args: &[&str]) -> Command {
         .args(["--through", "host", "--path", "auto"])
         .args(args)
         .env_remove("P2PDMA_CONFIG")
-        .env_remove("P2PDMA_PATH");
+        .env_remove("P2PDMA_PATH")
+        // Never the user's cache of learned geometry.
+        .env("P2PDMA_CACHE_DIR", "off");
     cmd
 }
 

@@ -1,0 +1,545 @@
+//! Chunk size and depth for a storage device, when the configuration does
+//! not set them (AUTO).
+//!
+//! 1. **From the device's facts** ([`from_facts`]): chunks as large as the
+//!    largest request the block layer sends unsplit (`max_sectors_kb`),
+//!    between 1 and 4 MiB, and enough of them in flight for 16 MiB.
+//! 2. **Calibrated once**: the first AUTO read of at least
+//!    [`CALIBRATE_MIN`] bytes from a device with nothing learned times
+//!    storage reads (no copies) at a few candidates around the facts'
+//!    choice, best of two rounds each, and keeps the fastest, unless it beats
+//!    the facts' choice by less than [`MARGIN`].
+//! 3. **Kept** ([`Cache`]): one line per device in a small text file, keyed
+//!    by the disk's device number, model and serial, so that the next
+//!    process starts from what was learned.
+//!
+//! Nothing here makes a transfer fail: a missing, unreadable or corrupt
+//! cache, or a calibration that fails, only means the facts' choice.
+
+use std::{
+    fmt,
+    io::Write,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use super::StorageFile;
+use crate::{
+    topology::{DevNum, DiskFacts},
+    uring::{Buf, Context, Session},
+    Error, Result,
+};
+
+/// Bytes per chunk and chunks in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    /// Bytes per chunk (per storage I/O and per bounce slot).
+    pub chunk: usize,
+    /// Chunks in flight.
+    pub depth: usize,
+}
+
+impl fmt::Display for Geometry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} KiB x {}", self.chunk >> 10, self.depth)
+    }
+}
+
+const MIB: usize = 1 << 20;
+/// The chunk when the device says nothing, and the smallest AUTO chunk for
+/// large transfers: below it, per-chunk costs (a completion, a copy call)
+/// show.
+pub(crate) const BASE_CHUNK: usize = MIB;
+/// The largest AUTO chunk: larger requests are split by the block layer on
+/// most devices anyway, and each chunk is a bounce slot.
+const MAX_AUTO_CHUNK: usize = 4 * MIB;
+/// Bytes in flight the facts' choice aims at: on the development host 16
+/// and 32 MiB were within noise of each other and of fio's best, and each
+/// byte in flight is a byte of bounce slots.
+const WINDOW: usize = 16 * MIB;
+/// Depth bounds for AUTO.
+const MIN_AUTO_DEPTH: usize = 2;
+const MAX_AUTO_DEPTH: usize = 64;
+
+/// The smallest read that calibrates a device.
+pub const CALIBRATE_MIN: usize = 256 * MIB;
+/// Bytes read per calibration sample.
+const SAMPLE: usize = 64 * MIB;
+/// Calibration stops sampling after this long (a slow disk).
+const BUDGET: Duration = Duration::from_secs(2);
+/// How much faster than the facts' choice a candidate must be to replace it.
+pub const MARGIN: f64 = 0.05;
+
+/// Depth that keeps `window` bytes in flight in chunks of `chunk`, within
+/// AUTO's bounds and the queue's size.
+fn depth_for(chunk: usize, window: usize, queue: Option<u32>) -> usize {
+    let queue = queue.map_or(MAX_AUTO_DEPTH, |q| (q as usize).max(MIN_AUTO_DEPTH));
+    (window / chunk.max(1))
+        .clamp(MIN_AUTO_DEPTH, MAX_AUTO_DEPTH)
+        .min(queue)
+}
+
+/// The facts' choice: chunks of the largest unsplit request (a power of two
+/// between 1 and 4 MiB; 1 MiB when unknown), 16 MiB in flight.
+pub fn from_facts(f: &DiskFacts) -> Geometry {
+    let chunk = match f.max_request_bytes {
+        Some(b) if b >= 4096 => {
+            let b = usize::try_from(b).unwrap_or(usize::MAX);
+            (1usize << (usize::BITS - 1 - b.leading_zeros())).clamp(BASE_CHUNK, MAX_AUTO_CHUNK)
+        }
+        _ => BASE_CHUNK,
+    };
+    Geometry {
+        chunk,
+        depth: depth_for(chunk, WINDOW, f.queue_requests),
+    }
+}
+
+/// What calibration tries, the facts' choice first: its chunks and 1 MiB
+/// chunks, each with 16 and 32 MiB in flight (at most half a sample,
+/// so that a sample is mostly steady streaming rather than one burst).
+/// Twice the facts' window only wins by being 5% faster (see [`pick`]).
+pub fn candidates(f: &DiskFacts) -> Vec<Geometry> {
+    let base = from_facts(f);
+    let mut v = vec![base];
+    let q = f.queue_requests;
+    for g in [
+        Geometry {
+            chunk: base.chunk,
+            depth: depth_for(base.chunk, 2 * WINDOW, q),
+        },
+        Geometry {
+            chunk: BASE_CHUNK,
+            depth: depth_for(BASE_CHUNK, WINDOW, q),
+        },
+        Geometry {
+            chunk: BASE_CHUNK,
+            depth: depth_for(BASE_CHUNK, 2 * WINDOW, q),
+        },
+    ] {
+        if !v.contains(&g) {
+            v.push(g);
+        }
+    }
+    v
+}
+
+/// What a disk is recognised by: its device number, model and serial.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DeviceKey {
+    dev: DevNum,
+    model: String,
+    serial: String,
+}
+
+impl DeviceKey {
+    /// The key of a disk with these facts; `None` without a device number.
+    pub fn of(f: &DiskFacts) -> Option<Self> {
+        let clean = |s: &Option<String>| {
+            let s: String = s
+                .as_deref()
+                .unwrap_or("")
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            match s.trim() {
+                "" => "-".to_string(),
+                t => t.to_string(),
+            }
+        };
+        Some(Self {
+            dev: f.dev?,
+            model: clean(&f.model),
+            serial: clean(&f.serial),
+        })
+    }
+}
+
+impl fmt::Display for DeviceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}, serial {})", self.dev, self.model, self.serial)
+    }
+}
+
+/// A geometry learned for a device, and the storage throughput it reached.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Learned {
+    /// The geometry.
+    pub geometry: Geometry,
+    /// Its storage throughput in calibration, bytes per second.
+    pub bytes_per_s: f64,
+}
+
+/// The file that keeps learned geometry: `DIR/geometry`, one tab-separated
+/// line per device (`major:minor`, model, serial, chunk bytes, depth,
+/// bytes per second), `#` comments. Lines it cannot read are ignored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cache {
+    file: PathBuf,
+}
+
+/// Name of the cache file in its directory.
+const CACHE_FILE: &str = "geometry";
+
+/// A distinct name for each temporary file this process writes.
+static TMP_SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl Cache {
+    /// The cache in directory `dir`.
+    pub fn in_dir(dir: impl AsRef<Path>) -> Self {
+        Self {
+            file: dir.as_ref().join(CACHE_FILE),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.file
+    }
+
+    /// What was learned for `key`, if anything.
+    pub fn lookup(&self, key: &DeviceKey) -> Option<Learned> {
+        let text = std::fs::read_to_string(&self.file).ok()?;
+        text.lines()
+            .filter_map(parse_line)
+            .filter(|(k, _)| k == key)
+            .map(|(_, l)| l)
+            .next_back()
+    }
+
+    /// Records `learned` for `key`, replacing what was there for it: the
+    /// file is written under a temporary name and renamed over the old one,
+    /// so readers see the old file or the new one, never half of one.
+    pub fn store(&self, key: &DeviceKey, learned: &Learned) -> std::io::Result<()> {
+        let dir = self.file.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let old = std::fs::read_to_string(&self.file).unwrap_or_default();
+        let mut text = String::from(
+            "# p2pdma: chunk size and depth learned per storage device (delete to relearn)\n",
+        );
+        for line in old.lines() {
+            if parse_line(line).is_some_and(|(k, _)| k != *key) {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        text.push_str(&format_line(key, learned));
+        let tmp = dir.join(format!(
+            ".{CACHE_FILE}.{}-{}.tmp",
+            std::process::id(),
+            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = std::fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .and_then(|()| std::fs::rename(&tmp, &self.file));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
+    }
+}
+
+fn format_line(k: &DeviceKey, l: &Learned) -> String {
+    format!(
+        "{}\t{}\t{}\t{}\t{}\t{:.0}\n",
+        k.dev, k.model, k.serial, l.geometry.chunk, l.geometry.depth, l.bytes_per_s
+    )
+}
+
+/// One line of the cache file; `None` for comments and anything malformed
+/// or outside the bounds a configuration accepts.
+fn parse_line(line: &str) -> Option<(DeviceKey, Learned)> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let f: Vec<&str> = line.split('\t').collect();
+    let [dev, model, serial, chunk, depth, rate] = f[..] else {
+        return None;
+    };
+    let chunk: usize = chunk.parse().ok()?;
+    let depth: usize = depth.parse().ok()?;
+    let rate: f64 = rate.parse().ok()?;
+    let ok = (4096..=super::config::MAX_CHUNK).contains(&chunk)
+        && chunk % 4096 == 0
+        && (1..=super::config::MAX_DEPTH).contains(&depth)
+        && rate.is_finite()
+        && rate >= 0.0;
+    if !ok {
+        return None;
+    }
+    let key = DeviceKey {
+        dev: DevNum::parse(dev)?,
+        model: model.to_string(),
+        serial: serial.to_string(),
+    };
+    let learned = Learned {
+        geometry: Geometry { chunk, depth },
+        bytes_per_s: rate,
+    };
+    Some((key, learned))
+}
+
+/// A `cache_dir` setting: `off` or `none` for no cache; `default` for
+/// `$XDG_CACHE_HOME/p2pdma`, else `$HOME/.cache/p2pdma` (none when neither
+/// is set); else a directory.
+pub fn parse_cache_dir(v: &str) -> Option<PathBuf> {
+    match v.trim() {
+        "off" | "none" | "" => None,
+        "default" => {
+            let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+            var("XDG_CACHE_HOME")
+                .map(|d| PathBuf::from(d).join("p2pdma"))
+                .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache/p2pdma")))
+        }
+        dir => Some(PathBuf::from(dir)),
+    }
+}
+
+/// Storage throughput of reads of `file` in `ctx`'s geometry: `len` bytes
+/// from `at` (block aligned), `depth` chunk reads in flight into bounce
+/// slots, no copies; timed from the first submission to the last
+/// completion.
+pub(crate) fn measure(ctx: &mut Context, file: &StorageFile, at: u64, len: usize) -> Result<f64> {
+    let chunk = ctx.chunk();
+    let nchunks = len.div_ceil(chunk) as u64;
+    let mut s = Session::new(
+        ctx,
+        file.fd(),
+        file.block_size(),
+        None::<(crate::backend::DmaTarget, &())>,
+    );
+    let (mut next, mut done) = (0u64, 0u64);
+    let start = Instant::now();
+    while done < nchunks {
+        while next < nchunks && s.inflight() < s.depth() {
+            let Some(slot) = s.free_slot() else { break };
+            let c0 = at + next * chunk as u64;
+            let clen = chunk.min(len - (next as usize) * chunk);
+            s.read(Buf::Slot(slot), c0, clen, next)?;
+            next += 1;
+        }
+        for c in s.wait(1)? {
+            let c0 = c.tag as usize * chunk;
+            let want = chunk.min(len - c0);
+            let n = c
+                .res
+                .map_err(|e| file.io_error("calibration read", at, len as u64, e))?;
+            if n < want {
+                return Err(Error::Short {
+                    what: "calibration read",
+                    expected: want as u64,
+                    done: n as u64,
+                });
+            }
+            done += 1;
+        }
+    }
+    Ok(len as f64 / start.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// One candidate's calibration result.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// The geometry tried.
+    pub geometry: Geometry,
+    /// Its best storage throughput, bytes per second.
+    pub bytes_per_s: f64,
+}
+
+/// Times `cands` (the facts' choice first) on `file` from `at`, where
+/// `len` bytes can be read: two rounds of one 64 MiB sample per candidate,
+/// each sample the next 64 MiB of the range (wrapping around), the best of
+/// the rounds kept. Returns the choice (see [`pick`]) and every result;
+/// `None` when no candidate could be measured.
+pub(crate) fn calibrate(
+    file: &StorageFile,
+    at: u64,
+    len: usize,
+    cands: &[Geometry],
+) -> Option<(Learned, Vec<Sample>)> {
+    let regions = (len / SAMPLE).max(1);
+    let mut ctxs: Vec<Option<Context>> = cands
+        .iter()
+        .map(|g| Context::new(g.depth, g.chunk).ok())
+        .collect();
+    let mut best = vec![0.0f64; cands.len()];
+    let start = Instant::now();
+    'rounds: for round in 0..2 {
+        for (i, ctx) in ctxs.iter_mut().enumerate() {
+            if start.elapsed() > BUDGET {
+                break 'rounds;
+            }
+            let Some(ctx) = ctx else { continue };
+            let region = ((round * cands.len() + i) % regions) as u64;
+            match measure(ctx, file, at + region * SAMPLE as u64, SAMPLE.min(len)) {
+                Ok(r) => best[i] = best[i].max(r),
+                Err(_) => return None,
+            }
+        }
+    }
+    let samples: Vec<Sample> = cands
+        .iter()
+        .zip(&best)
+        .map(|(&geometry, &bytes_per_s)| Sample {
+            geometry,
+            bytes_per_s,
+        })
+        .collect();
+    pick(&samples).map(|l| (l, samples))
+}
+
+/// The fastest sample, unless it is less than [`MARGIN`] faster than the
+/// first (the facts' choice), which then stays: calibration moves away
+/// from the facts only when it clearly pays. `None` when nothing was
+/// measured.
+pub fn pick(samples: &[Sample]) -> Option<Learned> {
+    let base = samples.first().filter(|s| s.bytes_per_s > 0.0)?;
+    let fastest = samples
+        .iter()
+        .max_by(|a, b| a.bytes_per_s.total_cmp(&b.bytes_per_s))?;
+    let s = if fastest.bytes_per_s > base.bytes_per_s * (1.0 + MARGIN) {
+        fastest
+    } else {
+        base
+    };
+    Some(Learned {
+        geometry: s.geometry,
+        bytes_per_s: s.bytes_per_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::fake::TempDir;
+
+    fn facts(max_kb: Option<u64>, queue: Option<u32>) -> DiskFacts {
+        DiskFacts {
+            dev: Some(DevNum {
+                major: 259,
+                minor: 0,
+            }),
+            model: Some("Model\tX".into()),
+            serial: None,
+            max_request_bytes: max_kb.map(|k| k * 1024),
+            queue_requests: queue,
+            rotational: Some(false),
+        }
+    }
+
+    fn g(chunk: usize, depth: usize) -> Geometry {
+        Geometry { chunk, depth }
+    }
+
+    #[test]
+    fn facts_choose_the_unsplit_request_and_16_mib_in_flight() {
+        // A virtio disk: 4 MiB requests.
+        assert_eq!(from_facts(&facts(Some(4096), Some(256))), g(4 * MIB, 4));
+        // NVMe with 128 KiB or 1280 KiB requests: 1 MiB chunks.
+        assert_eq!(from_facts(&facts(Some(128), Some(1023))), g(MIB, 16));
+        assert_eq!(from_facts(&facts(Some(1280), None)), g(MIB, 16));
+        // Huge limits are capped; a small queue caps the depth.
+        assert_eq!(from_facts(&facts(Some(1 << 30), Some(3))), g(4 * MIB, 3));
+        assert_eq!(from_facts(&facts(Some(2048), Some(0))), g(2 * MIB, 2));
+        // Nothing known.
+        assert_eq!(from_facts(&DiskFacts::default()), g(MIB, 16));
+    }
+
+    #[test]
+    fn candidates_start_with_the_facts_and_never_repeat() {
+        let c = candidates(&facts(Some(4096), Some(256)));
+        assert_eq!(c, [g(4 * MIB, 4), g(4 * MIB, 8), g(MIB, 16), g(MIB, 32)]);
+        // 1 MiB chunks already: two candidates.
+        let c = candidates(&facts(Some(128), None));
+        assert_eq!(c, [g(MIB, 16), g(MIB, 32)]);
+        // A queue of 2: everything is 2 deep.
+        let c = candidates(&facts(Some(4096), Some(2)));
+        assert_eq!(c, [g(4 * MIB, 2), g(MIB, 2)]);
+        // Every window fits twice in a sample.
+        for f in [facts(Some(4096), None), facts(Some(64), Some(8))] {
+            assert!(candidates(&f)
+                .iter()
+                .all(|g| 2 * g.chunk * g.depth <= SAMPLE));
+        }
+    }
+
+    #[test]
+    fn the_facts_choice_stays_unless_another_is_clearly_faster() {
+        let s = |geometry, bytes_per_s| Sample {
+            geometry,
+            bytes_per_s,
+        };
+        let base = g(4 * MIB, 8);
+        let other = g(MIB, 16);
+        let close = [s(base, 100.0), s(other, 104.0)];
+        assert_eq!(pick(&close).unwrap().geometry, base);
+        let clear = [s(base, 100.0), s(other, 106.0)];
+        assert_eq!(
+            pick(&clear).unwrap(),
+            Learned {
+                geometry: other,
+                bytes_per_s: 106.0
+            }
+        );
+        assert_eq!(pick(&[s(base, 0.0), s(other, 50.0)]), None);
+        assert_eq!(pick(&[]), None);
+    }
+
+    #[test]
+    fn the_cache_keeps_one_line_per_device_and_ignores_junk() {
+        let dir = TempDir::new("geometry-cache");
+        let cache = Cache::in_dir(dir.path().join("sub"));
+        let a = DeviceKey::of(&facts(None, None)).unwrap();
+        assert_eq!((a.model.as_str(), a.serial.as_str()), ("Model X", "-"));
+        let mut other = facts(None, None);
+        other.serial = Some("S1".into());
+        let b = DeviceKey::of(&other).unwrap();
+        assert_eq!(cache.lookup(&a), None);
+        let la = Learned {
+            geometry: g(4 * MIB, 8),
+            bytes_per_s: 2e9,
+        };
+        let lb = Learned {
+            geometry: g(MIB, 16),
+            bytes_per_s: 3e9,
+        };
+        cache.store(&a, &la).unwrap();
+        cache.store(&b, &lb).unwrap();
+        assert_eq!(cache.lookup(&a), Some(la));
+        assert_eq!(cache.lookup(&b), Some(lb));
+        // Replaced, not duplicated.
+        let la2 = Learned {
+            geometry: g(2 * MIB, 4),
+            bytes_per_s: 1e9,
+        };
+        cache.store(&a, &la2).unwrap();
+        assert_eq!(cache.lookup(&a), Some(la2));
+        let text = std::fs::read_to_string(cache.path()).unwrap();
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 2);
+        // Junk and out-of-range lines are skipped, the rest still read.
+        let mut junk = text.clone();
+        junk.push_str("garbage\n259:0\tModel X\t-\t1\t8\t5\n259:0\tModel X\t-\t4096\t0\t5\n");
+        std::fs::write(cache.path(), &junk).unwrap();
+        assert_eq!(cache.lookup(&a), Some(la2));
+        assert_eq!(cache.lookup(&b), Some(lb));
+        // No temporary files are left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [CACHE_FILE]);
+        // A cache that cannot be written is an error for the caller to
+        // ignore, not a panic.
+        let blocked = Cache::in_dir(cache.path().join("not-a-dir"));
+        assert!(blocked.store(&a, &la).is_err());
+        assert_eq!(blocked.lookup(&a), None);
+    }
+
+    #[test]
+    fn cache_dir_settings() {
+        assert_eq!(parse_cache_dir("off"), None);
+        assert_eq!(parse_cache_dir(" none "), None);
+        assert_eq!(parse_cache_dir("/x/y"), Some(PathBuf::from("/x/y")));
+    }
+}
