@@ -16,8 +16,8 @@
 check module-loads insmod /lib/modules/p2pdma.ko
 M=1048576
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
-	check_held auto-read-p2p p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path p2p --hold
-	check_held auto-read-p2p-unaligned p2pdma-vmtest engine-read --nvme "$NVME" --offset $((20 * M + 12345)) --len $((M + 777)) --mem-offset 57 --expect-path p2p --hold
+	check_held auto-read-p2p p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path p2p --module-io yes --hold
+	check_held auto-read-p2p-unaligned p2pdma-vmtest engine-read --nvme "$NVME" --offset $((20 * M + 12345)) --len $((M + 777)) --mem-offset 57 --expect-path p2p --module-io yes --hold
 	check_held forced-bounce-read p2pdma-vmtest engine-read --nvme "$NVME" --path bounce --offset $((24 * M + 4096)) --len $((2 * M)) --expect-path bounce --hold
 	check_held p2p-misaligned-retried p2pdma-vmtest engine-read --nvme "$NVME" --path p2p --offset $((26 * M)) --len $((M / 2)) --mem-offset 100 --expect-path bounce --expect-retry --hold
 	check_held nvme-cmd-read p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((28 * M)) --len $((3 * M)) --expect-path nvme-cmd --hold
@@ -69,7 +69,7 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 		--expect-path nvme-cmd --expect-errno ENODATA --expect-nvme-status 0x281
 	check bad-block-bounce-fails p2pdma-vmtest engine-read --nvme "$BAD" --path bounce --offset $((8 * M - 4096)) --len $((64 * 1024)) \
 		--expect-path bounce --expect-errno ENODATA
-	check auto-write-p2p p2pdma-vmtest engine-write --nvme "$NVME" --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p
+	check auto-write-p2p p2pdma-vmtest engine-write --nvme "$NVME" --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p --module-io yes
 	check forced-bounce-write p2pdma-vmtest engine-write --nvme "$NVME" --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
 
 	mount_rigfs
@@ -95,7 +95,7 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check_held file-p2p-read data_read --offset $((3 * M + 100)) --len $((2 * M + 50)) --mem-offset 100 --expect-path p2p --hold
 	check_held file-nvme-cmd-read data_read --path nvme-cmd --offset $((9 * M + 4096)) --len $((3 * M)) --expect-path nvme-cmd --hold
 	check_held file-nvme-cmd-read-unaligned data_read --path nvme-cmd --offset $((14 * M + 777)) --len $((M + 3)) --mem-offset 777 --expect-path nvme-cmd --hold
-	check file-p2p-write rw_write --offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path p2p
+	check file-p2p-write rw_write --offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path p2p --module-io no
 	# The range is in the page cache before the write: the buffered read
 	# after it must see the new bytes.
 	cat /mnt/rw.bin >/dev/null

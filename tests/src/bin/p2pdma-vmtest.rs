@@ -102,6 +102,10 @@ struct EngineArgs {
     /// given more than once).
     #[arg(long)]
     expect_reason: Vec<String>,
+    /// Whether the module must have submitted the P2P I/O itself
+    /// (`BLOCK_IO`, counted in `module_ios`): yes or no.
+    #[arg(long)]
+    module_io: Option<String>,
     /// The host's image of the block device read, when it is not the rig's
     /// first namespace (`nvme.img`).
     #[arg(long)]
@@ -250,6 +254,18 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
             "expected path {} (retried: {}), the engine reported {} (retried: {})",
             x.expect_path, x.expect_retry, report.path, report.retried
         ));
+    }
+    if let Some(want) = &x.module_io {
+        let n = engine.stats().p2p.snapshot().module_ios;
+        match (want.as_str(), n) {
+            ("yes", 1..) | ("no", 0) => {}
+            ("yes" | "no", _) => {
+                return Err(format!(
+                    "--module-io {want}: the module submitted {n} of the P2P I/Os"
+                ))
+            }
+            (other, _) => return Err(format!("--module-io takes yes or no, not {other}")),
+        }
     }
     if x.verify_buffered {
         verify_buffered(&x.nvme, x.offset, &mem, x.mem_offset, x.len)?;
