@@ -10,7 +10,8 @@
 //! the NVMe driver map it as they map any P2P memory (a bio of P2P pages is
 //! marked `REQ_NOMERGE`, never merged with I/O on other memory). The
 //! caller must be allowed the I/O itself: the block device is one it opened
-//! for reading or writing.
+//! for reading or writing, and the checks `read(2)`/`write(2)` make of each
+//! range (`rw_verify_area`: security modules, fanotify) pass.
 
 use kernel::{
     dma::DataDirection,
@@ -106,6 +107,9 @@ pub(crate) fn run(
     reachable(alloc, bdev.file(), facts.dev, reach)?;
     let pages = alloc.pages()?;
     for s in &segs {
+        bdev.verify(write, s.dev_offset, s.len)?;
+    }
+    for s in &segs {
         bdev.sync_cache(s.dev_offset, s.len, write)?;
     }
     let moved = {
@@ -142,6 +146,7 @@ pub(crate) fn run(
         }
     }
     moved?;
+    bdev.notify(write);
     arg.bytes = total;
     Ok(())
 }

@@ -115,6 +115,13 @@ mod raw {
             file: *mut bindings::file,
             facts: *mut super::BdevFacts,
         ) -> *mut bindings::block_device;
+        pub(super) fn p2pdma_helper_io_verify(
+            file: *mut bindings::file,
+            write: bool,
+            pos: u64,
+            len: u64,
+        ) -> c_int;
+        pub(super) fn p2pdma_helper_io_notify(file: *mut bindings::file, write: bool);
         pub(super) fn p2pdma_helper_io_sync_cache(
             bdev: *mut bindings::block_device,
             pos: u64,
@@ -1067,6 +1074,20 @@ impl<'a> BlockDev<'a> {
     /// The file it was opened by.
     pub(crate) fn file(&self) -> &LocalFile {
         self.file
+    }
+
+    /// The checks `read(2)` (or, for a `write`, `write(2)`) makes of `len`
+    /// bytes at `pos` (`rw_verify_area`): the range, the security modules'
+    /// permission, fanotify permission events.
+    pub(crate) fn verify(&self, write: bool, pos: u64, len: u64) -> Result {
+        // SAFETY: `file` is a valid, referenced file.
+        to_result(unsafe { raw::p2pdma_helper_io_verify(self.file.as_ptr(), write, pos, len) })
+    }
+
+    /// Tells inotify and fanotify that the device was read (or written).
+    pub(crate) fn notify(&self, write: bool) {
+        // SAFETY: `file` is a valid, referenced file.
+        unsafe { raw::p2pdma_helper_io_notify(self.file.as_ptr(), write) }
     }
 
     /// Writes back the page cache's dirty pages over `[pos, pos + len)`

@@ -14,6 +14,8 @@
 #include <linux/dma-resv.h>
 #include <linux/eventfd.h>
 #include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/fsnotify.h>
 #include <linux/kernel.h>
 #include <linux/memremap.h>
 #include <linux/mm.h>
@@ -349,6 +351,28 @@ int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, boo
 		return ret;
 	return invalidate_inode_pages2_range(mapping, pos >> PAGE_SHIFT,
 					     (pos + len - 1) >> PAGE_SHIFT);
+}
+
+/*
+ * The checks read(2) and write(2) make of @len bytes at @pos of @file:
+ * the range, the security modules, fanotify permission events.
+ */
+int p2pdma_helper_io_verify(struct file *file, bool write, u64 pos, u64 len)
+{
+	loff_t at = pos;
+
+	if (pos > LLONG_MAX || len > MAX_RW_COUNT)
+		return -EINVAL;
+	return rw_verify_area(write ? WRITE : READ, file, &at, len);
+}
+
+/* Tells inotify and fanotify that @file was read or written. */
+void p2pdma_helper_io_notify(struct file *file, bool write)
+{
+	if (write)
+		fsnotify_modify(file);
+	else
+		fsnotify_access(file);
 }
 
 /* Block I/Os in flight for one BLOCK_IO call, and the first error. */

@@ -52,6 +52,8 @@ struct p2pdma_bdev_facts {
 };
 
 struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f);
+int p2pdma_helper_io_verify(struct file *file, bool write, u64 pos, u64 len);
+void p2pdma_helper_io_notify(struct file *file, bool write);
 int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, bool write);
 struct p2pdma_io *p2pdma_helper_io_new(void);
 void p2pdma_helper_io_plug(struct p2pdma_io *io, bool on);

@@ -294,7 +294,7 @@ struct p2pdma_block_io {
  * opening process only.
  * EINVAL: fields, alignment, ranges. ENOENT: no such allocation. ENODEV:
  * revoked. EBADF: fd not open for that direction. ENOTBLK. EPERM: read-only
- * device. EOPNOTSUPP: the driver cannot DMA to P2P memory. EREMOTEIO: the
+ * device. EACCES, EPERM: a security module refuses the read or write. EOPNOTSUPP: the driver cannot DMA to P2P memory. EREMOTEIO: the
  * kernel does not allow P2P between them. EBUSY: page cache in use. EINTR:
  * fatal signal. Device errors (EIO, ...).
  */

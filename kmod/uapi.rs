@@ -508,7 +508,8 @@ pub const P2PDMA_IOC_HANDLE_STATE: u32 =
 /// Errors: `EINVAL` (fields, alignment, a range past the allocation or the
 /// device), `ENOENT` (no such allocation), `ENODEV` (it was revoked),
 /// `EBADF` (not open, or not open for that direction), `ENOTBLK` (not a
-/// block device), `EPERM` (writing a read-only device), `EOPNOTSUPP` (the
+/// block device), `EPERM` (writing a read-only device), what a security
+/// module refuses (`EACCES`, `EPERM`), `EOPNOTSUPP` (the
 /// device's driver cannot DMA to P2P memory), `EREMOTEIO` (the kernel does
 /// not allow P2P between the accelerator and the device's controller),
 /// `EBUSY` (the page cache of a written range could not be dropped),
