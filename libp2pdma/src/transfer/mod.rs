@@ -15,6 +15,9 @@
 //!   namespace or partition, or on a file on ext4 or XFS whose extents are
 //!   found with `FIEMAP` (`nvme.rs`, `extents.rs`).
 //!
+//! Strided reads (many equal runs of a file, up to three strides) have
+//! their own entry point, [`Engine::read_strided`] (`strided.rs`).
+//!
 //! [`PathPref::Auto`] picks P2P where the module, the memory and the PCIe
 //! topology allow it and says why not otherwise; each [`Handle`] keeps the
 //! choice and its reason. A transfer the P2P or NVMe-command path cannot
@@ -32,6 +35,7 @@ pub(crate) mod extents;
 pub mod geometry;
 mod nvme;
 mod stats;
+pub mod strided;
 
 use std::{
     cell::Cell,
@@ -55,6 +59,7 @@ pub use asyncio::{Request, Ticket};
 pub use config::{Config, P2pSubmit, PathPref};
 pub use geometry::Geometry;
 pub use stats::{PathStats, Stats};
+pub use strided::{Layout, Shape, StridedMode, StridedReport};
 
 use crate::{
     backend::{DeviceMemory, MemoryKind},

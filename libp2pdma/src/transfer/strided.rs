@@ -1,0 +1,809 @@
+//! Strided reads: many equal runs of a file, laid out by up to three
+//! strides, read into device memory in one call.
+//!
+//! Three ways to move them (after Redundant Copy, Selective Copy and
+//! Transfer after Transform, in the strided-transfer literature):
+//!
+//! - **RC**: one read of the bounding range, gaps included, straight to its
+//!   place; needs [`Layout::Strided`] (room for the whole range), and fills
+//!   the gaps between the runs with the file's bytes there.
+//! - **SC**: one engine read per run, straight to its place.
+//! - **TaT**: the bounding range through the bounce slots; as each chunk
+//!   lands, the runs in it are packed on the host and copied into device
+//!   memory, the storage read of the next chunks overlapping the packing of
+//!   this one.
+//!
+//! [`StridedMode::Auto`] chooses with [`plan`], a pure function of the
+//! shape's numbers and the machine's, and says why.
+
+use std::{fmt, sync::Mutex};
+
+use super::{bounce, Engine, PathChoice, StorageFile, TransferPath};
+use crate::{
+    backend::{DeviceMemory, DmaTarget, MemoryKind},
+    Error, Result,
+};
+
+/// The most dimensions a [`Shape`] has.
+pub const MAX_DIMS: usize = 3;
+
+/// One dimension of a [`Shape`]: `count` steps of `stride` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dim {
+    /// Bytes between the starts of consecutive steps.
+    pub stride: u64,
+    /// Steps (at least 1).
+    pub count: u64,
+}
+
+/// Where the bytes of a strided read lie in the file: runs of `run` bytes,
+/// the first at `base`, the others found by stepping through the
+/// dimensions, innermost (fastest varying) first.
+///
+/// A column range of a row-major table is `base` = the table's offset plus
+/// the range's first column byte, `run` = the range's width in bytes, and
+/// one dimension `(row pitch, rows)`.
+///
+/// # Invariants
+///
+/// `run > 0`; every count is at least 1; each dimension with more than one
+/// step has a stride at least the extent of everything inside it (the run
+/// for the innermost), so runs never overlap and come in increasing file
+/// order; the last byte of the last run, and the run count, fit in a `u64`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    base: u64,
+    run: u64,
+    dims: Vec<Dim>,
+    /// Bytes from `base` to the end of the last run.
+    extent: u64,
+    runs: u64,
+}
+
+impl Shape {
+    /// A shape of runs of `run` bytes from `base`, stepping through `dims`
+    /// (`(stride, count)`, innermost first, at most [`MAX_DIMS`]).
+    ///
+    /// Refused with [`Error::InvalidArgument`]: a zero `run` or count, more
+    /// than three dimensions, a dimension whose steps would overlap what is
+    /// inside it (stride below the inner extent), and shapes whose last byte
+    /// or run count overflows a `u64`.
+    pub fn new(base: u64, run: u64, dims: &[(u64, u64)]) -> Result<Self> {
+        let bad = |why: String| Err(Error::InvalidArgument(format!("strided shape: {why}")));
+        if run == 0 {
+            return bad("the run length is 0".into());
+        }
+        if dims.len() > MAX_DIMS {
+            return bad(format!(
+                "{} dimensions, at most {MAX_DIMS} are supported",
+                dims.len()
+            ));
+        }
+        let mut extent = run;
+        let mut runs = 1u64;
+        for (i, &(stride, count)) in dims.iter().enumerate() {
+            if count == 0 {
+                return bad(format!("dimension {i} has a count of 0"));
+            }
+            if count > 1 && stride < extent {
+                return bad(format!(
+                    "dimension {i}'s stride {stride} is below the {extent} bytes inside it: runs would overlap"
+                ));
+            }
+            let Some(e) = (count - 1)
+                .checked_mul(stride)
+                .and_then(|s| s.checked_add(extent))
+            else {
+                return bad(format!("dimension {i}'s extent overflows"));
+            };
+            extent = e;
+            runs = match runs.checked_mul(count) {
+                Some(r) => r,
+                None => return bad("the run count overflows".into()),
+            };
+        }
+        if base.checked_add(extent).is_none() {
+            return bad(format!(
+                "base {base} plus the {extent}-byte extent overflows a u64"
+            ));
+        }
+        Ok(Self {
+            base,
+            run,
+            dims: dims
+                .iter()
+                .map(|&(stride, count)| Dim { stride, count })
+                .collect(),
+            extent,
+            runs,
+        })
+    }
+
+    /// The first run's file offset.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Bytes per run.
+    pub fn run_len(&self) -> u64 {
+        self.run
+    }
+
+    /// The dimensions, innermost first.
+    pub fn dims(&self) -> &[Dim] {
+        &self.dims
+    }
+
+    /// How many runs.
+    pub fn runs(&self) -> u64 {
+        self.runs
+    }
+
+    /// Bytes of interest: the runs' total.
+    pub fn bytes(&self) -> u64 {
+        self.runs * self.run
+    }
+
+    /// The bounding range: the first run's first byte and one past the last
+    /// run's last byte.
+    pub fn bounds(&self) -> (u64, u64) {
+        (self.base, self.base + self.extent)
+    }
+
+    /// Bytes of the bounding range.
+    pub fn bounding_len(&self) -> u64 {
+        self.extent
+    }
+
+    /// rho: bytes of interest over bytes of the bounding range (0 < rho <= 1).
+    pub fn rho(&self) -> f64 {
+        self.bytes() as f64 / self.extent as f64
+    }
+
+    /// File offset of run `k` (`k < runs`).
+    fn run_at(&self, mut k: u64) -> u64 {
+        let mut off = self.base;
+        for d in &self.dims {
+            off += (k % d.count) * d.stride;
+            k /= d.count;
+        }
+        off
+    }
+
+    /// The first run that ends after file offset `f`.
+    fn first_ending_after(&self, f: u64) -> u64 {
+        // Runs come in increasing file order (the invariant), so their ends
+        // do too.
+        let (mut lo, mut hi) = (0, self.runs);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.run_at(mid) + self.run <= f {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// The runs in file order.
+    pub fn iter(&self) -> Runs<'_> {
+        Runs {
+            shape: self,
+            next: 0,
+        }
+    }
+}
+
+/// One run of a [`Shape`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// Its offset in the file.
+    pub file_offset: u64,
+    /// Its offset among the runs packed back to back.
+    pub packed_offset: u64,
+}
+
+/// The runs of a [`Shape`], in file order.
+#[derive(Clone, Debug)]
+pub struct Runs<'a> {
+    shape: &'a Shape,
+    next: u64,
+}
+
+impl Iterator for Runs<'_> {
+    type Item = Run;
+
+    fn next(&mut self) -> Option<Run> {
+        if self.next >= self.shape.runs {
+            return None;
+        }
+        let k = self.next;
+        self.next += 1;
+        Some(Run {
+            file_offset: self.shape.run_at(k),
+            packed_offset: k * self.shape.run,
+        })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.shape.runs - self.next).unwrap_or(usize::MAX);
+        (n, Some(n))
+    }
+}
+
+/// Where the runs go in device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Back to back from the memory offset, in file order.
+    Packed,
+    /// Each run at the memory offset plus its distance from the bounding
+    /// range's start: the memory mirrors the bounding range. The memory
+    /// between runs is the transfer's to use: RC fills it with the file's
+    /// bytes there, SC and TaT leave it as it was.
+    Strided,
+}
+
+/// How a strided read moves its runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StridedMode {
+    /// Chosen by [`plan`].
+    Auto,
+    /// Redundant copy: one read of the bounding range ([`Layout::Strided`]
+    /// only).
+    Rc,
+    /// Selective copy: one read per run.
+    Sc,
+    /// Transfer after transform: the bounding range through host slots,
+    /// packed there, then copied into device memory.
+    Tat,
+}
+
+impl fmt::Display for StridedMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StridedMode::Auto => "auto",
+            StridedMode::Rc => "rc",
+            StridedMode::Sc => "sc",
+            StridedMode::Tat => "tat",
+        })
+    }
+}
+
+/// What [`plan`] decides from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlanFacts {
+    /// Bytes of the bounding range (the volume).
+    pub bounding: u64,
+    /// Bytes of interest.
+    pub interest: u64,
+    /// Runs.
+    pub runs: u64,
+    /// Bytes SC reads from storage: each run rounded out to whole blocks.
+    pub sc_storage: u64,
+    /// Whether the destination has room for the bounding range where RC
+    /// puts it (the strided layout).
+    pub rc_fits: bool,
+    /// Whether the pair's path moves storage bytes into the memory without
+    /// the CPU (P2P): then RC and SC copy nothing on the host.
+    pub direct: bool,
+    /// Seconds one engine call costs beyond its bytes (a round trip to the
+    /// storage, the engine's setup).
+    pub call_s: f64,
+    /// Storage bytes per second.
+    pub storage_bps: f64,
+    /// Host copy (packing, and copying into device memory) bytes per second.
+    pub copy_bps: f64,
+}
+
+/// Default per-call cost: a small read's round trip, between NVMe hardware
+/// (tens of microseconds) and the development VM (about 215 µs).
+pub const DEFAULT_CALL_S: f64 = 100e-6;
+/// Default storage throughput, when the device was not calibrated.
+pub const DEFAULT_STORAGE_BPS: f64 = 2.0 * (1u64 << 30) as f64;
+/// Default host copy throughput, when the engine has not copied enough to
+/// measure it.
+pub const DEFAULT_COPY_BPS: f64 = 4.0 * (1u64 << 30) as f64;
+
+/// The estimated seconds of each mode (`None` for RC when it does not fit).
+fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
+    let (s, c) = (f.storage_bps.max(1.0), f.copy_bps.max(1.0));
+    let (v, i) = (f.bounding as f64, f.interest as f64);
+    // The bounce pipeline takes about its slower stage; P2P has no copy.
+    let rc = f
+        .rc_fits
+        .then(|| f.call_s + if f.direct { v / s } else { (v / s).max(v / c) });
+    let sc =
+        f.runs as f64 * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
+    let tat = f.call_s + (v / s).max(i / c);
+    (rc, sc, tat)
+}
+
+/// AUTO's choice for a strided read, and why: the mode with the smallest
+/// estimated time, where
+///
+/// - RC = call + volume / storage (P2P), or the slower of volume / storage
+///   and volume / copy (bounce pipeline); only when it fits;
+/// - SC = runs x call + SC's storage bytes / storage (+ interest / copy off
+///   P2P): its calls run one after another;
+/// - TaT = call + the slower of volume / storage and interest / copy.
+///
+/// Ties go to RC on a P2P pair (no byte through the CPU), else to TaT (only
+/// the bytes of interest reach the memory); SC comes last.
+pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
+    let (rc, sc, tat) = costs(f);
+    let us = |t: f64| format!("{:.0} µs", t * 1e6);
+    let mut cands = Vec::new();
+    if f.direct {
+        cands.extend(rc.map(|t| (StridedMode::Rc, t)));
+        cands.push((StridedMode::Tat, tat));
+    } else {
+        cands.push((StridedMode::Tat, tat));
+        cands.extend(rc.map(|t| (StridedMode::Rc, t)));
+    }
+    cands.push((StridedMode::Sc, sc));
+    let best = cands
+        .iter()
+        .fold(None::<(StridedMode, f64)>, |b, &(m, t)| match b {
+            Some((_, bt)) if bt <= t => b,
+            _ => Some((m, t)),
+        })
+        .map_or(StridedMode::Tat, |(m, _)| m);
+    let rc_said = match rc {
+        Some(t) => format!("RC {}", us(t)),
+        None => "RC does not fit (the packed layout has no room for the bounding range)".into(),
+    };
+    let reason = format!(
+        "{best} by estimate: {} runs, rho {:.3} of {} bounding bytes; {rc_said}, SC {}, TaT {} ({} path)",
+        f.runs,
+        f.interest as f64 / f.bounding.max(1) as f64,
+        f.bounding,
+        us(sc),
+        us(tat),
+        if f.direct { "P2P" } else { "bounce" },
+    );
+    (best, reason)
+}
+
+/// What a strided read did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StridedReport {
+    /// The mode that moved the runs.
+    pub mode: StridedMode,
+    /// Why that mode (AUTO's estimate, or that it was asked for).
+    pub reason: String,
+    /// Bytes of interest moved.
+    pub bytes: u64,
+    /// Bytes read from storage, with the block rounding of each read.
+    pub storage_bytes: u64,
+    /// Engine transfers issued.
+    pub calls: u64,
+    /// The paths the transfers took, each once, in the order first seen.
+    pub paths: Vec<TransferPath>,
+    /// Whether a transfer was redone on the bounce path.
+    pub retried: bool,
+}
+
+/// The block-aligned span around `[f, f + n)`.
+fn aligned_span(f: u64, n: u64, bs: u64) -> u64 {
+    bounce::round_up(f + n, bs) - bounce::round_down(f, bs)
+}
+
+impl Engine {
+    /// Reads the runs of `shape` from `file` into `mem` from `mem_offset`,
+    /// laid out as `layout`, moved as `mode` says ([`StridedMode::Auto`]:
+    /// as [`plan`] estimates best).
+    ///
+    /// Everything is checked before any I/O: the memory must hold the
+    /// packed bytes ([`Layout::Packed`]) or the bounding range
+    /// ([`Layout::Strided`]); RC needs the strided layout. Every run is moved
+    /// or an error returned, never part of them as success.
+    pub fn read_strided(
+        &self,
+        file: &StorageFile,
+        shape: &Shape,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        layout: Layout,
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        let room = match layout {
+            Layout::Packed => shape.bytes(),
+            Layout::Strided => shape.bounding_len(),
+        };
+        let fits = usize::try_from(room)
+            .ok()
+            .and_then(|r| mem_offset.checked_add(r))
+            .is_some_and(|end| end <= mem.len());
+        if !fits {
+            return Err(Error::OutOfBounds {
+                offset: mem_offset as u64,
+                len: room,
+                size: mem.len() as u64,
+            });
+        }
+        let run = usize::try_from(shape.run).map_err(|_| {
+            Error::InvalidArgument("strided read: the run is longer than memory".into())
+        })?;
+        let bs = file.block as u64;
+        let (b0, b1) = shape.bounds();
+        let bounding = usize::try_from(b1 - b0).map_err(|_| {
+            Error::InvalidArgument("strided read: the bounding range is longer than memory".into())
+        })?;
+        let handle = self.handle(file, mem)?;
+        let direct = handle.path() != TransferPath::Bounce;
+        let (mode, reason) = match mode {
+            StridedMode::Auto => {
+                let sc_storage = shape
+                    .iter()
+                    .map(|r| aligned_span(r.file_offset, shape.run, bs))
+                    .sum();
+                plan(&self.plan_facts(file, shape, sc_storage, layout, direct))
+            }
+            StridedMode::Rc if layout == Layout::Packed => {
+                return Err(Error::InvalidArgument(format!(
+                    "strided read: RC reads the whole {bounding}-byte bounding range into place, which needs Layout::Strided; the packed layout holds only the {} bytes of interest",
+                    shape.bytes()
+                )))
+            }
+            m => (m, format!("{m} asked for")),
+        };
+        let dest = |r: &Run| {
+            mem_offset
+                + match layout {
+                    Layout::Packed => r.packed_offset as usize,
+                    Layout::Strided => (r.file_offset - b0) as usize,
+                }
+        };
+        let mut paths = Vec::new();
+        let mut retried = false;
+        let mut note = |rep: super::Report| {
+            if !paths.contains(&rep.path) {
+                paths.push(rep.path);
+            }
+            retried |= rep.retried;
+        };
+        let (storage_bytes, calls) = match mode {
+            StridedMode::Rc => {
+                note(handle.read(b0, mem_offset, bounding)?);
+                (aligned_span(b0, b1 - b0, bs), 1)
+            }
+            StridedMode::Sc => {
+                let mut read = 0;
+                for r in shape.iter() {
+                    note(handle.read(r.file_offset, dest(&r), run)?);
+                    read += aligned_span(r.file_offset, shape.run, bs);
+                }
+                (read, shape.runs)
+            }
+            StridedMode::Tat | StridedMode::Auto => {
+                let packer = Packer {
+                    shape,
+                    mem,
+                    mem_offset,
+                    layout,
+                    scratch: Mutex::new(Vec::new()),
+                };
+                let choice = PathChoice {
+                    path: TransferPath::Bounce,
+                    reason: "strided TaT: packed in the bounce slots".into(),
+                };
+                note(self.run(
+                    super::Direction::Read,
+                    &choice,
+                    file,
+                    b0,
+                    &packer,
+                    0,
+                    bounding,
+                )?);
+                (aligned_span(b0, b1 - b0, bs), 1)
+            }
+        };
+        Ok(StridedReport {
+            mode,
+            reason,
+            bytes: shape.bytes(),
+            storage_bytes,
+            calls,
+            paths,
+            retried,
+        })
+    }
+
+    /// [`PlanFacts`] for a read of `shape` from `file`: the storage rate
+    /// calibration learned (else the default), the host copy rate the
+    /// bounce path measured over at least 64 MiB (else the default).
+    fn plan_facts(
+        &self,
+        file: &StorageFile,
+        shape: &Shape,
+        sc_storage: u64,
+        layout: Layout,
+        direct: bool,
+    ) -> PlanFacts {
+        let storage_bps = self
+            .device_geometry(file)
+            .1
+            .map_or(DEFAULT_STORAGE_BPS, |l| l.bytes_per_s);
+        let b = self.stats.bounce.snapshot();
+        let copy_bps = if b.bytes >= 64 << 20 && !b.copy.is_zero() {
+            b.bytes as f64 / b.copy.as_secs_f64()
+        } else {
+            DEFAULT_COPY_BPS
+        };
+        PlanFacts {
+            bounding: shape.bounding_len(),
+            interest: shape.bytes(),
+            runs: shape.runs(),
+            sc_storage,
+            rc_fits: layout == Layout::Strided,
+            direct,
+            call_s: DEFAULT_CALL_S,
+            storage_bps,
+            copy_bps,
+        }
+    }
+}
+
+/// TaT's copy stage: stands for the bounding range as device memory for the
+/// bounce pipeline, and as each landed piece of it is handed over, packs
+/// the runs in it and copies them into the real memory: one copy for the
+/// packed layout, one per run piece for the strided one.
+struct Packer<'a> {
+    shape: &'a Shape,
+    mem: &'a dyn DeviceMemory,
+    mem_offset: usize,
+    layout: Layout,
+    /// Packing buffers, reused; the copy stage may call from several
+    /// threads at once.
+    scratch: Mutex<Vec<Vec<u8>>>,
+}
+
+impl fmt::Debug for Packer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Packer")
+            .field("shape", &self.shape)
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+impl DeviceMemory for Packer<'_> {
+    fn len(&self) -> usize {
+        self.shape.bounding_len() as usize
+    }
+
+    fn kind(&self) -> MemoryKind {
+        self.mem.kind()
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        let sh = self.shape;
+        let f0 = sh.base + offset as u64;
+        let f1 = f0 + src.len() as u64;
+        let mut k = sh.first_ending_after(f0);
+        // The pieces of runs in [f0, f1): (offset in src, length, run index,
+        // offset in the run).
+        let mut pieces = Vec::new();
+        while k < sh.runs {
+            let r0 = sh.run_at(k);
+            if r0 >= f1 {
+                break;
+            }
+            let p0 = r0.max(f0);
+            let p1 = (r0 + sh.run).min(f1);
+            pieces.push(((p0 - f0) as usize, (p1 - p0) as usize, k, p0 - r0));
+            k += 1;
+        }
+        let Some(&(_, _, k0, in0)) = pieces.first() else {
+            return Ok(());
+        };
+        match self.layout {
+            Layout::Strided => {
+                for &(at, n, _, _) in &pieces {
+                    self.mem
+                        .write_at(self.mem_offset + offset + at, &src[at..at + n])?;
+                }
+                Ok(())
+            }
+            Layout::Packed => {
+                // Consecutive pieces are consecutive in the packed layout.
+                let dst = self.mem_offset + (k0 * sh.run + in0) as usize;
+                if let [(at, n, _, _)] = pieces[..] {
+                    return self.mem.write_at(dst, &src[at..at + n]);
+                }
+                let mut buf = self
+                    .scratch
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop()
+                    .unwrap_or_default();
+                buf.clear();
+                for &(at, n, _, _) in &pieces {
+                    buf.extend_from_slice(&src[at..at + n]);
+                }
+                let r = self.mem.write_at(dst, &buf);
+                self.scratch
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(buf);
+                r
+            }
+        }
+    }
+
+    fn read_at(&self, _offset: usize, _dst: &mut [u8]) -> Result<()> {
+        Err(Error::InvalidArgument(
+            "strided TaT staging is written, never read".into(),
+        ))
+    }
+
+    fn dma_target(&self) -> Option<DmaTarget> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_numbers_and_runs() {
+        // Columns 10..14 of a 100-byte-wide table of 3 rows, at 1000.
+        let s = Shape::new(1010, 4, &[(100, 3)]).unwrap();
+        assert_eq!(s.runs(), 3);
+        assert_eq!(s.bytes(), 12);
+        assert_eq!(s.bounds(), (1010, 1214));
+        assert!((s.rho() - 12.0 / 204.0).abs() < 1e-12);
+        let runs: Vec<_> = s.iter().map(|r| (r.file_offset, r.packed_offset)).collect();
+        assert_eq!(runs, vec![(1010, 0), (1110, 4), (1210, 8)]);
+        // Three dimensions, innermost first.
+        let s = Shape::new(0, 2, &[(3, 2), (10, 2), (100, 2)]).unwrap();
+        let offs: Vec<_> = s.iter().map(|r| r.file_offset).collect();
+        assert_eq!(offs, vec![0, 3, 10, 13, 100, 103, 110, 113]);
+        assert_eq!(s.bounds(), (0, 115));
+        for (k, &o) in offs.iter().enumerate() {
+            assert_eq!(s.first_ending_after(o), k as u64);
+            assert_eq!(s.first_ending_after(o + 1), k as u64);
+            assert_eq!(s.first_ending_after(o + 2), k as u64 + 1);
+        }
+        // No dimensions: one run; touching runs are fine.
+        assert_eq!(Shape::new(5, 7, &[]).unwrap().bounds(), (5, 12));
+        assert_eq!(Shape::new(0, 4, &[(4, 3)]).unwrap().rho(), 1.0);
+        // A count of 1 ignores its stride.
+        assert_eq!(Shape::new(0, 4, &[(0, 1)]).unwrap().runs(), 1);
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        type Bad = (u64, u64, &'static [(u64, u64)]);
+        let bad: &[Bad] = &[
+            (0, 0, &[]),
+            (0, 4, &[(8, 0)]),
+            (0, 4, &[(8, 2), (100, 0)]),
+            (0, 1, &[(1, 1), (1, 1), (1, 1), (1, 1)]),
+            // Overlapping runs, and overlapping rows of runs.
+            (0, 8, &[(4, 2)]),
+            (0, 4, &[(4, 3), (8, 2)]),
+            (0, 4, &[(0, 2)]),
+            // Overflows.
+            (u64::MAX - 3, 4, &[]),
+            (u64::MAX - 10, 4, &[(8, 2)]),
+            (0, 1, &[(u64::MAX, 3)]),
+            (0, 1, &[(1, u64::MAX), (u64::MAX, 2)]),
+            (0, u64::MAX, &[(u64::MAX, 2)]),
+        ];
+        for &(base, run, dims) in bad {
+            match Shape::new(base, run, dims) {
+                Err(Error::InvalidArgument(why)) => assert!(why.starts_with("strided shape: ")),
+                other => panic!("{base} {run} {dims:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plan_table() {
+        const MIB: u64 = 1 << 20;
+        let base = PlanFacts {
+            bounding: 64 * MIB,
+            interest: 32 * MIB,
+            runs: 1024,
+            sc_storage: 32 * MIB + 1024 * 4096,
+            rc_fits: true,
+            direct: false,
+            call_s: DEFAULT_CALL_S,
+            storage_bps: DEFAULT_STORAGE_BPS,
+            copy_bps: DEFAULT_COPY_BPS,
+        };
+        let cases: &[(&str, PlanFacts, StridedMode)] = &[
+            (
+                "bounce, storage-bound: TaT ties RC and copies less",
+                base,
+                StridedMode::Tat,
+            ),
+            (
+                "P2P, room for RC: one read, no CPU copy",
+                PlanFacts {
+                    direct: true,
+                    ..base
+                },
+                StridedMode::Rc,
+            ),
+            (
+                "P2P, packed layout: TaT's single call beats 1024 calls",
+                PlanFacts {
+                    direct: true,
+                    rc_fits: false,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "bounce, slow copies: RC copies the whole volume, TaT only rho of it",
+                PlanFacts {
+                    copy_bps: DEFAULT_STORAGE_BPS / 4.0,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "tiny rho, few runs: SC reads 4 runs instead of 1 GiB",
+                PlanFacts {
+                    bounding: 1024 * MIB,
+                    interest: 4 * 4096,
+                    runs: 4,
+                    sc_storage: 4 * 4096,
+                    ..base
+                },
+                StridedMode::Sc,
+            ),
+            (
+                "tiny rho, P2P, packed: SC still",
+                PlanFacts {
+                    bounding: 1024 * MIB,
+                    interest: 4 * 4096,
+                    runs: 4,
+                    sc_storage: 4 * 4096,
+                    direct: true,
+                    rc_fits: false,
+                    ..base
+                },
+                StridedMode::Sc,
+            ),
+            (
+                "many small runs close together: one bulk read",
+                PlanFacts {
+                    bounding: 8 * MIB,
+                    interest: 4 * MIB,
+                    runs: 65536,
+                    sc_storage: 65536 * 4096,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "one run: the modes cost the same, TaT off P2P",
+                PlanFacts {
+                    bounding: MIB,
+                    interest: MIB,
+                    runs: 1,
+                    sc_storage: MIB,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+        ];
+        for (what, facts, want) in cases {
+            let (got, reason) = plan(facts);
+            assert_eq!(got, *want, "{what}: {reason}");
+            assert!(
+                reason.starts_with(&format!("{want} by estimate")),
+                "{reason}"
+            );
+            if !facts.rc_fits {
+                assert!(reason.contains("RC does not fit"), "{reason}");
+            }
+        }
+    }
+}
