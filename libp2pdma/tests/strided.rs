@@ -1,0 +1,264 @@
+//! Strided reads against a reference computed by plain indexing: random
+//! shapes (one to three dimensions, runs of 1 byte to 64 KiB, unaligned
+//! offsets, gaps from none up), both layouts, every mode and AUTO, on the
+//! bounce and P2P paths, into poisoned memory. Every byte of the memory is
+//! compared: the runs' bytes where the layout puts them, the file's bytes in
+//! the gaps for RC (which reads them), and the poison everywhere else.
+//!
+//! Environment: `P2PDMA_MODEL_DIR` (where the file goes; default the
+//! target's temporary directory, which must allow `O_DIRECT`, so not tmpfs)
+//! and `PROPTEST_CASES` (default 48).
+
+use std::{os::unix::fs::FileExt, path::PathBuf};
+
+mod common;
+
+use common::{mem_bytes, pattern};
+use p2pdma::{
+    backend::{DeviceMemory, HostMemory},
+    transfer::{Config, Engine, Layout, PathPref, Shape, StorageFile, StridedMode},
+    Error,
+};
+use proptest::{prelude::*, test_runner::TestRunner};
+
+const FILE_LEN: usize = 8 << 20;
+const SEED: u64 = 0x5712_1DED;
+const POISON: u8 = 0xA5;
+
+#[derive(Clone, Debug)]
+struct Case {
+    base: u64,
+    run: u64,
+    /// (count, gap after the inner extent), innermost first.
+    dims: Vec<(u64, u64)>,
+    layout: Layout,
+    mode: StridedMode,
+    mem_offset: usize,
+    engine: usize,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let run = prop_oneof![1..64u64, 64..4096u64, 4096..=65536u64];
+    let gap = prop_oneof![Just(0u64), 1..512u64, 512..16384u64];
+    let dims = (1..=3usize).prop_flat_map(move |n| {
+        let max = [8u64, 4, 2];
+        (0..n)
+            .map(|i| (1..=max[i], gap.clone()))
+            .collect::<Vec<_>>()
+    });
+    (
+        0..3 * 4096u64,
+        run,
+        dims,
+        prop_oneof![Just(Layout::Packed), Just(Layout::Strided)],
+        prop_oneof![
+            Just(StridedMode::Auto),
+            Just(StridedMode::Rc),
+            Just(StridedMode::Sc),
+            Just(StridedMode::Tat)
+        ],
+        0..5000usize,
+        0..3usize,
+    )
+        .prop_map(|(base, run, dims, layout, mode, mem_offset, engine)| Case {
+            base,
+            run,
+            dims,
+            layout,
+            mode,
+            mem_offset,
+            engine,
+        })
+}
+
+/// The shape's `(stride, count)` list: each stride the inner extent plus
+/// the case's gap.
+fn strides(c: &Case) -> Vec<(u64, u64)> {
+    let mut extent = c.run;
+    c.dims
+        .iter()
+        .map(|&(count, gap)| {
+            let stride = extent + gap;
+            extent += (count - 1) * stride;
+            (stride, count)
+        })
+        .collect()
+}
+
+/// The runs' file offsets, by nested loops, outermost first.
+fn reference_runs(c: &Case) -> Vec<u64> {
+    let s = strides(c);
+    let get = |i: usize| s.get(i).copied().unwrap_or((0, 1));
+    let (d0, d1, d2) = (get(0), get(1), get(2));
+    let mut v = Vec::new();
+    for k in 0..d2.1 {
+        for j in 0..d1.1 {
+            for i in 0..d0.1 {
+                v.push(c.base + k * d2.0 + j * d1.0 + i * d0.0);
+            }
+        }
+    }
+    v
+}
+
+fn run_case(
+    engines: &[Engine],
+    file: &StorageFile,
+    data: &[u8],
+    c: &Case,
+) -> Result<(), TestCaseError> {
+    let shape = Shape::new(c.base, c.run, &strides(c))
+        .map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
+    let runs = reference_runs(c);
+    let run = c.run as usize;
+    let (b0, b1) = (runs[0], runs[runs.len() - 1] + c.run);
+    prop_assert_eq!(shape.bounds(), (b0, b1));
+    prop_assert_eq!(shape.runs(), runs.len() as u64);
+    let iter: Vec<u64> = shape.iter().map(|r| r.file_offset).collect();
+    prop_assert_eq!(&iter, &runs);
+    let room = match c.layout {
+        Layout::Packed => runs.len() * run,
+        Layout::Strided => (b1 - b0) as usize,
+    };
+    let size = c.mem_offset + room + 4096;
+    let mem = HostMemory::new(size).unwrap();
+    mem.write_at(0, &vec![POISON; size]).unwrap();
+    let mut want = vec![POISON; size];
+
+    let got = engines[c.engine].read_strided(file, &shape, &mem, c.mem_offset, c.layout, c.mode);
+    if c.mode == StridedMode::Rc && c.layout == Layout::Packed {
+        prop_assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+        prop_assert!(mem_bytes(&mem, 0, size) == want, "RC refused but wrote");
+        return Ok(());
+    }
+    let rep = got.map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
+    prop_assert!(c.mode == StridedMode::Auto || rep.mode == c.mode);
+    prop_assert_ne!(rep.mode, StridedMode::Auto);
+    prop_assert_eq!(rep.bytes, (runs.len() * run) as u64);
+    if rep.mode == StridedMode::Rc {
+        prop_assert_eq!(c.layout, Layout::Strided);
+        let (b0, b1) = (b0 as usize, b1 as usize);
+        want[c.mem_offset..c.mem_offset + b1 - b0].copy_from_slice(&data[b0..b1]);
+    }
+    for (k, &f) in runs.iter().enumerate() {
+        let at = c.mem_offset
+            + match c.layout {
+                Layout::Packed => k * run,
+                Layout::Strided => (f - b0) as usize,
+            };
+        let f = f as usize;
+        want[at..at + run].copy_from_slice(&data[f..f + run]);
+    }
+    let have = mem_bytes(&mem, 0, size);
+    if let Some(i) = (0..size).find(|&i| have[i] != want[i]) {
+        return Err(TestCaseError::fail(format!(
+            "{c:?} ({}: {}): first wrong byte at memory offset {i}: {:#x}, want {:#x}",
+            rep.mode, rep.reason, have[i], want[i]
+        )));
+    }
+    Ok(())
+}
+
+#[test]
+fn strided_reads_match_plain_indexing() {
+    let dir = std::env::var_os("P2PDMA_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .join(format!("strided-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("table");
+    let data = pattern(SEED, 0, FILE_LEN);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all_at(&data, 0)
+        .unwrap();
+    let file = StorageFile::open(&path).unwrap();
+    let engine = |path, chunk, copy_threads| {
+        Engine::new(
+            Config {
+                path,
+                chunk,
+                depth: Some(3),
+                copy_threads,
+                ..Config::default()
+            },
+            None,
+        )
+    };
+    let engines = [
+        // Small chunks: TaT's bounding range spans many of them.
+        engine(PathPref::Bounce, Some(64 << 10), None),
+        // Large chunks copied by four threads at once.
+        engine(PathPref::Bounce, Some(1 << 20), Some(4)),
+        // O_DIRECT into the memory's mapping; unaligned runs retried.
+        engine(PathPref::P2p, Some(64 << 10), None),
+    ];
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(48);
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&case(), |c| run_case(&engines, &file, &data, &c));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn strided_reads_check_bounds_before_any_io() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("strided-bounds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("f");
+    std::fs::write(&path, pattern(SEED, 0, 1 << 20)).unwrap();
+    let file = StorageFile::open(&path).unwrap();
+    let engine = Engine::new(Config::default(), None);
+    // 16 runs of 100 bytes, 4096 apart: 1600 packed, 61540 strided.
+    let shape = Shape::new(10, 100, &[(4096, 16)]).unwrap();
+    let mem = HostMemory::new(8192).unwrap();
+    mem.write_at(0, &[POISON; 8192]).unwrap();
+    for mode in [
+        StridedMode::Auto,
+        StridedMode::Sc,
+        StridedMode::Tat,
+        StridedMode::Rc,
+    ] {
+        let r = engine.read_strided(&file, &shape, &mem, 0, Layout::Strided, mode);
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
+        let r = engine.read_strided(&file, &shape, &mem, 6600, Layout::Packed, mode);
+        assert!(
+            matches!(
+                r,
+                Err(Error::OutOfBounds { .. } | Error::InvalidArgument(_))
+            ),
+            "{mode}: {r:?}"
+        );
+        let r = engine.read_strided(&file, &shape, &mem, usize::MAX, Layout::Packed, mode);
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
+    }
+    assert_eq!(mem_bytes(&mem, 0, 8192), vec![POISON; 8192]);
+    // Past the end of the file: an error, never partial success.
+    let past = Shape::new((1 << 20) - 150, 100, &[(100, 2)]).unwrap();
+    let big = HostMemory::new(1 << 16).unwrap();
+    for mode in [StridedMode::Sc, StridedMode::Tat, StridedMode::Rc] {
+        let r = engine.read_strided(&file, &past, &big, 0, Layout::Strided, mode);
+        assert!(matches!(r, Err(Error::EndOfFile { .. })), "{mode}: {r:?}");
+    }
+    // The packed layout fits; the runs land back to back.
+    let r = engine
+        .read_strided(&file, &shape, &mem, 6592, Layout::Packed, StridedMode::Auto)
+        .unwrap();
+    assert_eq!((r.bytes, r.mode == StridedMode::Rc), (1600, false));
+    let data = pattern(SEED, 0, 1 << 20);
+    let got = mem_bytes(&mem, 6592, 1600);
+    for k in 0..16 {
+        let f = 10 + k * 4096;
+        assert_eq!(got[k * 100..k * 100 + 100], data[f..f + 100], "run {k}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
