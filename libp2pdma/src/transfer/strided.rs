@@ -16,7 +16,13 @@
 //! [`StridedMode::Auto`] chooses with [`plan`], a pure function of the
 //! shape's numbers and the machine's, and says why.
 
-use std::{fmt, sync::Mutex};
+use std::{
+    fmt,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Mutex,
+    },
+};
 
 use super::{bounce, Engine, PathChoice, StorageFile, TransferPath};
 use crate::{
@@ -305,6 +311,11 @@ pub const DEFAULT_STORAGE_BPS: f64 = 2.0 * (1u64 << 30) as f64;
 /// measure it.
 pub const DEFAULT_COPY_BPS: f64 = 4.0 * (1u64 << 30) as f64;
 
+/// Threads SC issues its reads from, each a share of the runs in file
+/// order, one engine read after another (as many as the engine's
+/// asynchronous workers).
+pub const SC_THREADS: usize = 4;
+
 /// The estimated seconds of each mode (`None` for RC when it does not fit).
 fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     let (s, c) = (f.storage_bps.max(1.0), f.copy_bps.max(1.0));
@@ -313,8 +324,8 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     let rc = f
         .rc_fits
         .then(|| f.call_s + if f.direct { v / s } else { (v / s).max(v / c) });
-    let sc =
-        f.runs as f64 * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
+    let calls = f.runs.div_ceil(SC_THREADS as u64) as f64;
+    let sc = calls * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
     let tat = f.call_s + (v / s).max(i / c);
     (rc, sc, tat)
 }
@@ -324,8 +335,9 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
 ///
 /// - RC = call + volume / storage (P2P), or the slower of volume / storage
 ///   and volume / copy (bounce pipeline); only when it fits;
-/// - SC = runs x call + SC's storage bytes / storage (+ interest / copy off
-///   P2P): its calls run one after another;
+/// - SC = runs / [`SC_THREADS`] x call + SC's storage bytes / storage
+///   (+ interest / copy off P2P): its calls run on that many threads, each
+///   one call after another;
 /// - TaT = call + the slower of volume / storage and interest / copy.
 ///
 /// Ties go to RC on a P2P pair (no byte through the CPU), else to TaT (only
@@ -469,11 +481,13 @@ impl Engine {
                 (aligned_span(b0, b1 - b0, bs), 1)
             }
             StridedMode::Sc => {
-                let mut read = 0;
-                for r in shape.iter() {
-                    note(handle.read(r.file_offset, dest(&r), run)?);
-                    read += aligned_span(r.file_offset, shape.run, bs);
+                for rep in selective(&handle, shape, &dest, run)? {
+                    note(rep);
                 }
+                let read = shape
+                    .iter()
+                    .map(|r| aligned_span(r.file_offset, shape.run, bs))
+                    .sum();
                 (read, shape.runs)
             }
             StridedMode::Tat | StridedMode::Auto => {
@@ -544,6 +558,72 @@ impl Engine {
             copy_bps,
         }
     }
+}
+
+/// SC: one engine read per run to its place (`dest`), from up to
+/// [`SC_THREADS`] threads, each reading a share of the runs in file order.
+/// The first error stops every thread before its next read and is returned
+/// once all have stopped; otherwise a report of each path (and retry) seen.
+fn selective(
+    handle: &super::Handle<'_>,
+    shape: &Shape,
+    dest: &(dyn Fn(&Run) -> usize + Sync),
+    run: usize,
+) -> Result<Vec<super::Report>> {
+    let threads = usize::try_from(shape.runs)
+        .unwrap_or(usize::MAX)
+        .min(SC_THREADS);
+    let share = shape.runs.div_ceil(threads as u64);
+    let failed = AtomicBool::new(false);
+    // Each thread keeps one report of each kind it saw (path, retried).
+    let part = |t: u64| -> Result<Vec<super::Report>> {
+        let mut seen: Vec<super::Report> = Vec::new();
+        for k in t * share..((t + 1) * share).min(shape.runs) {
+            if failed.load(Ordering::Relaxed) {
+                break;
+            }
+            let r = Run {
+                file_offset: shape.run_at(k),
+                packed_offset: k * shape.run,
+            };
+            match handle.read(r.file_offset, dest(&r), run) {
+                Ok(rep) => {
+                    if !seen
+                        .iter()
+                        .any(|s| (s.path, s.retried) == (rep.path, rep.retried))
+                    {
+                        seen.push(rep);
+                    }
+                }
+                Err(e) => {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(seen)
+    };
+    let results: Vec<_> = std::thread::scope(|s| {
+        let others: Vec<_> = (1..threads as u64)
+            .map(|t| {
+                let part = &part;
+                s.spawn(move || part(t))
+            })
+            .collect();
+        let mine = part(0);
+        std::iter::once(mine)
+            .chain(
+                others
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+            )
+            .collect()
+    });
+    let mut reps = Vec::new();
+    for r in results {
+        reps.extend(r?);
+    }
+    Ok(reps)
 }
 
 /// TaT's copy stage: stands for the bounding range as device memory for the
