@@ -4,10 +4,12 @@
 //! bounce and P2P paths, into poisoned memory. Every byte of the memory is
 //! compared: the runs' bytes where the layout puts them, the file's bytes in
 //! the gaps for RC (which reads them), and the poison everywhere else.
+//! Strided writes the same way (SC only): the whole file compared after
+//! each with the runs replaced by plain indexing.
 //!
 //! Environment: `P2PDMA_MODEL_DIR` (where the file goes; default the
 //! target's temporary directory, which must allow `O_DIRECT`, so not tmpfs)
-//! and `PROPTEST_CASES` (default 48).
+//! and `PROPTEST_CASES` (default 48 for reads, 32 for writes).
 
 use std::{os::unix::fs::FileExt, path::PathBuf};
 
@@ -203,6 +205,111 @@ fn strided_reads_match_plain_indexing() {
         ..ProptestConfig::default()
     });
     let result = runner.run(&case(), |c| run_case(&engines, &file, &data, &c));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Writes `c`'s runs from memory filled with another pattern into the file
+/// (which holds `data`), compares the whole file with `data` with the runs
+/// replaced by plain indexing, and puts `data` back.
+fn write_case(
+    engines: &[Engine],
+    file: &StorageFile,
+    raw: &std::fs::File,
+    data: &[u8],
+    c: &Case,
+) -> Result<(), TestCaseError> {
+    let shape = Shape::new(c.base, c.run, &strides(c))
+        .map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
+    let runs = reference_runs(c);
+    let run = c.run as usize;
+    let (b0, b1) = (runs[0], runs[runs.len() - 1] + c.run);
+    let room = match c.layout {
+        Layout::Packed => runs.len() * run,
+        Layout::Strided => (b1 - b0) as usize,
+    };
+    let size = c.mem_offset + room + 4096;
+    let mem = HostMemory::new(size).unwrap();
+    let src = pattern(!SEED, 0, size);
+    mem.write_at(0, &src).unwrap();
+    let got = engines[c.engine].write_strided(file, &shape, &mem, c.mem_offset, c.layout, c.mode);
+    let mut want = data.to_vec();
+    if matches!(c.mode, StridedMode::Rc | StridedMode::Tat) {
+        prop_assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+    } else {
+        let rep = got.map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
+        prop_assert_eq!(rep.mode, StridedMode::Sc);
+        prop_assert_eq!(rep.calls, runs.len() as u64);
+        for (k, &f) in runs.iter().enumerate() {
+            let at = c.mem_offset
+                + match c.layout {
+                    Layout::Packed => k * run,
+                    Layout::Strided => (f - b0) as usize,
+                };
+            let f = f as usize;
+            want[f..f + run].copy_from_slice(&src[at..at + run]);
+        }
+    }
+    let mut have = vec![0u8; data.len()];
+    raw.read_exact_at(&mut have, 0).unwrap();
+    let wrong = (0..have.len()).find(|&i| have[i] != want[i]);
+    raw.write_all_at(&data[b0 as usize..b1 as usize], b0)
+        .unwrap();
+    if let Some(i) = wrong {
+        return Err(TestCaseError::fail(format!(
+            "{c:?}: first wrong byte at file offset {i}: {:#x}, want {:#x}",
+            have[i], want[i]
+        )));
+    }
+    Ok(())
+}
+
+#[test]
+fn strided_writes_match_plain_indexing() {
+    let dir = std::env::var_os("P2PDMA_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .join(format!("strided-w-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("table");
+    let data = pattern(SEED, 0, FILE_LEN);
+    let raw = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    raw.write_all_at(&data, 0).unwrap();
+    let file = StorageFile::open_rw(&path).unwrap();
+    let engine = |path| {
+        Engine::new(
+            Config {
+                path,
+                chunk: Some(64 << 10),
+                depth: Some(3),
+                ..Config::default()
+            },
+            None,
+        )
+    };
+    let engines = [
+        engine(PathPref::Bounce),
+        engine(PathPref::Bounce),
+        engine(PathPref::P2p),
+    ];
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(32);
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&case(), |c| write_case(&engines, &file, &raw, &data, &c));
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = result {
         panic!("{e}");

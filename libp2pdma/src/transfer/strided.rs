@@ -24,7 +24,7 @@ use std::{
     },
 };
 
-use super::{bounce, Engine, PathChoice, StorageFile, TransferPath};
+use super::{bounce, Direction, Engine, PathChoice, StorageFile, TransferPath};
 use crate::{
     backend::{DeviceMemory, DmaTarget, MemoryKind},
     Error, Result,
@@ -386,7 +386,8 @@ pub struct StridedReport {
     pub reason: String,
     /// Bytes of interest moved.
     pub bytes: u64,
-    /// Bytes read from storage, with the block rounding of each read.
+    /// Bytes read from storage, with the block rounding of each read; for
+    /// writes, the bytes written.
     pub storage_bytes: u64,
     /// Engine transfers issued.
     pub calls: u64,
@@ -394,6 +395,33 @@ pub struct StridedReport {
     pub paths: Vec<TransferPath>,
     /// Whether a transfer was redone on the bounce path.
     pub retried: bool,
+}
+
+/// Checks that `mem` holds what `layout` puts there from `mem_offset`, and
+/// returns the run length as a `usize`.
+fn check_room(
+    shape: &Shape,
+    mem: &dyn DeviceMemory,
+    mem_offset: usize,
+    layout: Layout,
+) -> Result<usize> {
+    let room = match layout {
+        Layout::Packed => shape.bytes(),
+        Layout::Strided => shape.bounding_len(),
+    };
+    let fits = usize::try_from(room)
+        .ok()
+        .and_then(|r| mem_offset.checked_add(r))
+        .is_some_and(|end| end <= mem.len());
+    if !fits {
+        return Err(Error::OutOfBounds {
+            offset: mem_offset as u64,
+            len: room,
+            size: mem.len() as u64,
+        });
+    }
+    // The run is at most `room`, which fits in a usize.
+    Ok(shape.run as usize)
 }
 
 /// The block-aligned span around `[f, f + n)`.
@@ -419,24 +447,7 @@ impl Engine {
         layout: Layout,
         mode: StridedMode,
     ) -> Result<StridedReport> {
-        let room = match layout {
-            Layout::Packed => shape.bytes(),
-            Layout::Strided => shape.bounding_len(),
-        };
-        let fits = usize::try_from(room)
-            .ok()
-            .and_then(|r| mem_offset.checked_add(r))
-            .is_some_and(|end| end <= mem.len());
-        if !fits {
-            return Err(Error::OutOfBounds {
-                offset: mem_offset as u64,
-                len: room,
-                size: mem.len() as u64,
-            });
-        }
-        let run = usize::try_from(shape.run).map_err(|_| {
-            Error::InvalidArgument("strided read: the run is longer than memory".into())
-        })?;
+        let run = check_room(shape, mem, mem_offset, layout)?;
         let bs = file.block as u64;
         let (b0, b1) = shape.bounds();
         let bounding = usize::try_from(b1 - b0).map_err(|_| {
@@ -481,7 +492,7 @@ impl Engine {
                 (aligned_span(b0, b1 - b0, bs), 1)
             }
             StridedMode::Sc => {
-                for rep in selective(&handle, shape, &dest, run)? {
+                for rep in selective(&handle, Direction::Read, shape, &dest, run)? {
                     note(rep);
                 }
                 let read = shape
@@ -502,15 +513,7 @@ impl Engine {
                     path: TransferPath::Bounce,
                     reason: "strided TaT: packed in the bounce slots".into(),
                 };
-                note(self.run(
-                    super::Direction::Read,
-                    &choice,
-                    file,
-                    b0,
-                    &packer,
-                    0,
-                    bounding,
-                )?);
+                note(self.run(Direction::Read, &choice, file, b0, &packer, 0, bounding)?);
                 (aligned_span(b0, b1 - b0, bs), 1)
             }
         };
@@ -520,6 +523,63 @@ impl Engine {
             bytes: shape.bytes(),
             storage_bytes,
             calls,
+            paths,
+            retried,
+        })
+    }
+
+    /// Writes the runs of `shape` to `file` from `mem` at `mem_offset`, laid
+    /// out as `layout`: the mirror of [`Engine::read_strided`].
+    ///
+    /// Writes are SC only, whatever `mode` says for AUTO: a write changes
+    /// exactly the bytes it covers, so RC (which would write the gaps) and
+    /// TaT (whose transform makes one contiguous transfer on the memory
+    /// side, while a write's scattered side is the file) are refused with
+    /// [`Error::InvalidArgument`]. Bounds are checked before any I/O; every
+    /// run is written or an error returned (runs already written stay
+    /// written, as with a failed `pwrite` loop).
+    pub fn write_strided(
+        &self,
+        file: &StorageFile,
+        shape: &Shape,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        layout: Layout,
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        let run = check_room(shape, mem, mem_offset, layout)?;
+        let reason = match mode {
+            StridedMode::Sc => "sc asked for".to_string(),
+            StridedMode::Auto => "sc: writes go one per run, so that they change exactly the runs' bytes".into(),
+            m @ (StridedMode::Rc | StridedMode::Tat) => {
+                return Err(Error::InvalidArgument(format!(
+                    "strided write: only SC writes; {m} would write the gaps between the runs or needs a contiguous file side"
+                )))
+            }
+        };
+        let handle = self.handle(file, mem)?;
+        let b0 = shape.base;
+        let dest = |r: &Run| {
+            mem_offset
+                + match layout {
+                    Layout::Packed => r.packed_offset as usize,
+                    Layout::Strided => (r.file_offset - b0) as usize,
+                }
+        };
+        let mut paths = Vec::new();
+        let mut retried = false;
+        for rep in selective(&handle, Direction::Write, shape, &dest, run)? {
+            if !paths.contains(&rep.path) {
+                paths.push(rep.path);
+            }
+            retried |= rep.retried;
+        }
+        Ok(StridedReport {
+            mode: StridedMode::Sc,
+            reason,
+            bytes: shape.bytes(),
+            storage_bytes: shape.bytes(),
+            calls: shape.runs,
             paths,
             retried,
         })
@@ -560,12 +620,13 @@ impl Engine {
     }
 }
 
-/// SC: one engine read per run to its place (`dest`), from up to
+/// SC: one engine read (or write) per run at its place (`dest`), from up to
 /// [`SC_THREADS`] threads, each reading a share of the runs in file order.
 /// The first error stops every thread before its next read and is returned
 /// once all have stopped; otherwise a report of each path (and retry) seen.
 fn selective(
     handle: &super::Handle<'_>,
+    dir: Direction,
     shape: &Shape,
     dest: &(dyn Fn(&Run) -> usize + Sync),
     run: usize,
@@ -586,7 +647,11 @@ fn selective(
                 file_offset: shape.run_at(k),
                 packed_offset: k * shape.run,
             };
-            match handle.read(r.file_offset, dest(&r), run) {
+            let done = match dir {
+                Direction::Read => handle.read(r.file_offset, dest(&r), run),
+                Direction::Write => handle.write(r.file_offset, dest(&r), run),
+            };
+            match done {
                 Ok(rep) => {
                     if !seen
                         .iter()
