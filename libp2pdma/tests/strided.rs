@@ -1,6 +1,6 @@
 //! Strided reads against a reference computed by plain indexing: random
 //! shapes (one to three dimensions, runs of 1 byte to 64 KiB, unaligned
-//! offsets, gaps from none up), both layouts, every mode and AUTO, on the
+//! offsets, gaps from none to 1 MiB), both layouts, every mode and AUTO, on the
 //! bounce and P2P paths, into poisoned memory. Every byte of the memory is
 //! compared: the runs' bytes where the layout puts them, the file's bytes in
 //! the gaps for RC (which reads them), and the poison everywhere else.
@@ -23,7 +23,8 @@ use p2pdma::{
 };
 use proptest::{prelude::*, test_runner::TestRunner};
 
-const FILE_LEN: usize = 8 << 20;
+/// Room for the largest shape (about 8.5 MiB) at the largest base.
+const FILE_LEN: usize = 12 << 20;
 const SEED: u64 = 0x5712_1DED;
 const POISON: u8 = 0xA5;
 
@@ -41,11 +42,18 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     let run = prop_oneof![1..64u64, 64..4096u64, 4096..=65536u64];
-    let gap = prop_oneof![Just(0u64), 1..512u64, 512..16384u64];
+    fn gap() -> BoxedStrategy<u64> {
+        prop_oneof![Just(0u64), 1..512u64, 512..16384u64].boxed()
+    }
+    // The outermost dimension's gaps may be wide, past the default threshold
+    // where TaT splits its read (a call's worth of storage bytes, 200 KiB).
+    fn wide() -> BoxedStrategy<u64> {
+        prop_oneof![3 => gap(), 1 => (256u64 << 10)..(1u64 << 20)].boxed()
+    }
     let dims = (1..=3usize).prop_flat_map(move |n| {
         let max = [8u64, 4, 2];
         (0..n)
-            .map(|i| (1..=max[i], gap.clone()))
+            .map(|i| (1..=max[i], if i + 1 == n { wide() } else { gap() }))
             .collect::<Vec<_>>()
     });
     (
@@ -365,6 +373,17 @@ fn strided_reads_check_bounds_before_any_io() {
     let got = mem_bytes(&mem, 6592, 1600);
     for k in 0..16 {
         let f = 10 + k * 4096;
+        assert_eq!(got[k * 100..k * 100 + 100], data[f..f + 100], "run {k}");
+    }
+    // Runs 300 KiB apart: TaT reads each on its own, not the gaps.
+    let far = Shape::new(10, 100, &[(300 << 10, 3)]).unwrap();
+    let r = engine
+        .read_strided(&file, &far, &mem, 0, Layout::Packed, StridedMode::Tat)
+        .unwrap();
+    assert_eq!((r.calls, r.storage_bytes), (3, 3 * 4096), "{r:?}");
+    let got = mem_bytes(&mem, 0, 300);
+    for k in 0..3 {
+        let f = 10 + k * (300 << 10);
         assert_eq!(got[k * 100..k * 100 + 100], data[f..f + 100], "run {k}");
     }
     let _ = std::fs::remove_dir_all(&dir);

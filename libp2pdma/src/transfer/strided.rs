@@ -8,10 +8,10 @@
 //!   place; needs [`Layout::Strided`] (room for the whole range), and fills
 //!   the gaps between the runs with the file's bytes there.
 //! - **SC**: one engine read per run, straight to its place.
-//! - **TaT**: the bounding range through the bounce slots; as each chunk
-//!   lands, the runs in it are packed on the host and copied into device
-//!   memory, the storage read of the next chunks overlapping the packing of
-//!   this one.
+//! - **TaT**: the bounding range through the bounce slots (split where a
+//!   gap costs more to read than a call); as each chunk lands, the runs in
+//!   it are packed on the host and copied into device memory, the storage
+//!   read of the next chunks overlapping the packing of this one.
 //!
 //! [`StridedMode::Auto`] chooses with [`plan`], a pure function of the
 //! shape's numbers and the machine's, and says why.
@@ -287,6 +287,11 @@ pub struct PlanFacts {
     pub runs: u64,
     /// Bytes SC reads from storage: each run rounded out to whole blocks.
     pub sc_storage: u64,
+    /// Bytes TaT reads from storage: its groups of runs, each rounded out
+    /// to whole blocks (the bounding range when the gaps are all small).
+    pub tat_storage: u64,
+    /// TaT's engine reads: one per group of runs.
+    pub tat_calls: u64,
     /// Whether the destination has room for the bounding range where RC
     /// puts it (the strided layout).
     pub rc_fits: bool,
@@ -326,7 +331,7 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
         .then(|| f.call_s + if f.direct { v / s } else { (v / s).max(v / c) });
     let calls = f.runs.div_ceil(SC_THREADS as u64) as f64;
     let sc = calls * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
-    let tat = f.call_s + (v / s).max(i / c);
+    let tat = f.tat_calls as f64 * f.call_s + (f.tat_storage as f64 / s).max(i / c);
     (rc, sc, tat)
 }
 
@@ -338,7 +343,9 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
 /// - SC = runs / [`SC_THREADS`] x call + SC's storage bytes / storage
 ///   (+ interest / copy off P2P): its calls run on that many threads, each
 ///   one call after another;
-/// - TaT = call + the slower of volume / storage and interest / copy.
+/// - TaT = groups x call + the slower of TaT's storage bytes / storage and
+///   interest / copy (a gap wider than a call's worth of storage bytes
+///   splits the runs into groups, each read on its own).
 ///
 /// Ties go to RC on a P2P pair (no byte through the CPU), else to TaT (only
 /// the bytes of interest reach the memory); SC comes last.
@@ -455,14 +462,36 @@ impl Engine {
         })?;
         let handle = self.handle(file, mem)?;
         let direct = handle.path() != TransferPath::Bounce;
+        let (storage_bps, copy_bps) = self.strided_rates(file);
+        // A gap that takes longer to read than a call costs splits TaT's
+        // read.
+        let groups = match mode {
+            StridedMode::Auto | StridedMode::Tat => {
+                tat_groups(shape, (DEFAULT_CALL_S * storage_bps) as u64)
+            }
+            _ => Vec::new(),
+        };
+        let tat_storage = groups
+            .iter()
+            .map(|g| aligned_span(g.start, g.end - g.start, bs))
+            .sum();
         let (mode, reason) = match mode {
-            StridedMode::Auto => {
-                let sc_storage = shape
+            StridedMode::Auto => plan(&PlanFacts {
+                bounding: shape.bounding_len(),
+                interest: shape.bytes(),
+                runs: shape.runs(),
+                sc_storage: shape
                     .iter()
                     .map(|r| aligned_span(r.file_offset, shape.run, bs))
-                    .sum();
-                plan(&self.plan_facts(file, shape, sc_storage, layout, direct))
-            }
+                    .sum(),
+                tat_storage,
+                tat_calls: groups.len() as u64,
+                rc_fits: layout == Layout::Strided,
+                direct,
+                call_s: DEFAULT_CALL_S,
+                storage_bps,
+                copy_bps,
+            }),
             StridedMode::Rc if layout == Layout::Packed => {
                 return Err(Error::InvalidArgument(format!(
                     "strided read: RC reads the whole {bounding}-byte bounding range into place, which needs Layout::Strided; the packed layout holds only the {} bytes of interest",
@@ -502,19 +531,31 @@ impl Engine {
                 (read, shape.runs)
             }
             StridedMode::Tat | StridedMode::Auto => {
-                let packer = Packer {
-                    shape,
-                    mem,
-                    mem_offset,
-                    layout,
-                    scratch: Mutex::new(Vec::new()),
-                };
                 let choice = PathChoice {
                     path: TransferPath::Bounce,
                     reason: "strided TaT: packed in the bounce slots".into(),
                 };
-                note(self.run(Direction::Read, &choice, file, b0, &packer, 0, bounding)?);
-                (aligned_span(b0, b1 - b0, bs), 1)
+                for g in &groups {
+                    let packer = Packer {
+                        shape,
+                        origin: g.start,
+                        len: (g.end - g.start) as usize,
+                        mem,
+                        mem_offset,
+                        layout,
+                        scratch: Mutex::new(Vec::new()),
+                    };
+                    note(self.run(
+                        Direction::Read,
+                        &choice,
+                        file,
+                        g.start,
+                        &packer,
+                        0,
+                        packer.len,
+                    )?);
+                }
+                (tat_storage, groups.len() as u64)
             }
         };
         Ok(StridedReport {
@@ -585,17 +626,11 @@ impl Engine {
         })
     }
 
-    /// [`PlanFacts`] for a read of `shape` from `file`: the storage rate
-    /// calibration learned (else the default), the host copy rate the
-    /// bounce path measured over at least 64 MiB (else the default).
-    fn plan_facts(
-        &self,
-        file: &StorageFile,
-        shape: &Shape,
-        sc_storage: u64,
-        layout: Layout,
-        direct: bool,
-    ) -> PlanFacts {
+    /// Storage and host copy rates for [`plan`], bytes per second: the
+    /// storage rate calibration learned (else the default), the host copy
+    /// rate the bounce path measured over at least 64 MiB (else the
+    /// default).
+    fn strided_rates(&self, file: &StorageFile) -> (f64, f64) {
         let storage_bps = self
             .device_geometry(file)
             .1
@@ -606,18 +641,35 @@ impl Engine {
         } else {
             DEFAULT_COPY_BPS
         };
-        PlanFacts {
-            bounding: shape.bounding_len(),
-            interest: shape.bytes(),
-            runs: shape.runs(),
-            sc_storage,
-            rc_fits: layout == Layout::Strided,
-            direct,
-            call_s: DEFAULT_CALL_S,
-            storage_bps,
-            copy_bps,
+        (storage_bps, copy_bps)
+    }
+}
+
+/// A range of the file TaT reads in one engine read: runs with no gap
+/// wider than the threshold between them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Group {
+    /// The first run's file offset.
+    start: u64,
+    /// One past the last run's last byte.
+    end: u64,
+}
+
+/// TaT's reads: the runs split where the gap between two is wider than
+/// `max_gap` bytes (reading it would cost more than another call).
+fn tat_groups(shape: &Shape, max_gap: u64) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    for r in shape.iter() {
+        let end = r.file_offset + shape.run;
+        match groups.last_mut() {
+            Some(g) if r.file_offset - g.end <= max_gap => g.end = end,
+            _ => groups.push(Group {
+                start: r.file_offset,
+                end,
+            }),
         }
     }
+    groups
 }
 
 /// SC: one engine read (or write) per run at its place (`dest`), from up to
@@ -691,12 +743,16 @@ fn selective(
     Ok(reps)
 }
 
-/// TaT's copy stage: stands for the bounding range as device memory for the
+/// TaT's copy stage: stands for one group's range as device memory for the
 /// bounce pipeline, and as each landed piece of it is handed over, packs
 /// the runs in it and copies them into the real memory: one copy for the
 /// packed layout, one per run piece for the strided one.
 struct Packer<'a> {
     shape: &'a Shape,
+    /// The file offset of the range's first byte.
+    origin: u64,
+    /// The range's length.
+    len: usize,
     mem: &'a dyn DeviceMemory,
     mem_offset: usize,
     layout: Layout,
@@ -716,7 +772,7 @@ impl fmt::Debug for Packer<'_> {
 
 impl DeviceMemory for Packer<'_> {
     fn len(&self) -> usize {
-        self.shape.bounding_len() as usize
+        self.len
     }
 
     fn kind(&self) -> MemoryKind {
@@ -725,7 +781,7 @@ impl DeviceMemory for Packer<'_> {
 
     fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
         let sh = self.shape;
-        let f0 = sh.base + offset as u64;
+        let f0 = self.origin + offset as u64;
         let f1 = f0 + src.len() as u64;
         let mut k = sh.first_ending_after(f0);
         // The pieces of runs in [f0, f1): (offset in src, length, run index,
@@ -747,8 +803,10 @@ impl DeviceMemory for Packer<'_> {
         match self.layout {
             Layout::Strided => {
                 for &(at, n, _, _) in &pieces {
-                    self.mem
-                        .write_at(self.mem_offset + offset + at, &src[at..at + n])?;
+                    self.mem.write_at(
+                        self.mem_offset + (f0 - sh.base) as usize + at,
+                        &src[at..at + n],
+                    )?;
                 }
                 Ok(())
             }
@@ -848,6 +906,26 @@ mod tests {
     }
 
     #[test]
+    fn tat_groups_split_at_wide_gaps() {
+        // Rows of 4 runs of 10 bytes, 20 apart; rows 1000 apart.
+        let s = Shape::new(5, 10, &[(20, 4), (1000, 3)]).unwrap();
+        let g = |start, end| Group { start, end };
+        assert_eq!(tat_groups(&s, 9).len(), 12);
+        assert_eq!(
+            tat_groups(&s, 10),
+            (0..3)
+                .map(|r| g(5 + r * 1000, 75 + r * 1000))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(tat_groups(&s, 930), vec![g(5, 2075)]);
+        assert_eq!(tat_groups(&s, 929).len(), 3);
+        assert_eq!(tat_groups(&s, 0).len(), 12);
+        // Touching runs always go together.
+        let s = Shape::new(0, 8, &[(8, 5)]).unwrap();
+        assert_eq!(tat_groups(&s, 0), vec![g(0, 40)]);
+    }
+
+    #[test]
     fn plan_table() {
         const MIB: u64 = 1 << 20;
         let base = PlanFacts {
@@ -855,6 +933,8 @@ mod tests {
             interest: 32 * MIB,
             runs: 1024,
             sc_storage: 32 * MIB + 1024 * 4096,
+            tat_storage: 64 * MIB,
+            tat_calls: 1,
             rc_fits: true,
             direct: false,
             call_s: DEFAULT_CALL_S,
@@ -899,6 +979,8 @@ mod tests {
                     interest: 4 * 4096,
                     runs: 4,
                     sc_storage: 4 * 4096,
+                    tat_storage: 4 * 4096,
+                    tat_calls: 4,
                     ..base
                 },
                 StridedMode::Sc,
@@ -910,6 +992,8 @@ mod tests {
                     interest: 4 * 4096,
                     runs: 4,
                     sc_storage: 4 * 4096,
+                    tat_storage: 4 * 4096,
+                    tat_calls: 4,
                     direct: true,
                     rc_fits: false,
                     ..base
@@ -923,6 +1007,21 @@ mod tests {
                     interest: 4 * MIB,
                     runs: 65536,
                     sc_storage: 65536 * 4096,
+                    tat_storage: 8 * MIB,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "clusters of runs far apart: TaT's 8 grouped reads beat SC's 16 calls a thread",
+                PlanFacts {
+                    bounding: 1024 * MIB,
+                    interest: 64 * 4096,
+                    runs: 64,
+                    sc_storage: 64 * 4096,
+                    tat_storage: 8 * 8 * 4096,
+                    tat_calls: 8,
+                    rc_fits: false,
                     ..base
                 },
                 StridedMode::Tat,
@@ -934,6 +1033,7 @@ mod tests {
                     interest: MIB,
                     runs: 1,
                     sc_storage: MIB,
+                    tat_storage: MIB,
                     ..base
                 },
                 StridedMode::Tat,
