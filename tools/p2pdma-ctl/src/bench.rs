@@ -16,6 +16,10 @@
 //!   `pwrite(2)` per copy;
 //! - `small`: 4 KiB random reads through `Engine::read` vs `pread` with
 //!   `O_DIRECT` plus a copy into the same memory, same file and offsets;
+//! - `strided`: strided reads of a few shapes (runs of 512 B to 64 KiB, rho
+//!   1/16 to 0.98, far-apart clusters) by each mode, SC, TaT and RC, and by
+//!   AUTO, interleaved, as ratios to the fastest mode, with AUTO's reason;
+//!   every result checked against the file;
 //! - `cpu`: CPU time per GiB moved from an NVMe namespace into accelerator
 //!   memory, per path (needs the module; meant for the VM rig, where the
 //!   emulated devices' DMA runs outside the guest).
@@ -32,7 +36,7 @@ use std::{
 
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
-    transfer::{Config, Engine, P2pSubmit, PathPref, StorageFile},
+    transfer::{Config, Engine, Layout, P2pSubmit, PathPref, Shape, StorageFile, StridedMode},
     Module,
 };
 use serde_json::{json, Value};
@@ -42,7 +46,7 @@ type Res<T> = Result<T, String>;
 /// Which benchmark, and its knobs.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// storage, copy, small, cpu or all (storage, copy and small).
+    /// storage, copy, small, strided, cpu or all (storage, copy and small).
     #[arg(default_value = "all")]
     pub what: String,
     /// File to read for `storage` (created if missing or short). It must be
@@ -1021,6 +1025,109 @@ fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     Ok(())
 }
 
+/// `strided`: each shape read by SC, TaT, RC and AUTO, `reps` rounds
+/// interleaved, medians as ratios to the fastest mode.
+fn strided(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
+    let path = a
+        .file
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("p2pdma-bench.dat"));
+    let size = a.size.max(16 << 20);
+    ensure_file(&path, size)?;
+    let file = StorageFile::open(&path)
+        .map_err(|e| format!("{e} (the file must be on a filesystem with O_DIRECT)"))?;
+    let mut data = vec![0u8; size as usize];
+    File::open(&path)
+        .and_then(|f| f.read_exact_at(&mut data, 0))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let mem = HostMemory::new(size as usize).map_err(|e| e.to_string())?;
+    let engine = Engine::new(Config::default(), None);
+    let base = 123u64;
+    let n = |stride: u64| (size - base) / stride - 1;
+    let shapes: Vec<(String, Shape)> = [
+        ("4 KiB every 64 KiB", 4096, vec![(65536, n(65536))]),
+        ("512 B every 8 KiB", 512, vec![(8192, n(8192))]),
+        ("64 KiB every 128 KiB", 65536, vec![(131072, n(131072))]),
+        ("4000 B every 4 KiB", 4000, vec![(4096, n(4096))]),
+        (
+            "8 clusters of 8 x 4 KiB, size/8 apart",
+            4096,
+            vec![(8192, 8), ((size - base) / 8 - 1, 8)],
+        ),
+    ]
+    .into_iter()
+    .map(|(what, run, dims)| {
+        Shape::new(base, run, &dims)
+            .map(|s| (what.to_string(), s))
+            .map_err(|e| format!("{what}: {e}"))
+    })
+    .collect::<Res<_>>()?;
+    let modes = [
+        ("SC", StridedMode::Sc, Layout::Packed),
+        ("TaT", StridedMode::Tat, Layout::Packed),
+        ("RC", StridedMode::Rc, Layout::Strided),
+        ("AUTO", StridedMode::Auto, Layout::Packed),
+    ];
+    let mut rows = Vec::new();
+    for (what, shape) in &shapes {
+        let mut times = vec![Vec::new(); modes.len()];
+        let mut auto = None;
+        for _ in 0..a.reps.max(1) {
+            for (i, &(name, mode, layout)) in modes.iter().enumerate() {
+                let t = Instant::now();
+                let r = engine
+                    .read_strided(&file, shape, &mem, 0, layout, mode)
+                    .map_err(|e| format!("{what}, {name}: {e}"))?;
+                times[i].push(t.elapsed().as_secs_f64());
+                for run in shape.iter() {
+                    let at = match layout {
+                        Layout::Packed => run.packed_offset,
+                        Layout::Strided => run.file_offset - base,
+                    } as usize;
+                    let mut got = vec![0u8; shape.run_len() as usize];
+                    mem.read_at(at, &mut got).map_err(|e| e.to_string())?;
+                    let f = run.file_offset as usize;
+                    if got[..] != data[f..f + got.len()] {
+                        return Err(format!("{what}, {name}: wrong data at file offset {f}"));
+                    }
+                }
+                if mode == StridedMode::Auto {
+                    auto = Some(r);
+                }
+            }
+        }
+        let med: Vec<f64> = times.into_iter().map(median).collect();
+        let best = med[..3].iter().copied().fold(f64::INFINITY, f64::min);
+        let auto = auto.ok_or("no AUTO run")?;
+        let cells: Vec<String> = modes
+            .iter()
+            .zip(&med)
+            .map(|(&(name, _, _), t)| format!("{name} {:.1} ms (x{:.2})", t * 1e3, t / best))
+            .collect();
+        println!(
+            "strided {what} ({} runs, rho {:.3}): {}; AUTO chose {}: {}",
+            shape.runs(),
+            shape.rho(),
+            cells.join(", "),
+            auto.mode,
+            auto.reason
+        );
+        rows.push(json!({
+            "shape": what,
+            "runs": shape.runs(),
+            "rho": shape.rho(),
+            "sc_s": med[0],
+            "tat_s": med[1],
+            "rc_s": med[2],
+            "auto_s": med[3],
+            "auto_mode": auto.mode.to_string(),
+            "auto_reason": auto.reason,
+        }));
+    }
+    json_out["strided"] = json!(rows);
+    Ok(())
+}
+
 /// Runs the benchmarks; prints text, or JSON with `json`.
 pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
     let mut out = json!({ "machine": machine() });
@@ -1030,6 +1137,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         "copy" => copy(&mut out)?,
         "cpu" => cpu(a, &mut out)?,
         "small" => small(a, &mut out)?,
+        "strided" => strided(a, &mut out)?,
         "all" => {
             storage(a, &mut out)?;
             copy(&mut out)?;
@@ -1037,7 +1145,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         }
         other => {
             return Err(format!(
-                "unknown benchmark '{other}' (storage, copy, small, cpu, all)"
+                "unknown benchmark '{other}' (storage, copy, small, strided, cpu, all)"
             ))
         }
     }
