@@ -62,6 +62,43 @@ typedef enum p2pdma_path {
 } p2pdma_path;
 
 /**
+ * Where a strided read puts its runs in memory.
+ */
+typedef enum p2pdma_layout {
+    /**
+     * Back to back from the memory offset, in file order.
+     */
+    P2PDMA_LAYOUT_PACKED = 0,
+    /**
+     * Each run at the memory offset plus its distance from the first
+     * run's start: the memory mirrors the file's range.
+     */
+    P2PDMA_LAYOUT_STRIDED = 1,
+} p2pdma_layout;
+
+/**
+ * How a strided read moves its runs (see `docs/transfer.md`).
+ */
+typedef enum p2pdma_strided_mode {
+    /**
+     * Chosen by the library's cost model; the reason says why.
+     */
+    P2PDMA_STRIDED_AUTO = 0,
+    /**
+     * One read of the whole range, gaps included (strided layout only).
+     */
+    P2PDMA_STRIDED_RC = 1,
+    /**
+     * One read per run.
+     */
+    P2PDMA_STRIDED_SC = 2,
+    /**
+     * The range through host memory, packed there, then copied.
+     */
+    P2PDMA_STRIDED_TAT = 3,
+} p2pdma_strided_mode;
+
+/**
  * The transfer engine: configuration, pooled io_uring rings and bounce
  * buffers, and per-path counters.
  */
@@ -106,6 +143,47 @@ typedef struct p2pdma_report {
      */
     int retried;
 } p2pdma_report;
+
+/**
+ * One dimension of a strided shape: `count` steps of `stride` bytes.
+ */
+typedef struct p2pdma_dim {
+    /**
+     * Bytes between the starts of consecutive steps.
+     */
+    uint64_t stride;
+    /**
+     * Steps (at least 1).
+     */
+    uint64_t count;
+} p2pdma_dim;
+
+/**
+ * What one strided read did.
+ */
+typedef struct p2pdma_strided_report {
+    /**
+     * Bytes of interest moved: the runs' total.
+     */
+    uint64_t bytes;
+    /**
+     * Bytes read from storage, with each read's block rounding.
+     */
+    uint64_t storage_bytes;
+    /**
+     * Transfers issued.
+     */
+    uint64_t calls;
+    /**
+     * The mode that moved the runs (a `P2PDMA_STRIDED_*` value, never
+     * AUTO).
+     */
+    int mode;
+    /**
+     * 1 when a transfer was redone on the bounce path, else 0.
+     */
+    int retried;
+} p2pdma_strided_report;
 
 /**
  * The counters of one path of an engine, since it was created.
@@ -463,6 +541,45 @@ int p2pdma_write(const struct p2pdma_engine *engine,
                  size_t mem_offset,
                  size_t len,
                  struct p2pdma_report *report);
+
+/**
+ * Reads runs of `run` bytes of `file`, the first at `base`, the others
+ * found by stepping through `ndims` (at most 3) dimensions `dims`,
+ * innermost first, into `mem` from `mem_offset`, laid out as `layout` (a
+ * `P2PDMA_LAYOUT_*` value), moved as `mode` (a `P2PDMA_STRIDED_*` value)
+ * says. A column range of a row-major table is `base` = its first byte,
+ * `run` = its width, and one dimension `{row pitch, rows}`. When `report`
+ * is not NULL it receives what the read did; when `reason_buf` is not NULL,
+ * up to `reason_len` bytes of why that mode (NUL-terminated).
+ *
+ * Returns 0 once every run has landed, or a negative errno, with
+ * `*report` zeroed: -EINVAL for NULL handles, a bad shape (a zero run or
+ * count, more than 3 dimensions, a stride below what it steps over,
+ * overflow), an unknown layout or mode, RC with the packed layout, or
+ * memory that cannot hold the layout; `P2PDMA_ERR_EOF` when a run lies
+ * past the end of the file; -ENODATA, -EIO and others from storage.
+ * Nothing is read before the arguments are checked.
+ *
+ * # Safety
+ *
+ * `engine`, `file` and `mem` must be NULL or live handles; `dims` must be
+ * NULL or point to `ndims` `struct p2pdma_dim`; `report` must be NULL or
+ * point to a writable `struct p2pdma_strided_report`; `reason_buf` must be
+ * NULL or valid for writing `reason_len` bytes.
+ */
+int p2pdma_read_strided(const struct p2pdma_engine *engine,
+                        const struct p2pdma_file *file,
+                        uint64_t base,
+                        uint64_t run,
+                        const struct p2pdma_dim *dims,
+                        size_t ndims,
+                        const struct p2pdma_mem *mem,
+                        size_t mem_offset,
+                        int layout,
+                        int mode,
+                        struct p2pdma_strided_report *report,
+                        char *reason_buf,
+                        size_t reason_len);
 
 /**
  * Copies the counters of `path` (a `P2PDMA_PATH_*` value) of `engine`

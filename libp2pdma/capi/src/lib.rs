@@ -36,7 +36,10 @@ use std::{
 use error::{call, status, void, Failure};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
-    transfer::{Config, Engine, PathPref, PathStats, Report, StorageFile, TransferPath},
+    transfer::{
+        strided::StridedReport, Config, Engine, Layout, PathPref, PathStats, Report, Shape,
+        StorageFile, StridedMode, TransferPath,
+    },
     Module,
 };
 
@@ -796,6 +799,164 @@ pub unsafe extern "C" fn p2pdma_write(
     })
 }
 
+/* Strided reads. */
+
+/// One dimension of a strided shape: `count` steps of `stride` bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct p2pdma_dim {
+    /// Bytes between the starts of consecutive steps.
+    pub stride: u64,
+    /// Steps (at least 1).
+    pub count: u64,
+}
+
+/// Where a strided read puts its runs in memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum p2pdma_layout {
+    /// Back to back from the memory offset, in file order.
+    P2PDMA_LAYOUT_PACKED = 0,
+    /// Each run at the memory offset plus its distance from the first
+    /// run's start: the memory mirrors the file's range.
+    P2PDMA_LAYOUT_STRIDED = 1,
+}
+
+/// How a strided read moves its runs (see `docs/transfer.md`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum p2pdma_strided_mode {
+    /// Chosen by the library's cost model; the reason says why.
+    P2PDMA_STRIDED_AUTO = 0,
+    /// One read of the whole range, gaps included (strided layout only).
+    P2PDMA_STRIDED_RC = 1,
+    /// One read per run.
+    P2PDMA_STRIDED_SC = 2,
+    /// The range through host memory, packed there, then copied.
+    P2PDMA_STRIDED_TAT = 3,
+}
+
+/// What one strided read did.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct p2pdma_strided_report {
+    /// Bytes of interest moved: the runs' total.
+    pub bytes: u64,
+    /// Bytes read from storage, with each read's block rounding.
+    pub storage_bytes: u64,
+    /// Transfers issued.
+    pub calls: u64,
+    /// The mode that moved the runs (a `P2PDMA_STRIDED_*` value, never
+    /// AUTO).
+    pub mode: c_int,
+    /// 1 when a transfer was redone on the bounce path, else 0.
+    pub retried: c_int,
+}
+
+impl From<&StridedReport> for p2pdma_strided_report {
+    fn from(r: &StridedReport) -> Self {
+        let mode = match r.mode {
+            StridedMode::Auto => p2pdma_strided_mode::P2PDMA_STRIDED_AUTO,
+            StridedMode::Rc => p2pdma_strided_mode::P2PDMA_STRIDED_RC,
+            StridedMode::Sc => p2pdma_strided_mode::P2PDMA_STRIDED_SC,
+            StridedMode::Tat => p2pdma_strided_mode::P2PDMA_STRIDED_TAT,
+        };
+        Self {
+            bytes: r.bytes,
+            storage_bytes: r.storage_bytes,
+            calls: r.calls,
+            mode: mode as c_int,
+            retried: c_int::from(r.retried),
+        }
+    }
+}
+
+/// Reads runs of `run` bytes of `file`, the first at `base`, the others
+/// found by stepping through `ndims` (at most 3) dimensions `dims`,
+/// innermost first, into `mem` from `mem_offset`, laid out as `layout` (a
+/// `P2PDMA_LAYOUT_*` value), moved as `mode` (a `P2PDMA_STRIDED_*` value)
+/// says. A column range of a row-major table is `base` = its first byte,
+/// `run` = its width, and one dimension `{row pitch, rows}`. When `report`
+/// is not NULL it receives what the read did; when `reason_buf` is not NULL,
+/// up to `reason_len` bytes of why that mode (NUL-terminated).
+///
+/// Returns 0 once every run has landed, or a negative errno, with
+/// `*report` zeroed: -EINVAL for NULL handles, a bad shape (a zero run or
+/// count, more than 3 dimensions, a stride below what it steps over,
+/// overflow), an unknown layout or mode, RC with the packed layout, or
+/// memory that cannot hold the layout; `P2PDMA_ERR_EOF` when a run lies
+/// past the end of the file; -ENODATA, -EIO and others from storage.
+/// Nothing is read before the arguments are checked.
+///
+/// # Safety
+///
+/// `engine`, `file` and `mem` must be NULL or live handles; `dims` must be
+/// NULL or point to `ndims` `struct p2pdma_dim`; `report` must be NULL or
+/// point to a writable `struct p2pdma_strided_report`; `reason_buf` must be
+/// NULL or valid for writing `reason_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_read_strided(
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    base: u64,
+    run: u64,
+    dims: *const p2pdma_dim,
+    ndims: usize,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+    layout: c_int,
+    mode: c_int,
+    report: *mut p2pdma_strided_report,
+    reason_buf: *mut c_char,
+    reason_len: usize,
+) -> c_int {
+    status("p2pdma_read_strided", || {
+        let mut report = if report.is_null() {
+            None
+        } else {
+            // SAFETY: The caller passes a writable report (not NULL here).
+            Some(unsafe { raw::out_struct(report, "report") }?)
+        };
+        if let Some(out) = report.as_deref_mut() {
+            *out = p2pdma_strided_report::default();
+        }
+        // SAFETY: The caller passes NULL or live handles, and NULL or
+        // `ndims` dimensions.
+        let (e, f, m, dims) = unsafe {
+            (
+                raw::handle(engine, "engine")?,
+                raw::handle(file, "file")?,
+                raw::handle(mem, "mem")?,
+                raw::structs(dims, ndims, "dims")?,
+            )
+        };
+        let layout = match layout {
+            l if l == p2pdma_layout::P2PDMA_LAYOUT_PACKED as c_int => Layout::Packed,
+            l if l == p2pdma_layout::P2PDMA_LAYOUT_STRIDED as c_int => Layout::Strided,
+            l => return Err(Failure::invalid(format!("unknown layout {l}"))),
+        };
+        let mode = match mode {
+            0 => StridedMode::Auto,
+            1 => StridedMode::Rc,
+            2 => StridedMode::Sc,
+            3 => StridedMode::Tat,
+            m => return Err(Failure::invalid(format!("unknown strided mode {m}"))),
+        };
+        let dims: Vec<(u64, u64)> = dims.iter().map(|d| (d.stride, d.count)).collect();
+        let shape = Shape::new(base, run, &dims)?;
+        let done = e
+            .engine
+            .read_strided(&f.file, &shape, &*m.mem, mem_offset, layout, mode)
+            .map_err(Failure::from_read)?;
+        // SAFETY: The caller passes NULL or `reason_len` writable bytes.
+        unsafe { raw::copy_str(&done.reason, reason_buf, reason_len) }?;
+        if let Some(out) = report {
+            *out = p2pdma_strided_report::from(&done);
+        }
+        Ok(0)
+    })
+}
+
 /// Copies the counters of `path` (a `P2PDMA_PATH_*` value) of `engine`
 /// into `*out`.
 ///
@@ -874,6 +1035,92 @@ mod tests {
             );
             p2pdma_mem_free(mem);
         }
+    }
+
+    #[test]
+    fn strided_reads_land_the_runs_and_refuse_bad_arguments() {
+        // A file with O_DIRECT in the temporary directory; tmpfs has none.
+        let dir = std::env::temp_dir().join(format!("capi-strided-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("table");
+        let data: Vec<u8> = (0..64u32 << 10).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let cpath = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        let (mut file, mut mem, mut engine) = (
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        // SAFETY: Every pointer is a live handle, a writable slot or NULL
+        // as each function allows; the handles are freed once at the end.
+        unsafe {
+            if p2pdma_file_open(cpath.as_ptr(), 0, &mut file) != 0 {
+                let _ = std::fs::remove_dir_all(&dir);
+                eprintln!("skipped: no O_DIRECT in {}", dir.display());
+                return;
+            }
+            assert_eq!(p2pdma_mem_host_new(8192, &mut mem), 0);
+            let bounce = c"bounce";
+            assert_eq!(
+                p2pdma_engine_new(bounce.as_ptr(), 0, 0, std::ptr::null(), &mut engine),
+                0
+            );
+            // Columns 100..130 of 8 rows of 1000 bytes: 240 bytes packed.
+            let dims = [p2pdma_dim {
+                stride: 1000,
+                count: 8,
+            }];
+            let mut rep = p2pdma_strided_report::default();
+            let mut reason = [0 as c_char; 128];
+            let (rbuf, rlen) = (reason.as_mut_ptr(), reason.len());
+            let read = |dims: *const p2pdma_dim, n, layout, mode, rep, off| {
+                p2pdma_read_strided(
+                    engine, file, 100, 30, dims, n, mem, off, layout, mode, rep, rbuf, rlen,
+                )
+            };
+            let packed = p2pdma_layout::P2PDMA_LAYOUT_PACKED as c_int;
+            let auto = p2pdma_strided_mode::P2PDMA_STRIDED_AUTO as c_int;
+            assert_eq!(read(dims.as_ptr(), 1, packed, auto, &mut rep, 10), 0);
+            assert_eq!((rep.bytes, rep.retried), (240, 0));
+            assert_ne!(rep.mode, auto);
+            let mut got = [0u8; 240];
+            assert_eq!(p2pdma_mem_read(mem, 10, got.as_mut_ptr().cast(), 240), 0);
+            for k in 0..8 {
+                let f = 100 + k * 1000;
+                assert_eq!(got[k * 30..k * 30 + 30], data[f..f + 30], "row {k}");
+            }
+            let said = CStr::from_ptr(reason.as_ptr()).to_str().unwrap();
+            assert!(said.contains("by estimate"), "{said}");
+            // Refused: NULL dims with a count, an unknown layout or mode,
+            // RC packed, a zero count, no room; the report zeroed.
+            let rc = p2pdma_strided_mode::P2PDMA_STRIDED_RC as c_int;
+            let zero = [p2pdma_dim {
+                stride: 1000,
+                count: 0,
+            }];
+            for (d, layout, mode, off) in [
+                (std::ptr::null(), packed, auto, 0),
+                (dims.as_ptr(), 7, auto, 0),
+                (dims.as_ptr(), packed, 9, 0),
+                (dims.as_ptr(), packed, rc, 0),
+                (zero.as_ptr(), packed, auto, 0),
+                (dims.as_ptr(), packed, auto, 8000),
+            ] {
+                rep.bytes = 1;
+                assert_eq!(read(d, 1, layout, mode, &mut rep, off), -libc::EINVAL);
+                assert_eq!(rep, p2pdma_strided_report::default());
+            }
+            // Past the end of the file.
+            let far = [p2pdma_dim {
+                stride: 1 << 20,
+                count: 2,
+            }];
+            assert_eq!(read(far.as_ptr(), 1, packed, auto, &mut rep, 0), ERR_EOF);
+            p2pdma_engine_free(engine);
+            p2pdma_mem_free(mem);
+            p2pdma_file_close(file);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -98,6 +98,38 @@ fn check_len(len: usize, arg: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `n` values of a `repr(C)` struct C passed in to be read; NULL is an
+/// empty slice when `n` is 0.
+///
+/// # Safety
+///
+/// `ptr` must be NULL or valid for reading `n` values of `T` that nobody
+/// writes while the slice lives; `T` must be a `repr(C)` struct of plain
+/// integers.
+pub(crate) unsafe fn structs<'a, T>(
+    ptr: *const T,
+    n: usize,
+    arg: &str,
+) -> Result<&'a [T], Failure> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(Failure::null(arg));
+    }
+    if !ptr.is_aligned() {
+        return Err(Failure::invalid(format!("`{arg}` is not aligned")));
+    }
+    match n.checked_mul(std::mem::size_of::<T>()) {
+        Some(bytes) => check_len(bytes, arg)?,
+        None => check_len(usize::MAX, arg)?,
+    }
+    // SAFETY: `ptr` is not NULL and aligned, the `n` values' bytes fit in an
+    // `isize`, and the caller guarantees `n` readable values of `T`, for
+    // which any bytes are valid, that nobody writes while the slice lives.
+    Ok(unsafe { slice::from_raw_parts(ptr, n) })
+}
+
 /// `len` bytes C passed in to be read.
 ///
 /// # Safety
