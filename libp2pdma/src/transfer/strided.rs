@@ -316,9 +316,9 @@ pub const DEFAULT_STORAGE_BPS: f64 = 2.0 * (1u64 << 30) as f64;
 /// measure it.
 pub const DEFAULT_COPY_BPS: f64 = 4.0 * (1u64 << 30) as f64;
 
-/// Threads SC issues its reads from, each a share of the runs in file
-/// order, one engine read after another (as many as the engine's
-/// asynchronous workers).
+/// Threads SC issues its reads from (and TaT its groups' reads), each a
+/// share of the runs in file order, one engine read after another (as many
+/// as the engine's asynchronous workers).
 pub const SC_THREADS: usize = 4;
 
 /// The estimated seconds of each mode (`None` for RC when it does not fit).
@@ -331,7 +331,8 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
         .then(|| f.call_s + if f.direct { v / s } else { (v / s).max(v / c) });
     let calls = f.runs.div_ceil(SC_THREADS as u64) as f64;
     let sc = calls * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
-    let tat = f.tat_calls as f64 * f.call_s + (f.tat_storage as f64 / s).max(i / c);
+    let tat = f.tat_calls.div_ceil(SC_THREADS as u64) as f64 * f.call_s
+        + (f.tat_storage as f64 / s).max(i / c);
     (rc, sc, tat)
 }
 
@@ -343,24 +344,26 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
 /// - SC = runs / [`SC_THREADS`] x call + SC's storage bytes / storage
 ///   (+ interest / copy off P2P): its calls run on that many threads, each
 ///   one call after another;
-/// - TaT = groups x call + the slower of TaT's storage bytes / storage and
-///   interest / copy (a gap wider than a call's worth of storage bytes
-///   splits the runs into groups, each read on its own).
+/// - TaT = groups / [`SC_THREADS`] x call + the slower of TaT's storage
+///   bytes / storage and interest / copy (a gap wider than a call's worth
+///   of storage bytes splits the runs into groups, read as SC's runs are).
 ///
-/// Ties go to RC on a P2P pair (no byte through the CPU), else to TaT (only
-/// the bytes of interest reach the memory); SC comes last.
+/// Ties go to the mode that moves fewer bytes through the CPU: on a P2P
+/// pair RC, then SC, then TaT; through the bounce pipeline TaT (only the
+/// bytes of interest reach the memory), then RC, then SC.
 pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
     let (rc, sc, tat) = costs(f);
     let us = |t: f64| format!("{:.0} µs", t * 1e6);
     let mut cands = Vec::new();
     if f.direct {
         cands.extend(rc.map(|t| (StridedMode::Rc, t)));
+        cands.push((StridedMode::Sc, sc));
         cands.push((StridedMode::Tat, tat));
     } else {
         cands.push((StridedMode::Tat, tat));
         cands.extend(rc.map(|t| (StridedMode::Rc, t)));
+        cands.push((StridedMode::Sc, sc));
     }
-    cands.push((StridedMode::Sc, sc));
     let best = cands
         .iter()
         .fold(None::<(StridedMode, f64)>, |b, &(m, t)| match b {
@@ -535,7 +538,9 @@ impl Engine {
                     path: TransferPath::Bounce,
                     reason: "strided TaT: packed in the bounce slots".into(),
                 };
-                for g in &groups {
+                // The groups share the threads as SC's runs do.
+                let reps = shared(groups.len() as u64, &|i| {
+                    let g = groups[i as usize];
                     let packer = Packer {
                         shape,
                         origin: g.start,
@@ -545,7 +550,7 @@ impl Engine {
                         layout,
                         scratch: Mutex::new(Vec::new()),
                     };
-                    note(self.run(
+                    self.run(
                         Direction::Read,
                         &choice,
                         file,
@@ -553,7 +558,10 @@ impl Engine {
                         &packer,
                         0,
                         packer.len,
-                    )?);
+                    )
+                })?;
+                for rep in reps {
+                    note(rep);
                 }
                 (tat_storage, groups.len() as u64)
             }
@@ -672,10 +680,8 @@ fn tat_groups(shape: &Shape, max_gap: u64) -> Vec<Group> {
     groups
 }
 
-/// SC: one engine read (or write) per run at its place (`dest`), from up to
-/// [`SC_THREADS`] threads, each reading a share of the runs in file order.
-/// The first error stops every thread before its next read and is returned
-/// once all have stopped; otherwise a report of each path (and retry) seen.
+/// SC: one engine read (or write) per run at its place (`dest`), on
+/// [`shared`] threads.
 fn selective(
     handle: &super::Handle<'_>,
     dir: Direction,
@@ -683,27 +689,41 @@ fn selective(
     dest: &(dyn Fn(&Run) -> usize + Sync),
     run: usize,
 ) -> Result<Vec<super::Report>> {
-    let threads = usize::try_from(shape.runs)
-        .unwrap_or(usize::MAX)
-        .min(SC_THREADS);
-    let share = shape.runs.div_ceil(threads as u64);
+    shared(shape.runs, &|k| {
+        let r = Run {
+            file_offset: shape.run_at(k),
+            packed_offset: k * shape.run,
+        };
+        match dir {
+            Direction::Read => handle.read(r.file_offset, dest(&r), run),
+            Direction::Write => handle.write(r.file_offset, dest(&r), run),
+        }
+    })
+}
+
+/// Runs `job(0)` to `job(n - 1)` on up to [`SC_THREADS`] threads (the
+/// calling one included), each a share of the indices in order, one job
+/// after another. The first error stops every thread before its next job
+/// and is returned once all have stopped; otherwise a report of each path
+/// (and retry) seen.
+fn shared(
+    n: u64,
+    job: &(dyn Fn(u64) -> Result<super::Report> + Sync),
+) -> Result<Vec<super::Report>> {
+    let threads = usize::try_from(n).unwrap_or(usize::MAX).min(SC_THREADS);
+    if threads == 0 {
+        return Ok(Vec::new());
+    }
+    let share = n.div_ceil(threads as u64);
     let failed = AtomicBool::new(false);
     // Each thread keeps one report of each kind it saw (path, retried).
     let part = |t: u64| -> Result<Vec<super::Report>> {
         let mut seen: Vec<super::Report> = Vec::new();
-        for k in t * share..((t + 1) * share).min(shape.runs) {
+        for k in t * share..((t + 1) * share).min(n) {
             if failed.load(Ordering::Relaxed) {
                 break;
             }
-            let r = Run {
-                file_offset: shape.run_at(k),
-                packed_offset: k * shape.run,
-            };
-            let done = match dir {
-                Direction::Read => handle.read(r.file_offset, dest(&r), run),
-                Direction::Write => handle.write(r.file_offset, dest(&r), run),
-            };
-            match done {
+            match job(k) {
                 Ok(rep) => {
                     if !seen
                         .iter()
@@ -973,7 +993,7 @@ mod tests {
                 StridedMode::Tat,
             ),
             (
-                "tiny rho, few runs: SC reads 4 runs instead of 1 GiB",
+                "bounce, tiny rho: TaT's groups are the 4 runs, read as SC's, copies overlapped",
                 PlanFacts {
                     bounding: 1024 * MIB,
                     interest: 4 * 4096,
@@ -983,10 +1003,10 @@ mod tests {
                     tat_calls: 4,
                     ..base
                 },
-                StridedMode::Sc,
+                StridedMode::Tat,
             ),
             (
-                "tiny rho, P2P, packed: SC still",
+                "tiny rho, P2P, packed: SC ties TaT and reads straight into the memory",
                 PlanFacts {
                     bounding: 1024 * MIB,
                     interest: 4 * 4096,
@@ -1013,7 +1033,21 @@ mod tests {
                 StridedMode::Tat,
             ),
             (
-                "clusters of runs far apart: TaT's 8 grouped reads beat SC's 16 calls a thread",
+                "bounce, 4 runs just under the split apart: SC reads 16 KiB, TaT 616 KiB",
+                PlanFacts {
+                    bounding: 616 << 10,
+                    interest: 16 << 10,
+                    runs: 4,
+                    sc_storage: 16 << 10,
+                    tat_storage: 616 << 10,
+                    tat_calls: 1,
+                    rc_fits: false,
+                    ..base
+                },
+                StridedMode::Sc,
+            ),
+            (
+                "clusters of runs far apart: TaT's 8 grouped reads (2 a thread) beat SC's 64 (16 a thread)",
                 PlanFacts {
                     bounding: 1024 * MIB,
                     interest: 64 * 4096,
