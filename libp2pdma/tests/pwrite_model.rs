@@ -29,13 +29,13 @@ use std::{
 
 mod common;
 
-use common::pattern;
+use common::{model_dir, pattern, runner};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, Direction, Engine, PathPref, Request, StorageFile},
     Error, Module,
 };
-use proptest::{prelude::*, test_runner::TestRunner};
+use proptest::prelude::*;
 
 const BLOCK: u64 = 4096;
 /// Files stay below this, so cases are quick and edges are frequent.
@@ -132,11 +132,7 @@ struct Rig {
 
 impl Rig {
     fn new() -> Self {
-        let dir = std::env::var_os("P2PDMA_MODEL_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
-            .join(format!("pwrite-model-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = model_dir("pwrite-model");
         let module = match std::env::var("P2PDMA_MODEL_MEM").as_deref() {
             Ok("module") => Some(Arc::new(Module::open().expect("open the p2pdma module"))),
             Ok("host") | Err(_) => None,
@@ -340,15 +336,7 @@ fn check_path(pref: PathPref) {
         },
         rig.module.clone(),
     ));
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(48);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(48);
     let case = std::sync::atomic::AtomicU64::new(0);
     let strategy = (0..3 * BLOCK as usize, prop::collection::vec(op(), 1..20));
     let result = runner.run(&strategy, |(initial, ops)| {
@@ -359,7 +347,10 @@ fn check_path(pref: PathPref) {
     if let Err(e) = result {
         panic!("{pref} path: {e}");
     }
-    eprintln!("{pref} path: {cases} random sequences matched the pwrite/pread model");
+    eprintln!(
+        "{pref} path: {} random sequences matched the pwrite/pread model",
+        runner.config().cases
+    );
 }
 
 #[test]

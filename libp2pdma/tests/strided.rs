@@ -15,13 +15,13 @@ use std::{os::unix::fs::FileExt, path::PathBuf};
 
 mod common;
 
-use common::{mem_bytes, pattern};
+use common::{mem_bytes, model_dir, pattern, runner};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory},
     transfer::{Config, Engine, Layout, PathPref, Shape, StorageFile, StridedMode},
     Error,
 };
-use proptest::{prelude::*, test_runner::TestRunner};
+use proptest::prelude::*;
 
 /// Room for the largest shape (about 8.5 MiB) at the largest base.
 const FILE_LEN: usize = 12 << 20;
@@ -171,11 +171,7 @@ fn run_case(
 
 #[test]
 fn strided_reads_match_plain_indexing() {
-    let dir = std::env::var_os("P2PDMA_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
-        .join(format!("strided-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = model_dir("strided");
     let path = dir.join("table");
     let data = pattern(SEED, 0, FILE_LEN);
     std::fs::File::create(&path)
@@ -203,15 +199,7 @@ fn strided_reads_match_plain_indexing() {
         // O_DIRECT into the memory's mapping; unaligned runs retried.
         engine(PathPref::P2p, Some(64 << 10), None),
     ];
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(48);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(48);
     let result = runner.run(&case(), |c| run_case(&engines, &file, &data, &c));
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = result {
@@ -276,11 +264,7 @@ fn write_case(
 
 #[test]
 fn strided_writes_match_plain_indexing() {
-    let dir = std::env::var_os("P2PDMA_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
-        .join(format!("strided-w-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = model_dir("strided-w");
     let path = dir.join("table");
     let data = pattern(SEED, 0, FILE_LEN);
     let raw = std::fs::OpenOptions::new()
@@ -308,15 +292,7 @@ fn strided_writes_match_plain_indexing() {
         engine(PathPref::Bounce),
         engine(PathPref::P2p),
     ];
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(32);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    let mut runner = runner(32);
     let result = runner.run(&case(), |c| write_case(&engines, &file, &raw, &data, &c));
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = result {

@@ -1,10 +1,13 @@
 //! What the integration tests share.
 #![allow(dead_code)]
 
+use std::path::PathBuf;
+
 use p2pdma::{
     backend::{DeviceMemory, HostMemory},
     transfer::{Config, Engine, PathPref},
 };
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
 /// Position-dependent bytes: any misplaced or stale block shows.
 pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
@@ -34,4 +37,30 @@ pub fn mem_bytes(m: &HostMemory, off: usize, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     m.read_at(off, &mut v).unwrap();
     v
+}
+
+/// A directory for one test's files, `NAME-PID`, made: in
+/// `$P2PDMA_MODEL_DIR` (the VM rig points it at ext4 on NVMe), else in the
+/// target's temporary directory (which must allow `O_DIRECT`).
+pub fn model_dir(name: &str) -> PathBuf {
+    let dir = std::env::var_os("P2PDMA_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A proptest runner for `$PROPTEST_CASES` cases (`default` without it),
+/// keeping no file of failures.
+pub fn runner(default: u32) -> TestRunner {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(default);
+    TestRunner::new(ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })
 }
