@@ -132,6 +132,29 @@ impl HostMemory {
         let buf = HostBuffer::new(len).map_err(Error::sys("allocate host-memory device"))?;
         Ok(Self { buf })
     }
+
+    /// `len` bytes at `offset`, borrowed.
+    ///
+    /// # Safety
+    /// Nothing may write the range (no copy, no DMA) while the borrow
+    /// lives.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn bytes(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        check(offset, len, self.len())?;
+        // SAFETY: In bounds (checked); the caller guarantees no writer.
+        Ok(unsafe { std::slice::from_raw_parts(self.buf.as_raw().add(offset), len) })
+    }
+
+    /// `len` bytes at `offset`, borrowed for writing.
+    ///
+    /// # Safety
+    /// Nothing else may read or write the range while the borrow lives.
+    #[allow(clippy::mut_from_ref, unsafe_code)]
+    pub(crate) unsafe fn bytes_mut(&self, offset: usize, len: usize) -> Result<&mut [u8]> {
+        check(offset, len, self.len())?;
+        // SAFETY: In bounds (checked); the caller guarantees exclusive use.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.buf.as_raw().add(offset), len) })
+    }
 }
 
 impl DeviceMemory for HostMemory {

@@ -34,6 +34,8 @@ mod direct;
 pub(crate) mod extents;
 pub mod geometry;
 mod nvme;
+mod pipeline;
+pub mod route;
 mod stats;
 pub mod strided;
 
@@ -58,6 +60,7 @@ pub use crate::doctor::{Path as TransferPath, PathChoice};
 pub use asyncio::{Request, Ticket};
 pub use config::{Config, P2pSubmit, PathPref};
 pub use geometry::Geometry;
+pub use route::{End, Hop, HopKind, Route, RouteOptions, RouteReport, Via};
 pub use stats::{PathStats, Stats};
 pub use strided::{Layout, Shape, StridedMode, StridedReport};
 

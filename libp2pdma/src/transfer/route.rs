@@ -1,0 +1,723 @@
+//! Routes: a transfer between any two places (storage, host memory, the
+//! memory of one accelerator or another) as a chain of hops, planned from
+//! what the kernel allows and run as one pipeline.
+//!
+//! A hop is one mover's work: a storage read or write (on the path the
+//! engine picks for that storage and memory: P2P, NVMe commands, or
+//! `O_DIRECT` into host memory), or a CPU copy between memories. Between
+//! hops the chunks wait in staging rings: pinned host memory the route
+//! allocates, or a region of an accelerator's memory the caller lends.
+//! [`Engine::route`] picks the hops (storage straight into an accelerator by
+//! P2P where the kernel allows it, through host memory otherwise; one
+//! accelerator to another through host memory) and says why;
+//! [`Engine::route_through`] takes the places in between from the caller.
+//! [`Engine::copy`] runs a route: every hop is a stage of the pipeline
+//! executor (`pipeline.rs`), all hops busy at once on different chunks.
+
+use std::{fmt, sync::Mutex, time::Duration};
+
+use super::{
+    pipeline::{self, Chunk, Lanes, Stage},
+    Direction, Engine, PathChoice, StorageFile, TransferPath,
+};
+use crate::{
+    backend::{DeviceMemory, HostMemory, MemoryKind},
+    Error, Peer, Result,
+};
+
+/// Chunk boundaries fall on multiples of this in storage offsets (so that
+/// no two chunks share a storage block), and a staged chunk sits at its
+/// storage offset's place within it (so that direct I/O stays aligned).
+const ALIGN: usize = 4096;
+
+/// One end of a route.
+#[derive(Clone, Copy)]
+pub enum End<'a> {
+    /// A file or block device, from byte `offset` on.
+    Storage {
+        /// The storage.
+        file: &'a StorageFile,
+        /// Where the route's bytes start.
+        offset: u64,
+    },
+    /// Memory: an accelerator's, or the host-memory device, from byte
+    /// `offset` on.
+    Memory {
+        /// The memory.
+        mem: &'a dyn DeviceMemory,
+        /// Where the route's bytes start.
+        offset: usize,
+    },
+}
+
+impl fmt::Debug for End<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            End::Storage { file, offset } => write!(f, "{} at {offset}", file.path().display()),
+            End::Memory { mem, offset } => write!(f, "{} at {offset}", mem.kind()),
+        }
+    }
+}
+
+/// A place a route stages chunks in between its ends.
+#[derive(Clone, Copy)]
+pub enum Via<'a> {
+    /// Pinned host memory, allocated for each copy.
+    Host,
+    /// `len` bytes of `mem` from `offset` on: staging in an accelerator's
+    /// memory (at least one chunk plus 4 KiB).
+    Memory {
+        /// The memory.
+        mem: &'a dyn DeviceMemory,
+        /// Where the staging region starts.
+        offset: usize,
+        /// Its length.
+        len: usize,
+    },
+}
+
+impl fmt::Debug for Via<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Via::Host => f.write_str("host memory"),
+            Via::Memory { mem, offset, len } => {
+                write!(f, "{} [{offset}, +{len})", mem.kind())
+            }
+        }
+    }
+}
+
+/// What a hop does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HopKind {
+    /// Storage to memory, on this path ([`TransferPath::P2p`] into host
+    /// memory is plain `O_DIRECT`).
+    Read(TransferPath),
+    /// Memory to storage, on this path.
+    Write(TransferPath),
+    /// Memory to memory, by the CPU.
+    Copy,
+}
+
+/// One hop of a route, for reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hop {
+    /// What it does.
+    pub kind: HopKind,
+    /// Where it takes the chunks from, and where it puts them, in words.
+    pub from: String,
+    /// See `from`.
+    pub to: String,
+}
+
+impl fmt::Display for Hop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let how = match self.kind {
+            HopKind::Read(TransferPath::P2p) | HopKind::Write(TransferPath::P2p) => "direct I/O",
+            HopKind::Read(TransferPath::NvmeCmd) | HopKind::Write(TransferPath::NvmeCmd) => {
+                "NVMe commands"
+            }
+            HopKind::Read(TransferPath::Bounce) | HopKind::Write(TransferPath::Bounce) => {
+                "bounce pipeline"
+            }
+            HopKind::Copy => "CPU copy",
+        };
+        write!(f, "{} -> {} ({how})", self.from, self.to)
+    }
+}
+
+/// A place on a route.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    End(End<'a>),
+    Via(Via<'a>),
+}
+
+impl Place<'_> {
+    fn storage(&self) -> Option<(&StorageFile, u64)> {
+        match *self {
+            Place::End(End::Storage { file, offset }) => Some((file, offset)),
+            _ => None,
+        }
+    }
+
+    /// The memory of a memory place, with the kind of memory it is.
+    fn memory_kind(&self) -> Option<MemoryKind> {
+        match *self {
+            Place::End(End::Memory { mem, .. }) | Place::Via(Via::Memory { mem, .. }) => {
+                Some(mem.kind())
+            }
+            Place::Via(Via::Host) => Some(MemoryKind::Host),
+            Place::End(End::Storage { .. }) => None,
+        }
+    }
+
+    fn name(&self) -> String {
+        match *self {
+            Place::End(End::Storage { file, .. }) => file.path().display().to_string(),
+            Place::End(End::Memory { mem, .. }) => mem.kind().to_string(),
+            Place::Via(Via::Host) => "host memory".into(),
+            Place::Via(Via::Memory { mem, .. }) => format!("{} (staging)", mem.kind()),
+        }
+    }
+}
+
+/// Whether memory of this kind is host memory (no accelerator behind it).
+fn is_host(kind: &MemoryKind) -> bool {
+    matches!(kind, MemoryKind::Host)
+}
+
+/// A planned route: its places, the hops between them, and why.
+pub struct Route<'a> {
+    places: Vec<Place<'a>>,
+    hops: Vec<HopKind>,
+    reason: String,
+}
+
+impl fmt::Debug for Route<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Route")
+            .field("hops", &self.hops())
+            .field("reason", &self.reason)
+            .finish()
+    }
+}
+
+impl Route<'_> {
+    /// The hops, in order.
+    pub fn hops(&self) -> Vec<Hop> {
+        self.hops
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| Hop {
+                kind,
+                from: self.places[i].name(),
+                to: self.places[i + 1].name(),
+            })
+            .collect()
+    }
+
+    /// How many hops (k).
+    pub fn len(&self) -> usize {
+        self.hops.len()
+    }
+
+    /// Whether the route has no hop (never: a route has at least one).
+    pub fn is_empty(&self) -> bool {
+        self.hops.is_empty()
+    }
+
+    /// Why these hops, in words.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// How a route is run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteOptions {
+    /// Bytes per chunk (rounded up to 4 KiB); `None`: a sixteenth of the
+    /// transfer, between 256 KiB and 8 MiB.
+    pub chunk: Option<usize>,
+    /// Slots in each staging ring (at least 1); `None`: 3.
+    pub slots: Option<usize>,
+    /// Chunks each hop works on at once; `None`: 1.
+    pub lanes: Option<usize>,
+}
+
+/// What a copy along a route did.
+#[derive(Clone, Debug)]
+pub struct RouteReport {
+    /// Bytes moved (always the length asked for).
+    pub bytes: u64,
+    /// The hops.
+    pub hops: Vec<Hop>,
+    /// Each hop's time moving chunks, summed over its lanes.
+    pub busy: Vec<Duration>,
+    /// The chunk size used, and the number of chunks.
+    pub chunk: usize,
+    /// See `chunk`.
+    pub chunks: usize,
+    /// The whole copy's time.
+    pub elapsed: Duration,
+}
+
+impl Engine {
+    /// Plans a route from `src` to `dst`: the engine's path choice between
+    /// storage and memory (P2P or NVMe commands in one hop where allowed,
+    /// through host memory otherwise), one accelerator's memory to
+    /// another's through host memory, storage to storage through host
+    /// memory. The reason says why.
+    pub fn route<'a>(&self, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
+        let mut places = vec![Place::End(src)];
+        let mut hops = Vec::new();
+        let mut why = Vec::new();
+        self.join(
+            Place::End(src),
+            Place::End(dst),
+            &mut places,
+            &mut hops,
+            &mut why,
+        )?;
+        Ok(Route {
+            places,
+            hops,
+            reason: why.join("; "),
+        })
+    }
+
+    /// A route from `src` to `dst` through the places `via`, in order. A
+    /// storage hop whose memory the storage cannot reach directly goes
+    /// through host memory as well (the reason says so); a copy between two
+    /// accelerators' memories must go through host memory.
+    pub fn route_through<'a>(
+        &self,
+        src: End<'a>,
+        via: &[Via<'a>],
+        dst: End<'a>,
+    ) -> Result<Route<'a>> {
+        for v in via {
+            if let Via::Memory { mem, offset, len } = *v {
+                if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
+                    return Err(Error::OutOfBounds {
+                        offset: offset as u64,
+                        len: len as u64,
+                        size: mem.len() as u64,
+                    });
+                }
+            }
+        }
+        let mut places = vec![Place::End(src)];
+        let mut hops = Vec::new();
+        let mut why = Vec::new();
+        let mut at = Place::End(src);
+        for next in via.iter().map(|&v| Place::Via(v)).chain([Place::End(dst)]) {
+            self.hop(at, next, &mut places, &mut hops, &mut why)?;
+            at = next;
+        }
+        Ok(Route {
+            places,
+            hops,
+            reason: format!("route given by the caller; {}", why.join("; ")),
+        })
+    }
+
+    /// Appends the hops from `a` to `b` chosen automatically.
+    fn join<'a>(
+        &self,
+        a: Place<'a>,
+        b: Place<'a>,
+        places: &mut Vec<Place<'a>>,
+        hops: &mut Vec<HopKind>,
+        why: &mut Vec<String>,
+    ) -> Result<()> {
+        let (ka, kb) = (a.memory_kind(), b.memory_kind());
+        match (ka, kb) {
+            (None, None) => {
+                why.push("storage to storage: through host memory".into());
+                let h = Place::Via(Via::Host);
+                self.hop(a, h, places, hops, why)?;
+                self.hop(h, b, places, hops, why)
+            }
+            (Some(x), Some(y)) if !is_host(&x) && !is_host(&y) => {
+                why.push(self.between_accelerators(&x, &y));
+                let h = Place::Via(Via::Host);
+                self.hop(a, h, places, hops, why)?;
+                self.hop(h, b, places, hops, why)
+            }
+            _ => self.hop(a, b, places, hops, why),
+        }
+    }
+
+    /// Why two accelerators' memories are joined through host memory.
+    fn between_accelerators(&self, x: &MemoryKind, y: &MemoryKind) -> String {
+        let (
+            MemoryKind::ModuleBar { index: i, pci: pa },
+            MemoryKind::ModuleBar { index: j, pci: pb },
+        ) = (x, y)
+        else {
+            return format!("{x} to {y}: through host memory");
+        };
+        if i == j {
+            return format!("accelerator {i} to itself: through host memory (no copy engine the library drives)");
+        }
+        let kernel = match &self.module {
+            Some(m) => match m.p2p_query(*j, Peer::Pci(*pa)) {
+                Ok(q) if q.distance.is_some() => format!(
+                    "the kernel would allow P2P between {pa} and {pb} ({}), but neither has a copy engine the library drives",
+                    q.reason
+                ),
+                Ok(q) => format!("no P2P between {pa} and {pb}: {}", q.reason),
+                Err(e) => format!("P2P between {pa} and {pb} unknown ({e})"),
+            },
+            None => "the module is not open to ask about P2P".into(),
+        };
+        format!("accelerator {i} to accelerator {j} through host memory: {kernel}")
+    }
+
+    /// Appends the hop (or, for storage and memory it cannot reach, the two
+    /// hops through host memory) from `a` to `b`.
+    fn hop<'a>(
+        &self,
+        a: Place<'a>,
+        b: Place<'a>,
+        places: &mut Vec<Place<'a>>,
+        hops: &mut Vec<HopKind>,
+        why: &mut Vec<String>,
+    ) -> Result<()> {
+        let (sa, sb) = (a.storage(), b.storage());
+        let push = |places: &mut Vec<Place<'a>>, hops: &mut Vec<HopKind>, k, p| {
+            hops.push(k);
+            places.push(p);
+        };
+        match (sa, sb) {
+            (Some(_), Some(_)) => Err(Error::InvalidArgument(
+                "a hop from storage to storage: route through memory".into(),
+            )),
+            (Some((file, _)), None) | (None, Some((file, _))) => {
+                let read = sa.is_some();
+                let mem_place = if read { b } else { a };
+                let kind = |p| {
+                    if read {
+                        HopKind::Read(p)
+                    } else {
+                        HopKind::Write(p)
+                    }
+                };
+                let mem = match mem_place {
+                    Place::End(End::Memory { mem, .. }) | Place::Via(Via::Memory { mem, .. }) => {
+                        mem
+                    }
+                    Place::Via(Via::Host) => {
+                        push(places, hops, kind(TransferPath::P2p), b);
+                        return Ok(());
+                    }
+                    Place::End(End::Storage { .. }) => unreachable!("storage handled above"),
+                };
+                if is_host(&mem.kind()) {
+                    push(places, hops, kind(TransferPath::P2p), b);
+                    return Ok(());
+                }
+                let choice = self.choose(file, mem)?;
+                match choice.path {
+                    TransferPath::Bounce => {
+                        why.push(format!(
+                            "{} and {} through host memory: {}",
+                            file.path().display(),
+                            mem.kind(),
+                            choice.reason
+                        ));
+                        let h = Place::Via(Via::Host);
+                        if read {
+                            push(places, hops, kind(TransferPath::P2p), h);
+                            push(places, hops, HopKind::Copy, b);
+                        } else {
+                            push(places, hops, HopKind::Copy, h);
+                            push(places, hops, kind(TransferPath::P2p), b);
+                        }
+                    }
+                    p => {
+                        why.push(format!(
+                            "{} {} {}: {}",
+                            file.path().display(),
+                            if read { "into" } else { "from" },
+                            mem.kind(),
+                            choice.reason
+                        ));
+                        push(places, hops, kind(p), b);
+                    }
+                }
+                Ok(())
+            }
+            (None, None) => {
+                let (ka, kb) = (a.memory_kind(), b.memory_kind());
+                let hosted = |k: &Option<MemoryKind>| k.as_ref().is_some_and(is_host);
+                if !hosted(&ka) && !hosted(&kb) {
+                    return Err(Error::InvalidArgument(format!(
+                        "a hop from {} to {}: no copy engine the library drives joins two accelerators' memories; route through host memory",
+                        a.name(),
+                        b.name()
+                    )));
+                }
+                push(places, hops, HopKind::Copy, b);
+                Ok(())
+            }
+        }
+    }
+
+    /// Copies `len` bytes along `route`, every hop a stage of one
+    /// pipeline. Moves every byte or returns an error.
+    pub fn copy(&self, route: &Route<'_>, len: usize, opts: &RouteOptions) -> Result<RouteReport> {
+        for p in [route.places[0], route.places[route.places.len() - 1]] {
+            if let Place::End(End::Memory { mem, offset }) = p {
+                if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
+                    return Err(Error::OutOfBounds {
+                        offset: offset as u64,
+                        len: len as u64,
+                        size: mem.len() as u64,
+                    });
+                }
+            }
+            if let Place::End(End::Storage { offset, .. }) = p {
+                if offset.checked_add(len as u64).is_none() {
+                    return Err(Error::InvalidArgument(
+                        "storage offset + length overflows".into(),
+                    ));
+                }
+            }
+        }
+        let chunk = match opts.chunk {
+            Some(0) => return Err(Error::InvalidArgument("a chunk of 0 bytes".into())),
+            Some(c) => c.div_ceil(ALIGN).saturating_mul(ALIGN),
+            None => (len / 16).clamp(256 << 10, 8 << 20).next_multiple_of(ALIGN),
+        };
+        let slots = opts.slots.unwrap_or(3);
+        let lanes = opts.lanes.unwrap_or(1);
+        if slots == 0 || lanes == 0 {
+            return Err(Error::InvalidArgument(
+                "a route needs at least one slot per ring and one lane per hop".into(),
+            ));
+        }
+        // Chunk boundaries aligned in the storage being written, else the
+        // storage being read: no two chunks share a block of it.
+        let last = route.places.len() - 1;
+        let anchor = route.places[last]
+            .storage()
+            .or_else(|| route.places[0].storage())
+            .map_or(0, |(_, o)| (o % ALIGN as u64) as usize);
+        let chunks = pipeline::chunks(len, chunk, anchor);
+        let slot_size = chunk.min(len.next_multiple_of(ALIGN)) + ALIGN;
+        let rings = route.places[1..last]
+            .iter()
+            .map(|p| Ring::new(*p, slot_size, slots))
+            .collect::<Result<Vec<_>>>()?;
+        let at = |i: usize| match route.places[i] {
+            Place::End(e) => Spot::End(e),
+            Place::Via(_) => Spot::Ring(&rings[i - 1]),
+        };
+        let stages: Vec<HopStage> = route
+            .hops
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| HopStage {
+                engine: self,
+                kind,
+                from: at(i),
+                to: at(i + 1),
+                anchor,
+                scratch: Mutex::new(Vec::new()),
+            })
+            .collect();
+        let lanes: Vec<Lanes> = stages.iter().map(|s| Lanes { stage: s, lanes }).collect();
+        let ring_slots: Vec<usize> = rings.iter().map(|r| r.slots).collect();
+        let out = pipeline::execute(&chunks, &lanes, &ring_slots)?;
+        Ok(RouteReport {
+            bytes: len as u64,
+            hops: route.hops(),
+            busy: out.busy,
+            chunk,
+            chunks: chunks.len(),
+            elapsed: out.elapsed,
+        })
+    }
+}
+
+/// A staging ring: `slots` slots of `slot` bytes, in host memory the ring
+/// owns or in a region of device memory.
+struct Ring<'a> {
+    mem: RingMem<'a>,
+    slot: usize,
+    slots: usize,
+}
+
+enum RingMem<'a> {
+    Host(HostMemory),
+    Device {
+        mem: &'a dyn DeviceMemory,
+        offset: usize,
+    },
+}
+
+impl<'a> Ring<'a> {
+    fn new(place: Place<'a>, slot: usize, slots: usize) -> Result<Self> {
+        match place {
+            Place::Via(Via::Host) => {
+                let total = slot
+                    .checked_mul(slots)
+                    .ok_or_else(|| Error::InvalidArgument("staging ring size overflows".into()))?;
+                Ok(Self {
+                    mem: RingMem::Host(HostMemory::new(total)?),
+                    slot,
+                    slots,
+                })
+            }
+            Place::Via(Via::Memory { mem, offset, len }) => {
+                // Slots start 4 KiB-aligned within the memory.
+                let skip = offset.next_multiple_of(ALIGN) - offset;
+                let fit = len.saturating_sub(skip) / slot;
+                if fit == 0 {
+                    return Err(Error::InvalidArgument(format!(
+                        "staging in {} holds {len} bytes at {offset}: not one chunk slot of {slot} bytes (chunk + 4 KiB)",
+                        mem.kind()
+                    )));
+                }
+                Ok(Self {
+                    mem: RingMem::Device {
+                        mem,
+                        offset: offset + skip,
+                    },
+                    slot,
+                    slots: slots.min(fit),
+                })
+            }
+            Place::End(_) => Err(Error::InvalidArgument(
+                "a route's end is not a staging place".into(),
+            )),
+        }
+    }
+
+    fn memory(&self) -> &dyn DeviceMemory {
+        match &self.mem {
+            RingMem::Host(h) => h,
+            RingMem::Device { mem, .. } => *mem,
+        }
+    }
+
+    /// Offset in [`Ring::memory`] of slot `s`.
+    fn base(&self, s: usize) -> usize {
+        let start = match &self.mem {
+            RingMem::Host(_) => 0,
+            RingMem::Device { offset, .. } => *offset,
+        };
+        start + s * self.slot
+    }
+}
+
+/// Where a hop finds or puts a chunk.
+#[derive(Clone, Copy)]
+enum Spot<'r, 'a> {
+    End(End<'a>),
+    Ring(&'r Ring<'a>),
+}
+
+/// A hop as a pipeline stage.
+struct HopStage<'r, 'a> {
+    engine: &'r Engine,
+    kind: HopKind,
+    from: Spot<'r, 'a>,
+    to: Spot<'r, 'a>,
+    /// The misalignment of the storage offset chunks are aligned to.
+    anchor: usize,
+    /// Buffers for copies with no host ring on either side.
+    scratch: Mutex<Vec<Vec<u8>>>,
+}
+
+/// A chunk's place in memory: the memory and the offset.
+struct MemAt<'m> {
+    mem: &'m dyn DeviceMemory,
+    offset: usize,
+    /// The ring's own host memory, when it is one.
+    host: Option<&'m HostMemory>,
+}
+
+impl HopStage<'_, '_> {
+    /// Where chunk `c` is in `spot` (slot `slot` of a ring).
+    fn mem_at<'m>(
+        &'m self,
+        spot: &'m Spot<'_, '_>,
+        c: &Chunk,
+        slot: Option<usize>,
+    ) -> Option<MemAt<'m>> {
+        match spot {
+            Spot::End(End::Memory { mem, offset }) => Some(MemAt {
+                mem: *mem,
+                offset: offset + c.offset,
+                host: None,
+            }),
+            Spot::End(End::Storage { .. }) => None,
+            Spot::Ring(r) => {
+                let s = slot?;
+                // Within its slot, a chunk sits at its storage offset's
+                // place in a 4 KiB page, so direct I/O into it is aligned.
+                let skew = (self.anchor + c.offset) % ALIGN;
+                Some(MemAt {
+                    mem: r.memory(),
+                    offset: r.base(s) + skew,
+                    host: match &r.mem {
+                        RingMem::Host(h) => Some(h),
+                        RingMem::Device { .. } => None,
+                    },
+                })
+            }
+        }
+    }
+
+    fn storage<'s>(spot: &Spot<'_, 's>, c: &Chunk) -> Option<(&'s StorageFile, u64)> {
+        match spot {
+            Spot::End(End::Storage { file, offset }) => Some((file, offset + c.offset as u64)),
+            _ => None,
+        }
+    }
+}
+
+impl Stage for HopStage<'_, '_> {
+    #[allow(unsafe_code)]
+    fn run(&self, c: &Chunk, from: Option<usize>, to: Option<usize>) -> Result<()> {
+        let missing = || Error::InvalidArgument("a hop's chunk has no place".into());
+        match self.kind {
+            HopKind::Read(path) | HopKind::Write(path) => {
+                let read = matches!(self.kind, HopKind::Read(_));
+                let (store, mem, slot) = match read {
+                    true => (&self.from, &self.to, to),
+                    false => (&self.to, &self.from, from),
+                };
+                let (file, file_offset) = Self::storage(store, c).ok_or_else(missing)?;
+                let m = self.mem_at(mem, c, slot).ok_or_else(missing)?;
+                let choice = PathChoice {
+                    path,
+                    reason: "a hop of a route".into(),
+                };
+                let dir = if read {
+                    Direction::Read
+                } else {
+                    Direction::Write
+                };
+                self.engine
+                    .run(dir, &choice, file, file_offset, m.mem, m.offset, c.len)?;
+                Ok(())
+            }
+            HopKind::Copy => {
+                let a = self.mem_at(&self.from, c, from).ok_or_else(missing)?;
+                let b = self.mem_at(&self.to, c, to).ok_or_else(missing)?;
+                if let Some(h) = a.host {
+                    // SAFETY: The slot is this stage's alone until it
+                    // hands it back (the executor's queues), and the stage
+                    // before finished writing it before handing it on.
+                    let src = unsafe { h.bytes(a.offset, c.len) }?;
+                    return b.mem.write_at(b.offset, src);
+                }
+                if let Some(h) = b.host {
+                    // SAFETY: As above: the slot is this stage's alone.
+                    let dst = unsafe { h.bytes_mut(b.offset, c.len) }?;
+                    return a.mem.read_at(a.offset, dst);
+                }
+                let mut buf = self
+                    .scratch
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop()
+                    .unwrap_or_default();
+                buf.resize(c.len, 0);
+                let r = a
+                    .mem
+                    .read_at(a.offset, &mut buf)
+                    .and_then(|()| b.mem.write_at(b.offset, &buf));
+                self.scratch
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(buf);
+                r
+            }
+        }
+    }
+}
