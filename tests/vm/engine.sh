@@ -71,6 +71,21 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 		--expect-path bounce --expect-errno ENODATA
 	check auto-write-p2p p2pdma-vmtest engine-write --nvme "$NVME" --offset $((40 * M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((5 * M + 8)) --expect-path p2p --module-io yes
 	check forced-bounce-write p2pdma-vmtest engine-write --nvme "$NVME" --path bounce --offset $((48 * M)) --len $((2 * M)) --pattern-offset $((9 * M)) --expect-path bounce
+	# Routes: the second accelerator sits on a root port of its own, where
+	# P2P reaches neither the namespace nor the first accelerator. The
+	# planner goes through host memory and says why; a route given by the
+	# caller stages in the first accelerator's memory (P2P from the
+	# namespace), then host memory. The host compares accel1.bin (and
+	# accel.bin) with nvme.img, and the written range of nvme.img with the
+	# rig pattern.
+	check_held route-nvme-a1 p2pdma-vmtest route --nvme "$NVME" --kind nvme-a1 --offset $((2 * M + 555)) --len $((3 * M + 77)) --mem-offset 99 \
+		--expect-hops read-p2p,copy --expect-reason "through host memory: " --hold
+	check_held route-nvme-a0-a1 p2pdma-vmtest route --nvme "$NVME" --kind nvme-a0-a1 --offset $((6 * M + 4096)) --len $((2 * M + 4096)) --chunk $((128 * 1024)) \
+		--expect-hops read-p2p,copy,copy --expect-reason "P2P by PCI bus address" --hold
+	check_held route-a0-a1 p2pdma-vmtest route --nvme "$NVME" --kind a0-a1 --offset $((9 * M + 1)) --len $((M + 3)) --mem-offset 5 \
+		--expect-hops copy,copy --expect-reason "through host memory: no P2P between" --hold
+	check route-a1-nvme p2pdma-vmtest route --nvme "$NVME" --kind a1-nvme --offset $((44 * M + 512)) --len $((M - 1024)) --mem-offset 7 \
+		--pattern-offset $((17 * M + 3)) --expect-hops copy,write-p2p
 
 	mount_rigfs
 	# A copy from the bad namespace into a file fails and leaves neither the

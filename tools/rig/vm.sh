@@ -16,7 +16,10 @@
 # the switch (serial p2pdma-vfio, NSID 7, image vfio.img) is for the dma
 # suite, which takes it from the kernel's nvme driver and drives it from user
 # space through VFIO; the other suites find their namespaces by NSID and
-# never pick it. Topology "noswitch": each device on its own root port,
+# never pick it. A second accelerator stand-in (32 MiB, accel1.bin) sits on
+# a root port of its own, where P2P reaches neither the NVMe nor the first
+# accelerator: routes between them go through host memory. Topology
+# "noswitch": each device on its own root port,
 # meeting only at the q35 host bridge, which the kernel refuses for P2P.
 # Those two run with VFIO's no-IOMMU mode allowed. Topology "iommu": the
 # switch topology behind an emulated Intel IOMMU (VT-d), turned on by the
@@ -115,6 +118,9 @@ cp "$out/fsroot/data.bin" "$out/fsroot/rw.bin"
 mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/fs.img" 128M >"$out/mkfs.log" 2>&1 ||
 	die "mkfs.ext4 of the rig filesystem failed (log: $out/mkfs.log)"
 truncate -s 64M "$out/accel.bin"
+if [ "$topology" = switch ]; then
+	truncate -s 32M "$out/accel1.bin"
+fi
 # The shared namespace's image: the rig content from 64 MiB on, so that its
 # bytes differ from nvme.img's at every offset. The metadata namespace's:
 # the first 16 MiB of its data are the rig content (QEMU keeps the metadata
@@ -167,6 +173,11 @@ if [ "$topology" != noswitch ]; then
 		-device "nvme,id=nvme-vfio,serial=p2pdma-vfio,bus=dn4"
 		-device "nvme-ns,drive=nvmvfio,bus=nvme-vfio,nsid=7")
 	nvme_bus=dn0 accel_bus=dn1
+	if [ "$topology" = switch ]; then
+		pcie+=(-device "pcie-root-port,id=rp2,bus=pcie.0,chassis=8,slot=3"
+			-object "memory-backend-file,id=accmem1,share=on,mem-path=$out/accel1.bin,size=32M"
+			-device "ivshmem-plain,memdev=accmem1,bus=rp2")
+	fi
 	if [ "$topology" = iommu ]; then
 		pcie+=(-device "pcie-root-port,id=rp1,bus=pcie.0,chassis=7,slot=0")
 		accel_bus=rp1
@@ -270,10 +281,11 @@ while IFS= read -r line; do
 	what=$(awk '{print $2}' <<<"$line")
 	case $what in
 	p2pmem-read | p2pmem-read-skipped)
-		# Reads of the other namespaces name their image.
-		image=$(kv image "$line")
+		# Reads of the other namespaces name their image, and reads into
+		# the second accelerator its memory's file.
+		image=$(kv image "$line") mem=$(kv mem "$line")
 		args=(--expected "$out/${image:-nvme.img}" --expected-offset "$(kv nvme_offset "$line")"
-			--actual "$out/accel.bin" --actual-offset "$(kv bar_offset "$line")" --len "$(kv len "$line")")
+			--actual "$out/${mem:-accel.bin}" --actual-offset "$(kv bar_offset "$line")" --len "$(kv len "$line")")
 		if res=$("$musl/p2pdma-rigdata" compare "${args[@]}"); then matched=1; else matched=0; fi
 		if [ "$what" = p2pmem-read ]; then
 			if ((matched)); then ok "host:$what ($res)"; else bad "host:$what" "$res"; fi

@@ -37,6 +37,14 @@ enum Cmd {
         #[arg(long)]
         pattern_offset: u64,
     },
+    /// Copy along a route between the NVMe namespace and the two
+    /// accelerators (the one P2P reaches from the namespace, and the one it
+    /// does not), check the hops the planner chose, and report where the
+    /// bytes landed for the host.
+    Route {
+        #[command(flatten)]
+        x: RouteArgs,
+    },
     /// Like `p2pmem-read`, but into memory allocated with the module's
     /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
     ModuleRead {
@@ -118,6 +126,41 @@ struct EngineArgs {
     /// `(SCT << 8) | SC` (0x281: Unrecovered Read Error).
     #[arg(long, value_parser = parse_hex)]
     expect_nvme_status: Option<u32>,
+    #[arg(long)]
+    hold: bool,
+}
+
+#[derive(clap::Args)]
+struct RouteArgs {
+    #[arg(long, default_value = "/dev/nvme0n1")]
+    nvme: String,
+    /// `nvme-a1` (the planner's route into the unreachable accelerator),
+    /// `nvme-a0-a1` (through staging in the reachable one's memory, then
+    /// host memory), `a0-a1` (the namespace into the first by P2P, then
+    /// the planner's route to the second) or `a1-nvme` (a write from the
+    /// unreachable accelerator's memory, from the rig pattern).
+    #[arg(long)]
+    kind: String,
+    /// Namespace offset.
+    #[arg(long)]
+    offset: u64,
+    #[arg(long)]
+    len: usize,
+    /// Offset in each end's memory.
+    #[arg(long, default_value_t = 0)]
+    mem_offset: usize,
+    /// With `a1-nvme`: where in the rig pattern the written bytes come from.
+    #[arg(long, default_value_t = 0)]
+    pattern_offset: u64,
+    /// Bytes per chunk.
+    #[arg(long, default_value_t = 256 << 10)]
+    chunk: usize,
+    /// The hops the route must have, as `read-p2p,copy,...`.
+    #[arg(long)]
+    expect_hops: String,
+    /// Text the route's reason must contain.
+    #[arg(long)]
+    expect_reason: Vec<String>,
     #[arg(long)]
     hold: bool,
 }
@@ -314,6 +357,168 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
                 x.offset, x.len
             )
         }
+    }
+    if x.hold {
+        hold_forever();
+    }
+    Ok(())
+}
+
+fn route_run(x: &RouteArgs) -> Result<(), String> {
+    use p2pdma::{
+        backend::{DeviceMemory, ModuleMemory},
+        transfer::{Config, End, Engine, HopKind, RouteOptions, StorageFile, Via},
+        Peer,
+    };
+    use std::{os::fd::AsFd, sync::Arc};
+
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let write = x.kind == "a1-nvme";
+    let file = if write {
+        StorageFile::open_rw(&x.nvme)
+    } else {
+        StorageFile::open(&x.nvme)
+    }
+    .map_err(|e| e.to_string())?;
+    // The accelerator the namespace reaches by P2P, and the one it does not.
+    let nvme_fd = fs::File::open(&x.nvme).map_err(|e| format!("{}: {e}", x.nvme))?;
+    let (mut near, mut far) = (None, None);
+    for a in module.accelerators().map_err(|e| e.to_string())? {
+        let q = module
+            .p2p_query(a.index, Peer::Fd(nvme_fd.as_fd()))
+            .map_err(|e| e.to_string())?;
+        match q.distance {
+            Some(_) => near = near.or(Some(a)),
+            None => far = far.or(Some(a)),
+        }
+    }
+    let (a0, a1) = match (near, far) {
+        (Some(a), Some(b)) => (a, b),
+        _ => return Err("the rig needs one accelerator P2P reaches from the namespace and one it does not".into()),
+    };
+    println!(
+        "accelerator {} ({}) is reachable from {}, accelerator {} ({}) is not",
+        a0.index, a0.pci, x.nvme, a1.index, a1.pci
+    );
+    let size = (x.mem_offset + x.len).div_ceil(4096) * 4096;
+    let alloc = |index, size: usize| {
+        ModuleMemory::alloc(module.clone(), index, size as u64, 0).map_err(|e| e.to_string())
+    };
+    let m0 = alloc(a0.index, size)?;
+    let m1 = alloc(a1.index, size)?;
+    let staging_len = 3 * (x.chunk + 4096);
+    let staging = alloc(a0.index, staging_len)?;
+    for m in [&m0, &m1, &staging] {
+        m.write_at(0, &vec![0xC3; m.len()]).map_err(|e| e.to_string())?;
+    }
+    let engine = Engine::new(Config::default(), Some(module.clone()));
+    let nvme_end = End::Storage {
+        file: &file,
+        offset: x.offset,
+    };
+    let e0 = End::Memory {
+        mem: &m0,
+        offset: x.mem_offset,
+    };
+    let e1 = End::Memory {
+        mem: &m1,
+        offset: x.mem_offset,
+    };
+    let route = match x.kind.as_str() {
+        "nvme-a1" => engine.route(nvme_end, e1),
+        "nvme-a0-a1" => engine.route_through(
+            nvme_end,
+            &[
+                Via::Memory {
+                    mem: &staging,
+                    offset: 0,
+                    len: staging_len,
+                },
+                Via::Host,
+            ],
+            e1,
+        ),
+        "a0-a1" => {
+            let r = engine
+                .read(&file, x.offset, &m0, x.mem_offset, x.len)
+                .map_err(|e| e.to_string())?;
+            println!("{} bytes read into accelerator {} on the {} path", r.bytes, a0.index, r.path);
+            engine.route(e0, e1)
+        }
+        "a1-nvme" => {
+            let p = x.pattern_offset;
+            let mut buf = vec![0u8; x.len + (p % 8) as usize];
+            p2pdma_tests::fill_image(p - p % 8, &mut buf);
+            m1.write_at(x.mem_offset, &buf[(p % 8) as usize..])
+                .map_err(|e| e.to_string())?;
+            engine.route(e1, nvme_end)
+        }
+        k => return Err(format!("unknown route kind {k}")),
+    }
+    .map_err(|e| format!("planning the route: {e}"))?;
+    let names: Vec<String> = route
+        .hops()
+        .iter()
+        .map(|h| match h.kind {
+            HopKind::Read(p) => format!("read-{p}"),
+            HopKind::Write(p) => format!("write-{p}"),
+            HopKind::Copy => "copy".into(),
+        })
+        .collect();
+    for h in route.hops() {
+        println!("hop: {h}");
+    }
+    println!("Why: {}", route.reason());
+    if names.join(",") != x.expect_hops {
+        return Err(format!("hops {}, expected {}", names.join(","), x.expect_hops));
+    }
+    for want in &x.expect_reason {
+        if !route.reason().contains(want.as_str()) {
+            return Err(format!("the reason does not contain {want:?}: {}", route.reason()));
+        }
+    }
+    let opts = RouteOptions {
+        chunk: Some(x.chunk),
+        ..RouteOptions::default()
+    };
+    let rep = engine
+        .copy(&route, x.len, &opts)
+        .map_err(|e| format!("copy along the route: {e}"))?;
+    println!(
+        "{} bytes in {} chunks of {} in {:?}; hop busy times {:?}",
+        rep.bytes, rep.chunks, rep.chunk, rep.elapsed, rep.busy
+    );
+    drop(route);
+    drop(file);
+    let landed = |m: &ModuleMemory, a: &p2pdma::Accelerator| -> Result<u64, String> {
+        let t = m.dma_target().ok_or("module memory without a mapping")?;
+        let pci = a.pci.to_string();
+        Ok(phys_of(t.ptr as u64)? - bar_start(&pci, a.bar)? + x.mem_offset as u64)
+    };
+    if write {
+        println!(
+            "@@RESULT nvme-write nvme_offset={} pattern_offset={} len={}",
+            x.offset, x.pattern_offset, x.len
+        );
+    } else {
+        if x.kind == "a0-a1" {
+            println!(
+                "@@RESULT p2pmem-read pci={} bar={} nvme_offset={} bar_offset={} len={}",
+                a0.pci,
+                a0.bar,
+                x.offset,
+                landed(&m0, &a0)?,
+                x.len
+            );
+        }
+        println!(
+            "@@RESULT p2pmem-read pci={} bar={} nvme_offset={} bar_offset={} len={} mem=accel1.bin",
+            a1.pci,
+            a1.bar,
+            x.offset,
+            landed(&m1, &a1)?,
+            x.len
+        );
     }
     if x.hold {
         hold_forever();
@@ -599,6 +804,7 @@ fn module_read(nvme: &str, offset: u64, len: usize, hold: bool) -> Result<(), St
 fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::EngineRead { x } => engine_run(&x, None),
+        Cmd::Route { x } => route_run(&x),
         Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
         Cmd::ModuleRead {
             nvme,

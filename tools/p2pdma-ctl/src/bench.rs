@@ -46,7 +46,8 @@ type Res<T> = Result<T, String>;
 /// Which benchmark, and its knobs.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// storage, copy, small, strided, cpu or all (storage, copy and small).
+    /// storage, copy, small, strided, route, cpu or all (storage, copy and
+    /// small).
     #[arg(default_value = "all")]
     pub what: String,
     /// File to read for `storage` (created if missing or short). It must be
@@ -114,7 +115,7 @@ fn machine() -> Value {
     })
 }
 
-fn ensure_file(path: &Path, size: u64) -> Res<()> {
+pub fn ensure_file(path: &Path, size: u64) -> Res<()> {
     if std::fs::metadata(path)
         .map(|m| m.len() >= size)
         .unwrap_or(false)
@@ -1138,6 +1139,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         "cpu" => cpu(a, &mut out)?,
         "small" => small(a, &mut out)?,
         "strided" => strided(a, &mut out)?,
+        "route" => crate::route::bench(a, &mut out)?,
         "all" => {
             storage(a, &mut out)?;
             copy(&mut out)?;
@@ -1145,7 +1147,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         }
         other => {
             return Err(format!(
-                "unknown benchmark '{other}' (storage, copy, small, strided, cpu, all)"
+                "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, all)"
             ))
         }
     }

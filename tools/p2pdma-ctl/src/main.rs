@@ -7,6 +7,7 @@ mod child;
 mod copy;
 mod doctor;
 mod proc;
+mod route;
 mod sanity;
 mod util;
 
