@@ -133,6 +133,12 @@ impl HostMemory {
         Ok(Self { buf })
     }
 
+    /// Faults every page in (writing zeros), so that the first copy or
+    /// I/O into the memory does not.
+    pub(crate) fn prefault(&self) {
+        self.buf.fill(0);
+    }
+
     /// `len` bytes at `offset`, borrowed.
     ///
     /// # Safety

@@ -540,6 +540,8 @@ pub struct Engine {
     /// may run on (read once: finding out reads cgroup files), at most
     /// [`MAX_AUTO_COPY_THREADS`].
     copy_threads_most: usize,
+    /// Host staging rings of routes, kept for the next copy.
+    rings: route::RingPool,
 }
 
 /// What AUTO knows of a device's geometry.
@@ -610,6 +612,7 @@ impl Engine {
             copy_threads_most: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
                 .min(MAX_AUTO_COPY_THREADS),
+            rings: route::RingPool::default(),
         }
     }
 

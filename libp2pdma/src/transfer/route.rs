@@ -489,7 +489,7 @@ impl Engine {
         let slot_size = chunk.min(len.next_multiple_of(ALIGN)) + ALIGN;
         let rings = route.places[1..last]
             .iter()
-            .map(|p| Ring::new(*p, slot_size, slots))
+            .map(|p| Ring::new(*p, slot_size, slots, &self.rings))
             .collect::<Result<Vec<_>>>()?;
         let at = |i: usize| match route.places[i] {
             Place::End(e) => Spot::End(e),
@@ -522,8 +522,52 @@ impl Engine {
     }
 }
 
-/// A staging ring: `slots` slots of `slot` bytes, in host memory the ring
-/// owns or in a region of device memory.
+/// Host memory for staging rings, kept between copies so that a copy does
+/// not pay for mapping and faulting in fresh memory: at most
+/// [`RingPool::KEEP`] buffers and [`RingPool::KEEP_BYTES`] in all.
+#[derive(Default)]
+pub(super) struct RingPool {
+    free: Mutex<Vec<HostMemory>>,
+}
+
+impl RingPool {
+    const KEEP: usize = 8;
+    const KEEP_BYTES: usize = 1 << 30;
+
+    /// A buffer of at least `len` bytes, every page already faulted in.
+    fn take(&self, len: usize) -> Result<HostMemory> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let fit = free
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.len() >= len)
+            .min_by_key(|(_, m)| m.len())
+            .map(|(i, _)| i);
+        if let Some(i) = fit {
+            return Ok(free.swap_remove(i));
+        }
+        drop(free);
+        let m = HostMemory::new(len)?;
+        m.prefault();
+        Ok(m)
+    }
+
+    /// Keeps `m` for a later copy, dropping the largest buffers past the
+    /// limits.
+    fn give(&self, m: HostMemory) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        free.push(m);
+        free.sort_by_key(|m| m.len());
+        while free.len() > Self::KEEP
+            || free.iter().map(|m| m.len()).sum::<usize>() > Self::KEEP_BYTES
+        {
+            free.pop();
+        }
+    }
+}
+
+/// A staging ring: `slots` slots of `slot` bytes, in host memory from the
+/// engine's pool or in a region of device memory.
 struct Ring<'a> {
     mem: RingMem<'a>,
     slot: usize,
@@ -531,22 +575,38 @@ struct Ring<'a> {
 }
 
 enum RingMem<'a> {
-    Host(HostMemory),
+    Host {
+        mem: Option<HostMemory>,
+        pool: &'a RingPool,
+    },
     Device {
         mem: &'a dyn DeviceMemory,
         offset: usize,
     },
 }
 
+impl Drop for RingMem<'_> {
+    fn drop(&mut self) {
+        if let RingMem::Host { mem, pool } = self {
+            if let Some(m) = mem.take() {
+                pool.give(m);
+            }
+        }
+    }
+}
+
 impl<'a> Ring<'a> {
-    fn new(place: Place<'a>, slot: usize, slots: usize) -> Result<Self> {
+    fn new(place: Place<'a>, slot: usize, slots: usize, pool: &'a RingPool) -> Result<Self> {
         match place {
             Place::Via(Via::Host) => {
                 let total = slot
                     .checked_mul(slots)
                     .ok_or_else(|| Error::InvalidArgument("staging ring size overflows".into()))?;
                 Ok(Self {
-                    mem: RingMem::Host(HostMemory::new(total)?),
+                    mem: RingMem::Host {
+                        mem: Some(pool.take(total)?),
+                        pool,
+                    },
                     slot,
                     slots,
                 })
@@ -578,15 +638,26 @@ impl<'a> Ring<'a> {
 
     fn memory(&self) -> &dyn DeviceMemory {
         match &self.mem {
-            RingMem::Host(h) => h,
+            RingMem::Host { mem, .. } => match mem {
+                Some(m) => m,
+                None => unreachable!("a ring's memory lives as long as the ring"),
+            },
             RingMem::Device { mem, .. } => *mem,
+        }
+    }
+
+    /// The ring's own host memory, when it is in host memory.
+    fn host(&self) -> Option<&HostMemory> {
+        match &self.mem {
+            RingMem::Host { mem, .. } => mem.as_ref(),
+            RingMem::Device { .. } => None,
         }
     }
 
     /// Offset in [`Ring::memory`] of slot `s`.
     fn base(&self, s: usize) -> usize {
         let start = match &self.mem {
-            RingMem::Host(_) => 0,
+            RingMem::Host { .. } => 0,
             RingMem::Device { offset, .. } => *offset,
         };
         start + s * self.slot
@@ -643,10 +714,7 @@ impl HopStage<'_, '_> {
                 Some(MemAt {
                     mem: r.memory(),
                     offset: r.base(s) + skew,
-                    host: match &r.mem {
-                        RingMem::Host(h) => Some(h),
-                        RingMem::Device { .. } => None,
-                    },
+                    host: r.host(),
                 })
             }
         }

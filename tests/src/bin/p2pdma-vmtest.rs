@@ -392,10 +392,14 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
             None => far = far.or(Some(a)),
         }
     }
-    let (a0, a1) = match (near, far) {
-        (Some(a), Some(b)) => (a, b),
-        _ => return Err("the rig needs one accelerator P2P reaches from the namespace and one it does not".into()),
-    };
+    let (a0, a1) =
+        match (near, far) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(
+                "the rig needs one accelerator P2P reaches from the namespace and one it does not"
+                    .into(),
+            ),
+        };
     println!(
         "accelerator {} ({}) is reachable from {}, accelerator {} ({}) is not",
         a0.index, a0.pci, x.nvme, a1.index, a1.pci
@@ -409,7 +413,8 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
     let staging_len = 3 * (x.chunk + 4096);
     let staging = alloc(a0.index, staging_len)?;
     for m in [&m0, &m1, &staging] {
-        m.write_at(0, &vec![0xC3; m.len()]).map_err(|e| e.to_string())?;
+        m.write_at(0, &vec![0xC3; m.len()])
+            .map_err(|e| e.to_string())?;
     }
     let engine = Engine::new(Config::default(), Some(module.clone()));
     let nvme_end = End::Storage {
@@ -442,7 +447,10 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
             let r = engine
                 .read(&file, x.offset, &m0, x.mem_offset, x.len)
                 .map_err(|e| e.to_string())?;
-            println!("{} bytes read into accelerator {} on the {} path", r.bytes, a0.index, r.path);
+            println!(
+                "{} bytes read into accelerator {} on the {} path",
+                r.bytes, a0.index, r.path
+            );
             engine.route(e0, e1)
         }
         "a1-nvme" => {
@@ -470,11 +478,18 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
     }
     println!("Why: {}", route.reason());
     if names.join(",") != x.expect_hops {
-        return Err(format!("hops {}, expected {}", names.join(","), x.expect_hops));
+        return Err(format!(
+            "hops {}, expected {}",
+            names.join(","),
+            x.expect_hops
+        ));
     }
     for want in &x.expect_reason {
         if !route.reason().contains(want.as_str()) {
-            return Err(format!("the reason does not contain {want:?}: {}", route.reason()));
+            return Err(format!(
+                "the reason does not contain {want:?}: {}",
+                route.reason()
+            ));
         }
     }
     let opts = RouteOptions {

@@ -196,7 +196,11 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     );
     for k in 2..=4 {
         let r = route(&engine, &p, k, a.accel)?;
-        let dst = if a.accel && k == 4 { &p.dst[1] } else { &p.dst[0] };
+        let dst = if a.accel && k == 4 {
+            &p.dst[1]
+        } else {
+            &p.dst[0]
+        };
         println!("\nk = {k}: {}", p.names[k - 2]);
         for h in r.hops() {
             println!("  hop: {h}");
@@ -212,7 +216,8 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                     slots: Some(3),
                     lanes: Some(1),
                 };
-                dst.write_at(0, &vec![0x5A; size]).map_err(|e| e.to_string())?;
+                dst.write_at(0, &vec![0x5A; size])
+                    .map_err(|e| e.to_string())?;
                 let rep = engine
                     .copy(&r, size, &opts)
                     .map_err(|e| format!("k = {k}, n = {n}: {e}"))?;
