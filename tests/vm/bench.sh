@@ -4,7 +4,9 @@
 # QEMU, outside the guest, so guest CPU time measures CPU involvement. Then
 # small-copy latency into the accelerator's write-combined BAR mapping, and
 # small random reads through the engine against pread (TCG emulates the CPU,
-# so these are the emulator's, not hardware, timings).
+# so these are the emulator's, not hardware, timings). Then routes through
+# host memory into the second accelerator, pipelined against
+# store-and-forward.
 # shellcheck source=lib.sh
 . /suite/lib.sh
 
@@ -14,5 +16,10 @@ check bench-copy p2pdma-ctl bench copy
 # 4 KiB random reads of the NVMe namespace into BAR memory: the engine (AUTO
 # picks P2P here) against pread with O_DIRECT plus a copy.
 check bench-small p2pdma-ctl bench small --file "$NVME" --size 48M --reps 2
+# Routes of 2 to 4 hops into the second accelerator (on its own root port),
+# store-and-forward against pipelined, n = 1 to 64 chunks.
+if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	check bench-route p2pdma-ctl bench route --accel --nvme "$NVME" --size 8M --reps 3
+fi
 rmmod p2pdma
 exit "$failures"
