@@ -19,7 +19,7 @@ check bench-small p2pdma-ctl bench small --file "$NVME" --size 48M --reps 2
 # Routes of 2 to 4 hops into the second accelerator (on its own root port),
 # store-and-forward against pipelined, n = 1 to 64 chunks.
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
-	check bench-route p2pdma-ctl bench route --accel --nvme "$NVME" --size 8M --reps 3
+	check bench-route p2pdma-ctl bench route --accel --nvme "$NVME" --size 24M --reps 3
 fi
 rmmod p2pdma
 exit "$failures"

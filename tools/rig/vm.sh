@@ -16,7 +16,7 @@
 # the switch (serial p2pdma-vfio, NSID 7, image vfio.img) is for the dma
 # suite, which takes it from the kernel's nvme driver and drives it from user
 # space through VFIO; the other suites find their namespaces by NSID and
-# never pick it. A second accelerator stand-in (32 MiB, accel1.bin) sits on
+# never pick it. A second accelerator stand-in (64 MiB, accel1.bin) sits on
 # a root port of its own, where P2P reaches neither the NVMe nor the first
 # accelerator: routes between them go through host memory. Topology
 # "noswitch": each device on its own root port,
@@ -119,7 +119,7 @@ mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/f
 	die "mkfs.ext4 of the rig filesystem failed (log: $out/mkfs.log)"
 truncate -s 64M "$out/accel.bin"
 if [ "$topology" = switch ]; then
-	truncate -s 32M "$out/accel1.bin"
+	truncate -s 64M "$out/accel1.bin"
 fi
 # The shared namespace's image: the rig content from 64 MiB on, so that its
 # bytes differ from nvme.img's at every offset. The metadata namespace's:
@@ -175,7 +175,7 @@ if [ "$topology" != noswitch ]; then
 	nvme_bus=dn0 accel_bus=dn1
 	if [ "$topology" = switch ]; then
 		pcie+=(-device "pcie-root-port,id=rp2,bus=pcie.0,chassis=8,slot=3"
-			-object "memory-backend-file,id=accmem1,share=on,mem-path=$out/accel1.bin,size=32M"
+			-object "memory-backend-file,id=accmem1,share=on,mem-path=$out/accel1.bin,size=64M"
 			-device "ivshmem-plain,memdev=accmem1,bus=rp2")
 	fi
 	if [ "$topology" = iommu ]; then

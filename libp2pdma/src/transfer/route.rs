@@ -505,7 +505,6 @@ impl Engine {
                 from: at(i),
                 to: at(i + 1),
                 anchor,
-                scratch: Mutex::new(Vec::new()),
             })
             .collect();
         let lanes: Vec<Lanes> = stages.iter().map(|s| Lanes { stage: s, lanes }).collect();
@@ -679,8 +678,6 @@ struct HopStage<'r, 'a> {
     to: Spot<'r, 'a>,
     /// The misalignment of the storage offset chunks are aligned to.
     anchor: usize,
-    /// Buffers for copies with no host ring on either side.
-    scratch: Mutex<Vec<Vec<u8>>>,
 }
 
 /// A chunk's place in memory: the memory and the offset.
@@ -769,21 +766,16 @@ impl Stage for HopStage<'_, '_> {
                     let dst = unsafe { h.bytes_mut(b.offset, c.len) }?;
                     return a.mem.read_at(a.offset, dst);
                 }
-                let mut buf = self
-                    .scratch
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .pop()
-                    .unwrap_or_default();
-                buf.resize(c.len, 0);
+                // Neither side is a ring of this route: through a buffer
+                // of the engine's pool, already faulted in.
+                let buf = self.engine.rings.take(c.len)?;
+                // SAFETY: The buffer is this call's alone until it goes
+                // back to the pool below.
                 let r = a
                     .mem
-                    .read_at(a.offset, &mut buf)
-                    .and_then(|()| b.mem.write_at(b.offset, &buf));
-                self.scratch
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(buf);
+                    .read_at(a.offset, unsafe { buf.bytes_mut(0, c.len) }?)
+                    .and_then(|()| b.mem.write_at(b.offset, unsafe { buf.bytes(0, c.len) }?));
+                self.engine.rings.give(buf);
                 r
             }
         }
