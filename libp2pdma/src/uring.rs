@@ -132,10 +132,70 @@ pub(crate) enum Buf {
 pub(crate) struct Completion {
     /// The caller's tag.
     pub(crate) tag: u64,
-    /// Its buffer.
-    pub(crate) buf: Buf,
     /// Bytes moved, or the error.
     pub(crate) res: std::result::Result<usize, Errno>,
+}
+
+/// A session's slots, reached from other threads: a pipeline's copy stage
+/// empties or fills one slot while the session's I/Os use others. Which
+/// thread may use which slot is the pipeline's to decide (`pipeline.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slots {
+    /// The first slot's address (an integer, so the view moves between
+    /// threads).
+    base: usize,
+    chunk: usize,
+    count: usize,
+}
+
+impl Slots {
+    /// How many slots there are.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+
+    fn range(&self, i: usize, offset: usize, len: usize) -> Result<*mut u8> {
+        match offset.checked_add(len) {
+            Some(end) if i < self.count && end <= self.chunk => {
+                Ok((self.base + i * self.chunk + offset) as *mut u8)
+            }
+            _ => Err(Error::OutOfBounds {
+                offset: (i * self.chunk + offset) as u64,
+                len: len as u64,
+                size: (self.count * self.chunk) as u64,
+            }),
+        }
+    }
+
+    /// Slot `i`'s bytes `[offset, offset + len)`.
+    ///
+    /// # Safety
+    /// The session they came from is alive, no I/O is in flight on the
+    /// slot, and nothing writes the range while the borrow lives.
+    pub(crate) unsafe fn bytes(&self, i: usize, offset: usize, len: usize) -> Result<&[u8]> {
+        let p = self.range(i, offset, len)?;
+        // SAFETY: Inside the slot region (checked); the caller guarantees
+        // it is alive and that no one writes the range meanwhile.
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
+    }
+
+    /// Slot `i`'s bytes `[offset, offset + len)`, for writing.
+    ///
+    /// # Safety
+    /// The session they came from is alive, no I/O is in flight on the
+    /// slot, and nothing else reads or writes the range while the borrow
+    /// lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn bytes_mut(
+        &self,
+        i: usize,
+        offset: usize,
+        len: usize,
+    ) -> Result<&mut [u8]> {
+        let p = self.range(i, offset, len)?;
+        // SAFETY: As for `bytes`, with the caller's exclusive use.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
 }
 
 /// One transfer's use of a [`Context`]; see the module documentation.
@@ -241,6 +301,15 @@ impl<'a> Session<'a> {
     /// The first free slot not in `skip` (slots whose data awaits a copy).
     pub(crate) fn free_slot_except(&self, skip: &[usize]) -> Option<usize> {
         (0..self.busy.len()).find(|&i| !self.busy[i] && !skip.contains(&i))
+    }
+
+    /// The slots, for copies on other threads while the session goes on.
+    pub(crate) fn slots(&self) -> Slots {
+        Slots {
+            base: self.ctx.slots.as_raw() as usize,
+            chunk: self.ctx.chunk,
+            count: self.busy.len(),
+        }
     }
 
     /// Runs `f` on free slot `i`'s bytes `[offset, offset + len)`.
@@ -485,11 +554,7 @@ impl<'a> Session<'a> {
                     self.busy[i] = false;
                 }
                 self.ninflight -= 1;
-                done.push(Completion {
-                    tag: p.tag,
-                    buf: p.buf,
-                    res,
-                });
+                done.push(Completion { tag: p.tag, res });
             }
             if done.len() >= min {
                 return Ok(done);

@@ -1,20 +1,28 @@
-//! The bounce pipeline: storage <-> pinned host slots <-> accelerator memory.
+//! The bounce pipeline: storage <-> pinned host slots <-> accelerator memory,
+//! a two-stage use of the pipeline executor (`pipeline.rs`).
 //!
-//! Reads keep up to `depth` chunk reads in flight; as each lands, its slot is
-//! copied into device memory while the other reads proceed, and the slot is
-//! refilled with the next chunk. The total is close to the slower stage plus
-//! one chunk, not the sum of the stages. Writes run the other way: the copy
-//! of chunk i+1 out of device memory overlaps the storage write of chunk i.
+//! Reads: the storage stage keeps up to `depth` chunk reads in flight into
+//! the session's registered slots on the calling thread; the copy stage, on
+//! its own thread, copies each landed slot into device memory (split among
+//! the copy threads when one is not enough) and frees it for the next read.
+//! The total is close to the slower stage plus one chunk, not the sum of
+//! the stages. Writes run the other way: the copy stage fills free slots out
+//! of device memory while the storage stage keeps `depth` writes in flight.
+//! A transfer of one chunk skips the pipeline: one I/O, then one copy.
 
 use std::{
-    cell::Cell,
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
     time::{Duration, Instant},
 };
 
-use super::{copypool::CopyPool, Direction, P2pSubmit, PathStats, StorageFile};
+use super::{
+    copypool::CopyPool,
+    pipeline::{self, Chunk, Driver, Flow, Lanes, Stage},
+    Direction, P2pSubmit, PathStats, StorageFile,
+};
 use crate::{
     backend::{DeviceMemory, DmaTarget},
-    uring::{Buf, Context, Session},
+    uring::{Buf, Context, Session, Slots},
     Error, Result,
 };
 
@@ -66,18 +74,18 @@ pub(super) struct Xfer<'a> {
 pub(super) struct CopyStage<'a> {
     pub(super) pool: &'a CopyPool,
     /// Threads copying each chunk now (the calling thread included).
-    pub(super) threads: &'a Cell<usize>,
+    pub(super) threads: &'a AtomicUsize,
     /// With automatic sizing, the most threads; `None` when fixed.
     pub(super) auto_most: Option<usize>,
-    /// One thread's copy time so far: each copy's time times the threads
-    /// that shared it.
-    pub(super) busy: Cell<Duration>,
+    /// One thread's copy time so far, in nanoseconds: each copy's time
+    /// times the threads that shared it.
+    pub(super) busy: AtomicU64,
 }
 
 impl CopyStage<'_> {
     /// Copies `b` into `mem` at `at` with the current thread count.
     fn write(&self, mem: &dyn DeviceMemory, at: usize, b: &[u8]) -> Result<()> {
-        match self.threads.get() {
+        match self.threads.load(Ordering::Relaxed) {
             1 => mem.write_at(at, b),
             n => self.pool.write(mem, at, b, n),
         }
@@ -85,8 +93,9 @@ impl CopyStage<'_> {
 
     /// Counts a copy that took `d` with the current thread count.
     fn note(&self, d: Duration) {
+        let n = d.as_nanos() * self.threads.load(Ordering::Relaxed) as u128;
         self.busy
-            .set(self.busy.get() + d * self.threads.get() as u32);
+            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
     /// With automatic sizing, sets the thread count from how busy one
@@ -95,11 +104,12 @@ impl CopyStage<'_> {
     /// thread again below [`super::COPY_LOAD_OFF`].
     fn adapt(&self, elapsed: Duration) {
         let Some(most) = self.auto_most else { return };
-        let load = self.busy.get().as_secs_f64() / elapsed.as_secs_f64().max(1e-9);
+        let busy = self.busy.load(Ordering::Relaxed) as f64 / 1e9;
+        let load = busy / elapsed.as_secs_f64().max(1e-9);
         if load > super::COPY_LOAD_ON {
-            self.threads.set(most);
+            self.threads.store(most, Ordering::Relaxed);
         } else if load < super::COPY_LOAD_OFF {
-            self.threads.set(1);
+            self.threads.store(1, Ordering::Relaxed);
         }
     }
 }
@@ -115,12 +125,8 @@ impl Xfer<'_> {
     }
 
     /// Copies the transfer's part of `[c0, c0 + n)` (just read into slot
-    /// `slot`) into device memory; `want` is where the chunk should end.
-    fn land(&self, s: &mut Session<'_>, slot: usize, c0: u64, n: usize, want: u64) -> Result<()> {
-        self.land_from(s, slot, c0, n, want, Instant::now())
-    }
-
-    /// [`Xfer::land`], with the copy's start time `t` already read.
+    /// `slot`) into device memory; `want` is where the chunk should end, and
+    /// `t` the copy's start time.
     fn land_from(
         &self,
         s: &mut Session<'_>,
@@ -178,47 +184,40 @@ impl Xfer<'_> {
             self.stats.record_ios(1);
             return self.land_from(s, slot, a0, n, a1, t);
         }
-        let (mut next, mut done) = (0u64, 0u64);
-        // Landed chunks awaiting their copy: (slot, chunk index, bytes).
-        let mut landed: Vec<(usize, u64, usize)> = Vec::new();
-        while done < nchunks {
-            let held: Vec<usize> = landed.iter().map(|l| l.0).collect();
-            while next < nchunks && s.inflight() < s.depth() {
-                let Some(slot) = s.free_slot_except(&held) else {
-                    break;
-                };
-                let c0 = a0 + next * chunk;
-                let clen = chunk.min(a1 - c0) as usize;
-                s.read(Buf::Slot(slot), c0, clen, next)?;
-                self.stats.record_ios(1);
-                next += 1;
-            }
-            // Block only when there is nothing to copy meanwhile.
-            let t = Instant::now();
-            let comps = s.wait(if landed.is_empty() { 1 } else { 0 })?;
-            self.stats.record_storage(t.elapsed());
-            for c in comps {
-                let c0 = a0 + c.tag * chunk;
-                let want = (c0 + chunk).min(a1);
-                let n = c
-                    .res
-                    .map_err(|e| self.file.io_error("read", c0, want - c0, e))?;
-                let Buf::Slot(slot) = c.buf else {
-                    unreachable!("bounce reads use slots")
-                };
-                landed.push((slot, c.tag, n));
-            }
-            if let Some((slot, tag, n)) = landed.pop() {
-                let c0 = a0 + tag * chunk;
-                self.land(s, slot, c0, n, (c0 + chunk).min(a1))?;
-                done += 1;
-                // Past the first two windows, whose chunks land in bursts
-                // that keep any copy stage busy for a moment.
-                if done >= 2 * s.depth() as u64 {
-                    self.copy.adapt(self.start.elapsed());
-                }
-            }
+        if s.inflight() != 0 {
+            return Err(Error::InvalidArgument(
+                "a pipelined read on a session with I/Os in flight".into(),
+            ));
         }
+        // The pipeline: the storage stage keeps `depth` reads in flight
+        // into the slots on this thread, the copy stage empties landed
+        // slots into device memory on its own.
+        let chunks = pipeline::chunks((a1 - a0) as usize, chunk as usize, 0);
+        let landed: Vec<AtomicUsize> = chunks.iter().map(|_| AtomicUsize::new(0)).collect();
+        let slots = s.slots();
+        let mut storage = ReadFlow {
+            x: self,
+            s,
+            a0,
+            landed: &landed,
+        };
+        let copy = Land {
+            x: self,
+            slots,
+            a0,
+            a1,
+            landed: &landed,
+            done: AtomicUsize::new(0),
+            warm: 2 * storage.s.depth(),
+        };
+        let stages = vec![
+            Driver::Flow(&mut storage),
+            Driver::Lanes(Lanes {
+                stage: &copy,
+                lanes: 1,
+            }),
+        ];
+        pipeline::execute(&chunks, stages, &[slots.count()])?;
         Ok(())
     }
 
@@ -304,45 +303,201 @@ impl Xfer<'_> {
         Ok(())
     }
 
-    /// The block-aligned middle `[m0, m1)` of a write, pipelined.
+    /// The block-aligned middle `[m0, m1)` of a write, pipelined: the copy
+    /// stage fills free slots out of device memory on its own thread while
+    /// this thread keeps `depth` storage writes of filled slots in flight.
     fn write_middle(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<()> {
-        let chunk = s.chunk() as u64;
-        let nchunks = (m1 - m0).div_ceil(chunk);
-        let mut next = 0u64;
-        loop {
-            // Fill every free slot from device memory and write it out.
-            while next < nchunks {
-                let Some(slot) = s.free_slot() else { break };
-                let c0 = m0 + next * chunk;
-                let clen = chunk.min(m1 - c0) as usize;
-                let (mem, at) = (self.mem, self.mem_at(c0));
-                let t = Instant::now();
-                s.with_slot(slot, 0, clen, |b| mem.read_at(at, b))??;
-                self.stats.record_copy(t.elapsed());
-                s.write(Buf::Slot(slot), c0, clen, next)?;
-                self.stats.record_ios(1);
-                next += 1;
-            }
-            if s.inflight() == 0 {
-                return Ok(());
-            }
-            let t = Instant::now();
-            let comps = s.wait(1)?;
-            self.stats.record_storage(t.elapsed());
-            for c in comps {
-                let c0 = m0 + c.tag * chunk;
-                let clen = chunk.min(m1 - c0) as usize;
-                let n = c
-                    .res
-                    .map_err(|e| self.file.io_error("write", c0, clen as u64, e))?;
-                if n < clen {
-                    return Err(Error::Short {
-                        what: "write to storage",
-                        expected: clen as u64,
-                        done: n as u64,
-                    });
-                }
-            }
+        if s.inflight() != 0 {
+            return Err(Error::InvalidArgument(
+                "a pipelined write on a session with I/Os in flight".into(),
+            ));
         }
+        let chunks = pipeline::chunks((m1 - m0) as usize, s.chunk(), 0);
+        let slots = s.slots();
+        let copy = Fill { x: self, slots, m0 };
+        let mut storage = WriteFlow {
+            x: self,
+            s,
+            m0,
+            chunks: &chunks,
+        };
+        let stages = vec![
+            Driver::Lanes(Lanes {
+                stage: &copy,
+                lanes: 1,
+            }),
+            Driver::Flow(&mut storage),
+        ];
+        pipeline::execute(&chunks, stages, &[slots.count()])?;
+        Ok(())
+    }
+}
+
+/// A read's storage stage: reads of whole chunks into slots, `depth` in
+/// flight.
+struct ReadFlow<'x, 's, 'a> {
+    x: &'x Xfer<'x>,
+    s: &'x mut Session<'s>,
+    a0: u64,
+    /// Bytes each chunk's read returned, for the copy stage.
+    landed: &'a [AtomicUsize],
+}
+
+impl Flow for ReadFlow<'_, '_, '_> {
+    fn room(&self) -> usize {
+        self.s.depth()
+    }
+
+    fn start(&mut self, c: &Chunk, _: Option<usize>, to: Option<usize>) -> Result<()> {
+        let slot = to.ok_or_else(|| Error::InvalidArgument("a read without a slot".into()))?;
+        self.s.read(
+            Buf::Slot(slot),
+            self.a0 + c.offset as u64,
+            c.len,
+            c.index as u64,
+        )?;
+        self.x.stats.record_ios(1);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<Vec<usize>> {
+        let t = Instant::now();
+        let comps = self.s.wait(1)?;
+        self.x.stats.record_storage(t.elapsed());
+        let mut done = Vec::with_capacity(comps.len());
+        for c in comps {
+            let i = c.tag as usize;
+            let c0 = self.a0 + i as u64 * self.s.chunk() as u64;
+            let n = c
+                .res
+                .map_err(|e| self.x.file.io_error("read", c0, self.s.chunk() as u64, e))?;
+            self.landed[i].store(n, Ordering::Release);
+            done.push(i);
+        }
+        Ok(done)
+    }
+}
+
+/// A read's copy stage: the transfer's part of each landed chunk into
+/// device memory.
+struct Land<'x, 'a> {
+    x: &'x Xfer<'x>,
+    slots: Slots,
+    a0: u64,
+    a1: u64,
+    landed: &'a [AtomicUsize],
+    /// Chunks copied so far.
+    done: AtomicUsize,
+    /// Chunks after which the copy threads adapt: past the first two
+    /// windows, whose chunks land in bursts that keep any copy stage busy
+    /// for a moment.
+    warm: usize,
+}
+
+impl Stage for Land<'_, '_> {
+    #[allow(unsafe_code)]
+    fn run(&self, c: &Chunk, from: Option<usize>, _: Option<usize>) -> Result<()> {
+        let slot = from.ok_or_else(|| Error::InvalidArgument("a copy without a slot".into()))?;
+        let t = Instant::now();
+        let x = self.x;
+        let c0 = self.a0 + c.offset as u64;
+        let n = self.landed[c.index].load(Ordering::Acquire);
+        let need0 = c0.max(x.file_offset);
+        let need1 = (c0 + c.len as u64).min(self.a1).min(x.end());
+        if c0 + (n as u64) < need1 {
+            return Err(Error::Short {
+                what: "read from storage",
+                expected: x.len as u64,
+                done: (c0 + n as u64).saturating_sub(x.file_offset),
+            });
+        }
+        // SAFETY: The slot's read completed (the storage stage handed it
+        // over) and the pipeline gives it to this stage alone until it is
+        // freed; the session lives until the pipeline ends.
+        let b = unsafe {
+            self.slots
+                .bytes(slot, (need0 - c0) as usize, (need1 - need0) as usize)
+        }?;
+        x.copy.write(x.mem, x.mem_at(need0), b)?;
+        let d = t.elapsed();
+        x.stats.record_copy(d);
+        x.copy.note(d);
+        if self.done.fetch_add(1, Ordering::Relaxed) + 1 >= self.warm {
+            x.copy.adapt(x.start.elapsed());
+        }
+        Ok(())
+    }
+}
+
+/// A write's copy stage: each chunk out of device memory into a slot.
+struct Fill<'x> {
+    x: &'x Xfer<'x>,
+    slots: Slots,
+    m0: u64,
+}
+
+impl Stage for Fill<'_> {
+    #[allow(unsafe_code)]
+    fn run(&self, c: &Chunk, _: Option<usize>, to: Option<usize>) -> Result<()> {
+        let slot = to.ok_or_else(|| Error::InvalidArgument("a copy without a slot".into()))?;
+        let t = Instant::now();
+        // SAFETY: The slot is free (no write in flight on it) and the
+        // pipeline gives it to this stage alone until the storage stage
+        // takes it; the session lives until the pipeline ends.
+        let b = unsafe { self.slots.bytes_mut(slot, 0, c.len) }?;
+        self.x
+            .mem
+            .read_at(self.x.mem_at(self.m0 + c.offset as u64), b)?;
+        self.x.stats.record_copy(t.elapsed());
+        Ok(())
+    }
+}
+
+/// A write's storage stage: writes of filled slots, `depth` in flight.
+struct WriteFlow<'x, 's, 'c> {
+    x: &'x Xfer<'x>,
+    s: &'x mut Session<'s>,
+    m0: u64,
+    chunks: &'c [Chunk],
+}
+
+impl Flow for WriteFlow<'_, '_, '_> {
+    fn room(&self) -> usize {
+        self.s.depth()
+    }
+
+    fn start(&mut self, c: &Chunk, from: Option<usize>, _: Option<usize>) -> Result<()> {
+        let slot = from.ok_or_else(|| Error::InvalidArgument("a write without a slot".into()))?;
+        self.s.write(
+            Buf::Slot(slot),
+            self.m0 + c.offset as u64,
+            c.len,
+            c.index as u64,
+        )?;
+        self.x.stats.record_ios(1);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<Vec<usize>> {
+        let t = Instant::now();
+        let comps = self.s.wait(1)?;
+        self.x.stats.record_storage(t.elapsed());
+        let mut done = Vec::with_capacity(comps.len());
+        for c in comps {
+            let ch = &self.chunks[c.tag as usize];
+            let c0 = self.m0 + ch.offset as u64;
+            let n = c
+                .res
+                .map_err(|e| self.x.file.io_error("write", c0, ch.len as u64, e))?;
+            if n < ch.len {
+                return Err(Error::Short {
+                    what: "write to storage",
+                    expected: ch.len as u64,
+                    done: n as u64,
+                });
+            }
+            done.push(ch.index);
+        }
+        Ok(done)
     }
 }

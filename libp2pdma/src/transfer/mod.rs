@@ -40,7 +40,6 @@ mod stats;
 pub mod strided;
 
 use std::{
-    cell::Cell,
     collections::HashMap,
     fmt,
     fs::File,
@@ -1042,7 +1041,7 @@ impl Engine {
         let mut ctx = self.context(chunk, depth)?;
         let ring_pinned = ctx.pinned();
         let (threads, most) = self.copy_threads(chunk);
-        let threads = Cell::new(threads);
+        let threads = AtomicUsize::new(threads);
         let start = Instant::now();
         let xfer = |stats| bounce::Xfer {
             file,
@@ -1057,7 +1056,7 @@ impl Engine {
                 pool: &self.copy,
                 threads: &threads,
                 auto_most: (self.config.copy_threads.is_none() && most > 1).then_some(most),
-                busy: Cell::new(std::time::Duration::ZERO),
+                busy: std::sync::atomic::AtomicU64::new(0),
             },
         };
         let (res, path, retried) = match choice.path {
@@ -1097,7 +1096,7 @@ impl Engine {
         let copied = path == TransferPath::Bounce && dir == Direction::Read;
         if self.config.copy_threads.is_none() && copied {
             self.copy_threads_auto
-                .store(threads.get(), Ordering::Relaxed);
+                .store(threads.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         if let (Err(Error::Short { .. }), Direction::Read, true) = (&res, dir, file.is_file) {
             let size = file.current_size()?;
@@ -1117,7 +1116,11 @@ impl Engine {
             path,
             retried,
             ring_pinned,
-            copy_threads: if copied { threads.get() } else { 1 },
+            copy_threads: if copied {
+                threads.load(Ordering::Relaxed)
+            } else {
+                1
+            },
         })
     }
 }

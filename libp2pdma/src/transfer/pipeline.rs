@@ -76,6 +76,28 @@ pub(crate) struct Lanes<'a> {
     pub(crate) lanes: usize,
 }
 
+/// A stage that keeps several chunks moving at once on one thread (storage
+/// I/O through a ring, say): it starts chunks and later says which
+/// finished. It runs on the thread that calls [`execute`], so it may hold
+/// what cannot move between threads.
+pub(crate) trait Flow {
+    /// Chunks it may have started and not finished.
+    fn room(&self) -> usize;
+    /// Starts moving `chunk` from `from` to `to` (as [`Stage::run`]).
+    fn start(&mut self, chunk: &Chunk, from: Option<usize>, to: Option<usize>) -> Result<()>;
+    /// Waits until at least one started chunk has finished; returns the
+    /// finished chunks' indexes.
+    fn finish(&mut self) -> Result<Vec<usize>>;
+}
+
+/// How a stage runs.
+pub(crate) enum Driver<'a> {
+    /// On threads of its own, a chunk per thread at a time.
+    Lanes(Lanes<'a>),
+    /// On the calling thread, many chunks at a time (at most one stage).
+    Flow(&'a mut dyn Flow),
+}
+
 /// What a run of the pipeline took.
 #[derive(Clone, Debug)]
 pub(crate) struct Outcome {
@@ -87,11 +109,23 @@ pub(crate) struct Outcome {
 
 /// Runs `stages` over `chunks`; ring `i` (between stage `i` and `i + 1`)
 /// has `slots[i]` slots (at least 1 each, `stages.len() - 1` rings).
-pub(crate) fn execute(chunks: &[Chunk], stages: &[Lanes<'_>], slots: &[usize]) -> Result<Outcome> {
+pub(crate) fn execute(
+    chunks: &[Chunk],
+    stages: Vec<Driver<'_>>,
+    slots: &[usize],
+) -> Result<Outcome> {
     let k = stages.len();
-    if k == 0 || slots.len() + 1 != k || slots.contains(&0) || stages.iter().any(|s| s.lanes == 0) {
+    let flows = stages
+        .iter()
+        .filter(|d| matches!(d, Driver::Flow(_)))
+        .count();
+    let lanes_ok = stages.iter().all(|d| match d {
+        Driver::Lanes(l) => l.lanes > 0,
+        Driver::Flow(f) => f.room() > 0,
+    });
+    if k == 0 || slots.len() + 1 != k || slots.contains(&0) || !lanes_ok || flows > 1 {
         return Err(Error::InvalidArgument(format!(
-            "a pipeline of {k} stages needs {} rings of at least one slot, and a lane per stage",
+            "a pipeline of {k} stages needs {} rings of at least one slot, a lane per stage and at most one flow",
             k.saturating_sub(1)
         )));
     }
@@ -109,21 +143,39 @@ pub(crate) fn execute(chunks: &[Chunk], stages: &[Lanes<'_>], slots: &[usize]) -
         inputs[0].push((c.index, None));
     }
     inputs[0].close();
+    let mut flow = None;
+    let mut lanes = Vec::with_capacity(k);
+    for (i, d) in stages.into_iter().enumerate() {
+        match d {
+            Driver::Lanes(l) => lanes.push(Some(l)),
+            Driver::Flow(f) => {
+                flow = Some((i, f));
+                lanes.push(None);
+            }
+        }
+    }
     let run = Run {
         chunks,
-        stages,
+        active: lanes
+            .iter()
+            .map(|l| AtomicUsize::new(l.as_ref().map_or(1, |l| l.lanes)))
+            .collect(),
+        stages: lanes,
         inputs,
         free,
         busy: (0..k).map(|_| AtomicU64::new(0)).collect(),
-        active: stages.iter().map(|s| AtomicUsize::new(s.lanes)).collect(),
         error: Mutex::new(None),
     };
     std::thread::scope(|scope| {
-        for (i, s) in stages.iter().enumerate() {
+        for (i, s) in run.stages.iter().enumerate() {
+            let Some(s) = s else { continue };
             for _ in 0..s.lanes {
                 let run = &run;
                 scope.spawn(move || run.lane(i));
             }
+        }
+        if let Some((i, f)) = flow {
+            run.flow(i, f);
         }
     });
     let error = run.error.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -143,7 +195,8 @@ pub(crate) fn execute(chunks: &[Chunk], stages: &[Lanes<'_>], slots: &[usize]) -
 /// A pipeline's shared state while it runs.
 struct Run<'a> {
     chunks: &'a [Chunk],
-    stages: &'a [Lanes<'a>],
+    /// The stages on lanes; `None` for the flow.
+    stages: Vec<Option<Lanes<'a>>>,
     inputs: Vec<Queue<(usize, Option<usize>)>>,
     free: Vec<Queue<usize>>,
     busy: Vec<AtomicU64>,
@@ -167,8 +220,9 @@ impl Run<'_> {
                 },
             };
             let chunk = &self.chunks[c];
+            let Some(stage) = &self.stages[i] else { break };
             let t = Instant::now();
-            let r = self.stages[i].stage.run(chunk, from, to);
+            let r = stage.stage.run(chunk, from, to);
             let nanos = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
             self.busy[i].fetch_add(nanos, Ordering::Relaxed);
             if let Err(e) = r {
@@ -182,9 +236,96 @@ impl Run<'_> {
                 self.inputs[i + 1].push((c, Some(t)));
             }
         }
-        if self.active[i].fetch_sub(1, Ordering::AcqRel) == 1 && !last {
+        self.lane_done(i);
+    }
+
+    /// Ends a lane of stage `i`: the last one closes the next stage's
+    /// input.
+    fn lane_done(&self, i: usize) {
+        if self.active[i].fetch_sub(1, Ordering::AcqRel) == 1 && i + 1 < self.stages.len() {
             self.inputs[i + 1].close();
         }
+    }
+
+    /// Stage `i` as a flow: starts chunks while it has room, a free slot
+    /// and input (waiting for them only when nothing is in flight), then
+    /// waits for one to finish and passes the finished ones on.
+    fn flow(&self, i: usize, f: &mut dyn Flow) {
+        let last = i + 1 == self.stages.len();
+        // Started chunks: (index, from, to).
+        let mut started: Vec<(usize, Option<usize>, Option<usize>)> = Vec::new();
+        let mut ended = false;
+        let mut since = Instant::now();
+        loop {
+            while !ended && started.len() < f.room() {
+                let block = started.is_empty();
+                let to = match last {
+                    true => None,
+                    false => match self.free[i].take(block) {
+                        Take::Item(s) => Some(s),
+                        Take::Empty => break,
+                        Take::Ended => {
+                            ended = true;
+                            break;
+                        }
+                    },
+                };
+                let (c, from) = match self.inputs[i].take(block) {
+                    Take::Item(item) => item,
+                    other => {
+                        if let Some(t) = to {
+                            self.free[i].push(t);
+                        }
+                        ended = matches!(other, Take::Ended);
+                        break;
+                    }
+                };
+                if started.is_empty() {
+                    since = Instant::now();
+                }
+                if let Err(e) = f.start(&self.chunks[c], from, to) {
+                    self.fail(e);
+                    return self.lane_done(i);
+                }
+                started.push((c, from, to));
+            }
+            if started.is_empty() || self.stopped() {
+                break;
+            }
+            match f.finish() {
+                Err(e) => {
+                    self.fail(e);
+                    break;
+                }
+                Ok(done) => {
+                    for c in done {
+                        let Some(at) = started.iter().position(|s| s.0 == c) else {
+                            continue;
+                        };
+                        let (c, from, to) = started.swap_remove(at);
+                        if let Some(fr) = from {
+                            self.free[i - 1].push(fr);
+                        }
+                        if let Some(t) = to {
+                            self.inputs[i + 1].push((c, Some(t)));
+                        }
+                    }
+                    if started.is_empty() {
+                        let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        self.busy[i].fetch_add(nanos, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        self.lane_done(i);
+    }
+
+    /// Whether a stage failed.
+    fn stopped(&self) -> bool {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// Keeps the first error and stops every stage.
@@ -208,6 +349,15 @@ impl Run<'_> {
 struct Queue<T> {
     state: Mutex<QueueState<T>>,
     ready: Condvar,
+}
+
+/// What [`Queue::take`] found.
+enum Take<T> {
+    Item(T),
+    /// Nothing now (only without waiting).
+    Empty,
+    /// Nothing ever again: stopped, or closed and drained.
+    Ended,
 }
 
 struct QueueState<T> {
@@ -248,16 +398,27 @@ impl<T> Queue<T> {
     /// The next item; `None` once the queue is stopped, or closed and
     /// empty.
     fn pop(&self) -> Option<T> {
+        match self.take(true) {
+            Take::Item(item) => Some(item),
+            _ => None,
+        }
+    }
+
+    /// The next item, waiting for one when `block`.
+    fn take(&self, block: bool) -> Take<T> {
         let mut s = self.lock();
         loop {
             if s.stopped {
-                return None;
+                return Take::Ended;
             }
             if let Some(item) = s.items.pop_front() {
-                return Some(item);
+                return Take::Item(item);
             }
             if s.closed {
-                return None;
+                return Take::Ended;
+            }
+            if !block {
+                return Take::Empty;
             }
             s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
         }
@@ -385,21 +546,72 @@ mod tests {
         }
     }
 
+    /// A model stage run as a flow: chunks move when they finish, a
+    /// pseudo-random number of them (at least one) at each `finish`, in
+    /// any order.
+    struct ModelFlow<'a> {
+        stage: ModelStage<'a>,
+        room: usize,
+        started: Vec<(Chunk, Option<usize>, Option<usize>)>,
+        seed: u64,
+    }
+
+    impl Flow for ModelFlow<'_> {
+        fn room(&self) -> usize {
+            self.room
+        }
+
+        fn start(&mut self, c: &Chunk, from: Option<usize>, to: Option<usize>) -> Result<()> {
+            assert!(self.started.len() < self.room, "more started than room");
+            self.started.push((*c, from, to));
+            Ok(())
+        }
+
+        fn finish(&mut self) -> Result<Vec<usize>> {
+            assert!(!self.started.is_empty(), "finish with nothing started");
+            self.seed = self
+                .seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let n = 1 + (self.seed >> 33) as usize % self.started.len();
+            let mut done = Vec::new();
+            for _ in 0..n {
+                let at = (self.seed >> 40) as usize % self.started.len();
+                let (c, from, to) = self.started.swap_remove(at);
+                self.stage.run(&c, from, to)?;
+                done.push(c.index);
+            }
+            Ok(done)
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn run_model(
         m: &Model,
         k: usize,
         lanes: &[usize],
         slots: usize,
         skew: usize,
+        flow_at: Option<usize>,
+        room: usize,
     ) -> Result<Outcome> {
         let cs = chunks(m.src.len(), m.slot, skew);
         let stages: Vec<ModelStage> = (0..k).map(|i| ModelStage { m, i, k }).collect();
-        let lanes: Vec<Lanes> = stages
+        let mut flow = flow_at.map(|i| ModelFlow {
+            stage: ModelStage { m, i, k },
+            room,
+            started: Vec::new(),
+            seed: (m.src.len() * 31 + i) as u64,
+        });
+        let mut drivers: Vec<Driver> = stages
             .iter()
             .zip(lanes)
-            .map(|(s, &n)| Lanes { stage: s, lanes: n })
+            .map(|(s, &n)| Driver::Lanes(Lanes { stage: s, lanes: n }))
             .collect();
-        execute(&cs, &lanes, &vec![slots; k - 1])
+        if let (Some(i), Some(f)) = (flow_at, flow.as_mut()) {
+            drivers[i] = Driver::Flow(f);
+        }
+        execute(&cs, drivers, &vec![slots; k - 1])
     }
 
     proptest! {
@@ -412,9 +624,12 @@ mod tests {
             slots in 1usize..4,
             lanes in proptest::collection::vec(1usize..4, 4),
             skew in 0usize..5000,
+            flow_at in proptest::option::of(0usize..4),
+            room in 1usize..6,
         ) {
+            let flow_at = flow_at.map(|i| i % k);
             let m = model(k, len, slot, slots, None);
-            let out = run_model(&m, k, &lanes[..k], slots, skew).unwrap();
+            let out = run_model(&m, k, &lanes[..k], slots, skew, flow_at, room).unwrap();
             prop_assert_eq!(out.busy.len(), k);
             prop_assert!(m.dst.lock().unwrap()[..] == m.src[..]);
             for ring in &m.held {
@@ -428,10 +643,13 @@ mod tests {
             stage in 0usize..4,
             chunk in 0usize..10,
             lanes in proptest::collection::vec(1usize..4, 4),
+            flow_at in proptest::option::of(0usize..4),
+            room in 1usize..6,
         ) {
             let stage = stage % k;
+            let flow_at = flow_at.map(|i| i % k);
             let m = model(k, 10 * 1000, 1000, 2, Some((stage, chunk)));
-            let e = run_model(&m, k, &lanes[..k], 2, 0).unwrap_err();
+            let e = run_model(&m, k, &lanes[..k], 2, 0, flow_at, room).unwrap_err();
             prop_assert_eq!(e.to_string(), Error::InvalidArgument(format!("stage {stage} chunk {chunk}")).to_string());
         }
     }
@@ -440,16 +658,27 @@ mod tests {
     fn a_bad_shape_is_refused() {
         let m = model(2, 10, 5, 1, None);
         let s = ModelStage { m: &m, i: 0, k: 2 };
-        let one = [Lanes {
-            stage: &s,
-            lanes: 1,
-        }];
-        assert!(execute(&chunks(10, 5, 0), &one, &[1]).is_err());
-        assert!(execute(&chunks(10, 5, 0), &[], &[]).is_err());
-        let zero = [Lanes {
-            stage: &s,
-            lanes: 0,
-        }];
-        assert!(execute(&chunks(10, 5, 0), &zero, &[]).is_err());
+        let lanes = |n| {
+            Driver::Lanes(Lanes {
+                stage: &s,
+                lanes: n,
+            })
+        };
+        assert!(execute(&chunks(10, 5, 0), vec![lanes(1)], &[1]).is_err());
+        assert!(execute(&chunks(10, 5, 0), vec![], &[]).is_err());
+        assert!(execute(&chunks(10, 5, 0), vec![lanes(0)], &[]).is_err());
+        let mk = || ModelFlow {
+            stage: ModelStage { m: &m, i: 0, k: 2 },
+            room: 1,
+            started: Vec::new(),
+            seed: 1,
+        };
+        let (mut f, mut g) = (mk(), mk());
+        assert!(execute(
+            &chunks(10, 5, 0),
+            vec![Driver::Flow(&mut f), Driver::Flow(&mut g)],
+            &[1]
+        )
+        .is_err());
     }
 }

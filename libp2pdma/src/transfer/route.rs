@@ -17,7 +17,7 @@
 use std::{fmt, sync::Mutex, time::Duration};
 
 use super::{
-    pipeline::{self, Chunk, Lanes, Stage},
+    pipeline::{self, Chunk, Driver, Lanes, Stage},
     Direction, Engine, PathChoice, StorageFile, TransferPath,
 };
 use crate::{
@@ -507,9 +507,12 @@ impl Engine {
                 anchor,
             })
             .collect();
-        let lanes: Vec<Lanes> = stages.iter().map(|s| Lanes { stage: s, lanes }).collect();
+        let drivers: Vec<Driver> = stages
+            .iter()
+            .map(|s| Driver::Lanes(Lanes { stage: s, lanes }))
+            .collect();
         let ring_slots: Vec<usize> = rings.iter().map(|r| r.slots).collect();
-        let out = pipeline::execute(&chunks, &lanes, &ring_slots)?;
+        let out = pipeline::execute(&chunks, drivers, &ring_slots)?;
         Ok(RouteReport {
             bytes: len as u64,
             hops: route.hops(),
