@@ -2,7 +2,7 @@
 
 use std::{fmt, path::PathBuf, str::FromStr};
 
-use super::geometry::{self, Geometry};
+use super::{cache, geometry::Geometry};
 use crate::{Error, Result};
 
 /// Which path transfers take.
@@ -124,7 +124,7 @@ impl Config {
     /// `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`, `P2PDMA_P2P_SUBMIT`).
     pub fn from_env() -> Result<Self> {
         let mut c = Self {
-            cache_dir: geometry::parse_cache_dir("default"),
+            cache_dir: cache::parse_cache_dir("default"),
             ..Self::default()
         };
         let file = std::env::var_os("P2PDMA_CONFIG")
@@ -211,7 +211,7 @@ impl Config {
                     }
                 }
             }
-            "cache_dir" => self.cache_dir = geometry::parse_cache_dir(value),
+            "cache_dir" => self.cache_dir = cache::parse_cache_dir(value),
             other => return Err(Error::InvalidArgument(format!("unknown setting '{other}'"))),
         }
         Ok(())

@@ -28,6 +28,7 @@
 
 mod asyncio;
 mod bounce;
+mod cache;
 mod config;
 mod copypool;
 mod direct;
