@@ -30,6 +30,7 @@ mod asyncio;
 mod bounce;
 mod cache;
 mod config;
+pub mod constants;
 mod copypool;
 mod direct;
 pub(crate) mod extents;
@@ -57,7 +58,7 @@ use std::{
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
 pub use asyncio::{Request, Ticket};
-pub use config::{Config, P2pSubmit, PathPref};
+pub use config::{Config, P2pSubmit, PathPref, StridedConstants};
 pub use geometry::Geometry;
 pub use stats::{PathStats, Stats};
 pub use strided::{Layout, Shape, StridedMode, StridedReport};
@@ -531,6 +532,8 @@ pub struct Engine {
     copy: copypool::CopyPool,
     /// What AUTO knows of each storage device's geometry.
     devices: Mutex<HashMap<geometry::DeviceKey, Known>>,
+    /// What the strided cost model knows of each device, memory and path.
+    constants: Mutex<HashMap<constants::Key, constants::KnownConstants>>,
     /// Copy threads the last automatically sized bounce read ended with:
     /// the next one starts there.
     copy_threads_auto: AtomicUsize,
@@ -604,6 +607,7 @@ impl Engine {
             workers: asyncio::Workers::new(),
             copy: copypool::CopyPool::default(),
             devices: Mutex::new(HashMap::new()),
+            constants: Mutex::new(HashMap::new()),
             copy_threads_auto: AtomicUsize::new(1),
             copy_threads_most: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())

@@ -303,18 +303,17 @@ pub struct PlanFacts {
     pub call_s: f64,
     /// Storage bytes per second.
     pub storage_bps: f64,
-    /// Host copy (packing, and copying into device memory) bytes per second.
+    /// Bytes per second copied from host memory into device memory.
     pub copy_bps: f64,
+    /// Bytes per second gathered from runs into a packed host buffer.
+    pub pack_bps: f64,
+    /// Seconds one copy into device memory costs beyond its bytes.
+    pub copy_call_s: f64,
 }
 
-/// Default per-call cost: a small read's round trip, between NVMe hardware
-/// (tens of microseconds) and the development VM (about 215 µs).
-pub const DEFAULT_CALL_S: f64 = 100e-6;
-/// Default storage throughput, when the device was not calibrated.
-pub const DEFAULT_STORAGE_BPS: f64 = 2.0 * (1u64 << 30) as f64;
-/// Default host copy throughput, when the engine has not copied enough to
-/// measure it.
-pub const DEFAULT_COPY_BPS: f64 = 4.0 * (1u64 << 30) as f64;
+pub use super::constants::{
+    DEFAULT_CALL_S, DEFAULT_COPY_BPS, DEFAULT_COPY_CALL_S, DEFAULT_PACK_BPS, DEFAULT_STORAGE_BPS,
+};
 
 /// Threads SC issues its reads from (and TaT its groups' reads), each a
 /// share of the runs in file order, one engine read after another (as many
@@ -323,7 +322,11 @@ pub const SC_THREADS: usize = 4;
 
 /// The estimated seconds of each mode (`None` for RC when it does not fit).
 fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
-    let (s, c) = (f.storage_bps.max(1.0), f.copy_bps.max(1.0));
+    let (s, c, p) = (
+        f.storage_bps.max(1.0),
+        f.copy_bps.max(1.0),
+        f.pack_bps.max(1.0),
+    );
     let (v, i) = (f.bounding as f64, f.interest as f64);
     // The bounce pipeline takes about its slower stage; P2P has no copy.
     let rc = f
@@ -331,8 +334,15 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
         .then(|| f.call_s + if f.direct { v / s } else { (v / s).max(v / c) });
     let calls = f.runs.div_ceil(SC_THREADS as u64) as f64;
     let sc = calls * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
+    // TaT's host work: packing and one copy per chunk (packed layout), or
+    // one copy per run (strided layout, where RC fits).
+    let host = if f.rc_fits {
+        i / c + f.runs as f64 * f.copy_call_s
+    } else {
+        i / p + i / c
+    };
     let tat = f.tat_calls.div_ceil(SC_THREADS as u64) as f64 * f.call_s
-        + (f.tat_storage as f64 / s).max(i / c);
+        + (f.tat_storage as f64 / s).max(host);
     (rc, sc, tat)
 }
 
@@ -345,8 +355,10 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
 ///   (+ interest / copy off P2P): its calls run on that many threads, each
 ///   one call after another;
 /// - TaT = groups / [`SC_THREADS`] x call + the slower of TaT's storage
-///   bytes / storage and interest / copy (a gap wider than a call's worth
-///   of storage bytes splits the runs into groups, read as SC's runs are).
+///   bytes / storage and its host work: interest / pack + interest / copy
+///   (packed layout), or interest / copy + runs x copy call (strided
+///   layout, one copy per run) (a gap wider than a call's worth of storage
+///   bytes splits the runs into groups, read as SC's runs are).
 ///
 /// Ties go to the mode that moves fewer bytes through the CPU: on a P2P
 /// pair RC, then SC, then TaT; through the bounce pipeline TaT (only the
@@ -465,12 +477,16 @@ impl Engine {
         })?;
         let handle = self.handle(file, mem)?;
         let direct = handle.path() != TransferPath::Bounce;
-        let (storage_bps, copy_bps) = self.strided_rates(file);
+        // AUTO and TaT need the constants (TaT for where to split its
+        // reads); SC and RC as asked for need none.
+        let resolved = matches!(mode, StridedMode::Auto | StridedMode::Tat)
+            .then(|| self.strided_constants(Some(file), mem, handle.path()));
+        let k = resolved.map(|r| r.constants).unwrap_or_default();
         // A gap that takes longer to read than a call costs splits TaT's
         // read.
         let groups = match mode {
             StridedMode::Auto | StridedMode::Tat => {
-                tat_groups(shape, (DEFAULT_CALL_S * storage_bps) as u64)
+                tat_groups(shape, (k.call_s * k.storage_bps) as u64)
             }
             _ => Vec::new(),
         };
@@ -478,30 +494,36 @@ impl Engine {
             .iter()
             .map(|g| aligned_span(g.start, g.end - g.start, bs))
             .sum();
+        let constants_said = resolved.map_or(String::new(), |r| format!("; {}", r.describe()));
         let (mode, reason) = match mode {
-            StridedMode::Auto => plan(&PlanFacts {
-                bounding: shape.bounding_len(),
-                interest: shape.bytes(),
-                runs: shape.runs(),
-                sc_storage: shape
-                    .iter()
-                    .map(|r| aligned_span(r.file_offset, shape.run, bs))
-                    .sum(),
-                tat_storage,
-                tat_calls: groups.len() as u64,
-                rc_fits: layout == Layout::Strided,
-                direct,
-                call_s: DEFAULT_CALL_S,
-                storage_bps,
-                copy_bps,
-            }),
+            StridedMode::Auto => {
+                let (m, why) = plan(&PlanFacts {
+                    bounding: shape.bounding_len(),
+                    interest: shape.bytes(),
+                    runs: shape.runs(),
+                    sc_storage: shape
+                        .iter()
+                        .map(|r| aligned_span(r.file_offset, shape.run, bs))
+                        .sum(),
+                    tat_storage,
+                    tat_calls: groups.len() as u64,
+                    rc_fits: layout == Layout::Strided,
+                    direct,
+                    call_s: k.call_s,
+                    storage_bps: k.storage_bps,
+                    copy_bps: k.copy_bps,
+                    pack_bps: k.pack_bps,
+                    copy_call_s: k.copy_call_s,
+                });
+                (m, why + &constants_said)
+            }
             StridedMode::Rc if layout == Layout::Packed => {
                 return Err(Error::InvalidArgument(format!(
                     "strided read: RC reads the whole {bounding}-byte bounding range into place, which needs Layout::Strided; the packed layout holds only the {} bytes of interest",
                     shape.bytes()
                 )))
             }
-            m => (m, format!("{m} asked for")),
+            m => (m, format!("{m} asked for{constants_said}")),
         };
         let dest = |r: &Run| {
             mem_offset
@@ -633,24 +655,6 @@ impl Engine {
             retried,
         })
     }
-
-    /// Storage and host copy rates for [`plan`], bytes per second: the
-    /// storage rate calibration learned (else the default), the host copy
-    /// rate the bounce path measured over at least 64 MiB (else the
-    /// default).
-    fn strided_rates(&self, file: &StorageFile) -> (f64, f64) {
-        let storage_bps = self
-            .device_geometry(file)
-            .1
-            .map_or(DEFAULT_STORAGE_BPS, |l| l.bytes_per_s);
-        let b = self.stats.bounce.snapshot();
-        let copy_bps = if b.bytes >= 64 << 20 && !b.copy.is_zero() {
-            b.bytes as f64 / b.copy.as_secs_f64()
-        } else {
-            DEFAULT_COPY_BPS
-        };
-        (storage_bps, copy_bps)
-    }
 }
 
 /// A range of the file TaT reads in one engine read: runs with no gap
@@ -706,7 +710,7 @@ fn selective(
 /// after another. The first error stops every thread before its next job
 /// and is returned once all have stopped; otherwise a report of each path
 /// (and retry) seen.
-fn shared(
+pub(super) fn shared(
     n: u64,
     job: &(dyn Fn(u64) -> Result<super::Report> + Sync),
 ) -> Result<Vec<super::Report>> {
@@ -960,6 +964,8 @@ mod tests {
             call_s: DEFAULT_CALL_S,
             storage_bps: DEFAULT_STORAGE_BPS,
             copy_bps: DEFAULT_COPY_BPS,
+            pack_bps: DEFAULT_PACK_BPS,
+            copy_call_s: DEFAULT_COPY_CALL_S,
         };
         let cases: &[(&str, PlanFacts, StridedMode)] = &[
             (
@@ -1021,7 +1027,20 @@ mod tests {
                 StridedMode::Sc,
             ),
             (
-                "many small runs close together: one bulk read",
+                "many small runs close together, packed: one bulk read, packed on the host",
+                PlanFacts {
+                    bounding: 8 * MIB,
+                    interest: 4 * MIB,
+                    runs: 65536,
+                    sc_storage: 65536 * 4096,
+                    tat_storage: 8 * MIB,
+                    rc_fits: false,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "many small runs close together, strided layout: TaT's copy per run costs more than RC's gaps",
                 PlanFacts {
                     bounding: 8 * MIB,
                     interest: 4 * MIB,
@@ -1030,7 +1049,28 @@ mod tests {
                     tat_storage: 8 * MIB,
                     ..base
                 },
+                StridedMode::Rc,
+            ),
+            (
+                "bounce, packed, 4096 runs of 8 KiB: one read packed on the host",
+                PlanFacts {
+                    runs: 4096,
+                    sc_storage: 32 * MIB,
+                    rc_fits: false,
+                    ..base
+                },
                 StridedMode::Tat,
+            ),
+            (
+                "the same with packing 16 times slower than storage: SC needs no packing",
+                PlanFacts {
+                    runs: 4096,
+                    sc_storage: 32 * MIB,
+                    rc_fits: false,
+                    pack_bps: DEFAULT_STORAGE_BPS / 16.0,
+                    ..base
+                },
+                StridedMode::Sc,
             ),
             (
                 "bounce, 4 runs just under the split apart: SC reads 16 KiB, TaT 616 KiB",
