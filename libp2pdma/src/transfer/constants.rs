@@ -244,6 +244,24 @@ impl Resolved {
     }
 }
 
+impl Resolved {
+    /// The constants of copies between host memory and the memory, each
+    /// with its source: `copy 10.23 GiB/s (stored), ...`.
+    pub fn describe_copies(&self) -> String {
+        let c = &self.constants;
+        let s = &self.sources;
+        format!(
+            "copy {:.2} GiB/s ({}), pack {:.2} GiB/s ({}), copy call {:.2} µs ({})",
+            c.copy_bps / GIB,
+            s[2],
+            c.pack_bps / GIB,
+            s[3],
+            c.copy_call_s * 1e6,
+            s[4]
+        )
+    }
+}
+
 /// What a cache entry is for: a storage device, memory and path (all the
 /// constants), or memory alone (the copy and pack constants, for strided
 /// copies between host memory and the memory).

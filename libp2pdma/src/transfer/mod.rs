@@ -57,7 +57,7 @@ use std::{
 };
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
-pub use asyncio::{Request, Ticket};
+pub use asyncio::{Request, StridedRequest, Ticket};
 pub use config::{Config, P2pSubmit, PathPref, StridedConstants};
 pub use geometry::Geometry;
 pub use stats::{PathStats, Stats};

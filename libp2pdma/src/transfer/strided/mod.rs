@@ -16,6 +16,10 @@
 //! [`StridedMode::Auto`] chooses with [`plan`], a pure function of the
 //! shape's numbers and the machine's, and says why.
 
+mod host;
+
+pub use host::{plan_copy, CopyFacts, STAGE};
+
 use std::{
     fmt,
     sync::{
