@@ -9,6 +9,7 @@ mod copy;
 mod doctor;
 mod proc;
 mod sanity;
+mod shape;
 mod util;
 
 use std::{
