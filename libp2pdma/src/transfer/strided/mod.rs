@@ -302,6 +302,13 @@ pub struct PlanFacts {
     /// Whether the pair's path moves storage bytes into the memory without
     /// the CPU (P2P): then RC and SC copy nothing on the host.
     pub direct: bool,
+    /// Whether SC's reads can take the direct path: each run's memory
+    /// offset lies at the same place within a block as its file offset.
+    /// Reads where they do not are redone through host memory, as on the
+    /// bounce path.
+    pub sc_aligned: bool,
+    /// The same for RC's one read.
+    pub rc_aligned: bool,
     /// Seconds one engine call costs beyond its bytes (a round trip to the
     /// storage, the engine's setup).
     pub call_s: f64,
@@ -333,11 +340,18 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     );
     let (v, i) = (f.bounding as f64, f.interest as f64);
     // The bounce pipeline takes about its slower stage; P2P has no copy.
-    let rc = f
-        .rc_fits
-        .then(|| f.call_s + if f.direct { v / s } else { (v / s).max(v / c) });
+    let rc = f.rc_fits.then(|| {
+        f.call_s
+            + if f.direct && f.rc_aligned {
+                v / s
+            } else {
+                (v / s).max(v / c)
+            }
+    });
     let calls = f.runs.div_ceil(SC_THREADS as u64) as f64;
-    let sc = calls * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
+    let sc = calls * f.call_s
+        + f.sc_storage as f64 / s
+        + if f.direct && f.sc_aligned { 0.0 } else { i / c };
     // TaT's host work: packing and one copy per chunk (packed layout), or
     // one copy per run (strided layout, where RC fits).
     let host = if f.rc_fits {
@@ -398,7 +412,13 @@ pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
         f.bounding,
         us(sc),
         us(tat),
-        if f.direct { "P2P" } else { "bounce" },
+        match (f.direct, f.sc_aligned, f.rc_aligned || !f.rc_fits) {
+            (false, _, _) => "bounce",
+            (true, true, true) => "P2P",
+            (true, false, true) => "P2P; SC's runs off their blocks' alignment in memory, through host memory",
+            (true, true, false) => "P2P; RC's range off its blocks' alignment in memory, through host memory",
+            (true, false, false) => "P2P; SC's runs and RC's range off their blocks' alignment in memory, through host memory",
+        },
     );
     (best, reason)
 }
@@ -481,6 +501,7 @@ impl Engine {
         })?;
         let handle = self.handle(file, mem)?;
         let direct = handle.path() != TransferPath::Bounce;
+        let within = |m: usize, f: u64| m as u64 % bs == f % bs;
         // AUTO and TaT need the constants (TaT for where to split its
         // reads); SC and RC as asked for need none.
         let resolved = matches!(mode, StridedMode::Auto | StridedMode::Tat)
@@ -513,6 +534,14 @@ impl Engine {
                     tat_calls: groups.len() as u64,
                     rc_fits: layout == Layout::Strided,
                     direct,
+                    sc_aligned: shape.iter().all(|r| {
+                        let m = match layout {
+                            Layout::Packed => r.packed_offset,
+                            Layout::Strided => r.file_offset - b0,
+                        };
+                        within(mem_offset + m as usize, r.file_offset)
+                    }),
+                    rc_aligned: within(mem_offset, b0),
                     call_s: k.call_s,
                     storage_bps: k.storage_bps,
                     copy_bps: k.copy_bps,
@@ -965,6 +994,8 @@ mod tests {
             tat_calls: 1,
             rc_fits: true,
             direct: false,
+            sc_aligned: true,
+            rc_aligned: true,
             call_s: DEFAULT_CALL_S,
             storage_bps: DEFAULT_STORAGE_BPS,
             copy_bps: DEFAULT_COPY_BPS,
@@ -1089,6 +1120,22 @@ mod tests {
                     ..base
                 },
                 StridedMode::Sc,
+            ),
+            (
+                "the same with the runs off block alignment in memory: SC's reads go through host memory, TaT overlaps the copies",
+                PlanFacts {
+                    bounding: 1024 * MIB,
+                    interest: 4 * 4096,
+                    runs: 4,
+                    sc_storage: 4 * 4096,
+                    tat_storage: 4 * 4096,
+                    tat_calls: 4,
+                    direct: true,
+                    rc_fits: false,
+                    sc_aligned: false,
+                    ..base
+                },
+                StridedMode::Tat,
             ),
             (
                 "clusters of runs far apart: TaT's 8 grouped reads (2 a thread) beat SC's 64 (16 a thread)",
