@@ -72,7 +72,7 @@ fn same(a: &Partial, b: &Partial) -> bool {
 
 /// Whether `reason` gives every constant the source `what`.
 fn all_from(reason: &str, what: &str) -> bool {
-    ["call", "storage", "copy", "pack", "copy call"]
+    ["call", "call MiB", "storage", "copy", "pack", "copy call"]
         .iter()
         .all(|c| {
             reason.split(", ").chain(reason.split("; ")).any(|part| {
@@ -127,6 +127,7 @@ fn constants_come_from_config_then_the_store_then_a_measurement_then_defaults() 
         stored.copy_bps,
         stored.pack_bps,
         stored.copy_call_s,
+        stored.call_mib_s,
     ] {
         assert!(v.is_some_and(|v| v > 0.0), "{stored:?}");
     }

@@ -129,6 +129,8 @@ pub struct StridedConstants {
     /// `strided_copy_call`: what one copy into device memory costs beyond
     /// its bytes.
     pub copy_call: Option<Duration>,
+    /// `strided_call_mib`: what one 1 MiB engine read costs a thread.
+    pub call_mib: Option<Duration>,
 }
 
 /// Default and largest chunk.
@@ -145,7 +147,8 @@ impl Config {
     /// `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`, `P2PDMA_P2P_SUBMIT`,
     /// and the strided constants `P2PDMA_STRIDED_CALL`,
     /// `P2PDMA_STRIDED_STORAGE_RATE`, `P2PDMA_STRIDED_COPY_RATE`,
-    /// `P2PDMA_STRIDED_PACK_RATE`, `P2PDMA_STRIDED_COPY_CALL`).
+    /// `P2PDMA_STRIDED_PACK_RATE`, `P2PDMA_STRIDED_COPY_CALL`,
+    /// `P2PDMA_STRIDED_CALL_MIB`).
     pub fn from_env() -> Result<Self> {
         let mut c = Self {
             cache_dir: cache::parse_cache_dir("default"),
@@ -174,6 +177,7 @@ impl Config {
             ("strided_copy_rate", "P2PDMA_STRIDED_COPY_RATE"),
             ("strided_pack_rate", "P2PDMA_STRIDED_PACK_RATE"),
             ("strided_copy_call", "P2PDMA_STRIDED_COPY_CALL"),
+            ("strided_call_mib", "P2PDMA_STRIDED_CALL_MIB"),
         ] {
             if let Ok(v) = std::env::var(var) {
                 c.set(key, &v)
@@ -249,6 +253,9 @@ impl Config {
             "strided_pack_rate" => self.strided.pack_rate = auto_or(value, constants::parse_rate)?,
             "strided_copy_call" => {
                 self.strided.copy_call = auto_or(value, constants::parse_duration)?
+            }
+            "strided_call_mib" => {
+                self.strided.call_mib = auto_or(value, constants::parse_duration)?
             }
             other => return Err(Error::InvalidArgument(format!("unknown setting '{other}'"))),
         }
@@ -377,7 +384,7 @@ mod tests {
         let mut c = Config::default();
         c.apply_file(
             "strided_call = 85us\nstrided_storage_rate = 2G\nstrided_copy_rate = 800M/s\n\
-             strided_pack_rate = 10G\nstrided_copy_call = 0.5us\n",
+             strided_pack_rate = 10G\nstrided_copy_call = 0.5us\nstrided_call_mib = 3ms\n",
         )
         .unwrap();
         assert_eq!(
@@ -388,6 +395,7 @@ mod tests {
                 copy_rate: Some(800 << 20),
                 pack_rate: Some(10 << 30),
                 copy_call: Some(Duration::from_nanos(500)),
+                call_mib: Some(Duration::from_millis(3)),
             }
         );
         c.set("strided_call", "auto").unwrap();

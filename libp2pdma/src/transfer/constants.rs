@@ -8,6 +8,7 @@
 //! | copy (c) | bytes per second copied from host memory into the memory | large copies into memory of the same kind |
 //! | pack (p) | bytes per second gathered from runs into a packed host buffer | packing 4 KiB runs on the host |
 //! | copy call | seconds one copy into the memory costs beyond its bytes | small copies into the memory |
+//! | call MiB (k1) | seconds one 1 MiB engine read costs a thread | 1 MiB reads on the pair's path, on SC's threads |
 //!
 //! Each constant comes from, in order: the configuration (`strided_call`
 //! and the others, [`super::Config`]), the cache (`strided.json` in the
@@ -50,6 +51,13 @@ pub const DEFAULT_COPY_BPS: f64 = 4.0 * GIB;
 pub const DEFAULT_PACK_BPS: f64 = 8.0 * GIB;
 /// Default per-copy cost into device memory.
 pub const DEFAULT_COPY_CALL_S: f64 = 1e-6;
+/// Default cost of a 1 MiB read to a thread: a small read's, plus the
+/// thread's share of the storage's default rate with [`SC_THREADS`]
+/// reading at once.
+///
+/// [`SC_THREADS`]: super::strided::SC_THREADS
+pub const DEFAULT_CALL_MIB_S: f64 =
+    DEFAULT_CALL_S + (super::strided::SC_THREADS * MIB) as f64 / DEFAULT_STORAGE_BPS;
 
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: usize = 1 << 20;
@@ -67,6 +75,10 @@ pub struct Constants {
     pub pack_bps: f64,
     /// Seconds one copy into the memory costs beyond its bytes.
     pub copy_call_s: f64,
+    /// Seconds one 1 MiB engine read costs a thread while SC's threads
+    /// read at once (k1): with the small read's, how a read's cost grows
+    /// with its length before it streams at the storage's rate.
+    pub call_mib_s: f64,
 }
 
 impl Default for Constants {
@@ -77,6 +89,7 @@ impl Default for Constants {
             copy_bps: DEFAULT_COPY_BPS,
             pack_bps: DEFAULT_PACK_BPS,
             copy_call_s: DEFAULT_COPY_CALL_S,
+            call_mib_s: DEFAULT_CALL_MIB_S,
         }
     }
 }
@@ -119,36 +132,41 @@ pub struct Partial {
     pub pack_bps: Option<f64>,
     /// See [`Constants::copy_call_s`].
     pub copy_call_s: Option<f64>,
+    /// See [`Constants::call_mib_s`].
+    pub call_mib_s: Option<f64>,
 }
 
 /// The names the constants go by, in the cache and in reasons, in the
 /// order of [`Partial::fields`].
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 6] = [
     "call_s",
     "storage_bps",
     "copy_bps",
     "pack_bps",
     "copy_call_s",
+    "call_mib_s",
 ];
 
 impl Partial {
-    fn fields(&self) -> [Option<f64>; 5] {
+    fn fields(&self) -> [Option<f64>; 6] {
         [
             self.call_s,
             self.storage_bps,
             self.copy_bps,
             self.pack_bps,
             self.copy_call_s,
+            self.call_mib_s,
         ]
     }
 
-    fn fields_mut(&mut self) -> [&mut Option<f64>; 5] {
+    fn fields_mut(&mut self) -> [&mut Option<f64>; 6] {
         [
             &mut self.call_s,
             &mut self.storage_bps,
             &mut self.copy_bps,
             &mut self.pack_bps,
             &mut self.copy_call_s,
+            &mut self.call_mib_s,
         ]
     }
 
@@ -160,6 +178,7 @@ impl Partial {
             copy_bps: c.copy_rate.map(|r| r as f64),
             pack_bps: c.pack_rate.map(|r| r as f64),
             copy_call_s: c.copy_call.map(|d| d.as_secs_f64()),
+            call_mib_s: c.call_mib.map(|d| d.as_secs_f64()),
         }
     }
 
@@ -184,8 +203,9 @@ impl Partial {
 pub struct Resolved {
     /// The values.
     pub constants: Constants,
-    /// Their sources, in the order call, storage, copy, pack, copy call.
-    pub sources: [Source; 5],
+    /// Their sources, in the order call, storage, copy, pack, copy call,
+    /// call MiB.
+    pub sources: [Source; 6],
 }
 
 impl Resolved {
@@ -199,10 +219,11 @@ impl Resolved {
             d.copy_bps,
             d.pack_bps,
             d.copy_call_s,
+            d.call_mib_s,
         ];
         let mut values = defaults;
-        let mut sources = [Source::Default; 5];
-        for i in 0..5 {
+        let mut sources = [Source::Default; 6];
+        for i in 0..6 {
             if let Some((src, v)) = layers
                 .iter()
                 .find_map(|(s, p)| p.fields()[i].map(|v| (*s, v)))
@@ -218,20 +239,24 @@ impl Resolved {
                 copy_bps: values[2],
                 pack_bps: values[3],
                 copy_call_s: values[4],
+                call_mib_s: values[5],
             },
             sources,
         }
     }
 
     /// The constants in words, each with its source, for a reason:
-    /// `call 85 µs (stored), storage 1.90 GiB/s (stored), ...`.
+    /// `call 85 µs (stored), call MiB 2100 µs (stored), storage 1.90 GiB/s
+    /// (stored), ...`.
     pub fn describe(&self) -> String {
         let c = &self.constants;
         let s = &self.sources;
         format!(
-            "call {:.1} µs ({}), storage {:.2} GiB/s ({}), copy {:.2} GiB/s ({}), pack {:.2} GiB/s ({}), copy call {:.2} µs ({})",
+            "call {:.1} µs ({}), call MiB {:.0} µs ({}), storage {:.2} GiB/s ({}), copy {:.2} GiB/s ({}), pack {:.2} GiB/s ({}), copy call {:.3} µs ({})",
             c.call_s * 1e6,
             s[0],
+            c.call_mib_s * 1e6,
+            s[5],
             c.storage_bps / GIB,
             s[1],
             c.copy_bps / GIB,
@@ -251,7 +276,7 @@ impl Resolved {
         let c = &self.constants;
         let s = &self.sources;
         format!(
-            "copy {:.2} GiB/s ({}), pack {:.2} GiB/s ({}), copy call {:.2} µs ({})",
+            "copy {:.2} GiB/s ({}), pack {:.2} GiB/s ({}), copy call {:.3} µs ({})",
             c.copy_bps / GIB,
             s[2],
             c.pack_bps / GIB,
@@ -620,55 +645,57 @@ impl Engine {
             self.give_back(ctx);
             r
         })();
-        let storage_bps = match storage {
-            Ok(bps) => {
-                m.values.storage_bps = Some(bps);
-                bps
-            }
-            Err(e) => {
-                m.failures.push(format!("storage: {e}"));
-                DEFAULT_STORAGE_BPS
-            }
-        };
+        match storage {
+            Ok(bps) => m.values.storage_bps = Some(bps),
+            Err(e) => m.failures.push(format!("storage: {e}")),
+        }
         let Some(scratch) = scratch else {
             return m;
         };
-        match self.measure_calls(file, scratch.as_ref(), calls, size, storage_bps) {
+        let bs = file.block;
+        match self.measure_calls(file, scratch.as_ref(), calls, size, bs) {
             Ok(k) => m.values.call_s = Some(k),
             Err(e) => m.failures.push(format!("calls: {e}")),
+        }
+        if size < MIB as u64 || scratch.len() < MIB {
+            m.failures
+                .push("1 MiB calls: the file or the scratch memory is under 1 MiB".into());
+        } else {
+            match self.measure_calls(file, scratch.as_ref(), calls / 4, size, MIB) {
+                Ok(k1) => m.values.call_mib_s = Some(k1),
+                Err(e) => m.failures.push(format!("1 MiB calls: {e}")),
+            }
         }
         m
     }
 
-    /// k: `n` reads of one block each, at block-aligned offsets spread over
-    /// the first `size` bytes of `file`, into `mem` on the pair's path,
-    /// issued as SC issues its reads (on its threads, each a share in
-    /// order); the time a thread spends per read beyond the bytes' storage
-    /// time.
+    /// k (and k1): `n` reads of `len` bytes each (one block, or 1 MiB), at
+    /// block-aligned offsets spread over the first `size` bytes of `file`,
+    /// into `mem` on the pair's path, issued as SC issues its reads (on its
+    /// threads, each a share in order); the time a thread spends per read.
     fn measure_calls(
         &self,
         file: &StorageFile,
         mem: &dyn DeviceMemory,
         n: u64,
         size: u64,
-        storage_bps: f64,
+        len: usize,
     ) -> Result<f64> {
         let handle = self.handle(file, mem)?;
         let bs = file.block as u64;
-        let blocks = size / bs;
-        let slots = (mem.len() as u64 / bs).max(1);
+        let blocks = (size - len as u64) / bs + 1;
+        let slots = (mem.len() / len).max(1) as u64;
         // Offsets a prime number of blocks apart, so that consecutive reads
         // are neither sequential nor in one place.
         let at = |i: u64| (i * 1031 % blocks) * bs;
-        let read = |i: u64| handle.read(at(i), ((i % slots) * bs) as usize, bs as usize);
+        let read = |i: u64| handle.read(at(i), ((i % slots) as usize) * len, len);
         // One round untimed: each thread's first read sets up its ring and
         // bounce slots, which later reads find in the engine's pool.
         super::strided::shared(super::strided::SC_THREADS as u64, &read)?;
         let t = Instant::now();
         super::strided::shared(n, &read)?;
         let per_thread = n.div_ceil(super::strided::SC_THREADS.min(n as usize) as u64);
-        let took = t.elapsed().as_secs_f64();
-        Ok(((took - (n * bs) as f64 / storage_bps) / per_thread as f64).max(1e-7))
+        Ok((t.elapsed().as_secs_f64() / per_thread as f64).max(1e-7))
     }
 
     /// The constants for strided transfers between `file` (or host memory,
@@ -894,6 +921,7 @@ mod tests {
             copy_bps: Some(5e9),
             pack_bps: Some(9e9),
             copy_call_s: Some(1e-7),
+            call_mib_s: Some(3e-3),
         };
         let vb = Partial {
             call_s: Some(20e-6),
@@ -978,6 +1006,7 @@ mod tests {
             call_s: Some(80e-6),
             storage_bps: Some(3e9),
             pack_bps: Some(1e10),
+            call_mib_s: Some(2e-3),
             ..Partial::default()
         };
         let r = Resolved::from_layers(&[(Source::Config, config), (Source::Stored, stored)]);
@@ -989,6 +1018,7 @@ mod tests {
                 copy_bps: DEFAULT_COPY_BPS,
                 pack_bps: 1e10,
                 copy_call_s: DEFAULT_COPY_CALL_S,
+                call_mib_s: 2e-3,
             }
         );
         assert_eq!(
@@ -998,13 +1028,14 @@ mod tests {
                 Source::Stored,
                 Source::Default,
                 Source::Stored,
-                Source::Default
+                Source::Default,
+                Source::Stored
             ]
         );
         let said = r.describe();
         assert!(
             said.starts_with(
-                "call 5.0 µs (config), storage 2.79 GiB/s (stored), copy 4.00 GiB/s (default)"
+                "call 5.0 µs (config), call MiB 2000 µs (stored), storage 2.79 GiB/s (stored), copy 4.00 GiB/s (default)"
             ),
             "{said}"
         );

@@ -43,11 +43,12 @@ pub struct CalibrateArgs {
 
 /// The constants in the order of [`Partial`]'s fields, with their names
 /// and units.
-fn rows(p: &Partial) -> [(&'static str, Option<String>); 5] {
-    let us = |v: Option<f64>| v.map(|v| format!("{:.2} µs", v * 1e6));
+fn rows(p: &Partial) -> [(&'static str, Option<String>); 6] {
+    let us = |v: Option<f64>| v.map(|v| format!("{:.3} µs", v * 1e6));
     let gib = |v: Option<f64>| v.map(|v| format!("{:.2} GiB/s", v / (1u64 << 30) as f64));
     [
         ("call (k)", us(p.call_s)),
+        ("call MiB (k1)", us(p.call_mib_s)),
         ("storage (s)", gib(p.storage_bps)),
         ("copy (c)", gib(p.copy_bps)),
         ("pack (p)", gib(p.pack_bps)),
@@ -62,6 +63,7 @@ fn partial_json(p: &Partial) -> serde_json::Value {
         "copy_bps": p.copy_bps,
         "pack_bps": p.pack_bps,
         "copy_call_s": p.copy_call_s,
+        "call_mib_s": p.call_mib_s,
     })
 }
 
@@ -144,7 +146,7 @@ pub fn run(a: &CalibrateArgs, json_out: bool) -> Res<()> {
         println!("calibrate {key}:");
         let shown = measured.unwrap_or(stored);
         for (name, v) in rows(&shown) {
-            println!("  {name:12} {}", v.unwrap_or_else(|| "-".into()));
+            println!("  {name:14} {}", v.unwrap_or_else(|| "-".into()));
         }
         for f in &failures {
             println!("  not measured: {f}");

@@ -309,9 +309,12 @@ pub struct PlanFacts {
     pub sc_aligned: bool,
     /// The same for RC's one read.
     pub rc_aligned: bool,
-    /// Seconds one engine call costs beyond its bytes (a round trip to the
-    /// storage, the engine's setup).
+    /// Seconds a thread spends on one small engine read while SC's threads
+    /// read at once (a round trip to the storage, the engine's setup).
     pub call_s: f64,
+    /// Seconds a thread spends on one 1 MiB engine read while SC's threads
+    /// read at once.
+    pub call_mib_s: f64,
     /// Storage bytes per second.
     pub storage_bps: f64,
     /// Bytes per second copied from host memory into device memory.
@@ -323,7 +326,8 @@ pub struct PlanFacts {
 }
 
 pub use super::constants::{
-    DEFAULT_CALL_S, DEFAULT_COPY_BPS, DEFAULT_COPY_CALL_S, DEFAULT_PACK_BPS, DEFAULT_STORAGE_BPS,
+    DEFAULT_CALL_MIB_S, DEFAULT_CALL_S, DEFAULT_COPY_BPS, DEFAULT_COPY_CALL_S, DEFAULT_PACK_BPS,
+    DEFAULT_STORAGE_BPS,
 };
 
 /// Threads SC issues its reads from (and TaT its groups' reads), each a
@@ -331,27 +335,61 @@ pub use super::constants::{
 /// as the engine's asynchronous workers).
 pub const SC_THREADS: usize = 4;
 
+const MIB_F: f64 = (1u64 << 20) as f64;
+
+/// The aggregate storage rate of reads of up to 1 MiB issued on SC's
+/// threads at once, from the cost of a 1 MiB read to a thread beyond a
+/// small one's (k1 - k): such reads stream less well than one large read.
+fn call_rate(f: &PlanFacts) -> f64 {
+    call_rate_of(f.call_s, f.call_mib_s, f.storage_bps)
+}
+
+fn call_rate_of(call_s: f64, call_mib_s: f64, storage_bps: f64) -> f64 {
+    (SC_THREADS as f64 * MIB_F / (call_mib_s - call_s).max(1e-9)).min(storage_bps.max(1.0))
+}
+
+/// Seconds a thread spends on one engine read of `len` bytes while
+/// `active` threads read at once: the small read's cost, its first MiB at
+/// its share of [`call_rate`], the rest at its share of the storage rate.
+fn call_time(f: &PlanFacts, len: f64, active: u64) -> f64 {
+    let a = active.max(1) as f64;
+    f.call_s + a * (len.min(MIB_F) / call_rate(f) + (len - MIB_F).max(0.0) / f.storage_bps.max(1.0))
+}
+
+/// The widest gap TaT reads rather than splitting its read there, with
+/// the constants `k`: reading it costs less than another read's call and
+/// slower first MiB.
+pub fn max_gap(k: &super::constants::Constants) -> u64 {
+    let s = k.storage_bps.max(1.0);
+    let r = call_rate_of(k.call_s, k.call_mib_s, k.storage_bps);
+    (s * (k.call_s + MIB_F * (1.0 / r - 1.0 / s))) as u64
+}
+
 /// The estimated seconds of each mode (`None` for RC when it does not fit).
 fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
-    let (s, c, p) = (
-        f.storage_bps.max(1.0),
-        f.copy_bps.max(1.0),
-        f.pack_bps.max(1.0),
-    );
+    let (c, p) = (f.copy_bps.max(1.0), f.pack_bps.max(1.0));
     let (v, i) = (f.bounding as f64, f.interest as f64);
+    let threads = SC_THREADS as u64;
     // The bounce pipeline takes about its slower stage; P2P has no copy.
     let rc = f.rc_fits.then(|| {
-        f.call_s
-            + if f.direct && f.rc_aligned {
-                v / s
-            } else {
-                (v / s).max(v / c)
-            }
+        let t = call_time(f, v, 1);
+        if f.direct && f.rc_aligned {
+            t
+        } else {
+            t.max(v / c)
+        }
     });
-    let calls = f.runs.div_ceil(SC_THREADS as u64) as f64;
-    let sc = calls * f.call_s
-        + f.sc_storage as f64 / s
-        + if f.direct && f.sc_aligned { 0.0 } else { i / c };
+    // Off P2P each read's bytes are copied once they land; runs the direct
+    // path cannot place are tried there first, then redone through host
+    // memory.
+    let n = f.runs.max(1);
+    let per_thread = n.div_ceil(threads) as f64;
+    let sc = per_thread * call_time(f, f.sc_storage as f64 / n as f64, n.min(threads))
+        + match (f.direct, f.sc_aligned) {
+            (true, true) => 0.0,
+            (true, false) => per_thread * f.call_s + i / c,
+            (false, _) => i / c,
+        };
     // TaT's host work: packing and one copy per chunk (packed layout), or
     // one copy per run (strided layout, where RC fits).
     let host = if f.rc_fits {
@@ -359,8 +397,10 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     } else {
         i / p + i / c
     };
-    let tat = f.tat_calls.div_ceil(SC_THREADS as u64) as f64 * f.call_s
-        + (f.tat_storage as f64 / s).max(host);
+    let g = f.tat_calls.max(1);
+    let tat = (g.div_ceil(threads) as f64
+        * call_time(f, f.tat_storage as f64 / g as f64, g.min(threads)))
+    .max(f.call_s + host);
     (rc, sc, tat)
 }
 
@@ -510,9 +550,7 @@ impl Engine {
         // A gap that takes longer to read than a call costs splits TaT's
         // read.
         let groups = match mode {
-            StridedMode::Auto | StridedMode::Tat => {
-                tat_groups(shape, (k.call_s * k.storage_bps) as u64)
-            }
+            StridedMode::Auto | StridedMode::Tat => tat_groups(shape, max_gap(&k)),
             _ => Vec::new(),
         };
         let tat_storage = groups
@@ -543,6 +581,7 @@ impl Engine {
                     }),
                     rc_aligned: within(mem_offset, b0),
                     call_s: k.call_s,
+                    call_mib_s: k.call_mib_s,
                     storage_bps: k.storage_bps,
                     copy_bps: k.copy_bps,
                     pack_bps: k.pack_bps,
@@ -983,6 +1022,34 @@ mod tests {
     }
 
     #[test]
+    fn tat_splits_where_a_gap_costs_more_than_a_call() {
+        use super::super::constants::Constants;
+        // With the defaults a 1 MiB read streams at the storage's rate: a
+        // gap is worth a small call's time, k x s.
+        let d = Constants::default();
+        let ks = (d.call_s * d.storage_bps) as u64;
+        assert!(max_gap(&d).abs_diff(ks) < 16, "{} vs {ks}", max_gap(&d));
+        // Where 1 MiB reads on four threads stream at about half the rate
+        // of one large read (the development host), reading a gap of up
+        // to about 1.3 MB costs less than another read.
+        let host = Constants {
+            call_s: 150e-6,
+            call_mib_s: 4.5e-3,
+            storage_bps: 1.74 * (1u64 << 30) as f64,
+            ..d
+        };
+        let g = max_gap(&host);
+        assert!((1_200_000..1_400_000).contains(&g), "{g}");
+        // A 1 MiB call slower than its streaming share never makes gaps
+        // cheaper than k x s.
+        let fast = Constants {
+            call_mib_s: 1e-6,
+            ..host
+        };
+        assert_eq!(max_gap(&fast), (fast.call_s * fast.storage_bps) as u64);
+    }
+
+    #[test]
     fn plan_table() {
         const MIB: u64 = 1 << 20;
         let base = PlanFacts {
@@ -997,6 +1064,7 @@ mod tests {
             sc_aligned: true,
             rc_aligned: true,
             call_s: DEFAULT_CALL_S,
+            call_mib_s: DEFAULT_CALL_MIB_S,
             storage_bps: DEFAULT_STORAGE_BPS,
             copy_bps: DEFAULT_COPY_BPS,
             pack_bps: DEFAULT_PACK_BPS,
@@ -1106,6 +1174,40 @@ mod tests {
                     ..base
                 },
                 StridedMode::Sc,
+            ),
+            (
+                "48 runs of 1 MiB, 1 MiB reads streaming at half the rate of a large one: one read beats 12 a thread",
+                PlanFacts {
+                    bounding: 64 * MIB,
+                    interest: 48 * MIB,
+                    runs: 48,
+                    sc_storage: 48 * MIB,
+                    tat_storage: 64 * MIB,
+                    tat_calls: 1,
+                    rc_fits: false,
+                    call_s: 150e-6,
+                    call_mib_s: 4.5e-3,
+                    storage_bps: 1.74 * (1u64 << 30) as f64,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "the same on P2P with room: RC, no copy",
+                PlanFacts {
+                    bounding: 64 * MIB,
+                    interest: 48 * MIB,
+                    runs: 48,
+                    sc_storage: 48 * MIB,
+                    tat_storage: 64 * MIB,
+                    tat_calls: 1,
+                    direct: true,
+                    call_s: 150e-6,
+                    call_mib_s: 4.5e-3,
+                    storage_bps: 1.74 * (1u64 << 30) as f64,
+                    ..base
+                },
+                StridedMode::Rc,
             ),
             (
                 "bounce, 4 runs just under the split apart: SC reads 16 KiB, TaT 616 KiB",
