@@ -100,7 +100,7 @@ impl Check {
 }
 
 /// How data moves between storage and accelerator memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
     /// The NVMe device DMAs straight into (or out of) the accelerator's
     /// memory through the block layer (`O_DIRECT` on P2P pages).

@@ -5,20 +5,26 @@
 //! compared: the runs' bytes where the layout puts them, the file's bytes in
 //! the gaps for RC (which reads them), and the poison everywhere else.
 //! Strided writes the same way (SC only): the whole file compared after
-//! each with the runs replaced by plain indexing.
+//! each with the runs replaced by plain indexing. Strided copies between a
+//! host buffer and memory, both ways, every byte of the side written
+//! compared. Batches of strided reads and writes submitted at once, and
+//! one awaited as a future, likewise.
 //!
 //! Environment: `P2PDMA_MODEL_DIR` (where the file goes; default the
 //! target's temporary directory, which must allow `O_DIRECT`, so not tmpfs)
 //! and `PROPTEST_CASES` (default 48 for reads, 32 for writes).
 
-use std::{os::unix::fs::FileExt, path::PathBuf};
+use std::{os::unix::fs::FileExt, path::PathBuf, sync::Arc};
 
 mod common;
 
 use common::{mem_bytes, model_dir, pattern, runner};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory},
-    transfer::{Config, Engine, Layout, PathPref, Shape, StorageFile, StridedMode},
+    transfer::{
+        Config, Direction, Engine, Layout, PathPref, Shape, StorageFile, StridedMode,
+        StridedRequest,
+    },
     Error,
 };
 use proptest::prelude::*;
@@ -363,4 +369,323 @@ fn strided_reads_check_bounds_before_any_io() {
         assert_eq!(got[k * 100..k * 100 + 100], data[f..f + 100], "run {k}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies `c`'s runs between a host buffer and memory, one way or the
+/// other, and compares every byte of the side written with plain
+/// indexing: into the memory, the poison but for the runs (and RC's gaps,
+/// the buffer's bytes there); out of it, the buffer's poison but for the
+/// runs, whatever the mode.
+fn host_copy_case(engine: &Engine, c: &Case, to_memory: bool) -> Result<(), TestCaseError> {
+    let shape = Shape::new(c.base, c.run, &strides(c))
+        .map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
+    let runs = reference_runs(c);
+    let run = c.run as usize;
+    let (b0, b1) = (runs[0] as usize, runs[runs.len() - 1] as usize + run);
+    let room = match c.layout {
+        Layout::Packed => runs.len() * run,
+        Layout::Strided => b1 - b0,
+    };
+    let at = |k: usize, f: usize| {
+        c.mem_offset
+            + match c.layout {
+                Layout::Packed => k * run,
+                Layout::Strided => f - b0,
+            }
+    };
+    let size = c.mem_offset + room + 4096;
+    let mem = HostMemory::new(size).unwrap();
+    let refused = matches!(
+        (c.mode, c.layout),
+        (StridedMode::Rc, Layout::Packed) | (StridedMode::Tat, Layout::Strided)
+    );
+    let (got, have, want) = if to_memory {
+        let src = pattern(SEED, 0, b1 + 77);
+        mem.write_at(0, &vec![POISON; size]).unwrap();
+        let got = engine.copy_strided_to_memory(&src, &shape, &mem, c.mem_offset, c.layout, c.mode);
+        let mut want = vec![POISON; size];
+        if matches!(&got, Ok(r) if r.mode == StridedMode::Rc) {
+            want[c.mem_offset..c.mem_offset + b1 - b0].copy_from_slice(&src[b0..b1]);
+        }
+        if !refused {
+            for (k, &f) in runs.iter().enumerate() {
+                let (f, m) = (f as usize, at(k, f as usize));
+                want[m..m + run].copy_from_slice(&src[f..f + run]);
+            }
+        }
+        (got, mem_bytes(&mem, 0, size), want)
+    } else {
+        let contents = pattern(!SEED, 0, size);
+        mem.write_at(0, &contents).unwrap();
+        let mut dst = vec![POISON; b1 + 77];
+        let got =
+            engine.copy_strided_from_memory(&mem, c.mem_offset, c.layout, &shape, &mut dst, c.mode);
+        let mut want = vec![POISON; b1 + 77];
+        if !refused {
+            for (k, &f) in runs.iter().enumerate() {
+                let (f, m) = (f as usize, at(k, f as usize));
+                want[f..f + run].copy_from_slice(&contents[m..m + run]);
+            }
+        }
+        (got, dst, want)
+    };
+    if refused {
+        prop_assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+    } else {
+        let rep = got.map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
+        prop_assert!(c.mode == StridedMode::Auto || rep.mode == c.mode);
+        prop_assert_eq!(rep.bytes, (runs.len() * run) as u64);
+        prop_assert_eq!(rep.storage_bytes, 0);
+    }
+    if let Some(i) = (0..want.len()).find(|&i| have[i] != want[i]) {
+        return Err(TestCaseError::fail(format!(
+            "{c:?}, {}: first wrong byte at offset {i}: {:#x}, want {:#x}",
+            if to_memory {
+                "into memory"
+            } else {
+                "out of memory"
+            },
+            have[i],
+            want[i]
+        )));
+    }
+    Ok(())
+}
+
+#[test]
+fn host_copies_match_plain_indexing() {
+    let engine = Engine::new(Config::default(), None);
+    let mut runner = runner(96);
+    let result = runner.run(&(case(), any::<bool>()), |(c, to_memory)| {
+        host_copy_case(&engine, &c, to_memory)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn host_copies_check_bounds_before_copying() {
+    let engine = Engine::new(Config::default(), None);
+    // 16 runs of 100 bytes, 4096 apart: 1600 packed, 61540 strided.
+    let shape = Shape::new(10, 100, &[(4096, 16)]).unwrap();
+    let mem = HostMemory::new(8192).unwrap();
+    mem.write_at(0, &[POISON; 8192]).unwrap();
+    let src = pattern(SEED, 0, 1 << 16);
+    for mode in [StridedMode::Auto, StridedMode::Sc, StridedMode::Tat] {
+        // A buffer shorter than the bounding range, memory without room.
+        let r = engine.copy_strided_to_memory(&src[..61549], &shape, &mem, 0, Layout::Packed, mode);
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
+        let r = engine.copy_strided_to_memory(&src, &shape, &mem, 6600, Layout::Packed, mode);
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
+        let mut dst = vec![POISON; 61549];
+        let r = engine.copy_strided_from_memory(&mem, 0, Layout::Packed, &shape, &mut dst, mode);
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
+        assert_eq!(dst, vec![POISON; 61549]);
+    }
+    assert_eq!(mem_bytes(&mem, 0, 8192), vec![POISON; 8192]);
+}
+
+/// Reads for a batch: each case's shape into its own poisoned memory.
+fn batch_case(
+    engine: &Arc<Engine>,
+    file: &Arc<StorageFile>,
+    data: &[u8],
+    cases: &[Case],
+) -> Result<(), TestCaseError> {
+    let mut reqs = Vec::new();
+    let mut mems = Vec::new();
+    for c in cases {
+        let shape = Shape::new(c.base, c.run, &strides(c)).unwrap();
+        let room = match c.layout {
+            Layout::Packed => shape.bytes(),
+            Layout::Strided => shape.bounding_len(),
+        } as usize;
+        let mem = Arc::new(HostMemory::new(c.mem_offset + room + 4096).unwrap());
+        mem.write_at(0, &vec![POISON; mem.len()]).unwrap();
+        mems.push(mem.clone());
+        reqs.push(StridedRequest {
+            dir: Direction::Read,
+            file: file.clone(),
+            shape,
+            mem,
+            mem_offset: c.mem_offset,
+            layout: c.layout,
+            mode: c.mode,
+        });
+    }
+    let tickets = engine.submit_strided_batch(reqs.clone());
+    for ((c, r), (req, mem)) in Engine::wait_all(&tickets)
+        .into_iter()
+        .enumerate()
+        .zip(reqs.iter().zip(&mems))
+    {
+        let c = &cases[c];
+        if c.mode == StridedMode::Rc && c.layout == Layout::Packed {
+            prop_assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+            continue;
+        }
+        let rep = r.map_err(|e| TestCaseError::fail(format!("{c:?}: {e}")))?;
+        let (b0, b1) = req.shape.bounds();
+        let mut want = vec![POISON; mem.len()];
+        if rep.mode == StridedMode::Rc {
+            want[c.mem_offset..c.mem_offset + (b1 - b0) as usize]
+                .copy_from_slice(&data[b0 as usize..b1 as usize]);
+        }
+        for (k, &f) in reference_runs(c).iter().enumerate() {
+            let at = c.mem_offset
+                + match c.layout {
+                    Layout::Packed => k * c.run as usize,
+                    Layout::Strided => (f - b0) as usize,
+                };
+            want[at..at + c.run as usize].copy_from_slice(&data[f as usize..(f + c.run) as usize]);
+        }
+        prop_assert!(mem_bytes(mem, 0, mem.len()) == want, "{c:?}: wrong bytes");
+    }
+    // A ticket's result is handed out once.
+    for t in &tickets {
+        prop_assert!(matches!(t.poll(), Some(Err(Error::InvalidArgument(_)))));
+    }
+    Ok(())
+}
+
+#[test]
+fn strided_batches_match_plain_indexing() {
+    let dir = model_dir("strided-batch");
+    let path = dir.join("table");
+    let data = pattern(SEED, 0, FILE_LEN);
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all_at(&data, 0)
+        .unwrap();
+    let file = Arc::new(StorageFile::open(&path).unwrap());
+    let engine = Arc::new(Engine::new(
+        Config {
+            path: PathPref::Bounce,
+            chunk: Some(64 << 10),
+            depth: Some(3),
+            ..Config::default()
+        },
+        None,
+    ));
+    let mut runner = runner(12);
+    let result = runner.run(&prop::collection::vec(case(), 1..6), |cases| {
+        batch_case(&engine, &file, &data, &cases)
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn strided_writes_submitted_land_and_leave_the_gaps() {
+    let dir = model_dir("strided-submit-w");
+    let path = dir.join("table");
+    let data = pattern(SEED, 0, 8 << 20);
+    let raw = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
+    raw.write_all_at(&data, 0).unwrap();
+    let file = Arc::new(StorageFile::open_rw(&path).unwrap());
+    let engine = Arc::new(Engine::new(Config::default(), None));
+    let mut want = data.clone();
+    // Four writes in disjoint 2 MiB regions, both layouts, with a read
+    // batched beside them and one request refused.
+    let shapes = [
+        Shape::new(123, 500, &[(4096, 100)]).unwrap(),
+        Shape::new((2 << 20) + 7, 8192, &[(10000, 4), (65536, 3)]).unwrap(),
+        Shape::new(4 << 20, 1, &[(3, 50), (1000, 8), (100_000, 2)]).unwrap(),
+        Shape::new((6 << 20) + 4095, 65536, &[(131072, 8)]).unwrap(),
+    ];
+    let mut reqs = Vec::new();
+    for (i, shape) in shapes.iter().enumerate() {
+        let layout = if i % 2 == 0 {
+            Layout::Packed
+        } else {
+            Layout::Strided
+        };
+        let (b0, b1) = shape.bounds();
+        let len = (b1 - b0) as usize;
+        let src = pattern(i as u64, 0, len);
+        let mem = Arc::new(HostMemory::new(len).unwrap());
+        mem.write_at(0, &src).unwrap();
+        for r in shape.iter() {
+            let at = match layout {
+                Layout::Packed => r.packed_offset,
+                Layout::Strided => r.file_offset - b0,
+            } as usize;
+            let f = r.file_offset as usize;
+            let n = shape.run_len() as usize;
+            want[f..f + n].copy_from_slice(&src[at..at + n]);
+        }
+        reqs.push(StridedRequest {
+            dir: Direction::Write,
+            file: file.clone(),
+            shape: shape.clone(),
+            mem,
+            mem_offset: 0,
+            layout,
+            mode: if i == 0 {
+                StridedMode::Auto
+            } else {
+                StridedMode::Sc
+            },
+        });
+    }
+    let mut refused = reqs[0].clone();
+    refused.mode = StridedMode::Tat;
+    reqs.push(refused);
+    let tickets = engine.submit_strided_batch(reqs);
+    let results = Engine::wait_all(&tickets);
+    for (i, r) in results.iter().enumerate().take(4) {
+        let r = r.as_ref().unwrap();
+        assert_eq!((r.mode, r.calls), (StridedMode::Sc, shapes[i].runs()));
+    }
+    assert!(matches!(results[4], Err(Error::InvalidArgument(_))));
+    let mut have = vec![0u8; data.len()];
+    raw.read_exact_at(&mut have, 0).unwrap();
+    let wrong = (0..have.len()).find(|&i| have[i] != want[i]);
+    assert_eq!(wrong, None, "first wrong byte of the file");
+    // One submitted read, awaited as a future on this thread.
+    let mem = Arc::new(HostMemory::new(1 << 20).unwrap());
+    let ticket = engine.submit_strided(StridedRequest {
+        dir: Direction::Read,
+        file: file.clone(),
+        shape: shapes[0].clone(),
+        mem: mem.clone(),
+        mem_offset: 0,
+        layout: Layout::Packed,
+        mode: StridedMode::Tat,
+    });
+    let r = block_on(ticket).unwrap();
+    assert_eq!(r.mode, StridedMode::Tat);
+    for run in shapes[0].iter() {
+        let (f, p) = (run.file_offset as usize, run.packed_offset as usize);
+        assert_eq!(mem_bytes(&mem, p, 500), want[f..f + 500], "run at {f}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Polls `fut` on this thread until it is ready, parking between polls.
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
 }

@@ -10,6 +10,7 @@
 # invalidated after NVMe-command writes, holes and unwritten extents read as
 # zeros, and NVMe-command writes that would need allocation redone on the
 # bounce path; the host reads the files back out of the image with debugfs.
+# Strided reads and writes on every path, every mode, checked run by run.
 # shellcheck source=lib.sh
 . /suite/lib.sh
 
@@ -191,6 +192,52 @@ else
 	*) fail auto-reason-is-the-kernels "$out" ;;
 	esac
 fi
+
+# ---- Strided transfers (p2pdma-vmtest engine-strided) ----
+# Reads of the namespace into accelerator memory: every mode in its own
+# region of one allocation (SC, TaT, AUTO packed; RC, and SC and TaT where
+# asked, in the strided layout), checked in the guest (the runs against a
+# buffered read, every other byte still poisoned) and reported run by run
+# (RC: its whole range) for the host to compare accel.bin with nvme.img.
+# TaT goes through the bounce slots on every pair; SC and RC take the
+# pair's path. Writes go to 54-58 MiB, which nothing else here touches:
+# the host finds the runs holding the pattern and the gaps between them,
+# and 4 KiB either side, holding the image's own bytes.
+# shellcheck disable=SC2317 # run (and exec, in their subshell) by check and check_held
+strided() { exec p2pdma-vmtest engine-strided --nvme "$NVME" "$@"; }
+# shellcheck disable=SC2317
+strided_aligned() { strided --base $((34 * M)) --run 4096 --dim 16384x16 --dim 1048576x2 "$@"; }
+# shellcheck disable=SC2317
+strided_write() { strided --base $((56 * M + 5)) --run 777 --dim 2000x10 --dim 100000x2 --write-pattern $((21 * M + 16)) "$@"; }
+if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	check_held strided-read-p2p strided_aligned --expect-path p2p --hold
+	check_held strided-read-nvme-cmd strided_aligned --path nvme-cmd --expect-path nvme-cmd --hold
+	check_held strided-read-bounce strided_aligned --path bounce --expect-path bounce --hold
+	# Runs on no block boundary, both layouts: where a run's memory and
+	# file offsets disagree within a block the fast path may hand it to the
+	# bounce path, which is allowed here; the bytes are checked either way.
+	check_held strided-read-p2p-unaligned strided --base $((36 * M + 777)) --run 1000 --dim 3000x8 --dim 204800x2 \
+		--modes sc,tat,auto,sc:strided,tat:strided,rc:strided,auto:strided --expect-path p2p --allow-retry --hold
+	check_held strided-read-nvme-cmd-unaligned strided --path nvme-cmd --base $((36 * M + 777)) --run 1000 --dim 3000x8 \
+		--modes sc,tat,rc:strided --expect-path nvme-cmd --allow-retry --hold
+	# An engine that learns measures its constants at the first strided
+	# read (scratch memory on the same accelerator, never the reader's) and
+	# says so.
+	check_held strided-read-p2p-learns strided --base $((37 * M)) --run 8192 --dim 65536x8 --modes auto,auto:strided \
+		--expect-path p2p --learn /tmp/strided-cache --expect-reason "(measured now)" --hold
+	check strided-write-p2p strided --base $((54 * M + 100)) --run 3000 --dim 8192x16 --modes sc \
+		--expect-path p2p --allow-retry --write-pattern $((17 * M + 8))
+	check strided-write-nvme-cmd strided --path nvme-cmd --base $((55 * M)) --run 4096 --dim 12288x16 --modes auto:strided \
+		--expect-path nvme-cmd --write-pattern $((19 * M))
+	check strided-write-bounce strided_write --path bounce --modes sc --expect-path bounce
+else
+	check_held strided-read-bounce strided_aligned --expect-path bounce --hold
+	check strided-write-bounce strided_write --modes sc --expect-path bounce
+fi
+# A shape on the command line, checked by the tool against a plain read.
+check ctl-copy-shape p2pdma-ctl copy "$NVME" accel --shape base=$((38 * M + 3)),run=5000,dims=12288x20,1Mx2 --verify
+# ---- end of strided transfers ----
+
 check ctl-copy-verify p2pdma-ctl copy "$NVME" accel --offset $((8 * M + 4096)) --len $((16 * M)) --verify
 release_held
 check module-unloads rmmod p2pdma

@@ -20,6 +20,11 @@
 #include <stdint.h>
 
 /**
+ * The most dimensions a strided shape has.
+ */
+#define P2PDMA_MAX_DIMS 3
+
+/**
  * The library's own return codes, beside negative errnos.
  */
 typedef enum p2pdma_error_code {
@@ -99,6 +104,20 @@ typedef enum p2pdma_strided_mode {
 } p2pdma_strided_mode;
 
 /**
+ * Which way a strided transfer in a `struct p2pdma_strided_op` moves.
+ */
+typedef enum p2pdma_direction {
+    /**
+     * From the file into the memory.
+     */
+    P2PDMA_DIR_READ = 0,
+    /**
+     * From the memory into the file.
+     */
+    P2PDMA_DIR_WRITE = 1,
+} p2pdma_direction;
+
+/**
  * The transfer engine: configuration, pooled io_uring rings and bounce
  * buffers, and per-path counters.
  */
@@ -124,6 +143,14 @@ typedef struct p2pdma_mem p2pdma_mem;
  * keeps what it needs.
  */
 typedef struct p2pdma_module p2pdma_module;
+
+/**
+ * A strided transfer running in the background, from
+ * p2pdma_submit_strided(): ask whether it is done with
+ * p2pdma_ticket_done(), wait for its result with p2pdma_ticket_wait(),
+ * free it with p2pdma_ticket_free().
+ */
+typedef struct p2pdma_ticket p2pdma_ticket;
 
 /**
  * What one transfer did.
@@ -184,6 +211,54 @@ typedef struct p2pdma_strided_report {
      */
     int retried;
 } p2pdma_strided_report;
+
+/**
+ * One strided transfer, for p2pdma_submit_strided() and
+ * p2pdma_submit_strided_batch(): the arguments of p2pdma_read_strided()
+ * or p2pdma_write_strided() in a struct.
+ */
+typedef struct p2pdma_strided_op {
+    /**
+     * `P2PDMA_DIR_READ` or `P2PDMA_DIR_WRITE`.
+     */
+    int dir;
+    /**
+     * The file (open for writing, to write).
+     */
+    const struct p2pdma_file *file;
+    /**
+     * The first run's file offset.
+     */
+    uint64_t base;
+    /**
+     * Bytes per run.
+     */
+    uint64_t run;
+    /**
+     * The dimensions, innermost first; the first `ndims` are used.
+     */
+    struct p2pdma_dim dims[P2PDMA_MAX_DIMS];
+    /**
+     * How many dimensions (0 to `P2PDMA_MAX_DIMS`).
+     */
+    size_t ndims;
+    /**
+     * The memory.
+     */
+    const struct p2pdma_mem *mem;
+    /**
+     * Offset in the memory where the layout starts.
+     */
+    size_t mem_offset;
+    /**
+     * A `P2PDMA_LAYOUT_*` value.
+     */
+    int layout;
+    /**
+     * A `P2PDMA_STRIDED_*` value.
+     */
+    int mode;
+} p2pdma_strided_op;
 
 /**
  * The counters of one path of an engine, since it was created.
@@ -580,6 +655,122 @@ int p2pdma_read_strided(const struct p2pdma_engine *engine,
                         struct p2pdma_strided_report *report,
                         char *reason_buf,
                         size_t reason_len);
+
+/**
+ * Writes the runs of the shape (`base`, `run`, `dims`, as for
+ * p2pdma_read_strided()) from `mem`, laid out as `layout` from
+ * `mem_offset`, to `file` (open for writing). Exactly the runs' bytes of
+ * the file change: writes are one per run (`P2PDMA_STRIDED_SC`; AUTO
+ * means SC), and RC and TaT, which would write the gaps or need a
+ * contiguous file side, are refused. When `report` is not NULL it
+ * receives what the write did; `reason_buf` as for p2pdma_read_strided().
+ *
+ * Returns 0 once every run is written, or a negative errno, with
+ * `*report` zeroed: -EINVAL for NULL handles, a bad shape, an unknown
+ * layout or mode, RC or TaT, or memory that does not hold the layout;
+ * -EBADF when the file is read-only, -ENOSPC, -EIO and others from
+ * storage. Nothing is written before the arguments are checked; after a
+ * storage error, runs already written stay written.
+ *
+ * # Safety
+ *
+ * As for p2pdma_read_strided().
+ */
+int p2pdma_write_strided(const struct p2pdma_engine *engine,
+                         const struct p2pdma_file *file,
+                         uint64_t base,
+                         uint64_t run,
+                         const struct p2pdma_dim *dims,
+                         size_t ndims,
+                         const struct p2pdma_mem *mem,
+                         size_t mem_offset,
+                         int layout,
+                         int mode,
+                         struct p2pdma_strided_report *report,
+                         char *reason_buf,
+                         size_t reason_len);
+
+/**
+ * Starts the strided transfer `op` on the engine's worker threads and
+ * returns at once, storing a ticket for it in `*out`. The transfer holds
+ * its file and memory: they may be closed and freed while it runs, and
+ * freeing the ticket does not stop it.
+ *
+ * Returns 0, or a negative errno, with `*out` NULL and nothing started:
+ * -EINVAL for NULL arguments, an unknown direction, layout or mode, or a
+ * bad shape. What the transfer itself returns (everything
+ * p2pdma_read_strided() and p2pdma_write_strided() return) comes from
+ * p2pdma_ticket_wait().
+ *
+ * # Safety
+ *
+ * `engine` must be NULL or a live engine; `op` must be NULL or point to a
+ * `struct p2pdma_strided_op` whose `file` and `mem` are NULL or live
+ * handles; `out` must be NULL or point to writable storage for a pointer.
+ */
+int p2pdma_submit_strided(const struct p2pdma_engine *engine,
+                          const struct p2pdma_strided_op *op,
+                          struct p2pdma_ticket **out);
+
+/**
+ * Starts `n` strided transfers at once (they run in parallel on the
+ * engine's worker threads) and stores a ticket for `ops[i]` in
+ * `tickets[i]`. Every op is checked before any starts: one bad op fails
+ * the call with nothing started.
+ *
+ * Returns 0, or a negative errno, with every `tickets[i]` NULL: -EINVAL
+ * for NULL arguments or a bad op (p2pdma_last_error() names it, as
+ * `ops[i]`).
+ *
+ * # Safety
+ *
+ * `engine` must be NULL or a live engine; `ops` must be NULL or point to
+ * `n` `struct p2pdma_strided_op` whose `file` and `mem` are NULL or live
+ * handles; `tickets` must be NULL or point to `n` writable pointers.
+ */
+int p2pdma_submit_strided_batch(const struct p2pdma_engine *engine,
+                                const struct p2pdma_strided_op *ops,
+                                size_t n,
+                                struct p2pdma_ticket **tickets);
+
+/**
+ * Whether the ticket's transfer has finished: 1 when it has (its result
+ * waits for p2pdma_ticket_wait(), which then returns at once), 0 while it
+ * runs, -EINVAL when `ticket` is NULL.
+ *
+ * # Safety
+ *
+ * `ticket` must be NULL or a live ticket.
+ */
+int p2pdma_ticket_done(const struct p2pdma_ticket *ticket);
+
+/**
+ * Waits until the ticket's transfer has finished and returns what
+ * p2pdma_read_strided() or p2pdma_write_strided() would have returned,
+ * storing the report and the reason the same way. The result is handed
+ * out once: a second wait on the same ticket returns -EINVAL.
+ *
+ * # Safety
+ *
+ * `ticket` must be NULL or a live ticket; `report` must be NULL or point
+ * to a writable `struct p2pdma_strided_report`; `reason_buf` must be NULL
+ * or valid for writing `reason_len` bytes.
+ */
+int p2pdma_ticket_wait(const struct p2pdma_ticket *ticket,
+                       struct p2pdma_strided_report *report,
+                       char *reason_buf,
+                       size_t reason_len);
+
+/**
+ * Frees a ticket. A transfer still running goes on to the end in the
+ * background (with its result dropped). NULL is ignored.
+ *
+ * # Safety
+ *
+ * `ticket` must be NULL or a ticket that is not freed yet and that no
+ * other thread uses any more.
+ */
+void p2pdma_ticket_free(struct p2pdma_ticket *ticket);
 
 /**
  * Copies the counters of `path` (a `P2PDMA_PATH_*` value) of `engine`

@@ -42,6 +42,14 @@ impl Failure {
         Self::invalid(format!("`{arg}` is NULL"))
     }
 
+    /// The same failure, its message prefixed with `what` (`ops[2]: ...`).
+    pub(crate) fn context(self, what: &str) -> Self {
+        Self {
+            message: format!("{what}: {}", self.message),
+            ..self
+        }
+    }
+
     /// A library error from a read: a short read is the storage ending
     /// before the range did, so it is `P2PDMA_ERR_EOF` like a read that
     /// starts past the end (a short write stays `-EIO`).

@@ -38,7 +38,7 @@ use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{
         strided::StridedReport, Config, Engine, Layout, PathPref, PathStats, Report, Shape,
-        StorageFile, StridedMode, TransferPath,
+        StorageFile, StridedMode, StridedRequest, Ticket, TransferPath,
     },
     Module,
 };
@@ -105,19 +105,19 @@ pub struct p2pdma_module {
 /// through explicit copies (p2pdma_mem_write(), p2pdma_mem_read()) and
 /// transfers.
 pub struct p2pdma_mem {
-    mem: Box<dyn DeviceMemory>,
+    mem: Arc<dyn DeviceMemory>,
 }
 
 /// A file, or a raw block device such as an NVMe namespace, opened for
 /// transfers (with `O_DIRECT`).
 pub struct p2pdma_file {
-    file: StorageFile,
+    file: Arc<StorageFile>,
 }
 
 /// The transfer engine: configuration, pooled io_uring rings and bounce
 /// buffers, and per-path counters.
 pub struct p2pdma_engine {
-    engine: Engine,
+    engine: Arc<Engine>,
 }
 
 // Every handle is used from several threads at once.
@@ -337,7 +337,7 @@ pub unsafe extern "C" fn p2pdma_mem_host_new(size: usize, out: *mut *mut p2pdma_
         if size == 0 {
             return Err(Failure::invalid("`size` is 0"));
         }
-        let mem = Box::new(HostMemory::new(size)?);
+        let mem = Arc::new(HostMemory::new(size)?);
         *out = raw::into_handle(p2pdma_mem { mem });
         Ok(0)
     })
@@ -369,7 +369,7 @@ pub unsafe extern "C" fn p2pdma_mem_module_alloc(
         let out = unsafe { raw::out_handle(out, "out") }?;
         // SAFETY: The caller passes NULL or a live module handle.
         let m = unsafe { raw::handle(module, "module") }?;
-        let mem = Box::new(ModuleMemory::alloc(
+        let mem = Arc::new(ModuleMemory::alloc(
             Arc::clone(&m.module),
             accel_index,
             size,
@@ -498,7 +498,9 @@ pub unsafe extern "C" fn p2pdma_file_open(
         } else {
             StorageFile::open(path)
         }?;
-        *out = raw::into_handle(p2pdma_file { file });
+        *out = raw::into_handle(p2pdma_file {
+            file: Arc::new(file),
+        });
         Ok(0)
     })
 }
@@ -595,7 +597,7 @@ pub unsafe extern "C" fn p2pdma_engine_new(
             ))
         };
         *out = raw::into_handle(p2pdma_engine {
-            engine: Engine::new(config, module),
+            engine: Arc::new(Engine::new(config, module)),
         });
         Ok(0)
     })
@@ -871,6 +873,174 @@ impl From<&StridedReport> for p2pdma_strided_report {
     }
 }
 
+/// The most dimensions a strided shape has.
+pub const P2PDMA_MAX_DIMS: usize = 3;
+
+/// Which way a strided transfer in a `struct p2pdma_strided_op` moves.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum p2pdma_direction {
+    /// From the file into the memory.
+    P2PDMA_DIR_READ = 0,
+    /// From the memory into the file.
+    P2PDMA_DIR_WRITE = 1,
+}
+
+/// One strided transfer, for p2pdma_submit_strided() and
+/// p2pdma_submit_strided_batch(): the arguments of p2pdma_read_strided()
+/// or p2pdma_write_strided() in a struct.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct p2pdma_strided_op {
+    /// `P2PDMA_DIR_READ` or `P2PDMA_DIR_WRITE`.
+    pub dir: c_int,
+    /// The file (open for writing, to write).
+    pub file: *const p2pdma_file,
+    /// The first run's file offset.
+    pub base: u64,
+    /// Bytes per run.
+    pub run: u64,
+    /// The dimensions, innermost first; the first `ndims` are used.
+    pub dims: [p2pdma_dim; P2PDMA_MAX_DIMS],
+    /// How many dimensions (0 to `P2PDMA_MAX_DIMS`).
+    pub ndims: usize,
+    /// The memory.
+    pub mem: *const p2pdma_mem,
+    /// Offset in the memory where the layout starts.
+    pub mem_offset: usize,
+    /// A `P2PDMA_LAYOUT_*` value.
+    pub layout: c_int,
+    /// A `P2PDMA_STRIDED_*` value.
+    pub mode: c_int,
+}
+
+/// A strided transfer running in the background, from
+/// p2pdma_submit_strided(): ask whether it is done with
+/// p2pdma_ticket_done(), wait for its result with p2pdma_ticket_wait(),
+/// free it with p2pdma_ticket_free().
+pub struct p2pdma_ticket {
+    ticket: Ticket<StridedReport>,
+    dir: Direction,
+}
+
+const _: () = {
+    const fn thread_safe<T: Send + Sync>() {}
+    thread_safe::<p2pdma_ticket>();
+};
+
+/// The shape, layout and mode of a strided call, checked.
+fn strided_args(
+    base: u64,
+    run: u64,
+    dims: &[p2pdma_dim],
+    layout: c_int,
+    mode: c_int,
+) -> Result<(Shape, Layout, StridedMode), Failure> {
+    let layout = match layout {
+        l if l == p2pdma_layout::P2PDMA_LAYOUT_PACKED as c_int => Layout::Packed,
+        l if l == p2pdma_layout::P2PDMA_LAYOUT_STRIDED as c_int => Layout::Strided,
+        l => return Err(Failure::invalid(format!("unknown layout {l}"))),
+    };
+    let mode = match mode {
+        0 => StridedMode::Auto,
+        1 => StridedMode::Rc,
+        2 => StridedMode::Sc,
+        3 => StridedMode::Tat,
+        m => return Err(Failure::invalid(format!("unknown strided mode {m}"))),
+    };
+    let dims: Vec<(u64, u64)> = dims.iter().map(|d| (d.stride, d.count)).collect();
+    Ok((Shape::new(base, run, &dims)?, layout, mode))
+}
+
+/// Stores a strided transfer's outcome for C: the report and the reason
+/// on success, the report zeroed on failure (reads' short transfers are
+/// `P2PDMA_ERR_EOF`).
+///
+/// # Safety
+///
+/// `report` must be NULL or point to a writable `struct
+/// p2pdma_strided_report`; `reason_buf` must be NULL or valid for writing
+/// `reason_len` bytes.
+unsafe fn strided_outcome(
+    dir: Direction,
+    done: p2pdma::Result<StridedReport>,
+    report: *mut p2pdma_strided_report,
+    reason_buf: *mut c_char,
+    reason_len: usize,
+) -> Result<c_int, Failure> {
+    let mut report = if report.is_null() {
+        None
+    } else {
+        // SAFETY: The caller passes a writable report (not NULL here).
+        Some(unsafe { raw::out_struct(report, "report") }?)
+    };
+    if let Some(out) = report.as_deref_mut() {
+        *out = p2pdma_strided_report::default();
+    }
+    let done = done.map_err(|e| match dir {
+        Direction::Read => Failure::from_read(e),
+        Direction::Write => Failure::from(e),
+    })?;
+    // SAFETY: The caller passes NULL or `reason_len` writable bytes.
+    unsafe { raw::copy_str(&done.reason, reason_buf, reason_len) }?;
+    if let Some(out) = report {
+        *out = p2pdma_strided_report::from(&done);
+    }
+    Ok(0)
+}
+
+/// The body of p2pdma_read_strided() and p2pdma_write_strided().
+///
+/// # Safety
+///
+/// As for p2pdma_read_strided().
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the C signature of p2pdma_read_strided"
+)]
+unsafe fn strided(
+    dir: Direction,
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    base: u64,
+    run: u64,
+    dims: *const p2pdma_dim,
+    ndims: usize,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+    layout: c_int,
+    mode: c_int,
+    report: *mut p2pdma_strided_report,
+    reason_buf: *mut c_char,
+    reason_len: usize,
+) -> Result<c_int, Failure> {
+    if !report.is_null() {
+        // SAFETY: The caller passes a writable report (not NULL here).
+        *unsafe { raw::out_struct(report, "report") }? = p2pdma_strided_report::default();
+    }
+    // SAFETY: The caller passes NULL or live handles, and NULL or `ndims`
+    // dimensions.
+    let (e, f, m, dims) = unsafe {
+        (
+            raw::handle(engine, "engine")?,
+            raw::handle(file, "file")?,
+            raw::handle(mem, "mem")?,
+            raw::structs(dims, ndims, "dims")?,
+        )
+    };
+    let (shape, layout, mode) = strided_args(base, run, dims, layout, mode)?;
+    let done = match dir {
+        Direction::Read => e
+            .engine
+            .read_strided(&f.file, &shape, &*m.mem, mem_offset, layout, mode),
+        Direction::Write => e
+            .engine
+            .write_strided(&f.file, &shape, &*m.mem, mem_offset, layout, mode),
+    };
+    // SAFETY: Passed on from this function's contract.
+    unsafe { strided_outcome(dir, done, report, reason_buf, reason_len) }
+}
+
 /// Reads runs of `run` bytes of `file`, the first at `base`, the others
 /// found by stepping through `ndims` (at most 3) dimensions `dims`,
 /// innermost first, into `mem` from `mem_offset`, laid out as `layout` (a
@@ -911,50 +1081,271 @@ pub unsafe extern "C" fn p2pdma_read_strided(
     reason_len: usize,
 ) -> c_int {
     status("p2pdma_read_strided", || {
-        let mut report = if report.is_null() {
-            None
-        } else {
-            // SAFETY: The caller passes a writable report (not NULL here).
-            Some(unsafe { raw::out_struct(report, "report") }?)
-        };
-        if let Some(out) = report.as_deref_mut() {
-            *out = p2pdma_strided_report::default();
-        }
-        // SAFETY: The caller passes NULL or live handles, and NULL or
-        // `ndims` dimensions.
-        let (e, f, m, dims) = unsafe {
-            (
-                raw::handle(engine, "engine")?,
-                raw::handle(file, "file")?,
-                raw::handle(mem, "mem")?,
-                raw::structs(dims, ndims, "dims")?,
+        // SAFETY: Passed on from this function's contract.
+        unsafe {
+            strided(
+                Direction::Read,
+                engine,
+                file,
+                base,
+                run,
+                dims,
+                ndims,
+                mem,
+                mem_offset,
+                layout,
+                mode,
+                report,
+                reason_buf,
+                reason_len,
             )
-        };
-        let layout = match layout {
-            l if l == p2pdma_layout::P2PDMA_LAYOUT_PACKED as c_int => Layout::Packed,
-            l if l == p2pdma_layout::P2PDMA_LAYOUT_STRIDED as c_int => Layout::Strided,
-            l => return Err(Failure::invalid(format!("unknown layout {l}"))),
-        };
-        let mode = match mode {
-            0 => StridedMode::Auto,
-            1 => StridedMode::Rc,
-            2 => StridedMode::Sc,
-            3 => StridedMode::Tat,
-            m => return Err(Failure::invalid(format!("unknown strided mode {m}"))),
-        };
-        let dims: Vec<(u64, u64)> = dims.iter().map(|d| (d.stride, d.count)).collect();
-        let shape = Shape::new(base, run, &dims)?;
-        let done = e
-            .engine
-            .read_strided(&f.file, &shape, &*m.mem, mem_offset, layout, mode)
-            .map_err(Failure::from_read)?;
-        // SAFETY: The caller passes NULL or `reason_len` writable bytes.
-        unsafe { raw::copy_str(&done.reason, reason_buf, reason_len) }?;
-        if let Some(out) = report {
-            *out = p2pdma_strided_report::from(&done);
+        }
+    })
+}
+
+/// Writes the runs of the shape (`base`, `run`, `dims`, as for
+/// p2pdma_read_strided()) from `mem`, laid out as `layout` from
+/// `mem_offset`, to `file` (open for writing). Exactly the runs' bytes of
+/// the file change: writes are one per run (`P2PDMA_STRIDED_SC`; AUTO
+/// means SC), and RC and TaT, which would write the gaps or need a
+/// contiguous file side, are refused. When `report` is not NULL it
+/// receives what the write did; `reason_buf` as for p2pdma_read_strided().
+///
+/// Returns 0 once every run is written, or a negative errno, with
+/// `*report` zeroed: -EINVAL for NULL handles, a bad shape, an unknown
+/// layout or mode, RC or TaT, or memory that does not hold the layout;
+/// -EBADF when the file is read-only, -ENOSPC, -EIO and others from
+/// storage. Nothing is written before the arguments are checked; after a
+/// storage error, runs already written stay written.
+///
+/// # Safety
+///
+/// As for p2pdma_read_strided().
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_write_strided(
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    base: u64,
+    run: u64,
+    dims: *const p2pdma_dim,
+    ndims: usize,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+    layout: c_int,
+    mode: c_int,
+    report: *mut p2pdma_strided_report,
+    reason_buf: *mut c_char,
+    reason_len: usize,
+) -> c_int {
+    status("p2pdma_write_strided", || {
+        // SAFETY: Passed on from this function's contract.
+        unsafe {
+            strided(
+                Direction::Write,
+                engine,
+                file,
+                base,
+                run,
+                dims,
+                ndims,
+                mem,
+                mem_offset,
+                layout,
+                mode,
+                report,
+                reason_buf,
+                reason_len,
+            )
+        }
+    })
+}
+
+/// `op` as a request for the engine, checked.
+///
+/// # Safety
+///
+/// `op.file` and `op.mem` must be NULL or live handles.
+unsafe fn strided_request(op: &p2pdma_strided_op) -> Result<StridedRequest, Failure> {
+    let dir = match op.dir {
+        d if d == p2pdma_direction::P2PDMA_DIR_READ as c_int => Direction::Read,
+        d if d == p2pdma_direction::P2PDMA_DIR_WRITE as c_int => Direction::Write,
+        d => return Err(Failure::invalid(format!("unknown direction {d}"))),
+    };
+    if op.ndims > P2PDMA_MAX_DIMS {
+        return Err(Failure::invalid(format!(
+            "{} dimensions, at most {P2PDMA_MAX_DIMS}",
+            op.ndims
+        )));
+    }
+    // SAFETY: The caller passes NULL or live handles.
+    let (f, m) = unsafe { (raw::handle(op.file, "file")?, raw::handle(op.mem, "mem")?) };
+    let (shape, layout, mode) =
+        strided_args(op.base, op.run, &op.dims[..op.ndims], op.layout, op.mode)?;
+    Ok(StridedRequest {
+        dir: match dir {
+            Direction::Read => p2pdma::transfer::Direction::Read,
+            Direction::Write => p2pdma::transfer::Direction::Write,
+        },
+        file: Arc::clone(&f.file),
+        shape,
+        mem: Arc::clone(&m.mem),
+        mem_offset: op.mem_offset,
+        layout,
+        mode,
+    })
+}
+
+fn direction_of(req: &StridedRequest) -> Direction {
+    match req.dir {
+        p2pdma::transfer::Direction::Read => Direction::Read,
+        p2pdma::transfer::Direction::Write => Direction::Write,
+    }
+}
+
+/// Starts the strided transfer `op` on the engine's worker threads and
+/// returns at once, storing a ticket for it in `*out`. The transfer holds
+/// its file and memory: they may be closed and freed while it runs, and
+/// freeing the ticket does not stop it.
+///
+/// Returns 0, or a negative errno, with `*out` NULL and nothing started:
+/// -EINVAL for NULL arguments, an unknown direction, layout or mode, or a
+/// bad shape. What the transfer itself returns (everything
+/// p2pdma_read_strided() and p2pdma_write_strided() return) comes from
+/// p2pdma_ticket_wait().
+///
+/// # Safety
+///
+/// `engine` must be NULL or a live engine; `op` must be NULL or point to a
+/// `struct p2pdma_strided_op` whose `file` and `mem` are NULL or live
+/// handles; `out` must be NULL or point to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_submit_strided(
+    engine: *const p2pdma_engine,
+    op: *const p2pdma_strided_op,
+    out: *mut *mut p2pdma_ticket,
+) -> c_int {
+    status("p2pdma_submit_strided", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        // SAFETY: The caller passes NULL or a live engine and NULL or one
+        // readable op.
+        let (e, op) = unsafe { (raw::handle(engine, "engine")?, raw::handle(op, "op")?) };
+        // SAFETY: The caller passes an op with NULL or live handles.
+        let req = unsafe { strided_request(op) }?;
+        let dir = direction_of(&req);
+        *out = raw::into_handle(p2pdma_ticket {
+            ticket: e.engine.submit_strided(req),
+            dir,
+        });
+        Ok(0)
+    })
+}
+
+/// Starts `n` strided transfers at once (they run in parallel on the
+/// engine's worker threads) and stores a ticket for `ops[i]` in
+/// `tickets[i]`. Every op is checked before any starts: one bad op fails
+/// the call with nothing started.
+///
+/// Returns 0, or a negative errno, with every `tickets[i]` NULL: -EINVAL
+/// for NULL arguments or a bad op (p2pdma_last_error() names it, as
+/// `ops[i]`).
+///
+/// # Safety
+///
+/// `engine` must be NULL or a live engine; `ops` must be NULL or point to
+/// `n` `struct p2pdma_strided_op` whose `file` and `mem` are NULL or live
+/// handles; `tickets` must be NULL or point to `n` writable pointers.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_submit_strided_batch(
+    engine: *const p2pdma_engine,
+    ops: *const p2pdma_strided_op,
+    n: usize,
+    tickets: *mut *mut p2pdma_ticket,
+) -> c_int {
+    status("p2pdma_submit_strided_batch", || {
+        // SAFETY: The caller passes NULL or `n` writable pointers.
+        let out = unsafe { raw::out_handles(tickets, n, "tickets") }?;
+        // SAFETY: The caller passes NULL or a live engine, and NULL or `n`
+        // readable ops.
+        let (e, ops) = unsafe { (raw::handle(engine, "engine")?, raw::structs(ops, n, "ops")?) };
+        let reqs = ops
+            .iter()
+            .enumerate()
+            // SAFETY: The caller passes ops with NULL or live handles.
+            .map(|(i, op)| {
+                unsafe { strided_request(op) }.map_err(|f| f.context(&format!("ops[{i}]")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for (slot, req) in out.iter_mut().zip(reqs) {
+            let dir = direction_of(&req);
+            *slot = raw::into_handle(p2pdma_ticket {
+                ticket: e.engine.submit_strided(req),
+                dir,
+            });
         }
         Ok(0)
     })
+}
+
+/// Whether the ticket's transfer has finished: 1 when it has (its result
+/// waits for p2pdma_ticket_wait(), which then returns at once), 0 while it
+/// runs, -EINVAL when `ticket` is NULL.
+///
+/// # Safety
+///
+/// `ticket` must be NULL or a live ticket.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_ticket_done(ticket: *const p2pdma_ticket) -> c_int {
+    status("p2pdma_ticket_done", || {
+        // SAFETY: The caller passes NULL or a live ticket.
+        let t = unsafe { raw::handle(ticket, "ticket") }?;
+        Ok(c_int::from(t.ticket.is_done()))
+    })
+}
+
+/// Waits until the ticket's transfer has finished and returns what
+/// p2pdma_read_strided() or p2pdma_write_strided() would have returned,
+/// storing the report and the reason the same way. The result is handed
+/// out once: a second wait on the same ticket returns -EINVAL.
+///
+/// # Safety
+///
+/// `ticket` must be NULL or a live ticket; `report` must be NULL or point
+/// to a writable `struct p2pdma_strided_report`; `reason_buf` must be NULL
+/// or valid for writing `reason_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_ticket_wait(
+    ticket: *const p2pdma_ticket,
+    report: *mut p2pdma_strided_report,
+    reason_buf: *mut c_char,
+    reason_len: usize,
+) -> c_int {
+    status("p2pdma_ticket_wait", || {
+        if !report.is_null() {
+            // SAFETY: The caller passes a writable report (not NULL here).
+            *unsafe { raw::out_struct(report, "report") }? = p2pdma_strided_report::default();
+        }
+        // SAFETY: The caller passes NULL or a live ticket.
+        let t = unsafe { raw::handle(ticket, "ticket") }?;
+        let done = t.ticket.wait();
+        // SAFETY: Passed on from this function's contract.
+        unsafe { strided_outcome(t.dir, done, report, reason_buf, reason_len) }
+    })
+}
+
+/// Frees a ticket. A transfer still running goes on to the end in the
+/// background (with its result dropped). NULL is ignored.
+///
+/// # Safety
+///
+/// `ticket` must be NULL or a ticket that is not freed yet and that no
+/// other thread uses any more.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_ticket_free(ticket: *mut p2pdma_ticket) {
+    // SAFETY: The caller passes NULL or a live ticket nobody else uses.
+    void("p2pdma_ticket_free", || {
+        drop(unsafe { raw::from_handle(ticket) })
+    });
 }
 
 /// Copies the counters of `path` (a `P2PDMA_PATH_*` value) of `engine`

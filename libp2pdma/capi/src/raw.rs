@@ -130,6 +130,41 @@ pub(crate) unsafe fn structs<'a, T>(
     Ok(unsafe { slice::from_raw_parts(ptr, n) })
 }
 
+/// `n` pointer slots C passed in for results, each cleared to NULL first
+/// so that a failure leaves NULL there; NULL is an empty slice when `n`
+/// is 0.
+///
+/// # Safety
+///
+/// `ptr` must be NULL or valid for reading and writing `n` pointers, and
+/// not used by anyone else while the slice lives.
+pub(crate) unsafe fn out_handles<'a, T>(
+    ptr: *mut *mut T,
+    n: usize,
+    arg: &str,
+) -> Result<&'a mut [*mut T], Failure> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if ptr.is_null() {
+        return Err(Failure::null(arg));
+    }
+    if !ptr.is_aligned() {
+        return Err(Failure::invalid(format!("`{arg}` is not aligned")));
+    }
+    match n.checked_mul(std::mem::size_of::<*mut T>()) {
+        Some(bytes) => check_len(bytes, arg)?,
+        None => check_len(usize::MAX, arg)?,
+    }
+    // SAFETY: `ptr` is not NULL and aligned, the `n` pointers' bytes fit in
+    // an `isize`, and the caller guarantees `n` pointer slots nobody else
+    // uses while the slice lives; any bytes C left in them are a valid raw
+    // pointer, and each is overwritten before anything reads it.
+    let slots = unsafe { slice::from_raw_parts_mut(ptr, n) };
+    slots.iter_mut().for_each(|p| *p = std::ptr::null_mut());
+    Ok(slots)
+}
+
 /// `len` bytes C passed in to be read.
 ///
 /// # Safety

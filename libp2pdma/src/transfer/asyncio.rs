@@ -1,5 +1,6 @@
 //! Asynchronous transfers: submit now, then poll, wait or `.await`; batches
-//! of many transfers at once.
+//! of many transfers at once. Plain transfers ([`Request`]) and strided ones
+//! ([`StridedRequest`]) alike.
 //!
 //! Requests own their file and memory (`Arc`s), so they can outlive the
 //! caller's stack frame. A small pool of worker threads per engine runs them,
@@ -13,7 +14,7 @@ use std::{
     task::{Context as TaskContext, Poll, Waker},
 };
 
-use super::{Direction, Engine, Report, StorageFile};
+use super::{Direction, Engine, Layout, Report, Shape, StorageFile, StridedMode, StridedReport};
 use crate::{backend::DeviceMemory, Error, Result};
 
 /// One transfer to run asynchronously.
@@ -33,20 +34,47 @@ pub struct Request {
     pub len: usize,
 }
 
-#[derive(Default)]
-struct Slot {
-    result: Option<Result<Report>>,
+/// One strided transfer to run asynchronously: [`Engine::read_strided`]
+/// or [`Engine::write_strided`] with owned arguments.
+#[derive(Clone, Debug)]
+pub struct StridedRequest {
+    /// Which way.
+    pub dir: Direction,
+    /// The storage side.
+    pub file: Arc<StorageFile>,
+    /// Where the runs lie in the file.
+    pub shape: Shape,
+    /// The memory side.
+    pub mem: Arc<dyn DeviceMemory>,
+    /// Offset in the memory where the layout starts.
+    pub mem_offset: usize,
+    /// Where the runs lie in the memory.
+    pub layout: Layout,
+    /// How the runs move.
+    pub mode: StridedMode,
+}
+
+struct Slot<T> {
+    result: Option<Result<T>>,
     taken: bool,
     waker: Option<Waker>,
 }
 
-/// A submitted transfer: poll it, wait for it, or await it.
-#[derive(Clone)]
-pub struct Ticket {
-    shared: Arc<(Mutex<Slot>, Condvar)>,
+/// A submitted transfer: poll it, wait for it, or await it. Its result is
+/// a [`Report`] for plain transfers, a [`StridedReport`] for strided ones.
+pub struct Ticket<T = Report> {
+    shared: Arc<(Mutex<Slot<T>>, Condvar)>,
 }
 
-impl std::fmt::Debug for Ticket {
+impl<T> Clone for Ticket<T> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Ticket<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ticket")
             .field("done", &self.is_done())
@@ -54,18 +82,23 @@ impl std::fmt::Debug for Ticket {
     }
 }
 
-impl Ticket {
+impl<T> Ticket<T> {
     fn new() -> Self {
+        let slot = Slot {
+            result: None,
+            taken: false,
+            waker: None,
+        };
         Self {
-            shared: Arc::new((Mutex::new(Slot::default()), Condvar::new())),
+            shared: Arc::new((Mutex::new(slot), Condvar::new())),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot<T>> {
         self.shared.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn complete(&self, r: Result<Report>) {
+    fn complete(&self, r: Result<T>) {
         let mut s = self.lock();
         s.result = Some(r);
         if let Some(w) = s.waker.take() {
@@ -82,13 +115,13 @@ impl Ticket {
 
     /// The result if the transfer has finished, without blocking. The
     /// result is handed out once; later calls give an error.
-    pub fn poll(&self) -> Option<Result<Report>> {
+    pub fn poll(&self) -> Option<Result<T>> {
         let mut s = self.lock();
         take(&mut s)
     }
 
     /// Blocks until the transfer finishes and returns its result.
-    pub fn wait(&self) -> Result<Report> {
+    pub fn wait(&self) -> Result<T> {
         let mut s = self.lock();
         loop {
             if let Some(r) = take(&mut s) {
@@ -99,7 +132,7 @@ impl Ticket {
     }
 }
 
-fn take(s: &mut Slot) -> Option<Result<Report>> {
+fn take<T>(s: &mut Slot<T>) -> Option<Result<T>> {
     if s.taken {
         return Some(Err(Error::InvalidArgument(
             "the transfer's result was already taken".into(),
@@ -110,8 +143,8 @@ fn take(s: &mut Slot) -> Option<Result<Report>> {
     Some(r)
 }
 
-impl Future for Ticket {
-    type Output = Result<Report>;
+impl<T> Future for Ticket<T> {
+    type Output = Result<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let mut s = self.lock();
@@ -125,7 +158,9 @@ impl Future for Ticket {
     }
 }
 
-type Job = (Request, Ticket);
+/// Work for a worker: given the engine (or `None` when it was dropped), it
+/// runs and completes its ticket.
+type Job = Box<dyn FnOnce(Option<&Engine>) + Send>;
 
 /// The worker pool of one engine.
 pub(super) struct Workers {
@@ -143,33 +178,36 @@ impl Workers {
 /// Worker threads per engine.
 const WORKERS: usize = 4;
 
-/// Runs one job and completes its ticket, whatever happens: a panic in the
-/// transfer (a `DeviceMemory` implementation's, say) completes it with an
-/// error and leaves the worker running, so no `wait` is left hanging.
-fn run_job(engine: &Engine, (req, ticket): Job) {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        engine
-            .handle(&req.file, req.mem.as_ref())
-            .and_then(|h| match req.dir {
-                Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
-                Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
-            })
-    }));
-    ticket.complete(r.unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "unknown panic".into());
-        Err(Error::Panicked(what))
-    }));
+/// A job that runs `work` and completes `ticket` with its result, whatever
+/// happens: a panic in the transfer (a `DeviceMemory` implementation's,
+/// say) completes it with an error and leaves the worker running, and a
+/// dropped engine completes it with an error, so no `wait` is left
+/// hanging.
+fn job<T: Send + 'static>(
+    ticket: Ticket<T>,
+    work: impl FnOnce(&Engine) -> Result<T> + Send + 'static,
+) -> Job {
+    Box::new(move |engine: Option<&Engine>| {
+        let Some(engine) = engine else {
+            ticket.complete(Err(Error::InvalidArgument("the engine was dropped".into())));
+            return;
+        };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(engine)));
+        ticket.complete(r.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Error::Panicked(what))
+        }));
+    })
 }
 
 impl Engine {
-    /// Submits a transfer to run in the background; returns at once.
-    pub fn submit(self: &Arc<Self>, req: Request) -> Ticket {
-        let ticket = Ticket::new();
-        let job = (req, ticket.clone());
+    /// Hands `job` to the worker pool, starting it on first use; runs it
+    /// on the calling thread when no worker can be started.
+    fn queue(self: &Arc<Self>, job: Job) {
         let mut tx = self.workers.tx.lock().unwrap_or_else(|p| p.into_inner());
         if tx.is_none() {
             let (t, rx) = mpsc::channel::<Job>();
@@ -183,18 +221,13 @@ impl Engine {
                             Ok(j) => j,
                             Err(_) => return,
                         };
-                        match engine.upgrade() {
-                            Some(e) => run_job(&e, job),
-                            None => job.1.complete(Err(Error::InvalidArgument(
-                                "the engine was dropped".into(),
-                            ))),
-                        }
+                        job(engine.upgrade().as_deref());
                     });
                 if spawned.is_err() && i == 0 {
                     // No thread at all: run the job here rather than lose it.
                     drop(tx);
-                    run_job(self, job);
-                    return ticket;
+                    job(Some(self));
+                    return;
                 }
             }
             *tx = Some(t);
@@ -202,8 +235,21 @@ impl Engine {
         let sent = tx.as_ref().map(|t| t.send(job));
         if let Some(Err(mpsc::SendError(job))) = sent {
             drop(tx);
-            run_job(self, job);
+            job(Some(self));
         }
+    }
+
+    /// Submits a transfer to run in the background; returns at once.
+    pub fn submit(self: &Arc<Self>, req: Request) -> Ticket {
+        let ticket = Ticket::new();
+        self.queue(job(ticket.clone(), move |engine| {
+            engine
+                .handle(&req.file, req.mem.as_ref())
+                .and_then(|h| match req.dir {
+                    Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
+                    Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
+                })
+        }));
         ticket
     }
 
@@ -212,8 +258,44 @@ impl Engine {
         reqs.into_iter().map(|r| self.submit(r)).collect()
     }
 
+    /// Submits a strided read or write to run in the background; returns
+    /// at once. Its ticket gives what [`Engine::read_strided`] or
+    /// [`Engine::write_strided`] would have returned.
+    pub fn submit_strided(self: &Arc<Self>, req: StridedRequest) -> Ticket<StridedReport> {
+        let ticket = Ticket::new();
+        self.queue(job(ticket.clone(), move |engine| {
+            let StridedRequest {
+                dir,
+                file,
+                shape,
+                mem,
+                mem_offset,
+                layout,
+                mode,
+            } = req;
+            match dir {
+                Direction::Read => {
+                    engine.read_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
+                }
+                Direction::Write => {
+                    engine.write_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
+                }
+            }
+        }));
+        ticket
+    }
+
+    /// Submits many strided transfers at once; they run in parallel on the
+    /// pool (each also spreading its own runs as it would alone).
+    pub fn submit_strided_batch(
+        self: &Arc<Self>,
+        reqs: impl IntoIterator<Item = StridedRequest>,
+    ) -> Vec<Ticket<StridedReport>> {
+        reqs.into_iter().map(|r| self.submit_strided(r)).collect()
+    }
+
     /// Waits for every ticket and returns the results in order.
-    pub fn wait_all(tickets: &[Ticket]) -> Vec<Result<Report>> {
+    pub fn wait_all<T>(tickets: &[Ticket<T>]) -> Vec<Result<T>> {
         tickets.iter().map(Ticket::wait).collect()
     }
 }

@@ -1,8 +1,8 @@
 //! Transfer configuration: from the API, a config file or the environment.
 
-use std::{fmt, path::PathBuf, str::FromStr};
+use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
-use super::geometry::{self, Geometry};
+use super::{cache, constants, geometry::Geometry};
 use crate::{Error, Result};
 
 /// Which path transfers take.
@@ -108,6 +108,29 @@ pub struct Config {
     /// storage device (by a short calibration on the first large read);
     /// `None` learns nothing.
     pub cache_dir: Option<PathBuf>,
+    /// Constants of the strided cost model set by hand, over what was
+    /// measured.
+    pub strided: StridedConstants,
+}
+
+/// The strided cost model's constants as the configuration sets them
+/// (`None`: measured, or the default); see `transfer/constants.rs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StridedConstants {
+    /// `strided_call`: what one engine read costs a thread beyond its
+    /// bytes.
+    pub call: Option<Duration>,
+    /// `strided_storage_rate`: storage bytes per second.
+    pub storage_rate: Option<u64>,
+    /// `strided_copy_rate`: bytes per second copied into device memory.
+    pub copy_rate: Option<u64>,
+    /// `strided_pack_rate`: bytes per second packed on the host.
+    pub pack_rate: Option<u64>,
+    /// `strided_copy_call`: what one copy into device memory costs beyond
+    /// its bytes.
+    pub copy_call: Option<Duration>,
+    /// `strided_call_mib`: what one 1 MiB engine read costs a thread.
+    pub call_mib: Option<Duration>,
 }
 
 /// Default and largest chunk.
@@ -121,10 +144,14 @@ impl Config {
     /// `$XDG_CACHE_HOME/p2pdma`, or `~/.cache/p2pdma`), then `$P2PDMA_CONFIG`
     /// (or `/etc/p2pdma.conf` if it exists), then the environment
     /// (`P2PDMA_PATH`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
-    /// `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`, `P2PDMA_P2P_SUBMIT`).
+    /// `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`, `P2PDMA_P2P_SUBMIT`,
+    /// and the strided constants `P2PDMA_STRIDED_CALL`,
+    /// `P2PDMA_STRIDED_STORAGE_RATE`, `P2PDMA_STRIDED_COPY_RATE`,
+    /// `P2PDMA_STRIDED_PACK_RATE`, `P2PDMA_STRIDED_COPY_CALL`,
+    /// `P2PDMA_STRIDED_CALL_MIB`).
     pub fn from_env() -> Result<Self> {
         let mut c = Self {
-            cache_dir: geometry::parse_cache_dir("default"),
+            cache_dir: cache::parse_cache_dir("default"),
             ..Self::default()
         };
         let file = std::env::var_os("P2PDMA_CONFIG")
@@ -145,6 +172,12 @@ impl Config {
             ("p2p_submit", "P2PDMA_P2P_SUBMIT"),
             ("copy_threads", "P2PDMA_COPY_THREADS"),
             ("cache_dir", "P2PDMA_CACHE_DIR"),
+            ("strided_call", "P2PDMA_STRIDED_CALL"),
+            ("strided_storage_rate", "P2PDMA_STRIDED_STORAGE_RATE"),
+            ("strided_copy_rate", "P2PDMA_STRIDED_COPY_RATE"),
+            ("strided_pack_rate", "P2PDMA_STRIDED_PACK_RATE"),
+            ("strided_copy_call", "P2PDMA_STRIDED_COPY_CALL"),
+            ("strided_call_mib", "P2PDMA_STRIDED_CALL_MIB"),
         ] {
             if let Ok(v) = std::env::var(var) {
                 c.set(key, &v)
@@ -211,7 +244,19 @@ impl Config {
                     }
                 }
             }
-            "cache_dir" => self.cache_dir = geometry::parse_cache_dir(value),
+            "cache_dir" => self.cache_dir = cache::parse_cache_dir(value),
+            "strided_call" => self.strided.call = auto_or(value, constants::parse_duration)?,
+            "strided_storage_rate" => {
+                self.strided.storage_rate = auto_or(value, constants::parse_rate)?
+            }
+            "strided_copy_rate" => self.strided.copy_rate = auto_or(value, constants::parse_rate)?,
+            "strided_pack_rate" => self.strided.pack_rate = auto_or(value, constants::parse_rate)?,
+            "strided_copy_call" => {
+                self.strided.copy_call = auto_or(value, constants::parse_duration)?
+            }
+            "strided_call_mib" => {
+                self.strided.call_mib = auto_or(value, constants::parse_duration)?
+            }
             other => return Err(Error::InvalidArgument(format!("unknown setting '{other}'"))),
         }
         Ok(())
@@ -229,6 +274,14 @@ impl Config {
         let chunk = self.chunk.unwrap_or(auto).max(block);
         let chunk = chunk.div_ceil(block) * block;
         (chunk.div_ceil(4096) * 4096, depth)
+    }
+}
+
+/// `None` for `auto` (measured), else the value `parse` makes of it.
+fn auto_or<T>(value: &str, parse: impl Fn(&str) -> Result<T>) -> Result<Option<T>> {
+    match value.trim() {
+        "auto" => Ok(None),
+        v => parse(v).map(Some),
     }
 }
 
@@ -324,5 +377,37 @@ mod tests {
         assert!(c.set("copy_threads", "0").is_err());
         assert!(c.set("copy_threads", "65").is_err());
         assert!(c.set("copy_threads", "many").is_err());
+    }
+
+    #[test]
+    fn strided_constants_settings() {
+        let mut c = Config::default();
+        c.apply_file(
+            "strided_call = 85us\nstrided_storage_rate = 2G\nstrided_copy_rate = 800M/s\n\
+             strided_pack_rate = 10G\nstrided_copy_call = 0.5us\nstrided_call_mib = 3ms\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.strided,
+            StridedConstants {
+                call: Some(Duration::from_micros(85)),
+                storage_rate: Some(2 << 30),
+                copy_rate: Some(800 << 20),
+                pack_rate: Some(10 << 30),
+                copy_call: Some(Duration::from_nanos(500)),
+                call_mib: Some(Duration::from_millis(3)),
+            }
+        );
+        c.set("strided_call", "auto").unwrap();
+        assert_eq!(c.strided.call, None);
+        for (k, v) in [
+            ("strided_call", "85"),
+            ("strided_call", "-1us"),
+            ("strided_storage_rate", "0"),
+            ("strided_copy_rate", "fast"),
+            ("strided_copy_call", "1 lightyear"),
+        ] {
+            assert!(c.set(k, v).is_err(), "{k} = {v}");
+        }
     }
 }

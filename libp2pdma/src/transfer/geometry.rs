@@ -18,15 +18,14 @@
 
 use std::{
     fmt,
-    io::Write,
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
-use super::StorageFile;
+pub use super::cache::{parse_cache_dir, DeviceKey};
+use super::{cache, StorageFile};
 use crate::{
-    topology::{DevNum, DiskFacts},
+    topology::DiskFacts,
     uring::{Buf, Context, Session},
     Error, Result,
 };
@@ -125,43 +124,6 @@ pub fn candidates(f: &DiskFacts) -> Vec<Geometry> {
     v
 }
 
-/// What a disk is recognised by: its device number, model and serial.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct DeviceKey {
-    dev: DevNum,
-    model: String,
-    serial: String,
-}
-
-impl DeviceKey {
-    /// The key of a disk with these facts; `None` without a device number.
-    pub fn of(f: &DiskFacts) -> Option<Self> {
-        let clean = |s: &Option<String>| {
-            let s: String = s
-                .as_deref()
-                .unwrap_or("")
-                .chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .collect();
-            match s.trim() {
-                "" => "-".to_string(),
-                t => t.to_string(),
-            }
-        };
-        Some(Self {
-            dev: f.dev?,
-            model: clean(&f.model),
-            serial: clean(&f.serial),
-        })
-    }
-}
-
-impl fmt::Display for DeviceKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({}, serial {})", self.dev, self.model, self.serial)
-    }
-}
-
 /// A geometry learned for a device, and the storage throughput it reached.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Learned {
@@ -181,9 +143,6 @@ pub struct Cache {
 
 /// Name of the cache file in its directory.
 const CACHE_FILE: &str = "geometry";
-
-/// A distinct name for each temporary file this process writes.
-static TMP_SEQ: AtomicU32 = AtomicU32::new(0);
 
 impl Cache {
     /// The cache in directory `dir`.
@@ -212,8 +171,6 @@ impl Cache {
     /// file is written under a temporary name and renamed over the old one,
     /// so readers see the old file or the new one, never half of one.
     pub fn store(&self, key: &DeviceKey, learned: &Learned) -> std::io::Result<()> {
-        let dir = self.file.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
         let old = std::fs::read_to_string(&self.file).unwrap_or_default();
         let mut text = String::from(
             "# p2pdma: chunk size and depth learned per storage device (delete to relearn)\n",
@@ -225,18 +182,7 @@ impl Cache {
             }
         }
         text.push_str(&format_line(key, learned));
-        let tmp = dir.join(format!(
-            ".{CACHE_FILE}.{}-{}.tmp",
-            std::process::id(),
-            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = std::fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, &self.file));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
+        cache::replace_file(&self.file, &text)
     }
 }
 
@@ -268,32 +214,12 @@ fn parse_line(line: &str) -> Option<(DeviceKey, Learned)> {
     if !ok {
         return None;
     }
-    let key = DeviceKey {
-        dev: DevNum::parse(dev)?,
-        model: model.to_string(),
-        serial: serial.to_string(),
-    };
+    let key = DeviceKey::from_parts(dev, model, serial)?;
     let learned = Learned {
         geometry: Geometry { chunk, depth },
         bytes_per_s: rate,
     };
     Some((key, learned))
-}
-
-/// A `cache_dir` setting: `off` or `none` for no cache; `default` for
-/// `$XDG_CACHE_HOME/p2pdma`, else `$HOME/.cache/p2pdma` (none when neither
-/// is set); else a directory.
-pub fn parse_cache_dir(v: &str) -> Option<PathBuf> {
-    match v.trim() {
-        "off" | "none" | "" => None,
-        "default" => {
-            let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
-            var("XDG_CACHE_HOME")
-                .map(|d| PathBuf::from(d).join("p2pdma"))
-                .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache/p2pdma")))
-        }
-        dir => Some(PathBuf::from(dir)),
-    }
 }
 
 /// Storage throughput of reads of `file` in `ctx`'s geometry: `len` bytes
@@ -412,7 +338,7 @@ pub fn pick(samples: &[Sample]) -> Option<Learned> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::fake::TempDir;
+    use crate::topology::{fake::TempDir, DevNum};
 
     fn facts(max_kb: Option<u64>, queue: Option<u32>) -> DiskFacts {
         DiskFacts {
@@ -534,12 +460,5 @@ mod tests {
         let blocked = Cache::in_dir(cache.path().join("not-a-dir"));
         assert!(blocked.store(&a, &la).is_err());
         assert_eq!(blocked.lookup(&a), None);
-    }
-
-    #[test]
-    fn cache_dir_settings() {
-        assert_eq!(parse_cache_dir("off"), None);
-        assert_eq!(parse_cache_dir(" none "), None);
-        assert_eq!(parse_cache_dir("/x/y"), Some(PathBuf::from("/x/y")));
     }
 }

@@ -28,7 +28,9 @@
 
 mod asyncio;
 mod bounce;
+mod cache;
 mod config;
+pub mod constants;
 mod copypool;
 mod direct;
 pub(crate) mod extents;
@@ -56,8 +58,8 @@ use std::{
 };
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
-pub use asyncio::{Request, Ticket};
-pub use config::{Config, P2pSubmit, PathPref};
+pub use asyncio::{Request, StridedRequest, Ticket};
+pub use config::{Config, P2pSubmit, PathPref, StridedConstants};
 pub use geometry::Geometry;
 pub use route::{End, Hop, HopKind, Route, RouteOptions, RouteReport, Via};
 pub use stats::{PathStats, Stats};
@@ -532,6 +534,8 @@ pub struct Engine {
     copy: copypool::CopyPool,
     /// What AUTO knows of each storage device's geometry.
     devices: Mutex<HashMap<geometry::DeviceKey, Known>>,
+    /// What the strided cost model knows of each device, memory and path.
+    constants: Mutex<HashMap<constants::Key, constants::KnownConstants>>,
     /// Copy threads the last automatically sized bounce read ended with:
     /// the next one starts there.
     copy_threads_auto: AtomicUsize,
@@ -607,6 +611,7 @@ impl Engine {
             workers: asyncio::Workers::new(),
             copy: copypool::CopyPool::default(),
             devices: Mutex::new(HashMap::new()),
+            constants: Mutex::new(HashMap::new()),
             copy_threads_auto: AtomicUsize::new(1),
             copy_threads_most: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())

@@ -45,6 +45,15 @@ enum Cmd {
         #[command(flatten)]
         x: RouteArgs,
     },
+    /// Strided reads of storage into module memory with the engine, in
+    /// several modes side by side (each into its own region of one
+    /// allocation), or a strided write from it: each checked in the guest
+    /// (runs against a buffered read, everything else still poisoned), and
+    /// every run reported for the host to check against the image.
+    EngineStrided {
+        #[command(flatten)]
+        x: StridedArgs,
+    },
     /// Like `p2pmem-read`, but into memory allocated with the module's
     /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
     ModuleRead {
@@ -161,6 +170,51 @@ struct RouteArgs {
     /// Text the route's reason must contain.
     #[arg(long)]
     expect_reason: Vec<String>,
+    #[arg(long)]
+    hold: bool,
+}
+
+#[derive(clap::Args)]
+struct StridedArgs {
+    /// The storage: a block device (the host checks against its image).
+    #[arg(long, default_value = "/dev/nvme0n1")]
+    nvme: String,
+    /// auto, p2p, nvme-cmd, bounce.
+    #[arg(long, default_value = "auto")]
+    path: String,
+    /// The first run's offset.
+    #[arg(long)]
+    base: u64,
+    /// Bytes per run.
+    #[arg(long)]
+    run: u64,
+    /// A dimension, STRIDExCOUNT, innermost first (up to three).
+    #[arg(long = "dim")]
+    dims: Vec<String>,
+    /// The modes, each MODE or MODE:LAYOUT (sc, tat, rc, auto; packed, the
+    /// default, or strided), one after another.
+    #[arg(long, value_delimiter = ',', default_value = "sc,tat,rc:strided,auto")]
+    modes: Vec<String>,
+    /// The path SC and RC must report (TaT goes through the bounce slots
+    /// on every pair).
+    #[arg(long)]
+    expect_path: String,
+    /// Reads may have been redone on the bounce path (unaligned runs on a
+    /// forced path).
+    #[arg(long)]
+    allow_retry: bool,
+    /// Write instead of reading (the first mode only): the memory filled
+    /// with the rig image's bytes from this offset, the runs written, and
+    /// the runs and the gaps around them reported for the host.
+    #[arg(long)]
+    write_pattern: Option<u64>,
+    /// Let the engine learn (measure the strided constants at first use)
+    /// with its cache in this directory.
+    #[arg(long)]
+    learn: Option<String>,
+    /// Text every report's reason must contain.
+    #[arg(long)]
+    expect_reason: Option<String>,
     #[arg(long)]
     hold: bool,
 }
@@ -816,11 +870,296 @@ fn module_read(nvme: &str, offset: u64, len: usize, hold: bool) -> Result<(), St
     Ok(())
 }
 
+/* Strided transfers (engine-strided). */
+
+/// The shape of `x`.
+fn strided_shape(x: &StridedArgs) -> Result<p2pdma::transfer::Shape, String> {
+    let dims = x
+        .dims
+        .iter()
+        .map(|d| {
+            let (s, c) = d
+                .split_once('x')
+                .ok_or_else(|| format!("--dim {d}: not STRIDExCOUNT"))?;
+            Ok((
+                s.parse::<u64>().map_err(|e| format!("--dim {d}: {e}"))?,
+                c.parse::<u64>().map_err(|e| format!("--dim {d}: {e}"))?,
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    p2pdma::transfer::Shape::new(x.base, x.run, &dims).map_err(|e| e.to_string())
+}
+
+/// A `MODE[:LAYOUT]` argument.
+fn strided_mode(
+    m: &str,
+) -> Result<(p2pdma::transfer::StridedMode, p2pdma::transfer::Layout), String> {
+    use p2pdma::transfer::{Layout, StridedMode};
+    let (mode, layout) = m.split_once(':').unwrap_or((m, "packed"));
+    let mode = match mode {
+        "auto" => StridedMode::Auto,
+        "rc" => StridedMode::Rc,
+        "sc" => StridedMode::Sc,
+        "tat" => StridedMode::Tat,
+        other => return Err(format!("unknown mode {other}")),
+    };
+    let layout = match layout {
+        "packed" => Layout::Packed,
+        "strided" => Layout::Strided,
+        other => return Err(format!("unknown layout {other}")),
+    };
+    Ok((mode, layout))
+}
+
+/// Ranges `(file offset, memory offset, length)` covering the runs of
+/// `shape` laid out as `layout` from `mem_offset` (the bounding range for
+/// RC), neighbouring runs merged where both sides are contiguous.
+fn strided_ranges(
+    shape: &p2pdma::transfer::Shape,
+    layout: p2pdma::transfer::Layout,
+    rc: bool,
+    mem_offset: u64,
+) -> Vec<(u64, u64, u64)> {
+    let (b0, b1) = shape.bounds();
+    if rc {
+        return vec![(b0, mem_offset, b1 - b0)];
+    }
+    let mut v: Vec<(u64, u64, u64)> = Vec::new();
+    for r in shape.iter() {
+        let m = mem_offset
+            + match layout {
+                p2pdma::transfer::Layout::Packed => r.packed_offset,
+                p2pdma::transfer::Layout::Strided => r.file_offset - b0,
+            };
+        match v.last_mut() {
+            Some((f, mo, n)) if *f + *n == r.file_offset && *mo + *n == m => *n += shape.run_len(),
+            _ => v.push((r.file_offset, m, shape.run_len())),
+        }
+    }
+    v
+}
+
+/// The ranges `(offset, length)` between the runs of `shape`, and `margin`
+/// bytes either side of its bounding range (from 0 at the least).
+fn strided_gaps(shape: &p2pdma::transfer::Shape, margin: u64) -> Vec<(u64, u64)> {
+    let (b0, b1) = shape.bounds();
+    let mut gaps = Vec::new();
+    let mut at = b0.saturating_sub(margin);
+    for (f, _, n) in strided_ranges(shape, p2pdma::transfer::Layout::Packed, false, 0)
+        .into_iter()
+        .chain(std::iter::once((b1 + margin, 0, 0)))
+    {
+        if f > at {
+            gaps.push((at, f - at));
+        }
+        at = f + n;
+    }
+    gaps
+}
+
+/// Whether a report's paths are what the pair and the mode allow.
+fn strided_paths_ok(x: &StridedArgs, r: &p2pdma::transfer::StridedReport) -> Result<(), String> {
+    use p2pdma::transfer::StridedMode;
+    let paths: Vec<&str> = r.paths.iter().map(|p| p.as_str()).collect();
+    let ok = match r.mode {
+        StridedMode::Tat => paths == ["bounce"] && !r.retried,
+        _ if x.allow_retry => paths.iter().all(|p| *p == x.expect_path || *p == "bounce"),
+        _ => paths == [x.expect_path.as_str()] && !r.retried,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} took the paths {paths:?} (retried: {}); expected {}{}",
+            r.mode,
+            r.retried,
+            x.expect_path,
+            if x.allow_retry { " or bounce" } else { "" }
+        ))
+    }
+}
+
+fn engine_strided(x: &StridedArgs) -> Result<(), String> {
+    use p2pdma::{
+        backend::{DeviceMemory, ModuleMemory},
+        transfer::{Config, Engine, Layout, StorageFile, StridedMode},
+    };
+    use std::sync::Arc;
+
+    let shape = strided_shape(x)?;
+    let modes = x
+        .modes
+        .iter()
+        .map(|m| strided_mode(m))
+        .collect::<Result<Vec<_>, String>>()?;
+    if x.write_pattern.is_some() && modes.len() != 1 {
+        return Err("a strided write takes one mode".into());
+    }
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let accel = module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("no accelerator bound to p2pdma")?;
+    // One region per mode, page-aligned, each as large as its layout.
+    let room = |l: Layout| match l {
+        Layout::Packed => shape.bytes(),
+        Layout::Strided => shape.bounding_len(),
+    };
+    let mut regions = Vec::new();
+    let mut size = 0u64;
+    for &(_, layout) in &modes {
+        regions.push(size);
+        size += room(layout).div_ceil(4096) * 4096;
+    }
+    let mem =
+        ModuleMemory::alloc(module.clone(), accel.index, size, 0).map_err(|e| e.to_string())?;
+    let mut cfg = Config::default();
+    cfg.set("path", &x.path).map_err(|e| e.to_string())?;
+    if let Some(dir) = &x.learn {
+        cfg.set("cache_dir", dir).map_err(|e| e.to_string())?;
+    }
+    let engine = Engine::new(cfg, Some(module.clone()));
+    let (b0, b1) = shape.bounds();
+    let reason_ok = |r: &p2pdma::transfer::StridedReport| match &x.expect_reason {
+        Some(want) if !r.reason.contains(want.as_str()) => Err(format!(
+            "the reason does not contain {want:?}: {}",
+            r.reason
+        )),
+        _ => Ok(()),
+    };
+    let mut results = Vec::new();
+    if let Some(p) = x.write_pattern {
+        let (mode, layout) = modes[0];
+        let file = StorageFile::open_rw(&x.nvme).map_err(|e| e.to_string())?;
+        let len = room(layout) as usize;
+        let mut buf = vec![0u8; len + (p % 8) as usize];
+        p2pdma_tests::fill_image(p - p % 8, &mut buf);
+        mem.write_at(0, &buf[(p % 8) as usize..])
+            .map_err(|e| e.to_string())?;
+        let r = engine
+            .write_strided(&file, &shape, &mem, 0, layout, mode)
+            .map_err(|e| format!("strided write ({mode}): {e}"))?;
+        println!(
+            "Wrote {} runs ({} bytes) of {} from accelerator memory, {:?} layout, mode {} on the {:?} path(s): {}",
+            shape.runs(),
+            r.bytes,
+            x.nvme,
+            layout,
+            r.mode,
+            r.paths,
+            r.reason
+        );
+        strided_paths_ok(x, &r)?;
+        reason_ok(&r)?;
+        if r.mode != StridedMode::Sc || r.calls != shape.runs() {
+            return Err(format!("the write went as {} in {} calls", r.mode, r.calls));
+        }
+        // The runs hold the pattern from where the memory puts them; the
+        // gaps between them, and 4 KiB either side, the image's own bytes.
+        for (f, m, n) in strided_ranges(&shape, layout, false, 0) {
+            println!(
+                "@@RESULT nvme-write nvme_offset={f} pattern_offset={} len={n}",
+                p + m
+            );
+        }
+        for (at, n) in strided_gaps(&shape, 4096) {
+            println!("@@RESULT nvme-write nvme_offset={at} pattern_offset={at} len={n}");
+        }
+        if x.hold {
+            hold_forever();
+        }
+        return Ok(());
+    }
+    const POISON: u8 = 0xC3;
+    mem.write_at(0, &vec![POISON; size as usize])
+        .map_err(|e| e.to_string())?;
+    let file = StorageFile::open(&x.nvme).map_err(|e| e.to_string())?;
+    let plain = fs::File::open(&x.nvme).map_err(|e| format!("{}: {e}", x.nvme))?;
+    let mut device = vec![0u8; (b1 - b0) as usize];
+    let mut done = 0;
+    while done < device.len() {
+        let n = pread(&plain, &mut device[done..], b0 + done as u64)
+            .map_err(|e| format!("buffered pread {}: {e}", x.nvme))?;
+        if n == 0 {
+            return Err(format!("{} ends inside the shape", x.nvme));
+        }
+        done += n;
+    }
+    for (&(mode, layout), &region) in modes.iter().zip(&regions) {
+        let r = engine
+            .read_strided(&file, &shape, &mem, region as usize, layout, mode)
+            .map_err(|e| format!("strided read ({mode}, {layout:?}): {e}"))?;
+        println!(
+            "Read {} runs ({} bytes) of {} into accelerator memory at offset {region}, {:?} layout, asked {mode}, moved by {} on the {:?} path(s), {} storage bytes in {} calls: {}",
+            shape.runs(),
+            r.bytes,
+            x.nvme,
+            layout,
+            r.mode,
+            r.paths,
+            r.storage_bytes,
+            r.calls,
+            r.reason
+        );
+        if (mode != StridedMode::Auto && r.mode != mode) || r.bytes != shape.bytes() {
+            return Err(format!(
+                "asked {mode}, the read went as {} ({} bytes)",
+                r.mode, r.bytes
+            ));
+        }
+        strided_paths_ok(x, &r)?;
+        reason_ok(&r)?;
+        // In the guest: the runs (and RC's gaps) equal a buffered read of
+        // the device, every other byte of the region is still poison.
+        let len = room(layout) as usize;
+        let mut got = vec![0u8; len];
+        mem.read_at(region as usize, &mut got)
+            .map_err(|e| e.to_string())?;
+        let mut want = vec![POISON; len];
+        for (f, m, n) in strided_ranges(&shape, layout, r.mode == StridedMode::Rc, 0) {
+            let (f, m, n) = ((f - b0) as usize, m as usize, n as usize);
+            want[m..m + n].copy_from_slice(&device[f..f + n]);
+        }
+        if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
+            return Err(format!(
+                "{} ({layout:?}): memory byte {i} of the region is {:#04x}, want {:#04x}",
+                r.mode, got[i], want[i]
+            ));
+        }
+        results.push((r.mode, layout, region));
+    }
+    println!(
+        "Every run matches a buffered read of {} and every other byte is untouched.",
+        x.nvme
+    );
+    drop(file);
+    drop(engine);
+    let target = mem.dma_target().ok_or("module memory without a mapping")?;
+    let pci = accel.pci.to_string();
+    let bar0 = phys_of(target.ptr as u64)? - bar_start(&pci, accel.bar)?;
+    for (mode, layout, region) in results {
+        for (f, m, n) in strided_ranges(&shape, layout, mode == StridedMode::Rc, region) {
+            println!(
+                "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={f} bar_offset={} len={n}",
+                accel.bar,
+                bar0 + m
+            );
+        }
+    }
+    if x.hold {
+        hold_forever();
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::EngineRead { x } => engine_run(&x, None),
         Cmd::Route { x } => route_run(&x),
         Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
+        Cmd::EngineStrided { x } => engine_strided(&x),
         Cmd::ModuleRead {
             nvme,
             offset,
@@ -841,5 +1180,45 @@ fn main() -> ExitCode {
             eprintln!("p2pdma-vmtest: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use p2pdma::transfer::{Layout, Shape};
+
+    use super::*;
+
+    #[test]
+    fn strided_ranges_cover_the_runs_and_merge_contiguous_ones() {
+        // Rows of 3 touching runs of 10, rows 100 apart, from 1000.
+        let s = Shape::new(1000, 10, &[(10, 3), (100, 2)]).unwrap();
+        assert_eq!(
+            strided_ranges(&s, Layout::Packed, false, 7),
+            [(1000, 7, 30), (1100, 37, 30)]
+        );
+        assert_eq!(
+            strided_ranges(&s, Layout::Strided, false, 7),
+            [(1000, 7, 30), (1100, 107, 30)]
+        );
+        assert_eq!(
+            strided_ranges(&s, Layout::Strided, true, 7),
+            [(1000, 7, 130)]
+        );
+        assert_eq!(strided_gaps(&s, 5), [(995, 5), (1030, 70), (1130, 5)]);
+        // Apart: one range each; the margin stops at 0.
+        let s = Shape::new(0, 4, &[(8, 3)]).unwrap();
+        assert_eq!(
+            strided_ranges(&s, Layout::Packed, false, 0),
+            [(0, 0, 4), (8, 4, 4), (16, 8, 4)]
+        );
+        assert_eq!(strided_gaps(&s, 2), [(4, 4), (12, 4), (20, 2)]);
+    }
+
+    #[test]
+    fn strided_arguments_parse() {
+        assert!(strided_mode("rc:strided").is_ok());
+        assert!(strided_mode("sc:diagonal").is_err());
+        assert!(strided_mode("fast").is_err());
     }
 }

@@ -13,6 +13,12 @@
 //! DST that is a block or character device is written in place, since a
 //! rename would replace the device node itself. A process killed mid-copy
 //! leaves its temporary behind, under that recognisable name.
+//!
+//! With `--shape`, only the runs of a strided shape of the source are
+//! copied, in one strided read (`--layout`, `--mode`): into memory, or
+//! through it into a file that receives the memory's layout (the runs back
+//! to back, or the bounding range with the runs in place and zeros between
+//! them, the source's bytes there for RC).
 
 use std::{
     fs::{File, OpenOptions, Permissions},
@@ -26,7 +32,7 @@ use std::{
 use indicatif::{ProgressBar, ProgressStyle};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
-    transfer::{Config, Engine, StorageFile},
+    transfer::{Config, Engine, Layout, Shape, StorageFile, StridedMode, StridedReport},
     Module,
 };
 use serde_json::json;
@@ -62,6 +68,19 @@ pub struct CopyArgs {
     /// After copying into memory, compare it with a plain read of the source.
     #[arg(long)]
     pub verify: bool,
+    /// Copy only the runs of a strided shape of the source:
+    /// `base=OFFSET,run=BYTES,dims=STRIDExCOUNT[,STRIDExCOUNT...]` (up to 3
+    /// dimensions, innermost first; e.g. `base=4096,run=512,dims=8Kx64,1Mx4`).
+    #[arg(long, conflicts_with_all = ["offset", "len", "piece"])]
+    pub shape: Option<String>,
+    /// With `--shape`: where the runs go in memory, `packed` (back to back,
+    /// the default) or `strided` (the memory mirrors the bounding range).
+    #[arg(long, requires = "shape")]
+    pub layout: Option<String>,
+    /// With `--shape`: `auto` (the default: the cost model's choice), `rc`,
+    /// `sc` or `tat`.
+    #[arg(long, requires = "shape")]
+    pub mode: Option<String>,
 }
 
 /// Memory to copy into, and the module it came from (if any).
@@ -224,6 +243,9 @@ fn bar(len: u64) -> ProgressBar {
 
 /// Runs the copy.
 pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
+    if let Some(spec) = &a.shape {
+        return run_shape(a, spec, json_out);
+    }
     let src = StorageFile::open(&a.from).map_err(|e| e.to_string())?;
     let len = a.len.unwrap_or(src.size().saturating_sub(a.offset));
     if a.offset.checked_add(len).is_none_or(|end| end > src.size()) {
@@ -342,6 +364,175 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
             "copied {len} bytes in {:.3} s ({gib_s:.3} GiB/s) through {}: read path {rp}, write path {wp}, {retried} retried, {threads} copy thread(s)",
             took.as_secs_f64(),
             mem.kind()
+        );
+    }
+    Ok(())
+}
+
+/// Where run `r` of `shape` lies in memory under `layout`.
+fn place(shape: &Shape, layout: Layout, r: &p2pdma::transfer::strided::Run) -> usize {
+    match layout {
+        Layout::Packed => r.packed_offset as usize,
+        Layout::Strided => (r.file_offset - shape.base()) as usize,
+    }
+}
+
+/// Compares the runs of `shape` in `got` (the memory's layout, from its
+/// first byte) with a plain read of the source, run by run (for RC, the
+/// whole bounding range, which it fills).
+fn verify_runs(
+    from: &Path,
+    shape: &Shape,
+    layout: Layout,
+    report: &StridedReport,
+    got: &dyn Fn(usize, &mut [u8]) -> Res<()>,
+) -> Res<()> {
+    let plain = File::open(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    let run = shape.run_len() as usize;
+    let (mut want, mut have) = (vec![0u8; run], vec![0u8; run]);
+    for r in shape.iter() {
+        plain
+            .read_exact_at(&mut want, r.file_offset)
+            .map_err(|e| format!("{}: {e}", from.display()))?;
+        got(place(shape, layout, &r), &mut have)?;
+        if want != have {
+            return Err(format!(
+                "verify: the run at offset {} of the source differs from its copy",
+                r.file_offset
+            ));
+        }
+    }
+    if report.mode == StridedMode::Rc {
+        let len = shape.bounding_len() as usize;
+        let (mut want, mut have) = (vec![0u8; len], vec![0u8; len]);
+        plain
+            .read_exact_at(&mut want, shape.base())
+            .map_err(|e| format!("{}: {e}", from.display()))?;
+        got(0, &mut have)?;
+        if want != have {
+            return Err("verify: RC's bounding range differs from the source".into());
+        }
+    }
+    Ok(())
+}
+
+/// `copy --shape`: the runs of the shape in one strided read into memory,
+/// then, for a file destination, the memory's layout written to it.
+fn run_shape(a: &CopyArgs, spec: &str, json_out: bool) -> Res<()> {
+    let shape = crate::shape::parse_shape(spec)?;
+    let layout = match &a.layout {
+        Some(l) => crate::shape::parse_layout(l)?,
+        None => Layout::Packed,
+    };
+    let mode = match &a.mode {
+        Some(m) => crate::shape::parse_mode(m)?,
+        None => StridedMode::Auto,
+    };
+    let src = StorageFile::open(&a.from).map_err(|e| e.to_string())?;
+    let (_, end) = shape.bounds();
+    if end > src.size() {
+        return Err(format!(
+            "the shape's last run ends at byte {end}, past the end of {} ({} bytes)",
+            a.from.display(),
+            src.size()
+        ));
+    }
+    let room = match layout {
+        Layout::Packed => shape.bytes(),
+        Layout::Strided => shape.bounding_len(),
+    };
+    let room_len =
+        usize::try_from(room).map_err(|_| format!("{room} bytes do not fit in memory"))?;
+    let to_file = !(a.to == "host" || a.to.starts_with("accel"));
+    let (mem, module) = memory(if to_file { &a.through } else { &a.to }, room)?;
+    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
+    if let Some(p) = &a.path {
+        cfg.set("path", p).map_err(|e| e.to_string())?;
+    }
+    let engine = Engine::new(cfg, module);
+    let read = engine
+        .handle(&src, mem.as_ref())
+        .map_err(|e| e.to_string())?;
+    eprintln!("read: {} path ({})", read.path(), read.reason());
+    drop(read);
+    prefault(mem.as_ref())?;
+    if to_file && layout == Layout::Strided {
+        // The file receives the whole bounding range: its gaps are zeros
+        // unless RC fills them, whatever the memory held before.
+        let zeros = vec![0u8; room_len.min(1 << 20)];
+        for at in (0..room_len).step_by(zeros.len()) {
+            let n = zeros.len().min(room_len - at);
+            mem.write_at(at, &zeros[..n]).map_err(|e| e.to_string())?;
+        }
+    }
+    let staged = if to_file {
+        Some(Staged::create(Path::new(&a.to))?)
+    } else {
+        None
+    };
+    let dst = match &staged {
+        Some(s) => Some(StorageFile::open_rw(&s.path).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let start = Instant::now();
+    let r = engine
+        .read_strided(&src, &shape, mem.as_ref(), 0, layout, mode)
+        .map_err(|e| e.to_string())?;
+    eprintln!("strided: {} ({})", r.mode, r.reason);
+    let mut wpath = None;
+    if let Some(d) = &dst {
+        let w = engine
+            .write(d, 0, mem.as_ref(), 0, room_len)
+            .map_err(|e| e.to_string())?;
+        wpath = Some(w.path);
+    }
+    if let Some(s) = staged {
+        s.commit()?;
+    }
+    let took = start.elapsed().max(Duration::from_nanos(1));
+    if a.verify {
+        verify_runs(&a.from, &shape, layout, &r, &|at, buf| {
+            mem.read_at(at, buf).map_err(|e| e.to_string())
+        })?;
+        if to_file {
+            let out = File::open(&a.to).map_err(|e| format!("{}: {e}", a.to))?;
+            verify_runs(&a.from, &shape, layout, &r, &|at, buf| {
+                out.read_exact_at(buf, at as u64)
+                    .map_err(|e| format!("{}: {e}", a.to))
+            })?;
+        }
+        eprintln!(
+            "verify: {} runs ({} bytes) match the source",
+            shape.runs(),
+            shape.bytes()
+        );
+    }
+    let gib_s = shape.bytes() as f64 / took.as_secs_f64() / (1u64 << 30) as f64;
+    let paths: Vec<String> = r.paths.iter().map(|p| p.to_string()).collect();
+    let wp = wpath.map_or("-".into(), |p| p.to_string());
+    if json_out {
+        println!(
+            "{}",
+            json!({"shape": crate::shape::format_shape(&shape), "runs": shape.runs(),
+                   "bytes": shape.bytes(), "layout_bytes": room, "rho": shape.rho(),
+                   "seconds": took.as_secs_f64(), "gib_s": gib_s, "mode": r.mode.to_string(),
+                   "reason": r.reason, "storage_bytes": r.storage_bytes, "calls": r.calls,
+                   "read_paths": paths, "write_path": wp, "retried": r.retried,
+                   "memory": mem.kind().to_string()})
+        );
+    } else {
+        println!(
+            "copied {} runs, {} bytes ({} in memory, rho {:.3}) in {:.3} s ({gib_s:.3} GiB/s) through {}: mode {}, {} storage bytes in {} calls, read path {}, write path {wp}",
+            shape.runs(),
+            shape.bytes(),
+            room,
+            shape.rho(),
+            took.as_secs_f64(),
+            mem.kind(),
+            r.mode,
+            r.storage_bytes,
+            r.calls,
+            if paths.is_empty() { "-".into() } else { paths.join("+") },
         );
     }
     Ok(())

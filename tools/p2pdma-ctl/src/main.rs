@@ -3,12 +3,14 @@
 #![deny(unsafe_code)]
 
 mod bench;
+mod calibrate;
 mod child;
 mod copy;
 mod doctor;
 mod proc;
 mod route;
 mod sanity;
+mod shape;
 mod util;
 
 use std::{
@@ -165,6 +167,10 @@ enum Cmd {
     /// Copy a file or namespace into accelerator memory, or one file to
     /// another through it, with progress, throughput and the path used.
     Copy(copy::CopyArgs),
+    /// Measure the strided cost model's constants (per-call cost, storage,
+    /// copy and packing rates) for a storage target and a memory, and store
+    /// them for AUTO (`--show` to see them, `--forget` to drop them).
+    Calibrate(calibrate::CalibrateArgs),
     /// Helper processes of the sanity suite.
     #[command(name = "__child", hide = true)]
     Child {
@@ -362,6 +368,10 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
         copy::run(args, cli.json)?;
         return Ok(ExitCode::SUCCESS);
     }
+    if let Cmd::Calibrate(args) = &cli.cmd {
+        calibrate::run(args, cli.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let module = Module::open_path(&cli.node)?;
     let json = cli.json;
     match &cli.cmd {
@@ -539,7 +549,12 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             unmap_and_report(&module, json, &m)?;
         }
         // These were run before the module was opened.
-        Cmd::Sanity(_) | Cmd::Child { .. } | Cmd::Bench(_) | Cmd::Doctor(_) | Cmd::Copy(_) => {}
+        Cmd::Sanity(_)
+        | Cmd::Child { .. }
+        | Cmd::Bench(_)
+        | Cmd::Doctor(_)
+        | Cmd::Copy(_)
+        | Cmd::Calibrate(_) => {}
     }
     Ok(ExitCode::SUCCESS)
 }

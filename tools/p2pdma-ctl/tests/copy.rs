@@ -224,3 +224,116 @@ fn a_copy_refused_up_front_touches_nothing() {
     assert!(log.contains("is a directory"), "{log}");
     assert_eq!(names(&dir), ["dst", "src"]);
 }
+
+/// The first bytes of a shape's runs (`base`, then `(stride, count)`
+/// dimensions innermost first), by nested loops, in file order.
+fn runs(base: usize, dims: &[(usize, usize)]) -> Vec<usize> {
+    let mut offs = vec![base];
+    for &(stride, count) in dims {
+        offs = (0..count)
+            .flat_map(|k| offs.iter().map(move |o| o + k * stride))
+            .collect();
+    }
+    offs
+}
+
+#[test]
+fn a_shape_copies_its_runs_in_every_mode_and_layout() {
+    let dir = scratch("shape");
+    let src = dir.join("src");
+    let data = pattern(4 << 20, 11);
+    fs::write(&src, &data).unwrap();
+    let (base, run, dims) = (4097, 600, [(1000, 7), (300_000, 3)]);
+    let spec = "base=4097,run=600,dims=1000x7,300000x3";
+    let offs = runs(base, &dims);
+    let (b0, b1) = (offs[0], offs[offs.len() - 1] + run);
+    let packed: Vec<u8> = offs
+        .iter()
+        .flat_map(|&o| data[o..o + run].to_vec())
+        .collect();
+    for (layout, mode) in [
+        ("packed", "auto"),
+        ("packed", "sc"),
+        ("packed", "tat"),
+        ("strided", "auto"),
+        ("strided", "sc"),
+        ("strided", "tat"),
+        ("strided", "rc"),
+    ] {
+        let dst = dir.join(format!("dst-{layout}-{mode}"));
+        let out = copy(
+            "",
+            &src,
+            &dst,
+            &[
+                "--shape", spec, "--layout", layout, "--mode", mode, "--verify",
+            ],
+        )
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "{layout} {mode}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("verify: 21 runs (12600 bytes) match"),
+            "{}",
+            text(&out)
+        );
+        let got = fs::read(&dst).unwrap();
+        let chosen = String::from_utf8_lossy(&out.stdout)
+            .split("mode ")
+            .nth(1)
+            .and_then(|t| t.split(',').next())
+            .unwrap_or("")
+            .to_string();
+        if layout == "packed" {
+            assert!(
+                got == packed,
+                "{layout} {mode}: DST is not the runs back to back"
+            );
+        } else {
+            // The bounding range: the runs in place, the source's bytes
+            // between them for RC, zeros otherwise.
+            let mut want = if chosen == "rc" {
+                data[b0..b1].to_vec()
+            } else {
+                vec![0u8; b1 - b0]
+            };
+            for &o in &offs {
+                want[o - b0..o - b0 + run].copy_from_slice(&data[o..o + run]);
+            }
+            assert!(
+                got == want,
+                "{layout} {mode} (chose {chosen}): DST is not the bounding range"
+            );
+        }
+    }
+    // Bad shapes and combinations: an error, never a panic, and no DST.
+    for args in [
+        &["--shape", "run=0"][..],
+        &["--shape", "base=1,dims=8x2"],
+        &["--shape", "run=4,dims=8x2,8x2,8x2,8x2"],
+        &["--shape", "run=4,dims=2x2"],
+        &["--shape", "run=4,dims=1Mx100"],
+        &["--shape", "run=4,colour=red"],
+        &["--shape", "run=4", "--mode", "fast"],
+        &["--shape", "run=4", "--layout", "diagonal"],
+        &["--shape", "run=4", "--mode", "rc"],
+    ] {
+        let dst = dir.join("never");
+        let out = copy("", &src, &dst, args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with("p2pdma-ctl: ") || stderr.contains("\np2pdma-ctl: "),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!dst.exists(), "{args:?} left {}", dst.display());
+    }
+    assert!(
+        names(&dir).iter().all(|n| !n.contains(".tmp")),
+        "{:?}",
+        names(&dir)
+    );
+    let _ = fs::remove_dir_all(&dir);
+}

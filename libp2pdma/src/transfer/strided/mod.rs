@@ -16,6 +16,10 @@
 //! [`StridedMode::Auto`] chooses with [`plan`], a pure function of the
 //! shape's numbers and the machine's, and says why.
 
+mod host;
+
+pub use host::{plan_copy, CopyFacts, STAGE};
+
 use std::{
     fmt,
     sync::{
@@ -298,41 +302,105 @@ pub struct PlanFacts {
     /// Whether the pair's path moves storage bytes into the memory without
     /// the CPU (P2P): then RC and SC copy nothing on the host.
     pub direct: bool,
-    /// Seconds one engine call costs beyond its bytes (a round trip to the
-    /// storage, the engine's setup).
+    /// Whether SC's reads can take the direct path: each run's memory
+    /// offset lies at the same place within a block as its file offset.
+    /// Reads where they do not are redone through host memory, as on the
+    /// bounce path.
+    pub sc_aligned: bool,
+    /// The same for RC's one read.
+    pub rc_aligned: bool,
+    /// Seconds a thread spends on one small engine read while SC's threads
+    /// read at once (a round trip to the storage, the engine's setup).
     pub call_s: f64,
+    /// Seconds a thread spends on one 1 MiB engine read while SC's threads
+    /// read at once.
+    pub call_mib_s: f64,
     /// Storage bytes per second.
     pub storage_bps: f64,
-    /// Host copy (packing, and copying into device memory) bytes per second.
+    /// Bytes per second copied from host memory into device memory.
     pub copy_bps: f64,
+    /// Bytes per second gathered from runs into a packed host buffer.
+    pub pack_bps: f64,
+    /// Seconds one copy into device memory costs beyond its bytes.
+    pub copy_call_s: f64,
 }
 
-/// Default per-call cost: a small read's round trip, between NVMe hardware
-/// (tens of microseconds) and the development VM (about 215 µs).
-pub const DEFAULT_CALL_S: f64 = 100e-6;
-/// Default storage throughput, when the device was not calibrated.
-pub const DEFAULT_STORAGE_BPS: f64 = 2.0 * (1u64 << 30) as f64;
-/// Default host copy throughput, when the engine has not copied enough to
-/// measure it.
-pub const DEFAULT_COPY_BPS: f64 = 4.0 * (1u64 << 30) as f64;
+pub use super::constants::{
+    DEFAULT_CALL_MIB_S, DEFAULT_CALL_S, DEFAULT_COPY_BPS, DEFAULT_COPY_CALL_S, DEFAULT_PACK_BPS,
+    DEFAULT_STORAGE_BPS,
+};
 
 /// Threads SC issues its reads from (and TaT its groups' reads), each a
 /// share of the runs in file order, one engine read after another (as many
 /// as the engine's asynchronous workers).
 pub const SC_THREADS: usize = 4;
 
+const MIB_F: f64 = (1u64 << 20) as f64;
+
+/// The aggregate storage rate of reads of up to 1 MiB issued on SC's
+/// threads at once, from the cost of a 1 MiB read to a thread beyond a
+/// small one's (k1 - k): such reads stream less well than one large read.
+fn call_rate(f: &PlanFacts) -> f64 {
+    call_rate_of(f.call_s, f.call_mib_s, f.storage_bps)
+}
+
+fn call_rate_of(call_s: f64, call_mib_s: f64, storage_bps: f64) -> f64 {
+    (SC_THREADS as f64 * MIB_F / (call_mib_s - call_s).max(1e-9)).min(storage_bps.max(1.0))
+}
+
+/// Seconds a thread spends on one engine read of `len` bytes while
+/// `active` threads read at once: the small read's cost, its first MiB at
+/// its share of [`call_rate`], the rest at its share of the storage rate.
+fn call_time(f: &PlanFacts, len: f64, active: u64) -> f64 {
+    let a = active.max(1) as f64;
+    f.call_s + a * (len.min(MIB_F) / call_rate(f) + (len - MIB_F).max(0.0) / f.storage_bps.max(1.0))
+}
+
+/// The widest gap TaT reads rather than splitting its read there, with
+/// the constants `k`: reading it costs less than another read's call and
+/// slower first MiB.
+pub fn max_gap(k: &super::constants::Constants) -> u64 {
+    let s = k.storage_bps.max(1.0);
+    let r = call_rate_of(k.call_s, k.call_mib_s, k.storage_bps);
+    (s * (k.call_s + MIB_F * (1.0 / r - 1.0 / s))) as u64
+}
+
 /// The estimated seconds of each mode (`None` for RC when it does not fit).
 fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
-    let (s, c) = (f.storage_bps.max(1.0), f.copy_bps.max(1.0));
+    let (c, p) = (f.copy_bps.max(1.0), f.pack_bps.max(1.0));
     let (v, i) = (f.bounding as f64, f.interest as f64);
+    let threads = SC_THREADS as u64;
     // The bounce pipeline takes about its slower stage; P2P has no copy.
-    let rc = f
-        .rc_fits
-        .then(|| f.call_s + if f.direct { v / s } else { (v / s).max(v / c) });
-    let calls = f.runs.div_ceil(SC_THREADS as u64) as f64;
-    let sc = calls * f.call_s + f.sc_storage as f64 / s + if f.direct { 0.0 } else { i / c };
-    let tat = f.tat_calls.div_ceil(SC_THREADS as u64) as f64 * f.call_s
-        + (f.tat_storage as f64 / s).max(i / c);
+    let rc = f.rc_fits.then(|| {
+        let t = call_time(f, v, 1);
+        if f.direct && f.rc_aligned {
+            t
+        } else {
+            t.max(v / c)
+        }
+    });
+    // Off P2P each read's bytes are copied once they land; runs the direct
+    // path cannot place are tried there first, then redone through host
+    // memory.
+    let n = f.runs.max(1);
+    let per_thread = n.div_ceil(threads) as f64;
+    let sc = per_thread * call_time(f, f.sc_storage as f64 / n as f64, n.min(threads))
+        + match (f.direct, f.sc_aligned) {
+            (true, true) => 0.0,
+            (true, false) => per_thread * f.call_s + i / c,
+            (false, _) => i / c,
+        };
+    // TaT's host work: packing and one copy per chunk (packed layout), or
+    // one copy per run (strided layout, where RC fits).
+    let host = if f.rc_fits {
+        i / c + f.runs as f64 * f.copy_call_s
+    } else {
+        i / p + i / c
+    };
+    let g = f.tat_calls.max(1);
+    let tat = (g.div_ceil(threads) as f64
+        * call_time(f, f.tat_storage as f64 / g as f64, g.min(threads)))
+    .max(f.call_s + host);
     (rc, sc, tat)
 }
 
@@ -345,8 +413,10 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
 ///   (+ interest / copy off P2P): its calls run on that many threads, each
 ///   one call after another;
 /// - TaT = groups / [`SC_THREADS`] x call + the slower of TaT's storage
-///   bytes / storage and interest / copy (a gap wider than a call's worth
-///   of storage bytes splits the runs into groups, read as SC's runs are).
+///   bytes / storage and its host work: interest / pack + interest / copy
+///   (packed layout), or interest / copy + runs x copy call (strided
+///   layout, one copy per run) (a gap wider than a call's worth of storage
+///   bytes splits the runs into groups, read as SC's runs are).
 ///
 /// Ties go to the mode that moves fewer bytes through the CPU: on a P2P
 /// pair RC, then SC, then TaT; through the bounce pipeline TaT (only the
@@ -382,7 +452,13 @@ pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
         f.bounding,
         us(sc),
         us(tat),
-        if f.direct { "P2P" } else { "bounce" },
+        match (f.direct, f.sc_aligned, f.rc_aligned || !f.rc_fits) {
+            (false, _, _) => "bounce",
+            (true, true, true) => "P2P",
+            (true, false, true) => "P2P; SC's runs off their blocks' alignment in memory, through host memory",
+            (true, true, false) => "P2P; RC's range off its blocks' alignment in memory, through host memory",
+            (true, false, false) => "P2P; SC's runs and RC's range off their blocks' alignment in memory, through host memory",
+        },
     );
     (best, reason)
 }
@@ -465,43 +541,61 @@ impl Engine {
         })?;
         let handle = self.handle(file, mem)?;
         let direct = handle.path() != TransferPath::Bounce;
-        let (storage_bps, copy_bps) = self.strided_rates(file);
+        let within = |m: usize, f: u64| m as u64 % bs == f % bs;
+        // AUTO and TaT need the constants (TaT for where to split its
+        // reads); SC and RC as asked for need none.
+        let resolved = matches!(mode, StridedMode::Auto | StridedMode::Tat)
+            .then(|| self.strided_constants(Some(file), mem, handle.path()));
+        let k = resolved.map(|r| r.constants).unwrap_or_default();
         // A gap that takes longer to read than a call costs splits TaT's
         // read.
         let groups = match mode {
-            StridedMode::Auto | StridedMode::Tat => {
-                tat_groups(shape, (DEFAULT_CALL_S * storage_bps) as u64)
-            }
+            StridedMode::Auto | StridedMode::Tat => tat_groups(shape, max_gap(&k)),
             _ => Vec::new(),
         };
         let tat_storage = groups
             .iter()
             .map(|g| aligned_span(g.start, g.end - g.start, bs))
             .sum();
+        let constants_said = resolved.map_or(String::new(), |r| format!("; {}", r.describe()));
         let (mode, reason) = match mode {
-            StridedMode::Auto => plan(&PlanFacts {
-                bounding: shape.bounding_len(),
-                interest: shape.bytes(),
-                runs: shape.runs(),
-                sc_storage: shape
-                    .iter()
-                    .map(|r| aligned_span(r.file_offset, shape.run, bs))
-                    .sum(),
-                tat_storage,
-                tat_calls: groups.len() as u64,
-                rc_fits: layout == Layout::Strided,
-                direct,
-                call_s: DEFAULT_CALL_S,
-                storage_bps,
-                copy_bps,
-            }),
+            StridedMode::Auto => {
+                let (m, why) = plan(&PlanFacts {
+                    bounding: shape.bounding_len(),
+                    interest: shape.bytes(),
+                    runs: shape.runs(),
+                    sc_storage: shape
+                        .iter()
+                        .map(|r| aligned_span(r.file_offset, shape.run, bs))
+                        .sum(),
+                    tat_storage,
+                    tat_calls: groups.len() as u64,
+                    rc_fits: layout == Layout::Strided,
+                    direct,
+                    sc_aligned: shape.iter().all(|r| {
+                        let m = match layout {
+                            Layout::Packed => r.packed_offset,
+                            Layout::Strided => r.file_offset - b0,
+                        };
+                        within(mem_offset + m as usize, r.file_offset)
+                    }),
+                    rc_aligned: within(mem_offset, b0),
+                    call_s: k.call_s,
+                    call_mib_s: k.call_mib_s,
+                    storage_bps: k.storage_bps,
+                    copy_bps: k.copy_bps,
+                    pack_bps: k.pack_bps,
+                    copy_call_s: k.copy_call_s,
+                });
+                (m, why + &constants_said)
+            }
             StridedMode::Rc if layout == Layout::Packed => {
                 return Err(Error::InvalidArgument(format!(
                     "strided read: RC reads the whole {bounding}-byte bounding range into place, which needs Layout::Strided; the packed layout holds only the {} bytes of interest",
                     shape.bytes()
                 )))
             }
-            m => (m, format!("{m} asked for")),
+            m => (m, format!("{m} asked for{constants_said}")),
         };
         let dest = |r: &Run| {
             mem_offset
@@ -633,24 +727,6 @@ impl Engine {
             retried,
         })
     }
-
-    /// Storage and host copy rates for [`plan`], bytes per second: the
-    /// storage rate calibration learned (else the default), the host copy
-    /// rate the bounce path measured over at least 64 MiB (else the
-    /// default).
-    fn strided_rates(&self, file: &StorageFile) -> (f64, f64) {
-        let storage_bps = self
-            .device_geometry(file)
-            .1
-            .map_or(DEFAULT_STORAGE_BPS, |l| l.bytes_per_s);
-        let b = self.stats.bounce.snapshot();
-        let copy_bps = if b.bytes >= 64 << 20 && !b.copy.is_zero() {
-            b.bytes as f64 / b.copy.as_secs_f64()
-        } else {
-            DEFAULT_COPY_BPS
-        };
-        (storage_bps, copy_bps)
-    }
 }
 
 /// A range of the file TaT reads in one engine read: runs with no gap
@@ -706,7 +782,7 @@ fn selective(
 /// after another. The first error stops every thread before its next job
 /// and is returned once all have stopped; otherwise a report of each path
 /// (and retry) seen.
-fn shared(
+pub(super) fn shared(
     n: u64,
     job: &(dyn Fn(u64) -> Result<super::Report> + Sync),
 ) -> Result<Vec<super::Report>> {
@@ -946,6 +1022,34 @@ mod tests {
     }
 
     #[test]
+    fn tat_splits_where_a_gap_costs_more_than_a_call() {
+        use super::super::constants::Constants;
+        // With the defaults a 1 MiB read streams at the storage's rate: a
+        // gap is worth a small call's time, k x s.
+        let d = Constants::default();
+        let ks = (d.call_s * d.storage_bps) as u64;
+        assert!(max_gap(&d).abs_diff(ks) < 16, "{} vs {ks}", max_gap(&d));
+        // Where 1 MiB reads on four threads stream at about half the rate
+        // of one large read (the development host), reading a gap of up
+        // to about 1.3 MB costs less than another read.
+        let host = Constants {
+            call_s: 150e-6,
+            call_mib_s: 4.5e-3,
+            storage_bps: 1.74 * (1u64 << 30) as f64,
+            ..d
+        };
+        let g = max_gap(&host);
+        assert!((1_200_000..1_400_000).contains(&g), "{g}");
+        // A 1 MiB call slower than its streaming share never makes gaps
+        // cheaper than k x s.
+        let fast = Constants {
+            call_mib_s: 1e-6,
+            ..host
+        };
+        assert_eq!(max_gap(&fast), (fast.call_s * fast.storage_bps) as u64);
+    }
+
+    #[test]
     fn plan_table() {
         const MIB: u64 = 1 << 20;
         let base = PlanFacts {
@@ -957,9 +1061,14 @@ mod tests {
             tat_calls: 1,
             rc_fits: true,
             direct: false,
+            sc_aligned: true,
+            rc_aligned: true,
             call_s: DEFAULT_CALL_S,
+            call_mib_s: DEFAULT_CALL_MIB_S,
             storage_bps: DEFAULT_STORAGE_BPS,
             copy_bps: DEFAULT_COPY_BPS,
+            pack_bps: DEFAULT_PACK_BPS,
+            copy_call_s: DEFAULT_COPY_CALL_S,
         };
         let cases: &[(&str, PlanFacts, StridedMode)] = &[
             (
@@ -1021,7 +1130,20 @@ mod tests {
                 StridedMode::Sc,
             ),
             (
-                "many small runs close together: one bulk read",
+                "many small runs close together, packed: one bulk read, packed on the host",
+                PlanFacts {
+                    bounding: 8 * MIB,
+                    interest: 4 * MIB,
+                    runs: 65536,
+                    sc_storage: 65536 * 4096,
+                    tat_storage: 8 * MIB,
+                    rc_fits: false,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "many small runs close together, strided layout: TaT's copy per run costs more than RC's gaps",
                 PlanFacts {
                     bounding: 8 * MIB,
                     interest: 4 * MIB,
@@ -1030,7 +1152,62 @@ mod tests {
                     tat_storage: 8 * MIB,
                     ..base
                 },
+                StridedMode::Rc,
+            ),
+            (
+                "bounce, packed, 4096 runs of 8 KiB: one read packed on the host",
+                PlanFacts {
+                    runs: 4096,
+                    sc_storage: 32 * MIB,
+                    rc_fits: false,
+                    ..base
+                },
                 StridedMode::Tat,
+            ),
+            (
+                "the same with packing 16 times slower than storage: SC needs no packing",
+                PlanFacts {
+                    runs: 4096,
+                    sc_storage: 32 * MIB,
+                    rc_fits: false,
+                    pack_bps: DEFAULT_STORAGE_BPS / 16.0,
+                    ..base
+                },
+                StridedMode::Sc,
+            ),
+            (
+                "48 runs of 1 MiB, 1 MiB reads streaming at half the rate of a large one: one read beats 12 a thread",
+                PlanFacts {
+                    bounding: 64 * MIB,
+                    interest: 48 * MIB,
+                    runs: 48,
+                    sc_storage: 48 * MIB,
+                    tat_storage: 64 * MIB,
+                    tat_calls: 1,
+                    rc_fits: false,
+                    call_s: 150e-6,
+                    call_mib_s: 4.5e-3,
+                    storage_bps: 1.74 * (1u64 << 30) as f64,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "the same on P2P with room: RC, no copy",
+                PlanFacts {
+                    bounding: 64 * MIB,
+                    interest: 48 * MIB,
+                    runs: 48,
+                    sc_storage: 48 * MIB,
+                    tat_storage: 64 * MIB,
+                    tat_calls: 1,
+                    direct: true,
+                    call_s: 150e-6,
+                    call_mib_s: 4.5e-3,
+                    storage_bps: 1.74 * (1u64 << 30) as f64,
+                    ..base
+                },
+                StridedMode::Rc,
             ),
             (
                 "bounce, 4 runs just under the split apart: SC reads 16 KiB, TaT 616 KiB",
@@ -1045,6 +1222,22 @@ mod tests {
                     ..base
                 },
                 StridedMode::Sc,
+            ),
+            (
+                "the same with the runs off block alignment in memory: SC's reads go through host memory, TaT overlaps the copies",
+                PlanFacts {
+                    bounding: 1024 * MIB,
+                    interest: 4 * 4096,
+                    runs: 4,
+                    sc_storage: 4 * 4096,
+                    tat_storage: 4 * 4096,
+                    tat_calls: 4,
+                    direct: true,
+                    rc_fits: false,
+                    sc_aligned: false,
+                    ..base
+                },
+                StridedMode::Tat,
             ),
             (
                 "clusters of runs far apart: TaT's 8 grouped reads (2 a thread) beat SC's 64 (16 a thread)",
