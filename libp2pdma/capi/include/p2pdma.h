@@ -25,6 +25,11 @@
 #define P2PDMA_MAX_DIMS 3
 
 /**
+ * The most hops a route report describes one by one.
+ */
+#define P2PDMA_ROUTE_MAX_HOPS 8
+
+/**
  * The library's own return codes, beside negative errnos.
  */
 typedef enum p2pdma_error_code {
@@ -116,6 +121,27 @@ typedef enum p2pdma_direction {
      */
     P2PDMA_DIR_WRITE = 1,
 } p2pdma_direction;
+
+/**
+ * What a place of a route is (`p2pdma_place.kind`).
+ */
+typedef enum p2pdma_place_kind {
+    /**
+     * A file or block device (`file`), from byte `offset` on. Only as the
+     * source or the destination.
+     */
+    P2PDMA_PLACE_STORAGE = 1,
+    /**
+     * Memory (`mem`): an accelerator's, or the host-memory device. As an
+     * end, from byte `offset` on; as a staging place, the `len` bytes
+     * from `offset`.
+     */
+    P2PDMA_PLACE_MEMORY = 2,
+    /**
+     * Pinned host memory the library stages through (staging only).
+     */
+    P2PDMA_PLACE_HOST = 3,
+} p2pdma_place_kind;
 
 /**
  * The transfer engine: configuration, pooled io_uring rings and bounce
@@ -294,6 +320,63 @@ typedef struct p2pdma_path_stats {
      */
     uint64_t total_ns;
 } p2pdma_path_stats;
+
+/**
+ * A place on a route.
+ */
+typedef struct p2pdma_place {
+    /**
+     * A `P2PDMA_PLACE_*` value.
+     */
+    int kind;
+    /**
+     * The file, for `P2PDMA_PLACE_STORAGE`; else NULL.
+     */
+    const struct p2pdma_file *file;
+    /**
+     * The memory, for `P2PDMA_PLACE_MEMORY`; else NULL.
+     */
+    const struct p2pdma_mem *mem;
+    /**
+     * Where the route's bytes (or the staging region) start.
+     */
+    uint64_t offset;
+    /**
+     * The staging region's length, for memory between the ends.
+     */
+    uint64_t len;
+} p2pdma_place;
+
+/**
+ * What a copy along a route did.
+ */
+typedef struct p2pdma_route_report {
+    /**
+     * Bytes moved (the length asked for).
+     */
+    uint64_t bytes;
+    /**
+     * Hops of the route.
+     */
+    uint32_t hops;
+    /**
+     * Chunks the copy was cut into.
+     */
+    uint32_t chunks;
+    /**
+     * Bytes per chunk.
+     */
+    uint64_t chunk;
+    /**
+     * The whole copy's time, in nanoseconds.
+     */
+    uint64_t elapsed_ns;
+    /**
+     * Each hop's time moving chunks, in nanoseconds (the first
+     * `P2PDMA_ROUTE_MAX_HOPS` hops).
+     */
+    uint64_t hop_busy_ns[P2PDMA_ROUTE_MAX_HOPS];
+} p2pdma_route_report;
 
 #ifdef __cplusplus
 extern "C" {
@@ -784,6 +867,42 @@ void p2pdma_ticket_free(struct p2pdma_ticket *ticket);
  * point to a writable `struct p2pdma_path_stats`.
  */
 int p2pdma_stats(const struct p2pdma_engine *engine, int path, struct p2pdma_path_stats *out);
+
+/**
+ * Copies `len` bytes from `src` to `dst` along a route: through the
+ * `nvia` staging places `via`, in order, or, when `nvia` is 0, along the
+ * route the library plans (storage straight into an accelerator by P2P
+ * where the kernel allows it, through host memory otherwise; one
+ * accelerator to another through host memory). Each hop is a stage of one
+ * pipeline: the copy is cut into chunks of `chunk` bytes (0: chosen by the
+ * library) and every hop works on a different chunk at once. When `report`
+ * is not NULL it receives what the copy did; when `reason_buf` is not
+ * NULL, up to `reason_len` bytes of the hops and why (NUL-terminated).
+ *
+ * Returns 0 once every byte is in place, or a negative errno, with
+ * `*report` zeroed: -EINVAL for NULL handles, unknown place kinds, storage
+ * as a staging place or host memory as an end, two accelerators' memories
+ * or two storage places side by side, staging too small for a chunk, or
+ * ends too small for `len`; `P2PDMA_ERR_EOF` when the source ends early;
+ * -EIO and others from storage.
+ *
+ * # Safety
+ *
+ * `engine` must be NULL or a live handle; `src` and `dst` NULL or valid
+ * places; `via` NULL or `nvia` valid places; the handles inside them NULL
+ * or live; `report` NULL or writable; `reason_buf` NULL or valid for
+ * writing `reason_len` bytes.
+ */
+int p2pdma_copy_route(const struct p2pdma_engine *engine,
+                      const struct p2pdma_place *src,
+                      const struct p2pdma_place *via,
+                      size_t nvia,
+                      const struct p2pdma_place *dst,
+                      uint64_t len,
+                      uint64_t chunk,
+                      struct p2pdma_route_report *report,
+                      char *reason_buf,
+                      size_t reason_len);
 
 #ifdef __cplusplus
 }  // extern "C"

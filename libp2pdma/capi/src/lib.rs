@@ -26,6 +26,9 @@
 
 mod error;
 mod raw;
+mod route;
+
+pub use route::{p2pdma_copy_route, p2pdma_place, p2pdma_place_kind, p2pdma_route_report};
 
 use std::{
     ffi::{c_char, c_int, c_void, OsStr},

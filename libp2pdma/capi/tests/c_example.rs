@@ -294,3 +294,24 @@ fn c_strided_transfers_move_the_runs() {
         "a byte outside the runs changed"
     );
 }
+
+#[test]
+fn c_routes_move_every_byte() {
+    let dir = scratch("route");
+    let bin = dir.join("route");
+    compile(&["tests/c/route.c"], &bin);
+    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    std::fs::write(&src, pattern(4 << 20, 11)).unwrap();
+    std::fs::write(&dst, pattern(4 << 20, 12)).unwrap();
+
+    let out = Command::new(&bin).arg(&src).arg(&dst).output().unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "route failed:\n{log}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("FAIL"), "{log}");
+    assert!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 25,
+        "too few checks ran:\n{log}"
+    );
+    assert!(stdout.contains("route: 0 failed"), "{log}");
+}
