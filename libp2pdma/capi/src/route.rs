@@ -138,10 +138,6 @@ unsafe fn place<'a>(p: &p2pdma_place, end: bool) -> Result<Result<End<'a>, Via<'
 /// or live; `report` NULL or writable; `reason_buf` NULL or valid for
 /// writing `reason_len` bytes.
 #[no_mangle]
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the C signature carries the route and its outputs"
-)]
 pub unsafe extern "C" fn p2pdma_copy_route(
     engine: *const p2pdma_engine,
     src: *const p2pdma_place,
