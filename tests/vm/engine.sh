@@ -87,6 +87,10 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 		--expect-hops copy,copy --expect-reason "through host memory: no P2P between" --hold
 	check route-a1-nvme p2pdma-vmtest route --nvme "$NVME" --kind a1-nvme --offset $((44 * M + 512)) --len $((M - 1024)) --mem-offset 7 \
 		--pattern-offset $((17 * M + 3)) --expect-hops copy,write-p2p
+	# The same from the command line: the namespace into the second
+	# accelerator through staging in the first, then host memory, compared
+	# in the guest with a plain read of the namespace.
+	check route-copy-cli p2pdma-ctl copy "$NVME" accel:1 --via accel:0,host --offset $((3 * M + 5)) --len $((5 * M)) --verify
 
 	mount_rigfs
 	# A copy from the bad namespace into a file fails and leaves neither the

@@ -298,7 +298,10 @@ impl Engine {
         Ok(Route {
             places,
             hops,
-            reason: format!("route given by the caller; {}", why.join("; ")),
+            reason: match why.is_empty() {
+                true => "route given by the caller".into(),
+                false => format!("route given by the caller; {}", why.join("; ")),
+            },
         })
     }
 
@@ -395,6 +398,12 @@ impl Engine {
                     Place::End(End::Storage { .. }) => unreachable!("storage handled above"),
                 };
                 if is_host(&mem.kind()) {
+                    why.push(format!(
+                        "{} {} {}: direct I/O, host memory needs no P2P",
+                        file.path().display(),
+                        if read { "into" } else { "from" },
+                        mem.kind()
+                    ));
                     push(places, hops, kind(TransferPath::P2p), b);
                     return Ok(());
                 }

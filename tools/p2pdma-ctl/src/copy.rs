@@ -32,7 +32,10 @@ use std::{
 use indicatif::{ProgressBar, ProgressStyle};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
-    transfer::{Config, Engine, Layout, Shape, StorageFile, StridedMode, StridedReport},
+    transfer::{
+        Config, End, Engine, Layout, RouteOptions, Shape, StorageFile, StridedMode, StridedReport,
+        Via,
+    },
     Module,
 };
 use serde_json::json;
@@ -81,6 +84,13 @@ pub struct CopyArgs {
     /// `sc` or `tat`.
     #[arg(long, requires = "shape")]
     pub mode: Option<String>,
+    /// Copy into memory along a route through these staging places, in
+    /// order, comma-separated: `host` (pinned host memory) or `accel:N`
+    /// (staging allocated in accelerator N's memory). Every hop is a stage
+    /// of one pipeline; `auto` alone takes the route the library plans.
+    /// E.g. `copy /dev/nvme0n1 accel:1 --via accel:0,host`.
+    #[arg(long, conflicts_with_all = ["shape", "piece"])]
+    pub via: Option<String>,
 }
 
 /// Memory to copy into, and the module it came from (if any).
@@ -246,6 +256,9 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
     if let Some(spec) = &a.shape {
         return run_shape(a, spec, json_out);
     }
+    if let Some(via) = &a.via {
+        return run_route(a, via, json_out);
+    }
     let src = StorageFile::open(&a.from).map_err(|e| e.to_string())?;
     let len = a.len.unwrap_or(src.size().saturating_sub(a.offset));
     if a.offset.checked_add(len).is_none_or(|end| end > src.size()) {
@@ -330,23 +343,7 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
     }
     let took = start.elapsed().max(Duration::from_nanos(1));
     if a.verify && !to_file {
-        let plain = std::fs::File::open(&a.from).map_err(|e| e.to_string())?;
-        let (mut want, mut got) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
-        for off in (0..len).step_by(1 << 20) {
-            let n = (len - off).min(1 << 20) as usize;
-            plain
-                .read_exact_at(&mut want[..n], a.offset + off)
-                .map_err(|e| e.to_string())?;
-            mem.read_at(off as usize, &mut got[..n])
-                .map_err(|e| e.to_string())?;
-            if want[..n] != got[..n] {
-                return Err(format!(
-                    "verify: memory differs from the source at offset {}",
-                    a.offset + off
-                ));
-            }
-        }
-        eprintln!("verify: {len} bytes match the source");
+        verify(a, mem.as_ref(), len)?;
     }
     let gib_s = len as f64 / took.as_secs_f64() / (1u64 << 30) as f64;
     let rp = rpath.map_or("-".into(), |p| p.to_string());
@@ -364,6 +361,146 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
             "copied {len} bytes in {:.3} s ({gib_s:.3} GiB/s) through {}: read path {rp}, write path {wp}, {retried} retried, {threads} copy thread(s)",
             took.as_secs_f64(),
             mem.kind()
+        );
+    }
+    Ok(())
+}
+
+/// Compares `len` bytes of `mem` with a plain read of the source.
+fn verify(a: &CopyArgs, mem: &dyn DeviceMemory, len: u64) -> Res<()> {
+    let plain = std::fs::File::open(&a.from).map_err(|e| e.to_string())?;
+    let (mut want, mut got) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    for off in (0..len).step_by(1 << 20) {
+        let n = (len - off).min(1 << 20) as usize;
+        plain
+            .read_exact_at(&mut want[..n], a.offset + off)
+            .map_err(|e| e.to_string())?;
+        mem.read_at(off as usize, &mut got[..n])
+            .map_err(|e| e.to_string())?;
+        if want[..n] != got[..n] {
+            return Err(format!(
+                "verify: memory differs from the source at offset {}",
+                a.offset + off
+            ));
+        }
+    }
+    eprintln!("verify: {len} bytes match the source");
+    Ok(())
+}
+
+/// `copy --via`: the source into memory along a route.
+fn run_route(a: &CopyArgs, via: &str, json_out: bool) -> Res<()> {
+    if !(a.to == "host" || a.to.starts_with("accel")) {
+        return Err(format!(
+            "--via: the destination must be memory (accel[:N] or host), not {}",
+            a.to
+        ));
+    }
+    let src = StorageFile::open(&a.from).map_err(|e| e.to_string())?;
+    let len = a.len.unwrap_or(src.size().saturating_sub(a.offset));
+    if len == 0 || a.offset.checked_add(len).is_none_or(|end| end > src.size()) {
+        return Err(format!(
+            "{}+{} is not inside {} ({} bytes)",
+            a.offset,
+            len,
+            a.from.display(),
+            src.size()
+        ));
+    }
+    let size = usize::try_from(len).map_err(|_| "--len too large".to_string())?;
+    let (mem, mut module) = memory(&a.to, len)?;
+    // Staging for three chunks of the route's default size.
+    let chunk = (size / 16).clamp(256 << 10, 8 << 20).next_multiple_of(4096);
+    let staging_len = 3 * (chunk + 4096) + 4096;
+    let mut staging: Vec<Box<dyn DeviceMemory>> = Vec::new();
+    let mut host = Vec::new();
+    let planned = via == "auto";
+    if !planned {
+        for (i, place) in via.split(',').enumerate() {
+            match place.trim() {
+                "host" => host.push(i),
+                p if p.starts_with("accel") => {
+                    let (m, md) = memory(p, staging_len as u64)?;
+                    module = module.or(md);
+                    staging.push(m);
+                }
+                p => return Err(format!("--via: bad place '{p}' (host or accel:N)")),
+            }
+        }
+    }
+    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
+    if let Some(p) = &a.path {
+        cfg.set("path", p).map_err(|e| e.to_string())?;
+    }
+    let engine = Engine::new(cfg, module);
+    let mut vias = Vec::new();
+    let mut next = staging.iter();
+    for i in 0..host.len() + staging.len() {
+        vias.push(match host.contains(&i) {
+            true => Via::Host,
+            false => {
+                let m = next.next().ok_or("--via: staging missing")?;
+                Via::Memory {
+                    mem: m.as_ref(),
+                    offset: 0,
+                    len: m.len(),
+                }
+            }
+        });
+    }
+    let (s, d) = (
+        End::Storage {
+            file: &src,
+            offset: a.offset,
+        },
+        End::Memory {
+            mem: mem.as_ref(),
+            offset: 0,
+        },
+    );
+    let route = match planned {
+        true => engine.route(s, d),
+        false => engine.route_through(s, &vias, d),
+    }
+    .map_err(|e| format!("planning the route: {e}"))?;
+    for h in route.hops() {
+        eprintln!("hop: {h}");
+    }
+    eprintln!("why: {}", route.reason());
+    prefault(mem.as_ref())?;
+    let opts = RouteOptions {
+        chunk: Some(chunk),
+        ..RouteOptions::default()
+    };
+    let rep = engine
+        .copy(&route, size, &opts)
+        .map_err(|e| e.to_string())?;
+    if a.verify {
+        verify(a, mem.as_ref(), len)?;
+    }
+    let took = rep.elapsed.max(Duration::from_nanos(1));
+    let gib_s = len as f64 / took.as_secs_f64() / (1u64 << 30) as f64;
+    let busy: Vec<f64> = rep.busy.iter().map(|d| d.as_secs_f64()).collect();
+    if json_out {
+        println!(
+            "{}",
+            json!({"bytes": len, "seconds": took.as_secs_f64(), "gib_s": gib_s,
+                   "hops": rep.hops.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+                   "reason": route.reason(), "chunk": rep.chunk, "chunks": rep.chunks,
+                   "hop_busy_seconds": busy, "memory": mem.kind().to_string()})
+        );
+    } else {
+        println!(
+            "copied {len} bytes in {:.3} s ({gib_s:.3} GiB/s) along {} hops into {}, {} chunks of {} KiB; hop busy times {}",
+            took.as_secs_f64(),
+            rep.hops.len(),
+            mem.kind(),
+            rep.chunks,
+            rep.chunk >> 10,
+            busy.iter()
+                .map(|b| format!("{:.1} ms", b * 1e3))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     Ok(())
