@@ -195,10 +195,12 @@ impl Xfer<'_> {
         let chunks = pipeline::chunks((a1 - a0) as usize, chunk as usize, 0);
         let landed: Vec<AtomicUsize> = chunks.iter().map(|_| AtomicUsize::new(0)).collect();
         let slots = s.slots();
-        let mut storage = ReadFlow {
+        let mut storage = IoFlow {
             x: self,
             s,
-            a0,
+            base: a0,
+            chunks: &chunks,
+            dir: Direction::Read,
             landed: &landed,
         };
         let copy = Land {
@@ -315,11 +317,13 @@ impl Xfer<'_> {
         let chunks = pipeline::chunks((m1 - m0) as usize, s.chunk(), 0);
         let slots = s.slots();
         let copy = Fill { x: self, slots, m0 };
-        let mut storage = WriteFlow {
+        let mut storage = IoFlow {
             x: self,
             s,
-            m0,
+            base: m0,
             chunks: &chunks,
+            dir: Direction::Write,
+            landed: &[],
         };
         let stages = vec![
             Driver::Lanes(Lanes {
@@ -333,29 +337,41 @@ impl Xfer<'_> {
     }
 }
 
-/// A read's storage stage: reads of whole chunks into slots, `depth` in
-/// flight.
-struct ReadFlow<'x, 's, 'a> {
+/// The storage stage of a read or a write: I/Os of whole chunks between the
+/// storage and the session's slots, `depth` in flight.
+struct IoFlow<'x, 's, 'a> {
     x: &'x Xfer<'x>,
     s: &'x mut Session<'s>,
-    a0: u64,
-    /// Bytes each chunk's read returned, for the copy stage.
+    /// Where chunk offsets start in the storage.
+    base: u64,
+    chunks: &'a [Chunk],
+    dir: Direction,
+    /// For reads: the bytes each chunk's read returned, for the copy stage
+    /// (a short read is the copy stage's to judge: only the transfer's
+    /// part of the chunk must be there).
     landed: &'a [AtomicUsize],
 }
 
-impl Flow for ReadFlow<'_, '_, '_> {
+impl Flow for IoFlow<'_, '_, '_> {
     fn room(&self) -> usize {
         self.s.depth()
     }
 
-    fn start(&mut self, c: &Chunk, _: Option<usize>, to: Option<usize>) -> Result<()> {
-        let slot = to.ok_or_else(|| Error::InvalidArgument("a read without a slot".into()))?;
-        self.s.read(
-            Buf::Slot(slot),
-            self.a0 + c.offset as u64,
-            c.len,
+    fn start(&mut self, c: &Chunk, from: Option<usize>, to: Option<usize>) -> Result<()> {
+        let at = self.base + c.offset as u64;
+        let (slot, tag) = (
+            if self.dir == Direction::Read {
+                to
+            } else {
+                from
+            },
             c.index as u64,
-        )?;
+        );
+        let slot = slot.ok_or_else(|| Error::InvalidArgument("an I/O without a slot".into()))?;
+        match self.dir {
+            Direction::Read => self.s.read(Buf::Slot(slot), at, c.len, tag)?,
+            Direction::Write => self.s.write(Buf::Slot(slot), at, c.len, tag)?,
+        }
         self.x.stats.record_ios(1);
         Ok(())
     }
@@ -366,13 +382,28 @@ impl Flow for ReadFlow<'_, '_, '_> {
         self.x.stats.record_storage(t.elapsed());
         let mut done = Vec::with_capacity(comps.len());
         for c in comps {
-            let i = c.tag as usize;
-            let c0 = self.a0 + i as u64 * self.s.chunk() as u64;
+            let ch = &self.chunks[c.tag as usize];
+            let at = self.base + ch.offset as u64;
+            let what = if self.dir == Direction::Read {
+                "read"
+            } else {
+                "write"
+            };
             let n = c
                 .res
-                .map_err(|e| self.x.file.io_error("read", c0, self.s.chunk() as u64, e))?;
-            self.landed[i].store(n, Ordering::Release);
-            done.push(i);
+                .map_err(|e| self.x.file.io_error(what, at, ch.len as u64, e))?;
+            match self.dir {
+                Direction::Read => self.landed[ch.index].store(n, Ordering::Release),
+                Direction::Write if n < ch.len => {
+                    return Err(Error::Short {
+                        what: "write to storage",
+                        expected: ch.len as u64,
+                        done: n as u64,
+                    })
+                }
+                Direction::Write => {}
+            }
+            done.push(ch.index);
         }
         Ok(done)
     }
@@ -450,54 +481,5 @@ impl Stage for Fill<'_> {
             .read_at(self.x.mem_at(self.m0 + c.offset as u64), b)?;
         self.x.stats.record_copy(t.elapsed());
         Ok(())
-    }
-}
-
-/// A write's storage stage: writes of filled slots, `depth` in flight.
-struct WriteFlow<'x, 's, 'c> {
-    x: &'x Xfer<'x>,
-    s: &'x mut Session<'s>,
-    m0: u64,
-    chunks: &'c [Chunk],
-}
-
-impl Flow for WriteFlow<'_, '_, '_> {
-    fn room(&self) -> usize {
-        self.s.depth()
-    }
-
-    fn start(&mut self, c: &Chunk, from: Option<usize>, _: Option<usize>) -> Result<()> {
-        let slot = from.ok_or_else(|| Error::InvalidArgument("a write without a slot".into()))?;
-        self.s.write(
-            Buf::Slot(slot),
-            self.m0 + c.offset as u64,
-            c.len,
-            c.index as u64,
-        )?;
-        self.x.stats.record_ios(1);
-        Ok(())
-    }
-
-    fn finish(&mut self) -> Result<Vec<usize>> {
-        let t = Instant::now();
-        let comps = self.s.wait(1)?;
-        self.x.stats.record_storage(t.elapsed());
-        let mut done = Vec::with_capacity(comps.len());
-        for c in comps {
-            let ch = &self.chunks[c.tag as usize];
-            let c0 = self.m0 + ch.offset as u64;
-            let n = c
-                .res
-                .map_err(|e| self.x.file.io_error("write", c0, ch.len as u64, e))?;
-            if n < ch.len {
-                return Err(Error::Short {
-                    what: "write to storage",
-                    expected: ch.len as u64,
-                    done: n as u64,
-                });
-            }
-            done.push(ch.index);
-        }
-        Ok(done)
     }
 }

@@ -249,21 +249,9 @@ impl Engine {
     /// another's through host memory, storage to storage through host
     /// memory. The reason says why.
     pub fn route<'a>(&self, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
-        let mut places = vec![Place::End(src)];
-        let mut hops = Vec::new();
-        let mut why = Vec::new();
-        self.join(
-            Place::End(src),
-            Place::End(dst),
-            &mut places,
-            &mut hops,
-            &mut why,
-        )?;
-        Ok(Route {
-            places,
-            hops,
-            reason: why.join("; "),
-        })
+        let mut p = Planner::new(self, src);
+        p.join(Place::End(src), Place::End(dst))?;
+        Ok(p.done(None))
     }
 
     /// A route from `src` to `dst` through the places `via`, in order. A
@@ -287,49 +275,13 @@ impl Engine {
                 }
             }
         }
-        let mut places = vec![Place::End(src)];
-        let mut hops = Vec::new();
-        let mut why = Vec::new();
+        let mut p = Planner::new(self, src);
         let mut at = Place::End(src);
         for next in via.iter().map(|&v| Place::Via(v)).chain([Place::End(dst)]) {
-            self.hop(at, next, &mut places, &mut hops, &mut why)?;
+            p.hop(at, next)?;
             at = next;
         }
-        Ok(Route {
-            places,
-            hops,
-            reason: match why.is_empty() {
-                true => "route given by the caller".into(),
-                false => format!("route given by the caller; {}", why.join("; ")),
-            },
-        })
-    }
-
-    /// Appends the hops from `a` to `b` chosen automatically.
-    fn join<'a>(
-        &self,
-        a: Place<'a>,
-        b: Place<'a>,
-        places: &mut Vec<Place<'a>>,
-        hops: &mut Vec<HopKind>,
-        why: &mut Vec<String>,
-    ) -> Result<()> {
-        let (ka, kb) = (a.memory_kind(), b.memory_kind());
-        match (ka, kb) {
-            (None, None) => {
-                why.push("storage to storage: through host memory".into());
-                let h = Place::Via(Via::Host);
-                self.hop(a, h, places, hops, why)?;
-                self.hop(h, b, places, hops, why)
-            }
-            (Some(x), Some(y)) if !is_host(&x) && !is_host(&y) => {
-                why.push(self.between_accelerators(&x, &y));
-                let h = Place::Via(Via::Host);
-                self.hop(a, h, places, hops, why)?;
-                self.hop(h, b, places, hops, why)
-            }
-            _ => self.hop(a, b, places, hops, why),
-        }
+        Ok(p.done(Some("route given by the caller")))
     }
 
     /// Why two accelerators' memories are joined through host memory.
@@ -357,103 +309,143 @@ impl Engine {
         };
         format!("accelerator {i} to accelerator {j} through host memory: {kernel}")
     }
+}
+
+/// A route being planned: its places so far, the hops between them, and
+/// why.
+struct Planner<'e, 'a> {
+    engine: &'e Engine,
+    places: Vec<Place<'a>>,
+    hops: Vec<HopKind>,
+    why: Vec<String>,
+}
+
+impl<'e, 'a> Planner<'e, 'a> {
+    fn new(engine: &'e Engine, src: End<'a>) -> Self {
+        Self {
+            engine,
+            places: vec![Place::End(src)],
+            hops: Vec::new(),
+            why: Vec::new(),
+        }
+    }
+
+    /// The route, its reason led by `given` when there is one.
+    fn done(self, given: Option<&str>) -> Route<'a> {
+        let reason = given
+            .into_iter()
+            .map(str::to_string)
+            .chain(self.why)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let reason = match reason.is_empty() {
+            true => "one CPU copy, host memory on one side: nothing to choose".into(),
+            false => reason,
+        };
+        Route {
+            places: self.places,
+            hops: self.hops,
+            reason,
+        }
+    }
+
+    /// Appends hop `kind` to place `to`.
+    fn push(&mut self, kind: HopKind, to: Place<'a>) {
+        self.hops.push(kind);
+        self.places.push(to);
+    }
+
+    /// Appends the hops from `a` to `b` chosen automatically.
+    fn join(&mut self, a: Place<'a>, b: Place<'a>) -> Result<()> {
+        let through_host = match (a.memory_kind(), b.memory_kind()) {
+            (None, None) => Some("storage to storage: through host memory".to_string()),
+            (Some(x), Some(y)) if !is_host(&x) && !is_host(&y) => {
+                Some(self.engine.between_accelerators(&x, &y))
+            }
+            _ => None,
+        };
+        match through_host {
+            Some(why) => {
+                self.why.push(why);
+                let h = Place::Via(Via::Host);
+                self.hop(a, h)?;
+                self.hop(h, b)
+            }
+            None => self.hop(a, b),
+        }
+    }
 
     /// Appends the hop (or, for storage and memory it cannot reach, the two
     /// hops through host memory) from `a` to `b`.
-    fn hop<'a>(
-        &self,
-        a: Place<'a>,
-        b: Place<'a>,
-        places: &mut Vec<Place<'a>>,
-        hops: &mut Vec<HopKind>,
-        why: &mut Vec<String>,
-    ) -> Result<()> {
+    fn hop(&mut self, a: Place<'a>, b: Place<'a>) -> Result<()> {
         let (sa, sb) = (a.storage(), b.storage());
-        let push = |places: &mut Vec<Place<'a>>, hops: &mut Vec<HopKind>, k, p| {
-            hops.push(k);
-            places.push(p);
-        };
-        match (sa, sb) {
-            (Some(_), Some(_)) => Err(Error::InvalidArgument(
-                "a hop from storage to storage: route through memory".into(),
-            )),
-            (Some((file, _)), None) | (None, Some((file, _))) => {
-                let read = sa.is_some();
-                let mem_place = if read { b } else { a };
-                let kind = |p| {
-                    if read {
-                        HopKind::Read(p)
-                    } else {
-                        HopKind::Write(p)
-                    }
-                };
-                let mem = match mem_place {
-                    Place::End(End::Memory { mem, .. }) | Place::Via(Via::Memory { mem, .. }) => {
-                        mem
-                    }
-                    Place::Via(Via::Host) => {
-                        push(places, hops, kind(TransferPath::P2p), b);
-                        return Ok(());
-                    }
-                    Place::End(End::Storage { .. }) => unreachable!("storage handled above"),
-                };
-                if is_host(&mem.kind()) {
-                    why.push(format!(
-                        "{} {} {}: direct I/O, host memory needs no P2P",
-                        file.path().display(),
-                        if read { "into" } else { "from" },
-                        mem.kind()
-                    ));
-                    push(places, hops, kind(TransferPath::P2p), b);
-                    return Ok(());
-                }
-                let choice = self.choose(file, mem)?;
-                match choice.path {
-                    TransferPath::Bounce => {
-                        why.push(format!(
-                            "{} and {} through host memory: {}",
-                            file.path().display(),
-                            mem.kind(),
-                            choice.reason
-                        ));
-                        let h = Place::Via(Via::Host);
-                        if read {
-                            push(places, hops, kind(TransferPath::P2p), h);
-                            push(places, hops, HopKind::Copy, b);
-                        } else {
-                            push(places, hops, HopKind::Copy, h);
-                            push(places, hops, kind(TransferPath::P2p), b);
-                        }
-                    }
-                    p => {
-                        why.push(format!(
-                            "{} {} {}: {}",
-                            file.path().display(),
-                            if read { "into" } else { "from" },
-                            mem.kind(),
-                            choice.reason
-                        ));
-                        push(places, hops, kind(p), b);
-                    }
-                }
-                Ok(())
+        let file = match (sa, sb) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidArgument(
+                    "a hop from storage to storage: route through memory".into(),
+                ))
             }
+            (Some((file, _)), None) | (None, Some((file, _))) => file,
             (None, None) => {
-                let (ka, kb) = (a.memory_kind(), b.memory_kind());
-                let hosted = |k: &Option<MemoryKind>| k.as_ref().is_some_and(is_host);
-                if !hosted(&ka) && !hosted(&kb) {
+                let hosted = |k: Option<MemoryKind>| k.as_ref().is_some_and(is_host);
+                if !hosted(a.memory_kind()) && !hosted(b.memory_kind()) {
                     return Err(Error::InvalidArgument(format!(
                         "a hop from {} to {}: no copy engine the library drives joins two accelerators' memories; route through host memory",
                         a.name(),
                         b.name()
                     )));
                 }
-                push(places, hops, HopKind::Copy, b);
-                Ok(())
+                self.push(HopKind::Copy, b);
+                return Ok(());
             }
+        };
+        let read = sa.is_some();
+        let kind = |p| match read {
+            true => HopKind::Read(p),
+            false => HopKind::Write(p),
+        };
+        let (into, mem_place) = if read { ("into", b) } else { ("from", a) };
+        let mem = match mem_place {
+            Place::End(End::Memory { mem, .. }) | Place::Via(Via::Memory { mem, .. }) => mem,
+            Place::Via(Via::Host) | Place::End(End::Storage { .. }) => {
+                self.push(kind(TransferPath::P2p), b);
+                return Ok(());
+            }
+        };
+        let path = file.path().display();
+        if is_host(&mem.kind()) {
+            self.why.push(format!(
+                "{path} {into} {}: direct I/O, host memory needs no P2P",
+                mem.kind()
+            ));
+            self.push(kind(TransferPath::P2p), b);
+            return Ok(());
         }
+        let choice = self.engine.choose(file, mem)?;
+        if choice.path != TransferPath::Bounce {
+            self.why
+                .push(format!("{path} {into} {}: {}", mem.kind(), choice.reason));
+            self.push(kind(choice.path), b);
+            return Ok(());
+        }
+        self.why.push(format!(
+            "{path} and {} through host memory: {}",
+            mem.kind(),
+            choice.reason
+        ));
+        let h = Place::Via(Via::Host);
+        if read {
+            self.push(kind(TransferPath::P2p), h);
+            self.push(HopKind::Copy, b);
+        } else {
+            self.push(HopKind::Copy, h);
+            self.push(kind(TransferPath::P2p), b);
+        }
+        Ok(())
     }
+}
 
+impl Engine {
     /// Copies `len` bytes along `route`, every hop a stage of one
     /// pipeline. Moves every byte or returns an error.
     pub fn copy(&self, route: &Route<'_>, len: usize, opts: &RouteOptions) -> Result<RouteReport> {

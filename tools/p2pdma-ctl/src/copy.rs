@@ -277,20 +277,8 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
         len.max(4096)
     };
     let (mem, module) = memory(if to_file { &a.through } else { &a.to }, piece)?;
-    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
-    if let Some(p) = &a.path {
-        cfg.set("path", p).map_err(|e| e.to_string())?;
-    }
-    let engine = Engine::new(cfg, module);
-    let staged = if to_file {
-        Some(Staged::create(Path::new(&a.to))?)
-    } else {
-        None
-    };
-    let dst = match &staged {
-        Some(s) => Some(StorageFile::open_rw(&s.path).map_err(|e| e.to_string())?),
-        None => None,
-    };
+    let engine = engine(a, module)?;
+    let (staged, dst) = destination(a, to_file)?;
     let read = engine
         .handle(&src, mem.as_ref())
         .map_err(|e| e.to_string())?;
@@ -366,6 +354,26 @@ pub fn run(a: &CopyArgs, json_out: bool) -> Res<()> {
     Ok(())
 }
 
+/// The engine a copy uses: the environment's configuration, with `--path`.
+fn engine(a: &CopyArgs, module: Option<Arc<Module>>) -> Res<Engine> {
+    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
+    if let Some(p) = &a.path {
+        cfg.set("path", p).map_err(|e| e.to_string())?;
+    }
+    Ok(Engine::new(cfg, module))
+}
+
+/// For a copy into a file: the staged destination and the storage to
+/// write it through; for a copy into memory, neither.
+fn destination(a: &CopyArgs, to_file: bool) -> Res<(Option<Staged>, Option<StorageFile>)> {
+    if !to_file {
+        return Ok((None, None));
+    }
+    let staged = Staged::create(Path::new(&a.to))?;
+    let dst = StorageFile::open_rw(&staged.path).map_err(|e| e.to_string())?;
+    Ok((Some(staged), Some(dst)))
+}
+
 /// Compares `len` bytes of `mem` with a plain read of the source.
 fn verify(a: &CopyArgs, mem: &dyn DeviceMemory, len: u64) -> Res<()> {
     let plain = std::fs::File::open(&a.from).map_err(|e| e.to_string())?;
@@ -428,11 +436,7 @@ fn run_route(a: &CopyArgs, via: &str, json_out: bool) -> Res<()> {
             }
         }
     }
-    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
-    if let Some(p) = &a.path {
-        cfg.set("path", p).map_err(|e| e.to_string())?;
-    }
-    let engine = Engine::new(cfg, module);
+    let engine = engine(a, module)?;
     let mut vias = Vec::new();
     let mut next = staging.iter();
     for i in 0..host.len() + staging.len() {
@@ -582,11 +586,7 @@ fn run_shape(a: &CopyArgs, spec: &str, json_out: bool) -> Res<()> {
         usize::try_from(room).map_err(|_| format!("{room} bytes do not fit in memory"))?;
     let to_file = !(a.to == "host" || a.to.starts_with("accel"));
     let (mem, module) = memory(if to_file { &a.through } else { &a.to }, room)?;
-    let mut cfg = Config::from_env().map_err(|e| e.to_string())?;
-    if let Some(p) = &a.path {
-        cfg.set("path", p).map_err(|e| e.to_string())?;
-    }
-    let engine = Engine::new(cfg, module);
+    let engine = engine(a, module)?;
     let read = engine
         .handle(&src, mem.as_ref())
         .map_err(|e| e.to_string())?;
@@ -602,15 +602,7 @@ fn run_shape(a: &CopyArgs, spec: &str, json_out: bool) -> Res<()> {
             mem.write_at(at, &zeros[..n]).map_err(|e| e.to_string())?;
         }
     }
-    let staged = if to_file {
-        Some(Staged::create(Path::new(&a.to))?)
-    } else {
-        None
-    };
-    let dst = match &staged {
-        Some(s) => Some(StorageFile::open_rw(&s.path).map_err(|e| e.to_string())?),
-        None => None,
-    };
+    let (staged, dst) = destination(a, to_file)?;
     let start = Instant::now();
     let r = engine
         .read_strided(&src, &shape, mem.as_ref(), 0, layout, mode)
