@@ -404,6 +404,10 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     (rc, sc, tat)
 }
 
+/// Estimates this close (relative) count as a tie, settled by CPU work:
+/// two modes bound by the same storage reads differ by their rounding.
+const TIE: f64 = 0.02;
+
 /// AUTO's choice for a strided read, and why: the mode with the smallest
 /// estimated time, where
 ///
@@ -418,12 +422,24 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
 ///   layout, one copy per run) (a gap wider than a call's worth of storage
 ///   bytes splits the runs into groups, read as SC's runs are).
 ///
-/// Ties go to the mode that moves fewer bytes through the CPU: on a P2P
-/// pair RC, then SC, then TaT; through the bounce pipeline TaT (only the
-/// bytes of interest reach the memory), then RC, then SC.
+/// Estimates within 2% tie; a tie goes to the mode with less CPU work
+/// (copies into the memory off P2P, TaT's packing or placing of each run),
+/// then on a P2P pair to RC, then SC, then TaT, through the bounce pipeline
+/// to TaT, then RC, then SC.
 pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
     let (rc, sc, tat) = costs(f);
     let us = |t: f64| format!("{:.0} µs", t * 1e6);
+    let (c, p) = (f.copy_bps.max(1.0), f.pack_bps.max(1.0));
+    let (v, i) = (f.bounding as f64, f.interest as f64);
+    // The CPU's share of each mode: copies into the memory off P2P, and
+    // TaT's packing or placing of each run.
+    let cpu = |m: StridedMode| match m {
+        StridedMode::Rc if !(f.direct && f.rc_aligned) => v / c,
+        StridedMode::Sc if !(f.direct && f.sc_aligned) => i / c,
+        StridedMode::Tat if f.rc_fits => i / c + f.runs as f64 * f.copy_call_s,
+        StridedMode::Tat => i / p + i / c,
+        _ => 0.0,
+    };
     let mut cands = Vec::new();
     if f.direct {
         cands.extend(rc.map(|t| (StridedMode::Rc, t)));
@@ -434,13 +450,17 @@ pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
         cands.extend(rc.map(|t| (StridedMode::Rc, t)));
         cands.push((StridedMode::Sc, sc));
     }
+    let fastest = cands.iter().map(|&(_, t)| t).fold(f64::INFINITY, f64::min);
+    // Within TIE of the fastest, the mode with the least CPU work; then the
+    // order above.
     let best = cands
         .iter()
-        .fold(None::<(StridedMode, f64)>, |b, &(m, t)| match b {
-            Some((_, bt)) if bt <= t => b,
-            _ => Some((m, t)),
+        .filter(|&&(_, t)| t <= fastest * (1.0 + TIE))
+        .fold(None::<StridedMode>, |b, &(m, _)| match b {
+            Some(bm) if cpu(bm) <= cpu(m) => b,
+            _ => Some(m),
         })
-        .map_or(StridedMode::Tat, |(m, _)| m);
+        .unwrap_or(StridedMode::Tat);
     let rc_said = match rc {
         Some(t) => format!("RC {}", us(t)),
         None => "RC does not fit (the packed layout has no room for the bounding range)".into(),
@@ -1210,6 +1230,17 @@ mod tests {
                 StridedMode::Rc,
             ),
             (
+                "bounce, strided layout, rho 1: RC and TaT read the same; RC copies in chunks, TaT run by run",
+                PlanFacts {
+                    interest: 64 * MIB,
+                    runs: 131072,
+                    sc_storage: 131072 * 4096,
+                    copy_call_s: 50e-9,
+                    ..base
+                },
+                StridedMode::Rc,
+            ),
+            (
                 "bounce, 4 runs just under the split apart: SC reads 16 KiB, TaT 616 KiB",
                 PlanFacts {
                     bounding: 616 << 10,
@@ -1254,7 +1285,20 @@ mod tests {
                 StridedMode::Tat,
             ),
             (
-                "one run: the modes cost the same, TaT off P2P",
+                "one run, packed: TaT and SC read the same, TaT overlaps its copy",
+                PlanFacts {
+                    bounding: MIB,
+                    interest: MIB,
+                    runs: 1,
+                    sc_storage: MIB,
+                    tat_storage: MIB,
+                    rc_fits: false,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "one run, strided layout: RC ties TaT with less CPU work (no copy per run)",
                 PlanFacts {
                     bounding: MIB,
                     interest: MIB,
@@ -1263,7 +1307,7 @@ mod tests {
                     tat_storage: MIB,
                     ..base
                 },
-                StridedMode::Tat,
+                StridedMode::Rc,
             ),
         ];
         for (what, facts, want) in cases {
