@@ -337,32 +337,81 @@ pub const SC_THREADS: usize = 4;
 
 const MIB_F: f64 = (1u64 << 20) as f64;
 
-/// The aggregate storage rate of reads of up to 1 MiB issued on SC's
-/// threads at once, from the cost of a 1 MiB read to a thread beyond a
-/// small one's (k1 - k): such reads stream less well than one large read.
-fn call_rate(f: &PlanFacts) -> f64 {
-    call_rate_of(f.call_s, f.call_mib_s, f.storage_bps)
+/// The read-cost constants of the model: k, k1 and s.
+#[derive(Clone, Copy, Debug)]
+struct ReadCost {
+    call_s: f64,
+    call_mib_s: f64,
+    storage_bps: f64,
 }
 
-fn call_rate_of(call_s: f64, call_mib_s: f64, storage_bps: f64) -> f64 {
-    (SC_THREADS as f64 * MIB_F / (call_mib_s - call_s).max(1e-9)).min(storage_bps.max(1.0))
+impl ReadCost {
+    fn of(f: &PlanFacts) -> Self {
+        Self {
+            call_s: f.call_s,
+            call_mib_s: f.call_mib_s,
+            storage_bps: f.storage_bps,
+        }
+    }
+
+    fn of_constants(k: &super::constants::Constants) -> Self {
+        Self {
+            call_s: k.call_s,
+            call_mib_s: k.call_mib_s,
+            storage_bps: k.storage_bps,
+        }
+    }
+
+    /// The aggregate storage rate with `active` threads reading at once:
+    /// s for one; for all of SC's threads, what their 1 MiB reads showed
+    /// (k1 - k for each MiB at a thread's share); in proportion between.
+    fn rate(&self, active: u64) -> f64 {
+        let s = self.storage_bps.max(1.0);
+        let all = (SC_THREADS as f64 * MIB_F / (self.call_mib_s - self.call_s).max(1e-9)).min(s);
+        let a = active.clamp(1, SC_THREADS as u64) as f64;
+        s + (all - s) * (a - 1.0) / (SC_THREADS as f64 - 1.0)
+    }
+
+    /// Seconds a thread spends on one engine read of `len` bytes while
+    /// `active` threads read at once: the call, and the bytes at the
+    /// thread's share of the aggregate rate.
+    fn time(&self, len: f64, active: u64) -> f64 {
+        self.call_s + len * active.max(1) as f64 / self.rate(active)
+    }
+
+    /// Seconds TaT's storage reads take as `groups`, on SC's threads.
+    fn groups_time(&self, groups: &[Group], bs: u64) -> f64 {
+        let g = groups.len().max(1) as u64;
+        let bytes: u64 = groups
+            .iter()
+            .map(|x| aligned_span(x.start, x.end - x.start, bs))
+            .sum();
+        g.div_ceil(SC_THREADS as u64) as f64
+            * self.time(bytes as f64 / g as f64, g.min(SC_THREADS as u64))
+    }
 }
 
-/// Seconds a thread spends on one engine read of `len` bytes while
-/// `active` threads read at once: the small read's cost, its first MiB at
-/// its share of [`call_rate`], the rest at its share of the storage rate.
-fn call_time(f: &PlanFacts, len: f64, active: u64) -> f64 {
-    let a = active.max(1) as f64;
-    f.call_s + a * (len.min(MIB_F) / call_rate(f) + (len - MIB_F).max(0.0) / f.storage_bps.max(1.0))
-}
-
-/// The widest gap TaT reads rather than splitting its read there, with
-/// the constants `k`: reading it costs less than another read's call and
-/// slower first MiB.
-pub fn max_gap(k: &super::constants::Constants) -> u64 {
-    let s = k.storage_bps.max(1.0);
-    let r = call_rate_of(k.call_s, k.call_mib_s, k.storage_bps);
-    (s * (k.call_s + MIB_F * (1.0 / r - 1.0 / s))) as u64
+/// TaT's reads for `shape`: of the groupings that merge every gap up to
+/// one of the shape's gap widths (or none but touching runs), the one
+/// whose reads the model `k` estimates fastest. Merging a gap reads it;
+/// splitting there costs another call and may share the storage among
+/// more threads, each at a lower rate.
+fn tat_plan(shape: &Shape, k: &ReadCost, bs: u64) -> Vec<Group> {
+    let mut widths = vec![0u64];
+    let mut inner = shape.run;
+    for d in &shape.dims {
+        if d.count > 1 {
+            widths.push(d.stride - inner);
+        }
+        inner += (d.count - 1) * d.stride;
+    }
+    widths.sort_unstable();
+    widths.dedup();
+    widths
+        .into_iter()
+        .map(|w| tat_groups(shape, w))
+        .min_by(|a, b| k.groups_time(a, bs).total_cmp(&k.groups_time(b, bs)))
+        .unwrap_or_default()
 }
 
 /// The estimated seconds of each mode (`None` for RC when it does not fit).
@@ -372,7 +421,7 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     let threads = SC_THREADS as u64;
     // The bounce pipeline takes about its slower stage; P2P has no copy.
     let rc = f.rc_fits.then(|| {
-        let t = call_time(f, v, 1);
+        let t = ReadCost::of(f).time(v, 1);
         if f.direct && f.rc_aligned {
             t
         } else {
@@ -384,7 +433,8 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     // memory.
     let n = f.runs.max(1);
     let per_thread = n.div_ceil(threads) as f64;
-    let sc = per_thread * call_time(f, f.sc_storage as f64 / n as f64, n.min(threads))
+    let k = ReadCost::of(f);
+    let sc = per_thread * k.time(f.sc_storage as f64 / n as f64, n.min(threads))
         + match (f.direct, f.sc_aligned) {
             (true, true) => 0.0,
             (true, false) => per_thread * f.call_s + i / c,
@@ -399,10 +449,14 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
     };
     let g = f.tat_calls.max(1);
     let tat = (g.div_ceil(threads) as f64
-        * call_time(f, f.tat_storage as f64 / g as f64, g.min(threads)))
+        * k.time(f.tat_storage as f64 / g as f64, g.min(threads)))
     .max(f.call_s + host);
     (rc, sc, tat)
 }
+
+/// Estimates this close (relative) count as a tie, settled by CPU work:
+/// two modes bound by the same storage reads differ by their rounding.
+const TIE: f64 = 0.02;
 
 /// AUTO's choice for a strided read, and why: the mode with the smallest
 /// estimated time, where
@@ -418,12 +472,24 @@ fn costs(f: &PlanFacts) -> (Option<f64>, f64, f64) {
 ///   layout, one copy per run) (a gap wider than a call's worth of storage
 ///   bytes splits the runs into groups, read as SC's runs are).
 ///
-/// Ties go to the mode that moves fewer bytes through the CPU: on a P2P
-/// pair RC, then SC, then TaT; through the bounce pipeline TaT (only the
-/// bytes of interest reach the memory), then RC, then SC.
+/// Estimates within 2% tie; a tie goes to the mode with less CPU work
+/// (copies into the memory off P2P, TaT's packing or placing of each run),
+/// then on a P2P pair to RC, then SC, then TaT, through the bounce pipeline
+/// to TaT, then RC, then SC.
 pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
     let (rc, sc, tat) = costs(f);
     let us = |t: f64| format!("{:.0} µs", t * 1e6);
+    let (c, p) = (f.copy_bps.max(1.0), f.pack_bps.max(1.0));
+    let (v, i) = (f.bounding as f64, f.interest as f64);
+    // The CPU's share of each mode: copies into the memory off P2P, and
+    // TaT's packing or placing of each run.
+    let cpu = |m: StridedMode| match m {
+        StridedMode::Rc if !(f.direct && f.rc_aligned) => v / c,
+        StridedMode::Sc if !(f.direct && f.sc_aligned) => i / c,
+        StridedMode::Tat if f.rc_fits => i / c + f.runs as f64 * f.copy_call_s,
+        StridedMode::Tat => i / p + i / c,
+        _ => 0.0,
+    };
     let mut cands = Vec::new();
     if f.direct {
         cands.extend(rc.map(|t| (StridedMode::Rc, t)));
@@ -434,13 +500,17 @@ pub fn plan(f: &PlanFacts) -> (StridedMode, String) {
         cands.extend(rc.map(|t| (StridedMode::Rc, t)));
         cands.push((StridedMode::Sc, sc));
     }
+    let fastest = cands.iter().map(|&(_, t)| t).fold(f64::INFINITY, f64::min);
+    // Within TIE of the fastest, the mode with the least CPU work; then the
+    // order above.
     let best = cands
         .iter()
-        .fold(None::<(StridedMode, f64)>, |b, &(m, t)| match b {
-            Some((_, bt)) if bt <= t => b,
-            _ => Some((m, t)),
+        .filter(|&&(_, t)| t <= fastest * (1.0 + TIE))
+        .fold(None::<StridedMode>, |b, &(m, _)| match b {
+            Some(bm) if cpu(bm) <= cpu(m) => b,
+            _ => Some(m),
         })
-        .map_or(StridedMode::Tat, |(m, _)| m);
+        .unwrap_or(StridedMode::Tat);
     let rc_said = match rc {
         Some(t) => format!("RC {}", us(t)),
         None => "RC does not fit (the packed layout has no room for the bounding range)".into(),
@@ -550,7 +620,9 @@ impl Engine {
         // A gap that takes longer to read than a call costs splits TaT's
         // read.
         let groups = match mode {
-            StridedMode::Auto | StridedMode::Tat => tat_groups(shape, max_gap(&k)),
+            StridedMode::Auto | StridedMode::Tat => {
+                tat_plan(shape, &ReadCost::of_constants(&k), bs)
+            }
             _ => Vec::new(),
         };
         let tat_storage = groups
@@ -1022,31 +1094,35 @@ mod tests {
     }
 
     #[test]
-    fn tat_splits_where_a_gap_costs_more_than_a_call() {
+    fn tat_reads_gaps_where_that_beats_more_reads() {
         use super::super::constants::Constants;
-        // With the defaults a 1 MiB read streams at the storage's rate: a
-        // gap is worth a small call's time, k x s.
-        let d = Constants::default();
-        let ks = (d.call_s * d.storage_bps) as u64;
-        assert!(max_gap(&d).abs_diff(ks) < 16, "{} vs {ks}", max_gap(&d));
-        // Where 1 MiB reads on four threads stream at about half the rate
-        // of one large read (the development host), reading a gap of up
-        // to about 1.3 MB costs less than another read.
-        let host = Constants {
-            call_s: 150e-6,
-            call_mib_s: 4.5e-3,
-            storage_bps: 1.74 * (1u64 << 30) as f64,
-            ..d
+        let d = ReadCost::of_constants(&Constants::default());
+        // The development host: 1 MiB reads on four threads stream at
+        // about half the rate of one large read.
+        let host = ReadCost {
+            call_s: 100e-6,
+            call_mib_s: 4.1e-3,
+            storage_bps: 2.5 * (1u64 << 30) as f64,
         };
-        let g = max_gap(&host);
-        assert!((1_200_000..1_400_000).contains(&g), "{g}");
-        // A 1 MiB call slower than its streaming share never makes gaps
-        // cheaper than k x s.
-        let fast = Constants {
-            call_mib_s: 1e-6,
-            ..host
-        };
-        assert_eq!(max_gap(&fast), (fast.call_s * fast.storage_bps) as u64);
+        let groups = |s: &Shape, k: &ReadCost| tat_plan(s, k, 4096).len();
+        // 48 runs of 1 MiB, 1.33 MiB apart: one read with the gaps on the
+        // host; 48 reads on four threads with the defaults' full rate.
+        let mib = Shape::new(0, 1 << 20, &[(1_398_101, 48)]).unwrap();
+        assert_eq!(groups(&mib, &host), 1);
+        assert_eq!(groups(&mib, &d), 48);
+        // Clusters of 8 runs of 4 KiB, 16 MiB apart: the clusters apart
+        // (their gaps would cost far more than a call), each one read.
+        let clusters = Shape::new(0, 4096, &[(8192, 8), (16 << 20, 8)]).unwrap();
+        assert_eq!(groups(&clusters, &host), 8);
+        assert_eq!(groups(&clusters, &d), 8);
+        // Touching runs are always one read.
+        let dense = Shape::new(0, 512, &[(512, 1000)]).unwrap();
+        assert_eq!(groups(&dense, &host), 1);
+        // One thread streams at s; four at what 1 MiB reads showed.
+        assert_eq!(host.rate(1), host.storage_bps);
+        let all = 4.0 * MIB_F / (4.1e-3 - 100e-6);
+        assert!((host.rate(4) - all).abs() < 1.0);
+        assert!(host.rate(2) < host.rate(1) && host.rate(2) > host.rate(4));
     }
 
     #[test]
@@ -1210,6 +1286,17 @@ mod tests {
                 StridedMode::Rc,
             ),
             (
+                "bounce, strided layout, rho 1: RC and TaT read the same; RC copies in chunks, TaT run by run",
+                PlanFacts {
+                    interest: 64 * MIB,
+                    runs: 131072,
+                    sc_storage: 131072 * 4096,
+                    copy_call_s: 50e-9,
+                    ..base
+                },
+                StridedMode::Rc,
+            ),
+            (
                 "bounce, 4 runs just under the split apart: SC reads 16 KiB, TaT 616 KiB",
                 PlanFacts {
                     bounding: 616 << 10,
@@ -1254,7 +1341,20 @@ mod tests {
                 StridedMode::Tat,
             ),
             (
-                "one run: the modes cost the same, TaT off P2P",
+                "one run, packed: TaT and SC read the same, TaT overlaps its copy",
+                PlanFacts {
+                    bounding: MIB,
+                    interest: MIB,
+                    runs: 1,
+                    sc_storage: MIB,
+                    tat_storage: MIB,
+                    rc_fits: false,
+                    ..base
+                },
+                StridedMode::Tat,
+            ),
+            (
+                "one run, strided layout: RC ties TaT with less CPU work (no copy per run)",
                 PlanFacts {
                     bounding: MIB,
                     interest: MIB,
@@ -1263,7 +1363,7 @@ mod tests {
                     tat_storage: MIB,
                     ..base
                 },
-                StridedMode::Tat,
+                StridedMode::Rc,
             ),
         ];
         for (what, facts, want) in cases {
