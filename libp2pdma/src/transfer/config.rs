@@ -126,8 +126,8 @@ pub struct StridedConstants {
     pub copy_rate: Option<u64>,
     /// `strided_pack_rate`: bytes per second packed on the host.
     pub pack_rate: Option<u64>,
-    /// `strided_copy_call`: what one copy into device memory costs beyond
-    /// its bytes.
+    /// `strided_copy_call`: what putting one run into device memory costs
+    /// beyond its bytes.
     pub copy_call: Option<Duration>,
     /// `strided_call_mib`: what one 1 MiB engine read costs a thread.
     pub call_mib: Option<Duration>,

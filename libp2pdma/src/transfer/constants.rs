@@ -7,7 +7,7 @@
 //! | storage (s) | storage bytes per second of a large read | pipelined reads into host slots, no copies |
 //! | copy (c) | bytes per second copied from host memory into the memory | large copies into memory of the same kind |
 //! | pack (p) | bytes per second gathered from runs into a packed host buffer | packing 4 KiB runs on the host |
-//! | copy call | seconds one copy into the memory costs beyond its bytes | small copies into the memory |
+//! | copy call (q) | seconds putting one run into the memory costs beyond its bytes | TaT's placer on 512-byte runs in the memory |
 //! | call MiB (k1) | seconds one 1 MiB engine read costs a thread | 1 MiB reads on the pair's path, on SC's threads |
 //!
 //! Each constant comes from, in order: the configuration (`strided_call`
@@ -73,7 +73,9 @@ pub struct Constants {
     pub copy_bps: f64,
     /// Bytes per second gathered from runs into a packed host buffer (p).
     pub pack_bps: f64,
-    /// Seconds one copy into the memory costs beyond its bytes.
+    /// Seconds putting one run into the memory costs beyond its bytes
+    /// (TaT's placing of each run; a copy per run between host memory and
+    /// the memory) (q).
     pub copy_call_s: f64,
     /// Seconds one 1 MiB engine read costs a thread while SC's threads
     /// read at once (k1): with the small read's, how a read's cost grows
@@ -511,15 +513,15 @@ pub fn measure_pack(effort: Effort) -> f64 {
     best
 }
 
-/// Copy throughput from host memory into `mem` and the cost of one small
-/// copy: copies of its whole length (a first one not counted: it touches
-/// the pages), then 64-byte copies 4 KiB apart.
-pub fn measure_copies(mem: &dyn DeviceMemory, effort: Effort) -> Result<(f64, f64)> {
-    let (_, _, calls, _, rounds) = effort.sizes();
+/// Copy throughput from host memory into `mem`: copies of its whole
+/// length, the best of a few (a first one not counted: it touches the
+/// pages).
+pub fn measure_copies(mem: &dyn DeviceMemory, effort: Effort) -> Result<f64> {
+    let (_, _, _, _, rounds) = effort.sizes();
     let len = mem.len();
     let src = vec![0xA5u8; len];
     mem.write_at(0, &src)?;
-    let copy_bps = best_of(
+    best_of(
         rounds,
         || {
             let t = Instant::now();
@@ -527,22 +529,7 @@ pub fn measure_copies(mem: &dyn DeviceMemory, effort: Effort) -> Result<(f64, f6
             Ok(len as f64 / t.elapsed().as_secs_f64().max(1e-9))
         },
         false,
-    )?;
-    let slots = (len / 4096).max(1) as u64;
-    let small = [0x3Cu8; 64];
-    let n = 64.min(len);
-    let call_s = best_of(
-        rounds,
-        || {
-            let t = Instant::now();
-            for i in 0..calls {
-                mem.write_at(((i % slots) * 4096) as usize, &small[..n])?;
-            }
-            Ok(t.elapsed().as_secs_f64() / calls as f64)
-        },
-        true,
-    )?;
-    Ok((copy_bps, (call_s - n as f64 / copy_bps).max(1e-9)))
+    )
 }
 
 /// A measurement's result: what could be measured, and why the rest could
@@ -614,9 +601,12 @@ impl Engine {
         };
         if let Some(s) = &scratch {
             match measure_copies(s.as_ref(), effort) {
-                Ok((bps, call)) => {
+                Ok(bps) => {
                     m.values.copy_bps = Some(bps);
-                    m.values.copy_call_s = Some(call);
+                    match super::strided::measure_placement(s.as_ref(), bps, effort.sizes().4) {
+                        Ok(q) => m.values.copy_call_s = Some(q),
+                        Err(e) => m.failures.push(format!("placement: {e}")),
+                    }
                 }
                 Err(e) => m.failures.push(format!("copies: {e}")),
             }

@@ -911,6 +911,46 @@ pub(super) fn shared(
     Ok(reps)
 }
 
+/// q: the seconds TaT's placer spends on each run beyond its bytes (at
+/// `copy_bps`), putting 512-byte runs 512 bytes apart into `mem` in the
+/// strided layout, in 1 MiB pieces as the pipeline hands them over, from
+/// a source as large as `mem` (larger than the CPU's caches, as the bounce
+/// slots' bytes are when they land); the best of `rounds`. Overwrites
+/// `mem`, which must hold 1 KiB.
+pub(super) fn measure_placement(
+    mem: &dyn DeviceMemory,
+    copy_bps: f64,
+    rounds: usize,
+) -> Result<f64> {
+    let len = mem.len();
+    let runs = (len / 1024) as u64;
+    if runs == 0 {
+        return Err(Error::InvalidArgument(
+            "placement needs at least 1 KiB of memory".into(),
+        ));
+    }
+    let shape = Shape::new(0, 512, &[(1024, runs)])?;
+    let packer = Packer {
+        shape: &shape,
+        origin: 0,
+        len: shape.bounding_len() as usize,
+        mem,
+        mem_offset: 0,
+        layout: Layout::Strided,
+        scratch: Mutex::new(Vec::new()),
+    };
+    let src = vec![0x5Au8; packer.len];
+    let mut best = f64::INFINITY;
+    for _ in 0..rounds.max(1) {
+        let t = std::time::Instant::now();
+        for at in (0..packer.len).step_by(1 << 20) {
+            packer.write_at(at, &src[at..(at + (1 << 20)).min(packer.len)])?;
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok((best / runs as f64 - 512.0 / copy_bps.max(1.0)).max(1e-10))
+}
+
 /// TaT's copy stage: stands for one group's range as device memory for the
 /// bounce pipeline, and as each landed piece of it is handed over, packs
 /// the runs in it and copies them into the real memory: one copy for the
