@@ -21,36 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "p2pdma.h"
+#include "check.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                       \
-	do {                                                                              \
-		if (cond) {                                                               \
-			printf("ok   %s\n", #cond);                                           \
-		} else {                                                                  \
-			printf("FAIL %s (line %d; last error: %s)\n", #cond, __LINE__,        \
-			       p2pdma_last_error());                                          \
-			failures++;                                                       \
-		}                                                                         \
-	} while (0)
 
 static int last_error_has(const char *word)
 {
 	return strstr(p2pdma_last_error(), word) != NULL;
-}
-
-static unsigned char *file_bytes(const char *path, size_t len)
-{
-	unsigned char *buf = malloc(len);
-	int fd = open(path, O_RDONLY);
-	if (!buf || fd < 0 || pread(fd, buf, len, 0) != (ssize_t)len) {
-		fprintf(stderr, "errors: cannot read %s\n", path);
-		exit(2);
-	}
-	close(fd);
-	return buf;
 }
 
 static void *fresh_thread_error(void *arg)

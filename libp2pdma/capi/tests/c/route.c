@@ -19,35 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "p2pdma.h"
+#include "check.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                       \
-	do {                                                                              \
-		if (cond) {                                                               \
-			printf("ok   %s\n", #cond);                                           \
-		} else {                                                                  \
-			printf("FAIL %s (line %d; last error: %s)\n", #cond, __LINE__,        \
-			       p2pdma_last_error());                                          \
-			failures++;                                                       \
-		}                                                                         \
-	} while (0)
 
 #define POISON 0xA5
 #define MEM_LEN (4u << 20)
-
-static unsigned char *file_bytes(const char *path, size_t len)
-{
-	unsigned char *buf = malloc(len);
-	int fd = open(path, O_RDONLY);
-	if (!buf || fd < 0 || pread(fd, buf, len, 0) != (ssize_t)len) {
-		fprintf(stderr, "route: cannot read %s\n", path);
-		exit(2);
-	}
-	close(fd);
-	return buf;
-}
 
 static void poison(struct p2pdma_mem *m)
 {

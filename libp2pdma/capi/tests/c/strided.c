@@ -18,35 +18,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "p2pdma.h"
+#include "check.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                       \
-	do {                                                                              \
-		if (cond) {                                                               \
-			printf("ok   %s\n", #cond);                                           \
-		} else {                                                                  \
-			printf("FAIL %s (line %d; last error: %s)\n", #cond, __LINE__,        \
-			       p2pdma_last_error());                                          \
-			failures++;                                                       \
-		}                                                                         \
-	} while (0)
 
 #define POISON 0xA5
 #define FILE_LEN (4u << 20)
-
-static unsigned char *file_bytes(const char *path, size_t len)
-{
-	unsigned char *buf = malloc(len);
-	int fd = open(path, O_RDONLY);
-	if (!buf || fd < 0 || pread(fd, buf, len, 0) != (ssize_t)len) {
-		fprintf(stderr, "strided: cannot read %s\n", path);
-		exit(2);
-	}
-	close(fd);
-	return buf;
-}
 
 /* The file offset of run k of a shape, by plain indexing. */
 static uint64_t run_at(const struct p2pdma_strided_op *op, uint64_t k)
