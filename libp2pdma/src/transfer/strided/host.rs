@@ -230,15 +230,7 @@ impl Engine {
                 calls
             }
         };
-        Ok(StridedReport {
-            mode,
-            reason,
-            bytes: shape.bytes(),
-            storage_bytes: 0,
-            calls,
-            paths: Vec::new(),
-            retried: false,
-        })
+        Ok(copied(mode, reason, shape, calls))
     }
 
     /// Copies the runs of `shape` out of `mem` (laid out as `layout` from
@@ -319,15 +311,21 @@ impl Engine {
                 calls
             }
         };
-        Ok(StridedReport {
-            mode,
-            reason,
-            bytes: shape.bytes(),
-            storage_bytes: 0,
-            calls,
-            paths: Vec::new(),
-            retried: false,
-        })
+        Ok(copied(mode, reason, shape, calls))
+    }
+}
+
+/// The report of a copy between a host buffer and memory: no storage
+/// involved, `calls` copies.
+fn copied(mode: StridedMode, reason: String, shape: &Shape, calls: u64) -> StridedReport {
+    StridedReport {
+        mode,
+        reason,
+        bytes: shape.bytes(),
+        storage_bytes: 0,
+        calls,
+        paths: Vec::new(),
+        retried: false,
     }
 }
 
