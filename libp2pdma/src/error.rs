@@ -127,6 +127,19 @@ pub enum Error {
     /// implementation, say); the transfer did not complete.
     #[error("the transfer panicked: {0}")]
     Panicked(String),
+    /// An NVMe controller the library drives itself (the queues path)
+    /// refused to be taken, timed out or failed. A failed controller is
+    /// disabled, so that none of its DMA outlives the error.
+    #[error("NVMe controller {pci}: {reason}")]
+    Controller {
+        /// Its PCI address.
+        pci: String,
+        /// What happened, in words.
+        reason: String,
+        /// `ETIMEDOUT` for a command that did not complete in time, `EBUSY`
+        /// for a controller in use, `EIO` for one that failed.
+        source: Errno,
+    },
     /// The requested transfer path cannot serve this transfer.
     #[error("the {path} path cannot be used: {reason}")]
     PathUnavailable {
@@ -148,7 +161,8 @@ impl Error {
             | Error::Ioctl { source, .. }
             | Error::Mmap { source, .. }
             | Error::Sys { source, .. }
-            | Error::Io { source, .. } => Some(*source),
+            | Error::Io { source, .. }
+            | Error::Controller { source, .. } => Some(*source),
             Error::NvmeStatus { status, .. } => Some(NvmeStatus::from_raw(*status).errno()),
             Error::AbiMismatch { .. }
             | Error::OutOfBounds { .. }
@@ -215,6 +229,7 @@ impl Error {
             | Error::InvalidArgument(_)
             | Error::Short { .. }
             | Error::EndOfFile { .. }
+            | Error::Controller { .. }
             | Error::Panicked(_) => false,
         }
     }

@@ -10,7 +10,10 @@
 //! [`memory`] allocates their memory and maps it into the process, reachable
 //! only through explicit copies; [`dma`] asks whether a peer can reach that
 //! memory and hands out the addresses it must use; [`udmabuf`] makes host
-//! memory into a dma-buf to import.
+//! memory into a dma-buf to import; [`queues`] drives an NVMe controller
+//! from this process through VFIO, its queues in accelerator memory (its
+//! `unsafe`: the VFIO ioctls, the doorbell registers and the queue entries
+//! written and read in place).
 #![deny(unsafe_code)]
 
 pub mod backend;
@@ -19,6 +22,7 @@ pub mod dma;
 pub mod doctor;
 pub mod error;
 pub mod memory;
+pub mod queues;
 pub mod sys;
 pub mod topology;
 pub mod transfer;

@@ -3,7 +3,8 @@
 
 pub mod dmamem;
 pub mod nvme;
-pub mod vfio;
+
+pub use p2pdma::queues::vfio;
 
 /// The rig's NVMe image content: 64-bit words from a splitmix64 stream keyed
 /// by the word's index, so every aligned 8 bytes of the image are distinct

@@ -373,59 +373,18 @@ fn run_rw(
     ))
 }
 
-/// The VFIO side: container, group, device, BAR0.
-struct VfioDevice {
-    bar: vfio::Bar,
-    device: vfio::Device,
-    _group: vfio::Group,
-    _container: vfio::Container,
-}
+/// The VFIO side: the function opened through its no-IOMMU group, BAR0
+/// mapped.
+type VfioDevice = vfio::Function;
 
 fn open_vfio(bdf: &str) -> Result<VfioDevice, String> {
-    let node = vfio::group_node(bdf)?;
-    if !node.to_string_lossy().contains("noiommu-") {
-        return Err(format!(
-            "{} is not a no-IOMMU group: this check needs vfio.enable_unsafe_noiommu_mode=1 and no IOMMU",
-            node.display()
-        ));
-    }
-    let container = vfio::Container::open()?;
-    if !container.check_extension(vfio::VFIO_NOIOMMU_IOMMU)? {
-        return Err("the VFIO container has no no-IOMMU backend".into());
-    }
-    let group = vfio::Group::open(&node)?;
-    let flags = group.status()?;
-    if flags & vfio::VFIO_GROUP_FLAGS_VIABLE == 0 {
-        return Err(format!(
-            "{} is not viable (flags {flags:#x})",
-            node.display()
-        ));
-    }
-    group.set_container(&container)?;
-    container.set_iommu(vfio::VFIO_NOIOMMU_IOMMU)?;
-    let device = group.device(bdf)?;
-    // Memory space on, bus mastering on (without it the controller's DMA
-    // is dropped), legacy interrupts off: completions are polled.
-    let cmd = device.config_read16(vfio::PCI_COMMAND)?;
-    let want = vfio::PCI_COMMAND_MEMORY | vfio::PCI_COMMAND_MASTER | vfio::PCI_COMMAND_INTX_DISABLE;
-    device.config_write16(vfio::PCI_COMMAND, cmd | want)?;
-    let now = device.config_read16(vfio::PCI_COMMAND)?;
-    if now & want != want {
-        return Err(format!(
-            "PCI_COMMAND is {now:#06x} after setting {want:#06x}"
-        ));
-    }
-    let bar = device.map_bar(0)?;
+    let f = vfio::Function::open_noiommu(bdf)?;
     println!(
-        "  {bdf}: group {}, PCI_COMMAND {cmd:#06x} -> {now:#06x}, BAR0 mapped",
-        node.display()
+        "  {bdf}: group {}, PCI_COMMAND {:#06x}, BAR0 mapped",
+        f.node.display(),
+        f.device.config_read16(vfio::PCI_COMMAND)?
     );
-    Ok(VfioDevice {
-        bar,
-        device,
-        _group: group,
-        _container: container,
-    })
+    Ok(f)
 }
 
 struct VfioArgs<'a> {

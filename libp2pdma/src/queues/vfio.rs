@@ -1,10 +1,11 @@
-//! The little of VFIO that the DMA checks need to drive a PCI function from
-//! user space: moving it between drivers through sysfs, a container with
-//! the no-IOMMU backend, its group and device, config space through the
-//! config region, BAR0 mapped for MMIO, and a BAR exported as a dma-buf.
+//! The little of VFIO it takes to drive a PCI function from user space:
+//! moving it between drivers through sysfs, a container with the no-IOMMU
+//! backend, its group and device, config space through the config region,
+//! BAR0 mapped for MMIO, and a BAR exported as a dma-buf.
 //!
-//! This module holds the test crate's `unsafe`: the VFIO ioctls and the
-//! volatile accesses to the BAR mapping. Every function is safe to call.
+//! Plain ioctls through rustix (see `docs/decisions.md`). The `unsafe` here
+//! is the VFIO ioctls and the volatile accesses to the BAR mapping; every
+//! function is safe to call. Errors are sentences naming the device.
 #![allow(unsafe_code)]
 
 use std::{
@@ -13,6 +14,7 @@ use std::{
     os::fd::{FromRawFd, OwnedFd},
     path::{Path, PathBuf},
     ptr::{self, NonNull},
+    sync::Arc,
     thread,
     time::{Duration, Instant},
 };
@@ -417,6 +419,26 @@ pub struct Bar {
 }
 
 impl Bar {
+    /// Anonymous memory standing in for a BAR, for tests of code that
+    /// writes registers.
+    #[cfg(test)]
+    pub(crate) fn anonymous(len: usize) -> Self {
+        // SAFETY: A NULL hint: the new mapping overlaps nothing.
+        let ptr = unsafe {
+            rustix::mm::mmap_anonymous(
+                ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE,
+            )
+        }
+        .expect("anonymous mapping");
+        Self {
+            ptr: NonNull::new(ptr.cast()).expect("non-NULL mapping"),
+            len,
+        }
+    }
+
     fn reg(&self, offset: usize) -> Result<*mut u32, String> {
         if offset % 4 != 0 || offset.checked_add(4).is_none_or(|end| end > self.len) {
             return Err(format!(
@@ -458,11 +480,86 @@ impl Bar {
     }
 }
 
+// SAFETY: The mapping is device registers reached only by volatile dword
+// accesses, which any thread may make; it is unmapped once, on drop.
+unsafe impl Send for Bar {}
+// SAFETY: As for `Send`: no method hands out a reference into the mapping.
+unsafe impl Sync for Bar {}
+
 impl Drop for Bar {
     fn drop(&mut self) {
         // SAFETY: Exactly the mapping `map_bar` made; no reference into it
         // exists.
         let _ = unsafe { munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A PCI function opened through VFIO's no-IOMMU backend: its container,
+/// group and device, memory decoding and bus mastering on, legacy
+/// interrupts off, and BAR0 mapped. Closing it (drop) lets vfio-pci reset
+/// the function and turn its bus mastering off.
+#[derive(Debug)]
+pub struct Function {
+    /// BAR0, mapped.
+    pub bar: Arc<Bar>,
+    /// The device.
+    pub device: Device,
+    /// The group node it was opened by.
+    pub node: PathBuf,
+    group: Group,
+    container: Container,
+}
+
+impl Function {
+    /// Opens `bdf`, bound to vfio-pci, in a no-IOMMU container. vfio-pci
+    /// resets the function on the first open.
+    pub fn open_noiommu(bdf: &str) -> Result<Self, String> {
+        let node = group_node(bdf)?;
+        if !node.to_string_lossy().contains("noiommu-") {
+            return Err(format!(
+                "{} is not a no-IOMMU group: this needs vfio.enable_unsafe_noiommu_mode=1 and no IOMMU",
+                node.display()
+            ));
+        }
+        let container = Container::open()?;
+        if !container.check_extension(VFIO_NOIOMMU_IOMMU)? {
+            return Err("the VFIO container has no no-IOMMU backend".into());
+        }
+        let group = Group::open(&node)?;
+        let flags = group.status()?;
+        if flags & VFIO_GROUP_FLAGS_VIABLE == 0 {
+            return Err(format!(
+                "{} is not viable (flags {flags:#x})",
+                node.display()
+            ));
+        }
+        group.set_container(&container)?;
+        container.set_iommu(VFIO_NOIOMMU_IOMMU)?;
+        let device = group.device(bdf)?;
+        // Memory space on, bus mastering on (without it the function's DMA
+        // is dropped), legacy interrupts off: completions are polled.
+        let cmd = device.config_read16(PCI_COMMAND)?;
+        let want = PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER | PCI_COMMAND_INTX_DISABLE;
+        device.config_write16(PCI_COMMAND, cmd | want)?;
+        let now = device.config_read16(PCI_COMMAND)?;
+        if now & want != want {
+            return Err(format!(
+                "PCI_COMMAND is {now:#06x} after setting {want:#06x}"
+            ));
+        }
+        let bar = Arc::new(device.map_bar(0)?);
+        Ok(Self {
+            bar,
+            device,
+            node,
+            group,
+            container,
+        })
+    }
+
+    /// The group and container, kept open as long as the device.
+    pub fn parts(&self) -> (&Group, &Container) {
+        (&self.group, &self.container)
     }
 }
 

@@ -1,0 +1,744 @@
+//! One submission and completion queue pair in accelerator memory, shared
+//! by many submitting threads.
+//!
+//! The algorithm is the one accelerator threads run in BaM and in the
+//! accelerator-direct design, written so that it needs nothing a GPU thread
+//! lacks (atomics, loads and stores, a fence):
+//!
+//! - **Command ids are the credits.** A submitter first claims a free
+//!   command id by compare-and-swap. There are `entries - 1` of them, so at
+//!   most `entries - 1` commands are ever claimed and not yet consumed: the
+//!   submission queue never looks empty when full, and the completion queue
+//!   cannot overflow. An id is freed by the thread that consumes its
+//!   completion, never earlier, so a completion always finds its request.
+//! - **Atomic slot claim.** With an id, the submitter takes the next queue
+//!   position with `fetch_add` and writes its 64-byte entry into slot
+//!   `position % entries`. That slot's previous command has been fetched by
+//!   the controller: at most `entries - 2` of the `entries` positions before
+//!   this one hold ids, a released one was completed, and the controller
+//!   fetches in order.
+//! - **Doorbell batching.** The writer marks its slot ready (the position,
+//!   plus one) and tries to become the ringer: the ringer advances over every
+//!   consecutive ready slot and writes the tail doorbell once for all of
+//!   them. A writer that finds a ringer at work leaves its entry to it; the
+//!   ringer looks again after letting go, so no entry is stranded (the
+//!   marks, the ringer flag and the second look are sequentially
+//!   consistent).
+//! - **Completion polling by whoever waits.** A waiting thread checks its
+//!   id's state; if the completion has not been seen, it tries to become the
+//!   queue's poller, reads every new entry whose phase tag matches, files
+//!   each under its command id, advances the head (flipping the expected
+//!   phase at the wrap) and writes the head doorbell once.
+//!
+//! A completion for an id that is not in flight, or a controller that stops
+//! answering, fails the whole controller (see [`Health`]): it is disabled,
+//! which ends its DMA, and every waiter gets an error.
+#![allow(unsafe_code)]
+
+use std::{
+    fmt,
+    ptr,
+    sync::{
+        atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use super::{
+    spec::{self, Command, Completion, PAGE},
+    vfio::Bar,
+};
+
+/// Command id states.
+const FREE: u32 = 0;
+const IN_FLIGHT: u32 = 1;
+const DONE: u32 = 2;
+
+/// PRP entries in one list page.
+pub(crate) const LIST_ENTRIES: usize = PAGE / 8;
+
+/// The controller's health, shared by its queues: once failed, it stays
+/// failed, disabled, with the first reason.
+pub(crate) struct Health {
+    bar: Arc<Bar>,
+    ready_timeout: Duration,
+    failed: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl Health {
+    pub(crate) fn new(bar: Arc<Bar>, ready_timeout: Duration) -> Self {
+        Self {
+            bar,
+            ready_timeout,
+            failed: AtomicBool::new(false),
+            reason: Mutex::new(None),
+        }
+    }
+
+    /// Why the controller failed, if it did.
+    pub(crate) fn failure(&self) -> Option<String> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Fails the controller: disables it first (which ends its DMA: no
+    /// command it still holds writes memory after this returns), then
+    /// records `reason` unless an earlier failure did.
+    pub(crate) fn fail(&self, reason: String) {
+        let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_none() {
+            let disabled = match spec::disable(&self.bar, self.ready_timeout) {
+                Ok(()) => "the controller was disabled".to_string(),
+                Err(e) => format!("disabling the controller failed too: {e}"),
+            };
+            *r = Some(format!("{reason}; {disabled}"));
+        }
+        self.failed.store(true, Ordering::Release);
+    }
+}
+
+/// Where a queue pair lives: CPU pointers into the accelerator memory's
+/// write-combined mapping and the controller's bus addresses of the same
+/// bytes, each region page aligned and contiguous for the controller.
+#[derive(Clone, Copy)]
+pub(crate) struct Place {
+    pub(crate) cpu: *mut u8,
+    pub(crate) bus: u64,
+}
+
+/// A command id's record.
+struct Slot {
+    state: AtomicU32,
+    /// Dword 0 of the completion.
+    result: AtomicU32,
+    /// The completion's status field.
+    status: AtomicU32,
+}
+
+/// A queue pair shared by many submitters.
+pub(crate) struct QueuePair {
+    qid: u16,
+    entries: u32,
+    sq: Place,
+    cq: Place,
+    /// One PRP list page per command id.
+    lists: Place,
+    bar: Arc<Bar>,
+    sq_doorbell: usize,
+    cq_doorbell: usize,
+    slots: Box<[Slot]>,
+    /// Where the next id search starts.
+    hint: AtomicUsize,
+    /// The next queue position to claim.
+    tail: AtomicU64,
+    /// Per submission slot: the position written there, plus one.
+    ready: Box<[AtomicU64]>,
+    /// Whether a thread is ringing the doorbell.
+    ringing: AtomicBool,
+    /// Positions the doorbell has been rung for (changed by the ringer only).
+    rung: AtomicU64,
+    /// The completion queue's head and expected phase; held by the poller.
+    cq_state: Mutex<(u32, bool)>,
+    health: Arc<Health>,
+    /// Doorbell writes of the submission queue, and commands submitted.
+    pub(crate) doorbells: AtomicU64,
+    pub(crate) submitted: AtomicU64,
+}
+
+// SAFETY: The raw pointers name the accelerator memory's mapping, which the
+// controller keeps alive for the queue pair's whole life, and every access
+// through them is a volatile access to a region that only one thread writes
+// at a time (a submission slot by the thread that claimed its position, a
+// PRP list page by its command id's holder) or that only the CPU reads
+// (completion entries, under the poller lock).
+unsafe impl Send for QueuePair {}
+// SAFETY: As for `Send`.
+unsafe impl Sync for QueuePair {}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qid", &self.qid)
+            .field("entries", &self.entries)
+            .finish()
+    }
+}
+
+/// A submitted command: wait for it with [`QueuePair::wait`].
+#[derive(Debug)]
+#[must_use = "a submitted command's id is only freed when it is waited for"]
+pub(crate) struct Ticket {
+    pub(crate) cid: u16,
+}
+
+/// Why a wait ended without a completion.
+#[derive(Debug)]
+pub(crate) enum WaitError {
+    /// The deadline passed; the command is still in flight, its id held.
+    Timeout,
+    /// No command id was free (a submission that was not to wait).
+    Full,
+    /// The controller failed; the command's id was freed.
+    Failed(String),
+}
+
+impl QueuePair {
+    /// Queue pair `qid` of `entries` entries (2 to 4096) at `sq`, `cq` and
+    /// `lists` (`entries - 1` PRP list pages), whose memory the caller keeps
+    /// mapped and zeroed completion entries in. `stride` is the doorbell
+    /// stride.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        qid: u16,
+        entries: u16,
+        (sq, cq, lists): (Place, Place, Place),
+        bar: Arc<Bar>,
+        stride: usize,
+        health: Arc<Health>,
+    ) -> Self {
+        let entries = u32::from(entries.max(2));
+        Self {
+            qid,
+            entries,
+            sq,
+            cq,
+            lists,
+            bar,
+            sq_doorbell: spec::doorbell(qid, false, stride),
+            cq_doorbell: spec::doorbell(qid, true, stride),
+            slots: (0..entries - 1)
+                .map(|_| Slot {
+                    state: AtomicU32::new(FREE),
+                    result: AtomicU32::new(0),
+                    status: AtomicU32::new(0),
+                })
+                .collect(),
+            hint: AtomicUsize::new(0),
+            tail: AtomicU64::new(0),
+            ready: (0..entries).map(|_| AtomicU64::new(0)).collect(),
+            ringing: AtomicBool::new(false),
+            rung: AtomicU64::new(0),
+            cq_state: Mutex::new((0, true)),
+            health,
+            doorbells: AtomicU64::new(0),
+            submitted: AtomicU64::new(0),
+        }
+    }
+
+    /// The queue id.
+    pub(crate) fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Entries of each queue.
+    pub(crate) fn entries(&self) -> u16 {
+        self.entries as u16
+    }
+
+    /// The bus addresses of the submission and completion queues.
+    pub(crate) fn bus(&self) -> (u64, u64) {
+        (self.sq.bus, self.cq.bus)
+    }
+
+    /// Commands that can be in flight at once.
+    pub(crate) fn depth(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Submits `cmd` with data pointer `data` (PRP1 and the following page
+    /// addresses; a list is written to the command id's list page when more
+    /// than one follows). Waits for a free command id, reaping completions
+    /// meanwhile, up to `deadline`; without one, returns
+    /// [`WaitError::Full`] at once when every id is taken.
+    ///
+    /// A thread that holds tickets must not wait here for an id: the ids
+    /// may all be held by completed commands that threads waiting here
+    /// would consume. It submits without a deadline and, when the queue is
+    /// full, waits for its own oldest command first.
+    pub(crate) fn submit(
+        &self,
+        cmd: &Command,
+        data: Option<&spec::DataPtr>,
+        deadline: Option<Instant>,
+    ) -> Result<Ticket, WaitError> {
+        if data.is_some_and(|d| d.pages.len() > LIST_ENTRIES) {
+            return Err(WaitError::Failed(format!(
+                "{} PRP entries do not fit one list page",
+                data.map_or(0, |d| d.pages.len())
+            )));
+        }
+        let cid = self.claim(deadline)?;
+        let mut cmd = *cmd;
+        if let Some(d) = data {
+            cmd.prp1 = d.prp1;
+            cmd.prp2 = match d.pages.len() {
+                0 => 0,
+                1 => d.pages[0],
+                _ => {
+                    let page = self.list_page(cid);
+                    for (i, a) in d.pages.iter().enumerate() {
+                        // SAFETY: The id's own list page, `LIST_ENTRIES`
+                        // u64s (checked above), written only by its holder.
+                        unsafe { ptr::write_volatile(page.cpu.cast::<u64>().add(i), a.to_le()) };
+                    }
+                    page.bus
+                }
+            };
+        }
+        let pos = self.tail.fetch_add(1, Ordering::Relaxed);
+        let slot = (pos % u64::from(self.entries)) as usize;
+        let entry = cmd.encode(cid);
+        // SAFETY: Slot `slot` of the submission queue (64 bytes inside its
+        // `entries * 64`), which the position claimed gives this thread
+        // alone (see the module's comment).
+        unsafe {
+            let dst = self.sq.cpu.add(64 * slot).cast::<u64>();
+            for (i, w) in entry.chunks_exact(8).enumerate() {
+                let v = u64::from_le_bytes(w.try_into().unwrap_or_default());
+                ptr::write_volatile(dst.add(i), v.to_le());
+            }
+        }
+        self.ready[slot].store(pos + 1, Ordering::SeqCst);
+        self.submitted.fetch_add(1, Ordering::Relaxed);
+        self.ring();
+        Ok(Ticket { cid })
+    }
+
+    fn list_page(&self, cid: u16) -> Place {
+        let off = usize::from(cid) * PAGE;
+        Place {
+            // SAFETY: `entries - 1` list pages follow `lists`; `cid` is
+            // below that.
+            cpu: unsafe { self.lists.cpu.add(off) },
+            bus: self.lists.bus + off as u64,
+        }
+    }
+
+    /// Claims a free command id, reaping completions while none is free.
+    fn claim(&self, deadline: Option<Instant>) -> Result<u16, WaitError> {
+        let n = self.slots.len();
+        let mut spins = 0u32;
+        loop {
+            if let Some(why) = self.health.failure() {
+                return Err(WaitError::Failed(why));
+            }
+            let start = self.hint.load(Ordering::Relaxed);
+            for k in 0..n {
+                let i = (start + k) % n;
+                if self.slots[i]
+                    .state
+                    .compare_exchange(FREE, IN_FLIGHT, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    self.hint.store((i + 1) % n, Ordering::Relaxed);
+                    return Ok(i as u16);
+                }
+            }
+            if self.poll() > 0 {
+                continue;
+            }
+            match deadline {
+                None if spins > 0 => return Err(WaitError::Full),
+                Some(d) if Instant::now() >= d => return Err(WaitError::Timeout),
+                _ => {}
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Writes the tail doorbell for every consecutive ready entry, unless
+    /// another thread is doing it (which then sees this thread's entry).
+    fn ring(&self) {
+        let entries = u64::from(self.entries);
+        loop {
+            if self.ringing.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            let rung = self.rung.load(Ordering::Relaxed);
+            let mut n = rung;
+            while self.ready[(n % entries) as usize].load(Ordering::SeqCst) == n + 1 {
+                n += 1;
+            }
+            if n != rung {
+                // Every entry's bytes, written through the write-combining
+                // mapping, reach memory before the doorbell.
+                fence(Ordering::SeqCst);
+                let _ = self.bar.write32(self.sq_doorbell, (n % entries) as u32);
+                self.rung.store(n, Ordering::Relaxed);
+                self.doorbells.fetch_add(1, Ordering::Relaxed);
+            }
+            self.ringing.store(false, Ordering::SeqCst);
+            // An entry marked ready while this thread was ringing, by a
+            // thread that found the flag set, is rung now.
+            if self.ready[(n % entries) as usize].load(Ordering::SeqCst) != n + 1 {
+                return;
+            }
+        }
+    }
+
+    /// Reaps new completions if no other thread is doing it. Returns how
+    /// many it filed.
+    pub(crate) fn poll(&self) -> usize {
+        let Ok(mut st) = self.cq_state.try_lock() else {
+            return 0;
+        };
+        let (mut head, mut phase) = *st;
+        let mut reaped = 0;
+        loop {
+            // SAFETY: Entry `head` (16 bytes inside `entries * 16`) of the
+            // completion queue, read under the poller lock; dword 3 first.
+            let dw3 = unsafe {
+                ptr::read_volatile(self.cq.cpu.add(16 * head as usize + 12).cast::<u32>())
+            };
+            if (u32::from_le(dw3) >> 16 & 1 == 1) != phase {
+                break;
+            }
+            // The rest of the entry was written no later than its phase tag.
+            fence(Ordering::SeqCst);
+            let mut raw = [0u8; 16];
+            for (i, w) in raw.chunks_exact_mut(4).enumerate() {
+                // SAFETY: As above, dword `i` of the entry.
+                let v = unsafe {
+                    ptr::read_volatile(self.cq.cpu.add(16 * head as usize + 4 * i).cast::<u32>())
+                };
+                w.copy_from_slice(&u32::from_le(v).to_le_bytes());
+            }
+            let c = Completion::decode(&raw);
+            let slot = self.slots.get(usize::from(c.cid));
+            match slot {
+                Some(s) if c.sqid == self.qid && s.state.load(Ordering::Acquire) == IN_FLIGHT => {
+                    s.result.store(c.result, Ordering::Relaxed);
+                    s.status.store(u32::from(c.status), Ordering::Relaxed);
+                    s.state.store(DONE, Ordering::Release);
+                }
+                _ => {
+                    *st = (head, phase);
+                    drop(st);
+                    self.health.fail(format!(
+                        "queue {} got a completion for command id {} of queue {}, which is not in flight",
+                        self.qid, c.cid, c.sqid
+                    ));
+                    return reaped;
+                }
+            }
+            head += 1;
+            if head == self.entries {
+                head = 0;
+                phase = !phase;
+            }
+            reaped += 1;
+        }
+        if reaped > 0 {
+            let _ = self.bar.write32(self.cq_doorbell, head);
+        }
+        *st = (head, phase);
+        reaped
+    }
+
+    /// Waits until `deadline` for `t`'s completion and frees its id.
+    /// [`WaitError::Timeout`] keeps the id: the command may still complete,
+    /// and may be waited for again.
+    pub(crate) fn wait(&self, t: &Ticket, deadline: Instant) -> Result<Completion, WaitError> {
+        let s = &self.slots[usize::from(t.cid)];
+        let mut spins = 0u32;
+        loop {
+            if s.state.load(Ordering::Acquire) == DONE {
+                let c = Completion {
+                    result: s.result.load(Ordering::Relaxed),
+                    status: s.status.load(Ordering::Relaxed) as u16,
+                    cid: t.cid,
+                    sqid: self.qid,
+                    ..Default::default()
+                };
+                s.state.store(FREE, Ordering::Release);
+                return Ok(c);
+            }
+            if let Some(why) = self.health.failure() {
+                // Disabled: nothing completes or writes memory any more.
+                s.state.store(FREE, Ordering::Release);
+                return Err(WaitError::Failed(why));
+            }
+            if self.poll() > 0 {
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(WaitError::Timeout);
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Frees `t`'s id without a completion: only once the controller is
+    /// failed (disabled), when nothing can complete it any more.
+    pub(crate) fn forget(&self, t: Ticket) {
+        if self.health.failure().is_some() {
+            self.slots[usize::from(t.cid)]
+                .state
+                .store(FREE, Ordering::Release);
+        }
+    }
+}
+
+/// Spins a little, then yields: a waiter shares the CPU with the
+/// submitters it waits for.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else if *spins < 256 {
+        thread::yield_now();
+    } else {
+        thread::sleep(Duration::from_micros(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Many submitters against a model controller: a thread that fetches
+    //! entries in order from the tail doorbell, does each READ (filling the
+    //! data pages its PRPs name with bytes derived from the block address),
+    //! and posts completions in random order, never into a full completion
+    //! queue. It checks that no command id is reused while in flight.
+    use super::*;
+    use proptest::prelude::*;
+    use std::{collections::HashSet, sync::atomic::AtomicBool};
+
+    const BLOCK: usize = 512;
+
+    fn byte(slba: u64, i: usize) -> u8 {
+        (slba.wrapping_mul(31) as usize + i * 7 + (i >> 9)) as u8
+    }
+
+    /// Statuses the model answers with: LBA Out of Range for every block
+    /// address that is 5 modulo 13.
+    fn status_for(slba: u64) -> u16 {
+        if slba % 13 == 5 {
+            0x80
+        } else {
+            0
+        }
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// The data pages of a command, from its PRPs.
+    fn pages(prp1: u64, prp2: u64, len: usize) -> Vec<(u64, usize)> {
+        let first = (PAGE - (prp1 as usize % PAGE)).min(len);
+        let mut out = vec![(prp1, first)];
+        let rest = len - first;
+        let n = rest.div_ceil(PAGE);
+        for k in 0..n {
+            let a = if n == 1 {
+                prp2
+            } else {
+                // SAFETY: The list page the submitter wrote, `n` entries.
+                unsafe { ptr::read_volatile((prp2 as *const u64).add(k)) }
+            };
+            out.push((a, PAGE.min(rest - k * PAGE)));
+        }
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn model(
+        bar: &Bar,
+        sq: *mut u8,
+        cq: *mut u8,
+        entries: u32,
+        stop: &AtomicBool,
+        seed: u64,
+    ) -> Result<u64, String> {
+        let mut rng = Rng(seed | 1);
+        let (mut head, mut cq_tail, mut phase) = (0u32, 0u32, true);
+        let mut fetched: Vec<(u16, u16)> = Vec::new();
+        let mut in_flight = HashSet::new();
+        let mut done = 0u64;
+        loop {
+            let tail = bar.read32(spec::doorbell(1, false, 4))?;
+            if tail >= entries {
+                return Err(format!("tail doorbell {tail} of {entries} entries"));
+            }
+            while head != tail {
+                let mut e = [0u8; 64];
+                for (i, b) in e.iter_mut().enumerate() {
+                    // SAFETY: Inside the submission queue.
+                    *b = unsafe { ptr::read_volatile(sq.add(64 * head as usize + i)) };
+                }
+                let dw = |i: usize| u32::from_le_bytes(e[4 * i..4 * i + 4].try_into().unwrap());
+                let cid = (dw(0) >> 16) as u16;
+                if !in_flight.insert(cid) {
+                    return Err(format!("command id {cid} submitted while in flight"));
+                }
+                let prp1 = u64::from(dw(6)) | u64::from(dw(7)) << 32;
+                let prp2 = u64::from(dw(8)) | u64::from(dw(9)) << 32;
+                let slba = u64::from(dw(10)) | u64::from(dw(11)) << 32;
+                let len = (dw(12) as usize + 1) * BLOCK;
+                let mut i = 0;
+                for (a, n) in pages(prp1, prp2, len) {
+                    for k in 0..n {
+                        // SAFETY: The submitter's buffer, which it keeps
+                        // until the completion.
+                        unsafe { ptr::write_volatile((a as *mut u8).add(k), byte(slba, i + k)) };
+                    }
+                    i += n;
+                }
+                fetched.push((cid, status_for(slba)));
+                head = (head + 1) % entries;
+            }
+            if !fetched.is_empty() && rng.next() % 3 != 0 {
+                let cq_head = bar.read32(spec::doorbell(1, true, 4))?;
+                if (cq_tail + 1) % entries != cq_head {
+                    let i = (rng.next() % fetched.len() as u64) as usize;
+                    let (cid, status) = fetched.swap_remove(i);
+                    in_flight.remove(&cid);
+                    let at = cq.wrapping_add(16 * cq_tail as usize).cast::<u32>();
+                    let dw3 = u32::from(cid) | u32::from(phase) << 16 | u32::from(status) << 17;
+                    // SAFETY: Entry `cq_tail` of the completion queue,
+                    // which the poller does not own until its phase flips.
+                    unsafe {
+                        ptr::write_volatile(at, 0);
+                        ptr::write_volatile(at.add(2), head | 1 << 16);
+                        fence(Ordering::SeqCst);
+                        ptr::write_volatile(at.add(3), dw3);
+                    }
+                    cq_tail += 1;
+                    if cq_tail == entries {
+                        cq_tail = 0;
+                        phase = !phase;
+                    }
+                    done += 1;
+                }
+            }
+            if stop.load(Ordering::SeqCst) && fetched.is_empty() {
+                return Ok(done);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    fn run(entries: u16, threads: usize, per_thread: usize, batch: usize, seed: u64) {
+        let e = usize::from(entries);
+        let bar = Arc::new(Bar::anonymous(0x2000));
+        let mem = vec![0u64; (64 * e + 16 * e + (e - 1) * PAGE + PAGE) / 8 + PAGE / 8];
+        let base = (mem.as_ptr() as usize).next_multiple_of(PAGE) as *mut u8;
+        let place = |off: usize| Place {
+            cpu: base.wrapping_add(off),
+            bus: base as u64 + off as u64,
+        };
+        let (sq, cq) = (place(0), place(64 * e));
+        let lists = place((64 * e + 16 * e).next_multiple_of(PAGE));
+        let health = Arc::new(Health::new(bar.clone(), Duration::from_secs(1)));
+        let q = QueuePair::new(1, entries, (sq, cq, lists), bar.clone(), 4, health);
+        let stop = AtomicBool::new(false);
+        let (sq_cpu, cq_cpu) = (sq.cpu as usize, cq.cpu as usize);
+        thread::scope(|s| {
+            let m = s.spawn(|| {
+                model(
+                    &bar,
+                    sq_cpu as *mut u8,
+                    cq_cpu as *mut u8,
+                    u32::from(entries),
+                    &stop,
+                    seed,
+                )
+            });
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let q = &q;
+                    s.spawn(move || {
+                        let mut rng = Rng(seed ^ (t as u64 + 1) * 0x9e37_79b9);
+                        let mut left = per_thread;
+                        while left > 0 {
+                            let n = batch.min(left);
+                            // Up to `n` in flight; on a full queue, the
+                            // oldest of this thread's commands first.
+                            let mut flight = std::collections::VecDeque::new();
+                            let check = |(t, slba, blocks, skew, buf): (Ticket, u64, usize, usize, Vec<u8>)| {
+                                let far = Instant::now() + Duration::from_secs(10);
+                                let c = q.wait(&t, far).unwrap();
+                                assert_eq!(c.status, status_for(slba), "status of the read at {slba}");
+                                if c.status == 0 {
+                                    for i in 0..blocks * BLOCK {
+                                        assert_eq!(buf[skew + i], byte(slba, i), "byte {i} of the read at {slba}");
+                                    }
+                                }
+                            };
+                            for _ in 0..n {
+                                let blocks = 1 + (rng.next() % 24) as usize;
+                                let slba = rng.next() % 100_000;
+                                let skew = 4 * (rng.next() % 64) as usize;
+                                let buf = vec![0u8; blocks * BLOCK + skew + PAGE];
+                                let at = buf.as_ptr() as u64 + skew as u64;
+                                let d = spec::data_ptr(|o| Some(at + o as u64), 0, blocks * BLOCK)
+                                    .unwrap();
+                                let cmd = Command {
+                                    opcode: spec::io::READ,
+                                    nsid: 1,
+                                    cdw: [slba as u32, 0, blocks as u32 - 1, 0, 0, 0],
+                                    ..Default::default()
+                                };
+                                let t = loop {
+                                    match q.submit(&cmd, Some(&d), None) {
+                                        Ok(t) => break t,
+                                        Err(WaitError::Full) => match flight.pop_front() {
+                                            Some(f) => check(f),
+                                            None => thread::yield_now(),
+                                        },
+                                        Err(e) => panic!("submit: {e:?}"),
+                                    }
+                                };
+                                flight.push_back((t, slba, blocks, skew, buf));
+                            }
+                            for f in flight {
+                                check(f);
+                            }
+                            left -= n;
+                        }
+                    })
+                })
+                .collect();
+            let joined: Vec<_> = workers.into_iter().map(|w| w.join()).collect();
+            stop.store(true, Ordering::SeqCst);
+            for j in joined {
+                j.unwrap();
+            }
+            let done = m.join().unwrap().unwrap();
+            assert_eq!(done, (threads * per_thread) as u64);
+        });
+        let (d, s) = (q.doorbells.load(Ordering::Relaxed), q.submitted.load(Ordering::Relaxed));
+        assert_eq!(s, (threads * per_thread) as u64);
+        assert!(d >= 1 && d <= s, "{d} doorbells for {s} commands");
+        drop(mem);
+    }
+
+    #[test]
+    fn a_full_queue_of_one_thread() {
+        run(4, 1, 200, 3, 7);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn many_submitters_share_one_queue(
+            entries in 2u16..40,
+            threads in 1usize..8,
+            batch in 1usize..12,
+            seed in any::<u64>(),
+        ) {
+            run(entries, threads, 60, batch, seed);
+        }
+    }
+}
