@@ -330,4 +330,3 @@ impl<'a> Controller<'a> {
         self.submit(true, &cmd)?.check("FLUSH")
     }
 }
-

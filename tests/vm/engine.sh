@@ -243,6 +243,29 @@ check ctl-copy-shape p2pdma-ctl copy "$NVME" accel --shape base=$((38 * M + 3)),
 # ---- end of strided transfers ----
 
 check ctl-copy-verify p2pdma-ctl copy "$NVME" accel --offset $((8 * M + 4096)) --len $((16 * M)) --verify
+
+# ---- The queues path (p2pdma-vmtest queues) ----
+# The spare controller (serial p2pdma-vfio, NSID 7, vfio.img) driven by
+# this process through VFIO's no-IOMMU mode, its queues in accelerator
+# memory. Taking it from the nvme driver without being asked to unbind is
+# refused and leaves it bound; a process that dies with commands in flight
+# leaves it to the next one, which resets it; then reads and writes from
+# many threads, aligned and not, into accelerator memory (DMA_MAP) and
+# host memory (PIN_USER), and errors. The host compares a read left in
+# accel.bin with vfio.img, and the written ranges of vfio.img with the
+# pattern.
+if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	check queues-refused-while-bound p2pdma-vmtest queues --step refuse
+	p2pdma-vmtest queues --step die >/tmp/queues-die.log 2>&1
+	rc=$?
+	if [ $rc -ge 128 ] && grep -q "in flight; dying" /tmp/queues-die.log; then
+		pass queues-owner-dies
+	else
+		fail queues-owner-dies "exit $rc: $(tail -n 1 /tmp/queues-die.log)"
+	fi
+	check queues-after-owner-died p2pdma-vmtest queues --step after-death
+	check_held queues-data p2pdma-vmtest queues --step data --hold
+fi
 release_held
 check module-unloads rmmod p2pdma
 exit "$failures"

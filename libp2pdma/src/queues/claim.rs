@@ -173,8 +173,8 @@ fn users(bdf: &str) -> Vec<String> {
 /// has (without `unbind`), and one whose DMA an IOMMU translates.
 pub fn take(bdf: &str, unbind: bool) -> Result<IommuMode, String> {
     let dev = pci_dev(bdf);
-    let class = fs::read_to_string(dev.join("class"))
-        .map_err(|e| format!("no PCI function {bdf}: {e}"))?;
+    let class =
+        fs::read_to_string(dev.join("class")).map_err(|e| format!("no PCI function {bdf}: {e}"))?;
     let class = u32::from_str_radix(class.trim().trim_start_matches("0x"), 16).unwrap_or(0);
     if class != NVME_CLASS {
         return Err(format!(
@@ -183,7 +183,10 @@ pub fn take(bdf: &str, unbind: bool) -> Result<IommuMode, String> {
     }
     let mode = IommuMode::of(bdf);
     if mode != IommuMode::NoIommu {
-        return Err(format!("cannot be driven from user space here: {}", mode.describe()));
+        return Err(format!(
+            "cannot be driven from user space here: {}",
+            mode.describe()
+        ));
     }
     match driver_of(bdf).as_deref() {
         Some("vfio-pci") => return Ok(mode),
@@ -197,7 +200,7 @@ pub fn take(bdf: &str, unbind: bool) -> Result<IommuMode, String> {
             }
             if !unbind {
                 return Err(format!(
-                    "the kernel's {driver} driver has it; ask for it to be unbound (InitOptions::unbind, p2pdma-ctl queues --unbind) to give it to this process"
+                    "the kernel's {driver} driver has it; ask for it to be unbound (InitOptions::unbind) to give it to this process"
                 ));
             }
         }

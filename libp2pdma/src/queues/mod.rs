@@ -654,9 +654,7 @@ impl Controller {
     pub fn try_submit(&self, queue: usize, cmd: &IoCommand) -> Result<Option<Pending<'_>>> {
         match self.submit_with(queue, cmd, None) {
             Ok(p) => Ok(Some(p)),
-            Err(Error::Controller { source, .. }) if source == rustix::io::Errno::AGAIN => {
-                Ok(None)
-            }
+            Err(Error::Controller { source, .. }) if source == rustix::io::Errno::AGAIN => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -678,10 +676,21 @@ impl Controller {
                         "{} of {} blocks{}",
                         cmd.name(),
                         cmd.blocks,
-                        if cmd.data.is_none() { " without data" } else { "" }
+                        if cmd.data.is_none() {
+                            " without data"
+                        } else {
+                            ""
+                        }
                     )));
                 }
-                [cmd.slba as u32, (cmd.slba >> 32) as u32, cmd.blocks - 1, 0, 0, 0]
+                [
+                    cmd.slba as u32,
+                    (cmd.slba >> 32) as u32,
+                    cmd.blocks - 1,
+                    0,
+                    0,
+                    0,
+                ]
             }
             io::FLUSH => [0; 6],
             op => {
@@ -699,13 +708,16 @@ impl Controller {
         let t = q
             .submit(&raw, cmd.data.as_ref(), deadline)
             .map_err(|e| self.wait_error(e, &format!("{} on queue {}", cmd.name(), q.qid())))?;
+        let bs = self
+            .namespace_info(cmd.nsid)
+            .map_or(1, |n| u64::from(n.block_size));
         Ok(Pending {
             ctrl: self,
             q,
             ticket: Some(t),
             what: cmd.name(),
-            slba: cmd.slba,
-            blocks: cmd.blocks,
+            offset: cmd.slba.saturating_mul(bs),
+            len: u64::from(cmd.blocks) * bs,
         })
     }
 
@@ -784,8 +796,10 @@ pub struct Pending<'c> {
     q: &'c QueuePair,
     ticket: Option<Ticket>,
     what: &'static str,
-    slba: u64,
-    blocks: u32,
+    /// The command's range in bytes (in blocks when the namespace is not
+    /// active).
+    offset: u64,
+    len: u64,
 }
 
 impl fmt::Debug for Pending<'_> {
@@ -818,8 +832,8 @@ impl Pending<'_> {
                 "WRITE" => "NVMe WRITE (queues path)",
                 _ => "NVMe FLUSH (queues path)",
             },
-            offset: self.slba,
-            len: u64::from(self.blocks),
+            offset: self.offset,
+            len: self.len,
             status: u32::from(c.status),
         })
     }

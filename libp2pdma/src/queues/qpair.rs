@@ -36,8 +36,7 @@
 #![allow(unsafe_code)]
 
 use std::{
-    fmt,
-    ptr,
+    fmt, ptr,
     sync::{
         atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex,
@@ -83,7 +82,10 @@ impl Health {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
-        self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Fails the controller: disables it first (which ends its DMA: no
@@ -659,20 +661,34 @@ mod tests {
                 .map(|t| {
                     let q = &q;
                     s.spawn(move || {
-                        let mut rng = Rng(seed ^ (t as u64 + 1) * 0x9e37_79b9);
+                        let mut rng = Rng(seed ^ ((t as u64 + 1) * 0x9e37_79b9));
                         let mut left = per_thread;
                         while left > 0 {
                             let n = batch.min(left);
                             // Up to `n` in flight; on a full queue, the
                             // oldest of this thread's commands first.
                             let mut flight = std::collections::VecDeque::new();
-                            let check = |(t, slba, blocks, skew, buf): (Ticket, u64, usize, usize, Vec<u8>)| {
+                            let check = |(t, slba, blocks, skew, buf): (
+                                Ticket,
+                                u64,
+                                usize,
+                                usize,
+                                Vec<u8>,
+                            )| {
                                 let far = Instant::now() + Duration::from_secs(10);
                                 let c = q.wait(&t, far).unwrap();
-                                assert_eq!(c.status, status_for(slba), "status of the read at {slba}");
+                                assert_eq!(
+                                    c.status,
+                                    status_for(slba),
+                                    "status of the read at {slba}"
+                                );
                                 if c.status == 0 {
                                     for i in 0..blocks * BLOCK {
-                                        assert_eq!(buf[skew + i], byte(slba, i), "byte {i} of the read at {slba}");
+                                        assert_eq!(
+                                            buf[skew + i],
+                                            byte(slba, i),
+                                            "byte {i} of the read at {slba}"
+                                        );
                                     }
                                 }
                             };
@@ -718,7 +734,10 @@ mod tests {
             let done = m.join().unwrap().unwrap();
             assert_eq!(done, (threads * per_thread) as u64);
         });
-        let (d, s) = (q.doorbells.load(Ordering::Relaxed), q.submitted.load(Ordering::Relaxed));
+        let (d, s) = (
+            q.doorbells.load(Ordering::Relaxed),
+            q.submitted.load(Ordering::Relaxed),
+        );
         assert_eq!(s, (threads * per_thread) as u64);
         assert!(d >= 1 && d <= s, "{d} doorbells for {s} commands");
         drop(mem);

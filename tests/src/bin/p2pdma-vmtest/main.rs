@@ -8,6 +8,8 @@ use std::{
     ptr::NonNull,
 };
 
+mod queues;
+
 use clap::{Parser, Subcommand};
 use p2pdma::Module;
 use rustix::{
@@ -44,6 +46,12 @@ enum Cmd {
     Route {
         #[command(flatten)]
         x: RouteArgs,
+    },
+    /// The queues path: the spare NVMe controller driven by this process
+    /// through VFIO, its queues in accelerator memory.
+    Queues {
+        #[command(flatten)]
+        x: queues::QueuesArgs,
     },
     /// Strided reads of storage into module memory with the engine, in
     /// several modes side by side (each into its own region of one
@@ -1158,6 +1166,7 @@ fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::EngineRead { x } => engine_run(&x, None),
         Cmd::Route { x } => route_run(&x),
+        Cmd::Queues { x } => queues::run(&x),
         Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
         Cmd::EngineStrided { x } => engine_strided(&x),
         Cmd::ModuleRead {

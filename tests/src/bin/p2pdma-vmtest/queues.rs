@@ -1,0 +1,352 @@
+//! The queues path in the VM: the spare controller (serial p2pdma-vfio)
+//! driven by this process, its queues in accelerator memory, data checked
+//! against the rig content of its image (vfio.img: the rig content from
+//! `image_pattern_offset` on).
+
+use std::{
+    sync::Arc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use clap::{Args, ValueEnum};
+use p2pdma::{
+    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    queues::{claim, vfio, Controller, InitOptions, IoCommand},
+    transfer::Namespace,
+    Error, Module, PciAddress, PeerAccess,
+};
+use p2pdma_tests::fill_image;
+
+const M: u64 = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Step {
+    /// The controller is the nvme driver's: taking it without `unbind`
+    /// must be refused, with the reason, and leave it bound.
+    Refuse,
+    /// Take it, submit reads from many threads and die with them in flight.
+    Die,
+    /// Take it again after a process died holding it: reads must be right;
+    /// then give it back to the nvme driver.
+    AfterDeath,
+    /// Reads and writes, aligned and not, from many threads, into
+    /// accelerator and host memory; errors; a read reported for the host.
+    Data,
+}
+
+#[derive(Args)]
+pub struct QueuesArgs {
+    #[arg(long, value_enum)]
+    step: Step,
+    #[arg(long, default_value = "p2pdma-vfio")]
+    serial: String,
+    #[arg(long, default_value_t = 7)]
+    nsid: u32,
+    /// Where the image's content starts in the rig content stream.
+    #[arg(long, default_value_t = 128 << 20)]
+    image_pattern_offset: u64,
+    /// After the data step, keep the memory (and the controller) held.
+    #[arg(long)]
+    hold: bool,
+}
+
+/// The image's bytes at `offset..offset + len`.
+fn image(base: u64, offset: u64, len: usize) -> Vec<u8> {
+    let start = (base + offset) / 8 * 8;
+    let skip = (base + offset - start) as usize;
+    let mut v = vec![0u8; len + skip + 8];
+    fill_image(start, &mut v);
+    v[skip..skip + len].to_vec()
+}
+
+fn first_diff(want: &[u8], got: &[u8]) -> Option<usize> {
+    want.iter().zip(got).position(|(a, b)| a != b)
+}
+
+fn take(x: &QueuesArgs, module: &Arc<Module>, unbind: bool) -> Result<Arc<Controller>, String> {
+    let bdf = vfio::nvme_by_serial(&x.serial).or_else(|e| {
+        // Already given to vfio-pci by an earlier step: found by scanning
+        // vfio-pci's functions for an NVMe controller.
+        std::fs::read_dir("/sys/bus/pci/drivers/vfio-pci")
+            .ok()
+            .and_then(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .find(|n| n.contains(':') && n.contains('.'))
+            })
+            .ok_or(e)
+    })?;
+    let pci: PciAddress = bdf.parse().map_err(|e: Error| e.to_string())?;
+    let opts = InitOptions {
+        unbind,
+        queues: 4,
+        entries: 64,
+        timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    Controller::initialize(module.clone(), pci, &opts).map_err(|e| e.to_string())
+}
+
+pub fn run(x: &QueuesArgs) -> Result<(), String> {
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    match x.step {
+        Step::Refuse => {
+            let bdf = vfio::nvme_by_serial(&x.serial)?;
+            match take(x, &module, false) {
+                Ok(_) => {
+                    return Err("a controller the nvme driver has was taken without unbind".into())
+                }
+                Err(e) if e.contains("nvme driver has it") => println!("refused: {e}"),
+                Err(e) => return Err(format!("refused for another reason: {e}")),
+            }
+            match claim::driver_of(&bdf).as_deref() {
+                Some("nvme") => Ok(()),
+                d => Err(format!(
+                    "after the refusal {bdf} is bound to {d:?}, not nvme"
+                )),
+            }
+        }
+        Step::Die => {
+            let ctrl = take(x, &module, true)?;
+            let mem =
+                ModuleMemory::alloc(module.clone(), 0, 8 * M, 0).map_err(|e| e.to_string())?;
+            let mapped = ctrl
+                .map(&mem, 0, (8 * M) as usize, PeerAccess::WriteOnly)
+                .map_err(|e| e.to_string())?;
+            let mut n = 0;
+            for i in 0..ctrl.queue_count() * (ctrl.queue_depth() - 1) {
+                let off = (i as u64 * 64 * 1024) % (8 * M);
+                let data = mapped
+                    .data(off as usize, 64 * 1024)
+                    .map_err(|e| e.to_string())?;
+                let cmd = IoCommand::read(x.nsid, (i as u64 * 977) % 100_000, 128, data);
+                match ctrl.try_submit(i, &cmd).map_err(|e| e.to_string())? {
+                    Some(p) => {
+                        std::mem::forget(p);
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+            println!("{n} reads in flight; dying");
+            std::process::abort();
+        }
+        Step::AfterDeath => {
+            let ctrl = take(x, &module, true)?;
+            let ns =
+                Namespace::new(ctrl.clone(), module.clone(), x.nsid).map_err(|e| e.to_string())?;
+            let mem =
+                ModuleMemory::alloc(module.clone(), 0, 4 * M, 0).map_err(|e| e.to_string())?;
+            read_check(&ns, x, &mem, 3 * M + 13, (2 * M + 99) as usize, 7)?;
+            println!("reads after the death of the last owner are right");
+            let bdf = ctrl.pci().to_string();
+            drop(ns);
+            drop(ctrl);
+            let driver = claim::give_back(&bdf)?;
+            if driver != "nvme" {
+                return Err(format!("{bdf} went back to {driver}, not nvme"));
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while vfio::nvme_by_serial(&x.serial).is_err() {
+                if Instant::now() > deadline {
+                    return Err("the nvme driver did not bring the controller back".into());
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+            Ok(())
+        }
+        Step::Data => data(x, &module),
+    }
+}
+
+fn read_check(
+    ns: &Namespace,
+    x: &QueuesArgs,
+    mem: &dyn DeviceMemory,
+    offset: u64,
+    len: usize,
+    mem_offset: usize,
+) -> Result<(), String> {
+    ns.read(offset, mem, mem_offset, len)
+        .map_err(|e| format!("read of {len} bytes at {offset}: {e}"))?;
+    let mut got = vec![0u8; len];
+    mem.read_at(mem_offset, &mut got)
+        .map_err(|e| e.to_string())?;
+    let want = image(x.image_pattern_offset, offset, len);
+    match first_diff(&want, &got) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "read of {len} bytes at {offset} into {} at {mem_offset}: byte {i} is {:#04x}, want {:#04x}",
+            mem.kind(),
+            got[i],
+            want[i]
+        )),
+    }
+}
+
+fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
+    let ctrl = take(x, module, true)?;
+    let id = ctrl.identity();
+    if id.serial != x.serial {
+        return Err(format!(
+            "IDENTIFY says serial {:?}, not {:?}",
+            id.serial, x.serial
+        ));
+    }
+    let ns = Namespace::new(ctrl.clone(), module.clone(), x.nsid).map_err(|e| e.to_string())?;
+    println!(
+        "{}: {} {}, {} I/O queues of {} commands in {}, largest command {} bytes, namespace {} of {} blocks of {} bytes; {}",
+        ctrl.pci(),
+        id.model,
+        id.serial,
+        ctrl.queue_count(),
+        ctrl.queue_depth(),
+        ctrl.queue_memory(),
+        ctrl.max_transfer(),
+        x.nsid,
+        ns.info().blocks,
+        ns.info().block_size,
+        ctrl.iommu().describe()
+    );
+    let mem = ModuleMemory::alloc(module.clone(), 0, 8 * M, 0).map_err(|e| e.to_string())?;
+    // Aligned, unaligned at both ends, inside one block, across one block
+    // boundary, larger than the largest command, and at a memory address
+    // that is not dword aligned (all through staging).
+    for (off, len, moff) in [
+        (0, M as usize, 0),
+        (4097, (3 * M + 511) as usize, 3),
+        (100, 37, 1),
+        (511, 2, 4096),
+        (5 * M, (3 * M) as usize, (4 * M + 8) as usize),
+        (6 * M + 512, 8192, 2),
+    ] {
+        read_check(&ns, x, &mem, off, len, moff)?;
+    }
+    println!("reads into accelerator memory (DMA_MAP) match the image");
+    // Host memory: pinned for the controller with PIN_USER.
+    let host = HostMemory::new((2 * M) as usize).map_err(|e| e.to_string())?;
+    read_check(&ns, x, &host, 12345, (2 * M - 100) as usize, 50)?;
+    read_check(&ns, x, &host, 7 * M, M as usize, 4096)?;
+    println!("reads into host memory (PIN_USER) match the image");
+
+    // Many threads at once, each into its own 1 MiB of the memory.
+    let t0 = Instant::now();
+    thread::scope(|s| -> Result<(), String> {
+        let hs: Vec<_> = (0..8u64)
+            .map(|t| {
+                let (ns, mem) = (&ns, &mem);
+                s.spawn(move || -> Result<(), String> {
+                    let mut r = t * 0x9e37_79b9 + 1;
+                    for _ in 0..24 {
+                        r ^= r << 13;
+                        r ^= r >> 7;
+                        r ^= r << 17;
+                        let len = 1 + (r % (256 * 1024)) as usize;
+                        let off = (r >> 20) % (48 * M);
+                        let moff = (t * M) as usize + ((r >> 40) % 4096) as usize;
+                        read_check(ns, x, mem, off, len.min((M - 4096) as usize), moff)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| "a reader panicked".to_string())??;
+        }
+        Ok(())
+    })?;
+    let (doorbells, submitted) = ctrl.doorbell_counts();
+    println!(
+        "8 threads x 24 reads in {:?}: right; {submitted} commands, {doorbells} submission doorbells",
+        t0.elapsed()
+    );
+
+    // Writes: an unaligned range from accelerator memory, then eight
+    // threads writing neighbouring 100-byte pieces of the same blocks
+    // (each a read-modify-write of a shared block).
+    let wpat = 5 * M + 8;
+    let (w_off, w_len) = (40 * M + 3, (M + 1000) as usize);
+    let src = image(0, wpat, w_len);
+    mem.write_at(5, &src).map_err(|e| e.to_string())?;
+    ns.write(w_off, &mem, 5, w_len).map_err(|e| e.to_string())?;
+    let rpat = 9 * M + 16;
+    let piece = image(0, rpat, 800);
+    mem.write_at(7 * M as usize, &piece)
+        .map_err(|e| e.to_string())?;
+    thread::scope(|s| {
+        for t in 0..8usize {
+            let (ns, mem) = (&ns, &mem);
+            s.spawn(move || ns.write(42 * M + 100 * t as u64, mem, 7 * M as usize + 100 * t, 100));
+        }
+    });
+    ns.flush().map_err(|e| e.to_string())?;
+    for (off, pat, len) in [(w_off, wpat, w_len), (42 * M, rpat, 800)] {
+        ns.read(off, &host, 0, len).map_err(|e| e.to_string())?;
+        let mut got = vec![0u8; len];
+        host.read_at(0, &mut got).map_err(|e| e.to_string())?;
+        if let Some(i) = first_diff(&image(0, pat, len), &got) {
+            return Err(format!(
+                "written {len} bytes at {off} read back wrong at byte {i}"
+            ));
+        }
+        println!(
+            "@@RESULT nvme-write image=vfio.img nvme_offset={off} pattern_offset={pat} len={len}"
+        );
+    }
+    println!("writes (unaligned, and 8 threads sharing blocks) read back right");
+
+    // Errors: past the end (refused before any command), a READ past the
+    // namespace's last block (LBA Out of Range) and one for a namespace
+    // that is not active (Invalid Namespace or Format; QEMU answers Invalid
+    // Field in Command), each that request's error.
+    match ns.read(ns.size() - 10, &mem, 0, 100) {
+        Err(Error::EndOfFile { .. }) => {}
+        r => return Err(format!("a read past the end gave {r:?}")),
+    }
+    let mapped = ctrl
+        .map(&mem, 0, 4096, PeerAccess::WriteOnly)
+        .map_err(|e| e.to_string())?;
+    let data = mapped.data(0, 4096).map_err(|e| e.to_string())?;
+    for (nsid, slba, want) in [
+        (x.nsid, ns.info().blocks, &[0x80u8][..]),
+        (99, 0, &[0x0b, 0x02]),
+    ] {
+        let r = ctrl
+            .submit(0, &IoCommand::read(nsid, slba, 8, data.clone()))
+            .and_then(|p| p.wait());
+        match r {
+            Err(e) if e.nvme_status().is_some_and(|s| want.contains(&s.sc())) => {
+                println!("READ of namespace {nsid} block {slba}: {e}");
+            }
+            r => {
+                return Err(format!(
+                    "READ of namespace {nsid} block {slba} gave {r:?}, want status SC {want:x?}"
+                ))
+            }
+        }
+    }
+    drop(mapped);
+    // The controller still works after the errors.
+    read_check(&ns, x, &mem, 11 * M + 1, 4000, 0)?;
+    if let Some(f) = ctrl.failure() {
+        return Err(format!("the controller failed: {f}"));
+    }
+
+    // One read left in the memory for the host to compare with vfio.img.
+    let (off, len, moff) = (2 * M + 777, (3 * M + 5) as usize, (4 * M + 1) as usize);
+    read_check(&ns, x, &mem, off, len, moff)?;
+    let target = mem.dma_target().ok_or("module memory without a mapping")?;
+    let accel = module.accelerator(0).map_err(|e| e.to_string())?;
+    let pci = accel.pci.to_string();
+    let bar_offset =
+        super::phys_of(target.ptr as u64)? - super::bar_start(&pci, accel.bar)? + moff as u64;
+    println!(
+        "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={off} bar_offset={bar_offset} len={len} image=vfio.img",
+        accel.bar
+    );
+    if x.hold {
+        super::hold_forever();
+    }
+    Ok(())
+}
