@@ -24,6 +24,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use super::bounce::{round_down, round_up};
 use crate::{
     backend::{DeviceMemory, HostMemory},
     dma::{DmaMapping, PeerAccess},
@@ -70,14 +71,6 @@ impl fmt::Debug for Namespace {
             .field("nsid", &self.info.nsid)
             .finish()
     }
-}
-
-fn round_down(v: u64, a: u64) -> u64 {
-    v / a * a
-}
-
-fn round_up(v: u64, a: u64) -> u64 {
-    v.div_ceil(a) * a
 }
 
 impl Namespace {
