@@ -110,15 +110,19 @@ pub enum Path {
     NvmeCmd,
     /// Staged through host memory: storage to host, host to accelerator.
     Bounce,
+    /// NVMe commands this process puts in queues in accelerator memory, on
+    /// a controller it drives through VFIO: no kernel in the I/O path.
+    Queues,
 }
 
 impl Path {
-    /// `p2p`, `nvme-cmd`, `bounce`.
+    /// `p2p`, `nvme-cmd`, `bounce`, `queues`.
     pub fn as_str(self) -> &'static str {
         match self {
             Path::P2p => "p2p",
             Path::NvmeCmd => "nvme-cmd",
             Path::Bounce => "bounce",
+            Path::Queues => "queues",
         }
     }
 }

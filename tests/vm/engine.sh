@@ -264,6 +264,7 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 		fail queues-owner-dies "exit $rc: $(tail -n 1 /tmp/queues-die.log)"
 	fi
 	check queues-after-owner-died p2pdma-vmtest queues --step after-death
+	check queues-engine p2pdma-vmtest queues --step engine
 	check_held queues-data p2pdma-vmtest queues --step data --hold
 fi
 release_held

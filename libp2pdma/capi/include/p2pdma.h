@@ -69,6 +69,11 @@ typedef enum p2pdma_path {
      * generic character device, with the accelerator's bus addresses.
      */
     P2PDMA_PATH_NVME_CMD = 3,
+    /**
+     * NVMe commands in queues in accelerator memory, on a controller this
+     * process drives through VFIO: no kernel in the I/O path.
+     */
+    P2PDMA_PATH_QUEUES = 4,
 } p2pdma_path;
 
 /**
@@ -593,8 +598,8 @@ int64_t p2pdma_file_size(const struct p2pdma_file *file);
  * Creates a transfer engine; stores the handle in `*out`.
  *
  * `path_pref` is "auto" (P2P where the module, the memory and the PCIe
- * topology allow it, the bounce path otherwise), "p2p", "bounce" or
- * "nvme-cmd"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
+ * topology allow it, the bounce path otherwise), "p2p", "bounce",
+ * "nvme-cmd" or "queues"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
  * `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`,
  * `P2PDMA_DEPTH`, `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`), and lets the
  * engine keep the chunk size and depth it learns per storage device in the
@@ -630,7 +635,7 @@ void p2pdma_engine_free(struct p2pdma_engine *engine);
 
 /**
  * The path transfers between `file` and `mem` take, and why: returns
- * `P2PDMA_PATH_P2P`, `P2PDMA_PATH_BOUNCE` or `P2PDMA_PATH_NVME_CMD`, and
+ * a `P2PDMA_PATH_*` value, and
  * copies the reason into `reason_buf` (truncated to `reason_len` bytes and
  * always NUL-terminated; `reason_buf` may be NULL). Each transfer chooses
  * the same way, on its own call.

@@ -84,6 +84,9 @@ pub enum p2pdma_path {
     /// NVMe commands built by the library and sent through the namespace's
     /// generic character device, with the accelerator's bus addresses.
     P2PDMA_PATH_NVME_CMD = 3,
+    /// NVMe commands in queues in accelerator memory, on a controller this
+    /// process drives through VFIO: no kernel in the I/O path.
+    P2PDMA_PATH_QUEUES = 4,
 }
 
 impl From<TransferPath> for p2pdma_path {
@@ -92,6 +95,7 @@ impl From<TransferPath> for p2pdma_path {
             TransferPath::P2p => p2pdma_path::P2PDMA_PATH_P2P,
             TransferPath::Bounce => p2pdma_path::P2PDMA_PATH_BOUNCE,
             TransferPath::NvmeCmd => p2pdma_path::P2PDMA_PATH_NVME_CMD,
+            TransferPath::Queues => p2pdma_path::P2PDMA_PATH_QUEUES,
         }
     }
 }
@@ -542,8 +546,8 @@ pub unsafe extern "C" fn p2pdma_file_size(file: *const p2pdma_file) -> i64 {
 /// Creates a transfer engine; stores the handle in `*out`.
 ///
 /// `path_pref` is "auto" (P2P where the module, the memory and the PCIe
-/// topology allow it, the bounce path otherwise), "p2p", "bounce" or
-/// "nvme-cmd"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
+/// topology allow it, the bounce path otherwise), "p2p", "bounce",
+/// "nvme-cmd" or "queues"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
 /// `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`,
 /// `P2PDMA_DEPTH`, `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`), and lets the
 /// engine keep the chunk size and depth it learns per storage device in the
@@ -621,7 +625,7 @@ pub unsafe extern "C" fn p2pdma_engine_free(engine: *mut p2pdma_engine) {
 }
 
 /// The path transfers between `file` and `mem` take, and why: returns
-/// `P2PDMA_PATH_P2P`, `P2PDMA_PATH_BOUNCE` or `P2PDMA_PATH_NVME_CMD`, and
+/// a `P2PDMA_PATH_*` value, and
 /// copies the reason into `reason_buf` (truncated to `reason_len` bytes and
 /// always NUL-terminated; `reason_buf` may be NULL). Each transfer chooses
 /// the same way, on its own call.
@@ -1380,6 +1384,9 @@ pub unsafe extern "C" fn p2pdma_stats(
             p if p == p2pdma_path::P2PDMA_PATH_NVME_CMD as c_int => {
                 p2pdma_path_stats::from(&stats.nvme_cmd)
             }
+            p if p == p2pdma_path::P2PDMA_PATH_QUEUES as c_int => {
+                p2pdma_path_stats::from(&stats.queues)
+            }
             p => return Err(Failure::invalid(format!("unknown path {p}"))),
         };
         Ok(0)
@@ -1522,5 +1529,6 @@ mod tests {
         assert_eq!(p2pdma_path::from(TransferPath::P2p) as c_int, 1);
         assert_eq!(p2pdma_path::from(TransferPath::Bounce) as c_int, 2);
         assert_eq!(p2pdma_path::from(TransferPath::NvmeCmd) as c_int, 3);
+        assert_eq!(p2pdma_path::from(TransferPath::Queues) as c_int, 4);
     }
 }

@@ -37,7 +37,7 @@ pub(super) fn round_up(x: u64, a: u64) -> u64 {
 /// Runs `x` in direction `dir` (`x.len > 0`).
 pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
     let (file, file_offset, len) = (x.file, x.file_offset, x.len);
-    let mut s = Session::new(ctx, file.fd(), file.block, None::<(DmaTarget, &())>);
+    let mut s = Session::new(ctx, file.fd()?, file.block, None::<(DmaTarget, &())>);
     match dir {
         Direction::Read => x.read(&mut s),
         Direction::Write => {

@@ -17,6 +17,22 @@ pub enum PathPref {
     NvmeCmd,
     /// Always the bounce pipeline.
     Bounce,
+    /// The queues path: only a namespace of a controller this process
+    /// drives ([`super::StorageFile::namespace`]), which AUTO puts on it too.
+    Queues,
+}
+
+impl PathPref {
+    /// `auto`, `p2p`, `nvme-cmd`, `bounce`, `queues`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::P2p => "p2p",
+            Self::NvmeCmd => "nvme-cmd",
+            Self::Bounce => "bounce",
+            Self::Queues => "queues",
+        }
+    }
 }
 
 impl FromStr for PathPref {
@@ -28,8 +44,9 @@ impl FromStr for PathPref {
             "p2p" => Ok(Self::P2p),
             "nvme-cmd" | "nvme_cmd" | "nvmecmd" => Ok(Self::NvmeCmd),
             "bounce" => Ok(Self::Bounce),
+            "queues" => Ok(Self::Queues),
             other => Err(Error::InvalidArgument(format!(
-                "unknown path '{other}' (auto, p2p, nvme-cmd, bounce)"
+                "unknown path '{other}' (auto, p2p, nvme-cmd, bounce, queues)"
             ))),
         }
     }
@@ -37,12 +54,7 @@ impl FromStr for PathPref {
 
 impl fmt::Display for PathPref {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::P2p => "p2p",
-            Self::NvmeCmd => "nvme-cmd",
-            Self::Bounce => "bounce",
-        })
+        f.write_str(self.as_str())
     }
 }
 

@@ -30,7 +30,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     let (file, file_offset, mem, len) = (x.file, x.file_offset, x.mem, x.len);
     let target = x.dma_target("p2p")?;
     let bs = file.block_size() as u64;
-    let mut s = Session::new(ctx, file.fd(), file.block_size(), Some((target, mem)));
+    let mut s = Session::new(ctx, file.fd()?, file.block_size(), Some((target, mem)));
     let end = file_offset + len as u64;
     let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));
     match dir {
@@ -141,7 +141,7 @@ fn by_module(
     for batch in segs.chunks(abi::P2PDMA_IO_MAX_SEGS as usize) {
         let c0 = batch[0].dev_offset;
         let len: u64 = batch.iter().map(|g| g.len).sum();
-        match module.block_io(handle, x.file.fd(), write, batch, depth) {
+        match module.block_io(handle, x.file.fd()?, write, batch, depth) {
             Ok(n) if n == len => {}
             Ok(n) => {
                 return Err(Error::Short {

@@ -231,7 +231,7 @@ pub(crate) fn measure(ctx: &mut Context, file: &StorageFile, at: u64, len: usize
     let nchunks = len.div_ceil(chunk) as u64;
     let mut s = Session::new(
         ctx,
-        file.fd(),
+        file.fd()?,
         file.block_size(),
         None::<(crate::backend::DmaTarget, &())>,
     );

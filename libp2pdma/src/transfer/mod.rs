@@ -87,10 +87,14 @@ pub enum Direction {
 #[derive(Debug)]
 pub struct StorageFile {
     path: PathBuf,
-    direct: File,
+    /// Opened with `O_DIRECT`; `None` for a namespace this process drives.
+    direct: Option<File>,
     /// The same file without `O_DIRECT`: partial blocks of writes go through
     /// the page cache.
-    buffered: File,
+    buffered: Option<File>,
+    /// A namespace of a controller this process drives: the queues path,
+    /// and no kernel file.
+    queues: Option<Arc<Namespace>>,
     size: u64,
     block: usize,
     pci: Option<crate::PciAddress>,
@@ -203,8 +207,9 @@ impl StorageFile {
         let fs = (is_file && ns.is_some()).then(|| extents::Filesystem::of(direct.as_fd()));
         Ok(Self {
             path,
-            direct,
-            buffered,
+            direct: Some(direct),
+            buffered: Some(buffered),
+            queues: None,
             size,
             block: facts.block,
             pci: facts.pci,
@@ -220,6 +225,39 @@ impl StorageFile {
             choices: Mutex::new(Vec::new()),
             generic: Mutex::new([None, None]),
         })
+    }
+
+    /// Namespace `ns` of a controller this process drives
+    /// ([`crate::queues::Controller`]): transfers with it take the queues
+    /// path, with no kernel in the I/O path. Its path names the controller
+    /// and the namespace.
+    pub fn namespace(ns: Arc<Namespace>) -> Self {
+        let block = ns.info().block_size as usize;
+        Self {
+            path: PathBuf::from(ns.name()),
+            direct: None,
+            buffered: None,
+            size: ns.size(),
+            block,
+            pci: Some(ns.controller().pci()),
+            nvme: true,
+            ns: None,
+            multipath: Vec::new(),
+            nvme_cmd_refusal: None,
+            dev_start: 0,
+            disk: DiskFacts::default(),
+            key: None,
+            is_file: false,
+            fs: None,
+            choices: Mutex::new(Vec::new()),
+            generic: Mutex::new([None, None]),
+            queues: Some(ns),
+        }
+    }
+
+    /// The namespace, when this is one of a controller this process drives.
+    pub fn queues_namespace(&self) -> Option<&Arc<Namespace>> {
+        self.queues.as_ref()
     }
 
     /// The path it was opened by.
@@ -238,7 +276,7 @@ impl StorageFile {
         if !self.is_file {
             return Ok(self.size);
         }
-        rustix::fs::fstat(&self.direct)
+        rustix::fs::fstat(self.fd()?)
             .map(|st| st.st_size as u64)
             .map_err(|e| self.io_error("fstat", 0, 0, e))
     }
@@ -291,8 +329,22 @@ impl StorageFile {
         self.dev_start
     }
 
-    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.direct.as_fd()
+    /// The kernel's file, which a namespace this process drives has not.
+    pub(crate) fn fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        self.direct
+            .as_ref()
+            .map(|f| f.as_fd())
+            .ok_or_else(|| self.no_kernel_file())
+    }
+
+    fn no_kernel_file(&self) -> Error {
+        Error::PathUnavailable {
+            path: "kernel I/O",
+            reason: format!(
+                "{} is driven by this process (queues path): no kernel driver reaches it until the controller is given back",
+                self.path.display()
+            ),
+        }
     }
 
     /// The namespace's generic device (`/dev/ngXnY`), opened for writing too
@@ -345,7 +397,11 @@ impl StorageFile {
         let mut done = 0;
         while done < buf.len() {
             let at = offset + done as u64;
-            match rustix::io::pwrite(&self.buffered, &buf[done..], at) {
+            let buffered = self
+                .buffered
+                .as_ref()
+                .ok_or_else(|| self.no_kernel_file())?;
+            match rustix::io::pwrite(buffered, &buf[done..], at) {
                 Ok(0) => {
                     return Err(Error::Short {
                         what: "write to storage (partial block)",
@@ -652,9 +708,28 @@ impl Engine {
 
     /// [`Engine::choose`] before it says how P2P I/O is submitted.
     fn choose_path(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Result<PathChoice> {
+        if let Some(ns) = &file.queues {
+            return match self.config.path {
+                PathPref::Auto | PathPref::Queues => Ok(self.decide_queues(ns, mem)),
+                pref => Err(Error::PathUnavailable {
+                    path: pref.as_str(),
+                    reason: format!(
+                        "{} is driven by this process, so only the queues path reaches it; give the controller back to the kernel for the other paths",
+                        ns.name()
+                    ),
+                }),
+            };
+        }
         let auto = self.decide(file, mem);
         match self.config.path {
             PathPref::Auto => Ok(auto),
+            PathPref::Queues => Err(Error::PathUnavailable {
+                path: "queues",
+                reason: format!(
+                    "{} is reached through the kernel; the queues path needs a namespace of a controller this process drives (queues::Controller::initialize, then StorageFile::namespace)",
+                    file.path.display()
+                ),
+            }),
             PathPref::Bounce => Ok(PathChoice {
                 path: TransferPath::Bounce,
                 reason: "bounce path forced by configuration".into(),
@@ -682,8 +757,10 @@ impl Engine {
                     // Say why a file's filesystem would not do either (btrfs
                     // files are on no block device of their own, for one).
                     let fs = match file.is_file {
-                        true => extents::Filesystem::of(file.fd())
-                            .err()
+                        true => file
+                            .fd()
+                            .ok()
+                            .and_then(|fd| extents::Filesystem::of(fd).err())
                             .map(|r| format!("; besides, {r}")),
                         false => None,
                     };
@@ -723,6 +800,43 @@ impl Engine {
                     ),
                 })
             }
+        }
+    }
+
+    /// AUTO's choice for a namespace this process drives: the queues path,
+    /// saying how the memory is reached.
+    fn decide_queues(&self, ns: &Namespace, mem: &dyn DeviceMemory) -> PathChoice {
+        let ctrl = ns.controller();
+        let how = match mem.kind() {
+            MemoryKind::Host if mem.dma_target().is_some() => {
+                "host memory pinned for the controller (PIN_USER)".to_string()
+            }
+            MemoryKind::ModuleBar { index, .. } if mem.module_allocation().is_some() => {
+                match ns.module().p2p_query(index, Peer::Pci(ctrl.pci())) {
+                    Ok(q) => match q.distance {
+                        Some(d) => format!(
+                            "accelerator {index}'s memory mapped for the controller (DMA_MAP), P2P distance {d}"
+                        ),
+                        None => format!(
+                            "through host staging buffers: the kernel says {} cannot reach accelerator {index}'s memory by P2P ({})",
+                            ctrl.pci(),
+                            q.reason
+                        ),
+                    },
+                    Err(e) => format!(
+                        "accelerator {index}'s memory mapped for the controller (DMA_MAP) where the module allows, host staging otherwise (P2P query: {e})"
+                    ),
+                }
+            }
+            k => format!("through host staging buffers ({k} cannot be mapped for the controller)"),
+        };
+        PathChoice {
+            path: TransferPath::Queues,
+            reason: format!(
+                "{} is driven by this process ({}): NVMe commands in queues in accelerator memory, no system call per I/O; data {how}; partial blocks through host staging",
+                ns.name(),
+                ctrl.iommu().describe()
+            ),
         }
     }
 
@@ -1039,6 +1153,23 @@ impl Engine {
                 copy_threads: 1,
             });
         }
+        if let Some(ns) = &file.queues {
+            // Nothing else reaches the namespace: whatever the choice said.
+            ns.check(file_offset, mem, mem_offset, len)?;
+            let start = Instant::now();
+            let stats = &self.stats.queues;
+            let cmds = ns.transfer(dir == Direction::Write, file_offset, mem, mem_offset, len)?;
+            stats.record_ios(cmds);
+            stats.record_storage(start.elapsed());
+            stats.record_transfer(len as u64, start.elapsed());
+            return Ok(Report {
+                bytes: len as u64,
+                path: TransferPath::Queues,
+                retried: false,
+                ring_pinned: false,
+                copy_threads: 1,
+            });
+        }
         if dir == Direction::Read {
             self.calibrate_if_due(file, file_offset, len);
         }
@@ -1098,6 +1229,17 @@ impl Engine {
                     Err(e) => (Err(e), fast, false),
                 }
             }
+            TransferPath::Queues => (
+                Err(Error::PathUnavailable {
+                    path: "queues",
+                    reason: format!(
+                        "{} is not a namespace of a controller this process drives",
+                        file.path.display()
+                    ),
+                }),
+                TransferPath::Queues,
+                false,
+            ),
         };
         self.give_back(ctx);
         let copied = path == TransferPath::Bounce && dir == Direction::Read;
@@ -1112,12 +1254,9 @@ impl Engine {
             }
         }
         res?;
-        let s = match path {
-            TransferPath::P2p => &self.stats.p2p,
-            TransferPath::NvmeCmd => &self.stats.nvme_cmd,
-            TransferPath::Bounce => &self.stats.bounce,
-        };
-        s.record_transfer(len as u64, start.elapsed());
+        self.stats
+            .of(path)
+            .record_transfer(len as u64, start.elapsed());
         Ok(Report {
             bytes: len as u64,
             path,

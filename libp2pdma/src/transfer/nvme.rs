@@ -101,14 +101,14 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     // FIEMAP_FLAG_SYNC does for files, so reads see it and writeback cannot
     // later put it over what the commands write.
     if !file.is_file() && m0 < m1 {
-        extents::write_back(file.fd(), m0, m1 - m0)
+        extents::write_back(file.fd()?, m0, m1 - m0)
             .map_err(|e| file.io_error("write back the page cache of the range", m0, m1 - m0, e))?;
         if write {
             // Cached pages of the range would be stale once the commands
             // land. Dropping them fails silently for pages in use (mapped by
             // a process, locked): if any stay, the commands must not run.
             drop_cache(file, m0, m1)?;
-            let left = extents::resident_pages(file.fd(), m0, m1 - m0).map_err(|e| {
+            let left = extents::resident_pages(file.fd()?, m0, m1 - m0).map_err(|e| {
                 file.io_error("look up the page cache of the range", m0, m1 - m0, e)
             })?;
             if left > 0 {
@@ -126,7 +126,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     };
     {
         // The partial blocks at the ends, through the bounce slots.
-        let mut s = Session::new(ctx, file.fd(), file.block_size(), None::<(DmaTarget, &())>);
+        let mut s = Session::new(ctx, file.fd()?, file.block_size(), None::<(DmaTarget, &())>);
         let middle_left = match dir {
             Direction::Read => x.read_edges(&mut s, m0, m1)?,
             Direction::Write => {
@@ -161,7 +161,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     if file.is_file() && m0 < m1 {
         // The blocks read must still be the file's.
         let lba = 1u64 << ns.lba_shift;
-        extents::still_mapped(file.fd(), m0, m1, file.partition_offset(), lba, &segments)
+        extents::still_mapped(file.fd()?, m0, m1, file.partition_offset(), lba, &segments)
             .map_err(|r| unavailable(format!("{}: {r}", file.path().display())))?;
     }
     if write {
@@ -175,7 +175,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
 /// stay). No length would mean "to the end of the file": the range has one.
 fn drop_cache(file: &StorageFile, m0: u64, m1: u64) -> Result<()> {
     if let Some(n) = NonZeroU64::new(m1 - m0) {
-        rustix::fs::fadvise(file.fd(), m0, Some(n), rustix::fs::Advice::DontNeed)
+        rustix::fs::fadvise(file.fd()?, m0, Some(n), rustix::fs::Advice::DontNeed)
             .map_err(|e| file.io_error("drop the page cache of the range", m0, m1 - m0, e))?;
     }
     Ok(())
@@ -202,7 +202,15 @@ fn layout(
         return extents::device_range(m0, m1, file.partition_offset(), lba);
     }
     match &file.fs {
-        Some(Ok(fs)) => extents::map(file.fd(), *fs, m0, m1, file.partition_offset(), lba, write),
+        Some(Ok(fs)) => extents::map(
+            file.fd().map_err(|e| e.to_string())?,
+            *fs,
+            m0,
+            m1,
+            file.partition_offset(),
+            lba,
+            write,
+        ),
         Some(Err(reason)) => Err(reason.clone()),
         None => Err("its filesystem was not checked".into()),
     }

@@ -108,6 +108,11 @@ impl Namespace {
         &self.ctrl
     }
 
+    /// The module that maps memory for the controller.
+    pub fn module(&self) -> &Arc<crate::Module> {
+        &self.module
+    }
+
     /// What IDENTIFY NAMESPACE said.
     pub fn info(&self) -> &NamespaceInfo {
         &self.info
@@ -118,11 +123,17 @@ impl Namespace {
         self.info.size()
     }
 
+    /// How errors name it: the controller and the namespace id.
+    pub fn name(&self) -> String {
+        format!("{} namespace {}", self.ctrl.pci(), self.info.nsid)
+    }
+
     fn bs(&self) -> u64 {
         u64::from(self.info.block_size)
     }
 
-    fn check(
+    /// Refuses a range outside the namespace or the memory.
+    pub(crate) fn check(
         &self,
         offset: u64,
         mem: &dyn DeviceMemory,
@@ -142,7 +153,7 @@ impl Namespace {
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.size() => Ok(()),
             _ => Err(Error::EndOfFile {
-                path: format!("{} namespace {}", self.ctrl.pci(), self.info.nsid).into(),
+                path: self.name().into(),
                 offset,
                 len: len as u64,
                 size: self.size(),
@@ -161,6 +172,7 @@ impl Namespace {
     ) -> Result<()> {
         self.check(offset, mem, mem_offset, len)?;
         self.transfer(false, offset, mem, mem_offset, len)
+            .map(|_| ())
     }
 
     /// Writes `len` bytes of `mem` at `mem_offset` to byte `offset` of the
@@ -174,6 +186,7 @@ impl Namespace {
     ) -> Result<()> {
         self.check(offset, mem, mem_offset, len)?;
         self.transfer(true, offset, mem, mem_offset, len)
+            .map(|_| ())
     }
 
     /// FLUSH: the controller's volatile write cache to the medium.
@@ -184,16 +197,17 @@ impl Namespace {
             .map(|_| ())
     }
 
-    fn transfer(
+    /// Moves `len` bytes (checked by the caller); the commands it took.
+    pub(crate) fn transfer(
         &self,
         write: bool,
         offset: u64,
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         if len == 0 {
-            return Ok(());
+            return Ok(0);
         }
         let bs = self.bs();
         let end = offset + len as u64;
@@ -203,22 +217,25 @@ impl Namespace {
             // Inside one block, or across one boundary with no whole block.
             return self.staged(write, offset, mem, mem_offset, len);
         }
+        let mut n = 0;
         if a0 > offset {
-            self.staged(write, offset, mem, mem_offset, (a0 - offset) as usize)?;
+            n += self.staged(write, offset, mem, mem_offset, (a0 - offset) as usize)?;
         }
         let middle = (a1 - a0) as usize;
-        match mem.dma_target().map(|t| (t.ptr as usize + at(a0)) % 4) {
+        n += match mem.dma_target().map(|t| (t.ptr as usize + at(a0)) % 4) {
             Some(0) => self.direct(write, a0, mem, at(a0), middle)?,
             _ => self.staged(write, a0, mem, at(a0), middle)?,
-        }
+        };
         if end > a1 {
-            self.staged(write, a1, mem, at(a1), (end - a1) as usize)?;
+            n += self.staged(write, a1, mem, at(a1), (end - a1) as usize)?;
         }
-        Ok(())
+        Ok(n)
     }
 
     /// The block-aligned `len` bytes at `offset`, by DMA between the
-    /// namespace and `mem` itself.
+    /// namespace and `mem` itself; through staging when the module will not
+    /// map the memory for the controller (memory the controller cannot reach
+    /// by P2P, say), which is found out before any command.
     fn direct(
         &self,
         write: bool,
@@ -226,13 +243,19 @@ impl Namespace {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let access = if write {
             PeerAccess::ReadOnly
         } else {
             PeerAccess::WriteOnly
         };
-        let mapped = self.ctrl.map(mem, mem_offset, len, access)?;
+        let mapped = match self.ctrl.map(mem, mem_offset, len, access) {
+            Ok(m) => m,
+            Err(e) if e.bounce_can_fix() => {
+                return self.staged(write, offset, mem, mem_offset, len)
+            }
+            Err(e) => return Err(e),
+        };
         let chunk = round_down(self.ctrl.max_transfer() as u64, self.bs()).max(self.bs()) as usize;
         let mut cmds = Vec::new();
         let mut done = 0;
@@ -248,7 +271,8 @@ impl Namespace {
             });
             done += n;
         }
-        self.run(&cmds)
+        self.run(&cmds)?;
+        Ok(cmds.len() as u64)
     }
 
     /// Runs `cmds`, many in flight, over the queues in turn; the first
@@ -342,7 +366,7 @@ impl Namespace {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let s = self.take_staging()?;
         let r = self.staged_with(&s, write, offset, mem, mem_offset, len);
         self.give_staging(s);
@@ -357,9 +381,10 @@ impl Namespace {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let bs = self.bs();
         let mut done = 0usize;
+        let mut cmds = 0;
         let mut buf = vec![0u8; STAGING];
         while done < len {
             let at = offset + done as u64;
@@ -383,6 +408,7 @@ impl Namespace {
                 })
             };
             if !write {
+                cmds += 1;
                 self.run(&[cmd(false)?])?;
                 s.mem.read_at(skip, &mut buf[..n])?;
                 mem.write_at(mem_offset + done, &buf[..n])?;
@@ -394,8 +420,10 @@ impl Namespace {
                     None
                 };
                 if partial {
+                    cmds += 1;
                     self.run(&[cmd(false)?])?;
                 }
+                cmds += 1;
                 mem.read_at(mem_offset + done, &mut buf[..n])?;
                 s.mem.write_at(skip, &buf[..n])?;
                 self.run(&[cmd(true)?])?;
@@ -403,7 +431,7 @@ impl Namespace {
             }
             done += n;
         }
-        Ok(())
+        Ok(cmds)
     }
 
     /// The locks of blocks `first..last`, taken in index order.

@@ -117,6 +117,7 @@ impl fmt::Display for Hop {
             HopKind::Read(TransferPath::NvmeCmd) | HopKind::Write(TransferPath::NvmeCmd) => {
                 "NVMe commands"
             }
+            HopKind::Read(TransferPath::Queues) | HopKind::Write(TransferPath::Queues) => "queues",
             HopKind::Read(TransferPath::Bounce) | HopKind::Write(TransferPath::Bounce) => {
                 "bounce pipeline"
             }
@@ -405,6 +406,17 @@ impl<'e, 'a> Planner<'e, 'a> {
             false => HopKind::Write(p),
         };
         let (into, mem_place) = if read { ("into", b) } else { ("from", a) };
+        if file.queues_namespace().is_some() {
+            // Only this process's queues reach the namespace, and they
+            // reach host and accelerator memory alike.
+            self.why.push(format!(
+                "{} {into} {}: the queues path, the only one that reaches it",
+                file.path().display(),
+                mem_place.name()
+            ));
+            self.push(kind(TransferPath::Queues), b);
+            return Ok(());
+        }
         let mem = match mem_place {
             Place::End(End::Memory { mem, .. }) | Place::Via(Via::Memory { mem, .. }) => mem,
             Place::Via(Via::Host) | Place::End(End::Storage { .. }) => {

@@ -92,4 +92,18 @@ pub struct Stats {
     pub nvme_cmd: PathStats,
     /// The bounce path.
     pub bounce: PathStats,
+    /// The queues path.
+    pub queues: PathStats,
+}
+
+impl Stats {
+    /// The counters of `path`.
+    pub fn of(&self, path: super::TransferPath) -> &PathStats {
+        match path {
+            super::TransferPath::P2p => &self.p2p,
+            super::TransferPath::NvmeCmd => &self.nvme_cmd,
+            super::TransferPath::Bounce => &self.bounce,
+            super::TransferPath::Queues => &self.queues,
+        }
+    }
 }

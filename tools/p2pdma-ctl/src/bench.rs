@@ -976,11 +976,7 @@ fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                         cases[i].name
                     ));
                 }
-                let st = match report.path {
-                    p2pdma::transfer::TransferPath::P2p => e.stats().p2p.snapshot(),
-                    p2pdma::transfer::TransferPath::NvmeCmd => e.stats().nvme_cmd.snapshot(),
-                    p2pdma::transfer::TransferPath::Bounce => e.stats().bounce.snapshot(),
-                };
+                let st = e.stats().of(report.path).snapshot();
                 ran_as[i] = format!(
                     "{}{}",
                     report.path,

@@ -700,9 +700,15 @@ impl Engine {
                 (read, shape.runs)
             }
             StridedMode::Tat | StridedMode::Auto => {
-                let choice = PathChoice {
-                    path: TransferPath::Bounce,
-                    reason: "strided TaT: packed in the bounce slots".into(),
+                let choice = match handle.path() {
+                    TransferPath::Queues => PathChoice {
+                        path: TransferPath::Queues,
+                        reason: "strided TaT: packed from host staging".into(),
+                    },
+                    _ => PathChoice {
+                        path: TransferPath::Bounce,
+                        reason: "strided TaT: packed in the bounce slots".into(),
+                    },
                 };
                 // The groups share the threads as SC's runs do.
                 let reps = shared(groups.len() as u64, &|i| {

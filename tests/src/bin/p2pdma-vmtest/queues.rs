@@ -13,7 +13,10 @@ use clap::{Args, ValueEnum};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
     queues::{claim, vfio, Controller, InitOptions, IoCommand},
-    transfer::Namespace,
+    transfer::{
+        Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions,
+        Shape, StorageFile, StridedMode, TransferPath, Via,
+    },
     Error, Module, PciAddress, PeerAccess,
 };
 use p2pdma_tests::fill_image;
@@ -33,6 +36,10 @@ pub enum Step {
     /// Reads and writes, aligned and not, from many threads, into
     /// accelerator and host memory; errors; a read reported for the host.
     Data,
+    /// The transfer engine on the namespace: AUTO chooses the queues path;
+    /// handles, asynchronous requests, strided reads in every mode and a
+    /// route move the right bytes; other paths are refused with the reason.
+    Engine,
 }
 
 #[derive(Args)]
@@ -157,6 +164,7 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
             Ok(())
         }
         Step::Data => data(x, &module),
+        Step::Engine => engine(x, &module),
     }
 }
 
@@ -347,6 +355,190 @@ fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     );
     if x.hold {
         super::hold_forever();
+    }
+    Ok(())
+}
+
+/// `len` bytes of `mem` at `mem_offset` against the image at `offset`.
+fn compare(
+    x: &QueuesArgs,
+    what: &str,
+    mem: &dyn DeviceMemory,
+    mem_offset: usize,
+    offset: u64,
+    len: usize,
+) -> Result<(), String> {
+    let mut got = vec![0u8; len];
+    mem.read_at(mem_offset, &mut got)
+        .map_err(|e| e.to_string())?;
+    match first_diff(&image(x.image_pattern_offset, offset, len), &got) {
+        None => Ok(()),
+        Some(i) => Err(format!("{what}: byte {i} of {len} differs from the image")),
+    }
+}
+
+fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
+    let err = |e: Error| e.to_string();
+    let ctrl = take(x, module, true)?;
+    let ns = Arc::new(Namespace::new(ctrl.clone(), module.clone(), x.nsid).map_err(err)?);
+    let file = Arc::new(StorageFile::namespace(ns.clone()));
+    let engine = Arc::new(Engine::new(Config::default(), Some(module.clone())));
+    let mem: Arc<dyn DeviceMemory> =
+        Arc::new(ModuleMemory::alloc(module.clone(), 0, 8 * M, 0).map_err(err)?);
+    let host: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new((4 * M) as usize).map_err(err)?);
+
+    // AUTO: the queues path, saying how each memory is reached.
+    for m in [&mem, &host] {
+        let h = engine.handle(&file, m.as_ref()).map_err(err)?;
+        if h.path() != TransferPath::Queues {
+            return Err(format!("AUTO chose {} for {}: {}", h.path(), m.kind(), h.reason()));
+        }
+        println!("{}: {}: {}", m.kind(), h.path(), h.reason());
+    }
+    let h = engine.handle(&file, mem.as_ref()).map_err(err)?;
+    if !h.reason().contains("DMA_MAP") {
+        return Err(format!("the reason does not say the memory is mapped: {}", h.reason()));
+    }
+
+    // Handles: unaligned reads into both memories, and a write read back.
+    for (off, len, moff) in [(1, (2 * M) as usize, 3), (3 * M + 4095, 10_000, 4096)] {
+        let r = h.read(off, moff, len).map_err(err)?;
+        if r.path != TransferPath::Queues || r.bytes != len as u64 {
+            return Err(format!("a handle read reported {r:?}"));
+        }
+        compare(x, "handle read into accelerator memory", mem.as_ref(), moff, off, len)?;
+    }
+    let hh = engine.handle(&file, host.as_ref()).map_err(err)?;
+    hh.read(77, 5, M as usize).map_err(err)?;
+    compare(x, "handle read into host memory", host.as_ref(), 5, 77, M as usize)?;
+    let (w_off, w_len, w_pat) = (52 * M + 1001, (M + 333) as usize, 21 * M + 8);
+    mem.write_at(11, &image(0, w_pat, w_len)).map_err(err)?;
+    h.write(w_off, 11, w_len).map_err(err)?;
+    ns.flush().map_err(err)?;
+    hh.read(w_off, 0, w_len).map_err(err)?;
+    let mut got = vec![0u8; w_len];
+    host.read_at(0, &mut got).map_err(err)?;
+    if let Some(i) = first_diff(&image(0, w_pat, w_len), &got) {
+        return Err(format!("a handle write read back wrong at byte {i}"));
+    }
+    println!(
+        "@@RESULT nvme-write image=vfio.img nvme_offset={w_off} pattern_offset={w_pat} len={w_len}"
+    );
+    println!("handle reads and an unaligned write are right");
+
+    // Asynchronous requests from the engine's workers, all at once, each
+    // into its own megabyte.
+    let disjoint: Vec<Request> = (0..8u64)
+        .map(|i| Request {
+            dir: Direction::Read,
+            file: file.clone(),
+            file_offset: i * 3_000_017 % (40 * M),
+            mem: mem.clone(),
+            mem_offset: (i * M) as usize + 7,
+            len: 500_000 + i as usize,
+        })
+        .collect();
+    for t in engine.submit_batch(disjoint.clone()) {
+        t.wait().map_err(err)?;
+    }
+    for r in &disjoint {
+        compare(x, "an asynchronous read", mem.as_ref(), r.mem_offset, r.file_offset, r.len)?;
+    }
+    println!("asynchronous reads are right");
+
+    // Strided reads in every mode: 300-byte runs every 4100 bytes, in
+    // rows of 16 every 100000 bytes.
+    let shape = Shape::new(12_345, 300, &[(4100, 16), (100_000, 6)]).map_err(err)?;
+    for (mode, layout) in [
+        (StridedMode::Auto, Layout::Packed),
+        (StridedMode::Sc, Layout::Packed),
+        (StridedMode::Tat, Layout::Packed),
+        (StridedMode::Rc, Layout::Strided),
+        (StridedMode::Sc, Layout::Strided),
+    ] {
+        mem.write_at(0, &vec![0u8; shape.bounding_len() as usize])
+            .map_err(err)?;
+        let rep = engine
+            .read_strided(&file, &shape, mem.as_ref(), 0, layout, mode)
+            .map_err(err)?;
+        if rep.paths != [TransferPath::Queues] {
+            return Err(format!("strided {mode} went by {:?}", rep.paths));
+        }
+        let (b0, _) = shape.bounds();
+        for run in shape.iter() {
+            let at = match layout {
+                Layout::Packed => run.packed_offset as usize,
+                Layout::Strided => (run.file_offset - b0) as usize,
+            };
+            compare(
+                x,
+                &format!("strided {mode} ({layout:?}) run at {}", run.file_offset),
+                mem.as_ref(),
+                at,
+                run.file_offset,
+                300,
+            )?;
+        }
+        println!("strided {mode} ({layout:?}, ran as {}): right", rep.mode);
+    }
+
+    // A route from the namespace through host memory into accelerator
+    // memory.
+    let len = (3 * M + 5) as usize;
+    let route = engine
+        .route_through(
+            End::Storage {
+                file: &file,
+                offset: 5 * M + 3,
+            },
+            &[Via::Host],
+            End::Memory {
+                mem: mem.as_ref(),
+                offset: 9,
+            },
+        )
+        .map_err(err)?;
+    let rep = engine
+        .copy(&route, len, &RouteOptions::default())
+        .map_err(err)?;
+    compare(x, "a route", mem.as_ref(), 9, 5 * M + 3, len)?;
+    println!("route {}: right", rep.hops.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(", "));
+
+    // Other paths cannot reach the namespace: refused, with the reason.
+    for pref in [PathPref::Bounce, PathPref::P2p, PathPref::NvmeCmd] {
+        let e = Engine::new(
+            Config {
+                path: pref,
+                ..Config::default()
+            },
+            Some(module.clone()),
+        );
+        match e.read(&file, 0, mem.as_ref(), 0, 4096) {
+            Err(Error::PathUnavailable { reason, .. }) => println!("{pref}: refused: {reason}"),
+            r => return Err(format!("{pref} on the namespace gave {r:?}")),
+        }
+    }
+    // Past the end: refused before any command, for reads and writes.
+    for dir in [Direction::Read, Direction::Write] {
+        let r = match dir {
+            Direction::Read => h.read(ns.size() - 100, 0, 4096),
+            Direction::Write => h.write(ns.size() - 100, 0, 4096),
+        };
+        match r {
+            Err(Error::EndOfFile { .. }) => {}
+            r => return Err(format!("a {dir:?} past the end gave {r:?}")),
+        }
+    }
+    let st = engine.stats().queues.snapshot();
+    println!(
+        "queues path: {} transfers, {} bytes, {} commands",
+        st.transfers, st.bytes, st.ios
+    );
+    if st.ios < st.transfers || st.transfers == 0 {
+        return Err(format!("the queues counters are off: {st:?}"));
+    }
+    if let Some(f) = ctrl.failure() {
+        return Err(format!("the controller failed: {f}"));
     }
     Ok(())
 }
