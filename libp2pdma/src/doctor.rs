@@ -26,6 +26,7 @@ use serde_json::json;
 
 use crate::{
     device::DEVICE_NODE,
+    queues::claim::{IommuMode, NVME_CLASS},
     topology::{
         acs_bits, acs_control, acs_path, common_upstream, NvmePath, PciFunction, StorageTarget,
         TargetKind, Topology, PCI_ACS_REDIRECT,
@@ -631,6 +632,7 @@ impl Doctor {
 
         let (nvme_cmd, passthrough) = nvme_passthrough_check(target.as_ref(), io_uring);
         checks.push(passthrough);
+        checks.push(self.queues_check());
 
         let path = choose_path(&PathFacts {
             module: module.is_some(),
@@ -648,6 +650,86 @@ impl Doctor {
             p2p,
             p2p_paths,
         }
+    }
+
+    /// Whether the library could drive an NVMe controller itself (the
+    /// queues path): each controller, its driver and how its DMA would be
+    /// translated. Never a failure: the path is taken only for a
+    /// controller the caller hands to the library.
+    fn queues_check(&self) -> Check {
+        const NAME: &str = "nvme queues";
+        let dir = self.topology.sys_root().join("bus/pci/devices");
+        let mut ctrls: Vec<(PciFunction, IommuMode)> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<PciAddress>().ok())
+            .filter_map(|a| self.topology.pci_function(a).ok())
+            .filter(|f| f.class == Some(NVME_CLASS))
+            .map(|f| {
+                let mode = IommuMode::of_in(
+                    self.topology.sys_root(),
+                    self.topology.dev_root(),
+                    &f.address.to_string(),
+                );
+                (f, mode)
+            })
+            .collect();
+        ctrls.sort_by_key(|(f, _)| f.address.to_string());
+        if ctrls.is_empty() {
+            return Check::new(NAME, Status::Skip, "no NVMe controller");
+        }
+        let list = ctrls
+            .iter()
+            .map(|(f, m)| {
+                format!(
+                    "{} ({}, {})",
+                    f.address,
+                    f.driver.as_deref().unwrap_or("no driver"),
+                    m.short()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let usable = |d: &str| {
+            ctrls
+                .iter()
+                .filter(|(f, m)| *m == IommuMode::NoIommu && f.driver.as_deref() == Some(d))
+                .map(|(f, _)| f.address.to_string())
+                .collect::<Vec<_>>()
+        };
+        let (vfio, nvme) = (usable("vfio-pci"), usable("nvme"));
+        if !vfio.is_empty() {
+            return Check::new(
+                NAME,
+                Status::Ok,
+                format!(
+                    "{list}: the library can drive {} itself, queues in accelerator memory (queues::Controller::initialize, then StorageFile::namespace)",
+                    vfio.join(", ")
+                ),
+            );
+        }
+        if !nvme.is_empty() {
+            return Check::new(
+                NAME,
+                Status::Ok,
+                format!(
+                    "{list}: the library can take {} from the nvme driver when asked to (InitOptions::unbind), once no filesystem uses its namespaces, and drive it itself",
+                    nvme.join(", ")
+                ),
+            );
+        }
+        // None can be driven: why, for the first one.
+        let why = ctrls
+            .iter()
+            .find(|(_, m)| *m != IommuMode::NoIommu)
+            .map(|(_, m)| m.describe())
+            .unwrap_or_else(|| "no controller is bound to nvme or vfio-pci".into());
+        Check::new(
+            NAME,
+            Status::Skip,
+            format!("{list}: the queues path cannot drive them: {why}"),
+        )
     }
 
     fn module_check(&self, loaded: bool, module: &Result<Module, Error>) -> Check {
@@ -1642,6 +1724,62 @@ mod tests {
     }
 
     #[test]
+    fn the_queues_check_says_which_controller_the_library_can_drive_and_why_not() {
+        let f = FakeSys::machine();
+        let nvme = crate::topology::fake::NVME.rsplit('/').next().unwrap();
+        let queues = |f: &FakeSys| {
+            doctor(f)
+                .run(None, AccelSelect::Auto)
+                .check("nvme queues")
+                .cloned()
+                .unwrap()
+        };
+        // IOMMU groups and an IOMMU: translated, refused with the reason.
+        f.dir("class/iommu/dmar0");
+        let c = queues(&f);
+        assert_eq!(c.status, Status::Skip, "{}", c.detail);
+        assert!(
+            c.detail
+                .contains(&format!("{nvme} (nvme, behind an IOMMU (group 2))")),
+            "{}",
+            c.detail
+        );
+        assert!(c.detail.contains("FOLL_PCI_P2PDMA"), "{}", c.detail);
+        // No IOMMU, no-IOMMU mode off: how to turn it on.
+        fs::remove_dir_all(f.root().join("sys/class/iommu")).unwrap();
+        let c = queues(&f);
+        assert_eq!(c.status, Status::Skip, "{}", c.detail);
+        assert!(
+            c.detail.contains("enable_unsafe_noiommu_mode=1"),
+            "{}",
+            c.detail
+        );
+        // No-IOMMU mode on: the nvme driver's controller can be taken when
+        // asked, one bound to vfio-pci can be driven now.
+        f.file("module/vfio/parameters/enable_unsafe_noiommu_mode", "Y\n");
+        let c = queues(&f);
+        assert_eq!(c.status, Status::Ok, "{}", c.detail);
+        assert!(c.detail.contains("InitOptions::unbind"), "{}", c.detail);
+        f.link(
+            &format!("{}/driver", crate::topology::fake::NVME),
+            "bus/pci/drivers/vfio-pci",
+        );
+        let c = queues(&f);
+        assert_eq!(c.status, Status::Ok, "{}", c.detail);
+        assert!(
+            c.detail.contains(&format!("can drive {nvme} itself")),
+            "{}",
+            c.detail
+        );
+        // No NVMe controller at all.
+        let c = queues(&FakeSys::empty());
+        assert_eq!(
+            (c.status, c.detail.as_str()),
+            (Status::Skip, "no NVMe controller")
+        );
+    }
+
+    #[test]
     fn without_the_module_the_doctor_still_examines_storage_and_pci() {
         let (f, file) = machine_with_file(true);
         let accel: PciAddress = "0000:04:00.0".parse().unwrap();
@@ -1659,7 +1797,8 @@ mod tests {
                 "p2p",
                 "iommu",
                 "acs",
-                "nvme passthrough"
+                "nvme passthrough",
+                "nvme queues"
             ]
         );
         let get = |n: &str| r.check(n).unwrap().clone();
@@ -2094,7 +2233,7 @@ mod tests {
         let r = Doctor::new().run(Some(&manifest), AccelSelect::Auto);
         let _ = r.to_string();
         let _ = r.to_json();
-        assert_eq!(r.checks.len(), 10);
+        assert_eq!(r.checks.len(), 11);
         if !std::path::Path::new(DEVICE_NODE).exists() {
             assert_eq!(r.path.path, Path::Bounce);
             assert!(r.path.reason.contains("module"), "{}", r.path.reason);

@@ -630,6 +630,45 @@ struct NvmeUringCmd {
 
 const _: () = assert!(std::mem::size_of::<NvmeUringCmd>() == 72);
 
+/// An io_uring submission (128-byte entries) that sends an NVMe READ (or
+/// WRITE) of `nlb` logical blocks at `slba` of namespace `nsid`, with `len`
+/// bytes of data at user address `addr`, to the NVMe generic character
+/// device `fd` (`IORING_OP_URING_CMD`, `NVME_URING_CMD_IO`). The caller
+/// keeps the buffer alive and the fd open until it completes.
+pub fn nvme_io_sqe(
+    fd: std::os::fd::RawFd,
+    write: bool,
+    nsid: u32,
+    slba: u64,
+    nlb: u32,
+    addr: u64,
+    len: u32,
+) -> io_uring::squeue::Entry128 {
+    let cmd = NvmeUringCmd {
+        opcode: if write { NVME_CMD_WRITE } else { NVME_CMD_READ },
+        nsid,
+        addr,
+        data_len: len,
+        cdw10: slba as u32,
+        cdw11: (slba >> 32) as u32,
+        cdw12: nlb.saturating_sub(1),
+        ..Default::default()
+    };
+    let mut bytes = [0u8; 80];
+    // SAFETY: `NvmeUringCmd` is 72 bytes of plain integers, copied into
+    // the start of the 80-byte command area.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (&cmd as *const NvmeUringCmd).cast::<u8>(),
+            bytes.as_mut_ptr(),
+            std::mem::size_of::<NvmeUringCmd>(),
+        )
+    };
+    opcode::UringCmd80::new(types::Fd(fd), NVME_URING_CMD_IO)
+        .cmd(bytes)
+        .build()
+}
+
 /// How an NVMe command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum NvmeResult {
@@ -719,30 +758,16 @@ impl<'a> NvmeSession<'a> {
             }
         };
         let slba = offset >> self.lba_shift;
-        let cmd = NvmeUringCmd {
-            opcode: if write { NVME_CMD_WRITE } else { NVME_CMD_READ },
-            nsid: self.nsid,
-            addr: ptr as u64,
-            data_len: len as u32,
-            cdw10: slba as u32,
-            cdw11: (slba >> 32) as u32,
-            cdw12: (nlb - 1) as u32,
-            ..Default::default()
-        };
-        let mut bytes = [0u8; 80];
-        // SAFETY: `NvmeUringCmd` is 72 bytes of plain integers, copied into
-        // the start of the 80-byte command area.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (&cmd as *const NvmeUringCmd).cast::<u8>(),
-                bytes.as_mut_ptr(),
-                std::mem::size_of::<NvmeUringCmd>(),
-            )
-        };
-        let sqe = opcode::UringCmd80::new(types::Fd(self.fd.as_raw_fd()), NVME_URING_CMD_IO)
-            .cmd(bytes)
-            .build()
-            .user_data(tag);
+        let sqe = nvme_io_sqe(
+            self.fd.as_raw_fd(),
+            write,
+            self.nsid,
+            slba,
+            nlb as u32,
+            ptr as u64,
+            len as u32,
+        )
+        .user_data(tag);
         // SAFETY: The data buffer is inside the target, borrowed for the
         // session, whose drop waits for every command in flight.
         while unsafe { self.ring.submission().push(&sqe) }.is_err() {

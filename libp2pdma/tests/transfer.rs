@@ -201,7 +201,10 @@ fn bad_arguments_are_errors_not_panics() {
     // The queues path reaches only a namespace this process drives.
     let q = engine(PathPref::Queues, None, None);
     match q.read(&file, 0, &mem, 0, 10) {
-        Err(Error::PathUnavailable { path: "queues", reason }) => {
+        Err(Error::PathUnavailable {
+            path: "queues",
+            reason,
+        }) => {
             assert!(reason.contains("StorageFile::namespace"), "{reason}")
         }
         r => panic!("the queues path on a kernel file gave {r:?}"),

@@ -19,6 +19,11 @@ check bench-small p2pdma-ctl bench small --file "$NVME" --size 48M --reps 2
 # Routes of 2 to 4 hops into the second accelerator (on its own root port),
 # store-and-forward against pipelined, n = 1 to 64 chunks.
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	# 4 KiB random reads of the spare controller's namespace, depth 1 to
+	# 128, 4 threads: O_DIRECT P2P and passthrough while the nvme driver has
+	# it, then the queues path with the controller taken (and given back);
+	# 1 MiB sequential reads' CPU per GiB on bounce, P2P and queues.
+	check bench-queues p2pdma-ctl bench queues --serial p2pdma-vfio --nsid 7 --size 48M --secs 1.5 --reps 4
 	check bench-route p2pdma-ctl bench route --accel --nvme "$NVME" --size 24M --reps 3
 fi
 rmmod p2pdma

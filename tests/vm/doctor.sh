@@ -34,6 +34,14 @@ has_json doctor-storage-is-nvme '"name":"storage","status":"ok"'
 has_json doctor-storage-controller "\"controller\":\"$NVME_CTRL\""
 has_json doctor-storage-generic "\"generic_path\":\"$NVME_NG\""
 
+# The queues path: with VFIO's no-IOMMU mode on, the library can take a
+# controller from the nvme driver when asked; behind the IOMMU it cannot,
+# and the check says why (type1 cannot map P2P pages).
+if [ "$P2PDMA_TOPOLOGY" = iommu ]; then
+	has_json doctor-queues-iommu-says-why '"detail":"[^"]*behind an IOMMU (group [0-9]*)[^"]*FOLL_PCI_P2PDMA[^"]*","name":"nvme queues","status":"skip"'
+else
+	has_json doctor-queues-can-take '"detail":"[^"]*(nvme, no IOMMU, VFIO no-IOMMU mode on)[^"]*can take [^"]* from the nvme driver when asked to[^"]*","name":"nvme queues","status":"ok"'
+fi
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	has_json doctor-chooses-p2p '"path":"p2p"'
 	has_json doctor-p2p-check '"name":"p2p","status":"ok"'

@@ -12,7 +12,7 @@ use std::{
 use super::vfio;
 
 /// The PCI class of an NVMe controller (mass storage, NVM, NVMe).
-const NVME_CLASS: u32 = 0x01_08_02;
+pub const NVME_CLASS: u32 = 0x01_08_02;
 
 fn pci_dev(bdf: &str) -> PathBuf {
     Path::new("/sys/bus/pci/devices").join(bdf)
@@ -35,17 +35,31 @@ pub enum IommuMode {
 impl IommuMode {
     /// The mode for PCI function `bdf`, from sysfs.
     pub fn of(bdf: &str) -> Self {
-        let iommus = fs::read_dir("/sys/class/iommu").map_or(0, |d| d.count());
-        let group = fs::read_link(pci_dev(bdf).join("iommu_group"))
+        Self::of_in(Path::new("/sys"), Path::new("/dev"), bdf)
+    }
+
+    /// The same, with sysfs at `sys` and device nodes at `dev`.
+    pub fn of_in(sys: &Path, dev: &Path, bdf: &str) -> Self {
+        let iommus = fs::read_dir(sys.join("class/iommu")).map_or(0, |d| d.count());
+        let group = fs::read_link(sys.join("bus/pci/devices").join(bdf).join("iommu_group"))
             .ok()
             .and_then(|g| g.file_name().map(|n| n.to_string_lossy().into_owned()));
         match group {
             // A group without an IOMMU driver is VFIO's own no-IOMMU group.
-            Some(g) if iommus > 0 && !Path::new(&format!("/dev/vfio/noiommu-{g}")).exists() => {
+            Some(g) if iommus > 0 && !dev.join(format!("vfio/noiommu-{g}")).exists() => {
                 Self::Translated { group: g }
             }
-            _ if noiommu_enabled() => Self::NoIommu,
+            _ if noiommu_enabled_in(sys) => Self::NoIommu,
             _ => Self::NoIommuDisabled,
+        }
+    }
+
+    /// In a few words.
+    pub fn short(&self) -> String {
+        match self {
+            Self::NoIommu => "no IOMMU, VFIO no-IOMMU mode on".into(),
+            Self::NoIommuDisabled => "no IOMMU, VFIO no-IOMMU mode off".into(),
+            Self::Translated { group } => format!("behind an IOMMU (group {group})"),
         }
     }
 
@@ -65,7 +79,12 @@ impl IommuMode {
 
 /// Whether VFIO's no-IOMMU mode is enabled.
 pub fn noiommu_enabled() -> bool {
-    fs::read_to_string("/sys/module/vfio/parameters/enable_unsafe_noiommu_mode")
+    noiommu_enabled_in(Path::new("/sys"))
+}
+
+/// The same, with sysfs at `sys`.
+pub fn noiommu_enabled_in(sys: &Path) -> bool {
+    fs::read_to_string(sys.join("module/vfio/parameters/enable_unsafe_noiommu_mode"))
         .is_ok_and(|s| matches!(s.trim(), "Y" | "1"))
 }
 

@@ -59,6 +59,7 @@ use std::{
 };
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
+pub use crate::uring::nvme_io_sqe;
 pub use asyncio::{Request, StridedRequest, Ticket};
 pub use config::{Config, P2pSubmit, PathPref, StridedConstants};
 pub use geometry::Geometry;

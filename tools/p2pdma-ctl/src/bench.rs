@@ -43,13 +43,13 @@ use p2pdma::{
 };
 use serde_json::{json, Value};
 
-type Res<T> = Result<T, String>;
+pub(crate) type Res<T> = Result<T, String>;
 
 /// Which benchmark, and its knobs.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// storage, copy, small, strided, route, cpu or all (storage, copy and
-    /// small).
+    /// storage, copy, small, strided, route, cpu, queues or all (storage,
+    /// copy and small).
     #[arg(default_value = "all")]
     pub what: String,
     /// File to read for `storage` (created if missing or short). It must be
@@ -92,6 +92,25 @@ pub struct BenchArgs {
     /// before the grid.
     #[arg(long)]
     pub calibrate: bool,
+    /// `queues`: the serial number of the NVMe controller to take from the
+    /// kernel (given back at the end).
+    #[arg(long, default_value = "p2pdma-vfio")]
+    pub serial: String,
+    /// `queues`: the namespace id.
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// `queues`: submitter threads.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// `queues`: the depths (reads in flight per thread), at most 255.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,128")]
+    pub depths: Vec<usize>,
+    /// `queues`: seconds per cell.
+    #[arg(long, default_value_t = 2.0)]
+    pub secs: f64,
+    /// `queues`: most reads per thread in a cell.
+    #[arg(long, default_value_t = 200_000)]
+    pub max_ios: usize,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -849,7 +868,7 @@ fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
 
 /// User + system CPU time of this process so far (its io_uring workers
 /// included: they are its threads).
-fn cpu_time() -> Duration {
+pub(crate) fn cpu_time() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
@@ -860,7 +879,7 @@ fn cpu_time() -> Duration {
 /// emulator land unevenly). Busy time is then elapsed time times the CPUs
 /// less this; it counts interrupts and kernel threads too, where completion
 /// work runs, outside any process.
-fn idle_time() -> Res<Duration> {
+pub(crate) fn idle_time() -> Res<Duration> {
     let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
     let line = stat
         .lines()
@@ -1348,6 +1367,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         "small" => small(a, &mut out)?,
         "strided" => strided(a, &mut out)?,
         "route" => crate::route::bench(a, &mut out)?,
+        "queues" => crate::iops::bench(a, &mut out)?,
         "all" => {
             storage(a, &mut out)?;
             copy(&mut out)?;
@@ -1355,8 +1375,8 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         }
         other => {
             return Err(format!(
-                "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, all)"
-            ))
+            "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, queues, all)"
+        ))
         }
     }
     if json {

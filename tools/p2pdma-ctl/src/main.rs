@@ -7,6 +7,7 @@ mod calibrate;
 mod child;
 mod copy;
 mod doctor;
+mod iops;
 mod proc;
 mod route;
 mod sanity;

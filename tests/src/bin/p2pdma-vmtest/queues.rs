@@ -14,8 +14,8 @@ use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
     queues::{claim, vfio, Controller, InitOptions, IoCommand},
     transfer::{
-        Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions,
-        Shape, StorageFile, StridedMode, TransferPath, Via,
+        Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions, Shape,
+        StorageFile, StridedMode, TransferPath, Via,
     },
     Error, Module, PciAddress, PeerAccess,
 };
@@ -391,13 +391,21 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     for m in [&mem, &host] {
         let h = engine.handle(&file, m.as_ref()).map_err(err)?;
         if h.path() != TransferPath::Queues {
-            return Err(format!("AUTO chose {} for {}: {}", h.path(), m.kind(), h.reason()));
+            return Err(format!(
+                "AUTO chose {} for {}: {}",
+                h.path(),
+                m.kind(),
+                h.reason()
+            ));
         }
         println!("{}: {}: {}", m.kind(), h.path(), h.reason());
     }
     let h = engine.handle(&file, mem.as_ref()).map_err(err)?;
     if !h.reason().contains("DMA_MAP") {
-        return Err(format!("the reason does not say the memory is mapped: {}", h.reason()));
+        return Err(format!(
+            "the reason does not say the memory is mapped: {}",
+            h.reason()
+        ));
     }
 
     // Handles: unaligned reads into both memories, and a write read back.
@@ -406,11 +414,25 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         if r.path != TransferPath::Queues || r.bytes != len as u64 {
             return Err(format!("a handle read reported {r:?}"));
         }
-        compare(x, "handle read into accelerator memory", mem.as_ref(), moff, off, len)?;
+        compare(
+            x,
+            "handle read into accelerator memory",
+            mem.as_ref(),
+            moff,
+            off,
+            len,
+        )?;
     }
     let hh = engine.handle(&file, host.as_ref()).map_err(err)?;
     hh.read(77, 5, M as usize).map_err(err)?;
-    compare(x, "handle read into host memory", host.as_ref(), 5, 77, M as usize)?;
+    compare(
+        x,
+        "handle read into host memory",
+        host.as_ref(),
+        5,
+        77,
+        M as usize,
+    )?;
     let (w_off, w_len, w_pat) = (52 * M + 1001, (M + 333) as usize, 21 * M + 8);
     mem.write_at(11, &image(0, w_pat, w_len)).map_err(err)?;
     h.write(w_off, 11, w_len).map_err(err)?;
@@ -442,7 +464,14 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         t.wait().map_err(err)?;
     }
     for r in &disjoint {
-        compare(x, "an asynchronous read", mem.as_ref(), r.mem_offset, r.file_offset, r.len)?;
+        compare(
+            x,
+            "an asynchronous read",
+            mem.as_ref(),
+            r.mem_offset,
+            r.file_offset,
+            r.len,
+        )?;
     }
     println!("asynchronous reads are right");
 
@@ -502,7 +531,14 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         .copy(&route, len, &RouteOptions::default())
         .map_err(err)?;
     compare(x, "a route", mem.as_ref(), 9, 5 * M + 3, len)?;
-    println!("route {}: right", rep.hops.iter().map(|h| h.to_string()).collect::<Vec<_>>().join(", "));
+    println!(
+        "route {}: right",
+        rep.hops
+            .iter()
+            .map(|h| h.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
     // Other paths cannot reach the namespace: refused, with the reason.
     for pref in [PathPref::Bounce, PathPref::P2p, PathPref::NvmeCmd] {
