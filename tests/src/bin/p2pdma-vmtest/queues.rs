@@ -178,19 +178,11 @@ fn read_check(
 ) -> Result<(), String> {
     ns.read(offset, mem, mem_offset, len)
         .map_err(|e| format!("read of {len} bytes at {offset}: {e}"))?;
-    let mut got = vec![0u8; len];
-    mem.read_at(mem_offset, &mut got)
-        .map_err(|e| e.to_string())?;
-    let want = image(x.image_pattern_offset, offset, len);
-    match first_diff(&want, &got) {
-        None => Ok(()),
-        Some(i) => Err(format!(
-            "read of {len} bytes at {offset} into {} at {mem_offset}: byte {i} is {:#04x}, want {:#04x}",
-            mem.kind(),
-            got[i],
-            want[i]
-        )),
-    }
+    let what = format!(
+        "read of {len} bytes at {offset} into {} at {mem_offset}",
+        mem.kind()
+    );
+    compare(x, &what, mem, mem_offset, offset, len)
 }
 
 fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
