@@ -249,7 +249,9 @@ check ctl-copy-verify p2pdma-ctl copy "$NVME" accel --offset $((8 * M + 4096)) -
 # this process through VFIO's no-IOMMU mode, its queues in accelerator
 # memory. Taking it from the nvme driver without being asked to unbind is
 # refused and leaves it bound; a process that dies with commands in flight
-# leaves it to the next one, which resets it; then reads and writes from
+# leaves it to the next one, which resets it (its VFIO device released
+# before the module's memory); a command that never completes is aborted,
+# and the controller disabled when the abort does not end it; then reads and writes from
 # many threads, aligned and not, into accelerator memory (DMA_MAP) and
 # host memory (PIN_USER), and errors. The host compares a read left in
 # accel.bin with vfio.img, and the written ranges of vfio.img with the
@@ -264,6 +266,7 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 		fail queues-owner-dies "exit $rc: $(tail -n 1 /tmp/queues-die.log)"
 	fi
 	check queues-after-owner-died p2pdma-vmtest queues --step after-death
+	check queues-abort-stuck p2pdma-vmtest queues --step abort
 	check queues-engine p2pdma-vmtest queues --step engine
 	check_held queues-data p2pdma-vmtest queues --step data --hold
 fi

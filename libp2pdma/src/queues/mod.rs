@@ -262,7 +262,12 @@ impl Controller {
         let accel = Self::pick_accelerator(&module, pci, opts.accelerator)
             .map_err(|r| Self::error(&bdf, r, rustix::io::Errno::REMOTEIO))?;
         let mode = claim::take(&bdf, opts.unbind).map_err(fail)?;
-        let func = vfio::Function::open_noiommu(&bdf).map_err(fail)?;
+        let mut func = vfio::Function::open_noiommu(&bdf).map_err(fail)?;
+        // Released before the module's file when this process dies, so
+        // nothing the controller still holds writes freed memory.
+        func.device
+            .keep_above(std::os::fd::AsFd::as_fd(&*module))
+            .map_err(fail)?;
         let bar = func.bar.clone();
         let io_err = |r: String| Self::error(&bdf, r, rustix::io::Errno::IO);
         let caps = spec::Caps::decode(bar.read64(spec::reg::CAP).map_err(io_err)?);
@@ -727,10 +732,55 @@ impl Controller {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Waits for `t` on `q`; aborts it when it takes too long, and fails
-    /// the controller when the abort does not end it.
-    fn finish(&self, q: &QueuePair, t: Ticket, what: &str) -> Result<Completion> {
-        match q.wait(&t, Instant::now() + self.timeout) {
+    /// Runs an admin command that this library does not build itself (a
+    /// log page, a feature, a vendor command), with `data` (memory mapped
+    /// by [`Controller::map`]) if it moves any, and waits up to `timeout`
+    /// (the controller's own when `None`). One that takes longer is aborted
+    /// as I/O commands are: its error says whether the controller aborted
+    /// it, and when the abort does not end it, the controller is disabled.
+    /// The commands that manage the queues this controller was set up with
+    /// (create, delete, abort) are refused. An error status is an error.
+    pub fn admin(
+        &self,
+        cmd: &Command,
+        data: Option<&DataPtr>,
+        timeout: Option<Duration>,
+    ) -> Result<Completion> {
+        if matches!(
+            cmd.opcode,
+            admin::DELETE_IO_SQ
+                | admin::CREATE_IO_SQ
+                | admin::DELETE_IO_CQ
+                | admin::CREATE_IO_CQ
+                | admin::ABORT
+        ) {
+            return Err(Error::InvalidArgument(format!(
+                "admin opcode {:#04x} manages the queues this library set up on {}",
+                cmd.opcode, self.bdf
+            )));
+        }
+        let what = format!("admin command {:#04x}", cmd.opcode);
+        let timeout = timeout.unwrap_or(self.timeout);
+        let t = self
+            .admin
+            .submit(cmd, data, Some(Instant::now() + timeout))
+            .map_err(|e| self.wait_error(e, &what))?;
+        let c = self.finish(&self.admin, t, &what, timeout)?;
+        c.check(&what)
+            .map(|()| c)
+            .map_err(|e| Self::error(&self.bdf, e, rustix::io::Errno::IO))
+    }
+
+    /// Waits up to `timeout` for `t` on `q`; aborts it when it takes too
+    /// long, and fails the controller when the abort does not end it.
+    fn finish(
+        &self,
+        q: &QueuePair,
+        t: Ticket,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<Completion> {
+        match q.wait(&t, Instant::now() + timeout) {
             Ok(c) => Ok(c),
             Err(WaitError::Timeout) => {
                 let cid = t.cid;
@@ -744,7 +794,7 @@ impl Controller {
                     Ok(_) => "the controller did not abort it".to_string(),
                     Err(e) => format!("the abort failed: {e}"),
                 };
-                let grace = self.timeout.min(Duration::from_secs(5));
+                let grace = timeout.min(Duration::from_secs(5));
                 match q.wait(&t, Instant::now() + grace) {
                     Ok(c) if c.sct() == 0 && c.sc() == 0 => Ok(c),
                     Ok(c) => Err(Self::error(
@@ -752,7 +802,7 @@ impl Controller {
                         format!(
                             "{what} (command id {cid} on queue {}) took longer than {:?} and was aborted ({said}; status SCT {:#x} SC {:#x})",
                             q.qid(),
-                            self.timeout,
+                            timeout,
                             c.sct(),
                             c.sc()
                         ),
@@ -762,7 +812,7 @@ impl Controller {
                         let why = format!(
                             "{what} (command id {cid} on queue {}) did not complete within {:?}, and {said}",
                             q.qid(),
-                            self.timeout
+                            timeout
                         );
                         self.health.fail(why.clone());
                         q.forget(t);
@@ -822,7 +872,7 @@ impl Pending<'_> {
         let Some(t) = self.ticket.take() else {
             return Err(Error::InvalidArgument("waited for twice".into()));
         };
-        let c = self.ctrl.finish(self.q, t, self.what)?;
+        let c = self.ctrl.finish(self.q, t, self.what, self.ctrl.timeout)?;
         if c.sct() == 0 && c.sc() == 0 {
             return Ok(c);
         }

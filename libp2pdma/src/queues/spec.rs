@@ -49,6 +49,9 @@ pub mod admin {
     pub const ABORT: u8 = 0x08;
     /// Set Features.
     pub const SET_FEATURES: u8 = 0x09;
+    /// Asynchronous Event Request: completes only when the controller has
+    /// an event to report.
+    pub const ASYNC_EVENT_REQUEST: u8 = 0x0c;
     /// Feature Identifier of Number of Queues.
     pub const FEATURE_NUM_QUEUES: u32 = 0x07;
 }

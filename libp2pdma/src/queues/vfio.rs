@@ -11,7 +11,7 @@
 use std::{
     ffi::{c_void, CStr, CString},
     fs,
-    os::fd::{FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
     ptr::{self, NonNull},
     sync::Arc,
@@ -287,7 +287,6 @@ impl Group {
     /// Adds the group to `container`.
     #[doc(alias = "VFIO_GROUP_SET_CONTAINER")]
     pub fn set_container(&self, container: &Container) -> Result<(), String> {
-        use std::os::fd::AsRawFd;
         // SAFETY: The ioctl reads one `int` (the container's descriptor)
         // from the pointer, which points at the setter's copy of it.
         unsafe {
@@ -322,6 +321,30 @@ pub struct Device {
 }
 
 impl Device {
+    /// Renumbers the device's descriptor above `other`'s.
+    ///
+    /// A process that dies closes its descriptors in ascending order, and
+    /// the kernel runs the releases of the files whose last reference that
+    /// dropped in the reverse order (task work is a stack). A device
+    /// numbered above the p2pdma module's descriptor is therefore released
+    /// first: vfio-pci turns its bus mastering off and resets it before the
+    /// module frees the memory its commands may still write.
+    pub fn keep_above(&mut self, other: BorrowedFd<'_>) -> Result<(), String> {
+        let min = other.as_raw_fd() + 1;
+        if self.fd.as_raw_fd() >= min {
+            return Ok(());
+        }
+        let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, min)
+            .map_err(|e| format!("F_DUPFD_CLOEXEC of the VFIO device above {min}: {e}"))?;
+        self.fd = fd;
+        Ok(())
+    }
+
+    /// The descriptor's number.
+    pub fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
     /// Describes region `index`.
     #[doc(alias = "VFIO_DEVICE_GET_REGION_INFO")]
     pub fn region(&self, index: u32) -> Result<RegionInfo, String> {

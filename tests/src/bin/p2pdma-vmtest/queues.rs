@@ -12,7 +12,7 @@ use std::{
 use clap::{Args, ValueEnum};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
-    queues::{claim, vfio, Controller, InitOptions, IoCommand},
+    queues::{claim, spec::admin, vfio, Command, Controller, InitOptions, IoCommand},
     transfer::{
         Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions, Shape,
         StorageFile, StridedMode, TransferPath, Via,
@@ -33,6 +33,11 @@ pub enum Step {
     /// Take it again after a process died holding it: reads must be right;
     /// then give it back to the nvme driver.
     AfterDeath,
+    /// A command that never completes (an Asynchronous Event Request with
+    /// no event to report) with a short timeout: aborted, and when the
+    /// abort does not end it, the controller is disabled and says why to
+    /// every later request; the next `initialize` works again.
+    Abort,
     /// Reads and writes, aligned and not, from many threads, into
     /// accelerator and host memory; errors; a read reported for the host.
     Data,
@@ -115,7 +120,17 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
             }
         }
         Step::Die => {
+            // The module opened above descriptors that are then freed: the
+            // VFIO device, opened next, would take a lower number, and be
+            // released after the module's file when this process dies.
+            let spare = (0..8)
+                .map(|_| std::fs::File::open("/dev/null"))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+            drop(spare);
             let ctrl = take(x, &module, true)?;
+            release_order(&module)?;
             let mem =
                 ModuleMemory::alloc(module.clone(), 0, 8 * M, 0).map_err(|e| e.to_string())?;
             let mapped = ctrl
@@ -163,8 +178,121 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
             }
             Ok(())
         }
+        Step::Abort => abort(x, &module),
         Step::Data => data(x, &module),
         Step::Engine => engine(x, &module),
+    }
+}
+
+fn abort(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
+    let ctrl = take(x, module, true)?;
+    let ns = Namespace::new(ctrl.clone(), module.clone(), x.nsid).map_err(|e| e.to_string())?;
+    let mem = ModuleMemory::alloc(module.clone(), 0, 2 * M, 0).map_err(|e| e.to_string())?;
+    read_check(&ns, x, &mem, 4 * M + 1, 100_000, 3)?;
+    match ctrl.admin(
+        &Command {
+            opcode: admin::CREATE_IO_SQ,
+            ..Default::default()
+        },
+        None,
+        None,
+    ) {
+        Err(Error::InvalidArgument(e)) => println!("refused: {e}"),
+        r => return Err(format!("CREATE I/O SQ through admin() gave {r:?}")),
+    }
+    // An event may be waiting from the reset: an AER that completes at
+    // once reports it, and the next one waits.
+    let aer = Command {
+        opcode: admin::ASYNC_EVENT_REQUEST,
+        ..Default::default()
+    };
+    let timeout = Duration::from_secs(2);
+    let mut stuck = None;
+    for _ in 0..4 {
+        let t0 = Instant::now();
+        match ctrl.admin(&aer, None, Some(timeout)) {
+            Ok(c) => println!("an event was waiting: {:#x}", c.result),
+            Err(e) => {
+                stuck = Some((e, t0.elapsed()));
+                break;
+            }
+        }
+    }
+    let Some((e, took)) = stuck else {
+        return Err("every Asynchronous Event Request completed".into());
+    };
+    println!("after {took:?}: {e}");
+    if took < timeout {
+        return Err(format!(
+            "the request failed after {took:?}, before its timeout"
+        ));
+    }
+    let text = e.to_string();
+    if !text.contains("admin command 0x0c") {
+        return Err(format!("the error does not name the command: {text}"));
+    }
+    if text.contains("and was aborted (the controller aborted it") {
+        // A controller that honours ABORT: the request ends with its error
+        // and the controller goes on.
+        if let Some(f) = ctrl.failure() {
+            return Err(format!("aborted, yet the controller failed: {f}"));
+        }
+        read_check(&ns, x, &mem, 9 * M + 7, 300_000, 1)?;
+        println!("the controller aborted the stuck command and goes on serving reads");
+        return Ok(());
+    }
+    if !text.contains("did not complete within")
+        || !text.contains("the controller did not abort it")
+    {
+        return Err(format!("the error does not say what the abort did: {text}"));
+    }
+    let failure = ctrl
+        .failure()
+        .ok_or("the abort did not end the command, yet the controller was not failed")?;
+    if !failure.contains("the controller was disabled") {
+        return Err(format!(
+            "the failure does not say the controller was disabled: {failure}"
+        ));
+    }
+    // The controller is off: every later request is an error that says why.
+    match ns.read(M, &mem, 0, 4096) {
+        Err(e) if e.to_string().contains("did not complete within") => {
+            println!("a read after the failure: {e}");
+        }
+        r => return Err(format!("a read on the disabled controller gave {r:?}")),
+    }
+    drop(ns);
+    drop(ctrl);
+    let ctrl = take(x, module, true)?;
+    let ns = Namespace::new(ctrl, module.clone(), x.nsid).map_err(|e| e.to_string())?;
+    read_check(&ns, x, &mem, 9 * M + 7, 300_000, 1)?;
+    println!("the controller did not abort the stuck command, was disabled, and serves reads again after initialize");
+    Ok(())
+}
+
+/// Checks that every VFIO device descriptor is numbered above the module's:
+/// at exit the kernel releases files in descending order of their last
+/// descriptor, so the device is stopped before the memory is freed.
+fn release_order(module: &Module) -> Result<(), String> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let m = module.as_fd().as_raw_fd();
+    let mut devices = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").map_err(|e| e.to_string())? {
+        let e = e.map_err(|e| e.to_string())?;
+        let link = std::fs::read_link(e.path()).unwrap_or_default();
+        if link.to_string_lossy().contains("vfio-device") {
+            devices.push(e.file_name().to_string_lossy().parse::<i32>().unwrap_or(-1));
+        }
+    }
+    match devices.iter().min() {
+        Some(&d) if d > m => {
+            println!("descriptors: module {m}, VFIO device {devices:?}");
+            Ok(())
+        }
+        Some(_) => Err(format!(
+            "the VFIO device's descriptors {devices:?} are not all above the module's {m}: the memory would be freed before the controller stops"
+        )),
+        None => Err("no VFIO device descriptor in /proc/self/fd".into()),
     }
 }
 
