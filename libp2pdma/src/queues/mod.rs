@@ -69,6 +69,11 @@ pub struct InitOptions {
     pub entries: u16,
     /// How long a command may take before it is aborted.
     pub timeout: Duration,
+    /// Completion queues raise MSI-X interrupts, and waiting threads sleep
+    /// on them after polling a little (host threads); without, waiters
+    /// only poll (as accelerator threads do). Where the controller has no
+    /// MSI-X vector to spare, the queues are polled whatever this says.
+    pub interrupts: bool,
 }
 
 impl Default for InitOptions {
@@ -79,6 +84,7 @@ impl Default for InitOptions {
             queues: 4,
             entries: 128,
             timeout: Duration::from_secs(30),
+            interrupts: true,
         }
     }
 }
@@ -220,6 +226,8 @@ pub struct Controller {
     max_transfer: usize,
     timeout: Duration,
     next: AtomicUsize,
+    /// MSI-X vectors in use, or why the queues are polled only.
+    interrupts: std::result::Result<usize, String>,
     // Last: closed after the controller is disabled and the memory freed.
     func: vfio::Function,
 }
@@ -330,6 +338,7 @@ impl Controller {
             bar.clone(),
             caps.doorbell_stride,
             health.clone(),
+            None,
         );
         let (asq, acq) = admin.bus();
         spec::enable(&bar, ADMIN_ENTRIES, asq, acq).map_err(|e| unmap(io_err(e)))?;
@@ -353,6 +362,7 @@ impl Controller {
             max_transfer: MAX_COMMAND_BYTES,
             timeout: opts.timeout,
             next: AtomicUsize::new(0),
+            interrupts: Err("not asked for".into()),
             func,
         };
         // From here `ctrl`'s drop disables the controller and unmaps.
@@ -391,6 +401,11 @@ impl Controller {
             .min(granted.result >> 16)
             .min(want)
             + 1;
+        let vectors = if opts.interrupts {
+            ctrl.enable_msix(n as usize)
+        } else {
+            Ok(Vec::new())
+        };
         for i in 0..n as usize {
             let (sq, cq, lists) = layout.queue(i);
             let qp = QueuePair::new(
@@ -404,11 +419,53 @@ impl Controller {
                 bar.clone(),
                 caps.doorbell_stride,
                 ctrl.health.clone(),
+                vectors
+                    .as_ref()
+                    .ok()
+                    .and_then(|v| Self::vector_of(i as u16 + 1, v.len()).map(|k| v[k].clone())),
             );
-            ctrl.create_queue(&qp)?;
+            let vector = vectors
+                .as_ref()
+                .ok()
+                .and_then(|v| Self::vector_of(i as u16 + 1, v.len()));
+            ctrl.create_queue(&qp, vector)?;
             ctrl.io.push(qp);
         }
+        ctrl.interrupts = vectors.map(|v| v.len());
         Ok(Arc::new(ctrl))
+    }
+
+    /// The MSI-X vector of I/O queue `qid` among `vectors` (vector 0 is
+    /// the admin queue's): its own, or a shared one when there are fewer.
+    fn vector_of(qid: u16, vectors: usize) -> Option<usize> {
+        (vectors > 1).then(|| 1 + (usize::from(qid) - 1) % (vectors - 1))
+    }
+
+    /// Enables MSI-X with an eventfd per vector, one for the admin queue
+    /// and one per I/O queue as far as the controller has vectors; why not
+    /// when it cannot.
+    fn enable_msix(
+        &self,
+        queues: usize,
+    ) -> std::result::Result<Vec<Arc<std::os::fd::OwnedFd>>, String> {
+        let info = self.func.device.irq(vfio::VFIO_PCI_MSIX_IRQ_INDEX)?;
+        let n = (info.count as usize).min(queues + 1);
+        if n < 2 {
+            return Err(format!("the controller has {} MSI-X vectors", info.count));
+        }
+        let fds = (0..n)
+            .map(|_| {
+                rustix::event::eventfd(
+                    0,
+                    rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+                )
+                .map(Arc::new)
+                .map_err(|e| format!("eventfd: {e}"))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let borrowed: Vec<_> = fds.iter().map(|f| std::os::fd::AsFd::as_fd(&**f)).collect();
+        self.func.device.set_msix(&borrowed)?;
+        Ok(fds)
     }
 
     /// The accelerator to hold the queues: `want`, or the first the
@@ -450,7 +507,7 @@ impl Controller {
         let deadline = Instant::now() + self.timeout;
         let t = self
             .admin
-            .submit(cmd, None, Some(deadline))
+            .submit(cmd, None, Some(deadline), true)
             .map_err(|e| self.wait_error(e, &what))?;
         match self.admin.wait(&t, deadline) {
             Ok(c) => c.check(&what).map(|()| c).map_err(|e| self.failed(e)),
@@ -492,14 +549,18 @@ impl Controller {
         self.mem.read_at(Layout::identify(), out)
     }
 
-    fn create_queue(&self, qp: &QueuePair) -> Result<()> {
+    fn create_queue(&self, qp: &QueuePair, vector: Option<usize>) -> Result<()> {
         let size_qid = u32::from(qp.entries() - 1) << 16 | u32::from(qp.qid());
         let (sq, cq) = qp.bus();
-        // PC = 1, interrupts off: completions are polled.
+        // PC = 1; with a vector, IEN = 1 and IV = the vector.
+        let flags = match vector {
+            Some(v) => 1 | 1 << 1 | (v as u32) << 16,
+            None => 1,
+        };
         self.admin_command(&Command {
             opcode: admin::CREATE_IO_CQ,
             prp1: cq,
-            cdw: [size_qid, 1, 0, 0, 0, 0],
+            cdw: [size_qid, flags, 0, 0, 0, 0],
             ..Default::default()
         })?;
         self.admin_command(&Command {
@@ -560,6 +621,20 @@ impl Controller {
     /// [`Controller::initialize`] resets it).
     pub fn failure(&self) -> Option<String> {
         self.health.failure()
+    }
+
+    /// The MSI-X vectors the I/O queues raise, or why they are polled only.
+    pub fn interrupts(&self) -> std::result::Result<usize, &str> {
+        self.interrupts.as_ref().map(|n| *n).map_err(String::as_str)
+    }
+
+    /// Times a waiting thread slept on a completion interrupt, over all I/O
+    /// queues.
+    pub fn interrupt_sleeps(&self) -> u64 {
+        self.io
+            .iter()
+            .map(|q| q.sleeps.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Submission doorbell writes and commands submitted so far, over all
@@ -650,14 +725,33 @@ impl Controller {
     /// commands in flight uses [`Controller::try_submit`] instead, or it
     /// may wait for room that only its own commands hold.
     pub fn submit(&self, queue: usize, cmd: &IoCommand) -> Result<Pending<'_>> {
-        self.submit_with(queue, cmd, Some(Instant::now() + self.timeout))
+        self.submit_with(queue, cmd, Some(Instant::now() + self.timeout), true)
     }
 
     /// Submits `cmd` on I/O queue `queue` if it has room now; `Ok(None)`
     /// when it is full (wait for one of this thread's commands, then try
     /// again).
     pub fn try_submit(&self, queue: usize, cmd: &IoCommand) -> Result<Option<Pending<'_>>> {
-        match self.submit_with(queue, cmd, None) {
+        self.try_submit_with(queue, cmd, true)
+    }
+
+    /// Commands for I/O queue `queue` whose doorbell is rung once for all:
+    /// see [`Batch`].
+    pub fn batch(&self, queue: usize) -> Batch<'_> {
+        Batch {
+            ctrl: self,
+            queue,
+            unrung: 0,
+        }
+    }
+
+    fn try_submit_with(
+        &self,
+        queue: usize,
+        cmd: &IoCommand,
+        ring: bool,
+    ) -> Result<Option<Pending<'_>>> {
+        match self.submit_with(queue, cmd, None, ring) {
             Ok(p) => Ok(Some(p)),
             Err(Error::Controller { source, .. }) if source == rustix::io::Errno::AGAIN => Ok(None),
             Err(e) => Err(e),
@@ -669,6 +763,7 @@ impl Controller {
         queue: usize,
         cmd: &IoCommand,
         deadline: Option<Instant>,
+        ring: bool,
     ) -> Result<Pending<'_>> {
         if self.io.is_empty() {
             return Err(self.failed("no I/O queue".into()));
@@ -711,7 +806,7 @@ impl Controller {
             ..Default::default()
         };
         let t = q
-            .submit(&raw, cmd.data.as_ref(), deadline)
+            .submit(&raw, cmd.data.as_ref(), deadline, ring)
             .map_err(|e| self.wait_error(e, &format!("{} on queue {}", cmd.name(), q.qid())))?;
         let bs = self
             .namespace_info(cmd.nsid)
@@ -763,7 +858,7 @@ impl Controller {
         let timeout = timeout.unwrap_or(self.timeout);
         let t = self
             .admin
-            .submit(cmd, data, Some(Instant::now() + timeout))
+            .submit(cmd, data, Some(Instant::now() + timeout), true)
             .map_err(|e| self.wait_error(e, &what))?;
         let c = self.finish(&self.admin, t, &what, timeout)?;
         c.check(&what)
@@ -862,6 +957,13 @@ impl fmt::Debug for Pending<'_> {
 }
 
 impl Pending<'_> {
+    /// Whether the command has completed (or the controller failed), after
+    /// looking at the completion queue once: [`Pending::wait`] then returns
+    /// without waiting.
+    pub fn is_done(&self) -> bool {
+        self.ticket.as_ref().is_none_or(|t| self.q.done(t))
+    }
+
     /// Waits for the command; an error status, a timeout (after an abort)
     /// or a failed controller is an error.
     pub fn wait(mut self) -> Result<Completion> {
@@ -894,6 +996,49 @@ impl Drop for Pending<'_> {
         if self.ticket.is_some() {
             let _ = self.wait_ref();
         }
+    }
+}
+
+/// Commands written into one I/O queue whose doorbell is rung once for all
+/// of them ([`Batch::ring`], or on drop): fewer doorbell writes, each a
+/// posted write to the controller. Waiting for one of them rings first, so
+/// nothing written waits for a doorbell that never comes.
+pub struct Batch<'c> {
+    ctrl: &'c Controller,
+    queue: usize,
+    unrung: usize,
+}
+
+impl fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("queue", &self.queue)
+            .field("unrung", &self.unrung)
+            .finish()
+    }
+}
+
+impl<'c> Batch<'c> {
+    /// Writes `cmd` into the queue if it has room now; `Ok(None)` when it
+    /// is full (as [`Controller::try_submit`]).
+    pub fn try_push(&mut self, cmd: &IoCommand) -> Result<Option<Pending<'c>>> {
+        let p = self.ctrl.try_submit_with(self.queue, cmd, false)?;
+        self.unrung += usize::from(p.is_some());
+        Ok(p)
+    }
+
+    /// Rings the doorbell for everything written so far.
+    pub fn ring(&mut self) {
+        if self.unrung > 0 && !self.ctrl.io.is_empty() {
+            self.ctrl.io[self.queue % self.ctrl.io.len()].ring();
+        }
+        self.unrung = 0;
+    }
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.ring();
     }
 }
 

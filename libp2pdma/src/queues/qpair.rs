@@ -29,6 +29,11 @@
 //!   queue's poller, reads every new entry whose phase tag matches, files
 //!   each under its command id, advances the head (flipping the expected
 //!   phase at the wrap) and writes the head doorbell once.
+//! - **Sleeping on the interrupt (host threads).** Where the completion
+//!   queue raises an MSI-X vector (VFIO signals an eventfd), the poller
+//!   spins a little, then clears the eventfd, looks once more and sleeps on
+//!   it; the other waiters sleep until the poller files completions. An
+//!   accelerator thread keeps polling instead.
 //!
 //! A completion for an id that is not in flight, or a controller that stops
 //! answering, fails the whole controller (see [`Health`]): it is disabled,
@@ -36,10 +41,12 @@
 #![allow(unsafe_code)]
 
 use std::{
-    fmt, ptr,
+    fmt,
+    os::fd::OwnedFd,
+    ptr,
     sync::{
         atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
-        Arc, Mutex,
+        Arc, Condvar, Mutex, MutexGuard,
     },
     thread,
     time::{Duration, Instant},
@@ -54,6 +61,13 @@ use super::{
 const FREE: u32 = 0;
 const IN_FLIGHT: u32 = 1;
 const DONE: u32 = 2;
+
+/// Polls of an empty completion queue before its poller sleeps on the
+/// interrupt.
+const SPIN_POLLS: u32 = 32;
+/// The longest sleep before a waiter looks again without being woken (a
+/// controller failed by another queue raises no interrupt here).
+const SLEEP_MAX: Duration = Duration::from_millis(20);
 
 /// PRP entries in one list page.
 pub(crate) const LIST_ENTRIES: usize = PAGE / 8;
@@ -146,10 +160,25 @@ pub(crate) struct QueuePair {
     rung: AtomicU64,
     /// The completion queue's head and expected phase; held by the poller.
     cq_state: Mutex<(u32, bool)>,
+    /// The eventfd the completion queue's interrupt signals, if it has one.
+    irq: Option<Arc<OwnedFd>>,
+    /// Whether the poller is asleep on the interrupt.
+    poller_asleep: AtomicBool,
+    /// The longest sleep without a wake-up.
+    sleep_max: Duration,
+    /// Waiters asleep until the poller files completions, and what wakes
+    /// them: a count bumped after each filing.
+    sleepers: AtomicUsize,
+    filed: Mutex<u64>,
+    filed_cv: Condvar,
     health: Arc<Health>,
     /// Doorbell writes of the submission queue, and commands submitted.
     pub(crate) doorbells: AtomicU64,
     pub(crate) submitted: AtomicU64,
+    /// Sleeps on the interrupt, and sleeps (on it or until the poller
+    /// filed completions) that ended without a wake-up.
+    pub(crate) sleeps: AtomicU64,
+    pub(crate) sleeps_unwoken: AtomicU64,
 }
 
 // SAFETY: The raw pointers name the accelerator memory's mapping, which the
@@ -202,6 +231,7 @@ impl QueuePair {
         bar: Arc<Bar>,
         stride: usize,
         health: Arc<Health>,
+        irq: Option<Arc<OwnedFd>>,
     ) -> Self {
         let entries = u32::from(entries.max(2));
         Self {
@@ -226,9 +256,17 @@ impl QueuePair {
             ringing: AtomicBool::new(false),
             rung: AtomicU64::new(0),
             cq_state: Mutex::new((0, true)),
+            irq,
+            poller_asleep: AtomicBool::new(false),
+            sleep_max: SLEEP_MAX,
+            sleepers: AtomicUsize::new(0),
+            filed: Mutex::new(0),
+            filed_cv: Condvar::new(),
             health,
             doorbells: AtomicU64::new(0),
             submitted: AtomicU64::new(0),
+            sleeps: AtomicU64::new(0),
+            sleeps_unwoken: AtomicU64::new(0),
         }
     }
 
@@ -256,7 +294,9 @@ impl QueuePair {
     /// addresses; a list is written to the command id's list page when more
     /// than one follows). Waits for a free command id, reaping completions
     /// meanwhile, up to `deadline`; without one, returns
-    /// [`WaitError::Full`] at once when every id is taken.
+    /// [`WaitError::Full`] at once when every id is taken. Rings the
+    /// doorbell when `ring`; otherwise a later [`QueuePair::ring`] (or any
+    /// other submitter's, or a wait) rings for it.
     ///
     /// A thread that holds tickets must not wait here for an id: the ids
     /// may all be held by completed commands that threads waiting here
@@ -267,6 +307,7 @@ impl QueuePair {
         cmd: &Command,
         data: Option<&spec::DataPtr>,
         deadline: Option<Instant>,
+        ring: bool,
     ) -> Result<Ticket, WaitError> {
         if data.is_some_and(|d| d.pages.len() > LIST_ENTRIES) {
             return Err(WaitError::Failed(format!(
@@ -307,7 +348,9 @@ impl QueuePair {
         }
         self.ready[slot].store(pos + 1, Ordering::SeqCst);
         self.submitted.fetch_add(1, Ordering::Relaxed);
-        self.ring();
+        if ring {
+            self.ring();
+        }
         Ok(Ticket { cid })
     }
 
@@ -355,7 +398,7 @@ impl QueuePair {
 
     /// Writes the tail doorbell for every consecutive ready entry, unless
     /// another thread is doing it (which then sees this thread's entry).
-    fn ring(&self) {
+    pub(crate) fn ring(&self) {
         let entries = u64::from(self.entries);
         loop {
             if self.ringing.swap(true, Ordering::SeqCst) {
@@ -383,13 +426,48 @@ impl QueuePair {
         }
     }
 
+    /// Rings for entries written without a doorbell, if there are any
+    /// (one load when there are none).
+    fn ring_unrung(&self) {
+        let rung = self.rung.load(Ordering::Relaxed);
+        let next = &self.ready[(rung % u64::from(self.entries)) as usize];
+        if next.load(Ordering::SeqCst) == rung + 1 {
+            self.ring();
+        }
+    }
+
     /// Reaps new completions if no other thread is doing it. Returns how
     /// many it filed.
     pub(crate) fn poll(&self) -> usize {
         let Ok(mut st) = self.cq_state.try_lock() else {
             return 0;
         };
-        let (mut head, mut phase) = *st;
+        let n = self.reap(&mut st);
+        drop(st);
+        self.filed(n);
+        n
+    }
+
+    /// Wakes the waiters asleep until completions are filed, if `n` were
+    /// or the controller failed.
+    fn filed(&self, n: usize) {
+        if n == 0 && self.health.failure().is_none() {
+            return;
+        }
+        // Against a sleeper's count-then-look (see `sleep_until_filed`).
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let mut f = self.filed.lock().unwrap_or_else(|p| p.into_inner());
+            *f = f.wrapping_add(1);
+            drop(f);
+            self.filed_cv.notify_all();
+        }
+    }
+
+    /// Reads every new completion entry under the poller lock `st`, files
+    /// it under its command id, and writes the head doorbell once.
+    fn reap(&self, st: &mut MutexGuard<'_, (u32, bool)>) -> usize {
+        let (mut head, mut phase) = **st;
         let mut reaped = 0;
         loop {
             // SAFETY: Entry `head` (16 bytes inside `entries * 16`) of the
@@ -419,8 +497,7 @@ impl QueuePair {
                     s.state.store(DONE, Ordering::Release);
                 }
                 _ => {
-                    *st = (head, phase);
-                    drop(st);
+                    **st = (head, phase);
                     self.health.fail(format!(
                         "queue {} got a completion for command id {} of queue {}, which is not in flight",
                         self.qid, c.cid, c.sqid
@@ -438,7 +515,7 @@ impl QueuePair {
         if reaped > 0 {
             let _ = self.bar.write32(self.cq_doorbell, head);
         }
-        *st = (head, phase);
+        **st = (head, phase);
         reaped
     }
 
@@ -446,6 +523,8 @@ impl QueuePair {
     /// [`WaitError::Timeout`] keeps the id: the command may still complete,
     /// and may be waited for again.
     pub(crate) fn wait(&self, t: &Ticket, deadline: Instant) -> Result<Completion, WaitError> {
+        // Entries written without a doorbell (a batch) are rung first.
+        self.ring_unrung();
         let s = &self.slots[usize::from(t.cid)];
         let mut spins = 0u32;
         loop {
@@ -465,14 +544,82 @@ impl QueuePair {
                 s.state.store(FREE, Ordering::Release);
                 return Err(WaitError::Failed(why));
             }
-            if self.poll() > 0 {
-                continue;
-            }
             if Instant::now() >= deadline {
+                // Another waiter may have counted on this one to poll.
+                self.filed(1);
                 return Err(WaitError::Timeout);
             }
-            backoff(&mut spins);
+            let Some(irq) = &self.irq else {
+                if self.poll() == 0 {
+                    backoff(&mut spins);
+                }
+                continue;
+            };
+            let Ok(mut st) = self.cq_state.try_lock() else {
+                if self.poller_asleep.load(Ordering::Acquire) {
+                    self.sleep_until_filed(s, deadline);
+                } else {
+                    backoff(&mut spins);
+                }
+                continue;
+            };
+            let mut n = self.reap(&mut st);
+            if n == 0 && spins >= SPIN_POLLS {
+                // An interrupt after this read is for entries the second
+                // look may miss: it wakes the sleep.
+                let mut count = [0u8; 8];
+                let _ = rustix::io::read(&**irq, &mut count);
+                n = self.reap(&mut st);
+                if n == 0 {
+                    self.poller_asleep.store(true, Ordering::Release);
+                    self.sleeps.fetch_add(1, Ordering::Relaxed);
+                    if !sleep_on(irq, deadline, self.sleep_max) {
+                        self.sleeps_unwoken.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.poller_asleep.store(false, Ordering::Release);
+                    n = self.reap(&mut st);
+                }
+            }
+            drop(st);
+            self.filed(n);
+            if n == 0 {
+                spins += 1;
+                std::hint::spin_loop();
+            }
         }
+    }
+
+    /// Whether `t` has completed (polling once); [`QueuePair::wait`] still
+    /// frees its id.
+    pub(crate) fn done(&self, t: &Ticket) -> bool {
+        let s = &self.slots[usize::from(t.cid)];
+        if s.state.load(Ordering::Acquire) != DONE {
+            self.ring_unrung();
+            self.poll();
+        }
+        s.state.load(Ordering::Acquire) == DONE || self.health.failure().is_some()
+    }
+
+    /// Sleeps until the poller files completions (or a while passes), unless
+    /// `s` is done already.
+    fn sleep_until_filed(&self, s: &Slot, deadline: Instant) {
+        let f = self.filed.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = *f;
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Against the poller's file-then-count (see `filed`).
+        fence(Ordering::SeqCst);
+        if s.state.load(Ordering::Acquire) != DONE && self.health.failure().is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let (f, r) = self
+                .filed_cv
+                .wait_timeout_while(f, left.min(self.sleep_max), |f| *f == seen)
+                .unwrap_or_else(|p| p.into_inner());
+            drop(f);
+            if r.timed_out() {
+                self.sleeps_unwoken.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Frees `t`'s id without a completion: only once the controller is
@@ -484,6 +631,21 @@ impl QueuePair {
                 .store(FREE, Ordering::Release);
         }
     }
+}
+
+/// Sleeps until the eventfd `irq` is signalled, `deadline` or `most`,
+/// whichever comes first; whether it was signalled.
+fn sleep_on(irq: &OwnedFd, deadline: Instant, most: Duration) -> bool {
+    let left = deadline.saturating_duration_since(Instant::now()).min(most);
+    let ts = rustix::event::Timespec {
+        tv_sec: left.as_secs() as _,
+        tv_nsec: left.subsec_nanos() as _,
+    };
+    let mut fds = [rustix::event::PollFd::new(
+        irq,
+        rustix::event::PollFlags::IN,
+    )];
+    rustix::event::poll(&mut fds, Some(&ts)).is_ok_and(|n| n > 0)
 }
 
 /// Spins a little, then yields: a waiter shares the CPU with the
@@ -554,6 +716,8 @@ mod tests {
         out
     }
 
+    /// With `irq`, the model signals it after posting completions, as an
+    /// MSI-X vector does, sometimes only after posting more.
     #[allow(clippy::too_many_arguments)]
     fn model(
         bar: &Bar,
@@ -562,8 +726,10 @@ mod tests {
         entries: u32,
         stop: &AtomicBool,
         seed: u64,
+        irq: Option<&OwnedFd>,
     ) -> Result<u64, String> {
         let mut rng = Rng(seed | 1);
+        let mut owed = false;
         let (mut head, mut cq_tail, mut phase) = (0u32, 0u32, true);
         let mut fetched: Vec<(u16, u16)> = Vec::new();
         let mut in_flight = HashSet::new();
@@ -622,6 +788,13 @@ mod tests {
                         phase = !phase;
                     }
                     done += 1;
+                    owed = true;
+                }
+            }
+            if let Some(fd) = irq {
+                if owed && (fetched.is_empty() || rng.next() % 2 == 0) {
+                    rustix::io::write(fd, &1u64.to_ne_bytes()).map_err(|e| e.to_string())?;
+                    owed = false;
                 }
             }
             if stop.load(Ordering::SeqCst) && fetched.is_empty() {
@@ -631,7 +804,12 @@ mod tests {
         }
     }
 
-    fn run(entries: u16, threads: usize, per_thread: usize, batch: usize, seed: u64) {
+    /// `threads` submitters share one queue against the model, each with up
+    /// to `batch` commands in flight (written without a doorbell when
+    /// `seed` says so, rung by the next wait). With `irq`, waiters sleep on
+    /// the model's interrupt, with no time limit on a sleep: a wake-up lost
+    /// is a hang, which the two-second wait turns into a failure.
+    fn run(entries: u16, threads: usize, per_thread: usize, batch: usize, seed: u64, irq: bool) {
         let e = usize::from(entries);
         let bar = Arc::new(Bar::anonymous(0x2000));
         let mem = vec![0u64; (64 * e + 16 * e + (e - 1) * PAGE + PAGE) / 8 + PAGE / 8];
@@ -643,7 +821,19 @@ mod tests {
         let (sq, cq) = (place(0), place(64 * e));
         let lists = place((64 * e + 16 * e).next_multiple_of(PAGE));
         let health = Arc::new(Health::new(bar.clone(), Duration::from_secs(1)));
-        let q = QueuePair::new(1, entries, (sq, cq, lists), bar.clone(), 4, health);
+        let efd = irq.then(|| {
+            Arc::new(rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap())
+        });
+        let mut q = QueuePair::new(
+            1,
+            entries,
+            (sq, cq, lists),
+            bar.clone(),
+            4,
+            health,
+            efd.clone(),
+        );
+        q.sleep_max = Duration::from_secs(3600);
         let stop = AtomicBool::new(false);
         let (sq_cpu, cq_cpu) = (sq.cpu as usize, cq.cpu as usize);
         thread::scope(|s| {
@@ -655,6 +845,7 @@ mod tests {
                     u32::from(entries),
                     &stop,
                     seed,
+                    efd.as_deref(),
                 )
             });
             let workers: Vec<_> = (0..threads)
@@ -675,7 +866,7 @@ mod tests {
                                 usize,
                                 Vec<u8>,
                             )| {
-                                let far = Instant::now() + Duration::from_secs(10);
+                                let far = Instant::now() + Duration::from_secs(2);
                                 let c = q.wait(&t, far).unwrap();
                                 assert_eq!(
                                     c.status,
@@ -707,7 +898,7 @@ mod tests {
                                     ..Default::default()
                                 };
                                 let t = loop {
-                                    match q.submit(&cmd, Some(&d), None) {
+                                    match q.submit(&cmd, Some(&d), None, rng.next() % 3 != 0) {
                                         Ok(t) => break t,
                                         Err(WaitError::Full) => match flight.pop_front() {
                                             Some(f) => check(f),
@@ -739,25 +930,32 @@ mod tests {
             q.submitted.load(Ordering::Relaxed),
         );
         assert_eq!(s, (threads * per_thread) as u64);
+        let unwoken = q.sleeps_unwoken.load(Ordering::Relaxed);
+        assert_eq!(
+            unwoken, 0,
+            "{unwoken} sleeps lasted until the waiter's deadline"
+        );
         assert!(d >= 1 && d <= s, "{d} doorbells for {s} commands");
         drop(mem);
     }
 
     #[test]
     fn a_full_queue_of_one_thread() {
-        run(4, 1, 200, 3, 7);
+        run(4, 1, 200, 3, 7, false);
+        run(4, 1, 200, 3, 7, true);
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(24))]
+        #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
         fn many_submitters_share_one_queue(
             entries in 2u16..40,
             threads in 1usize..8,
             batch in 1usize..12,
             seed in any::<u64>(),
+            irq in any::<bool>(),
         ) {
-            run(entries, threads, 60, batch, seed);
+            run(entries, threads, 60, batch, seed, irq);
         }
     }
 }

@@ -35,6 +35,8 @@ const VFIO_GROUP_GET_STATUS: Opcode = opcode::none(VFIO_TYPE, 103);
 const VFIO_GROUP_SET_CONTAINER: Opcode = opcode::none(VFIO_TYPE, 104);
 const VFIO_GROUP_GET_DEVICE_FD: Opcode = opcode::none(VFIO_TYPE, 106);
 const VFIO_DEVICE_GET_REGION_INFO: Opcode = opcode::none(VFIO_TYPE, 108);
+const VFIO_DEVICE_GET_IRQ_INFO: Opcode = opcode::none(VFIO_TYPE, 109);
+const VFIO_DEVICE_SET_IRQS: Opcode = opcode::none(VFIO_TYPE, 110);
 const VFIO_DEVICE_FEATURE: Opcode = opcode::none(VFIO_TYPE, 117);
 
 /// `VFIO_DEVICE_FEATURE_GET`: the feature's data is read out of the device.
@@ -52,6 +54,13 @@ pub const VFIO_NOIOMMU_IOMMU: u32 = 8;
 pub const VFIO_GROUP_FLAGS_VIABLE: u32 = 1 << 0;
 /// `VFIO_PCI_CONFIG_REGION_INDEX`.
 pub const VFIO_PCI_CONFIG_REGION_INDEX: u32 = 7;
+/// `VFIO_PCI_MSIX_IRQ_INDEX`.
+pub const VFIO_PCI_MSIX_IRQ_INDEX: u32 = 2;
+/// `VFIO_IRQ_SET_DATA_NONE`, `VFIO_IRQ_SET_DATA_EVENTFD` and
+/// `VFIO_IRQ_SET_ACTION_TRIGGER`.
+const VFIO_IRQ_SET_DATA_NONE: u32 = 1 << 0;
+const VFIO_IRQ_SET_DATA_EVENTFD: u32 = 1 << 2;
+const VFIO_IRQ_SET_ACTION_TRIGGER: u32 = 1 << 5;
 /// `VFIO_REGION_INFO_FLAG_MMAP`.
 const VFIO_REGION_INFO_FLAG_MMAP: u32 = 1 << 2;
 
@@ -86,6 +95,70 @@ pub struct RegionInfo {
     pub size: u64,
     /// Offset of the region in the device file (for `pread`/`mmap`).
     pub offset: u64,
+}
+
+/// `struct vfio_irq_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IrqInfo {
+    argsz: u32,
+    /// `VFIO_IRQ_INFO_*`.
+    pub flags: u32,
+    /// The interrupt index (`VFIO_PCI_*_IRQ_INDEX`).
+    pub index: u32,
+    /// Vectors of that index.
+    pub count: u32,
+}
+
+/// `VFIO_DEVICE_SET_IRQS`: `struct vfio_irq_set` (`argsz`, `flags`,
+/// `index`, `start`, `count`) and its data, encoded by [`irq_set`].
+struct SetIrqs {
+    arg: Vec<u8>,
+}
+
+// SAFETY: The pointer names `arg`, owned by `self` for the whole call, whose
+// first field `argsz` is its exact length; the kernel only reads it.
+unsafe impl Ioctl for SetIrqs {
+    type Output = ();
+
+    const IS_MUTATING: bool = false;
+
+    fn opcode(&self) -> Opcode {
+        VFIO_DEVICE_SET_IRQS
+    }
+
+    fn as_ptr(&mut self) -> *mut c_void {
+        self.arg.as_mut_ptr().cast()
+    }
+
+    unsafe fn output_from_ptr(_out: IoctlOutput, _ptr: *mut c_void) -> rustix::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The argument of `VFIO_DEVICE_SET_IRQS` that triggers `fds` (one
+/// descriptor per vector from 0) for `index`, or turns it off when empty.
+fn irq_set(index: u32, fds: &[i32]) -> Vec<u8> {
+    let data = if fds.is_empty() {
+        VFIO_IRQ_SET_DATA_NONE
+    } else {
+        VFIO_IRQ_SET_DATA_EVENTFD
+    };
+    let len = 20 + 4 * fds.len();
+    let mut v = Vec::with_capacity(len);
+    for w in [
+        len as u32,
+        data | VFIO_IRQ_SET_ACTION_TRIGGER,
+        index,
+        0,
+        fds.len() as u32,
+    ] {
+        v.extend_from_slice(&w.to_ne_bytes());
+    }
+    for fd in fds {
+        v.extend_from_slice(&fd.to_ne_bytes());
+    }
+    v
 }
 
 /// A VFIO ioctl whose argument is an integer, not a pointer; its output is
@@ -363,6 +436,44 @@ impl Device {
         }
         .map_err(|e| format!("VFIO_DEVICE_GET_REGION_INFO {index} of {}: {e}", self.name))?;
         Ok(info)
+    }
+
+    /// Describes interrupt index `index`.
+    #[doc(alias = "VFIO_DEVICE_GET_IRQ_INFO")]
+    pub fn irq(&self, index: u32) -> Result<IrqInfo, String> {
+        let mut info = IrqInfo {
+            argsz: size_of::<IrqInfo>() as u32,
+            index,
+            ..Default::default()
+        };
+        // SAFETY: The ioctl reads and rewrites exactly a
+        // `struct vfio_irq_info` (the size `argsz` says), plain integers.
+        unsafe {
+            ioctl(
+                &self.fd,
+                Updater::<VFIO_DEVICE_GET_IRQ_INFO, IrqInfo>::new(&mut info),
+            )
+        }
+        .map_err(|e| format!("VFIO_DEVICE_GET_IRQ_INFO {index} of {}: {e}", self.name))?;
+        Ok(info)
+    }
+
+    /// Enables MSI-X with one vector per descriptor of `eventfds` (vector
+    /// `i` signals `eventfds[i]`), or disables it when empty.
+    #[doc(alias = "VFIO_DEVICE_SET_IRQS")]
+    pub fn set_msix(&self, eventfds: &[BorrowedFd<'_>]) -> Result<(), String> {
+        let fds: Vec<i32> = eventfds.iter().map(|f| f.as_raw_fd()).collect();
+        let arg = irq_set(VFIO_PCI_MSIX_IRQ_INDEX, &fds);
+        // SAFETY: See the `Ioctl` implementation of `SetIrqs`; the
+        // descriptors are open for the call (borrowed), and the kernel takes
+        // its own references to them.
+        unsafe { ioctl(&self.fd, SetIrqs { arg }) }.map_err(|e| {
+            format!(
+                "VFIO_DEVICE_SET_IRQS MSI-X with {} vectors of {}: {e}",
+                fds.len(),
+                self.name
+            )
+        })
     }
 
     /// Reads the 16-bit config register at `offset`.
@@ -724,8 +835,11 @@ mod tests {
         assert_eq!(VFIO_SET_IOMMU, 0x3b66);
         assert_eq!(VFIO_GROUP_GET_DEVICE_FD, 0x3b6a);
         assert_eq!(VFIO_DEVICE_GET_REGION_INFO, 0x3b6c);
+        assert_eq!(VFIO_DEVICE_GET_IRQ_INFO, 0x3b6d);
+        assert_eq!(VFIO_DEVICE_SET_IRQS, 0x3b6e);
         assert_eq!(VFIO_DEVICE_FEATURE, 0x3b75);
         assert_eq!(size_of::<RegionInfo>(), 32);
+        assert_eq!(size_of::<IrqInfo>(), 16);
         assert_eq!(size_of::<VfioGroupStatus>(), 8);
     }
 
@@ -743,6 +857,24 @@ mod tests {
         );
         assert_eq!((dword(24), dword(32)), (0x1000, 0x2000));
         assert_eq!((dword(40), dword(48)), (0x8000, 0x1000));
+    }
+
+    #[test]
+    fn the_irq_set_is_laid_out_as_the_kernel_reads_it() {
+        let word = |v: &[u8], i: usize| u32::from_ne_bytes(v[i..i + 4].try_into().unwrap());
+        let v = irq_set(VFIO_PCI_MSIX_IRQ_INDEX, &[7, 9, 11]);
+        assert_eq!(v.len(), 32);
+        assert_eq!(word(&v, 0), 32, "argsz is the whole argument");
+        assert_eq!(word(&v, 4), 0x24, "DATA_EVENTFD | ACTION_TRIGGER");
+        assert_eq!((word(&v, 8), word(&v, 12), word(&v, 16)), (2, 0, 3));
+        assert_eq!((word(&v, 20), word(&v, 24), word(&v, 28)), (7, 9, 11));
+        let off = irq_set(VFIO_PCI_MSIX_IRQ_INDEX, &[]);
+        assert_eq!(off.len(), 20);
+        assert_eq!(
+            (word(&off, 4), word(&off, 16)),
+            (0x21, 0),
+            "DATA_NONE, count 0"
+        );
     }
 
     #[test]

@@ -275,9 +275,11 @@ impl Namespace {
         Ok(cmds.len() as u64)
     }
 
-    /// Runs `cmds`, many in flight, over the queues in turn; the first
-    /// error, after all have ended.
+    /// Runs `cmds`, up to [`WINDOW`] in flight, on the next queue in turn:
+    /// each refill is one batch (one doorbell). The first error, after all
+    /// have ended.
     fn run(&self, cmds: &[IoCommand]) -> Result<()> {
+        let queue = self.ctrl.next_queue();
         let mut flight: VecDeque<Pending<'_>> = VecDeque::new();
         let mut first: Option<Error> = None;
         let note = |first: &mut Option<Error>, r: Result<()>| {
@@ -285,39 +287,38 @@ impl Namespace {
                 first.get_or_insert(e);
             }
         };
-        for cmd in cmds {
-            if first.is_some() {
-                break;
-            }
-            let queue = self.ctrl.next_queue();
-            loop {
-                if flight.len() >= WINDOW {
-                    if let Some(p) = flight.pop_front() {
-                        note(&mut first, p.wait().map(|_| ()));
-                    }
-                }
-                match self.ctrl.try_submit(queue, cmd) {
+        let mut rest = cmds.iter().peekable();
+        while first.is_none() {
+            let mut batch = self.ctrl.batch(queue);
+            while flight.len() < WINDOW {
+                let Some(cmd) = rest.peek() else {
+                    break;
+                };
+                match batch.try_push(cmd) {
                     Ok(Some(p)) => {
                         flight.push_back(p);
-                        break;
+                        rest.next();
                     }
-                    Ok(None) => match flight.pop_front() {
-                        Some(p) => note(&mut first, p.wait().map(|_| ())),
-                        None => {
-                            // Full with none of ours in flight: room comes
-                            // as other threads consume their completions.
-                            match self.ctrl.submit(queue, cmd) {
-                                Ok(p) => flight.push_back(p),
-                                Err(e) => note(&mut first, Err(e)),
-                            }
-                            break;
-                        }
-                    },
+                    Ok(None) => break,
                     Err(e) => {
                         note(&mut first, Err(e));
                         break;
                     }
                 }
+            }
+            batch.ring();
+            drop(batch);
+            match flight.pop_front() {
+                Some(p) => note(&mut first, p.wait().map(|_| ())),
+                // Full with none of ours in flight: room comes as other
+                // threads consume their completions.
+                None => match rest.next() {
+                    Some(cmd) => match self.ctrl.submit(queue, cmd) {
+                        Ok(p) => flight.push_back(p),
+                        Err(e) => note(&mut first, Err(e)),
+                    },
+                    None => break,
+                },
             }
         }
         for p in flight {

@@ -6,7 +6,10 @@
 //!   with NVMe passthrough through io_uring (the kernel's nvme driver has
 //!   the controller), then with the queues path (the controller taken from
 //!   the kernel, driven by this process: each thread submits into its own
-//!   queue in accelerator memory and polls its completions);
+//!   queue in accelerator memory, a batch of commands per doorbell), once
+//!   with waiters that only poll, as accelerator threads do, and once with
+//!   waiters that sleep on the completion queue's MSI-X interrupt after
+//!   polling a little;
 //! - 1 MiB sequential reads through the engine: guest CPU time per GiB on
 //!   the bounce, P2P and queues paths.
 //!
@@ -52,6 +55,7 @@ const SEQ_LEN: usize = 16 << 20;
 enum Way {
     Odirect,
     Passthrough,
+    QueuesPolled,
     Queues,
 }
 
@@ -60,7 +64,8 @@ impl Way {
         match self {
             Way::Odirect => "O_DIRECT P2P",
             Way::Passthrough => "passthrough",
-            Way::Queues => "queues",
+            Way::QueuesPolled => "queues, polled",
+            Way::Queues => "queues, interrupts",
         }
     }
 }
@@ -260,8 +265,9 @@ fn uring_reads(way: Way, file: &File, nsid: u32, base: usize, j: &Job<'_>) -> Re
     }
 }
 
-/// The same through the queues: thread `t` submits into queue `t` and
-/// waits for its oldest read when `depth` are in flight.
+/// The same through the queues: thread `t` submits into queue `t`, as
+/// many as `depth` in flight, each refill one batch (one doorbell); it
+/// waits for its oldest read, then takes every later one already done.
 fn queue_reads(
     ctrl: &Controller,
     mapped: &p2pdma::queues::Mapped<'_>,
@@ -281,41 +287,36 @@ fn queue_reads(
         p.wait().map_err(|e| e.to_string())?;
         check(slot(t, depth, i), offs[i])
     };
-    for (i, &off) in offs.iter().enumerate() {
-        if Instant::now() >= deadline {
-            break;
+    let mut next = 0;
+    loop {
+        let mut batch = ctrl.batch(t);
+        while flight.len() < depth && next < offs.len() && Instant::now() < deadline {
+            let data = mapped
+                .data(slot(t, depth, next), IO)
+                .map_err(|e| e.to_string())?;
+            let cmd = IoCommand::read(nsid, offs[next] / 512, (IO / 512) as u32, data);
+            match batch.try_push(&cmd).map_err(|e| e.to_string())? {
+                Some(p) => {
+                    flight.push_back((p, next));
+                    next += 1;
+                }
+                None => break,
+            }
         }
-        if flight.len() >= depth {
+        batch.ring();
+        drop(batch);
+        let Some(f) = flight.pop_front() else {
+            return Ok(done);
+        };
+        finish(f)?;
+        done += 1;
+        while flight.front().is_some_and(|(p, _)| p.is_done()) {
             if let Some(f) = flight.pop_front() {
                 finish(f)?;
                 done += 1;
             }
         }
-        let data = mapped
-            .data(slot(t, depth, i), IO)
-            .map_err(|e| e.to_string())?;
-        let cmd = IoCommand::read(nsid, off / 512, (IO / 512) as u32, data);
-        loop {
-            match ctrl.try_submit(t, &cmd).map_err(|e| e.to_string())? {
-                Some(p) => {
-                    flight.push_back((p, i));
-                    break;
-                }
-                None => match flight.pop_front() {
-                    Some(f) => {
-                        finish(f)?;
-                        done += 1;
-                    }
-                    None => thread::yield_now(),
-                },
-            }
-        }
     }
-    for f in flight {
-        finish(f)?;
-        done += 1;
-    }
-    Ok(done)
 }
 
 /// Guest CPU s/GiB and GiB/s of 1 MiB sequential reads through `engine`.
@@ -457,56 +458,75 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     }
     drop((direct, ng, kfile));
 
-    // The queues path: the controller taken from the kernel.
-    let opts = InitOptions {
-        unbind: true,
-        queues: u16::try_from(threads).map_err(|_| "too many threads")?,
-        entries: ((most + 1).next_power_of_two().max(64)) as u16,
-        ..InitOptions::default()
-    };
+    // The queues path: the controller taken from the kernel, its waiters
+    // polling, then sleeping on interrupts.
     let r = (|| -> Res<()> {
-        let ctrl = Controller::initialize(module.clone(), pci, &opts).map_err(|e| e.to_string())?;
-        let mapped = ctrl
-            .map(&mem, 0, random_len, PeerAccess::WriteOnly)
-            .map_err(|e| e.to_string())?;
-        timed(threads, |t| {
-            let checked = &offs[t][..CHECKED.min(offs[t].len())];
-            let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
-            queue_reads(&ctrl, &mapped, a.nsid, &j)
-        })?;
-        let before = ctrl.doorbell_counts();
-        for &d in &depths {
-            let c = timed(threads, |t| {
-                let j = Job::new(t, d, &offs[t], secs, &no_check);
+        for (way, interrupts) in [(Way::QueuesPolled, false), (Way::Queues, true)] {
+            let opts = InitOptions {
+                unbind: true,
+                queues: u16::try_from(threads).map_err(|_| "too many threads")?,
+                entries: ((most + 1).next_power_of_two().max(64)) as u16,
+                interrupts,
+                ..InitOptions::default()
+            };
+            let ctrl =
+                Controller::initialize(module.clone(), pci, &opts).map_err(|e| e.to_string())?;
+            if interrupts {
+                if let Err(why) = ctrl.interrupts() {
+                    return Err(format!("the queues have no interrupts: {why}"));
+                }
+            }
+            let mapped = ctrl
+                .map(&mem, 0, random_len, PeerAccess::WriteOnly)
+                .map_err(|e| e.to_string())?;
+            timed(threads, |t| {
+                let checked = &offs[t][..CHECKED.min(offs[t].len())];
+                let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
                 queue_reads(&ctrl, &mapped, a.nsid, &j)
             })?;
-            cells.push((Way::Queues, d, c));
+            let before = (ctrl.doorbell_counts(), ctrl.interrupt_sleeps());
+            for &d in &depths {
+                let c = timed(threads, |t| {
+                    let j = Job::new(t, d, &offs[t], secs, &no_check);
+                    queue_reads(&ctrl, &mapped, a.nsid, &j)
+                })?;
+                cells.push((way, d, c));
+            }
+            let after = (ctrl.doorbell_counts(), ctrl.interrupt_sleeps());
+            println!(
+                "  {}: {} commands, {} submission doorbells, {} sleeps on an interrupt ({})",
+                way.name(),
+                after.0 .1 - before.0 .1,
+                after.0 .0 - before.0 .0,
+                after.1 - before.1,
+                match ctrl.interrupts() {
+                    Ok(n) => format!("{n} MSI-X vectors"),
+                    Err(why) => format!("polled: {why}"),
+                }
+            );
+            drop(mapped);
+            if !interrupts {
+                continue;
+            }
+            let ns = Arc::new(
+                Namespace::new(ctrl.clone(), module.clone(), a.nsid).map_err(|e| e.to_string())?,
+            );
+            let qfile = StorageFile::namespace(ns);
+            let (c, ran) = sequential(
+                &seq_engine(PathPref::Auto),
+                &qfile,
+                &mem,
+                random_len,
+                a.reps.max(1),
+            )?;
+            let mut got = vec![0u8; SEQ_LEN];
+            mem.read_at(random_len, &mut got)
+                .map_err(|e| e.to_string())?;
+            if got != seq_want {
+                return Err("queues: the sequential read landed wrong bytes".into());
+            }
+            seq.push(("queues", ran, c));
         }
-        let after = ctrl.doorbell_counts();
-        println!(
-            "  queues: {} commands, {} submission doorbells",
-            after.1 - before.1,
-            after.0 - before.0
-        );
-        drop(mapped);
-        let ns = Arc::new(
-            Namespace::new(ctrl.clone(), module.clone(), a.nsid).map_err(|e| e.to_string())?,
-        );
-        let qfile = StorageFile::namespace(ns);
-        let (c, ran) = sequential(
-            &seq_engine(PathPref::Auto),
-            &qfile,
-            &mem,
-            random_len,
-            a.reps.max(1),
-        )?;
-        let mut got = vec![0u8; SEQ_LEN];
-        mem.read_at(random_len, &mut got)
-            .map_err(|e| e.to_string())?;
-        if got != seq_want {
-            return Err("queues: the sequential read landed wrong bytes".into());
-        }
-        seq.push(("queues", ran, c));
         Ok(())
     })();
     // Back to the kernel whatever happened.
@@ -523,27 +543,36 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     };
     println!("  4 KiB random reads: IOPS, and guest CPU us per I/O (machine / process)");
     println!(
-        "  depth {:>26} {:>26} {:>26}   queues vs passthrough: IOPS, machine CPU/I/O",
-        "O_DIRECT P2P", "passthrough", "queues"
+        "  depth {:>26} {:>26} {:>26} {:>26}   vs passthrough: IOPS, machine CPU/I/O (polled; interrupts)",
+        Way::Odirect.name(),
+        Way::Passthrough.name(),
+        Way::QueuesPolled.name(),
+        Way::Queues.name()
     );
     let mut rows = Vec::new();
     for &d in &depths {
-        let (o, p, q) = (
+        let (o, p, qp, q) = (
             cell(Way::Odirect, d),
             cell(Way::Passthrough, d),
+            cell(Way::QueuesPolled, d),
             cell(Way::Queues, d),
         );
         let f = |c: Cell| format!("{:8.0} {:7.1} / {:6.1}", c.iops(), c.busy_us(), c.cpu_us());
         println!(
-            "  {d:5} {:>26} {:>26} {:>26}   {:5.2}x {:5.2}x",
+            "  {d:5} {:>26} {:>26} {:>26} {:>26}   {:5.2}x {:5.2}x; {:5.2}x {:5.2}x",
             f(o),
             f(p),
+            f(qp),
             f(q),
+            qp.iops() / p.iops(),
+            qp.busy_us() / p.busy_us(),
             q.iops() / p.iops(),
             q.busy_us() / p.busy_us()
         );
         let j = |c: Cell| json!({"iops": c.iops(), "machine_cpu_us_per_io": c.busy_us(), "process_cpu_us_per_io": c.cpu_us(), "ios": c.ios});
-        rows.push(json!({"depth": d, "odirect_p2p": j(o), "passthrough": j(p), "queues": j(q),
+        rows.push(json!({"depth": d, "odirect_p2p": j(o), "passthrough": j(p),
+            "queues_polled": j(qp), "queues": j(q),
+            "queues_polled_vs_passthrough": {"iops": qp.iops() / p.iops(), "machine_cpu_per_io": qp.busy_us() / p.busy_us()},
             "queues_vs_passthrough": {"iops": q.iops() / p.iops(), "machine_cpu_per_io": q.busy_us() / p.busy_us()}}));
     }
     println!(
