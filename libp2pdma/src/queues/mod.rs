@@ -362,7 +362,7 @@ impl Controller {
             max_transfer: MAX_COMMAND_BYTES,
             timeout: opts.timeout,
             next: AtomicUsize::new(0),
-            interrupts: Err("not asked for".into()),
+            interrupts: Err("no I/O queue yet".into()),
             func,
         };
         // From here `ctrl`'s drop disables the controller and unmaps.
@@ -404,9 +404,11 @@ impl Controller {
         let vectors = if opts.interrupts {
             ctrl.enable_msix(n as usize)
         } else {
-            Ok(Vec::new())
+            Err("interrupts were not asked for".into())
         };
+        let fds = vectors.as_deref().unwrap_or_default();
         for i in 0..n as usize {
+            let vector = Self::vector_of(i as u16 + 1, fds.len());
             let (sq, cq, lists) = layout.queue(i);
             let qp = QueuePair::new(
                 i as u16 + 1,
@@ -419,15 +421,8 @@ impl Controller {
                 bar.clone(),
                 caps.doorbell_stride,
                 ctrl.health.clone(),
-                vectors
-                    .as_ref()
-                    .ok()
-                    .and_then(|v| Self::vector_of(i as u16 + 1, v.len()).map(|k| v[k].clone())),
+                vector.map(|k| fds[k].clone()),
             );
-            let vector = vectors
-                .as_ref()
-                .ok()
-                .and_then(|v| Self::vector_of(i as u16 + 1, v.len()));
             ctrl.create_queue(&qp, vector)?;
             ctrl.io.push(qp);
         }

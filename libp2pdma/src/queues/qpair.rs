@@ -451,9 +451,13 @@ impl QueuePair {
     /// Wakes the waiters asleep until completions are filed, if `n` were
     /// or the controller failed.
     fn filed(&self, n: usize) {
-        if n == 0 && self.health.failure().is_none() {
-            return;
+        if n > 0 || self.health.failure().is_some() {
+            self.wake_sleepers();
         }
+    }
+
+    /// Wakes the waiters asleep until completions are filed, if any.
+    fn wake_sleepers(&self) {
         // Against a sleeper's count-then-look (see `sleep_until_filed`).
         fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
@@ -546,7 +550,7 @@ impl QueuePair {
             }
             if Instant::now() >= deadline {
                 // Another waiter may have counted on this one to poll.
-                self.filed(1);
+                self.wake_sleepers();
                 return Err(WaitError::Timeout);
             }
             let Some(irq) = &self.irq else {

@@ -413,11 +413,6 @@ impl Device {
         Ok(())
     }
 
-    /// The descriptor's number.
-    pub fn raw_fd(&self) -> i32 {
-        self.fd.as_raw_fd()
-    }
-
     /// Describes region `index`.
     #[doc(alias = "VFIO_DEVICE_GET_REGION_INFO")]
     pub fn region(&self, index: u32) -> Result<RegionInfo, String> {
