@@ -13,9 +13,10 @@
 # guest sees one namespace head with two paths), and the first controller
 # has a namespace formatted with 8 bytes of metadata (protection
 # information) per block (NSID 4). One more controller on its own port of
-# the switch (serial p2pdma-vfio, NSID 7, image vfio.img) is for the dma
-# suite, which takes it from the kernel's nvme driver and drives it from user
-# space through VFIO; the other suites find their namespaces by NSID and
+# the switch (serial p2pdma-vfio, NSID 7, image vfio.img, and NSID 8 with
+# 4 KiB blocks, image vfio4k.img; its largest transfer, MDTS, is 128 KiB) is
+# for the dma suite, which takes it from the kernel's nvme driver and drives
+# it from user space through VFIO; the other suites find their namespaces by NSID and
 # never pick it. A second accelerator stand-in (64 MiB, accel1.bin) sits on
 # a root port of its own, where P2P reaches neither the NVMe nor the first
 # accelerator: routes between them go through host memory. Topology
@@ -129,8 +130,10 @@ fi
 "$musl/p2pdma-rigdata" make-image "$out/md.img" 17
 # The user-space-driven controller's namespace: the rig content from
 # 128 MiB on, different from every other image.
+# Its second namespace has 4 KiB blocks: the rig content from 192 MiB on.
 if [ "$topology" != noswitch ]; then
 	"$musl/p2pdma-rigdata" make-image "$out/vfio.img" 64 --pattern-offset $((128 << 20))
+	"$musl/p2pdma-rigdata" make-image "$out/vfio4k.img" 16 --pattern-offset $((192 << 20))
 fi
 # A namespace with a bad block: QEMU's blkdebug fails every read that
 # touches byte 8 MiB (sector 16384) of bad.img, which the emulated controller
@@ -170,8 +173,10 @@ if [ "$topology" != noswitch ]; then
 		-device "nvme-ns,drive=nvmmp,bus=nvme-mpa,nsid=3,shared=on"
 		-device "xio3130-downstream,id=dn4,bus=up0,chassis=6,slot=0"
 		-drive "file=$out/vfio.img,if=none,id=nvmvfio,format=raw"
-		-device "nvme,id=nvme-vfio,serial=p2pdma-vfio,bus=dn4"
-		-device "nvme-ns,drive=nvmvfio,bus=nvme-vfio,nsid=7")
+		-drive "file=$out/vfio4k.img,if=none,id=nvmvfio4k,format=raw"
+		-device "nvme,id=nvme-vfio,serial=p2pdma-vfio,bus=dn4,mdts=5"
+		-device "nvme-ns,drive=nvmvfio,bus=nvme-vfio,nsid=7"
+		-device "nvme-ns,drive=nvmvfio4k,bus=nvme-vfio,nsid=8,logical_block_size=4096,physical_block_size=4096")
 	nvme_bus=dn0 accel_bus=dn1
 	if [ "$topology" = switch ]; then
 		pcie+=(-device "pcie-root-port,id=rp2,bus=pcie.0,chassis=8,slot=3"
