@@ -82,6 +82,29 @@ pub unsafe fn copy_from_wc(dst: *mut u8, src: *const u8, len: usize) {
     unsafe { copy_from_wc_with(CopyIsa::detect(), dst, src, len) }
 }
 
+/// Makes this thread's earlier stores to write-combined memory visible to
+/// devices and other cores before its later stores: `sfence` on x86-64
+/// (write-combined stores are weakly ordered and buffered per core);
+/// `dmb oshst` on AArch64 (stores to Normal non-cacheable memory, ordered
+/// against later stores for every observer in the outer shareable domain,
+/// devices included); a sequentially consistent fence elsewhere.
+#[inline]
+pub fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` is part of SSE, which every x86-64 CPU has; it only
+    // orders stores.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: A barrier instruction: no memory, register or flag changes.
+    unsafe {
+        std::arch::asm!("dmb oshst", options(nostack, preserves_flags))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Writes below this many bytes use ordinary stores (then the fence).
 pub const SMALL_STORE: usize = 256;
 

@@ -8,7 +8,7 @@
 use p2pdma::{DeviceMapping, DmaMapping, HostBuffer, Udmabuf};
 use rustix::io::{pread, pwrite};
 
-use crate::nvme::{seg_addr, DmaMem, PAGE};
+use crate::nvme::{seg_run, DmaMem, PAGE};
 
 /// A mapping's segments as `address+length`, space separated.
 pub fn segments_text(m: &DmaMapping) -> String {
@@ -66,8 +66,8 @@ impl DmaMem for AccelMem {
         self.dma.length as usize
     }
 
-    fn dma_addr(&self, offset: usize) -> Option<u64> {
-        seg_addr(&self.dma.segs, offset as u64)
+    fn dma_run(&self, offset: usize) -> Option<(u64, usize)> {
+        seg_run(&self.dma.segs, offset as u64).map(|(a, n)| (a, n as usize))
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), String> {
@@ -98,8 +98,8 @@ impl DmaMem for PinnedHost {
         self.buf.len()
     }
 
-    fn dma_addr(&self, offset: usize) -> Option<u64> {
-        seg_addr(&self.dma.segs, offset as u64)
+    fn dma_run(&self, offset: usize) -> Option<(u64, usize)> {
+        seg_run(&self.dma.segs, offset as u64).map(|(a, n)| (a, n as usize))
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), String> {
@@ -128,8 +128,8 @@ impl DmaMem for ImportedDmabuf {
         self.buf.size() as usize
     }
 
-    fn dma_addr(&self, offset: usize) -> Option<u64> {
-        seg_addr(&self.dma.segs, offset as u64)
+    fn dma_run(&self, offset: usize) -> Option<(u64, usize)> {
+        seg_run(&self.dma.segs, offset as u64).map(|(a, n)| (a, n as usize))
     }
 
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), String> {

@@ -12,7 +12,8 @@ use std::{
 };
 
 pub use p2pdma::queues::spec::{
-    admin, data_ptr, io, reg, seg_addr, Caps, Command, Completion, DataPtr, IdCtrl, IdNs, PAGE,
+    admin, data_ptr, io, reg, seg_addr, seg_run, Caps, Command, Completion, DataPtr, IdCtrl, IdNs,
+    PAGE,
 };
 use p2pdma::queues::{spec, vfio::Bar};
 
@@ -26,7 +27,12 @@ pub trait DmaMem {
         self.len() == 0
     }
     /// The DMA address of the byte at `offset`, if mapped.
-    fn dma_addr(&self, offset: usize) -> Option<u64>;
+    fn dma_addr(&self, offset: usize) -> Option<u64> {
+        self.dma_run(offset).map(|r| r.0)
+    }
+    /// The DMA address of the byte at `offset`, if mapped, and how many
+    /// bytes from there on are contiguous for the device.
+    fn dma_run(&self, offset: usize) -> Option<(u64, usize)>;
     /// Copies `src` to `offset`.
     fn write(&self, offset: usize, src: &[u8]) -> Result<(), String>;
     /// Copies `dst.len()` bytes at `offset` into `dst`.
@@ -64,7 +70,7 @@ impl<'a> QueuePair<'a> {
             ("submission", sq, sq_offset, 64 * usize::from(entries)),
             ("completion", cq, cq_offset, 16 * usize::from(entries)),
         ] {
-            let p = data_ptr(|o| mem.dma_addr(o), off, size)
+            let p = data_ptr(|o| mem.dma_run(o), off, size)
                 .map_err(|e| format!("queue {qid}'s {what} queue: {e}"))?;
             let contiguous = p
                 .pages
@@ -152,7 +158,7 @@ impl<'a> Controller<'a> {
 
     /// Normal shutdown, then disable.
     pub fn shutdown(&self) -> Result<(), String> {
-        spec::shutdown(self.bar, self.ready_timeout)
+        spec::shutdown(self.bar, self.ready_timeout, self.ready_timeout)
     }
 
     /// Submits `cmd` on the admin queue (`io` false) or the I/O queue and
@@ -217,7 +223,7 @@ impl<'a> Controller<'a> {
         buf: &dyn DmaMem,
         offset: usize,
     ) -> Result<(), String> {
-        let p = data_ptr(|o| buf.dma_addr(o), offset, PAGE)?;
+        let p = data_ptr(|o| buf.dma_run(o), offset, PAGE)?;
         let cmd = Command {
             opcode: admin::IDENTIFY,
             nsid,
@@ -290,14 +296,14 @@ impl<'a> Controller<'a> {
         if blocks == 0 || blocks > 0x1_0000 {
             return Err(format!("{blocks} blocks in one command"));
         }
-        let p = data_ptr(|o| data.dma_addr(o), offset, len)?;
+        let p = data_ptr(|o| data.dma_run(o), offset, len)?;
         let prp2 = match p.pages.len() {
             0 => 0,
             1 => p.pages[0],
             n if n <= PAGE / 8 => {
                 let entries: Vec<u8> = p.pages.iter().flat_map(|a| a.to_le_bytes()).collect();
                 list.write(list_offset, &entries)?;
-                let l = data_ptr(|o| list.dma_addr(o), list_offset, entries.len())?;
+                let l = data_ptr(|o| list.dma_run(o), list_offset, entries.len())?;
                 if l.prp1 % PAGE as u64 != 0 || !l.pages.is_empty() {
                     return Err(format!("the PRP list at {:#x} is not one page", l.prp1));
                 }

@@ -54,7 +54,7 @@ use std::{
 
 use super::{
     spec::{self, Command, Completion, PAGE},
-    vfio::Bar,
+    vfio::{Bar, Device},
 };
 
 /// Command id states.
@@ -72,21 +72,56 @@ const SLEEP_MAX: Duration = Duration::from_millis(20);
 /// PRP entries in one list page.
 pub(crate) const LIST_ENTRIES: usize = PAGE / 8;
 
+/// How a failed controller is stopped: `CC.EN = 0` (waiting for
+/// `CSTS.RDY = 0`); where that fails, bus mastering off, then a reset
+/// through VFIO.
+pub(crate) struct Stopper {
+    pub(crate) bar: Arc<Bar>,
+    pub(crate) ready_timeout: Duration,
+    pub(crate) device: Option<Arc<Device>>,
+}
+
+impl Stopper {
+    /// Stops the controller's DMA; what was done, and whether it stopped.
+    pub(crate) fn stop(&self) -> (String, bool) {
+        let disabled = match spec::disable(&self.bar, self.ready_timeout) {
+            Ok(()) => return ("the controller was disabled".into(), true),
+            Err(e) => e,
+        };
+        let Some(dev) = &self.device else {
+            return (
+                format!("disabling the controller failed ({disabled}), and there is no other way to stop it"),
+                false,
+            );
+        };
+        let master = dev.stop_bus_master();
+        let reset = dev.reset();
+        let said = format!(
+            "disabling the controller failed ({disabled}); bus mastering off: {}; reset: {}",
+            master.as_ref().map_or_else(|e| e.as_str(), |()| "done"),
+            reset.as_ref().map_or_else(|e| e.as_str(), |()| "done"),
+        );
+        (said, master.is_ok() || reset.is_ok())
+    }
+}
+
 /// The controller's health, shared by its queues: once failed, it stays
-/// failed, disabled, with the first reason.
+/// failed, with the first reason, and stopped if any way of stopping it
+/// worked. Memory a failed controller may still write is released only
+/// once it is stopped.
 pub(crate) struct Health {
-    bar: Arc<Bar>,
-    ready_timeout: Duration,
+    stopper: Stopper,
     failed: AtomicBool,
+    stopped: AtomicBool,
     reason: Mutex<Option<String>>,
 }
 
 impl Health {
-    pub(crate) fn new(bar: Arc<Bar>, ready_timeout: Duration) -> Self {
+    pub(crate) fn new(stopper: Stopper) -> Self {
         Self {
-            bar,
-            ready_timeout,
+            stopper,
             failed: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
             reason: Mutex::new(None),
         }
     }
@@ -102,19 +137,48 @@ impl Health {
             .clone()
     }
 
-    /// Fails the controller: disables it first (which ends its DMA: no
-    /// command it still holds writes memory after this returns), then
+    /// Whether the controller, failed, was stopped: none of its commands
+    /// moves data any more.
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Fails the controller: stops it first (see [`Stopper::stop`]), then
     /// records `reason` unless an earlier failure did.
     pub(crate) fn fail(&self, reason: String) {
         let mut r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
         if r.is_none() {
-            let disabled = match spec::disable(&self.bar, self.ready_timeout) {
-                Ok(()) => "the controller was disabled".to_string(),
-                Err(e) => format!("disabling the controller failed too: {e}"),
-            };
-            *r = Some(format!("{reason}; {disabled}"));
+            let (said, stopped) = self.stopper.stop();
+            self.stopped.store(stopped, Ordering::Release);
+            *r = Some(format!("{reason}; {said}"));
         }
         self.failed.store(true, Ordering::Release);
+    }
+
+    /// Stops the controller (at the end of its life) unless a failure did:
+    /// whether it is stopped.
+    pub(crate) fn stop(&self) -> bool {
+        let _r = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+        if self.failed.load(Ordering::Acquire) {
+            return self.stopped();
+        }
+        let (_, stopped) = self.stopper.stop();
+        self.stopped.store(stopped, Ordering::Release);
+        stopped
+    }
+
+    /// Ends the process when the controller failed and could not be
+    /// stopped: memory its commands may still write is about to go back to
+    /// its owner, and only the process's death (vfio-pci resets the device
+    /// before the module frees the memory) keeps the DMA inside it.
+    pub(crate) fn release_or_abort(&self, what: &str) {
+        if self.failed.load(Ordering::Acquire) && !self.stopped() {
+            eprintln!(
+                "p2pdma: {what}: a failed NVMe controller could not be stopped ({}); ending the process so that it writes no released memory",
+                self.failure().unwrap_or_default()
+            );
+            std::process::abort();
+        }
     }
 }
 
@@ -130,6 +194,8 @@ pub(crate) struct Place {
 /// A command id's record.
 struct Slot {
     state: AtomicU32,
+    /// The scope its command was submitted in (0: none).
+    scope: AtomicU64,
     /// Dword 0 of the completion.
     result: AtomicU32,
     /// The completion's status field.
@@ -246,6 +312,7 @@ impl QueuePair {
             slots: (0..entries - 1)
                 .map(|_| Slot {
                     state: AtomicU32::new(FREE),
+                    scope: AtomicU64::new(0),
                     result: AtomicU32::new(0),
                     status: AtomicU32::new(0),
                 })
@@ -306,7 +373,7 @@ impl QueuePair {
         &self,
         cmd: &Command,
         data: Option<&spec::DataPtr>,
-        deadline: Option<Instant>,
+        (deadline, scope): (Option<Instant>, u64),
         ring: bool,
     ) -> Result<Ticket, WaitError> {
         if data.is_some_and(|d| d.pages.len() > LIST_ENTRIES) {
@@ -316,6 +383,9 @@ impl QueuePair {
             )));
         }
         let cid = self.claim(deadline)?;
+        self.slots[usize::from(cid)]
+            .scope
+            .store(scope, Ordering::Relaxed);
         let mut cmd = *cmd;
         if let Some(d) = data {
             cmd.prp1 = d.prp1;
@@ -346,6 +416,10 @@ impl QueuePair {
                 ptr::write_volatile(dst.add(i), v.to_le());
             }
         }
+        // The entry's write-combined stores (and the PRP list's) are
+        // visible to the controller before the entry is marked ready: the
+        // thread that rings the doorbell for it may run on another core.
+        crate::wc::store_fence();
         self.ready[slot].store(pos + 1, Ordering::SeqCst);
         self.submitted.fetch_add(1, Ordering::Relaxed);
         if ring {
@@ -411,8 +485,10 @@ impl QueuePair {
             }
             if n != rung {
                 // Every entry's bytes, written through the write-combining
-                // mapping, reach memory before the doorbell.
+                // mapping and fenced by their writers, reach memory before
+                // the doorbell.
                 fence(Ordering::SeqCst);
+                crate::wc::store_fence();
                 let _ = self.bar.write32(self.sq_doorbell, (n % entries) as u32);
                 self.rung.store(n, Ordering::Relaxed);
                 self.doorbells.fetch_add(1, Ordering::Relaxed);
@@ -540,12 +616,15 @@ impl QueuePair {
                     sqid: self.qid,
                     ..Default::default()
                 };
-                s.state.store(FREE, Ordering::Release);
+                Self::free(s);
                 return Ok(c);
             }
             if let Some(why) = self.health.failure() {
-                // Disabled: nothing completes or writes memory any more.
-                s.state.store(FREE, Ordering::Release);
+                // Stopped, nothing completes or writes memory any more, and
+                // the id is free; otherwise the id stays taken for good.
+                if self.health.stopped() {
+                    Self::free(s);
+                }
                 return Err(WaitError::Failed(why));
             }
             if Instant::now() >= deadline {
@@ -627,13 +706,32 @@ impl QueuePair {
     }
 
     /// Frees `t`'s id without a completion: only once the controller is
-    /// failed (disabled), when nothing can complete it any more.
+    /// failed and stopped, when nothing can complete it any more.
     pub(crate) fn forget(&self, t: Ticket) {
-        if self.health.failure().is_some() {
-            self.slots[usize::from(t.cid)]
-                .state
-                .store(FREE, Ordering::Release);
+        if self.health.failure().is_some() && self.health.stopped() {
+            Self::free(&self.slots[usize::from(t.cid)]);
         }
+    }
+
+    /// Frees an id whose command has ended.
+    fn free(s: &Slot) {
+        // The scope tag goes first: a scope looking for its own ids never
+        // takes one claimed again by another.
+        s.scope.store(0, Ordering::Relaxed);
+        s.state.store(FREE, Ordering::Release);
+    }
+
+    /// The ids of commands submitted in scope `scope` whose completions
+    /// nobody consumed.
+    pub(crate) fn unconsumed(&self, scope: u64) -> Vec<Ticket> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.scope.load(Ordering::Acquire) == scope && s.state.load(Ordering::Acquire) != FREE
+            })
+            .map(|(i, _)| Ticket { cid: i as u16 })
+            .collect()
     }
 }
 
@@ -824,7 +922,11 @@ mod tests {
         };
         let (sq, cq) = (place(0), place(64 * e));
         let lists = place((64 * e + 16 * e).next_multiple_of(PAGE));
-        let health = Arc::new(Health::new(bar.clone(), Duration::from_secs(1)));
+        let health = Arc::new(Health::new(Stopper {
+            bar: bar.clone(),
+            ready_timeout: Duration::from_secs(1),
+            device: None,
+        }));
         let efd = irq.then(|| {
             Arc::new(rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap())
         });
@@ -893,8 +995,12 @@ mod tests {
                                 let skew = 4 * (rng.next() % 64) as usize;
                                 let buf = vec![0u8; blocks * BLOCK + skew + PAGE];
                                 let at = buf.as_ptr() as u64 + skew as u64;
-                                let d = spec::data_ptr(|o| Some(at + o as u64), 0, blocks * BLOCK)
-                                    .unwrap();
+                                let d = spec::data_ptr(
+                                    |o| Some((at + o as u64, blocks * BLOCK - o)),
+                                    0,
+                                    blocks * BLOCK,
+                                )
+                                .unwrap();
                                 let cmd = Command {
                                     opcode: spec::io::READ,
                                     nsid: 1,
@@ -902,7 +1008,7 @@ mod tests {
                                     ..Default::default()
                                 };
                                 let t = loop {
-                                    match q.submit(&cmd, Some(&d), None, rng.next() % 3 != 0) {
+                                    match q.submit(&cmd, Some(&d), (None, 0), rng.next() % 3 != 0) {
                                         Ok(t) => break t,
                                         Err(WaitError::Full) => match flight.pop_front() {
                                             Some(f) => check(f),

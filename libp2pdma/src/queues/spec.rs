@@ -52,8 +52,31 @@ pub mod admin {
     /// Asynchronous Event Request: completes only when the controller has
     /// an event to report.
     pub const ASYNC_EVENT_REQUEST: u8 = 0x0c;
+    /// Get Log Page.
+    pub const GET_LOG_PAGE: u8 = 0x02;
+    /// Get Features.
+    pub const GET_FEATURES: u8 = 0x0a;
+    /// Namespace Management.
+    pub const NAMESPACE_MANAGEMENT: u8 = 0x0d;
+    /// Firmware Image Download.
+    pub const FIRMWARE_DOWNLOAD: u8 = 0x11;
+    /// Namespace Attachment.
+    pub const NAMESPACE_ATTACHMENT: u8 = 0x15;
+    /// Doorbell Buffer Config: memory the controller keeps using.
+    pub const DOORBELL_BUFFER_CONFIG: u8 = 0x7c;
+    /// Format NVM.
+    pub const FORMAT_NVM: u8 = 0x80;
+    /// Security Send.
+    pub const SECURITY_SEND: u8 = 0x81;
+    /// Security Receive.
+    pub const SECURITY_RECEIVE: u8 = 0x82;
+    /// Sanitize.
+    pub const SANITIZE: u8 = 0x84;
     /// Feature Identifier of Number of Queues.
     pub const FEATURE_NUM_QUEUES: u32 = 0x07;
+    /// Feature Identifier of the Host Memory Buffer: host memory the
+    /// controller keeps using.
+    pub const FEATURE_HOST_MEMORY_BUFFER: u32 = 0x0d;
 }
 
 /// NVM command set opcodes.
@@ -69,15 +92,96 @@ pub mod io {
 /// The address of byte `offset` of a mapping made of `segs` (`(address,
 /// length)` in order), if it is inside.
 pub fn seg_addr(segs: &[(u64, u64)], offset: u64) -> Option<u64> {
+    seg_run(segs, offset).map(|(a, _)| a)
+}
+
+/// The address of byte `offset` of a mapping made of `segs`, and how many
+/// bytes from there on its segment holds.
+pub fn seg_run(segs: &[(u64, u64)], offset: u64) -> Option<(u64, u64)> {
     // Invariant: `offset >= start`, or the previous segment held it.
     let mut start = 0u64;
     for &(addr, len) in segs {
         if offset - start < len {
-            return addr.checked_add(offset - start);
+            let into = offset - start;
+            return Some((addr.checked_add(into)?, len - into));
         }
         start = start.checked_add(len)?;
     }
     None
+}
+
+/// The segments of a DMA mapping, searchable by offset: segments that
+/// continue each other on the bus are merged, so a run is as long as the
+/// device sees it contiguous.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Segments {
+    /// `(address, length)` of each run, in order, none empty.
+    runs: Vec<(u64, u64)>,
+    /// The offset just past each run.
+    ends: Vec<u64>,
+}
+
+impl Segments {
+    /// From `(address, length)` segments in order; `None` when their
+    /// lengths or addresses overflow.
+    pub fn new(segs: &[(u64, u64)]) -> Option<Self> {
+        let mut runs: Vec<(u64, u64)> = Vec::with_capacity(segs.len());
+        let mut ends = Vec::with_capacity(segs.len());
+        let mut end = 0u64;
+        for &(addr, len) in segs.iter().filter(|s| s.1 > 0) {
+            addr.checked_add(len)?;
+            end = end.checked_add(len)?;
+            match runs.last_mut() {
+                Some(last) if last.0 + last.1 == addr => {
+                    last.1 += len;
+                    *ends.last_mut()? = end;
+                }
+                _ => {
+                    runs.push((addr, len));
+                    ends.push(end);
+                }
+            }
+        }
+        Some(Self { runs, ends })
+    }
+
+    /// Bytes covered.
+    pub fn len(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// Whether no byte is covered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device's address of byte `offset`, and how many bytes from there
+    /// on are contiguous for the device.
+    pub fn run(&self, offset: u64) -> Option<(u64, u64)> {
+        let i = self.ends.partition_point(|&e| e <= offset);
+        let &(addr, len) = self.runs.get(i)?;
+        let into = offset - (self.ends[i] - len);
+        Some((addr + into, len - into))
+    }
+
+    /// The device's address of the `len` bytes at `offset`, if they are all
+    /// contiguous for the device.
+    pub fn contiguous(&self, offset: u64, len: u64) -> Option<u64> {
+        self.run(offset)
+            .and_then(|(a, n)| (len > 0 && n >= len).then_some(a))
+    }
+
+    /// The data pointer of `len` bytes at `offset`: see [`data_ptr`].
+    pub fn data_ptr(&self, offset: usize, len: usize) -> Result<DataPtr, String> {
+        data_ptr(
+            |o| {
+                self.run(o as u64)
+                    .map(|(a, n)| (a, usize::try_from(n).unwrap_or(usize::MAX)))
+            },
+            offset,
+            len,
+        )
+    }
 }
 
 /// A transfer's data pointer: PRP1 (the first byte), and the page
@@ -90,48 +194,68 @@ pub struct DataPtr {
     pub pages: Vec<u64>,
 }
 
-/// The data pointer for `len` bytes at `offset` of memory whose addresses
-/// `addr_of` gives: the first entry runs to the end of its memory page,
-/// every further one covers a whole page (or the rest). Refuses memory
-/// where a page is not contiguous in the device's address space.
+impl DataPtr {
+    /// The `(address, length)` ranges a controller moves for a transfer of
+    /// `len` bytes through this pointer: the first up to the end of PRP1's
+    /// memory page, then a page (or the rest) per entry.
+    pub fn ranges(&self, len: usize) -> Vec<(u64, usize)> {
+        let first = (PAGE - (self.prp1 as usize % PAGE)).min(len);
+        let mut out = vec![(self.prp1, first)];
+        let mut done = first;
+        for &a in &self.pages {
+            let n = PAGE.min(len - done);
+            out.push((a, n));
+            done += n;
+        }
+        out
+    }
+}
+
+/// The data pointer for `len` bytes at `offset` of memory where `run(o)`
+/// gives the device's address of byte `o` and how many bytes from there on
+/// are contiguous for the device: the first entry runs to the end of its
+/// memory page, every further one covers a whole page (or the rest).
+/// Refuses memory where a page is not contiguous in the device's address
+/// space, or does not start on a page boundary there.
 pub fn data_ptr(
-    addr_of: impl Fn(usize) -> Option<u64>,
+    run: impl Fn(usize) -> Option<(u64, usize)>,
     offset: usize,
     len: usize,
 ) -> Result<DataPtr, String> {
     if len == 0 {
         return Err("a transfer of 0 bytes".into());
     }
-    let addr = |o: usize| addr_of(o).ok_or_else(|| format!("byte {o} has no DMA address"));
-    let prp1 = addr(offset)?;
+    // The device's address of the `n` bytes at `o`, which must be
+    // contiguous for it.
+    let chunk = |o: usize, n: usize| -> Result<u64, String> {
+        match run(o) {
+            None => Err(format!("byte {o} has no DMA address")),
+            Some((a, have)) if have < n => Err(format!(
+                "bytes {o}..{} are not contiguous for the device (only {have} from {a:#x} are)",
+                o + n
+            )),
+            Some((a, _)) => Ok(a),
+        }
+    };
+    let Some((prp1, _)) = run(offset) else {
+        return Err(format!("byte {offset} has no DMA address"));
+    };
     if prp1 % 4 != 0 {
         return Err(format!("PRP1 {prp1:#x} is not dword aligned"));
     }
-    // Each chunk must be contiguous: its last byte where its first says.
-    let chunk = |o: usize, a: u64, n: usize| -> Result<(), String> {
-        let last = addr(o + n - 1)?;
-        if last != a + n as u64 - 1 {
-            return Err(format!(
-                "bytes {o}..{} are not contiguous for the device ({a:#x}.., last at {last:#x})",
-                o + n
-            ));
-        }
-        Ok(())
-    };
     let first = (PAGE - (prp1 as usize % PAGE)).min(len);
-    chunk(offset, prp1, first)?;
+    chunk(offset, first)?;
     let mut pages = Vec::new();
     let mut done = first;
     while done < len {
-        let a = addr(offset + done)?;
+        let n = PAGE.min(len - done);
+        let a = chunk(offset + done, n)?;
         if a % PAGE as u64 != 0 {
             return Err(format!(
                 "byte {} starts a memory page at {a:#x}, not page aligned",
                 offset + done
             ));
         }
-        let n = PAGE.min(len - done);
-        chunk(offset + done, a, n)?;
         pages.push(a);
         done += n;
     }
@@ -327,29 +451,39 @@ fn wait_ready(bar: &Bar, ready: bool, timeout: Duration) -> Result<(), String> {
 }
 
 /// Clears `CC.EN` and waits up to `timeout` for the controller to stop,
-/// which deletes every queue and ends all its DMA.
+/// which deletes every queue and ends all its DMA. A controller still
+/// becoming ready (`CC.EN` = 1, `CSTS.RDY` = 0) is first given `timeout`
+/// to get there: the specification leaves clearing `CC.EN` before then
+/// undefined.
 pub fn disable(bar: &Bar, timeout: Duration) -> Result<(), String> {
     let cc = bar.read32(reg::CC)?;
     if cc & 1 != 0 {
+        let csts = bar.read32(reg::CSTS)?;
+        if csts != u32::MAX && csts & 3 == 0 {
+            // Whether it got there or not, it is disabled next.
+            let _ = wait_ready(bar, true, timeout);
+        }
         bar.write32(reg::CC, cc & !1)?;
     }
     wait_ready(bar, false, timeout)
 }
 
-/// Normal shutdown (`CC.SHN` = 01, then `CSTS.SHST` = 10), then disable.
-pub fn shutdown(bar: &Bar, timeout: Duration) -> Result<(), String> {
+/// Normal shutdown (`CC.SHN` = 01, then `CSTS.SHST` = 10 within
+/// `shutdown_time`, the controller's RTD3 entry latency where it gives
+/// one), then disable within `ready_timeout`.
+pub fn shutdown(bar: &Bar, shutdown_time: Duration, ready_timeout: Duration) -> Result<(), String> {
     let cc = bar.read32(reg::CC)?;
     bar.write32(reg::CC, (cc & !(3 << 14)) | 1 << 14)?;
-    let shut = wait_until("CSTS.SHST = complete", timeout, || {
+    let shut = wait_until("CSTS.SHST = complete", shutdown_time, || {
         Ok((bar.read32(reg::CSTS)? >> 2) & 3 == 2)
     });
     // Disabled even when the shutdown did not complete.
-    let disabled = disable(bar, timeout);
+    let disabled = disable(bar, ready_timeout);
     shut.and(disabled)
 }
 
 /// The fields of IDENTIFY CONTROLLER that the checks use.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdCtrl {
     /// Serial number, trimmed.
     pub serial: String,
@@ -360,6 +494,9 @@ pub struct IdCtrl {
     pub mdts: u8,
     /// Number of namespaces.
     pub nn: u32,
+    /// RTD3 Entry Latency: how long a normal shutdown may take, in
+    /// microseconds (0: not reported).
+    pub rtd3e: u32,
 }
 
 impl IdCtrl {
@@ -374,6 +511,7 @@ impl IdCtrl {
             model: text(24..64),
             mdts: d[77],
             nn: u32::from_le_bytes([d[516], d[517], d[518], d[519]]),
+            rtd3e: u32::from_le_bytes([d[88], d[89], d[90], d[91]]),
         })
     }
 }
@@ -426,9 +564,55 @@ mod tests {
         assert_eq!(seg_addr(&[], 0), None);
     }
 
-    fn scattered(o: usize) -> Option<u64> {
+    fn scattered(o: usize) -> Option<(u64, usize)> {
         // Page i of the buffer lies at 0x100000 * (i + 1), 24 pages in all.
-        (o < 24 * PAGE).then(|| 0x10_0000 * (o / PAGE + 1) as u64 + (o % PAGE) as u64)
+        (o < 24 * PAGE).then(|| {
+            (
+                0x10_0000 * (o / PAGE + 1) as u64 + (o % PAGE) as u64,
+                PAGE - o % PAGE,
+            )
+        })
+    }
+
+    #[test]
+    fn segments_merge_runs_and_find_offsets() {
+        let s = Segments::new(&[
+            (0x10_0000, 0x1000),
+            (0x10_1000, 0x1000),
+            (0, 0),
+            (0x50_0000, 0x800),
+            (0x9000, 0x3000),
+        ])
+        .unwrap();
+        assert_eq!(s.len(), 0x5800);
+        assert_eq!(s.run(0), Some((0x10_0000, 0x2000)));
+        assert_eq!(s.run(0x1fff), Some((0x10_1fff, 1)));
+        assert_eq!(s.run(0x2000), Some((0x50_0000, 0x800)));
+        assert_eq!(s.run(0x2804), Some((0x9004, 0x2ffc)));
+        assert_eq!(s.run(0x5800), None);
+        assert_eq!(s.contiguous(0x800, 0x1800), Some(0x10_0800));
+        assert_eq!(s.contiguous(0x800, 0x1801), None);
+        assert_eq!(s.contiguous(0, 0), None);
+        assert!(Segments::new(&[(u64::MAX, 2)]).is_none());
+        for o in 0..0x5800u64 {
+            assert_eq!(
+                s.run(o).map(|r| r.0),
+                seg_addr(
+                    &[(0x10_0000, 0x2000), (0x50_0000, 0x800), (0x9000, 0x3000)],
+                    o
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_page_whose_middle_lies_elsewhere_is_refused() {
+        // The first and last bytes of the page are where a contiguous page
+        // would have them; the bytes between are not.
+        let s = Segments::new(&[(0x10_0000, 0x800), (0x70_0000, 0x400), (0x10_0c00, 0x400)])
+            .unwrap();
+        assert!(s.data_ptr(0, PAGE).unwrap_err().contains("contiguous"));
+        assert!(s.data_ptr(0, 0x800).is_ok());
     }
 
     #[test]
@@ -463,16 +647,22 @@ mod tests {
         // Byte 0x800 of each page jumps elsewhere.
         let split = |o: usize| {
             Some(if o % PAGE < 0x800 {
-                o as u64
+                (o as u64, 0x800 - o % PAGE)
             } else {
-                0x80_0000 + o as u64
+                (0x80_0000 + o as u64, PAGE - o % PAGE)
             })
         };
         assert!(data_ptr(split, 0, 0x1000)
             .unwrap_err()
             .contains("contiguous"));
         // A later page that is not page aligned for the device.
-        let shifted = |o: usize| Some(if o < PAGE { o as u64 } else { 0x10 + o as u64 });
+        let shifted = |o: usize| {
+            Some(if o < PAGE {
+                (o as u64, PAGE - o)
+            } else {
+                (0x10 + o as u64, 8 * PAGE)
+            })
+        };
         assert!(data_ptr(shifted, 0, 2 * PAGE)
             .unwrap_err()
             .contains("aligned"));
@@ -520,7 +710,9 @@ mod tests {
         d[24..38].copy_from_slice(b"QEMU NVMe Ctrl");
         d[77] = 7;
         d[516..520].copy_from_slice(&256u32.to_le_bytes());
+        d[88..92].copy_from_slice(&8_000_000u32.to_le_bytes());
         let c = IdCtrl::decode(&d).unwrap();
+        assert_eq!(c.rtd3e, 8_000_000);
         assert_eq!(
             (c.serial.as_str(), c.model.as_str()),
             ("p2pdma-vfio", "QEMU NVMe Ctrl")

@@ -37,6 +37,7 @@ const VFIO_GROUP_GET_DEVICE_FD: Opcode = opcode::none(VFIO_TYPE, 106);
 const VFIO_DEVICE_GET_REGION_INFO: Opcode = opcode::none(VFIO_TYPE, 108);
 const VFIO_DEVICE_GET_IRQ_INFO: Opcode = opcode::none(VFIO_TYPE, 109);
 const VFIO_DEVICE_SET_IRQS: Opcode = opcode::none(VFIO_TYPE, 110);
+const VFIO_DEVICE_RESET: Opcode = opcode::none(VFIO_TYPE, 111);
 const VFIO_DEVICE_FEATURE: Opcode = opcode::none(VFIO_TYPE, 117);
 
 /// `VFIO_DEVICE_FEATURE_GET`: the feature's data is read out of the device.
@@ -168,10 +169,10 @@ struct IntArg {
     value: usize,
 }
 
-// SAFETY: Only used with `VFIO_GET_API_VERSION` (no argument),
-// `VFIO_CHECK_EXTENSION` and `VFIO_SET_IOMMU` (an IOMMU type number): the
-// kernel treats the argument as a number and touches no memory of this
-// process.
+// SAFETY: Only used with `VFIO_GET_API_VERSION` and `VFIO_DEVICE_RESET`
+// (no argument), `VFIO_CHECK_EXTENSION` and `VFIO_SET_IOMMU` (an IOMMU type
+// number): the kernel treats the argument as a number and touches no memory
+// of this process.
 unsafe impl Ioctl for IntArg {
     type Output = IoctlOutput;
 
@@ -492,6 +493,39 @@ impl Device {
         }
     }
 
+    /// Turns the function's bus mastering off, so that it can issue no more
+    /// DMA, and checks that the bit reads back clear.
+    pub fn stop_bus_master(&self) -> Result<(), String> {
+        let cmd = self.config_read16(PCI_COMMAND)?;
+        self.config_write16(PCI_COMMAND, cmd & !PCI_COMMAND_MASTER)?;
+        let now = self.config_read16(PCI_COMMAND)?;
+        if now & PCI_COMMAND_MASTER != 0 {
+            return Err(format!(
+                "PCI_COMMAND of {} still has bus mastering on ({now:#06x})",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// Resets the function (a function-level reset or whatever reset
+    /// vfio-pci has for it), which ends all its DMA.
+    #[doc(alias = "VFIO_DEVICE_RESET")]
+    pub fn reset(&self) -> Result<(), String> {
+        // SAFETY: See the `Ioctl` implementation of `IntArg`.
+        unsafe {
+            ioctl(
+                &self.fd,
+                IntArg {
+                    opcode: VFIO_DEVICE_RESET,
+                    value: 0,
+                },
+            )
+        }
+        .map(|_| ())
+        .map_err(|e| format!("VFIO_DEVICE_RESET of {}: {e}", self.name))
+    }
+
     /// Exports `ranges` (`(offset, length)`, page aligned) of BAR `bar` as
     /// one dma-buf, opened read-write and close-on-exec. vfio-pci hands it
     /// only to importers that allow peer-to-peer and can be revoked, and
@@ -632,7 +666,7 @@ pub struct Function {
     /// BAR0, mapped.
     pub bar: Arc<Bar>,
     /// The device.
-    pub device: Device,
+    pub device: Arc<Device>,
     /// The group node it was opened by.
     pub node: PathBuf,
     group: Group,
@@ -679,11 +713,19 @@ impl Function {
         let bar = Arc::new(device.map_bar(0)?);
         Ok(Self {
             bar,
-            device,
+            device: Arc::new(device),
             node,
             group,
             container,
         })
+    }
+
+    /// Renumbers the device's descriptor above `other`'s (see
+    /// [`Device::keep_above`]); before the device is shared.
+    pub fn keep_above(&mut self, other: BorrowedFd<'_>) -> Result<(), String> {
+        Arc::get_mut(&mut self.device)
+            .ok_or_else(|| "the VFIO device is already shared".to_string())?
+            .keep_above(other)
     }
 
     /// The group and container, kept open as long as the device.
@@ -832,6 +874,7 @@ mod tests {
         assert_eq!(VFIO_DEVICE_GET_REGION_INFO, 0x3b6c);
         assert_eq!(VFIO_DEVICE_GET_IRQ_INFO, 0x3b6d);
         assert_eq!(VFIO_DEVICE_SET_IRQS, 0x3b6e);
+        assert_eq!(VFIO_DEVICE_RESET, 0x3b6f);
         assert_eq!(VFIO_DEVICE_FEATURE, 0x3b75);
         assert_eq!(size_of::<RegionInfo>(), 32);
         assert_eq!(size_of::<IrqInfo>(), 16);

@@ -27,9 +27,9 @@ use std::{
 use super::bounce::{round_down, round_up};
 use crate::{
     backend::{DeviceMemory, HostMemory},
-    dma::{DmaMapping, PeerAccess},
-    queues::{Controller, IoCommand, NamespaceInfo, Pending},
-    Error, Peer, Result,
+    dma::PeerAccess,
+    queues::{Controller, IoCommand, Mapped, NamespaceInfo, Pending},
+    Error, Result,
 };
 
 /// Bytes of each pinned staging buffer.
@@ -41,17 +41,19 @@ const WINDOW: usize = 64;
 /// Locks that partial-block writes take, by block number.
 const EDGE_LOCKS: usize = 64;
 
-/// Host memory pinned and DMA-mapped for a controller; unmapped on drop.
+/// Host memory pinned and DMA-mapped for a controller, for as long as the
+/// mapping lives.
 struct Staging {
-    mem: HostMemory,
-    map: DmaMapping,
-    module: Arc<crate::Module>,
+    host: Arc<HostMemory>,
+    mapped: Mapped<'static>,
 }
 
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = self.module.unmap(self.map.map_handle);
-    }
+/// Cuts `len` bytes of whole `bs`-byte blocks into commands of at most
+/// `max` bytes (whole blocks, at least one): each command's offset in the
+/// range and its bytes.
+pub(crate) fn cut(len: usize, bs: u64, max: usize) -> impl Iterator<Item = (usize, usize)> {
+    let chunk = round_down(max as u64, bs).max(bs) as usize;
+    (0..len.div_ceil(chunk)).map(move |i| (i * chunk, chunk.min(len - i * chunk)))
 }
 
 /// A namespace of a controller this process drives, for transfers on the
@@ -76,7 +78,7 @@ impl fmt::Debug for Namespace {
 impl Namespace {
     /// Namespace `nsid` of `ctrl`; `module` pins the staging buffers.
     pub fn new(ctrl: Arc<Controller>, module: Arc<crate::Module>, nsid: u32) -> Result<Self> {
-        let info = ctrl.namespace_info(nsid).cloned().ok_or_else(|| {
+        let info = ctrl.namespace_info(nsid).ok_or_else(|| {
             Error::InvalidArgument(format!("no active namespace {nsid} on {}", ctrl.pci()))
         })?;
         if info.metadata != 0 {
@@ -191,10 +193,12 @@ impl Namespace {
 
     /// FLUSH: the controller's volatile write cache to the medium.
     pub fn flush(&self) -> Result<()> {
-        self.ctrl
-            .submit(self.ctrl.next_queue(), &IoCommand::flush(self.info.nsid))?
-            .wait()
-            .map(|_| ())
+        let cmd = IoCommand::flush(self.info.nsid);
+        self.ctrl.scope(|s| {
+            s.submit(self.ctrl.next_queue(), &cmd)?
+                .wait()
+                .map(|_| ())
+        })
     }
 
     /// Moves `len` bytes (checked by the caller); the commands it took.
@@ -256,12 +260,9 @@ impl Namespace {
             }
             Err(e) => return Err(e),
         };
-        let chunk = round_down(self.ctrl.max_transfer() as u64, self.bs()).max(self.bs()) as usize;
         let mut cmds = Vec::new();
-        let mut done = 0;
-        while done < len {
-            let n = chunk.min(len - done);
-            let data = mapped.data(done, n)?;
+        for (done, n) in cut(len, self.bs(), self.ctrl.max_transfer()) {
+            let data = mapped.payload(done, n)?;
             let slba = (offset + done as u64) / self.bs();
             let blocks = (n as u64 / self.bs()) as u32;
             cmds.push(if write {
@@ -269,7 +270,6 @@ impl Namespace {
             } else {
                 IoCommand::read(self.info.nsid, slba, blocks, data)
             });
-            done += n;
         }
         self.run(&cmds)?;
         Ok(cmds.len() as u64)
@@ -278,76 +278,67 @@ impl Namespace {
     /// Runs `cmds`, up to [`WINDOW`] in flight, on the next queue in turn:
     /// each refill is one batch (one doorbell). The first error, after all
     /// have ended.
-    fn run(&self, cmds: &[IoCommand]) -> Result<()> {
-        let queue = self.ctrl.next_queue();
-        let mut flight: VecDeque<Pending<'_>> = VecDeque::new();
-        let mut first: Option<Error> = None;
-        let note = |first: &mut Option<Error>, r: Result<()>| {
-            if let Err(e) = r {
-                first.get_or_insert(e);
-            }
-        };
-        let mut rest = cmds.iter().peekable();
-        while first.is_none() {
-            let mut batch = self.ctrl.batch(queue);
-            while flight.len() < WINDOW {
-                let Some(cmd) = rest.peek() else {
-                    break;
-                };
-                match batch.try_push(cmd) {
-                    Ok(Some(p)) => {
-                        flight.push_back(p);
-                        rest.next();
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        note(&mut first, Err(e));
+    fn run(&self, cmds: &[IoCommand<'_>]) -> Result<()> {
+        self.ctrl.scope(|s| {
+            let queue = self.ctrl.next_queue();
+            let mut flight: VecDeque<Pending<'_>> = VecDeque::new();
+            let mut first: Option<Error> = None;
+            let note = |first: &mut Option<Error>, r: Result<()>| {
+                if let Err(e) = r {
+                    first.get_or_insert(e);
+                }
+            };
+            let mut rest = cmds.iter().peekable();
+            while first.is_none() {
+                let mut batch = s.batch(queue);
+                while flight.len() < WINDOW {
+                    let Some(cmd) = rest.peek() else {
                         break;
+                    };
+                    match batch.try_push(cmd) {
+                        Ok(Some(p)) => {
+                            flight.push_back(p);
+                            rest.next();
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            note(&mut first, Err(e));
+                            break;
+                        }
                     }
                 }
-            }
-            batch.ring();
-            drop(batch);
-            match flight.pop_front() {
-                Some(p) => note(&mut first, p.wait().map(|_| ())),
-                // Full with none of ours in flight: room comes as other
-                // threads consume their completions.
-                None => match rest.next() {
-                    Some(cmd) => match self.ctrl.submit(queue, cmd) {
-                        Ok(p) => flight.push_back(p),
-                        Err(e) => note(&mut first, Err(e)),
+                batch.ring();
+                drop(batch);
+                match flight.pop_front() {
+                    Some(p) => note(&mut first, p.wait().map(|_| ())),
+                    // Full with none of ours in flight: room comes as other
+                    // threads consume their completions.
+                    None => match rest.next() {
+                        Some(cmd) => match s.submit(queue, cmd) {
+                            Ok(p) => flight.push_back(p),
+                            Err(e) => note(&mut first, Err(e)),
+                        },
+                        None => break,
                     },
-                    None => break,
-                },
+                }
             }
-        }
-        for p in flight {
-            note(&mut first, p.wait().map(|_| ()));
-        }
-        match first {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+            for p in flight {
+                note(&mut first, p.wait().map(|_| ()));
+            }
+            match first {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
     }
 
     fn take_staging(&self) -> Result<Staging> {
         if let Some(s) = self.staging.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             return Ok(s);
         }
-        let mem = HostMemory::new(STAGING)?;
-        let target = mem
-            .dma_target()
-            .ok_or_else(|| Error::InvalidArgument("host memory without a mapping".into()))?;
-        let map = self.module.pin_user(
-            target.ptr as u64,
-            STAGING as u64,
-            Peer::Pci(self.ctrl.pci()),
-        )?;
-        Ok(Staging {
-            mem,
-            map,
-            module: self.module.clone(),
-        })
+        let host = Arc::new(HostMemory::new(STAGING)?);
+        let mapped = self.ctrl.map_owned(host.clone(), PeerAccess::ReadWrite)?;
+        Ok(Staging { host, mapped })
     }
 
     fn give_staging(&self, s: Staging) {
@@ -384,23 +375,21 @@ impl Namespace {
         len: usize,
     ) -> Result<u64> {
         let bs = self.bs();
+        // A command's span, whole blocks: at most the staging buffer and
+        // the controller's largest transfer.
+        let chunk = round_down(STAGING.min(self.ctrl.max_transfer()) as u64, bs).max(bs) as usize;
         let mut done = 0usize;
         let mut cmds = 0;
-        let mut buf = vec![0u8; STAGING];
+        let mut buf = vec![0u8; chunk];
         while done < len {
             let at = offset + done as u64;
             let b0 = round_down(at, bs);
-            let n = (STAGING - (at - b0) as usize).min(len - done);
+            let skip = (at - b0) as usize;
+            let n = (chunk - skip).min(len - done);
             let b1 = round_up(at + n as u64, bs);
             let span = (b1 - b0) as usize;
-            let skip = (at - b0) as usize;
-            let cmd = |write: bool| -> Result<IoCommand> {
-                let data = crate::queues::spec::data_ptr(
-                    |o| crate::queues::spec::seg_addr(&s.map.segs, o as u64),
-                    0,
-                    span,
-                )
-                .map_err(Error::InvalidArgument)?;
+            let cmd = |write: bool| -> Result<IoCommand<'_>> {
+                let data = s.mapped.payload(0, span)?;
                 let blocks = (span as u64 / bs) as u32;
                 Ok(if write {
                     IoCommand::write(self.info.nsid, b0 / bs, blocks, data)
@@ -411,7 +400,7 @@ impl Namespace {
             if !write {
                 cmds += 1;
                 self.run(&[cmd(false)?])?;
-                s.mem.read_at(skip, &mut buf[..n])?;
+                s.host.read_at(skip, &mut buf[..n])?;
                 mem.write_at(mem_offset + done, &buf[..n])?;
             } else {
                 let partial = skip != 0 || (at + n as u64) % bs != 0;
@@ -426,7 +415,7 @@ impl Namespace {
                 }
                 cmds += 1;
                 mem.read_at(mem_offset + done, &mut buf[..n])?;
-                s.mem.write_at(skip, &buf[..n])?;
+                s.host.write_at(skip, &buf[..n])?;
                 self.run(&[cmd(true)?])?;
                 drop(locks);
             }

@@ -34,7 +34,7 @@ use std::{
 use io_uring::{opcode, types, IoUring};
 use p2pdma::{
     backend::{DeviceMemory, ModuleMemory},
-    queues::{claim, vfio, Controller, InitOptions, IoCommand},
+    queues::{claim, vfio, Controller, InitOptions, IoCommand, Scope},
     transfer::{nvme_io_sqe, Config, Engine, Namespace, PathPref, StorageFile},
     Module, PciAddress, PeerAccess,
 };
@@ -111,6 +111,20 @@ fn kernel_devices(bdf: &str, nsid: u32) -> Res<(PathBuf, PathBuf)> {
         }
     }
     Err(format!("no block device for namespace {nsid} of {bdf}"))
+}
+
+/// The logical block size of block device `dev` (a `/dev` path), from
+/// sysfs.
+fn logical_block_size(dev: &Path) -> Res<u64> {
+    let name = dev.file_name().map(|n| n.to_string_lossy().into_owned());
+    let p = Path::new("/sys/class/block")
+        .join(name.unwrap_or_default())
+        .join("queue/logical_block_size");
+    std::fs::read_to_string(&p)
+        .map_err(|e| format!("{}: {e}", p.display()))?
+        .trim()
+        .parse()
+        .map_err(|e| format!("{}: {e}", p.display()))
 }
 
 /// Block-aligned random offsets in `[0, span)`, the same for every way.
@@ -194,7 +208,13 @@ impl<'a> Job<'a> {
 /// in flight, into `base + slot`; `check` sees each slot once its read
 /// completed.
 #[allow(unsafe_code)]
-fn uring_reads(way: Way, file: &File, nsid: u32, base: usize, j: &Job<'_>) -> Res<u64> {
+fn uring_reads(
+    way: Way,
+    file: &File,
+    (nsid, bs): (u32, u64),
+    base: usize,
+    j: &Job<'_>,
+) -> Res<u64> {
     let Job {
         t,
         depth,
@@ -223,8 +243,8 @@ fn uring_reads(way: Way, file: &File, nsid: u32, base: usize, j: &Job<'_>) -> Re
                     fd,
                     false,
                     nsid,
-                    offs[next] / 512,
-                    (IO / 512) as u32,
+                    offs[next] / bs,
+                    (IO as u64 / bs) as u32,
                     addr as u64,
                     IO as u32,
                 ),
@@ -268,10 +288,10 @@ fn uring_reads(way: Way, file: &File, nsid: u32, base: usize, j: &Job<'_>) -> Re
 /// The same through the queues: thread `t` submits into queue `t`, as
 /// many as `depth` in flight, each refill one batch (one doorbell); it
 /// waits for its oldest read, then takes every later one already done.
-fn queue_reads(
-    ctrl: &Controller,
-    mapped: &p2pdma::queues::Mapped<'_>,
-    nsid: u32,
+fn queue_reads<'s, 'env>(
+    scope: &'s Scope<'s, 'env>,
+    mapped: &'env p2pdma::queues::Mapped<'env>,
+    (nsid, bs): (u32, u64),
     j: &Job<'_>,
 ) -> Res<u64> {
     let Job {
@@ -289,12 +309,12 @@ fn queue_reads(
     };
     let mut next = 0;
     loop {
-        let mut batch = ctrl.batch(t);
+        let mut batch = scope.batch(t);
         while flight.len() < depth && next < offs.len() && Instant::now() < deadline {
             let data = mapped
-                .data(slot(t, depth, next), IO)
+                .payload(slot(t, depth, next), IO)
                 .map_err(|e| e.to_string())?;
-            let cmd = IoCommand::read(nsid, offs[next] / 512, (IO / 512) as u32, data);
+            let cmd = IoCommand::read(nsid, offs[next] / bs, (IO as u64 / bs) as u32, data);
             match batch.try_push(&cmd).map_err(|e| e.to_string())? {
                 Some(p) => {
                     flight.push_back((p, next));
@@ -346,6 +366,13 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let bdf = vfio::nvme_by_serial(&a.serial)?;
     let pci: PciAddress = bdf.parse().map_err(|e: p2pdma::Error| e.to_string())?;
     let (block, generic) = kernel_devices(&bdf, a.nsid)?;
+    let bs = logical_block_size(&block)?;
+    if bs == 0 || IO as u64 % bs != 0 {
+        return Err(format!(
+            "{}: {bs}-byte blocks do not divide the {IO}-byte reads",
+            block.display()
+        ));
+    }
     let threads = a.threads.max(1);
     let depths: Vec<usize> = a.depths.iter().map(|&d| d.clamp(1, 255)).collect();
     let most = depths.iter().copied().max().unwrap_or(1);
@@ -423,12 +450,12 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         timed(threads, |t| {
             let checked = &offs[t][..CHECKED.min(offs[t].len())];
             let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
-            uring_reads(way, f, a.nsid, base, &j)
+            uring_reads(way, f, (a.nsid, bs), base, &j)
         })?;
         for &d in &depths {
             let c = timed(threads, |t| {
                 let j = Job::new(t, d, &offs[t], secs, &no_check);
-                uring_reads(way, f, a.nsid, base, &j)
+                uring_reads(way, f, (a.nsid, bs), base, &j)
             })?;
             cells.push((way, d, c));
         }
@@ -482,13 +509,13 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             timed(threads, |t| {
                 let checked = &offs[t][..CHECKED.min(offs[t].len())];
                 let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
-                queue_reads(&ctrl, &mapped, a.nsid, &j)
+                ctrl.scope(|s| queue_reads(s, &mapped, (a.nsid, bs), &j))
             })?;
             let before = (ctrl.doorbell_counts(), ctrl.interrupt_sleeps());
             for &d in &depths {
                 let c = timed(threads, |t| {
                     let j = Job::new(t, d, &offs[t], secs, &no_check);
-                    queue_reads(&ctrl, &mapped, a.nsid, &j)
+                    ctrl.scope(|s| queue_reads(s, &mapped, (a.nsid, bs), &j))
                 })?;
                 cells.push((way, d, c));
             }

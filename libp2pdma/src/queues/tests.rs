@@ -1,0 +1,1 @@
+//! The driver against a model controller.
