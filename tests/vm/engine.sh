@@ -251,7 +251,9 @@ check ctl-copy-verify p2pdma-ctl copy "$NVME" accel --offset $((8 * M + 4096)) -
 # refused and leaves it bound; a process that dies with commands in flight
 # leaves it to the next one, which resets it (its VFIO device released
 # before the module's memory); a command that never completes is aborted,
-# and the controller disabled when the abort does not end it; then reads and writes from
+# and the controller disabled when the abort does not end it; random
+# command sequences on its 512-byte and 4 KiB-block namespaces leave every
+# byte around their payloads unchanged; then reads and writes from
 # many threads, aligned and not, into accelerator memory (DMA_MAP) and
 # host memory (PIN_USER), and errors. The host compares a read left in
 # accel.bin with vfio.img, and the written ranges of vfio.img with the
@@ -267,6 +269,13 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	fi
 	check queues-after-owner-died p2pdma-vmtest queues --step after-death
 	check queues-abort-stuck p2pdma-vmtest queues --step abort
+	# Random command sequences with canary bytes around every payload, on
+	# the 512-byte namespace and on the 4 KiB one (vfio4k.img, the rig
+	# content from 192 MiB on); the controller's largest command is
+	# 128 KiB. Before the steps that write elsewhere in the images.
+	check queues-canary-512 p2pdma-vmtest queues --step canary
+	check queues-canary-4k p2pdma-vmtest queues --step canary --nsid 8 \
+		--image vfio4k.img --image-pattern-offset $((192 << 20))
 	check queues-engine p2pdma-vmtest queues --step engine
 	check_held queues-data p2pdma-vmtest queues --step data --hold
 fi

@@ -174,7 +174,9 @@ impl Payload<'_> {
     /// The PRP entries of the payload (the first byte, then every memory
     /// page after its page).
     fn prps(&self) -> std::result::Result<DataPtr, String> {
-        self.map.segs.data_ptr(self.map.skip + self.offset, self.len)
+        self.map
+            .segs
+            .data_ptr(self.map.skip + self.offset, self.len)
     }
 }
 
@@ -335,7 +337,10 @@ pub(crate) fn build_io(
     }
     let prps = data.prps().map_err(Error::InvalidArgument)?;
     if prps.pages.len() > LIST_ENTRIES {
-        return bad(format!("{} PRP entries do not fit one list page", prps.pages.len()));
+        return bad(format!(
+            "{} PRP entries do not fit one list page",
+            prps.pages.len()
+        ));
     }
     Ok((
         Command {
@@ -790,10 +795,7 @@ impl Controller {
                 metadata: ns.metadata,
             });
         }
-        *self
-            .namespaces
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = Arc::from(found);
+        *self.namespaces.write().unwrap_or_else(|p| p.into_inner()) = Arc::from(found);
         Ok(())
     }
 
@@ -1316,18 +1318,17 @@ impl<'s, 'env> Scope<'s, 'env> {
     /// commands in flight uses [`Scope::try_submit`] instead, or it may
     /// wait for room that only its own commands hold.
     pub fn submit(&'s self, queue: usize, cmd: &IoCommand<'env>) -> Result<Pending<'s>> {
-        self.submit_with(
-            queue,
-            cmd,
-            Some(Instant::now() + self.ctrl.timeout),
-            true,
-        )
+        self.submit_with(queue, cmd, Some(Instant::now() + self.ctrl.timeout), true)
     }
 
     /// Submits `cmd` on I/O queue `queue` if it has room now; `Ok(None)`
     /// when it is full (wait for one of this thread's commands, then try
     /// again).
-    pub fn try_submit(&'s self, queue: usize, cmd: &IoCommand<'env>) -> Result<Option<Pending<'s>>> {
+    pub fn try_submit(
+        &'s self,
+        queue: usize,
+        cmd: &IoCommand<'env>,
+    ) -> Result<Option<Pending<'s>>> {
         self.try_submit_with(queue, cmd, true)
     }
 
@@ -1395,11 +1396,15 @@ impl<'s, 'env> Scope<'s, 'env> {
         if self.outstanding.load(Ordering::Acquire) > 0 {
             for q in &self.ctrl.io {
                 for t in q.unconsumed(self.id) {
-                    let _ = self.ctrl.finish(q, t, "a command nobody waited for", self.ctrl.timeout);
+                    let _ =
+                        self.ctrl
+                            .finish(q, t, "a command nobody waited for", self.ctrl.timeout);
                 }
             }
         }
-        self.ctrl.health.release_or_abort("the end of a submission scope");
+        self.ctrl
+            .health
+            .release_or_abort("the end of a submission scope");
     }
 }
 

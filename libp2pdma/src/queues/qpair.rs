@@ -1049,6 +1049,94 @@ mod tests {
         drop(mem);
     }
 
+    /// A queue pair over anonymous memory whose controller registers say
+    /// `csts`, with one command submitted in scope 7 and never completed.
+    fn stuck(csts: u32) -> (Arc<Bar>, Vec<u64>, QueuePair, Ticket) {
+        let bar = Arc::new(Bar::anonymous(0x2000));
+        bar.write32(spec::reg::CC, 1).unwrap();
+        bar.write32(spec::reg::CSTS, csts).unwrap();
+        let mut mem = vec![0u64; 4 * PAGE / 8];
+        let base = (mem.as_mut_ptr() as usize).next_multiple_of(PAGE) as *mut u8;
+        let place = |off: usize| Place {
+            cpu: base.wrapping_add(off),
+            bus: base as u64 + off as u64,
+        };
+        let health = Arc::new(Health::new(Stopper {
+            bar: bar.clone(),
+            ready_timeout: Duration::from_millis(30),
+            device: None,
+        }));
+        let q = QueuePair::new(
+            1,
+            4,
+            (place(0), place(PAGE), place(2 * PAGE)),
+            bar.clone(),
+            4,
+            health,
+            None,
+        );
+        let cmd = Command {
+            opcode: spec::io::FLUSH,
+            nsid: 1,
+            ..Default::default()
+        };
+        let t = q.submit(&cmd, None, (None, 7), true).unwrap();
+        (bar, mem, q, t)
+    }
+
+    #[test]
+    fn a_controller_that_cannot_be_stopped_keeps_its_command_ids() {
+        // CSTS.RDY stays set: disabling fails, and there is no VFIO device
+        // to turn bus mastering off or reset.
+        let (_bar, _mem, q, t) = stuck(1);
+        q.health.fail("a test".into());
+        assert!(!q.health.stopped());
+        let why = q.health.failure().unwrap();
+        assert!(why.contains("no other way to stop it"), "{why}");
+        let far = Instant::now() + Duration::from_secs(1);
+        assert!(matches!(q.wait(&t, far), Err(WaitError::Failed(_))));
+        // The id, and so the command's memory, stays taken for good.
+        assert_eq!(q.unconsumed(7).len(), 1);
+        q.forget(t);
+        assert_eq!(q.unconsumed(7).len(), 1);
+
+        // A controller that disables: its ids are freed.
+        let (_bar, _mem, q, t) = stuck(0);
+        q.health.fail("a test".into());
+        assert!(q.health.stopped());
+        assert!(matches!(q.wait(&t, far), Err(WaitError::Failed(_))));
+        assert!(q.unconsumed(7).is_empty());
+    }
+
+    #[test]
+    fn a_controller_becoming_ready_is_not_disabled_before_it_is() {
+        // CC.EN = 1, CSTS.RDY = 0: the controller is still enabling. The
+        // model makes it ready after a while, and clears RDY once EN is
+        // cleared; EN must not be cleared before RDY was set.
+        let bar = Arc::new(Bar::anonymous(0x2000));
+        bar.write32(spec::reg::CC, 1).unwrap();
+        bar.write32(spec::reg::CSTS, 0).unwrap();
+        let early = thread::scope(|s| {
+            let m = s.spawn(|| {
+                let t0 = Instant::now();
+                let mut early = false;
+                while t0.elapsed() < Duration::from_millis(50) {
+                    early |= bar.read32(spec::reg::CC).unwrap() & 1 == 0;
+                    std::hint::spin_loop();
+                }
+                bar.write32(spec::reg::CSTS, 1).unwrap();
+                while bar.read32(spec::reg::CC).unwrap() & 1 != 0 {
+                    std::hint::spin_loop();
+                }
+                bar.write32(spec::reg::CSTS, 0).unwrap();
+                early
+            });
+            spec::disable(&bar, Duration::from_secs(2)).unwrap();
+            m.join().unwrap()
+        });
+        assert!(!early, "CC.EN was cleared while CSTS.RDY was still 0");
+    }
+
     #[test]
     fn a_full_queue_of_one_thread() {
         run(4, 1, 200, 3, 7, false);

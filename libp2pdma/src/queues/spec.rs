@@ -609,8 +609,8 @@ mod tests {
     fn a_page_whose_middle_lies_elsewhere_is_refused() {
         // The first and last bytes of the page are where a contiguous page
         // would have them; the bytes between are not.
-        let s = Segments::new(&[(0x10_0000, 0x800), (0x70_0000, 0x400), (0x10_0c00, 0x400)])
-            .unwrap();
+        let s =
+            Segments::new(&[(0x10_0000, 0x800), (0x70_0000, 0x400), (0x10_0c00, 0x400)]).unwrap();
         assert!(s.data_ptr(0, PAGE).unwrap_err().contains("contiguous"));
         assert!(s.data_ptr(0, 0x800).is_ok());
     }

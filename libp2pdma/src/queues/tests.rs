@@ -220,10 +220,7 @@ fn cases() -> impl Strategy<Value = Vec<Case>> {
                 2 => (0usize..PAGE / 4).prop_map(|d| d * 4),
                 1 => 0usize..PAGE
             ],
-            prop_oneof![
-                Just(0usize),
-                (0usize..(20 * PAGE)).prop_map(|d| d / 4 * 4)
-            ],
+            prop_oneof![Just(0usize), (0usize..(20 * PAGE)).prop_map(|d| d / 4 * 4)],
             prop_oneof![
                 1 => 1usize..(300 << 10),
                 5 => (1usize..40).prop_map(move |b| b * bs as usize),
@@ -244,7 +241,19 @@ fn cases() -> impl Strategy<Value = Vec<Case>> {
         )
     });
     let one = one.prop_map(
-        |(block_size, max_transfer, pages, split, skip, offset, len, slba, blocks, read, access)| {
+        |(
+            block_size,
+            max_transfer,
+            pages,
+            split,
+            skip,
+            offset,
+            len,
+            slba,
+            blocks,
+            read,
+            access,
+        )| {
             // Most commands say the payload's length in blocks (when it is
             // whole blocks); the others say some other count.
             let blocks = blocks.unwrap_or((len / block_size as usize).max(1) as u32);
@@ -317,7 +326,10 @@ fn run(cases: &[Case]) -> Result<(), TestCaseError> {
                 if c.split == 0 {
                     vec![(a, PAGE as u64)]
                 } else {
-                    vec![(a, c.split as u64), (a + c.split as u64, (PAGE - c.split) as u64)]
+                    vec![
+                        (a, c.split as u64),
+                        (a + c.split as u64, (PAGE - c.split) as u64),
+                    ]
                 }
             })
             .collect();
@@ -376,10 +388,16 @@ fn run(cases: &[Case]) -> Result<(), TestCaseError> {
         }
         // SAFETY: The arena, which nothing writes while this reads it.
         let now = unsafe { std::slice::from_raw_parts(arena.at(0), arena.len) };
-        let wrong = now.iter().zip(&inside).position(|(&b, &payload)| {
-            b != if c.read && payload { fill } else { CANARY }
-        });
-        prop_assert!(wrong.is_none(), "command {}: arena byte {:?} changed", i, wrong);
+        let wrong = now
+            .iter()
+            .zip(&inside)
+            .position(|(&b, &payload)| b != if c.read && payload { fill } else { CANARY });
+        prop_assert!(
+            wrong.is_none(),
+            "command {}: arena byte {:?} changed",
+            i,
+            wrong
+        );
     }
     Ok(())
 }
@@ -421,7 +439,11 @@ fn a_command_longer_than_its_payload_is_refused() {
     let arena = Arena::new(4);
     let segs = [(arena.bus(0), 4 * PAGE as u64)];
     let mapped = Mapped::for_test(pci(), &segs, 0, 4 * PAGE, PeerAccess::ReadWrite);
-    for (bs, len, blocks) in [(4096u32, PAGE, 8u32), (512, 2 * PAGE, 24), (4096, 2 * PAGE, 3)] {
+    for (bs, len, blocks) in [
+        (4096u32, PAGE, 8u32),
+        (512, 2 * PAGE, 24),
+        (4096, 2 * PAGE, 3),
+    ] {
         let ns = NamespaceInfo {
             nsid: 1,
             blocks: 1000,
@@ -449,14 +471,8 @@ fn a_command_longer_than_its_payload_is_refused() {
         .unwrap_err()
         .to_string()
         .contains("not active"));
-    let other = PciAddress {
-        bus: 2,
-        ..pci()
-    };
-    let ns = NamespaceInfo {
-        metadata: 0,
-        ..md
-    };
+    let other = PciAddress { bus: 2, ..pci() };
+    let ns = NamespaceInfo { metadata: 0, ..md };
     assert!(build_io(&cmd, Some(&ns), 1 << 20, other)
         .unwrap_err()
         .to_string()

@@ -45,6 +45,13 @@ pub enum Step {
     /// handles, asynchronous requests, strided reads in every mode and a
     /// route move the right bytes; other paths are refused with the reason.
     Engine,
+    /// Random sequences of commands (through the driver, and through the
+    /// engine's reads and writes at any offset) into accelerator and host
+    /// memory filled with canary bytes: each read lands the image's bytes
+    /// and changes nothing around them; commands whose blocks differ from
+    /// their payload are refused and change nothing; writes read back
+    /// right and are reported for the host to check in the image.
+    Canary,
 }
 
 #[derive(Args)]
@@ -61,6 +68,9 @@ pub struct QueuesArgs {
     /// After the data step, keep the memory (and the controller) held.
     #[arg(long)]
     hold: bool,
+    /// The namespace's image file, as the host names it in results.
+    #[arg(long, default_value = "vfio.img")]
+    image: String,
 }
 
 /// The image's bytes at `offset..offset + len`.
@@ -183,6 +193,7 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
         Step::Abort => abort(x, &module),
         Step::Data => data(x, &module),
         Step::Engine => engine(x, &module),
+        Step::Canary => canary(x, &module),
     }
 }
 
@@ -700,5 +711,169 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     if let Some(f) = ctrl.failure() {
         return Err(format!("the controller failed: {f}"));
     }
+    Ok(())
+}
+
+/// What memory outside every payload holds in the canary step.
+const CANARY: u8 = 0xc5;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Whether `mem` holds `CANARY` everywhere but `keep` (a byte range), as
+/// it did before: the first byte that changed, if any.
+fn canary_broken(
+    mem: &dyn DeviceMemory,
+    keep: std::ops::Range<usize>,
+) -> Result<Option<usize>, String> {
+    let mut all = vec![0u8; mem.len()];
+    mem.read_at(0, &mut all).map_err(|e| e.to_string())?;
+    Ok(all
+        .iter()
+        .enumerate()
+        .position(|(i, &b)| !keep.contains(&i) && b != CANARY))
+}
+
+fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
+    let err = |e: Error| e.to_string();
+    let ctrl = take(x, module, true)?;
+    let info = ctrl
+        .namespace_info(x.nsid)
+        .ok_or_else(|| format!("namespace {} is not active", x.nsid))?;
+    let bs = u64::from(info.block_size);
+    let max = ctrl.max_transfer();
+    println!(
+        "{}: namespace {} of {} blocks of {bs} bytes, largest command {max} bytes",
+        ctrl.pci(),
+        x.nsid,
+        info.blocks
+    );
+    let ns = Namespace::new(ctrl.clone(), module.clone(), x.nsid).map_err(err)?;
+    let accel = ModuleMemory::alloc(module.clone(), 0, 4 * M, 0).map_err(err)?;
+    let host = HostMemory::new((2 * M) as usize).map_err(err)?;
+    let mems: [&dyn DeviceMemory; 2] = [&accel, &host];
+    let maps = [
+        ctrl.map(&accel, 0, accel.len(), PeerAccess::ReadWrite)
+            .map_err(err)?,
+        ctrl.map(&host, 0, host.len(), PeerAccess::ReadWrite)
+            .map_err(err)?,
+    ];
+    // Writes go to the last quarter of the namespace, each to a range of
+    // its own, so that the host can check every one of them at the end.
+    let scratch = info.size() / 4 * 3;
+    let mut next_write = scratch;
+    let mut rng = Rng(0x5eed ^ u64::from(x.nsid));
+    let (mut reads, mut refused, mut writes) = (0, 0, 0);
+    for op in 0..48 {
+        let m = (rng.below(3) == 0) as usize;
+        let mem = mems[m];
+        mem.write_at(0, &vec![CANARY; mem.len()]).map_err(err)?;
+        match op % 4 {
+            // A READ through the driver: whole blocks, up to the largest
+            // command, into a dword-aligned payload anywhere.
+            0 | 1 => {
+                let blocks = 1 + rng.below((max as u64 / bs).min(mem.len() as u64 / bs / 2));
+                let len = (blocks * bs) as usize;
+                let at = (rng.below((mem.len() - len) as u64 / 4) * 4) as usize;
+                let slba = rng.below(info.blocks - blocks);
+                let payload = maps[m].payload(at, len).map_err(err)?;
+                let refuse = op % 4 == 1;
+                let blocks = if refuse { blocks + 1 } else { blocks };
+                let r = ctrl.scope(|s| {
+                    s.submit(op, &IoCommand::read(x.nsid, slba, blocks as u32, payload))
+                        .and_then(|p| p.wait())
+                });
+                match (refuse, r) {
+                    (false, Ok(_)) => {
+                        let what = format!("READ of {blocks} blocks at {slba} into {} at {at}", mem.kind());
+                        compare(x, &what, mem, at, slba * bs, len)?;
+                        if let Some(i) = canary_broken(mem, at..at + len)? {
+                            return Err(format!("{what}: byte {i} outside the payload changed"));
+                        }
+                        reads += 1;
+                    }
+                    (true, Err(Error::InvalidArgument(e))) if e.contains("payload holds") => {
+                        if let Some(i) = canary_broken(mem, 0..0)? {
+                            return Err(format!("a refused READ changed byte {i}"));
+                        }
+                        refused += 1;
+                    }
+                    (refuse, r) => {
+                        return Err(format!(
+                            "READ of {blocks} blocks at {slba} for a {len}-byte payload (refuse: {refuse}) gave {r:?}"
+                        ))
+                    }
+                }
+            }
+            // A read through the engine at any offset and length: partial
+            // blocks staged, the middle split by the largest command.
+            2 => {
+                let len = 1 + rng.below((mem.len() / 2) as u64) as usize;
+                let at = rng.below((mem.len() - len) as u64) as usize;
+                let off = rng.below(scratch - len as u64);
+                ns.read(off, mem, at, len).map_err(err)?;
+                let what = format!(
+                    "engine read of {len} bytes at {off} into {} at {at}",
+                    mem.kind()
+                );
+                compare(x, &what, mem, at, off, len)?;
+                if let Some(i) = canary_broken(mem, at..at + len)? {
+                    return Err(format!("{what}: byte {i} outside the range changed"));
+                }
+                reads += 1;
+            }
+            // A write through the engine from any offset of the memory to
+            // any offset of the scratch range, read back.
+            _ => {
+                let len = 1 + rng.below(600_000) as usize;
+                let at = rng.below((mem.len() - len) as u64) as usize;
+                let off = next_write + rng.below(bs);
+                if off + len as u64 > info.size() {
+                    continue;
+                }
+                next_write = off + len as u64;
+                let pat = (1 << 30) + rng.below(1 << 20) * 8;
+                let mut data = vec![0u8; len];
+                p2pdma_tests::fill_image(pat, &mut data);
+                mem.write_at(at, &data).map_err(err)?;
+                ns.write(off, mem, at, len).map_err(err)?;
+                mem.write_at(0, &vec![CANARY; mem.len()]).map_err(err)?;
+                ns.read(off, mem, at, len).map_err(err)?;
+                let mut got = vec![0u8; len];
+                mem.read_at(at, &mut got).map_err(err)?;
+                if let Some(i) = first_diff(&data, &got) {
+                    return Err(format!(
+                        "write of {len} bytes at {off}: byte {i} reads back wrong"
+                    ));
+                }
+                if let Some(i) = canary_broken(mem, at..at + len)? {
+                    return Err(format!(
+                        "reading back the write at {off}: byte {i} outside changed"
+                    ));
+                }
+                println!(
+                    "@@RESULT nvme-write image={} nvme_offset={off} pattern_offset={pat} len={len}",
+                    x.image
+                );
+                writes += 1;
+            }
+        }
+    }
+    ns.flush().map_err(err)?;
+    if let Some(f) = ctrl.failure() {
+        return Err(format!("the controller failed: {f}"));
+    }
+    println!("{reads} reads right, {refused} refused, {writes} writes read back right; no byte outside a payload changed");
     Ok(())
 }
