@@ -79,8 +79,13 @@ pub(crate) fn run(
     if (write && !facts.writable) || (!write && !facts.readable) {
         return Err(EBADF);
     }
+    // What `write(2)` on the device checks first (blkdev_write_iter): a
+    // read-only device, an active swap device.
     if write && facts.read_only {
         return Err(EPERM);
+    }
+    if write && facts.swap {
+        return Err(ETXTBSY);
     }
     if !facts.p2pdma {
         return Err(EOPNOTSUPP);
@@ -112,8 +117,7 @@ pub(crate) fn run(
     for s in &segs {
         bdev.sync_cache(s.dev_offset, s.len, write)?;
     }
-    let moved = {
-        let io = BlockIo::new(&bdev, &pages)?;
+    let moved = BlockIo::run(&bdev, &pages, |io| {
         io.plug(true);
         let mut stopped = Ok(());
         for s in &segs {
@@ -136,7 +140,8 @@ pub(crate) fn run(
             Some(e) => Err(e),
             None => stopped,
         }
-    };
+    })
+    .and_then(|r| r);
     if write {
         // Pages read into the cache while the write ran are stale now; a
         // page that cannot be dropped (mapped by a process) stays, as it
@@ -146,6 +151,11 @@ pub(crate) fn run(
         }
     }
     moved?;
+    // A descriptor opened with O_DSYNC or O_SYNC: the data is durable when
+    // the call returns, as after `write(2)` on it (generic_write_sync).
+    if write && facts.sync {
+        bdev.flush()?;
+    }
     bdev.notify(write);
     arg.bytes = total;
     Ok(())
@@ -154,8 +164,7 @@ pub(crate) fn run(
 /// Reads the caller's `n` segments at `ptr`.
 fn read_segs(ptr: u64, n: u32) -> Result<KVVec<uapi::P2pdmaIoSeg>> {
     let size = core::mem::size_of::<uapi::P2pdmaIoSeg>();
-    let mut reader =
-        UserSlice::new(UserPtr::from_addr(ptr as usize), n as usize * size).reader();
+    let mut reader = UserSlice::new(UserPtr::from_addr(ptr as usize), n as usize * size).reader();
     let mut segs = KVVec::with_capacity(n as usize, GFP_KERNEL)?;
     for _ in 0..n {
         segs.push(reader.read()?, GFP_KERNEL)?;

@@ -9,6 +9,11 @@
 //! the peer it is mapped for, losing its driver) it is torn down before the
 //! device is, and its owner is told.
 
+use core::sync::atomic::{
+    AtomicU8,
+    Ordering, //
+};
+
 use kernel::{
     bindings, new_mutex,
     prelude::*,
@@ -20,7 +25,9 @@ use kernel::{
 
 use crate::{
     ffi::{
+        ExporterNotice,
         Notifier,
+        P2pPages,
         Peer,
         SgMap, //
     },
@@ -33,11 +40,48 @@ pub(crate) enum Source {
     Alloc(Arc<Alloc>),
     /// Pinned user memory `[va, va + len)` (`PIN_USER`).
     User { va: u64, len: u64 },
-    /// An imported dma-buf (`DMABUF_IMPORT`).
-    DmaBuf,
+    /// An imported dma-buf (`DMABUF_IMPORT`), named by [`DmaBuf::id`]
+    /// (the mapping holds a reference on it, so the name stays its own).
+    ///
+    /// [`DmaBuf::id`]: crate::ffi::DmaBuf::id
+    DmaBuf { buf: usize },
+}
+
+/// The DMA mappings of a [`DmaMapping`] that stands, and what they map;
+/// both are only held, until the mapping is revoked or released.
+#[expect(dead_code, reason = "the fields are held for their drop")]
+pub(crate) struct Live {
+    /// One mapping per peer. Declared first: unmapped before the pages go.
+    maps: KVec<SgMap>,
+    /// The allocation's pages, for `DMA_MAP`: held while mapped, so that
+    /// the memory never returns to the device under a mapping.
+    pages: Option<Arc<P2pPages>>,
+}
+
+impl Live {
+    /// The mappings `maps`, of `pages` if they map allocation memory.
+    pub(crate) fn new(maps: KVec<SgMap>, pages: Option<Arc<P2pPages>>) -> Self {
+        Self { maps, pages }
+    }
+}
+
+/// Where a mapping stands.
+enum State {
+    /// Listed for revocation, being made.
+    Pending,
+    /// Made.
+    Live(Live),
+    /// Torn down by a revocation (or never made, if it came first).
+    Revoked,
 }
 
 /// One mapping made by `DMA_MAP`, `PIN_USER` or `DMABUF_IMPORT`.
+///
+/// It is listed in [`MAPPINGS`] before the DMA API maps anything, and made
+/// under its own lock, which revocation takes too: a revocation either
+/// finds it pending (then waits for it to be made and tears it down, or
+/// stops it from being made) or comes before it is listed, while the
+/// device it depends on is marked as going (then listing it fails).
 #[pin_data]
 pub(crate) struct DmaMapping {
     /// Handle returned to user space.
@@ -48,19 +92,29 @@ pub(crate) struct DmaMapping {
     peers: KVec<Peer>,
     /// Told when the mapping is revoked.
     notifier: Arc<Notifier>,
-    /// One mapping per peer; `None` once revoked.
+    /// A dma-buf import's notice of its exporter's revocation.
+    notice: Option<Arc<ExporterNotice>>,
+    /// [`State`] as a number ([`PENDING`], [`LIVE`], [`REVOKED`]), written
+    /// under `state`'s lock and read without it: `is_live` runs under the
+    /// file's lock, which is taken with the mmap lock held, and the mapping
+    /// is made under `state`'s lock, pinning user pages under the mmap lock.
+    status: AtomicU8,
     #[pin]
-    maps: Mutex<Option<KVec<SgMap>>>,
+    state: Mutex<State>,
 }
 
+const PENDING: u8 = 0;
+const LIVE: u8 = 1;
+const REVOKED: u8 = 2;
+
 impl DmaMapping {
-    /// Wraps the mappings `maps` (one per peer in `peers`).
+    /// A mapping of `source` for `peers`, not made yet.
     pub(crate) fn new(
         handle: u64,
         source: Source,
         peers: KVec<Peer>,
         notifier: Arc<Notifier>,
-        maps: KVec<SgMap>,
+        notice: Option<Arc<ExporterNotice>>,
     ) -> Result<Arc<Self>> {
         Arc::pin_init(
             pin_init!(Self {
@@ -68,10 +122,34 @@ impl DmaMapping {
                 source,
                 peers,
                 notifier,
-                maps <- new_mutex!(Some(maps)),
+                notice,
+                status: AtomicU8::new(PENDING),
+                state <- new_mutex!(State::Pending),
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// The PCI functions it is mapped for.
+    pub(crate) fn peers(&self) -> &[Peer] {
+        &self.peers
+    }
+
+    /// A dma-buf import's notice of revocation by its exporter.
+    pub(crate) fn notice(&self) -> Option<&Arc<ExporterNotice>> {
+        self.notice.as_ref()
+    }
+
+    /// Makes the mapping with `make`, under the lock revocation takes;
+    /// `ENODEV` if it was revoked since it was listed.
+    pub(crate) fn make(&self, make: impl FnOnce() -> Result<Live>) -> Result {
+        let mut st = self.state.lock();
+        if !matches!(*st, State::Pending) {
+            return Err(ENODEV);
+        }
+        *st = State::Live(make()?);
+        self.status.store(LIVE, Ordering::Release);
+        Ok(())
     }
 
     /// Whether this maps `alloc`'s memory.
@@ -82,10 +160,8 @@ impl DmaMapping {
     /// Whether the mapping still stands (not revoked by an unbind, nor by
     /// the dma-buf's exporter).
     pub(crate) fn is_live(&self) -> bool {
-        self.maps
-            .lock()
-            .as_ref()
-            .is_some_and(|maps| !maps.iter().any(SgMap::revoked))
+        self.status.load(Ordering::Acquire) == LIVE
+            && !self.notice.as_ref().is_some_and(|n| n.revoked())
     }
 
     /// Whether `pdev` is something this mapping depends on.
@@ -100,20 +176,48 @@ impl DmaMapping {
         provider || self.peers.iter().any(|p| p.is(pdev))
     }
 
-    /// Tears the mapping down now; the owner is told.
+    /// Tears the mapping down now (waiting for it if it is being made, and
+    /// keeping it from being made if not yet); the owner is told.
     fn revoke(&self) {
-        let maps = self.maps.lock().take();
-        if maps.is_some() {
-            drop(maps);
+        let old = {
+            let mut st = self.state.lock();
+            self.status.store(REVOKED, Ordering::Release);
+            core::mem::replace(&mut *st, State::Revoked)
+        };
+        if let State::Live(live) = old {
+            drop(live);
             self.notifier.signal();
         }
+    }
+}
+
+/// Every mapping, and the PCI devices going away now.
+pub(crate) struct Registry {
+    maps: KVec<Arc<DmaMapping>>,
+    /// Devices between the start of their driver's unbind (or their
+    /// removal) and its end, with how many such events are under way.
+    going: KVec<(usize, u32)>,
+}
+
+impl Registry {
+    const fn new() -> Self {
+        Self {
+            maps: KVec::new(),
+            going: KVec::new(),
+        }
+    }
+
+    fn is_going(&self, m: &DmaMapping) -> bool {
+        self.going
+            .iter()
+            .any(|&(p, _)| m.depends_on(p as *const bindings::pci_dev))
     }
 }
 
 kernel::sync::global_lock! {
     // SAFETY: Initialized by the module initializer before the PCI driver or
     // the misc device are registered, so before any use.
-    pub(crate) unsafe(uninit) static MAPPINGS: Mutex<KVec<Arc<DmaMapping>>> = KVec::new();
+    pub(crate) unsafe(uninit) static MAPPINGS: Mutex<Registry> = Registry::new();
 }
 
 /// Frees the registry's storage when the module goes (a static is never
@@ -122,26 +226,60 @@ pub(crate) struct RegistryCleanup;
 
 impl Drop for RegistryCleanup {
     fn drop(&mut self) {
-        drop(core::mem::take(&mut *MAPPINGS.lock()));
+        let mut r = MAPPINGS.lock();
+        drop(core::mem::take(&mut r.maps));
+        drop(core::mem::take(&mut r.going));
     }
 }
 
-/// Lists `m` for revocation.
+/// Lists `m` for revocation, before it is made; `ENODEV` while a device it
+/// depends on is going away.
 pub(crate) fn register(m: &Arc<DmaMapping>) -> Result {
-    MAPPINGS.lock().push(m.clone(), GFP_KERNEL)?;
+    let mut r = MAPPINGS.lock();
+    if r.is_going(m) {
+        return Err(ENODEV);
+    }
+    r.maps.push(m.clone(), GFP_KERNEL)?;
     Ok(())
 }
 
-/// Takes `m` off the list (`UNMAP`, close).
+/// Takes `m` off the list (`UNMAP`, close, a failed ioctl).
 pub(crate) fn unregister(m: &Arc<DmaMapping>) {
-    MAPPINGS.lock().retain(|x| !Arc::ptr_eq(x, m));
+    MAPPINGS.lock().maps.retain(|x| !Arc::ptr_eq(x, m));
 }
 
 /// Revokes every mapping of the memory of `pdev` or for `pdev`: it is an
 /// accelerator being unbound, or a peer losing its driver (or going away).
 pub(crate) fn revoke_peer(pdev: *const bindings::pci_dev) {
-    let maps = MAPPINGS.lock();
-    for m in maps.iter().filter(|m| m.depends_on(pdev)) {
+    let r = MAPPINGS.lock();
+    for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
         m.revoke();
+    }
+}
+
+/// `pdev` starts losing its driver or going away (`going`), or is done:
+/// while it goes, no mapping that depends on it can be listed, and the ones
+/// listed are revoked, under one lock, so that none escapes.
+pub(crate) fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
+    let mut r = MAPPINGS.lock();
+    let key = pdev as usize;
+    let at = r.going.iter().position(|&(p, _)| p == key);
+    if going {
+        match at {
+            Some(i) => r.going[i].1 += 1,
+            // Without memory the device is not marked; the mappings listed
+            // now are still revoked below.
+            None => {
+                let _ = r.going.push((key, 1), GFP_KERNEL);
+            }
+        }
+        for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
+            m.revoke();
+        }
+    } else if let Some(i) = at {
+        r.going[i].1 -= 1;
+        if r.going[i].1 == 0 {
+            let _ = r.going.remove(i);
+        }
     }
 }

@@ -6,7 +6,13 @@
 //! from `kernel::bindings`); the rest of the module only calls the safe
 //! wrappers here. Each wrapper names the upstream facility it stands in for.
 
-use core::ptr::NonNull;
+use core::{
+    ptr::NonNull,
+    sync::atomic::{
+        AtomicBool,
+        Ordering, //
+    },
+};
 
 use kernel::{
     bindings, device,
@@ -164,13 +170,12 @@ mod raw {
         ) -> *mut SgMapRaw;
         pub(super) fn p2pdma_helper_dmabuf_import(
             peer: *mut bindings::pci_dev,
-            fd: c_int,
+            buf: *mut bindings::dma_buf,
             dir: c_int,
             notify: *mut c_void,
             err: *mut c_int,
         ) -> *mut SgMapRaw;
         pub(super) fn p2pdma_helper_sgmap_table(m: *mut SgMapRaw) -> *mut bindings::sg_table;
-        pub(super) fn p2pdma_helper_sgmap_revoked(m: *mut SgMapRaw) -> bool;
         pub(super) fn p2pdma_helper_sgmap_lock(m: *mut SgMapRaw);
         pub(super) fn p2pdma_helper_sgmap_unlock(m: *mut SgMapRaw);
         pub(super) fn p2pdma_helper_sgmap_release(m: *mut SgMapRaw);
@@ -338,7 +343,8 @@ pub(crate) fn capable(cap: Cap) -> bool {
     unsafe { raw::p2pdma_helper_capable(cap as c_int) }
 }
 
-/// The caller's uid, in its user namespace's view of the initial one.
+/// The caller's kernel uid (`kuid_t`): the same user whatever user
+/// namespace it runs in, so that a namespace cannot mint fresh uids.
 pub(crate) fn current_uid() -> u32 {
     // SAFETY: Reads the current task's credentials.
     unsafe { raw::p2pdma_helper_current_uid() }
@@ -423,12 +429,20 @@ impl P2pPages {
         })
     }
 
-    /// Splits off the pages outside `[offset, offset + len)`, dropping them.
-    pub(crate) fn trim(self, offset: usize, len: usize) -> Self {
+    /// Splits off the pages outside `[offset, offset + len)`, dropping them;
+    /// `EINVAL` (and every page dropped) unless the range is a non-empty run
+    /// of whole pages inside this one.
+    pub(crate) fn trim(self, offset: usize, len: usize) -> Result<Self> {
+        let page = PAGE_SIZE as usize;
+        match offset.checked_add(len) {
+            Some(end) if len > 0 && offset % page == 0 && len % page == 0 && end <= self.size => {}
+            _ => return Err(EINVAL),
+        }
         let this = core::mem::ManuallyDrop::new(self);
         let base = this.kaddr.as_ptr().cast::<u8>();
-        // SAFETY: `offset` and `len` are page multiples within the allocation,
-        // so both trimmed ends are whole pages this object references.
+        // SAFETY: `offset` and `len` are page multiples within the allocation
+        // (checked above), so both trimmed ends are whole pages this object
+        // references.
         unsafe {
             if offset > 0 {
                 raw::p2pdma_helper_put_pages(base.cast(), offset);
@@ -440,12 +454,15 @@ impl P2pPages {
         }
         // SAFETY: `this` is not used again; its `pdev` reference moves out.
         let pdev = unsafe { core::ptr::read(&this.pdev) };
-        Self {
+        // INVARIANT: the pages kept are `[offset, offset + len)` of the old
+        // range, whose references this object still holds.
+        Ok(Self {
             pdev,
-            // SAFETY: `offset` is within the allocation.
+            // SAFETY: `offset` is within the allocation (checked above), so
+            // the result is a non-null address inside it.
             kaddr: unsafe { NonNull::new_unchecked(base.add(offset).cast()) },
             size: len,
-        }
+        })
     }
 
     /// Writes zeros over the whole range. Meant for fresh allocations,
@@ -462,15 +479,21 @@ impl P2pPages {
         self.size
     }
 
-    fn kaddr_at(&self, offset: usize) -> *mut c_void {
-        // SAFETY: Callers pass offsets within the allocation.
-        unsafe { self.kaddr.as_ptr().cast::<u8>().add(offset).cast() }
+    /// The kernel address of byte `offset`, `None` past the last byte.
+    fn kaddr_at(&self, offset: usize) -> Option<*mut c_void> {
+        if offset >= self.size {
+            return None;
+        }
+        // SAFETY: `offset` is inside the `size` bytes at `kaddr` (checked
+        // above), so the result stays in the same allocation.
+        Some(unsafe { self.kaddr.as_ptr().cast::<u8>().add(offset).cast() })
     }
 
-    /// PCI bus address of byte `offset`.
-    pub(crate) fn bus_addr(&self, offset: usize) -> u64 {
-        // SAFETY: `kaddr + offset` lies in P2P memory of `pdev`.
-        unsafe { raw::pci_p2pmem_virt_to_bus(raw_pdev(&self.pdev), self.kaddr_at(offset)) }
+    /// PCI bus address of byte `offset`, `None` past the last byte.
+    pub(crate) fn bus_addr(&self, offset: usize) -> Option<u64> {
+        let kaddr = self.kaddr_at(offset)?;
+        // SAFETY: `kaddr` lies in P2P memory of `pdev` (type invariant).
+        Some(unsafe { raw::pci_p2pmem_virt_to_bus(raw_pdev(&self.pdev), kaddr) })
     }
 
     /// The accelerator the memory belongs to.
@@ -486,11 +509,14 @@ impl P2pPages {
         first_page: usize,
         npages: usize,
     ) -> Result {
-        if (first_page + npages) as u64 * PAGE_SIZE > self.size as u64 {
+        let end = first_page.checked_add(npages).ok_or(EINVAL)?;
+        if end as u64 > self.size as u64 / PAGE_SIZE {
             return Err(EINVAL);
         }
         for i in 0..npages {
-            let kaddr = self.kaddr_at((first_page + i) * PAGE_SIZE as usize);
+            let kaddr = self
+                .kaddr_at((first_page + i) * PAGE_SIZE as usize)
+                .ok_or(EINVAL)?;
             // SAFETY: `kaddr` is a page of this allocation.
             let page = unsafe { raw::p2pdma_helper_virt_to_page(kaddr) };
             // SAFETY: The page is valid and referenced by `self` for the
@@ -507,7 +533,12 @@ impl P2pPages {
 
     /// DMA-maps `[offset, offset + len)` for `peer` by the DMA API, which
     /// applies the P2PDMA rules (`dma_map_sgtable`); `EREMOTEIO` when the
-    /// kernel does not allow it. Also says whether it mapped by bus address.
+    /// kernel does not allow it, `EINVAL` unless the range is a non-empty
+    /// run of whole pages of this memory. Also says whether it mapped by
+    /// bus address.
+    ///
+    /// The mapping does not hold the pages: whoever keeps it keeps them
+    /// too, and drops it first.
     pub(crate) fn map_for(
         &self,
         peer: &Peer,
@@ -515,17 +546,18 @@ impl P2pPages {
         len: u64,
         dir: DataDirection,
     ) -> Result<(SgMap, bool)> {
+        let len_bytes = usize::try_from(len).map_err(|_| EINVAL)?;
+        let end = offset.checked_add(len_bytes).ok_or(EINVAL)?;
+        let page = PAGE_SIZE as usize;
+        if len_bytes == 0 || offset % page != 0 || len_bytes % page != 0 || end > self.size {
+            return Err(EINVAL);
+        }
+        let kaddr = self.kaddr_at(offset).ok_or(EINVAL)?;
         let mut err: c_int = 0;
-        // SAFETY: The range lies in the allocation, whose pages `self` keeps
-        // referenced; the caller keeps `self` alive while the mapping exists.
+        // SAFETY: The range lies in the allocation (checked above), whose
+        // pages `self` keeps referenced while the caller holds it.
         let m = unsafe {
-            raw::p2pdma_helper_map_p2p(
-                raw_pdev(&peer.0),
-                self.kaddr_at(offset),
-                len,
-                dir as u32 as c_int,
-                &mut err,
-            )
+            raw::p2pdma_helper_map_p2p(raw_pdev(&peer.0), kaddr, len, dir as u32 as c_int, &mut err)
         };
         let m = NonNull::new(m)
             .map(SgMap)
@@ -657,11 +689,18 @@ impl Peer {
             )
         };
         to_result(n.min(0))?;
-        let mut peers = KVec::new();
-        for &p in raw_peers.iter().take(n as usize) {
-            // Each pointer carries a reference: adopt all of them, even if
-            // pushing fails, so none leaks.
-            let peer = Self::from_raw(p).ok_or(ENXIO)?;
+        let n = (n as usize).min(MAX_PATHS);
+        // Each of the first `n` pointers carries a reference: adopt every
+        // one before anything can fail, so that an error drops them all.
+        let adopted: [Option<Self>; MAX_PATHS] = core::array::from_fn(|i| {
+            if i < n {
+                Self::from_raw(raw_peers[i])
+            } else {
+                None
+            }
+        });
+        let mut peers = KVec::with_capacity(n, GFP_KERNEL)?;
+        for peer in adopted.into_iter().flatten() {
             peers.push(peer, GFP_KERNEL)?;
         }
         if peers.is_empty() {
@@ -720,6 +759,15 @@ impl Peer {
         max_seg_size(&self.0)
     }
 
+    /// Whether this is a bridge (PCI class 0x06: host, ISA, PCI-to-PCI
+    /// bridges and the ports of switches), which masters no DMA of its own.
+    pub(crate) fn is_bridge(&self) -> bool {
+        // SAFETY: `self.0` is a valid, referenced PCI device; `class` is set
+        // when the device is enumerated and never changes.
+        let class = unsafe { (*raw_pdev(&*self.0)).class };
+        class >> 16 == bindings::PCI_BASE_CLASS_BRIDGE
+    }
+
     /// Pins `[va, va + len)` of the caller's memory and maps it for this
     /// peer, charging the caller's `RLIMIT_MEMLOCK`. With `ToDevice` the
     /// pages are pinned read-only.
@@ -740,19 +788,20 @@ impl Peer {
     /// torn down and `notify` is signalled.
     pub(crate) fn dmabuf_import(
         &self,
-        fd: i32,
+        buf: &DmaBuf,
         dir: DataDirection,
-        notify: &Arc<Notifier>,
+        notify: &Arc<ExporterNotice>,
     ) -> Result<SgMap> {
         let mut err: c_int = 0;
         let notify_raw = Arc::into_raw(notify.clone());
-        // SAFETY: The helper validates `fd` with `dma_buf_get`; it keeps the
-        // `notify` reference until the mapping is released (see
-        // `SgMap::drop`) and passes it to `p2pdma_dmabuf_revoked` only.
+        // SAFETY: `buf` is a referenced dma-buf (the helper takes a reference
+        // of its own); the helper keeps the `notify` reference until the
+        // mapping is released (see `SgMap::drop`) and passes it to
+        // `p2pdma_dmabuf_revoked` only.
         let m = unsafe {
             raw::p2pdma_helper_dmabuf_import(
                 raw_pdev(&*self.0),
-                fd,
+                buf.0.as_ptr(),
                 dir as u32 as c_int,
                 notify_raw.cast_mut().cast(),
                 &mut err,
@@ -776,7 +825,7 @@ impl Peer {
 /// # Invariants
 ///
 /// Points to a live `struct p2pdma_sgmap` owned by this object; a dma-buf
-/// mapping owns one reference on the `Notifier` given at import.
+/// mapping owns one reference on the `ExporterNotice` given at import.
 pub(crate) struct SgMap(NonNull<raw::SgMapRaw>);
 
 // SAFETY: The mapping has no thread affinity.
@@ -785,12 +834,6 @@ unsafe impl Send for SgMap {}
 unsafe impl Sync for SgMap {}
 
 impl SgMap {
-    /// Whether the exporter revoked it (dma-bufs only).
-    pub(crate) fn revoked(&self) -> bool {
-        // SAFETY: By the type invariant.
-        unsafe { raw::p2pdma_helper_sgmap_revoked(self.0.as_ptr()) }
-    }
-
     /// Calls `f` with each DMA segment (address, length), merging adjacent
     /// ones up to `max_seg` bytes; `ENODEV` if the mapping was revoked.
     pub(crate) fn for_each_segment(
@@ -856,10 +899,60 @@ impl Drop for SgMap {
 /// # Safety
 ///
 /// `m` is a live `struct p2pdma_sgmap`.
-unsafe fn sgmap_notify(m: *mut raw::SgMapRaw) -> Option<*const Notifier> {
+unsafe fn sgmap_notify(m: *mut raw::SgMapRaw) -> Option<*const ExporterNotice> {
     // SAFETY: The caller guarantees `m` is live.
     let n = unsafe { raw::p2pdma_helper_sgmap_notify(m) };
     (!n.is_null()).then_some(n.cast_const().cast())
+}
+
+/// A dma-buf, referenced (`dma_buf_get`/`dma_buf_put`; upstream's Rust
+/// has dma-buf fences but no importer side).
+///
+/// # Invariants
+///
+/// Holds a reference on the `struct dma_buf`.
+pub(crate) struct DmaBuf(NonNull<bindings::dma_buf>);
+
+// SAFETY: A dma-buf reference may be used and dropped from any thread.
+unsafe impl Send for DmaBuf {}
+// SAFETY: Shared access only reads fields that never change.
+unsafe impl Sync for DmaBuf {}
+
+impl DmaBuf {
+    /// The dma-buf behind the caller's descriptor `fd`; `EBADF` when it is
+    /// not one.
+    pub(crate) fn get(fd: i32) -> Result<Self> {
+        // SAFETY: `dma_buf_get` validates `fd`; it returns a referenced
+        // dma-buf or an error pointer.
+        let p = kernel::error::from_err_ptr(unsafe { bindings::dma_buf_get(fd) }).map_err(|e| {
+            if e == EINVAL {
+                EBADF
+            } else {
+                e
+            }
+        })?;
+        // INVARIANT: `p` is a dma-buf `dma_buf_get` referenced for us.
+        Ok(Self(NonNull::new(p).ok_or(EBADF)?))
+    }
+
+    /// Bytes in the buffer.
+    pub(crate) fn size(&self) -> u64 {
+        // SAFETY: By the type invariant the dma-buf is alive; its size is
+        // set by the exporter before export and never changes.
+        unsafe { (*self.0.as_ptr()).size as u64 }
+    }
+
+    /// A number naming this buffer while any reference on it is held.
+    pub(crate) fn id(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
+impl Drop for DmaBuf {
+    fn drop(&mut self) {
+        // SAFETY: Drops the reference taken in `get`.
+        unsafe { bindings::dma_buf_put(self.0.as_ptr()) }
+    }
 }
 
 /// An eventfd a file's owner registered for revocation notices.
@@ -928,6 +1021,31 @@ impl Notifier {
         if let Some(e) = self.eventfd.lock().as_ref() {
             e.signal();
         }
+    }
+}
+
+/// What a dma-buf import tells when its exporter revokes it: the flag, then
+/// the owner's notifier. Shared by the import's mappings (one per peer).
+pub(crate) struct ExporterNotice {
+    notifier: Arc<Notifier>,
+    revoked: AtomicBool,
+}
+
+impl ExporterNotice {
+    /// A notice that tells `notifier`.
+    pub(crate) fn new(notifier: Arc<Notifier>) -> Result<Arc<Self>> {
+        Ok(Arc::new(
+            Self {
+                notifier,
+                revoked: AtomicBool::new(false),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// Whether the exporter revoked the import.
+    pub(crate) fn revoked(&self) -> bool {
+        self.revoked.load(Ordering::Acquire)
     }
 }
 
@@ -1009,14 +1127,16 @@ extern "C" fn p2pdma_dmabuf_revoked(notify: *mut c_void) {
     // SAFETY: The reference given at import is alive until the mapping is
     // released, which cannot run concurrently with this callback (both hold
     // the reservation lock).
-    let n = unsafe { &*notify.cast_const().cast::<Notifier>() };
-    n.signal();
+    let n = unsafe { &*notify.cast_const().cast::<ExporterNotice>() };
+    n.revoked.store(true, Ordering::Release);
+    n.notifier.signal();
 }
 
-/// A PCI device is losing its driver, or going away.
+/// A PCI device starts losing its driver or going away (`going`), or is
+/// done with it.
 #[no_mangle]
-extern "C" fn p2pdma_peer_going(pdev: *mut bindings::pci_dev) {
-    crate::dma::revoke_peer(pdev);
+extern "C" fn p2pdma_peer_going(pdev: *mut bindings::pci_dev, going: bool) {
+    crate::dma::peer_going(pdev, going);
 }
 
 /// What block I/O on a block device must respect (`struct
@@ -1032,6 +1152,12 @@ pub(crate) struct BdevFacts {
     pub(crate) read_only: bool,
     /// Its driver maps P2P memory (`BLK_FEAT_PCI_P2PDMA`).
     pub(crate) p2pdma: bool,
+    /// It is an active swap device (`IS_SWAPFILE`), which only swap may
+    /// write.
+    pub(crate) swap: bool,
+    /// Writes through the file must be durable when they return
+    /// (`O_DSYNC`, `O_SYNC`, or a sync inode).
+    pub(crate) sync: bool,
     /// Bytes per logical block.
     pub(crate) logical_block_size: u32,
     /// Mask of the memory alignment its DMA needs.
@@ -1090,6 +1216,13 @@ impl<'a> BlockDev<'a> {
         unsafe { raw::p2pdma_helper_io_notify(self.file.as_ptr(), write) }
     }
 
+    /// Flushes the device's volatile write cache (`blkdev_issue_flush`), as
+    /// `fsync` on the device does.
+    pub(crate) fn flush(&self) -> Result {
+        // SAFETY: By the type invariant `bdev` is open.
+        to_result(unsafe { bindings::blkdev_issue_flush(self.bdev.as_ptr()) })
+    }
+
     /// Writes back the page cache's dirty pages over `[pos, pos + len)`
     /// and, before a `write`, drops them, as direct I/O does (`EBUSY` when
     /// a page cannot be dropped).
@@ -1102,14 +1235,18 @@ impl<'a> BlockDev<'a> {
     }
 }
 
-/// Bios in flight between P2P pages and a block device, for one call;
-/// dropping it waits for every one of them to end.
+/// Bios in flight between P2P pages and a block device, for one call.
+///
+/// Only [`BlockIo::run`] makes one, and it waits for every bio before it
+/// returns, so no bio outlives the pages or the device it moves data
+/// between, whatever the closure does (`mem::forget` of a reference does
+/// nothing).
 ///
 /// # Invariants
 ///
 /// `io` is a live `struct p2pdma_io`; every bio submitted through it moves
-/// data between `pages` and `bdev`, both borrowed for `'a`, so they outlive
-/// the bios.
+/// data between `pages` and `bdev`, both borrowed for `'a`, and `run` waits
+/// for all of them before `'a` ends.
 pub(crate) struct BlockIo<'a> {
     io: NonNull<raw::IoRaw>,
     bdev: &'a BlockDev<'a>,
@@ -1117,11 +1254,21 @@ pub(crate) struct BlockIo<'a> {
 }
 
 impl<'a> BlockIo<'a> {
-    /// Starts a call moving data between `pages` and `bdev`.
-    pub(crate) fn new(bdev: &'a BlockDev<'a>, pages: &'a P2pPages) -> Result<Self> {
+    /// Calls `f` with a call moving data between `pages` and `bdev`, then
+    /// waits for every bio `f` submitted.
+    pub(crate) fn run<R>(
+        bdev: &'a BlockDev<'a>,
+        pages: &'a P2pPages,
+        f: impl FnOnce(&BlockIo<'a>) -> R,
+    ) -> Result<R> {
         // SAFETY: Allocates; no requirements.
         let io = NonNull::new(unsafe { raw::p2pdma_helper_io_new() }).ok_or(ENOMEM)?;
-        Ok(Self { io, bdev, pages })
+        let this = Self { io, bdev, pages };
+        let r = f(&this);
+        // SAFETY: `io` is live; the helper waits for every bio, then frees
+        // it. `this` is not used again.
+        unsafe { raw::p2pdma_helper_io_free(this.io.as_ptr()) };
+        Ok(r)
     }
 
     /// Batches the following submissions into one plug (`on`), or flushes
@@ -1139,22 +1286,29 @@ impl<'a> BlockIo<'a> {
         if len == 0 || end > self.pages.size() as u64 {
             return Err(EINVAL);
         }
-        // SAFETY: The range lies in `pages`, which outlive every bio (type
-        // invariant: `Drop` waits for them), as does the open `bdev`.
+        let kaddr = usize::try_from(mem_offset)
+            .ok()
+            .and_then(|o| self.pages.kaddr_at(o))
+            .ok_or(EINVAL)?;
+        // SAFETY: The range lies in `pages` (checked above), which outlive
+        // every bio, as does the open `bdev`: `run` waits for the bios
+        // before its borrows end (type invariant).
         unsafe {
             raw::p2pdma_helper_io_submit(
                 self.io.as_ptr(),
                 self.bdev.bdev.as_ptr(),
                 write,
                 pos,
-                self.pages.kaddr_at(mem_offset as usize),
+                kaddr,
                 len32,
             )
         };
         Ok(())
     }
 
-    /// Waits, uninterruptibly, until fewer than `below` bios are in flight.
+    /// Waits until fewer than `below` bios are in flight, as the block
+    /// layer waits for I/O (`io_schedule`, waking now and then so that a
+    /// long wait on slow storage is no hung task).
     pub(crate) fn wait_below(&self, below: u32) {
         let below = c_int::try_from(below).unwrap_or(c_int::MAX);
         // SAFETY: `io` is live (type invariant).
@@ -1166,13 +1320,6 @@ impl<'a> BlockIo<'a> {
         // SAFETY: `io` is live (type invariant).
         let e = unsafe { raw::p2pdma_helper_io_error(self.io.as_ptr()) };
         (e < 0).then(|| Error::from_errno(e))
-    }
-}
-
-impl Drop for BlockIo<'_> {
-    fn drop(&mut self) {
-        // SAFETY: `io` is live; the helper waits for every bio, then frees it.
-        unsafe { raw::p2pdma_helper_io_free(self.io.as_ptr()) }
     }
 }
 

@@ -52,7 +52,9 @@ use crate::{
     ffi::{
         self,
         Cap,
+        DmaBuf,
         EventFd,
+        ExporterNotice,
         FileMapping,
         Notifier,
         P2pPages,
@@ -122,44 +124,70 @@ struct FileState {
     allocs: KVec<Arc<Alloc>>,
     /// DMA mappings, by handle, until `UNMAP` (revoked ones included).
     maps: KVec<Arc<DmaMapping>>,
-    /// User ranges being pinned right now, not yet in `maps`.
-    pinning: KVec<(u64, u64)>,
+    /// Memory being pinned or imported right now, not yet in `maps`.
+    pending: KVec<Overlap>,
 }
 
-/// A user range counted against the pin overlap bound while it is being
-/// pinned; dropping it (once recorded, or on failure) uncounts it.
-struct PendingPin<'a> {
+/// Memory that a pin or import maps, counted against the overlap bound.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Overlap {
+    /// User memory `[va, va + len)` (`PIN_USER`).
+    User(u64, u64),
+    /// A dma-buf, by [`DmaBuf::id`] (`DMABUF_IMPORT`).
+    DmaBuf(usize),
+}
+
+/// Memory counted against the overlap bound while it is being pinned or
+/// imported; dropping it (once recorded, or on failure) uncounts it.
+struct PendingMap<'a> {
     file: &'a P2pdmaFile,
-    range: (u64, u64),
+    what: Overlap,
 }
 
-impl<'a> PendingPin<'a> {
-    /// Counts `range` if no page of it would carry more than
-    /// `P2PDMA_MAX_PIN_OVERLAP` live or pending pins of this file.
-    fn reserve(file: &'a P2pdmaFile, range: (u64, u64)) -> Result<Self> {
+impl<'a> PendingMap<'a> {
+    /// Counts `what` if no page of it would carry more than
+    /// `P2PDMA_MAX_PIN_OVERLAP` live or pending pins (or imports) of this
+    /// file: the DMA API tracks at most 7 overlapping mappings of one
+    /// cacheline, and the kernel's own I/O on those pages needs the rest.
+    fn reserve(file: &'a P2pdmaFile, what: Overlap) -> Result<Self> {
+        let max = uapi::P2PDMA_MAX_PIN_OVERLAP as usize;
         let mut state = file.state.lock();
-        let mut pins = KVec::new();
+        let mut live = KVec::new();
         for x in state.maps.iter().filter(|x| x.is_live()) {
-            if let Source::User { va, len } = x.source {
-                pins.push((va, len), GFP_KERNEL)?;
+            match x.source {
+                Source::User { va, len } => live.push(Overlap::User(va, len), GFP_KERNEL)?,
+                Source::DmaBuf { buf } => live.push(Overlap::DmaBuf(buf), GFP_KERNEL)?,
+                Source::Alloc(_) => {}
             }
         }
-        for &p in &state.pinning {
-            pins.push(p, GFP_KERNEL)?;
+        for &p in &state.pending {
+            live.push(p, GFP_KERNEL)?;
         }
-        if pin_depth(&pins, range.0, range.1) >= uapi::P2PDMA_MAX_PIN_OVERLAP as usize {
+        let depth = match what {
+            Overlap::User(va, len) => {
+                let mut pins = KVec::new();
+                for o in &live {
+                    if let Overlap::User(v, l) = *o {
+                        pins.push((v, l), GFP_KERNEL)?;
+                    }
+                }
+                pin_depth(&pins, va, len)
+            }
+            Overlap::DmaBuf(b) => live.iter().filter(|&&o| o == Overlap::DmaBuf(b)).count(),
+        };
+        if depth >= max {
             return Err(ETOOMANYREFS);
         }
-        state.pinning.push(range, GFP_KERNEL)?;
-        Ok(Self { file, range })
+        state.pending.push(what, GFP_KERNEL)?;
+        Ok(Self { file, what })
     }
 }
 
-impl Drop for PendingPin<'_> {
+impl Drop for PendingMap<'_> {
     fn drop(&mut self) {
         let mut state = self.file.state.lock();
-        if let Some(i) = state.pinning.iter().position(|&p| p == self.range) {
-            let _ = state.pinning.remove(i);
+        if let Some(i) = state.pending.iter().position(|&p| p == self.what) {
+            let _ = state.pending.remove(i);
         }
     }
 }
@@ -307,6 +335,17 @@ fn resolve_peers(flags: u32, p: &uapi::P2pdmaPeer) -> Result<KVec<Peer>> {
         v.push(Peer::from_address(p.domain, p.bus, p.devfn)?, GFP_KERNEL)?;
         Ok(v)
     }
+}
+
+/// The peers of a mapping ioctl: as [`resolve_peers`], and each a DMA
+/// master (`EOPNOTSUPP` for a bridge, which masters no DMA of its own and
+/// keeps the PCI core's default segment limit).
+fn mapping_peers(flags: u32, p: &uapi::P2pdmaPeer) -> Result<KVec<Peer>> {
+    let peers = resolve_peers(flags, p)?;
+    if peers.iter().any(Peer::is_bridge) {
+        return Err(EOPNOTSUPP);
+    }
+    Ok(peers)
 }
 
 /// The DMA direction asked for by `P2PDMA_MAP_PEER_*` flags.
@@ -556,9 +595,10 @@ impl P2pdmaFile {
         // Room in the file's list first, so nothing fails after allocating.
         self.state.lock().allocs.reserve(1, GFP_KERNEL)?;
 
-        let alloc = {
-            let mut devices = DEVICES.lock();
-            let dev = devices.get(index).ok_or(ENODEV)?;
+        // Whether the request fits: checked again when the allocation is
+        // recorded, since the lock is not held while the pages are taken
+        // and initialised.
+        let fits = |dev: &crate::accel::AccelDev| -> Result {
             if size > dev.info.p2p_size {
                 return Err(EINVAL);
             }
@@ -569,12 +609,35 @@ impl P2pdmaFile {
                     return Err(EDQUOT);
                 }
             }
-            let pdev = dev.pdev.clone();
-            // Over-allocate by the alignment slack and give back the ends.
-            let total = size.checked_add(align - PAGE_SIZE).ok_or(ENOMEM)?;
-            let pages = P2pPages::alloc(&pdev, total as usize)?;
-            let head = (align - pages.bus_addr(0) % align) % align;
-            let pages = pages.trim(head as usize, size as usize);
+            Ok(())
+        };
+        // The binding is named by its probe page, which each bind makes anew.
+        let (pdev, binding) = {
+            let devices = DEVICES.lock();
+            let dev = devices.get(index).ok_or(ENODEV)?;
+            fits(dev)?;
+            (dev.pdev.clone(), Arc::as_ptr(&dev.probe))
+        };
+        // Over-allocate by the alignment slack and give back the ends. The
+        // pages are initialised one by one: not under the registry's lock,
+        // which every ioctl takes.
+        let total = size.checked_add(align - PAGE_SIZE).ok_or(ENOMEM)?;
+        let pages = P2pPages::alloc(&pdev, total as usize)?;
+        let head = pages
+            .bus_addr(0)
+            .map(|bus| (align - bus % align) % align)
+            .ok_or(EINVAL)?;
+        let pages = pages.trim(head as usize, size as usize)?;
+
+        let alloc = {
+            let mut devices = DEVICES.lock();
+            // The same binding of the device (an unbind and a bind may have
+            // run meanwhile), and still room for this user.
+            let dev = devices.get(index).ok_or(ENODEV)?;
+            if Arc::as_ptr(&dev.probe) != binding {
+                return Err(ENODEV);
+            }
+            fits(dev)?;
             let handle = devices.new_handle();
             let pgoff = devices.new_pgoff(size / PAGE_SIZE)?;
             let alloc = Alloc::new(
@@ -673,7 +736,7 @@ impl P2pdmaFile {
                 return Err(EINVAL);
             }
         }
-        let peers = resolve_peers(m.flags, &m.peer)?;
+        let peers = mapping_peers(m.flags, &m.peer)?;
         let dir = direction(m.flags);
         let max = (m.max_segs as usize).min(MAX_SEGS);
         // Segments no longer than every peer takes.
@@ -684,15 +747,13 @@ impl P2pdmaFile {
             .unwrap_or(0)
             .max(PAGE_SIZE);
 
-        // The file's lock is never held while pinning or copying to user
-        // memory (both take the mmap lock, which `mmap` holds when it takes
-        // the file's lock): the mapping is made unlocked and recorded under
-        // the lock after checking again what it depends on.
-        let mut maps = KVec::new();
-        let mut map_type = 0;
-        let (source, pin) = match cmd {
+        // What is mapped, looked up (and counted against the overlap bound)
+        // before anything is mapped.
+        let mut dmabuf = None;
+        let mut alloc = None;
+        let (source, what) = match cmd {
             uapi::P2PDMA_IOC_DMA_MAP => {
-                let alloc = self
+                let a = self
                     .state
                     .lock()
                     .allocs
@@ -704,13 +765,115 @@ impl P2pdmaFile {
                 if m.length == 0
                     || m.offset % PAGE_SIZE != 0
                     || m.length % PAGE_SIZE != 0
-                    || end > alloc.size
+                    || end > a.size
                 {
                     return Err(EINVAL);
                 }
-                for peer in &peers {
-                    let (sg, bus) =
-                        alloc.with_pages(|p| p.map_for(peer, m.offset as usize, m.length, dir))?;
+                alloc = Some(a.clone());
+                (Source::Alloc(a), None)
+            }
+            uapi::P2PDMA_IOC_PIN_USER => (
+                Source::User {
+                    va: m.user_va,
+                    len: m.length,
+                },
+                Some(Overlap::User(m.user_va, m.length)),
+            ),
+            _ => {
+                let buf = DmaBuf::get(m.dmabuf_fd)?;
+                // The exporter builds the segments (merging what is
+                // contiguous): only a peer that takes a segment as long as
+                // the whole buffer is sure to take them.
+                if buf.size() > max_seg {
+                    return Err(EMSGSIZE);
+                }
+                let id = buf.id();
+                dmabuf = Some(buf);
+                (Source::DmaBuf { buf: id }, Some(Overlap::DmaBuf(id)))
+            }
+        };
+        let pending = what.map(|w| PendingMap::reserve(self, w)).transpose()?;
+
+        // Listed for revocation first, then made under its own lock (see
+        // `DmaMapping`): an unbind of a device it depends on either finds
+        // it or keeps it from being listed. The file's lock is never held
+        // while pinning or copying to user memory (both take the mmap lock,
+        // which `mmap` holds when it takes the file's lock).
+        let notice = match &dmabuf {
+            Some(_) => Some(ExporterNotice::new(self.notifier.clone())?),
+            None => None,
+        };
+        let handle = DEVICES.lock().new_handle();
+        let mapping = DmaMapping::new(handle, source, peers, self.notifier.clone(), notice)?;
+        dma::register(&mapping)?;
+        let made = self.make_mapping(&mapping, alloc.as_ref(), dmabuf.as_ref(), &m, dir, max_seg);
+        let (segs, map_type) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                dma::unregister(&mapping);
+                return Err(e);
+            }
+        };
+        m.length = segs.iter().map(|&(_, l)| l).sum();
+        m.num_segs = segs.len() as u32;
+        if segs.len() > max {
+            dma::unregister(&mapping);
+            writer.write(&m)?;
+            return Err(ENOSPC);
+        }
+        m.map_type = map_type;
+        m.map_handle = handle;
+        let recorded = {
+            let mut state = self.state.lock();
+            // `FREE` of the allocation may have run meanwhile: it checks for
+            // mappings under this lock, so either it saw none and the
+            // allocation is gone now, or this one is recorded first.
+            match &mapping.source {
+                Source::Alloc(a) if !state.allocs.iter().any(|x| Arc::ptr_eq(x, a)) => Err(ENOENT),
+                _ => state
+                    .maps
+                    .push(mapping.clone(), GFP_KERNEL)
+                    .map_err(Error::from),
+            }
+        };
+        // Counted in `maps` now (or failed), no longer pending.
+        drop(pending);
+        if let Err(e) = recorded
+            .and_then(|()| write_segs(m.segs_ptr, &segs))
+            .and_then(|()| writer.write(&m))
+        {
+            // The caller never learns the handle: undo.
+            self.state.lock().maps.retain(|x| !Arc::ptr_eq(x, &mapping));
+            dma::unregister(&mapping);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Makes `mapping` (listed for revocation already): maps the memory for
+    /// each of its peers and returns the segments the peers see and the
+    /// map type (`DMA_MAP` only).
+    fn make_mapping(
+        &self,
+        mapping: &DmaMapping,
+        alloc: Option<&Arc<Alloc>>,
+        dmabuf: Option<&DmaBuf>,
+        m: &uapi::P2pdmaDmaMap,
+        dir: DataDirection,
+        max_seg: u64,
+    ) -> Result<(KVVec<(u64, u64)>, u32)> {
+        let mut out = None;
+        mapping.make(|| {
+            let mut maps = KVec::new();
+            let mut map_type = 0;
+            let mut pages = None;
+            if let Some(alloc) = alloc {
+                // The pages, held by the mapping from now on: `ENODEV` once
+                // the allocation was revoked.
+                let p = alloc.pages()?;
+                let offset = usize::try_from(m.offset).map_err(|_| EINVAL)?;
+                for peer in mapping.peers() {
+                    let (sg, bus) = p.map_for(peer, offset, m.length, dir)?;
                     let t = if bus {
                         uapi::P2PDMA_MAP_BUS_ADDR
                     } else {
@@ -722,75 +885,29 @@ impl P2pdmaFile {
                     map_type = t;
                     maps.push(sg, GFP_KERNEL)?;
                 }
-                (Source::Alloc(alloc), None)
-            }
-            uapi::P2PDMA_IOC_PIN_USER => {
-                let range = (m.user_va, m.length);
-                let pin = PendingPin::reserve(self, range)?;
-                for peer in &peers {
+                pages = Some(p);
+            } else if let Some(buf) = dmabuf {
+                let notice = mapping.notice().ok_or(EINVAL)?;
+                for peer in mapping.peers() {
+                    maps.push(peer.dmabuf_import(buf, dir, notice)?, GFP_KERNEL)?;
+                }
+            } else {
+                for peer in mapping.peers() {
                     maps.push(peer.pin_user(m.user_va, m.length, dir)?, GFP_KERNEL)?;
                 }
-                (
-                    Source::User {
-                        va: m.user_va,
-                        len: m.length,
-                    },
-                    Some(pin),
-                )
             }
-            _ => {
-                for peer in &peers {
-                    maps.push(peer.dmabuf_import(m.dmabuf_fd, dir, &self.notifier)?, GFP_KERNEL)?;
-                }
-                (Source::DmaBuf, None)
-            }
-        };
-        // Every path of a multipath device must see the same addresses.
-        let segs = segments(&maps[0], max_seg)?;
-        for sg in maps.iter().skip(1) {
-            if *segments(sg, max_seg)? != *segs {
-                return Err(EXDEV);
-            }
-        }
-        m.length = segs.iter().map(|&(_, l)| l).sum();
-        m.num_segs = segs.len() as u32;
-        if segs.len() > max {
-            writer.write(&m)?;
-            return Err(ENOSPC);
-        }
-        m.map_type = map_type;
-        m.map_handle = DEVICES.lock().new_handle();
-        let mapping = DmaMapping::new(m.map_handle, source, peers, self.notifier.clone(), maps)?;
-        {
-            let mut state = self.state.lock();
-            // `FREE` of the allocation may have run meanwhile: it checks for
-            // mappings under this lock, so either it saw none and the
-            // allocation is gone now, or this one is recorded first.
-            if let Source::Alloc(alloc) = &mapping.source {
-                if !state.allocs.iter().any(|a| Arc::ptr_eq(a, alloc)) {
-                    return Err(ENOENT);
+            // Every path of a multipath device must see the same addresses.
+            let first = maps.first().ok_or(ENXIO)?;
+            let segs = segments(first, max_seg)?;
+            for sg in maps.iter().skip(1) {
+                if *segments(sg, max_seg)? != *segs {
+                    return Err(EXDEV);
                 }
             }
-            state.maps.push(mapping.clone(), GFP_KERNEL)?;
-            // Counted in `maps` now, no longer pending.
-            if let Some(pin) = pin {
-                if let Some(i) = state.pinning.iter().position(|&p| p == pin.range) {
-                    let _ = state.pinning.remove(i);
-                }
-                core::mem::forget(pin);
-            }
-        }
-        let recorded = dma::register(&mapping);
-        if let Err(e) = recorded
-            .and_then(|()| write_segs(m.segs_ptr, &segs))
-            .and_then(|()| writer.write(&m))
-        {
-            // The caller never learns the handle: undo.
-            self.state.lock().maps.retain(|x| !Arc::ptr_eq(x, &mapping));
-            dma::unregister(&mapping);
-            return Err(e);
-        }
-        Ok(())
+            out = Some((segs, map_type));
+            Ok(dma::Live::new(maps, pages))
+        })?;
+        out.ok_or(ENODEV)
     }
 
     fn unmap(&self, user: UserSlice) -> Result {

@@ -28,6 +28,7 @@
 #include <linux/sched/mm.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/suspend.h>
 
 #include "helpers.h"
 
@@ -130,9 +131,10 @@ bool p2pdma_helper_capable(int cap)
 	return capable(cap);
 }
 
+/* The caller's kernel uid, the same in every user namespace. */
 u32 p2pdma_helper_current_uid(void)
 {
-	return from_kuid_munged(current_user_ns(), current_uid());
+	return __kuid_val(current_uid());
 }
 
 struct pid *p2pdma_helper_current_tgid_get(void)
@@ -329,6 +331,8 @@ struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev
 	f->writable = file->f_mode & FMODE_WRITE;
 	f->read_only = bdev_read_only(bdev);
 	f->p2pdma = blk_queue_pci_p2pdma(bdev_get_queue(bdev));
+	f->swap = IS_SWAPFILE(file->f_mapping->host) && !is_hibernate_resume_dev(bdev->bd_dev);
+	f->sync = (file->f_flags & O_DSYNC) || IS_SYNC(file->f_mapping->host);
 	f->logical_block_size = bdev_logical_block_size(bdev);
 	f->dma_alignment = bdev_dma_alignment(bdev);
 	f->size = bdev_nr_bytes(bdev);
@@ -437,10 +441,23 @@ void p2pdma_helper_io_submit(struct p2pdma_io *io, struct block_device *bdev, bo
 	submit_bio(bio);
 }
 
-/* Waits, uninterruptibly, until fewer than @below bios are in flight. */
+/*
+ * Waits until fewer than @below bios are in flight, as blk_wait_io() waits
+ * for a bio: in io_schedule(), counted as I/O wait, and waking every half
+ * second so that a long wait on slow storage is not taken for a hung task
+ * (the hung-task timeout is not exported; half a second is below any
+ * setting it can usefully have).
+ */
 void p2pdma_helper_io_wait(struct p2pdma_io *io, int below)
 {
-	wait_var_event(&io->inflight, atomic_read_acquire(&io->inflight) < below);
+	long left;
+
+	do {
+		left = ___wait_var_event(&io->inflight,
+					 ___wait_cond_timeout(atomic_read_acquire(&io->inflight) < below),
+					 TASK_UNINTERRUPTIBLE, 0, HZ / 2,
+					 __ret = io_schedule_timeout(__ret));
+	} while (!left);
 }
 
 /* The first error of the bios that ended (0 if none). */
@@ -649,7 +666,12 @@ static void p2pdma_invalidate_mappings(struct dma_buf_attachment *attach)
 {
 	struct p2pdma_sgmap *m = attach->importer_priv;
 
-	if (m->revoked)
+	/*
+	 * Only a mapped table can be revoked: an invalidation between attach
+	 * and map (the import maps afterwards, under the same lock) leaves
+	 * nothing to tear down, and must not keep the real one from running.
+	 */
+	if (m->revoked || !m->sgt)
 		return;
 	dmabuf_revoke_locked(m);
 	WRITE_ONCE(m->revoked, true);
@@ -661,8 +683,8 @@ static const struct dma_buf_attach_ops p2pdma_importer_ops = {
 	.invalidate_mappings = p2pdma_invalidate_mappings,
 };
 
-struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, int fd, int dir,
-						 void *notify, int *err)
+struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, struct dma_buf *buf,
+						 int dir, void *notify, int *err)
 {
 	struct p2pdma_sgmap *m = sgmap_new(peer, dir);
 	struct sg_table *sgt;
@@ -672,11 +694,8 @@ struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, int fd, i
 	if (!m)
 		goto fail;
 	m->notify = notify;
-	m->dmabuf = dma_buf_get(fd);
-	if (IS_ERR(m->dmabuf)) {
-		ret = PTR_ERR(m->dmabuf) == -EINVAL ? -EBADF : PTR_ERR(m->dmabuf);
-		goto free_m;
-	}
+	get_dma_buf(buf);
+	m->dmabuf = buf;
 	m->attach = dma_buf_dynamic_attach(m->dmabuf, &peer->dev, &p2pdma_importer_ops, m);
 	if (IS_ERR(m->attach)) {
 		ret = PTR_ERR(m->attach);
@@ -710,7 +729,6 @@ unlock:
 	dma_buf_detach(m->dmabuf, m->attach);
 put:
 	dma_buf_put(m->dmabuf);
-free_m:
 	pci_dev_put(m->peer);
 	kfree(m);
 fail:
@@ -730,11 +748,6 @@ struct sg_table *p2pdma_helper_sgmap_table(struct p2pdma_sgmap *m)
 void *p2pdma_helper_sgmap_notify(struct p2pdma_sgmap *m)
 {
 	return m->notify;
-}
-
-bool p2pdma_helper_sgmap_revoked(struct p2pdma_sgmap *m)
-{
-	return READ_ONCE(m->revoked);
 }
 
 void p2pdma_helper_sgmap_lock(struct p2pdma_sgmap *m)
@@ -793,13 +806,24 @@ void p2pdma_helper_eventfd_put(struct eventfd_ctx *ctx)
 	eventfd_ctx_put(ctx);
 }
 
-/* A PCI device is about to lose its driver: its DMA mappings must go. */
+/*
+ * A PCI device is about to lose its driver, or to go away: its DMA mappings
+ * must go, and none may be made for it until that is over.
+ */
 static int p2pdma_bus_event(struct notifier_block *nb, unsigned long action, void *data)
 {
 	struct device *dev = data;
 
-	if (action == BUS_NOTIFY_UNBIND_DRIVER || action == BUS_NOTIFY_DEL_DEVICE)
-		p2pdma_peer_going(to_pci_dev(dev));
+	switch (action) {
+	case BUS_NOTIFY_UNBIND_DRIVER:
+	case BUS_NOTIFY_DEL_DEVICE:
+		p2pdma_peer_going(to_pci_dev(dev), true);
+		break;
+	case BUS_NOTIFY_UNBOUND_DRIVER:
+	case BUS_NOTIFY_REMOVED_DEVICE:
+		p2pdma_peer_going(to_pci_dev(dev), false);
+		break;
+	}
 	return NOTIFY_DONE;
 }
 

@@ -9,6 +9,7 @@
 #include <linux/types.h>
 
 struct block_device;
+struct dma_buf;
 struct eventfd_ctx;
 struct file;
 struct p2pdma_io;
@@ -45,6 +46,8 @@ struct p2pdma_bdev_facts {
 	bool writable;		/* opened for writing */
 	bool read_only;		/* the device is read-only */
 	bool p2pdma;		/* its driver maps P2P memory */
+	bool swap;		/* an active swap device */
+	bool sync;		/* O_DSYNC, O_SYNC or a sync inode */
 	u32 logical_block_size;
 	u32 dma_alignment;	/* a mask */
 	u64 size;		/* bytes */
@@ -68,11 +71,10 @@ struct p2pdma_sgmap *p2pdma_helper_map_p2p(struct pci_dev *peer, void *kaddr, u6
 bool p2pdma_helper_sgmap_is_bus_addr(struct p2pdma_sgmap *m);
 struct p2pdma_sgmap *p2pdma_helper_pin_user(struct pci_dev *peer, u64 va, u64 len,
 					    int dir, int *err);
-struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, int fd, int dir,
-						 void *notify, int *err);
+struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, struct dma_buf *buf,
+						 int dir, void *notify, int *err);
 struct sg_table *p2pdma_helper_sgmap_table(struct p2pdma_sgmap *m);
 void *p2pdma_helper_sgmap_notify(struct p2pdma_sgmap *m);
-bool p2pdma_helper_sgmap_revoked(struct p2pdma_sgmap *m);
 void p2pdma_helper_sgmap_lock(struct p2pdma_sgmap *m);
 void p2pdma_helper_sgmap_unlock(struct p2pdma_sgmap *m);
 void p2pdma_helper_sgmap_release(struct p2pdma_sgmap *m);
@@ -87,6 +89,6 @@ void p2pdma_vma_open(void *alloc);
 void p2pdma_vma_close(void *alloc);
 vm_fault_t p2pdma_vma_fault(void *alloc, struct vm_area_struct *vma);
 void p2pdma_dmabuf_revoked(void *notify);
-void p2pdma_peer_going(struct pci_dev *pdev);
+void p2pdma_peer_going(struct pci_dev *pdev, bool going);
 
 #endif /* P2PDMA_HELPERS_H */

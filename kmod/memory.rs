@@ -138,14 +138,8 @@ impl Alloc {
         Ok(())
     }
 
-    /// Runs `f` on the memory if it is still there (`ENODEV` if not).
-    pub(crate) fn with_pages<R>(&self, f: impl FnOnce(&P2pPages) -> Result<R>) -> Result<R> {
-        let st = self.state.lock();
-        f(st.pages.as_ref().ok_or(ENODEV)?)
-    }
-
-    /// The memory, held for block I/O: `ENODEV` once it was revoked or
-    /// released.
+    /// The memory, held for block I/O or a DMA mapping: `ENODEV` once it
+    /// was revoked or released.
     pub(crate) fn pages(&self) -> Result<Arc<P2pPages>> {
         self.state.lock().pages.clone().ok_or(ENODEV)
     }

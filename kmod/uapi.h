@@ -243,8 +243,9 @@ struct p2pdma_block_io {
  * outside the allocation. ENOENT: no such allocation. EREMOTEIO: the kernel
  * does not allow P2P between them. EXDEV: the controllers of a multipath
  * device need different addresses. ENOSPC: max_segs too small (num_segs
- * says how many). ENODEV: the allocation was revoked. Peer errors as for
- * P2P_QUERY.
+ * says how many). ENODEV: the allocation was revoked, or a device it
+ * depends on is being unbound. EOPNOTSUPP: the peer is a bridge. Peer errors
+ * as for P2P_QUERY.
  */
 #define P2PDMA_IOC_DMA_MAP _IOWR(P2PDMA_IOCTL_MAGIC, 0x05, struct p2pdma_dma_map)
 
@@ -255,7 +256,7 @@ struct p2pdma_block_io {
  * non-zero fields. EFAULT: buffer not mapped, or read-only without
  * P2PDMA_MAP_PEER_READS. ENOMEM: over RLIMIT_MEMLOCK. ETOOMANYREFS: a page
  * already carries P2PDMA_MAX_PIN_OVERLAP pins of this file. ENOSPC, peer
- * errors.
+ * errors, and those of DMA_MAP for the peer (ENODEV, EOPNOTSUPP).
  */
 #define P2PDMA_IOC_PIN_USER _IOWR(P2PDMA_IOCTL_MAGIC, 0x06, struct p2pdma_dma_map)
 
@@ -268,8 +269,11 @@ struct p2pdma_block_io {
 /*
  * Import a dma-buf for a peer: a dynamic, peer-to-peer attachment, pinned
  * while imported; revoked if the exporter moves it anyway. Returns the
- * peer's addresses. Needs CAP_SYS_RAWIO. EBADF: not a dma-buf. EINVAL,
- * ENOSPC, ENOMEM, peer errors, and the exporter's errors.
+ * peer's addresses. Needs CAP_SYS_RAWIO. EBADF: not a dma-buf. EMSGSIZE:
+ * the buffer is larger than the peer's longest DMA segment. ETOOMANYREFS:
+ * the buffer already has P2PDMA_MAX_PIN_OVERLAP live imports of this file.
+ * EINVAL, ENOSPC, ENOMEM, peer errors and those of DMA_MAP for the peer
+ * (ENODEV, EOPNOTSUPP), and the exporter's errors.
  */
 #define P2PDMA_IOC_DMABUF_IMPORT _IOWR(P2PDMA_IOCTL_MAGIC, 0x08, struct p2pdma_dma_map)
 
@@ -294,7 +298,7 @@ struct p2pdma_block_io {
  * opening process only.
  * EINVAL: fields, alignment, ranges. ENOENT: no such allocation. ENODEV:
  * revoked. EBADF: fd not open for that direction. ENOTBLK. EPERM: read-only
- * device. EACCES, EPERM: a security module refuses the read or write. EOPNOTSUPP: the driver cannot DMA to P2P memory. EREMOTEIO: the
+ * device. ETXTBSY: writing an active swap device. EACCES, EPERM: a security module refuses the read or write. EOPNOTSUPP: the driver cannot DMA to P2P memory. EREMOTEIO: the
  * kernel does not allow P2P between them. EBUSY: page cache in use. EINTR:
  * fatal signal. Device errors (EIO, ...).
  */

@@ -442,8 +442,10 @@ pub const P2PDMA_IOC_P2P_QUERY: u32 = ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<
 /// allocation), `EREMOTEIO` (the kernel does not allow P2P between them),
 /// `EXDEV` (the paths of a multipath device need different addresses: map
 /// for one controller), `ENOSPC` (`max_segs` too small; `num_segs` says how
-/// many are needed), peer errors as for `P2P_QUERY`, `ENODEV` (the
-/// allocation was revoked), `ENOMEM`, `EFAULT`.
+/// many are needed), peer errors as for `P2P_QUERY`, `EOPNOTSUPP` (the
+/// peer is a bridge, which masters no DMA), `ENODEV` (the allocation was
+/// revoked, or a device the mapping depends on is being unbound), `ENOMEM`,
+/// `EFAULT`.
 pub const P2PDMA_IOC_DMA_MAP: u32 = ioc(IOC_READ | IOC_WRITE, 0x05, size_of::<P2pdmaDmaMap>());
 
 /// Pin a host user buffer and DMA-map it for a peer. Requires
@@ -457,7 +459,7 @@ pub const P2PDMA_IOC_DMA_MAP: u32 = ioc(IOC_READ | IOC_WRITE, 0x05, size_of::<P2
 /// writable without [`P2PDMA_MAP_PEER_READS`]), `ENOMEM` (over
 /// `RLIMIT_MEMLOCK`, or out of memory), `ETOOMANYREFS` (a page already
 /// carries [`P2PDMA_MAX_PIN_OVERLAP`] pins of this file), `ENOSPC`, peer
-/// errors as for `P2P_QUERY`.
+/// errors as for `P2P_QUERY`, `EOPNOTSUPP` and `ENODEV` as for `DMA_MAP`.
 pub const P2PDMA_IOC_PIN_USER: u32 = ioc(IOC_READ | IOC_WRITE, 0x06, size_of::<P2pdmaDmaMap>());
 
 /// Release a mapping made by `DMA_MAP`, `PIN_USER` or `DMABUF_IMPORT`
@@ -474,8 +476,12 @@ pub const P2PDMA_IOC_UNMAP: u32 = ioc(IOC_WRITE, 0x07, size_of::<P2pdmaUnmap>())
 /// pinned while imported; if the exporter still moves or withdraws it
 /// (`move_notify`), the mapping is revoked.
 ///
-/// Errors: `EPERM`, `EINVAL`, `EBADF` (not a dma-buf), `ENOSPC`, `ENOMEM`,
-/// peer errors as for `P2P_QUERY`, errors of the exporter.
+/// Errors: `EPERM`, `EINVAL`, `EBADF` (not a dma-buf), `EMSGSIZE` (the
+/// buffer is larger than the peer's longest DMA segment: the exporter's
+/// segments might not fit), `ETOOMANYREFS` (the buffer already has
+/// [`P2PDMA_MAX_PIN_OVERLAP`] live imports of this file), `ENOSPC`,
+/// `ENOMEM`, peer errors as for `P2P_QUERY`, `EOPNOTSUPP` and `ENODEV` as
+/// for `DMA_MAP`, errors of the exporter.
 pub const P2PDMA_IOC_DMABUF_IMPORT: u32 =
     ioc(IOC_READ | IOC_WRITE, 0x08, size_of::<P2pdmaDmaMap>());
 
@@ -508,7 +514,8 @@ pub const P2PDMA_IOC_HANDLE_STATE: u32 =
 /// Errors: `EINVAL` (fields, alignment, a range past the allocation or the
 /// device), `ENOENT` (no such allocation), `ENODEV` (it was revoked),
 /// `EBADF` (not open, or not open for that direction), `ENOTBLK` (not a
-/// block device), `EPERM` (writing a read-only device), what a security
+/// block device), `EPERM` (writing a read-only device), `ETXTBSY` (writing
+/// an active swap device), what a security
 /// module refuses (`EACCES`, `EPERM`), `EOPNOTSUPP` (the
 /// device's driver cannot DMA to P2P memory), `EREMOTEIO` (the kernel does
 /// not allow P2P between the accelerator and the device's controller),

@@ -21,10 +21,14 @@ else
 	expect=unsupported
 	# No multipath namespace in this topology.
 	may_skip="$may_skip p2p-query-multipath dma-map-multipath"
-	# P2P is refused here: there is no block I/O to race with the unbind.
-	may_skip="$may_skip unbind-during-block-io"
+	# P2P is refused here: there is no block I/O to race with the unbind,
+	# nor a write to sync or a long read to wait for.
+	may_skip="$may_skip unbind-during-block-io block-io-dsync-flush block-io-slow-no-hung-task"
 	set --
 fi
+# NSID 5 may be swap for a while (its first page is put back); NSID 6 is
+# slow (throttled by QEMU) and reads as zeros.
+set -- "$@" --nvme-swap "$(ns_dev 5)" --nvme-slow "$(ns_dev 6)"
 
 # On the debug kernel, have the DMA-API checks report every error, not only
 # the first one: each case that breaks a DMA rule then shows in the log.

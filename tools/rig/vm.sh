@@ -218,6 +218,8 @@ timeout -k 5 "$timeout" qemu-system-x86_64 \
 	-device "nvme-ns,drive=nvmmd,bus=nvme0,nsid=4,ms=8,pi=1,shared=off" \
 	-drive "file=blkdebug:$out/blkdebug.conf:$out/bad.img,if=none,id=nvmbad,format=raw" \
 	-device "nvme-ns,drive=nvmbad,bus=nvme0,nsid=5,shared=off" \
+	-drive "if=none,id=nvmslow,driver=null-co,size=64M,read-zeroes=on,throttling.bps-total=1048576" \
+	-device "nvme-ns,drive=nvmslow,bus=nvme0,nsid=6,shared=off" \
 	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M" \
 	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus" \
 	>"$out/qemu.log" 2>&1 || qrc=$?

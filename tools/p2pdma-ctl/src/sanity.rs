@@ -14,9 +14,13 @@
 //! submodules: `alloc` (zeroed memory, the per-user share), `race`
 //! (`FREE` against `DMA_MAP`, shared-handle stress), `pin` (overlapping,
 //! read-only, huge-page and `RLIMIT_MEMLOCK` pins), `peer` (multipath
-//! heads, `DMA_MAP` agreeing with `P2P_QUERY`) and `revoke` (what an unbind
+//! heads, `DMA_MAP` agreeing with `P2P_QUERY`), `revoke` (what an unbind
 //! revokes, and mappings made while it runs, probed by the kernel's own
-//! copies so that a revoked mapping gives `EFAULT` instead of `SIGBUS`).
+//! copies so that a revoked mapping gives `EFAULT` instead of `SIGBUS`),
+//! `revoke_race` (`DMA_MAP`, `PIN_USER` and `DMABUF_IMPORT` looping across
+//! unbind and bind cycles), `dmabuf` (bridges, segment limits and overlap
+//! bounds of imports) and `blockio` (`BLOCK_IO`, swap devices, sync writes
+//! and long waits included).
 
 use std::{
     collections::HashSet,
@@ -96,6 +100,14 @@ pub struct SanityArgs {
     /// without it.
     #[arg(long)]
     nvme_multipath: Option<String>,
+    /// An NVMe namespace the suite may turn into swap for a while (its
+    /// first page is restored); the swap case is skipped without it.
+    #[arg(long)]
+    nvme_swap: Option<String>,
+    /// A slow (throttled) NVMe namespace that reads as zeros; the cases
+    /// of long waits and sync writes are skipped without it.
+    #[arg(long)]
+    nvme_slow: Option<String>,
 }
 
 /// Why a case did not pass.
@@ -144,10 +156,12 @@ fn skip(why: impl Into<String>) -> R {
 // The cases by subject; they use the macros above.
 mod alloc;
 mod blockio;
+mod dmabuf;
 mod peer;
 mod pin;
 mod race;
 mod revoke;
+mod revoke_race;
 
 /// The symbolic name of an errno, including the ones of ABI 2 that
 /// [`errno_name`] does not know.
@@ -156,6 +170,9 @@ fn ename(e: Errno) -> String {
         Errno::DQUOT => "EDQUOT".into(),
         Errno::TOOMANYREFS => "ETOOMANYREFS".into(),
         Errno::XDEV => "EXDEV".into(),
+        Errno::MSGSIZE => "EMSGSIZE".into(),
+        Errno::TXTBSY => "ETXTBSY".into(),
+        Errno::OPNOTSUPP => "EOPNOTSUPP".into(),
         e => errno_name(e),
     }
 }
@@ -349,6 +366,10 @@ struct Ctx {
     expect: Option<ExpectP2p>,
     /// `--nvme-multipath`.
     nvme_multipath: Option<String>,
+    /// `--nvme-swap`.
+    nvme_swap: Option<String>,
+    /// `--nvme-slow`.
+    nvme_slow: Option<String>,
     /// `p2pmem/available` before any case ran.
     baseline: Option<u64>,
 }
@@ -2186,6 +2207,8 @@ fn setup(node: &str, args: &SanityArgs) -> Result<Ctx, String> {
         nvme_query: None,
         expect: args.expect_p2p,
         nvme_multipath: args.nvme_multipath.clone(),
+        nvme_swap: args.nvme_swap.clone(),
+        nvme_slow: args.nvme_slow.clone(),
         baseline,
     })
 }
@@ -2313,6 +2336,8 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("free-vs-dma-map-race", || c.free_vs_dma_map());
     s.case("threads-shared-handles", || c.stress_shared());
     s.case("alloc-user-share", || c.pool_share());
+    // Forks: this process has a single thread again here.
+    s.case("alloc-user-share-userns", || c.pool_share_userns());
 
     // P2P queries and DMA mappings.
     s.case("p2p-query-nvme", || c.p2p_query_nvme());
@@ -2346,9 +2371,15 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("dmabuf-import", || c.dmabuf_import());
     s.case("dmabuf-import-not-dmabuf", || c.dmabuf_import_not_dmabuf());
     s.case("dmabuf-import-hugetlb-self", || c.dmabuf_hugetlb_self());
+    s.case("dmabuf-import-bridge-peer", || c.dmabuf_bridge_peer());
+    s.case("dmabuf-import-seg-limit", || c.dmabuf_seg_limit());
+    s.case("dmabuf-import-overlap", || c.dmabuf_overlap());
     s.case("block-io-read", || c.block_io_read());
     s.case("block-io-write", || c.block_io_write());
     s.case("block-io-bad-args", || c.block_io_bad_args());
+    s.case("block-io-swap-etxtbsy", || c.block_io_swap());
+    s.case("block-io-dsync-flush", || c.block_io_dsync());
+    s.case("block-io-slow-no-hung-task", || c.block_io_slow());
     s.case("leak-after-dma", || c.leak_check());
 
     // Processes that lose privileges or die, and the device going away.
@@ -2360,6 +2391,7 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
             "revoke-unbind",
             "unbind-mmap-race",
             "unbind-during-block-io",
+            "unbind-map-race",
         ] {
             s.report(case, skip("--no-unbind"));
         }
@@ -2368,6 +2400,7 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
         c.unbind_revokes(s);
         c.unbind_mmap_race(s);
         c.unbind_during_block_io(s);
+        c.unbind_map_race(s);
     }
     s.case("leak-final", || c.leak_check());
 

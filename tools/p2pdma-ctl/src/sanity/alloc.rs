@@ -179,3 +179,140 @@ impl Ctx {
         all(vec![r, self.leak_check()])
     }
 }
+
+/// `unshare(CLONE_NEWUSER)`: a user namespace of the caller's own.
+#[allow(unsafe_code)]
+fn unshare_user_ns() -> Result<(), Errno> {
+    use nix::libc;
+    // SAFETY: `unshare` takes no pointers; it changes only this process's
+    // namespaces.
+    if unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ))
+    }
+}
+
+/// `prctl(PR_SET_DUMPABLE, 1)`.
+#[allow(unsafe_code)]
+fn set_dumpable() -> Result<(), Errno> {
+    use nix::libc;
+    // SAFETY: `PR_SET_DUMPABLE` takes an integer and no pointers.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ))
+    }
+}
+
+/// The uid a user namespace maps `nobody` to in [`Ctx::pool_share_userns`].
+const NS_UID: u32 = 1000;
+
+impl Ctx {
+    /// The share is the kernel's user's, whatever uid a user namespace
+    /// shows: a forked child drops to uid 65534 (no `CAP_SYS_ADMIN`), takes
+    /// its whole share, then enters a user namespace of its own where it
+    /// is uid 1000, and one page more, on a second file, gets `EDQUOT`.
+    pub(super) fn pool_share_userns(&self) -> R {
+        if !getuid().is_root() {
+            return skip("needs root, to drop privileges");
+        }
+        let pct = match std::fs::read_to_string(USER_SHARE) {
+            Ok(s) => s
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{USER_SHARE} holds {:?}", s.trim()))?,
+            Err(_) => USER_SHARE_DEFAULT,
+        };
+        let size = self.accel.p2p_size;
+        let share = (size * pct / 100) & !(PAGE - 1);
+        let avail = self.available()?;
+        if share + PAGE > size {
+            return skip(format!("user_share is {pct}%: no allocation can exceed it"));
+        }
+        ensure!(
+            avail >= share + PAGE,
+            "only {avail} bytes free, {} needed to tell EDQUOT from ENOMEM",
+            share + PAGE
+        );
+        let (node, dev) = (self.node.clone(), self.dev);
+        // Exit codes of the child's steps that fail before the last one.
+        const NO_MODULE: i32 = 200;
+        const NO_NOBODY: i32 = 201;
+        const NO_SHARE: i32 = 202;
+        const NO_NS: i32 = 203;
+        const NO_MAP: i32 = 204;
+        const WRONG_UID: i32 = 205;
+        let pid = crate::proc::fork_run(move || {
+            use rustix::{
+                process::{Gid, Uid},
+                thread::{set_thread_gid, set_thread_groups, set_thread_uid},
+            };
+            let (Ok(one), Ok(two)) = (
+                p2pdma::Module::open_path(&node),
+                p2pdma::Module::open_path(&node),
+            ) else {
+                return NO_MODULE;
+            };
+            if set_thread_groups(&[]).is_err()
+                || set_thread_gid(Gid::from_raw(NOBODY)).is_err()
+                || set_thread_uid(Uid::from_raw(NOBODY)).is_err()
+            {
+                return NO_NOBODY;
+            }
+            let Ok(whole) = one.alloc(dev, share, 0) else {
+                return NO_SHARE;
+            };
+            // Dropping root made the process undumpable, which leaves its
+            // /proc files root's: it could not write its own uid_map.
+            if set_dumpable().is_err() {
+                return NO_MAP;
+            }
+            if unshare_user_ns().is_err() {
+                return NO_NS;
+            }
+            if std::fs::write("/proc/self/uid_map", format!("{NS_UID} {NOBODY} 1\n")).is_err() {
+                return NO_MAP;
+            }
+            if getuid().as_raw() != NS_UID {
+                return WRONG_UID;
+            }
+            let more = two.alloc(dev, PAGE, 0);
+            let code = match &more {
+                Ok(_) => 0,
+                Err(e) => e.errno().map_or(-1, |e| e.raw_os_error()),
+            };
+            drop(more);
+            drop(whole);
+            code
+        })?;
+        let got = match crate::proc::wait_pid(pid, Duration::from_secs(60)) {
+            Ended::Exited(NO_MODULE) => fail!("the child could not open the module"),
+            Ended::Exited(NO_NOBODY) => fail!("the child could not drop to uid {NOBODY}"),
+            Ended::Exited(NO_SHARE) => fail!("the child's ALLOC of its whole share failed"),
+            Ended::Exited(NO_NS) => {
+                fail!("unshare(CLONE_NEWUSER) as uid {NOBODY} failed (CONFIG_USER_NS?)")
+            }
+            Ended::Exited(NO_MAP) => fail!("the child could not write its uid_map"),
+            Ended::Exited(WRONG_UID) => fail!("the child is not uid {NS_UID} in its namespace"),
+            Ended::Exited(0) => Ok(()),
+            Ended::Exited(c) => Err(Errno::from_raw_os_error(c)),
+            other => fail!("the child {other}"),
+        };
+        all(vec![
+            want_errno(
+                &format!(
+                    "ALLOC of one page more than the {pct}% share, as uid {NOBODY} seen as uid {NS_UID} in a user namespace"
+                ),
+                got,
+                Errno::DQUOT,
+            ),
+            self.wait_available(avail, "after the child exited"),
+            self.leak_check(),
+        ])
+    }
+}

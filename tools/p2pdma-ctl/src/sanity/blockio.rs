@@ -532,3 +532,245 @@ fn same_memory(map: &DeviceMapping, want: &[u8], what: &str) -> R {
     map.read_at(0, &mut got)?;
     same(want, &got, what)
 }
+
+/// The kernel's hung-task detector: its timeout and how many hung tasks it
+/// has reported.
+const HUNG_TIMEOUT: &str = "/proc/sys/kernel/hung_task_timeout_secs";
+const HUNG_COUNT: &str = "/proc/sys/kernel/hung_task_detect_count";
+
+/// Where a swap header keeps its magic, and the magic.
+const SWAP_MAGIC_AT: usize = 4096 - 10;
+const SWAP_MAGIC: &[u8] = b"SWAPSPACE2";
+
+/// Completed flush requests of the disk `name` (`/sys/block/<name>/stat`,
+/// field 16).
+fn disk_flushes(name: &str) -> Result<u64, Why> {
+    let path = format!("/sys/block/{name}/stat");
+    let s = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    s.split_whitespace()
+        .nth(15)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| Why::Fail(format!("{path} has no flush count: {:?}", s.trim())))
+}
+
+/// A swap header (version 1) for a device of `size` bytes.
+fn swap_header(size: u64) -> Vec<u8> {
+    let mut h = vec![0u8; 4 * KIB as usize];
+    h[1024..1028].copy_from_slice(&1u32.to_le_bytes());
+    let last = (size / (4 * KIB))
+        .saturating_sub(1)
+        .min(u64::from(u32::MAX)) as u32;
+    h[1028..1032].copy_from_slice(&last.to_le_bytes());
+    h[SWAP_MAGIC_AT..].copy_from_slice(SWAP_MAGIC);
+    h
+}
+
+/// `swapon(2)` (`on`) or `swapoff(2)` of the block device at `path`.
+#[allow(unsafe_code)]
+fn swap(path: &str, on: bool) -> Result<(), Errno> {
+    use nix::libc;
+    let c = std::ffi::CString::new(path).map_err(|_| Errno::INVAL)?;
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; neither
+    // call keeps the pointer.
+    let rc = unsafe {
+        if on {
+            libc::swapon(c.as_ptr(), 0)
+        } else {
+            libc::swapoff(c.as_ptr())
+        }
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw_os_error(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ))
+    }
+}
+
+impl Ctx {
+    /// `--nvme-swap`, or a skip.
+    fn swap_dev(&self) -> Result<String, Why> {
+        self.nvme_swap
+            .clone()
+            .ok_or_else(|| Why::Skip("no --nvme-swap namespace given".into()))
+    }
+
+    /// `--nvme-slow`, or a skip.
+    fn slow_dev(&self) -> Result<String, Why> {
+        self.nvme_slow
+            .clone()
+            .ok_or_else(|| Why::Skip("no --nvme-slow namespace given".into()))
+    }
+
+    /// With a namespace in use as swap (a swap header written to it, then
+    /// `swapon`), `pwrite` of its first page gets `ETXTBSY`, and so must a
+    /// `BLOCK_IO` write of the same bytes. The namespace's first page is
+    /// put back afterwards.
+    pub(super) fn block_io_swap(&self) -> R {
+        if !rustix::process::getuid().is_root() {
+            return super::skip("needs root, for swapon");
+        }
+        let path = self.swap_dev()?;
+        let rw = open(path.as_str(), OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("open {path}: {}", ename(e)))?;
+        let size = rustix::fs::seek(&rw, rustix::fs::SeekFrom::End(0))
+            .map_err(|e| format!("size of {path}: {}", ename(e)))?;
+        let mut original = vec![0u8; 4 * KIB as usize];
+        rustix::io::pread(&rw, &mut original, 0)
+            .map_err(|e| format!("pread of {path}: {}", ename(e)))?;
+        let header = swap_header(size);
+        rustix::io::pwrite(&rw, &header, 0)
+            .and_then(|_| rustix::fs::fsync(&rw))
+            .map_err(|e| format!("writing a swap header to {path}: {}", ename(e)))?;
+        let r = match swap(&path, true) {
+            Ok(()) => {
+                let r = self.block_io_swap_checks(&rw, &header);
+                let off = swap(&path, false)
+                    .map_err(|e| Why::Fail(format!("swapoff {path}: {}", ename(e))));
+                all(vec![r, off])
+            }
+            Err(e) => Err(Why::Fail(format!("swapon {path}: {}", ename(e)))),
+        };
+        let restore = rustix::io::pwrite(&rw, &original, 0)
+            .and_then(|_| rustix::fs::fsync(&rw))
+            .map(|_| ())
+            .map_err(|e| Why::Fail(format!("restoring the first page of {path}: {}", ename(e))));
+        all(vec![r, restore])
+    }
+
+    fn block_io_swap_checks(&self, rw: &OwnedFd, header: &[u8]) -> R {
+        let a = self.module.alloc(self.dev, 64 * KIB, 0)?;
+        let map = a.map()?;
+        map.write_at(0, header)?;
+        all(vec![
+            want_errno(
+                "pwrite of the first page of an active swap device (the reference)",
+                rustix::io::pwrite(rw, header, 0),
+                Errno::TXTBSY,
+            ),
+            want_errno(
+                "BLOCK_IO write of the same bytes",
+                self.block_io(a.handle(), rw, true, &[seg(0, 0, 4 * KIB)], 0),
+                Errno::TXTBSY,
+            ),
+        ])
+    }
+
+    /// A `BLOCK_IO` write through a descriptor opened with `O_DSYNC` (or
+    /// `O_SYNC`) is durable when the call returns, as `pwrite` on it would
+    /// be: the disk sees a flush (its flush count in `/sys/block/*/stat`
+    /// grows); the same write without either flag sends none.
+    pub(super) fn block_io_dsync(&self) -> R {
+        let path = self.slow_dev()?;
+        if !self.nvme_p2p()? {
+            return super::skip("P2P is refused here: BLOCK_IO moves nothing");
+        }
+        let name = path.trim_start_matches("/dev/").to_string();
+        let wc = std::fs::read_to_string(format!("/sys/block/{name}/queue/write_cache"))
+            .map_err(|e| format!("write_cache of {name}: {e}"))?;
+        if wc.trim() != "write back" {
+            fail!(
+                "{name} has write cache {:?}: a flush would not reach it",
+                wc.trim()
+            );
+        }
+        let a = self.module.alloc(self.dev, 64 * KIB, 0)?;
+        let segs = [seg(0, 0, 64 * KIB)];
+        let mut checks = Vec::new();
+        for (what, flags, want_flush) in [
+            ("no sync flag", OFlags::empty(), false),
+            ("O_DSYNC", OFlags::DSYNC, true),
+            ("O_SYNC", OFlags::SYNC, true),
+        ] {
+            let fd = open(
+                path.as_str(),
+                OFlags::RDWR | OFlags::CLOEXEC | flags,
+                Mode::empty(),
+            )
+            .map_err(|e| format!("open {path} with {what}: {}", ename(e)))?;
+            let before = disk_flushes(&name)?;
+            let r = self.block_io(a.handle(), &fd, true, &segs, 0);
+            let after = disk_flushes(&name)?;
+            checks.push(match r {
+                Err(e) => Err(Why::Fail(format!("BLOCK_IO write with {what}: {}", ename(e)))),
+                Ok(_) if want_flush && after == before => Err(Why::Fail(format!(
+                    "BLOCK_IO write with {what} returned and {name} saw no flush ({before} before and after)"
+                ))),
+                Ok(_) if !want_flush && after != before => Err(Why::Fail(format!(
+                    "BLOCK_IO write with {what}: {name}'s flush count went from {before} to {after}"
+                ))),
+                Ok(_) => Ok(()),
+            });
+        }
+        all(checks)
+    }
+
+    /// One long read from a slow (throttled) namespace, a single bio of
+    /// 8 MiB that takes several seconds, with the hung-task detector's
+    /// timeout at 2 s: the caller waits for I/O the way the block layer
+    /// does, so the detector reports nothing (its count stays), and the
+    /// memory holds what the namespace holds (zeros).
+    pub(super) fn block_io_slow(&self) -> R {
+        const LEN: u64 = 8 * MIB;
+        if !rustix::process::getuid().is_root() {
+            return super::skip("needs root, to set the hung-task timeout");
+        }
+        let path = self.slow_dev()?;
+        if !self.nvme_p2p()? {
+            return super::skip("P2P is refused here: BLOCK_IO moves nothing");
+        }
+        let old = std::fs::read_to_string(HUNG_TIMEOUT)
+            .map_err(|e| format!("{HUNG_TIMEOUT}: {e} (no CONFIG_DETECT_HUNG_TASK?)"))?;
+        let count = || -> Result<u64, Why> { Ok(super::read_sysfs_u64(HUNG_COUNT)?) };
+        let fd = open(
+            path.as_str(),
+            OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("open {path}: {}", ename(e)))?;
+        let a = self.module.alloc(self.dev, LEN, 0)?;
+        let map = a.map()?;
+        map.write_at(0, &vec![0xA5u8; LEN as usize])?;
+        std::fs::write(HUNG_TIMEOUT, "2").map_err(|e| format!("{HUNG_TIMEOUT}: {e}"))?;
+        let before = count();
+        let started = Instant::now();
+        let r = self.block_io(a.handle(), &fd, false, &[seg(0, 0, LEN)], 1);
+        let took = started.elapsed();
+        // One more detector period, for a report of the wait's last part.
+        thread::sleep(Duration::from_secs(3));
+        let after = count();
+        let restore = std::fs::write(HUNG_TIMEOUT, old.trim())
+            .map_err(|e| Why::Fail(format!("restoring {HUNG_TIMEOUT}: {e}")));
+        let (before, after) = (before?, after?);
+        let mut checks = vec![restore];
+        match r {
+            Ok(n) => {
+                checks.push(ensure_bytes(n, LEN));
+                checks.push(same_memory(
+                    &map,
+                    &vec![0u8; LEN as usize],
+                    "after the slow read",
+                ));
+            }
+            Err(e) => checks.push(Err(Why::Fail(format!(
+                "BLOCK_IO read of {path}: {}",
+                ename(e)
+            )))),
+        }
+        if took < Duration::from_secs(4) {
+            checks.push(Err(Why::Fail(format!(
+                "the read took {:.1} s: {path} is not slow enough to test the wait",
+                took.as_secs_f64()
+            ))));
+        }
+        if after != before {
+            checks.push(Err(Why::Fail(format!(
+                "the hung-task detector reported {} task(s) during a {:.1} s BLOCK_IO",
+                after - before,
+                took.as_secs_f64()
+            ))));
+        }
+        all(checks)
+    }
+}
