@@ -270,12 +270,13 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check queues-after-owner-died p2pdma-vmtest queues --step after-death
 	check queues-abort-stuck p2pdma-vmtest queues --step abort
 	# Random command sequences with canary bytes around every payload, on
-	# the 512-byte namespace and on the 4 KiB one (vfio4k.img, the rig
-	# content from 192 MiB on); the controller's largest command is
-	# 128 KiB. Before the steps that write elsewhere in the images.
+	# the 512-byte namespace (its writes undone for the steps after) and
+	# on the 4 KiB one (vfio4k.img, the rig content from 192 MiB on; its
+	# writes stay, for the host to check); the controller's largest
+	# command is 128 KiB.
 	check queues-canary-512 p2pdma-vmtest queues --step canary
 	check queues-canary-4k p2pdma-vmtest queues --step canary --nsid 8 \
-		--image vfio4k.img --image-pattern-offset $((192 << 20))
+		--image vfio4k.img --image-pattern-offset $((192 << 20)) --keep-writes
 	check queues-engine p2pdma-vmtest queues --step engine
 	check_held queues-data p2pdma-vmtest queues --step data --hold
 fi

@@ -194,11 +194,8 @@ impl Namespace {
     /// FLUSH: the controller's volatile write cache to the medium.
     pub fn flush(&self) -> Result<()> {
         let cmd = IoCommand::flush(self.info.nsid);
-        self.ctrl.scope(|s| {
-            s.submit(self.ctrl.next_queue(), &cmd)?
-                .wait()
-                .map(|_| ())
-        })
+        self.ctrl
+            .scope(|s| s.submit(self.ctrl.next_queue(), &cmd)?.wait().map(|_| ()))
     }
 
     /// Moves `len` bytes (checked by the caller); the commands it took.

@@ -50,7 +50,8 @@ pub enum Step {
     /// memory filled with canary bytes: each read lands the image's bytes
     /// and changes nothing around them; commands whose blocks differ from
     /// their payload are refused and change nothing; writes read back
-    /// right and are reported for the host to check in the image.
+    /// right and (with `--keep-writes`) are reported for the host to check
+    /// in the image.
     Canary,
 }
 
@@ -71,6 +72,11 @@ pub struct QueuesArgs {
     /// The namespace's image file, as the host names it in results.
     #[arg(long, default_value = "vfio.img")]
     image: String,
+    /// The canary step's writes stay, reported for the host to check in
+    /// the image; otherwise each is undone (the image's bytes written
+    /// back) for the steps after it.
+    #[arg(long)]
+    keep_writes: bool,
 }
 
 /// The image's bytes at `offset..offset + len`.
@@ -786,7 +792,7 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
                 let blocks = 1 + rng.below((max as u64 / bs).min(mem.len() as u64 / bs / 2));
                 let len = (blocks * bs) as usize;
                 let at = (rng.below((mem.len() - len) as u64 / 4) * 4) as usize;
-                let slba = rng.below(info.blocks - blocks);
+                let slba = rng.below(scratch / bs - blocks);
                 let payload = maps[m].payload(at, len).map_err(err)?;
                 let refuse = op % 4 == 1;
                 let blocks = if refuse { blocks + 1 } else { blocks };
@@ -862,10 +868,17 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
                         "reading back the write at {off}: byte {i} outside changed"
                     ));
                 }
-                println!(
-                    "@@RESULT nvme-write image={} nvme_offset={off} pattern_offset={pat} len={len}",
-                    x.image
-                );
+                if x.keep_writes {
+                    println!(
+                        "@@RESULT nvme-write image={} nvme_offset={off} pattern_offset={pat} len={len}",
+                        x.image
+                    );
+                } else {
+                    // The image's own bytes again, for the steps after.
+                    let orig = image(x.image_pattern_offset, off, len);
+                    mem.write_at(at, &orig).map_err(err)?;
+                    ns.write(off, mem, at, len).map_err(err)?;
+                }
                 writes += 1;
             }
         }
