@@ -277,6 +277,12 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check queues-canary-512 p2pdma-vmtest queues --step canary
 	check queues-canary-4k p2pdma-vmtest queues --step canary --nsid 8 \
 		--image vfio4k.img --image-pattern-offset $((192 << 20)) --keep-writes
+	# A namespace detached and attached again under the driver (the
+	# controller in a subsystem of its own, serial p2pdma-events): the
+	# controller's Namespace Attribute Changed events make the driver read
+	# the namespaces again.
+	check queues-namespace-events p2pdma-vmtest queues --step events \
+		--serial p2pdma-events --nsid 9 --image-pattern-offset $((224 << 20))
 	check queues-engine p2pdma-vmtest queues --step engine
 	check_held queues-data p2pdma-vmtest queues --step data --hold
 fi

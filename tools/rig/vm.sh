@@ -16,8 +16,12 @@
 # the switch (serial p2pdma-vfio, NSID 7, image vfio.img, and NSID 8 with
 # 4 KiB blocks, image vfio4k.img; its largest transfer, MDTS, is 128 KiB) is
 # for the dma suite, which takes it from the kernel's nvme driver and drives
-# it from user space through VFIO; the other suites find their namespaces by NSID and
-# never pick it. A second accelerator stand-in (64 MiB, accel1.bin) sits on
+# it from user space through VFIO; the other suites find their namespaces
+# by NSID and never pick it. One more controller, alone in an NVMe
+# subsystem of its own (serial p2pdma-events, NSID 9, image events.img),
+# lets a driver detach and attach its namespace (Namespace Attachment),
+# which the controller announces with a Namespace Attribute Changed event.
+# A second accelerator stand-in (64 MiB, accel1.bin) sits on
 # a root port of its own, where P2P reaches neither the NVMe nor the first
 # accelerator: routes between them go through host memory. Topology
 # "noswitch": each device on its own root port,
@@ -131,6 +135,11 @@ fi
 # The user-space-driven controller's namespace: the rig content from
 # 128 MiB on, different from every other image.
 # Its second namespace has 4 KiB blocks: the rig content from 192 MiB on.
+# The controller whose namespace is detached and attached again (switch):
+# the rig content from 224 MiB on.
+if [ "$topology" = switch ]; then
+	"$musl/p2pdma-rigdata" make-image "$out/events.img" 4 --pattern-offset $((224 << 20))
+fi
 if [ "$topology" != noswitch ]; then
 	"$musl/p2pdma-rigdata" make-image "$out/vfio.img" 64 --pattern-offset $((128 << 20))
 	"$musl/p2pdma-rigdata" make-image "$out/vfio4k.img" 16 --pattern-offset $((192 << 20))
@@ -179,6 +188,11 @@ if [ "$topology" != noswitch ]; then
 		-device "nvme-ns,drive=nvmvfio4k,bus=nvme-vfio,nsid=8,logical_block_size=4096,physical_block_size=4096")
 	nvme_bus=dn0 accel_bus=dn1
 	if [ "$topology" = switch ]; then
+		pcie+=(-device "xio3130-downstream,id=dn5,bus=up0,chassis=9,slot=0"
+			-drive "file=$out/events.img,if=none,id=nvmevents,format=raw"
+			-device "nvme-subsys,id=evsub,nqn=nqn.2026-11.io.p2pdma:rig-events"
+			-device "nvme,id=nvme-events,serial=p2pdma-events,subsys=evsub,bus=dn5"
+			-device "nvme-ns,drive=nvmevents,bus=nvme-events,nsid=9,shared=off")
 		pcie+=(-device "pcie-root-port,id=rp2,bus=pcie.0,chassis=8,slot=3"
 			-object "memory-backend-file,id=accmem1,share=on,mem-path=$out/accel1.bin,size=64M"
 			-device "ivshmem-plain,memdev=accmem1,bus=rp2")

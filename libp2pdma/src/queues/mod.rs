@@ -79,6 +79,8 @@ const ADMIN_ENTRIES: u16 = 16;
 const MAX_COMMAND_BYTES: usize = 1 << 20;
 /// How long deleting the I/O queues may take at shutdown, each.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a new scope looks for an asynchronous event at most.
+const EVENT_CHECK: Duration = Duration::from_millis(100);
 
 /// How to take and set up a controller.
 #[derive(Clone, Debug)]
@@ -398,6 +400,18 @@ fn admin_data_len(cmd: &AdminCommand<'_>) -> std::result::Result<Option<usize>, 
     })
 }
 
+/// The MSI-X vector of each I/O queue to create, for `queues` queues
+/// granted and `vectors` vectors enabled (vector 0 is the admin queue's):
+/// a vector of its own for each, and fewer queues where there are fewer
+/// vectors, since a poller that clears a shared vector's eventfd would take
+/// another queue's wake-up; no vector for any where there is none to spare.
+fn vector_plan(queues: usize, vectors: usize) -> Vec<Option<usize>> {
+    if vectors < 2 {
+        return vec![None; queues];
+    }
+    (1..vectors).take(queues).map(Some).collect()
+}
+
 /// Where the queues live in the accelerator allocation.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
@@ -439,6 +453,14 @@ fn round_page(n: usize) -> usize {
     n.div_ceil(PAGE) * PAGE
 }
 
+/// The Asynchronous Event Request kept outstanding.
+struct Events {
+    aer: Option<Ticket>,
+    /// When a scope last looked for an event.
+    checked: Instant,
+    namespace_changes: u64,
+}
+
 /// Scope ids: 0 is none.
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 
@@ -465,6 +487,9 @@ pub struct Controller {
     next: AtomicUsize,
     /// MSI-X vectors in use, or why the queues are polled only.
     interrupts: std::result::Result<usize, String>,
+    /// The Asynchronous Event Request kept outstanding, and what came of
+    /// the events so far.
+    events: std::sync::Mutex<Events>,
     // Last: closed after the controller is stopped and the memory freed.
     func: vfio::Function,
 }
@@ -604,6 +629,11 @@ impl Controller {
             timeout: opts.timeout,
             next: AtomicUsize::new(0),
             interrupts: Err("no I/O queue yet".into()),
+            events: std::sync::Mutex::new(Events {
+                aer: None,
+                checked: Instant::now(),
+                namespace_changes: 0,
+            }),
             func,
         };
         // From here `ctrl`'s drop stops the controller and unmaps.
@@ -622,7 +652,7 @@ impl Controller {
             cdw: [admin::FEATURE_NUM_QUEUES, want << 16 | want, 0, 0, 0, 0],
             ..Default::default()
         })?;
-        let mut n = ((granted.result & 0xffff)
+        let n = ((granted.result & 0xffff)
             .min(granted.result >> 16)
             .min(want)
             + 1) as usize;
@@ -632,13 +662,7 @@ impl Controller {
             Err("interrupts were not asked for".into())
         };
         let fds = vectors.as_deref().unwrap_or_default();
-        if fds.len() > 1 {
-            // A vector of its own for each queue: a poller that clears a
-            // shared vector's eventfd would take another queue's wake-up.
-            n = n.min(fds.len() - 1);
-        }
-        for i in 0..n {
-            let vector = (fds.len() > 1).then_some(i + 1);
+        for (i, vector) in vector_plan(n, fds.len()).into_iter().enumerate() {
             let (sq, cq, lists) = layout.queue(i);
             let qp = QueuePair::new(
                 i as u16 + 1,
@@ -657,6 +681,14 @@ impl Controller {
             ctrl.io.push(qp);
         }
         ctrl.interrupts = vectors.map(|v| v.len());
+        // Namespace Attribute Notices on (where the controller has them),
+        // and an Asynchronous Event Request outstanding to bring them.
+        let _ = ctrl.admin_command(&Command {
+            opcode: admin::SET_FEATURES,
+            cdw: [admin::FEATURE_ASYNC_EVENT_CONFIG, 1 << 8, 0, 0, 0, 0],
+            ..Default::default()
+        });
+        ctrl.arm_event()?;
         Ok(Arc::new(ctrl))
     }
 
@@ -774,8 +806,107 @@ impl Controller {
         self.mem.read_at(Layout::identify(), out)
     }
 
+    /// Submits the Asynchronous Event Request kept outstanding.
+    fn arm_event(&self) -> Result<()> {
+        let t = self
+            .admin
+            .submit(
+                &Command {
+                    opcode: admin::ASYNC_EVENT_REQUEST,
+                    ..Default::default()
+                },
+                None,
+                (Some(Instant::now() + self.timeout), 0),
+                true,
+            )
+            .map_err(|e| self.wait_error(e, "Asynchronous Event Request"))?;
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).aer = Some(t);
+        Ok(())
+    }
+
+    /// Handles the asynchronous event the controller reported, if it
+    /// reported one (looking at most every [`EVENT_CHECK`]): its log page
+    /// is read (which clears it), a Namespace Attribute Changed notice
+    /// reads the namespaces again, and the request is submitted anew.
+    fn check_events(&self) {
+        let Ok(mut ev) = self.events.try_lock() else {
+            return;
+        };
+        if ev.checked.elapsed() < EVENT_CHECK || self.health.failure().is_some() {
+            return;
+        }
+        ev.checked = Instant::now();
+        let Some(t) = ev.aer.take() else {
+            return;
+        };
+        if !self.admin.done(&t) {
+            ev.aer = Some(t);
+            return;
+        }
+        let c = match self.admin.wait(&t, Instant::now()) {
+            Ok(c) if c.sct() == 0 && c.sc() == 0 => c,
+            // Aborted or refused: no event, and no request any more.
+            _ => return,
+        };
+        drop(ev);
+        let (kind, info, log) = (
+            c.result & 7,
+            (c.result >> 8) & 0xff,
+            (c.result >> 16) & 0xff,
+        );
+        // The log page of the event, read whole up to a page: reading it
+        // lets the controller report the next event of its kind.
+        let bytes = match log {
+            0x01 => 64,
+            0x02 | 0x03 => 512,
+            _ => PAGE,
+        };
+        let _ = self.read_log(log as u8, bytes);
+        if kind == 2 && info == 0 && self.rescan().is_ok() {
+            self.events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .namespace_changes += 1;
+        }
+        let _ = self.arm_event();
+    }
+
+    /// Get Log Page `lid`, `bytes` of it, into the controller's own page.
+    fn read_log(&self, lid: u8, bytes: usize) -> Result<()> {
+        let bus = Segments::new(&self.map.segs)
+            .and_then(|s| s.contiguous(Layout::identify() as u64, PAGE as u64))
+            .ok_or_else(|| self.failed("the IDENTIFY page is not contiguous".into()))?;
+        let numd = (bytes / 4 - 1) as u32;
+        self.admin_command(&Command {
+            opcode: admin::GET_LOG_PAGE,
+            nsid: u32::MAX,
+            prp1: bus,
+            cdw: [
+                (numd & 0xffff) << 16 | u32::from(lid),
+                numd >> 16,
+                0,
+                0,
+                0,
+                0,
+            ],
+            ..Default::default()
+        })
+        .map(|_| ())
+    }
+
+    /// Namespace Attribute Changed notices handled so far: each read the
+    /// namespaces again.
+    pub fn namespace_changes(&self) -> u64 {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .namespace_changes
+    }
+
     /// Reads the active namespaces and their formats again (IDENTIFY):
-    /// commands are checked against what this last found.
+    /// commands are checked against what this last found. A Namespace
+    /// Attribute Changed notice from the controller does this by itself,
+    /// noticed when a scope opens.
     pub fn rescan(&self) -> Result<()> {
         let mut page = vec![0u8; PAGE];
         self.identify(2, 0, &mut page)?;
@@ -1035,6 +1166,7 @@ impl Controller {
     /// controller may move data to or from it. Scopes may be shared by
     /// threads (`std::thread::scope` inside) and nested.
     pub fn scope<'env, T>(&'env self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> T) -> T {
+        self.check_events();
         let scope = Scope {
             ctrl: self,
             id: NEXT_SCOPE.fetch_add(1, Ordering::Relaxed),

@@ -74,6 +74,8 @@ pub mod admin {
     pub const SANITIZE: u8 = 0x84;
     /// Feature Identifier of Number of Queues.
     pub const FEATURE_NUM_QUEUES: u32 = 0x07;
+    /// Feature Identifier of Asynchronous Event Configuration.
+    pub const FEATURE_ASYNC_EVENT_CONFIG: u32 = 0x0b;
     /// Feature Identifier of the Host Memory Buffer: host memory the
     /// controller keeps using.
     pub const FEATURE_HOST_MEMORY_BUFFER: u32 = 0x0d;
@@ -497,6 +499,8 @@ pub struct IdCtrl {
     /// RTD3 Entry Latency: how long a normal shutdown may take, in
     /// microseconds (0: not reported).
     pub rtd3e: u32,
+    /// Controller ID.
+    pub cntlid: u16,
 }
 
 impl IdCtrl {
@@ -512,6 +516,7 @@ impl IdCtrl {
             mdts: d[77],
             nn: u32::from_le_bytes([d[516], d[517], d[518], d[519]]),
             rtd3e: u32::from_le_bytes([d[88], d[89], d[90], d[91]]),
+            cntlid: u16::from_le_bytes([d[78], d[79]]),
         })
     }
 }
@@ -713,6 +718,8 @@ mod tests {
         d[88..92].copy_from_slice(&8_000_000u32.to_le_bytes());
         let c = IdCtrl::decode(&d).unwrap();
         assert_eq!(c.rtd3e, 8_000_000);
+        d[78..80].copy_from_slice(&0x41u16.to_le_bytes());
+        assert_eq!(IdCtrl::decode(&d).unwrap().cntlid, 0x41);
         assert_eq!(
             (c.serial.as_str(), c.model.as_str()),
             ("p2pdma-vfio", "QEMU NVMe Ctrl")

@@ -21,6 +21,7 @@ use super::{
     build_io,
     qpair::{Health, Place, QueuePair, Stopper},
     spec::{self, io, PAGE},
+    vector_plan,
     vfio::Bar,
     IoCommand, Mapped, NamespaceInfo,
 };
@@ -477,4 +478,29 @@ fn a_command_longer_than_its_payload_is_refused() {
         .unwrap_err()
         .to_string()
         .contains("mapped for"));
+}
+
+#[test]
+fn no_two_queues_share_an_interrupt_vector() {
+    for queues in 1..10 {
+        for vectors in 0..12 {
+            let plan = vector_plan(queues, vectors);
+            let used: Vec<usize> = plan.iter().flatten().copied().collect();
+            let mut distinct = used.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(
+                distinct.len(),
+                used.len(),
+                "{queues} queues, {vectors} vectors: {plan:?}"
+            );
+            assert!(used.iter().all(|&v| v >= 1 && v < vectors), "{plan:?}");
+            if vectors >= 2 {
+                assert_eq!(plan.len(), queues.min(vectors - 1));
+                assert_eq!(used.len(), plan.len());
+            } else {
+                assert_eq!(plan, vec![None; queues]);
+            }
+        }
+    }
 }

@@ -64,6 +64,21 @@ pub struct Namespace {
     info: NamespaceInfo,
     staging: Mutex<Vec<Staging>>,
     edges: Vec<Mutex<()>>,
+    /// Memory registered for transfers: mapped for the controller once,
+    /// kept until unregistered.
+    registered: Mutex<Vec<Registered>>,
+}
+
+/// Memory mapped for the controller for as long as it is registered; the
+/// mapping owns the memory, so its address is not reused meanwhile.
+struct Registered {
+    /// The memory's CPU address and length, which name it.
+    key: (usize, usize),
+    mapped: Arc<Mapped<'static>>,
+}
+
+fn key_of(mem: &dyn DeviceMemory) -> Option<(usize, usize)> {
+    mem.dma_target().map(|t| (t.ptr as usize, t.len))
 }
 
 impl fmt::Debug for Namespace {
@@ -102,7 +117,43 @@ impl Namespace {
             info,
             staging: Mutex::new(Vec::new()),
             edges: (0..EDGE_LOCKS).map(|_| Mutex::new(())).collect(),
+            registered: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Registers `mem` for transfers, as `cuFileBufRegister` does: it is
+    /// mapped for the controller once (accelerator memory by `DMA_MAP`,
+    /// host memory by `PIN_USER`) and later transfers to and from it use
+    /// that mapping instead of mapping it each time. Kept (with the memory)
+    /// until [`Namespace::unregister`] or the namespace's end.
+    pub fn register(&self, mem: Arc<dyn DeviceMemory>) -> Result<()> {
+        let key = key_of(mem.as_ref()).ok_or_else(|| Error::PathUnavailable {
+            path: "queues",
+            reason: format!("{} has no mapping to register", mem.kind()),
+        })?;
+        let mapped = Arc::new(self.ctrl.map_owned(mem, PeerAccess::ReadWrite)?);
+        let mut r = self.registered.lock().unwrap_or_else(|p| p.into_inner());
+        r.retain(|x| x.key != key);
+        r.push(Registered { key, mapped });
+        Ok(())
+    }
+
+    /// Ends `mem`'s registration (its mapping goes once no transfer uses
+    /// it); whether it was registered.
+    pub fn unregister(&self, mem: &dyn DeviceMemory) -> bool {
+        let Some(key) = key_of(mem) else {
+            return false;
+        };
+        let mut r = self.registered.lock().unwrap_or_else(|p| p.into_inner());
+        let before = r.len();
+        r.retain(|x| x.key != key);
+        r.len() != before
+    }
+
+    fn registration(&self, mem: &dyn DeviceMemory) -> Option<Arc<Mapped<'static>>> {
+        let key = key_of(mem)?;
+        let r = self.registered.lock().unwrap_or_else(|p| p.into_inner());
+        r.iter().find(|x| x.key == key).map(|x| x.mapped.clone())
     }
 
     /// The controller.
@@ -250,16 +301,26 @@ impl Namespace {
         } else {
             PeerAccess::WriteOnly
         };
-        let mapped = match self.ctrl.map(mem, mem_offset, len, access) {
-            Ok(m) => m,
-            Err(e) if e.bounce_can_fix() => {
-                return self.staged(write, offset, mem, mem_offset, len)
+        // Registered memory's mapping covers it all; other memory is mapped
+        // for this transfer.
+        let kept = self.registration(mem);
+        let fresh;
+        let (mapped, base): (&Mapped<'_>, usize) = match &kept {
+            Some(k) => (k, mem_offset),
+            None => {
+                fresh = match self.ctrl.map(mem, mem_offset, len, access) {
+                    Ok(m) => m,
+                    Err(e) if e.bounce_can_fix() => {
+                        return self.staged(write, offset, mem, mem_offset, len)
+                    }
+                    Err(e) => return Err(e),
+                };
+                (&fresh, 0)
             }
-            Err(e) => return Err(e),
         };
         let mut cmds = Vec::new();
         for (done, n) in cut(len, self.bs(), self.ctrl.max_transfer()) {
-            let data = mapped.payload(done, n)?;
+            let data = mapped.payload(base + done, n)?;
             let slba = (offset + done as u64) / self.bs();
             let blocks = (n as u64 / self.bs()) as u32;
             cmds.push(if write {

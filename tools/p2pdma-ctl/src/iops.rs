@@ -385,13 +385,16 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         .next()
         .ok_or("no accelerator bound to the module")?;
     let random_len = threads * most * IO;
-    let mem = ModuleMemory::alloc(
-        module.clone(),
-        accel.index,
-        (random_len + SEQ_LEN) as u64,
-        0,
-    )
-    .map_err(|e| e.to_string())?;
+    let shared: Arc<ModuleMemory> = Arc::new(
+        ModuleMemory::alloc(
+            module.clone(),
+            accel.index,
+            (random_len + SEQ_LEN) as u64,
+            0,
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    let mem: &ModuleMemory = &shared;
     let base = mem
         .dma_target()
         .ok_or("accelerator memory without a mapping")?
@@ -474,7 +477,7 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let kfile = StorageFile::open(&block).map_err(|e| e.to_string())?;
     let mut seq = Vec::new();
     for (name, pref) in [("bounce", PathPref::Bounce), ("p2p", PathPref::P2p)] {
-        let (c, ran) = sequential(&seq_engine(pref), &kfile, &mem, random_len, a.reps.max(1))?;
+        let (c, ran) = sequential(&seq_engine(pref), &kfile, mem, random_len, a.reps.max(1))?;
         let mut got = vec![0u8; SEQ_LEN];
         mem.read_at(random_len, &mut got)
             .map_err(|e| e.to_string())?;
@@ -504,7 +507,7 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                 }
             }
             let mapped = ctrl
-                .map(&mem, 0, random_len, PeerAccess::WriteOnly)
+                .map(mem, 0, random_len, PeerAccess::WriteOnly)
                 .map_err(|e| e.to_string())?;
             timed(threads, |t| {
                 let checked = &offs[t][..CHECKED.min(offs[t].len())];
@@ -538,11 +541,14 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             let ns = Arc::new(
                 Namespace::new(ctrl.clone(), module.clone(), a.nsid).map_err(|e| e.to_string())?,
             );
+            // Registered once, as cuFileBufRegister does: the sequential
+            // reads map nothing per transfer.
+            ns.register(shared.clone()).map_err(|e| e.to_string())?;
             let qfile = StorageFile::namespace(ns);
             let (c, ran) = sequential(
                 &seq_engine(PathPref::Auto),
                 &qfile,
-                &mem,
+                mem,
                 random_len,
                 a.reps.max(1),
             )?;

@@ -12,7 +12,7 @@ use std::{
 use clap::{Args, ValueEnum};
 use p2pdma::{
     backend::{DeviceMemory, HostMemory, ModuleMemory},
-    queues::{claim, spec::admin, vfio, AdminCommand, Controller, InitOptions, IoCommand},
+    queues::{claim, spec::admin, vfio, AdminCommand, Command, Controller, InitOptions, IoCommand},
     transfer::{
         Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions, Shape,
         StorageFile, StridedMode, TransferPath, Via,
@@ -51,8 +51,16 @@ pub enum Step {
     /// and changes nothing around them; commands whose blocks differ from
     /// their payload are refused and change nothing; writes read back
     /// right and (with `--keep-writes`) are reported for the host to check
-    /// in the image.
+    /// in the image. The second half runs with the accelerator memory
+    /// registered (mapped once for every transfer).
     Canary,
+    /// The namespace of a controller in a subsystem of its own is detached
+    /// and attached again (Namespace Attachment, sent raw): the controller
+    /// announces each change (Namespace Attribute Changed), after which the
+    /// driver refuses commands for the namespace while it is gone and
+    /// serves them again once it is back. The safe `admin` refuses the
+    /// command itself.
+    Events,
 }
 
 #[derive(Args)]
@@ -200,6 +208,7 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
         Step::Data => data(x, &module),
         Step::Engine => engine(x, &module),
         Step::Canary => canary(x, &module),
+        Step::Events => events(x, &module),
     }
 }
 
@@ -454,7 +463,7 @@ fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         .map(&mem, 0, 4096, PeerAccess::WriteOnly)
         .map_err(|e| e.to_string())?;
     let data = mapped.payload(0, 4096).map_err(|e| e.to_string())?;
-    let bpp = (4096 / ns.info().block_size) as u32;
+    let bpp = 4096 / ns.info().block_size;
     for (nsid, slba, blocks, want) in [
         (x.nsid, ns.info().blocks, bpp, "past the end"),
         (99, 0, bpp, "not active"),
@@ -766,11 +775,11 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         info.blocks
     );
     let ns = Namespace::new(ctrl.clone(), module.clone(), x.nsid).map_err(err)?;
-    let accel = ModuleMemory::alloc(module.clone(), 0, 4 * M, 0).map_err(err)?;
+    let accel = Arc::new(ModuleMemory::alloc(module.clone(), 0, 4 * M, 0).map_err(err)?);
     let host = HostMemory::new((2 * M) as usize).map_err(err)?;
-    let mems: [&dyn DeviceMemory; 2] = [&accel, &host];
+    let mems: [&dyn DeviceMemory; 2] = [&*accel, &host];
     let maps = [
-        ctrl.map(&accel, 0, accel.len(), PeerAccess::ReadWrite)
+        ctrl.map(&*accel, 0, accel.len(), PeerAccess::ReadWrite)
             .map_err(err)?,
         ctrl.map(&host, 0, host.len(), PeerAccess::ReadWrite)
             .map_err(err)?,
@@ -782,6 +791,11 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     let mut rng = Rng(0x5eed ^ u64::from(x.nsid));
     let (mut reads, mut refused, mut writes) = (0, 0, 0);
     for op in 0..48 {
+        if op == 24 {
+            // From here the engine's transfers into the accelerator memory
+            // use its registered mapping.
+            ns.register(accel.clone()).map_err(err)?;
+        }
         let m = (rng.below(3) == 0) as usize;
         let mem = mems[m];
         mem.write_at(0, &vec![CANARY; mem.len()]).map_err(err)?;
@@ -884,9 +898,139 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         }
     }
     ns.flush().map_err(err)?;
+    if !ns.unregister(&*accel) {
+        return Err("the accelerator memory was not registered".into());
+    }
     if let Some(f) = ctrl.failure() {
         return Err(format!("the controller failed: {f}"));
     }
     println!("{reads} reads right, {refused} refused, {writes} writes read back right; no byte outside a payload changed");
+    Ok(())
+}
+
+/// Waits up to 5 s for the controller to announce one more namespace
+/// change than `before` (each scope that opens looks for it).
+fn await_change(ctrl: &Controller, before: u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ctrl.namespace_changes() <= before {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "no Namespace Attribute Changed event handled in 5 s (namespaces now {:?})",
+                ctrl.namespaces().iter().map(|n| n.nsid).collect::<Vec<_>>()
+            ));
+        }
+        ctrl.scope(|_| ());
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn events(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
+    let err = |e: Error| e.to_string();
+    let ctrl = take(x, module, true)?;
+    let bdf = ctrl.pci().to_string();
+    let info = ctrl
+        .namespace_info(x.nsid)
+        .ok_or_else(|| format!("namespace {} is not active", x.nsid))?;
+    let cntlid = ctrl.identity().cntlid;
+    let accel = ModuleMemory::alloc(module.clone(), 0, M, 0).map_err(err)?;
+    let data = ctrl
+        .map(&accel, 0, 4096, PeerAccess::ReadWrite)
+        .map_err(err)?;
+    let blocks = (4096 / info.block_size) as u32;
+    let read = |what: &str| {
+        let payload = data.payload(0, 4096).map_err(err)?;
+        ctrl.scope(|s| {
+            s.submit(0, &IoCommand::read(x.nsid, 8, blocks, payload))
+                .and_then(|p| p.wait())
+        })
+        .map_err(|e| format!("{what}: {e}"))
+    };
+    read("a read before the detach")?;
+    compare(
+        x,
+        "the read before the detach",
+        &accel,
+        0,
+        8 * u64::from(info.block_size),
+        4096,
+    )?;
+
+    // The controller list (a count, then controller ids), in host memory
+    // the controller reads.
+    let list = HostMemory::new(4096).map_err(err)?;
+    let mut ids = vec![0u8; 4096];
+    ids[0..2].copy_from_slice(&1u16.to_le_bytes());
+    ids[2..4].copy_from_slice(&cntlid.to_le_bytes());
+    list.write_at(0, &ids).map_err(err)?;
+    let mapped = ctrl
+        .map(&list, 0, 4096, PeerAccess::ReadOnly)
+        .map_err(err)?;
+    let prp1 = mapped.addr(0).ok_or("the list has no bus address")?;
+    match ctrl.admin(
+        &AdminCommand {
+            opcode: admin::NAMESPACE_ATTACHMENT,
+            nsid: x.nsid,
+            cdw: [1, 0, 0, 0, 0, 0],
+            data: Some(mapped.payload(0, 4096).map_err(err)?),
+        },
+        None,
+    ) {
+        Err(Error::InvalidArgument(e)) if e.contains("changes namespaces") => {
+            println!("admin() refused it: {e}");
+        }
+        r => return Err(format!("Namespace Attachment through admin() gave {r:?}")),
+    }
+    for (sel, what) in [(1u32, "detach"), (0, "attach")] {
+        let before = ctrl.namespace_changes();
+        let cmd = Command {
+            opcode: admin::NAMESPACE_ATTACHMENT,
+            nsid: x.nsid,
+            prp1,
+            cdw: [sel, 0, 0, 0, 0, 0],
+            ..Default::default()
+        };
+        // SAFETY: PRP1 is the page of `list` mapped for this controller,
+        // which the command reads (4096 bytes, one page) and which stays
+        // mapped until the call returns; the command gives the controller
+        // no memory to keep and leaves the queues alone.
+        unsafe { ctrl.admin_raw(&cmd, None) }
+            .map_err(|e| format!("Namespace Attachment ({what}): {e}"))?;
+        await_change(&ctrl, before)?;
+        let listed = ctrl.namespace_info(x.nsid).is_some();
+        println!(
+            "after the {what}: namespace {} {}; {} change(s) handled",
+            x.nsid,
+            if listed { "listed" } else { "not listed" },
+            ctrl.namespace_changes()
+        );
+        match (sel, listed) {
+            (1, false) => match read("a read of the detached namespace") {
+                Err(e) if e.contains("not active") => println!("refused: {e}"),
+                r => return Err(format!("a read of the detached namespace gave {r:?}")),
+            },
+            (0, true) => {
+                accel.write_at(0, &[0u8; 4096]).map_err(err)?;
+                read("a read after the attach")?;
+                compare(
+                    x,
+                    "the read after the attach",
+                    &accel,
+                    0,
+                    8 * u64::from(info.block_size),
+                    4096,
+                )?;
+            }
+            _ => {
+                return Err(format!(
+                    "after the {what} the namespace is listed: {listed}"
+                ))
+            }
+        }
+    }
+    drop((mapped, data));
+    drop(ctrl);
+    let driver = claim::give_back(&bdf)?;
+    println!("{bdf} back to {driver}");
     Ok(())
 }
