@@ -1052,9 +1052,10 @@ fn data_checks(
     let bs = ns.block_size;
     let image_at = |slba: u64| a.image_pattern_offset + slba * bs as u64;
 
-    // The image's own content, never written: a long READ (a PRP list)
-    // and a two-page one (PRP2 a page), at offsets inside pages.
-    let (slba, blocks) = (2048, 1000);
+    // The image's own content, never written: a long READ (a PRP list,
+    // within the controller's largest transfer) and a two-page one (PRP2 a
+    // page), at offsets inside pages.
+    let (slba, blocks) = (2048, 200);
     let want = pattern(image_at(slba), blocks as usize * bs);
     c.note(
         "read-image-into-accelerator-memory-prp-list",
@@ -1084,7 +1085,7 @@ fn data_checks(
     // Three WRITEs of rig content (at a pattern offset no image starts
     // with), each from another kind of memory, each read back; the host
     // finds them in the image.
-    let blocks = 403;
+    let blocks = 250;
     let len = blocks as usize * bs;
     let reported = |slba: u64, p: u64| {
         println!(
