@@ -23,7 +23,7 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	# 128, 4 threads: O_DIRECT P2P and passthrough while the nvme driver has
 	# it, then the queues path with the controller taken (and given back);
 	# 1 MiB sequential reads' CPU per GiB on bounce, P2P and queues.
-	check bench-queues p2pdma-ctl bench queues --serial p2pdma-vfio --nsid 7 --size 48M --secs 1.5 --reps 4
+	check bench-queues p2pdma-ctl bench queues --serial p2pdma-vfio --nsid 7 --size 48M --secs 1 --reps 5
 	check bench-route p2pdma-ctl bench route --accel --nvme "$NVME" --size 24M --reps 3
 fi
 rmmod p2pdma

@@ -161,6 +161,11 @@ pcie=() iommu=()
 # IOMMU, translation is on for every device (no passthrough) and type1 VFIO
 # accepts the missing interrupt remapping (intremap is off).
 append="console=ttyS0 loglevel=4 panic=-1 oops=panic"
+# The bench compares the queues path with io_uring on the nvme driver's
+# polled queues too.
+if [ "$suite" = bench ]; then
+	append+=" nvme.poll_queues=2"
+fi
 if [ "$topology" != "${topology#iommu}" ]; then
 	# QEMU wants the IOMMU before the PCI devices it translates for.
 	iommu=(-device "intel-iommu,intremap=off")

@@ -1,23 +1,27 @@
-//! `p2pdma-ctl bench queues`: one NVMe namespace read three ways into
-//! accelerator memory, side by side in one run.
+//! `p2pdma-ctl bench queues`: one NVMe namespace read several ways into
+//! accelerator memory, side by side, in rounds that each run every way once
+//! (medians and ranges over the rounds).
 //!
 //! - 4 KiB random reads at each depth, by several submitter threads: IOPS
-//!   and guest CPU time per I/O with `O_DIRECT` P2P through io_uring and
-//!   with NVMe passthrough through io_uring (the kernel's nvme driver has
-//!   the controller), then with the queues path (the controller taken from
-//!   the kernel, driven by this process: each thread submits into its own
-//!   queue in accelerator memory, a batch of commands per doorbell), once
-//!   with waiters that only poll, as accelerator threads do, and once with
-//!   waiters that sleep on the completion queue's MSI-X interrupt after
-//!   polling a little;
+//!   and guest CPU time per I/O with `O_DIRECT` P2P through io_uring, with
+//!   NVMe passthrough through io_uring on the nvme driver's interrupt
+//!   queues, and on its polled queues (`IORING_SETUP_IOPOLL`, where the
+//!   driver has `nvme.poll_queues`), then with the queues path (the
+//!   controller taken from the kernel, driven by this process with as many
+//!   queues as the kernel completes by interrupts, shared by the same
+//!   threads, in accelerator memory, a batch of commands per doorbell),
+//!   once with waiters that only poll, as accelerator threads do, and once
+//!   with waiters that sleep on the completion queue's MSI-X interrupt
+//!   after polling a little; reads of the namespace's own block size;
 //! - 1 MiB sequential reads through the engine: guest CPU time per GiB on
-//!   the bounce, P2P and queues paths.
+//!   the bounce, P2P and queues paths (the memory registered for the
+//!   queues path, mapped once).
 //!
 //! Every contender's reads are checked against what `pread` of the block
 //! device returned for the same blocks before the controller changed hands.
 //! Machine CPU time comes from `/proc/stat`'s idle clocks, so interrupts
 //! and kernel threads count; process CPU time is this process's. The
-//! controller goes back to the nvme driver at the end.
+//! controller goes back to the nvme driver after each round.
 
 use std::{
     fs::File,
@@ -50,24 +54,60 @@ const CHECKED: usize = 512;
 const SEQ_IO: usize = 1 << 20;
 const SEQ_LEN: usize = 16 << 20;
 
-/// The three ways of doing random reads.
+/// The ways of doing random reads, in the order each round runs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Way {
     Odirect,
     Passthrough,
+    PassthroughPolled,
     QueuesPolled,
     Queues,
 }
 
 impl Way {
+    const ALL: [Way; 5] = [
+        Way::Odirect,
+        Way::Passthrough,
+        Way::PassthroughPolled,
+        Way::QueuesPolled,
+        Way::Queues,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Way::Odirect => "O_DIRECT P2P",
             Way::Passthrough => "passthrough",
+            Way::PassthroughPolled => "passthrough, IOPOLL",
             Way::QueuesPolled => "queues, polled",
             Way::Queues => "queues, interrupts",
         }
     }
+
+    fn key(self) -> &'static str {
+        match self {
+            Way::Odirect => "odirect_p2p",
+            Way::Passthrough => "passthrough",
+            Way::PassthroughPolled => "passthrough_iopoll",
+            Way::QueuesPolled => "queues_polled",
+            Way::Queues => "queues",
+        }
+    }
+}
+
+/// The median, smallest and largest of `v` (NaN when empty).
+fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    let med = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    (med, v[0], v[n - 1])
 }
 
 /// What one cell measured.
@@ -223,10 +263,14 @@ fn uring_reads(
         check,
     } = *j;
     let sys = |e: std::io::Error| format!("io_uring: {e}");
-    let mut ring: IoUring<io_uring::squeue::Entry128, io_uring::cqueue::Entry32> =
-        IoUring::builder()
-            .build(depth.next_power_of_two() as u32)
-            .map_err(sys)?;
+    let mut builder = IoUring::<io_uring::squeue::Entry128, io_uring::cqueue::Entry32>::builder();
+    if way == Way::PassthroughPolled {
+        // Completions reaped by polling the nvme driver's poll queues.
+        builder.setup_iopoll();
+    }
+    let mut ring = builder
+        .build(depth.next_power_of_two() as u32)
+        .map_err(sys)?;
     let fd = file.as_raw_fd();
     let (mut next, mut inflight, mut done) = (0usize, 0usize, 0u64);
     loop {
@@ -361,11 +405,45 @@ fn sequential(
     Ok((cell, rep.path.to_string()))
 }
 
+/// The nvme driver's I/O queues for block device `dev`: those completed
+/// by interrupts and the polled ones (`nvme.poll_queues`).
+fn kernel_queues(dev: &Path) -> (usize, usize) {
+    let name = dev.file_name().map(|n| n.to_string_lossy().into_owned());
+    let mq = Path::new("/sys/class/block")
+        .join(name.unwrap_or_default())
+        .join("mq");
+    let all = std::fs::read_dir(mq).map_or(0, |d| d.count());
+    let poll = std::fs::read_to_string("/sys/module/nvme/parameters/poll_queues")
+        .ok()
+        .and_then(|p| p.trim().parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(all.saturating_sub(1));
+    (all - poll, poll)
+}
+
+/// The namespace's block and generic devices once the nvme driver has the
+/// controller again (it probes it anew after it is given back).
+fn await_kernel_devices(bdf: &str, nsid: u32) -> Res<(PathBuf, PathBuf)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match kernel_devices(bdf, nsid) {
+            Ok((b, g)) if b.exists() && g.exists() => return Ok((b, g)),
+            r if Instant::now() > deadline => {
+                return Err(format!("the nvme driver did not bring {bdf} back: {r:?}"))
+            }
+            _ => thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Each round of [`bench`]: the kernel's ways while its nvme driver has the
+/// controller, then the queues path with it taken (and given back), so
+/// that every way runs once per round, interleaved with the others.
 pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
     let bdf = vfio::nvme_by_serial(&a.serial)?;
     let pci: PciAddress = bdf.parse().map_err(|e: p2pdma::Error| e.to_string())?;
-    let (block, generic) = kernel_devices(&bdf, a.nsid)?;
+    let (block, _) = kernel_devices(&bdf, a.nsid)?;
     let bs = logical_block_size(&block)?;
     if bs == 0 || IO as u64 % bs != 0 {
         return Err(format!(
@@ -373,7 +451,12 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             block.display()
         ));
     }
+    let (kq, kpoll) = kernel_queues(&block);
+    // As many queues as the kernel completes by interrupts, shared by the
+    // same submitter threads.
+    let queues = kq.max(1);
     let threads = a.threads.max(1);
+    let rounds = a.reps.max(1);
     let depths: Vec<usize> = a.depths.iter().map(|&d| d.clamp(1, 255)).collect();
     let most = depths.iter().copied().max().unwrap_or(1);
     let span = (a.size / IO as u64 * IO as u64).max(IO as u64 * 16);
@@ -430,39 +513,18 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let no_check = |_: usize, _: u64| -> Res<()> { Ok(()) };
     let cpus = thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "queues: {bdf} namespace {} ({}), 4 KiB random reads over {} MiB into accelerator {} memory, {threads} submitter threads, {:.1} s per cell; {cpus} guest CPUs",
+        "queues: {bdf} namespace {} ({}, {bs}-byte blocks), 4 KiB random reads over {} MiB into accelerator {} memory, {threads} submitter threads, {:.1} s per cell, {rounds} rounds; {cpus} guest CPUs",
         a.nsid,
         block.display(),
         span >> 20,
         accel.pci,
         a.secs
     );
+    println!(
+        "  the kernel's nvme driver: {kq} I/O queue(s) completed by interrupts, {kpoll} polled; the queues path: {queues} queue(s), each with an MSI-X vector of its own, shared by the threads"
+    );
     println!("  (guest CPU time per I/O compares the paths in one guest; under TCG the device is emulated outside the guest, and the times are the emulator's, not hardware's)");
 
-    // The kernel's paths, while its nvme driver has the controller.
-    let mut cells: Vec<(Way, usize, Cell)> = Vec::new();
-    let direct = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-        .open(&block)
-        .map_err(|e| format!("{}: {e}", block.display()))?;
-    let ng = File::open(&generic).map_err(|e| format!("{}: {e}", generic.display()))?;
-    for way in [Way::Odirect, Way::Passthrough] {
-        let f = if way == Way::Odirect { &direct } else { &ng };
-        // Checked first, untimed: the bytes must be the namespace's.
-        timed(threads, |t| {
-            let checked = &offs[t][..CHECKED.min(offs[t].len())];
-            let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
-            uring_reads(way, f, (a.nsid, bs), base, &j)
-        })?;
-        for &d in &depths {
-            let c = timed(threads, |t| {
-                let j = Job::new(t, d, &offs[t], secs, &no_check);
-                uring_reads(way, f, (a.nsid, bs), base, &j)
-            })?;
-            cells.push((way, d, c));
-        }
-    }
     let seq_engine = |pref| {
         Engine::new(
             Config {
@@ -474,165 +536,231 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             Some(module.clone()),
         )
     };
-    let kfile = StorageFile::open(&block).map_err(|e| e.to_string())?;
-    let mut seq = Vec::new();
-    for (name, pref) in [("bounce", PathPref::Bounce), ("p2p", PathPref::P2p)] {
-        let (c, ran) = sequential(&seq_engine(pref), &kfile, mem, random_len, a.reps.max(1))?;
+    let check_seq = |name: &str| -> Res<()> {
         let mut got = vec![0u8; SEQ_LEN];
         mem.read_at(random_len, &mut got)
             .map_err(|e| e.to_string())?;
-        if got != seq_want {
-            return Err(format!("{name}: the sequential read landed wrong bytes"));
+        match got == seq_want {
+            true => Ok(()),
+            false => Err(format!("{name}: the sequential read landed wrong bytes")),
         }
-        seq.push((name, ran, c));
-    }
-    drop((direct, ng, kfile));
-
-    // The queues path: the controller taken from the kernel, its waiters
-    // polling, then sleeping on interrupts.
-    let r = (|| -> Res<()> {
-        for (way, interrupts) in [(Way::QueuesPolled, false), (Way::Queues, true)] {
-            let opts = InitOptions {
-                unbind: true,
-                queues: u16::try_from(threads).map_err(|_| "too many threads")?,
-                entries: ((most + 1).next_power_of_two().max(64)) as u16,
-                interrupts,
-                ..InitOptions::default()
-            };
-            let ctrl =
-                Controller::initialize(module.clone(), pci, &opts).map_err(|e| e.to_string())?;
-            if interrupts {
-                if let Err(why) = ctrl.interrupts() {
-                    return Err(format!("the queues have no interrupts: {why}"));
-                }
+    };
+    let mut cells: Vec<(Way, usize, Cell)> = Vec::new();
+    let mut seq: Vec<(&str, String, Cell)> = Vec::new();
+    let mut notes = Vec::new();
+    for round in 0..rounds {
+        // The kernel's paths, while its nvme driver has the controller.
+        let (block, generic) = await_kernel_devices(&bdf, a.nsid)?;
+        let direct = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(&block)
+            .map_err(|e| format!("{}: {e}", block.display()))?;
+        let ng = File::open(&generic).map_err(|e| format!("{}: {e}", generic.display()))?;
+        for way in [Way::Odirect, Way::Passthrough, Way::PassthroughPolled] {
+            if way == Way::PassthroughPolled && kpoll == 0 {
+                continue;
             }
-            let mapped = ctrl
-                .map(mem, 0, random_len, PeerAccess::WriteOnly)
-                .map_err(|e| e.to_string())?;
-            timed(threads, |t| {
-                let checked = &offs[t][..CHECKED.min(offs[t].len())];
-                let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
-                ctrl.scope(|s| queue_reads(s, &mapped, (a.nsid, bs), &j))
-            })?;
-            let before = (ctrl.doorbell_counts(), ctrl.interrupt_sleeps());
+            let f = if way == Way::Odirect { &direct } else { &ng };
+            if round == 0 {
+                // Checked first, untimed: the bytes must be the namespace's.
+                timed(threads, |t| {
+                    let checked = &offs[t][..CHECKED.min(offs[t].len())];
+                    let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
+                    uring_reads(way, f, (a.nsid, bs), base, &j)
+                })?;
+            }
             for &d in &depths {
                 let c = timed(threads, |t| {
                     let j = Job::new(t, d, &offs[t], secs, &no_check);
-                    ctrl.scope(|s| queue_reads(s, &mapped, (a.nsid, bs), &j))
+                    uring_reads(way, f, (a.nsid, bs), base, &j)
                 })?;
                 cells.push((way, d, c));
             }
-            let after = (ctrl.doorbell_counts(), ctrl.interrupt_sleeps());
-            println!(
-                "  {}: {} commands, {} submission doorbells, {} sleeps on an interrupt ({})",
-                way.name(),
-                after.0 .1 - before.0 .1,
-                after.0 .0 - before.0 .0,
-                after.1 - before.1,
-                match ctrl.interrupts() {
-                    Ok(n) => format!("{n} MSI-X vectors"),
-                    Err(why) => format!("polled: {why}"),
-                }
-            );
-            drop(mapped);
-            if !interrupts {
-                continue;
-            }
-            let ns = Arc::new(
-                Namespace::new(ctrl.clone(), module.clone(), a.nsid).map_err(|e| e.to_string())?,
-            );
-            // Registered once, as cuFileBufRegister does: the sequential
-            // reads map nothing per transfer.
-            ns.register(shared.clone()).map_err(|e| e.to_string())?;
-            let qfile = StorageFile::namespace(ns);
-            let (c, ran) = sequential(
-                &seq_engine(PathPref::Auto),
-                &qfile,
-                mem,
-                random_len,
-                a.reps.max(1),
-            )?;
-            let mut got = vec![0u8; SEQ_LEN];
-            mem.read_at(random_len, &mut got)
-                .map_err(|e| e.to_string())?;
-            if got != seq_want {
-                return Err("queues: the sequential read landed wrong bytes".into());
-            }
-            seq.push(("queues", ran, c));
         }
-        Ok(())
-    })();
-    // Back to the kernel whatever happened.
-    let back = claim::give_back(&bdf);
-    r?;
-    back?;
+        let kfile = StorageFile::open(&block).map_err(|e| e.to_string())?;
+        for (name, pref) in [("bounce", PathPref::Bounce), ("p2p", PathPref::P2p)] {
+            let (c, ran) = sequential(&seq_engine(pref), &kfile, mem, random_len, 4)?;
+            check_seq(name)?;
+            seq.push((name, ran, c));
+        }
+        drop((direct, ng, kfile));
 
-    let cell = |w: Way, d: usize| {
+        // The queues path: the controller taken from the kernel, its
+        // waiters polling, then sleeping on interrupts.
+        let r = (|| -> Res<()> {
+            for (way, interrupts) in [(Way::QueuesPolled, false), (Way::Queues, true)] {
+                let opts = InitOptions {
+                    unbind: true,
+                    queues: u16::try_from(queues).map_err(|_| "too many queues")?,
+                    entries: ((threads.div_ceil(queues) * most + 1)
+                        .next_power_of_two()
+                        .max(64))
+                    .min(4096) as u16,
+                    interrupts,
+                    ..InitOptions::default()
+                };
+                let ctrl = Controller::initialize(module.clone(), pci, &opts)
+                    .map_err(|e| e.to_string())?;
+                if interrupts {
+                    if let Err(why) = ctrl.interrupts() {
+                        return Err(format!("the queues have no interrupts: {why}"));
+                    }
+                }
+                let mapped = ctrl
+                    .map(mem, 0, random_len, PeerAccess::WriteOnly)
+                    .map_err(|e| e.to_string())?;
+                if round == 0 {
+                    timed(threads, |t| {
+                        let checked = &offs[t][..CHECKED.min(offs[t].len())];
+                        let j = Job::new(t, most, checked, Duration::from_secs(3600), &verify);
+                        ctrl.scope(|s| queue_reads(s, &mapped, (a.nsid, bs), &j))
+                    })?;
+                }
+                let before = (ctrl.doorbell_counts(), ctrl.interrupt_sleeps());
+                for &d in &depths {
+                    let c = timed(threads, |t| {
+                        let j = Job::new(t, d, &offs[t], secs, &no_check);
+                        ctrl.scope(|s| queue_reads(s, &mapped, (a.nsid, bs), &j))
+                    })?;
+                    cells.push((way, d, c));
+                }
+                let after = (ctrl.doorbell_counts(), ctrl.interrupt_sleeps());
+                if round == 0 {
+                    notes.push(format!(
+                        "  {}: {} commands, {} submission doorbells, {} sleeps on an interrupt ({}) in round 1",
+                        way.name(),
+                        after.0 .1 - before.0 .1,
+                        after.0 .0 - before.0 .0,
+                        after.1 - before.1,
+                        match ctrl.interrupts() {
+                            Ok(n) => format!("{n} MSI-X vectors"),
+                            Err(why) => format!("polled: {why}"),
+                        }
+                    ));
+                }
+                drop(mapped);
+                if !interrupts {
+                    continue;
+                }
+                let ns = Arc::new(
+                    Namespace::new(ctrl.clone(), module.clone(), a.nsid)
+                        .map_err(|e| e.to_string())?,
+                );
+                // Registered once, as cuFileBufRegister does: the
+                // sequential reads map nothing per transfer.
+                ns.register(shared.clone()).map_err(|e| e.to_string())?;
+                let qfile = StorageFile::namespace(ns);
+                let (c, ran) = sequential(&seq_engine(PathPref::Auto), &qfile, mem, random_len, 4)?;
+                check_seq("queues")?;
+                seq.push(("queues", ran, c));
+            }
+            Ok(())
+        })();
+        // Back to the kernel whatever happened.
+        let back = claim::give_back(&bdf);
+        r?;
+        back?;
+    }
+    for n in &notes {
+        println!("{n}");
+    }
+
+    let of = |w: Way, d: usize, f: &dyn Fn(&Cell) -> f64| -> Vec<f64> {
         cells
             .iter()
-            .find(|(cw, cd, _)| *cw == w && *cd == d)
-            .map(|c| c.2)
-            .unwrap_or_default()
+            .filter(|(cw, cd, _)| *cw == w && *cd == d)
+            .map(|c| f(&c.2))
+            .collect()
     };
-    println!("  4 KiB random reads: IOPS, and guest CPU us per I/O (machine / process)");
-    println!(
-        "  depth {:>26} {:>26} {:>26} {:>26}   vs passthrough: IOPS, machine CPU/I/O (polled; interrupts)",
-        Way::Odirect.name(),
-        Way::Passthrough.name(),
-        Way::QueuesPolled.name(),
-        Way::Queues.name()
-    );
+    let ways: Vec<Way> = Way::ALL
+        .into_iter()
+        .filter(|&w| cells.iter().any(|c| c.0 == w))
+        .collect();
+    let fmt = |(m, lo, hi): (f64, f64, f64), p: usize| format!("{m:.p$} ({lo:.p$}-{hi:.p$})");
     let mut rows = Vec::new();
+    for (title, f, p) in [
+        ("IOPS", &(|c: &Cell| c.iops()) as &dyn Fn(&Cell) -> f64, 0),
+        ("machine CPU us per I/O", &|c: &Cell| c.busy_us(), 1),
+        ("process CPU us per I/O", &|c: &Cell| c.cpu_us(), 1),
+    ] {
+        println!("  4 KiB random reads, {title}: median (smallest-largest) of {rounds} rounds");
+        let head: Vec<String> = ways.iter().map(|w| format!("{:>26}", w.name())).collect();
+        println!("  depth {}", head.join(" "));
+        for &d in &depths {
+            let v: Vec<String> = ways
+                .iter()
+                .map(|&w| format!("{:>26}", fmt(spread(&of(w, d, f)), p)))
+                .collect();
+            println!("  {d:5} {}", v.join(" "));
+        }
+    }
+    let med = |w: Way, d: usize, f: &dyn Fn(&Cell) -> f64| spread(&of(w, d, f)).0;
+    println!("  the queues path against passthrough (medians): IOPS and machine CPU per I/O");
+    println!(
+        "  depth {:>30} {:>30} {:>30}",
+        "interrupts / passthrough",
+        "interrupts / passthrough IOPOLL",
+        "polled / passthrough IOPOLL"
+    );
     for &d in &depths {
-        let (o, p, qp, q) = (
-            cell(Way::Odirect, d),
-            cell(Way::Passthrough, d),
-            cell(Way::QueuesPolled, d),
-            cell(Way::Queues, d),
-        );
-        let f = |c: Cell| format!("{:8.0} {:7.1} / {:6.1}", c.iops(), c.busy_us(), c.cpu_us());
+        let iops = |w: Way| med(w, d, &|c: &Cell| c.iops());
+        let cpu = |w: Way| med(w, d, &|c: &Cell| c.busy_us());
+        let pair = |a: Way, b: Way| format!("{:6.2}x {:6.2}x", iops(a) / iops(b), cpu(a) / cpu(b));
         println!(
-            "  {d:5} {:>26} {:>26} {:>26} {:>26}   {:5.2}x {:5.2}x; {:5.2}x {:5.2}x",
-            f(o),
-            f(p),
-            f(qp),
-            f(q),
-            qp.iops() / p.iops(),
-            qp.busy_us() / p.busy_us(),
-            q.iops() / p.iops(),
-            q.busy_us() / p.busy_us()
+            "  {d:5} {:>30} {:>30} {:>30}",
+            pair(Way::Queues, Way::Passthrough),
+            pair(Way::Queues, Way::PassthroughPolled),
+            pair(Way::QueuesPolled, Way::PassthroughPolled)
         );
-        let j = |c: Cell| json!({"iops": c.iops(), "machine_cpu_us_per_io": c.busy_us(), "process_cpu_us_per_io": c.cpu_us(), "ios": c.ios});
-        rows.push(json!({"depth": d, "odirect_p2p": j(o), "passthrough": j(p),
-            "queues_polled": j(qp), "queues": j(q),
-            "queues_polled_vs_passthrough": {"iops": qp.iops() / p.iops(), "machine_cpu_per_io": qp.busy_us() / p.busy_us()},
-            "queues_vs_passthrough": {"iops": q.iops() / p.iops(), "machine_cpu_per_io": q.busy_us() / p.busy_us()}}));
+        let mut row = json!({"depth": d});
+        for &w in &ways {
+            let j = |f: &dyn Fn(&Cell) -> f64| {
+                let (m, lo, hi) = spread(&of(w, d, f));
+                json!({"median": m, "min": lo, "max": hi})
+            };
+            row[w.key()] = json!({"iops": j(&|c: &Cell| c.iops()),
+                "machine_cpu_us_per_io": j(&|c: &Cell| c.busy_us()),
+                "process_cpu_us_per_io": j(&|c: &Cell| c.cpu_us())});
+        }
+        row["queues_vs_passthrough"] = json!({"iops": iops(Way::Queues) / iops(Way::Passthrough),
+            "machine_cpu_per_io": cpu(Way::Queues) / cpu(Way::Passthrough)});
+        row["queues_vs_passthrough_iopoll"] = json!({"iops": iops(Way::Queues) / iops(Way::PassthroughPolled),
+            "machine_cpu_per_io": cpu(Way::Queues) / cpu(Way::PassthroughPolled)});
+        rows.push(row);
     }
     println!(
-        "  1 MiB sequential reads ({} MiB x {}): guest CPU s/GiB (machine / process), GiB/s",
-        SEQ_LEN >> 20,
-        a.reps.max(1)
+        "  1 MiB sequential reads ({} MiB x 4 per round): guest CPU s/GiB (machine), median (smallest-largest) of {rounds} rounds, and GiB/s",
+        SEQ_LEN >> 20
     );
     let gib = |c: &Cell| (c.ios as f64 * SEQ_IO as f64) / (1u64 << 30) as f64;
-    let bounce = seq
-        .iter()
-        .find(|s| s.0 == "bounce")
-        .map(|s| s.2.busy / gib(&s.2));
+    let per = |name: &str, f: &dyn Fn(&Cell) -> f64| -> Vec<f64> {
+        seq.iter()
+            .filter(|s| s.0 == name)
+            .map(|s| f(&s.2))
+            .collect()
+    };
+    let bounce = spread(&per("bounce", &|c| c.busy / gib(c))).0;
     let mut seq_rows = Vec::new();
-    for (name, ran, c) in &seq {
-        let m = c.busy / gib(c);
+    for name in ["bounce", "p2p", "queues"] {
+        let ran = seq
+            .iter()
+            .find(|s| s.0 == name)
+            .map_or(String::new(), |s| s.1.clone());
+        let m = spread(&per(name, &|c| c.busy / gib(c)));
+        let rate = spread(&per(name, &|c| gib(c) / c.wall.as_secs_f64()));
         println!(
-            "  {name:8} {m:8.3} / {:8.3}  {:7.3} GiB/s  ran as {ran}; {:.3}x of bounce",
-            c.cpu / gib(c),
-            gib(c) / c.wall.as_secs_f64(),
-            bounce.map_or(f64::NAN, |b| m / b)
+            "  {name:8} {:>28}  {:7.3} GiB/s  ran as {ran}; {:.3}x of bounce",
+            fmt(m, 3),
+            rate.0,
+            m.0 / bounce
         );
-        seq_rows.push(
-            json!({"path": name, "ran_as": ran, "machine_cpu_s_per_gib": m,
-            "process_cpu_s_per_gib": c.cpu / gib(c), "gib_s": gib(c) / c.wall.as_secs_f64()}),
-        );
+        seq_rows.push(json!({"path": name, "ran_as": ran,
+            "machine_cpu_s_per_gib": {"median": m.0, "min": m.1, "max": m.2},
+            "gib_s": rate.0, "vs_bounce": m.0 / bounce}));
     }
-    json_out["queues"] = json!({"controller": bdf, "nsid": a.nsid, "threads": threads,
-        "random_4k": rows, "sequential_1m": seq_rows});
+    json_out["queues"] = json!({"controller": bdf, "nsid": a.nsid, "block_size": bs,
+        "threads": threads, "queues": queues, "kernel_queues": kq, "kernel_poll_queues": kpoll,
+        "rounds": rounds, "random_4k": rows, "sequential_1m": seq_rows});
     Ok(())
 }
