@@ -52,7 +52,9 @@ pub enum Step {
     /// their payload are refused and change nothing; writes read back
     /// right and (with `--keep-writes`) are reported for the host to check
     /// in the image. The second half runs with the accelerator memory
-    /// registered (mapped once for every transfer).
+    /// registered (mapped once for every transfer). Then a queue's worth of
+    /// reads whose `Pending`s are forgotten: the scope waits for them and
+    /// frees their ids.
     Canary,
     /// The namespace of a controller in a subsystem of its own is detached
     /// and attached again (Namespace Attachment, sent raw): the controller
@@ -897,6 +899,52 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
             }
         }
     }
+    // Pendings forgotten inside a scope: the scope still waits for their
+    // commands (the bytes are there when it returns) and frees their ids
+    // (the queue takes as many commands at once again).
+    let depth = ctrl.queue_depth();
+    let per = (4096 / bs) as u32;
+    let read_at = |i: usize| -> Result<IoCommand<'_>, String> {
+        let payload = maps[0].payload(i * 4096, 4096).map_err(err)?;
+        Ok(IoCommand::read(
+            x.nsid,
+            i as u64 * u64::from(per),
+            per,
+            payload,
+        ))
+    };
+    accel.write_at(0, &vec![CANARY; accel.len()]).map_err(err)?;
+    ctrl.scope(|s| -> Result<(), String> {
+        for i in 0..depth {
+            std::mem::forget(s.submit(0, &read_at(i)?).map_err(err)?);
+        }
+        Ok(())
+    })?;
+    compare(
+        x,
+        "reads whose Pendings were forgotten",
+        &*accel,
+        0,
+        0,
+        depth * 4096,
+    )?;
+    ctrl.scope(|s| -> Result<(), String> {
+        let mut flight = Vec::new();
+        for i in 0..depth {
+            match s.try_submit(0, &read_at(i)?).map_err(err)? {
+                Some(p) => flight.push(p),
+                None => {
+                    return Err(format!(
+                        "after a scope whose Pendings were forgotten, only {i} of {depth} commands found a free id"
+                    ))
+                }
+            }
+        }
+        flight
+            .into_iter()
+            .try_for_each(|p| p.wait().map(|_| ()).map_err(err))
+    })?;
+    println!("{depth} reads whose Pendings were forgotten landed, and their ids were free again");
     ns.flush().map_err(err)?;
     if !ns.unregister(&*accel) {
         return Err("the accelerator memory was not registered".into());
