@@ -596,10 +596,9 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                 let opts = InitOptions {
                     unbind: true,
                     queues: u16::try_from(queues).map_err(|_| "too many queues")?,
-                    entries: ((threads.div_ceil(queues) * most + 1)
+                    entries: (threads.div_ceil(queues) * most + 1)
                         .next_power_of_two()
-                        .max(64))
-                    .min(4096) as u16,
+                        .clamp(64, 4096) as u16,
                     interrupts,
                     ..InitOptions::default()
                 };

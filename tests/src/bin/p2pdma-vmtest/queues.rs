@@ -985,7 +985,7 @@ fn events(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     let data = ctrl
         .map(&accel, 0, 4096, PeerAccess::ReadWrite)
         .map_err(err)?;
-    let blocks = (4096 / info.block_size) as u32;
+    let blocks = 4096 / info.block_size;
     let read = |what: &str| {
         let payload = data.payload(0, 4096).map_err(err)?;
         ctrl.scope(|s| {
