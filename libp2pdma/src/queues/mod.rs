@@ -708,7 +708,8 @@ impl Controller {
             .map(|_| {
                 rustix::event::eventfd(
                     0,
-                    rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+                    // Blocking: a poller sleeps in one read of it.
+                    rustix::event::EventfdFlags::CLOEXEC,
                 )
                 .map(Arc::new)
                 .map_err(|e| format!("eventfd: {e}"))

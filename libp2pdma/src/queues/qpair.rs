@@ -31,9 +31,12 @@
 //!   phase at the wrap) and writes the head doorbell once.
 //! - **Sleeping on the interrupt (host threads).** Where the completion
 //!   queue raises an MSI-X vector (VFIO signals an eventfd), the poller
-//!   spins a little, then clears the eventfd, looks once more and sleeps on
-//!   it; the other waiters sleep until the poller files completions. An
-//!   accelerator thread keeps polling instead.
+//!   spins a little, then sleeps in one blocking read of the eventfd, which
+//!   returns at once for an interrupt that came since the last read and
+//!   clears it: one system call per sleep. A watchdog thread (one for the
+//!   process) writes the eventfd of a poller whose deadline or longest
+//!   sleep has come. The other waiters sleep until the poller files
+//!   completions. An accelerator thread keeps polling instead.
 //!
 //! A completion for an id that is not in flight, or a controller that stops
 //! answering, fails the whole controller (see [`Health`]): it is disabled,
@@ -68,6 +71,61 @@ const SPIN_POLLS: u32 = 32;
 /// The longest sleep before a waiter looks again without being woken (a
 /// controller failed by another queue raises no interrupt here).
 const SLEEP_MAX: Duration = Duration::from_millis(20);
+/// How often the watchdog looks for sleepers whose time has come.
+const WATCH_TICK: Duration = Duration::from_millis(5);
+
+/// A queue's poller asleep in a blocking read of the queue's eventfd, and
+/// when the watchdog is to wake it.
+pub(crate) struct Sleeper {
+    fd: Arc<OwnedFd>,
+    /// Nanoseconds after [`EPOCH`] when to write the eventfd; 0: awake.
+    wake_at: AtomicU64,
+}
+
+/// The sleepers the watchdog thread looks after.
+static WATCHED: Mutex<Vec<std::sync::Weak<Sleeper>>> = Mutex::new(Vec::new());
+/// Whether the watchdog thread runs.
+static WATCHDOG: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn now_ns() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Looks after `s` from now on, starting the watchdog thread if it does
+/// not run yet; `false` when it cannot be started (then pollers sleep with
+/// a time limit instead).
+fn watch(s: &Arc<Sleeper>) -> bool {
+    let running = *WATCHDOG.get_or_init(|| {
+        thread::Builder::new()
+            .name("p2pdma-watchdog".into())
+            .spawn(|| loop {
+                thread::sleep(WATCH_TICK);
+                let now = now_ns();
+                let mut list = WATCHED.lock().unwrap_or_else(|p| p.into_inner());
+                list.retain(|w| w.strong_count() > 0);
+                for s in list.iter().filter_map(std::sync::Weak::upgrade) {
+                    let at = s.wake_at.load(Ordering::Acquire);
+                    if at != 0
+                        && now >= at
+                        && s.wake_at
+                            .compare_exchange(at, 0, Ordering::AcqRel, Ordering::Relaxed)
+                            .is_ok()
+                    {
+                        let _ = rustix::io::write(&*s.fd, &1u64.to_ne_bytes());
+                    }
+                }
+            })
+            .is_ok()
+    });
+    if running {
+        WATCHED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::downgrade(s));
+    }
+    running
+}
 
 /// PRP entries in one list page.
 pub(crate) const LIST_ENTRIES: usize = PAGE / 8;
@@ -228,6 +286,8 @@ pub(crate) struct QueuePair {
     cq_state: Mutex<(u32, bool)>,
     /// The eventfd the completion queue's interrupt signals, if it has one.
     irq: Option<Arc<OwnedFd>>,
+    /// The poller's blocking sleep on it, where the watchdog runs.
+    sleeper: Option<Arc<Sleeper>>,
     /// Whether the poller is asleep on the interrupt.
     poller_asleep: AtomicBool,
     /// The longest sleep without a wake-up.
@@ -300,6 +360,13 @@ impl QueuePair {
         irq: Option<Arc<OwnedFd>>,
     ) -> Self {
         let entries = u32::from(entries.max(2));
+        let sleeper = irq.as_ref().and_then(|fd| {
+            let s = Arc::new(Sleeper {
+                fd: fd.clone(),
+                wake_at: AtomicU64::new(0),
+            });
+            watch(&s).then_some(s)
+        });
         Self {
             qid,
             entries,
@@ -324,6 +391,7 @@ impl QueuePair {
             rung: AtomicU64::new(0),
             cq_state: Mutex::new((0, true)),
             irq,
+            sleeper,
             poller_asleep: AtomicBool::new(false),
             sleep_max: SLEEP_MAX,
             sleepers: AtomicUsize::new(0),
@@ -648,20 +716,30 @@ impl QueuePair {
             };
             let mut n = self.reap(&mut st);
             if n == 0 && spins >= SPIN_POLLS {
-                // An interrupt after this read is for entries the second
-                // look may miss: it wakes the sleep.
-                let mut count = [0u8; 8];
-                let _ = rustix::io::read(&**irq, &mut count);
-                n = self.reap(&mut st);
-                if n == 0 {
-                    self.poller_asleep.store(true, Ordering::Release);
-                    self.sleeps.fetch_add(1, Ordering::Relaxed);
-                    if !sleep_on(irq, deadline, self.sleep_max) {
-                        self.sleeps_unwoken.fetch_add(1, Ordering::Relaxed);
+                self.poller_asleep.store(true, Ordering::Release);
+                self.sleeps.fetch_add(1, Ordering::Relaxed);
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(self.sleep_max);
+                let woken = match &self.sleeper {
+                    Some(sl) => {
+                        // An interrupt since the last read (for entries the
+                        // look above may have missed) returns it at once.
+                        let at = now_ns().saturating_add(left.as_nanos() as u64).max(1);
+                        sl.wake_at.store(at, Ordering::Release);
+                        let mut count = [0u8; 8];
+                        let read = rustix::io::read(&*sl.fd, &mut count);
+                        // Zero: the watchdog took the time and woke it.
+                        let poked = sl.wake_at.swap(0, Ordering::AcqRel) == 0;
+                        read.is_ok() && !poked
                     }
-                    self.poller_asleep.store(false, Ordering::Release);
-                    n = self.reap(&mut st);
+                    None => sleep_on(irq, left),
+                };
+                if !woken {
+                    self.sleeps_unwoken.fetch_add(1, Ordering::Relaxed);
                 }
+                self.poller_asleep.store(false, Ordering::Release);
+                n = self.reap(&mut st);
             }
             drop(st);
             self.filed(n);
@@ -692,13 +770,18 @@ impl QueuePair {
         // Against the poller's file-then-count (see `filed`).
         fence(Ordering::SeqCst);
         if s.state.load(Ordering::Acquire) != DONE && self.health.failure().is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (f, r) = self
+            let most = deadline
+                .saturating_duration_since(Instant::now())
+                .min(self.sleep_max);
+            let t0 = Instant::now();
+            let (f, _) = self
                 .filed_cv
-                .wait_timeout_while(f, left.min(self.sleep_max), |f| *f == seen)
+                .wait_timeout_while(f, most, |f| *f == seen)
                 .unwrap_or_else(|p| p.into_inner());
             drop(f);
-            if r.timed_out() {
+            // Slept the whole time: no notification woke it, whatever the
+            // count says by then.
+            if t0.elapsed() >= most {
                 self.sleeps_unwoken.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -735,10 +818,9 @@ impl QueuePair {
     }
 }
 
-/// Sleeps until the eventfd `irq` is signalled, `deadline` or `most`,
-/// whichever comes first; whether it was signalled.
-fn sleep_on(irq: &OwnedFd, deadline: Instant, most: Duration) -> bool {
-    let left = deadline.saturating_duration_since(Instant::now()).min(most);
+/// Without the watchdog: sleeps until the eventfd `irq` is signalled or
+/// `left` passes, and clears it if it was signalled; whether it was.
+fn sleep_on(irq: &OwnedFd, left: Duration) -> bool {
     let ts = rustix::event::Timespec {
         tv_sec: left.as_secs() as _,
         tv_nsec: left.subsec_nanos() as _,
@@ -747,7 +829,12 @@ fn sleep_on(irq: &OwnedFd, deadline: Instant, most: Duration) -> bool {
         irq,
         rustix::event::PollFlags::IN,
     )];
-    rustix::event::poll(&mut fds, Some(&ts)).is_ok_and(|n| n > 0)
+    let signalled = rustix::event::poll(&mut fds, Some(&ts)).is_ok_and(|n| n > 0);
+    if signalled {
+        let mut count = [0u8; 8];
+        let _ = rustix::io::read(irq, &mut count);
+    }
+    signalled
 }
 
 /// Spins a little, then yields: a waiter shares the CPU with the
@@ -928,7 +1015,7 @@ mod tests {
             device: None,
         }));
         let efd = irq.then(|| {
-            Arc::new(rustix::event::eventfd(0, rustix::event::EventfdFlags::NONBLOCK).unwrap())
+            Arc::new(rustix::event::eventfd(0, rustix::event::EventfdFlags::empty()).unwrap())
         });
         let mut q = QueuePair::new(
             1,
