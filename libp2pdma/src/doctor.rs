@@ -25,11 +25,11 @@ use rustix::{
 use serde_json::json;
 
 use crate::{
-    device::DEVICE_NODE,
+    discovery::DEVICE_NODE,
     queues::claim::{IommuMode, NVME_CLASS},
-    topology::{
+    discovery::{
         acs_bits, acs_control, acs_path, common_upstream, NvmePath, PciFunction, StorageTarget,
-        TargetKind, Topology, PCI_ACS_REDIRECT,
+        TargetKind, Topology, pci::PCI_ACS_REDIRECT,
     },
     Accelerator, Error, MapType, Module, P2pQuery, PciAddress, Peer,
 };
@@ -1158,7 +1158,7 @@ fn p2p_memory_check(accel: Option<&Accelerator>) -> Check {
 
 fn storage_check(
     given: Option<&FsPath>,
-    target: &Option<Result<StorageTarget, crate::topology::TopologyError>>,
+    target: &Option<Result<StorageTarget, crate::discovery::TopologyError>>,
 ) -> Check {
     const NAME: &str = "storage";
     let (Some(given), Some(target)) = (given, target) else {
@@ -1362,9 +1362,10 @@ mod tests {
     use flate2::{write::GzEncoder, Compression};
 
     use super::*;
-    use crate::topology::{
+    use crate::discovery::{
         fake::{config_space, FakeSys, ACCEL, DSP0, DSP1, NS, NVME, USP},
-        DevNum, PCI_ACS_RR, PCI_ACS_SV,
+        pci::{PCI_ACS_RR, PCI_ACS_SV},
+        DevNum,
     };
 
     fn query(map_type: MapType, distance: Option<u32>, reason: &str) -> P2pQuery {
@@ -1716,7 +1717,7 @@ mod tests {
         } else {
             format!(
                 "{}/ata1/host0/target0:0:0/0:0:0:0/block/sda/sda1",
-                crate::topology::fake::SATA
+                crate::discovery::fake::SATA
             )
         };
         f.link(&format!("dev/block/{dev}"), &target);
@@ -1726,7 +1727,7 @@ mod tests {
     #[test]
     fn the_queues_check_says_which_controller_the_library_can_drive_and_why_not() {
         let f = FakeSys::machine();
-        let nvme = crate::topology::fake::NVME.rsplit('/').next().unwrap();
+        let nvme = crate::discovery::fake::NVME.rsplit('/').next().unwrap();
         let queues = |f: &FakeSys| {
             doctor(f)
                 .run(None, AccelSelect::Auto)
@@ -1761,7 +1762,7 @@ mod tests {
         assert_eq!(c.status, Status::Ok, "{}", c.detail);
         assert!(c.detail.contains("InitOptions::unbind"), "{}", c.detail);
         f.link(
-            &format!("{}/driver", crate::topology::fake::NVME),
+            &format!("{}/driver", crate::discovery::fake::NVME),
             "bus/pci/drivers/vfio-pci",
         );
         let c = queues(&f);

@@ -443,6 +443,19 @@ impl fmt::Display for NvmeStatus {
 /// Result with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Checks that `offset..offset + len` lies inside `size` bytes, as every
+/// copy into or out of memory of that size must.
+pub fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfBounds {
+            offset: offset as u64,
+            len: len as u64,
+            size: size as u64,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -654,6 +667,22 @@ mod tests {
         ];
         for (status, errno) in table {
             assert_eq!(nvme(status).errno(), Some(errno), "status {status:#x}");
+        }
+    }
+
+    #[test]
+    fn ranges_are_checked_without_overflow() {
+        assert!(check_range(0, 4096, 4096).is_ok());
+        assert!(check_range(4096, 0, 4096).is_ok());
+        assert!(check_range(4095, 1, 4096).is_ok());
+        assert!(check_range(4095, 2, 4096).is_err());
+        assert!(check_range(4097, 0, 4096).is_err());
+        assert!(check_range(usize::MAX, 2, 4096).is_err());
+        match check_range(1, usize::MAX, 10) {
+            Err(Error::OutOfBounds { offset, len, size }) => {
+                assert_eq!((offset, len, size), (1, usize::MAX as u64, 10))
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

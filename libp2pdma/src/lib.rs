@@ -16,25 +16,17 @@
 //! written and read in place).
 #![deny(unsafe_code)]
 
-pub mod backend;
-pub mod device;
-pub mod dma;
+pub mod discovery;
 pub mod doctor;
 pub mod error;
 pub mod memory;
+pub mod nvme;
 pub mod queues;
 pub mod sys;
-pub mod topology;
 pub mod transfer;
-pub mod udmabuf;
-mod uring;
-pub mod wc;
 
-pub use device::{Accelerator, Module, PciAddress};
-pub use dma::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
+pub use discovery::{Accelerator, Module, PciAddress, StorageTarget, Topology};
 pub use doctor::{choose_path, AccelSelect, Doctor, PathChoice, PathFacts, Report};
 pub use error::{Error, Result};
-pub use memory::{Allocation, DeviceMapping};
+pub use memory::{Allocation, DeviceMapping, DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess, Udmabuf};
 pub use sys::HostBuffer;
-pub use topology::{StorageTarget, Topology};
-pub use udmabuf::Udmabuf;

@@ -14,7 +14,7 @@ mod common;
 
 use common::{mem_bytes, pattern};
 use p2pdma::{
-    backend::{DeviceMemory, DmaTarget, HostMemory, MemoryKind},
+    memory::{DeviceMemory, DmaTarget, HostMemory, MemoryKind},
     transfer::{geometry, Config, Engine, PathPref, StorageFile, TransferPath},
 };
 use proptest::prelude::*;

@@ -20,7 +20,7 @@ mod common;
 
 use common::{mem_bytes, pattern};
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory},
+    memory::{DeviceMemory, HostMemory},
     transfer::{Engine, PathPref, StorageFile, TransferPath},
     Error,
 };

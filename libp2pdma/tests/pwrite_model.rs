@@ -31,7 +31,7 @@ mod common;
 
 use common::{model_dir, pattern, runner};
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, Direction, Engine, PathPref, Request, StorageFile},
     Error, Module,
 };

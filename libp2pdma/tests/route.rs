@@ -17,7 +17,7 @@ mod common;
 
 use common::{model_dir, pattern, runner};
 use p2pdma::{
-    backend::{DeviceMemory, DmaTarget, HostMemory, MemoryKind},
+    memory::{DeviceMemory, DmaTarget, HostMemory, MemoryKind},
     transfer::{
         Config, End, Engine, HopKind, PathPref, RouteOptions, StorageFile, TransferPath, Via,
     },

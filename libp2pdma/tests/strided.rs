@@ -20,7 +20,7 @@ mod common;
 
 use common::{mem_bytes, model_dir, pattern, runner};
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory},
+    memory::{DeviceMemory, HostMemory},
     transfer::{
         Config, Direction, Engine, Layout, PathPref, Shape, StorageFile, StridedMode,
         StridedRequest,

@@ -10,7 +10,7 @@ mod common;
 
 use common::{mem_bytes, model_dir, pattern};
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory},
+    memory::{DeviceMemory, HostMemory},
     transfer::{
         constants::{memory_name, Key, Partial, Store},
         geometry::DeviceKey,

@@ -7,7 +7,7 @@ mod common;
 
 use common::{engine, mem_bytes, pattern};
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory},
+    memory::{DeviceMemory, HostMemory},
     transfer::{Engine, PathPref, StorageFile, TransferPath},
     Error,
 };
@@ -365,8 +365,8 @@ impl DeviceMemory for PanickingMemory {
     fn len(&self) -> usize {
         1 << 20
     }
-    fn kind(&self) -> p2pdma::backend::MemoryKind {
-        p2pdma::backend::MemoryKind::Host
+    fn kind(&self) -> p2pdma::memory::MemoryKind {
+        p2pdma::memory::MemoryKind::Host
     }
     fn write_at(&self, _: usize, _: &[u8]) -> p2pdma::Result<()> {
         panic!("copy into memory failed badly")
@@ -374,7 +374,7 @@ impl DeviceMemory for PanickingMemory {
     fn read_at(&self, _: usize, _: &mut [u8]) -> p2pdma::Result<()> {
         panic!("copy out of memory failed badly")
     }
-    fn dma_target(&self) -> Option<p2pdma::backend::DmaTarget> {
+    fn dma_target(&self) -> Option<p2pdma::memory::DmaTarget> {
         None
     }
 }

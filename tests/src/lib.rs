@@ -4,7 +4,7 @@
 pub mod dmamem;
 pub mod nvme;
 
-pub use p2pdma::queues::vfio;
+pub use p2pdma::sys::vfio;
 
 /// The rig's NVMe image content: 64-bit words from a splitmix64 stream keyed
 /// by the word's index, so every aligned 8 bytes of the image are distinct

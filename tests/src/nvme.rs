@@ -4,18 +4,18 @@
 //! kind of memory the module maps can be tried in each role. Polled, one
 //! command at a time, each with a deadline; every completion's status is
 //! checked. The specification's pieces (registers, entries, PRPs, IDENTIFY)
-//! are the library's (`p2pdma::queues::spec`).
+//! are the library's (`p2pdma::nvme`).
 
 use std::{
     thread,
     time::{Duration, Instant},
 };
 
-pub use p2pdma::queues::spec::{
+pub use p2pdma::nvme::{
     admin, data_ptr, io, reg, seg_addr, seg_run, Caps, Command, Completion, DataPtr, IdCtrl, IdNs,
     PAGE,
 };
-use p2pdma::queues::{spec, vfio::Bar};
+use p2pdma::{nvme as spec, queues::registers, sys::vfio::Bar};
 
 /// Memory a device reaches by DMA: copies for the CPU, and the device's
 /// address of each byte.
@@ -138,7 +138,7 @@ impl<'a> Controller<'a> {
         if admin.qid != 0 {
             return Err(format!("queue {} is not an admin queue", admin.qid));
         }
-        let caps = spec::enable(bar, admin.entries, admin.sq_addr(), admin.cq_addr())?;
+        let caps = registers::enable(bar, admin.entries, admin.sq_addr(), admin.cq_addr())?;
         Ok(Self {
             bar,
             doorbell_stride: caps.doorbell_stride,
@@ -153,12 +153,12 @@ impl<'a> Controller<'a> {
     /// Clears `CC.EN` and waits for the controller to stop (which also
     /// deletes every queue).
     pub fn disable(&self) -> Result<(), String> {
-        spec::disable(self.bar, self.ready_timeout)
+        registers::disable(self.bar, self.ready_timeout)
     }
 
     /// Normal shutdown, then disable.
     pub fn shutdown(&self) -> Result<(), String> {
-        spec::shutdown(self.bar, self.ready_timeout, self.ready_timeout)
+        registers::shutdown(self.bar, self.ready_timeout, self.ready_timeout)
     }
 
     /// Submits `cmd` on the admin queue (`io` false) or the I/O queue and

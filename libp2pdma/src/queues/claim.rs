@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::vfio;
+use crate::sys::vfio;
 
 /// The PCI class of an NVMe controller (mass storage, NVM, NVMe).
 pub const NVME_CLASS: u32 = 0x01_08_02;

@@ -55,9 +55,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{
-    spec::{self, Command, Completion, PAGE},
-    vfio::{Bar, Device},
+use super::registers;
+use crate::{
+    nvme::{self, Command, Completion, PAGE},
+    sys::vfio::{Bar, Device},
 };
 
 /// Command id states.
@@ -142,7 +143,7 @@ pub(crate) struct Stopper {
 impl Stopper {
     /// Stops the controller's DMA; what was done, and whether it stopped.
     pub(crate) fn stop(&self) -> (String, bool) {
-        let disabled = match spec::disable(&self.bar, self.ready_timeout) {
+        let disabled = match registers::disable(&self.bar, self.ready_timeout) {
             Ok(()) => return ("the controller was disabled".into(), true),
             Err(e) => e,
         };
@@ -374,8 +375,8 @@ impl QueuePair {
             cq,
             lists,
             bar,
-            sq_doorbell: spec::doorbell(qid, false, stride),
-            cq_doorbell: spec::doorbell(qid, true, stride),
+            sq_doorbell: nvme::doorbell(qid, false, stride),
+            cq_doorbell: nvme::doorbell(qid, true, stride),
             slots: (0..entries - 1)
                 .map(|_| Slot {
                     state: AtomicU32::new(FREE),
@@ -440,7 +441,7 @@ impl QueuePair {
     pub(crate) fn submit(
         &self,
         cmd: &Command,
-        data: Option<&spec::DataPtr>,
+        data: Option<&nvme::DataPtr>,
         (deadline, scope): (Option<Instant>, u64),
         ring: bool,
     ) -> Result<Ticket, WaitError> {
@@ -487,7 +488,7 @@ impl QueuePair {
         // The entry's write-combined stores (and the PRP list's) are
         // visible to the controller before the entry is marked ready: the
         // thread that rings the doorbell for it may run on another core.
-        crate::wc::store_fence();
+        crate::sys::wc::store_fence();
         self.ready[slot].store(pos + 1, Ordering::SeqCst);
         self.submitted.fetch_add(1, Ordering::Relaxed);
         if ring {
@@ -556,7 +557,7 @@ impl QueuePair {
                 // mapping and fenced by their writers, reach memory before
                 // the doorbell.
                 fence(Ordering::SeqCst);
-                crate::wc::store_fence();
+                crate::sys::wc::store_fence();
                 let _ = self.bar.write32(self.sq_doorbell, (n % entries) as u32);
                 self.rung.store(n, Ordering::Relaxed);
                 self.doorbells.fetch_add(1, Ordering::Relaxed);
@@ -924,7 +925,7 @@ mod tests {
         let mut in_flight = HashSet::new();
         let mut done = 0u64;
         loop {
-            let tail = bar.read32(spec::doorbell(1, false, 4))?;
+            let tail = bar.read32(nvme::doorbell(1, false, 4))?;
             if tail >= entries {
                 return Err(format!("tail doorbell {tail} of {entries} entries"));
             }
@@ -956,7 +957,7 @@ mod tests {
                 head = (head + 1) % entries;
             }
             if !fetched.is_empty() && rng.next() % 3 != 0 {
-                let cq_head = bar.read32(spec::doorbell(1, true, 4))?;
+                let cq_head = bar.read32(nvme::doorbell(1, true, 4))?;
                 if (cq_tail + 1) % entries != cq_head {
                     let i = (rng.next() % fetched.len() as u64) as usize;
                     let (cid, status) = fetched.swap_remove(i);
@@ -1082,14 +1083,14 @@ mod tests {
                                 let skew = 4 * (rng.next() % 64) as usize;
                                 let buf = vec![0u8; blocks * BLOCK + skew + PAGE];
                                 let at = buf.as_ptr() as u64 + skew as u64;
-                                let d = spec::data_ptr(
+                                let d = nvme::data_ptr(
                                     |o| Some((at + o as u64, blocks * BLOCK - o)),
                                     0,
                                     blocks * BLOCK,
                                 )
                                 .unwrap();
                                 let cmd = Command {
-                                    opcode: spec::io::READ,
+                                    opcode: nvme::io::READ,
                                     nsid: 1,
                                     cdw: [slba as u32, 0, blocks as u32 - 1, 0, 0, 0],
                                     ..Default::default()
@@ -1140,8 +1141,8 @@ mod tests {
     /// `csts`, with one command submitted in scope 7 and never completed.
     fn stuck(csts: u32) -> (Arc<Bar>, Vec<u64>, QueuePair, Ticket) {
         let bar = Arc::new(Bar::anonymous(0x2000));
-        bar.write32(spec::reg::CC, 1).unwrap();
-        bar.write32(spec::reg::CSTS, csts).unwrap();
+        bar.write32(nvme::reg::CC, 1).unwrap();
+        bar.write32(nvme::reg::CSTS, csts).unwrap();
         let mut mem = vec![0u64; 4 * PAGE / 8];
         let base = (mem.as_mut_ptr() as usize).next_multiple_of(PAGE) as *mut u8;
         let place = |off: usize| Place {
@@ -1163,7 +1164,7 @@ mod tests {
             None,
         );
         let cmd = Command {
-            opcode: spec::io::FLUSH,
+            opcode: nvme::io::FLUSH,
             nsid: 1,
             ..Default::default()
         };
@@ -1201,24 +1202,24 @@ mod tests {
         // model makes it ready after a while, and clears RDY once EN is
         // cleared; EN must not be cleared before RDY was set.
         let bar = Arc::new(Bar::anonymous(0x2000));
-        bar.write32(spec::reg::CC, 1).unwrap();
-        bar.write32(spec::reg::CSTS, 0).unwrap();
+        bar.write32(nvme::reg::CC, 1).unwrap();
+        bar.write32(nvme::reg::CSTS, 0).unwrap();
         let early = thread::scope(|s| {
             let m = s.spawn(|| {
                 let t0 = Instant::now();
                 let mut early = false;
                 while t0.elapsed() < Duration::from_millis(50) {
-                    early |= bar.read32(spec::reg::CC).unwrap() & 1 == 0;
+                    early |= bar.read32(nvme::reg::CC).unwrap() & 1 == 0;
                     std::hint::spin_loop();
                 }
-                bar.write32(spec::reg::CSTS, 1).unwrap();
-                while bar.read32(spec::reg::CC).unwrap() & 1 != 0 {
+                bar.write32(nvme::reg::CSTS, 1).unwrap();
+                while bar.read32(nvme::reg::CC).unwrap() & 1 != 0 {
                     std::hint::spin_loop();
                 }
-                bar.write32(spec::reg::CSTS, 0).unwrap();
+                bar.write32(nvme::reg::CSTS, 0).unwrap();
                 early
             });
-            spec::disable(&bar, Duration::from_secs(2)).unwrap();
+            registers::disable(&bar, Duration::from_secs(2)).unwrap();
             m.join().unwrap()
         });
         assert!(!early, "CC.EN was cleared while CSTS.RDY was still 0");

@@ -1,3 +1,5 @@
+#![allow(unsafe_code)]
+
 //! The driver's commands against a model controller that moves data the
 //! way a controller does: it takes the transfer length from the command's
 //! block count and the namespace's block size, follows PRP1, PRP2 and the
@@ -18,14 +20,15 @@ use std::{
 use proptest::{prelude::*, strategy::ValueTree};
 
 use super::{
-    build_io,
+    controller::{build_io, vector_plan, IoCommand, Mapped, NamespaceInfo},
     qpair::{Health, Place, QueuePair, Stopper},
-    spec::{self, io, PAGE},
-    vector_plan,
-    vfio::Bar,
-    IoCommand, Mapped, NamespaceInfo,
 };
-use crate::{dma::PeerAccess, PciAddress};
+use crate::{
+    memory::peer::PeerAccess,
+    nvme::{self, io, PAGE},
+    sys::vfio::Bar,
+    PciAddress,
+};
 
 /// Pages of the memory payloads are taken from.
 const ARENA_PAGES: usize = 80;
@@ -93,7 +96,7 @@ impl Model {
         block_size: u32,
         fill: u8,
     ) -> Result<Vec<(u64, usize)>, String> {
-        let tail = bar.read32(spec::doorbell(1, false, 4))?;
+        let tail = bar.read32(nvme::doorbell(1, false, 4))?;
         let mut touched = Vec::new();
         while self.sq_head != tail {
             let mut e = [0u8; 64];

@@ -15,7 +15,7 @@ use std::{
 };
 
 use super::{Direction, Engine, Layout, Report, Shape, StorageFile, StridedMode, StridedReport};
-use crate::{backend::DeviceMemory, Error, Result};
+use crate::{memory::DeviceMemory, Error, Result};
 
 /// One transfer to run asynchronously.
 #[derive(Clone, Debug)]

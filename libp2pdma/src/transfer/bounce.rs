@@ -21,8 +21,8 @@ use super::{
     Direction, P2pSubmit, PathStats, StorageFile,
 };
 use crate::{
-    backend::{DeviceMemory, DmaTarget},
-    uring::{Buf, Context, Session, Slots},
+    memory::{DeviceMemory, DmaTarget},
+    sys::uring::{Buf, Context, Session, Slots},
     Error, Result,
 };
 

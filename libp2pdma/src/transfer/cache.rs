@@ -14,7 +14,7 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-use crate::topology::{DevNum, DiskFacts};
+use crate::discovery::{DevNum, DiskFacts};
 
 /// A `cache_dir` setting: `off` or `none` for no cache; `default` for
 /// `$XDG_CACHE_HOME/p2pdma`, else `$HOME/.cache/p2pdma` (none when neither
@@ -111,7 +111,7 @@ pub(crate) fn replace_file(file: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::fake::TempDir;
+    use crate::discovery::fake::TempDir;
 
     #[test]
     fn cache_dir_settings() {

@@ -36,7 +36,7 @@ use super::{
     cache, cache::DeviceKey, geometry, Engine, StorageFile, StridedConstants, TransferPath,
 };
 use crate::{
-    backend::{DeviceMemory, HostMemory, MemoryKind, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, MemoryKind, ModuleMemory},
     Error, Result,
 };
 
@@ -881,7 +881,7 @@ pub fn parse_rate(s: &str) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::fake::TempDir;
+    use crate::discovery::fake::TempDir;
 
     fn dev(minor: u32) -> DeviceKey {
         DeviceKey::from_parts(&format!("259:{minor}"), "Model X", "S1").unwrap()

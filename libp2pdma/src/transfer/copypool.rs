@@ -18,7 +18,7 @@ use std::{
     thread::JoinHandle,
 };
 
-use crate::{backend::DeviceMemory, Error, Result};
+use crate::{memory::DeviceMemory, Error, Result};
 
 /// The smallest piece worth a helper: below it, waking a thread costs about
 /// as much as the copy.
@@ -244,7 +244,7 @@ impl Drop for CopyPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{HostMemory, MemoryKind};
+    use crate::memory::{HostMemory, MemoryKind};
     use proptest::prelude::*;
 
     fn bytes(len: usize, seed: u64) -> Vec<u8> {
@@ -307,7 +307,7 @@ mod tests {
         fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
             self.inner.read_at(offset, dst)
         }
-        fn dma_target(&self) -> Option<crate::backend::DmaTarget> {
+        fn dma_target(&self) -> Option<crate::memory::DmaTarget> {
             None
         }
     }

@@ -20,8 +20,8 @@ use super::{
     Direction, P2pSubmit, StorageFile,
 };
 use crate::{
-    backend::DeviceMemory,
-    uring::{Buf, Context, Session},
+    memory::DeviceMemory,
+    sys::uring::{Buf, Context, Session},
     Error, Module, Result,
 };
 

@@ -25,6 +25,8 @@ use std::{fmt, os::fd::BorrowedFd};
 
 use rustix::io::Errno;
 
+use crate::sys::file::{self as raw, EXTENTS_PER_CALL};
+
 /// A run of the file inside the mapped range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Segment {
@@ -438,8 +440,6 @@ fn check_inode(fd: BorrowedFd<'_>, fs: Filesystem) -> Result<(), String> {
     Ok(())
 }
 
-/// Extents per FIEMAP call.
-const EXTENTS_PER_CALL: usize = 128;
 
 /// The file's extents that meet `[start, end)`, in file order, after the
 /// filesystem wrote dirty data back (`sync`: `FIEMAP_FLAG_SYNC`). FIEMAP is
@@ -543,172 +543,6 @@ pub(super) fn resident_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Resul
     raw::resident_pages(fd, offset, len)
 }
 
-/// The two ioctls, with the `#[repr(C)]` layouts of linux/fiemap.h and
-/// linux/fs.h.
-mod raw {
-    #![allow(unsafe_code)]
-
-    use std::os::fd::BorrowedFd;
-
-    use rustix::{
-        io::Errno,
-        ioctl::{ioctl, opcode, Getter, Opcode, Updater},
-    };
-
-    use super::EXTENTS_PER_CALL;
-
-    /// `struct fiemap`, without its flexible array.
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    pub(super) struct Fiemap {
-        pub(super) fm_start: u64,
-        pub(super) fm_length: u64,
-        pub(super) fm_flags: u32,
-        pub(super) fm_mapped_extents: u32,
-        pub(super) fm_extent_count: u32,
-        pub(super) fm_reserved: u32,
-    }
-
-    /// `struct fiemap_extent`.
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    pub(super) struct FiemapExtent {
-        pub(super) fe_logical: u64,
-        pub(super) fe_physical: u64,
-        pub(super) fe_length: u64,
-        pub(super) fe_reserved64: [u64; 2],
-        pub(super) fe_flags: u32,
-        pub(super) fe_reserved: [u32; 3],
-    }
-
-    /// `struct fiemap` with room for [`EXTENTS_PER_CALL`] extents.
-    #[repr(C)]
-    pub(super) struct FiemapBuf {
-        pub(super) head: Fiemap,
-        pub(super) extents: [FiemapExtent; EXTENTS_PER_CALL],
-    }
-
-    impl FiemapBuf {
-        pub(super) fn new() -> Self {
-            Self {
-                head: Fiemap::default(),
-                extents: [FiemapExtent::default(); EXTENTS_PER_CALL],
-            }
-        }
-    }
-
-    const _: () = assert!(std::mem::size_of::<Fiemap>() == 32);
-    const _: () = assert!(std::mem::size_of::<FiemapExtent>() == 56);
-    const _: () = assert!(std::mem::offset_of!(FiemapBuf, extents) == 32);
-
-    /// `_IOWR('f', 11, struct fiemap)`.
-    const FS_IOC_FIEMAP: Opcode = opcode::read_write::<Fiemap>(b'f', 11);
-    const _: () = assert!(FS_IOC_FIEMAP == 0xC020_660B as Opcode);
-
-    /// `struct fsxattr`.
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct FsXattr {
-        fsx_xflags: u32,
-        fsx_extsize: u32,
-        fsx_nextents: u32,
-        fsx_projid: u32,
-        fsx_cowextsize: u32,
-        fsx_pad: [u8; 8],
-    }
-
-    const _: () = assert!(std::mem::size_of::<FsXattr>() == 28);
-
-    /// `_IOR('X', 31, struct fsxattr)`.
-    const FS_IOC_FSGETXATTR: Opcode = opcode::read::<FsXattr>(b'X', 31);
-    const _: () = assert!(FS_IOC_FSGETXATTR == 0x801C_581F as Opcode);
-
-    /// `sync_file_range(fd, offset, len, WAIT_BEFORE | WRITE | WAIT_AFTER)`:
-    /// writes the range's dirty page-cache pages back and waits for them.
-    pub(super) fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
-        use std::os::fd::AsRawFd;
-        let (offset, len) = (
-            i64::try_from(offset).map_err(|_| Errno::INVAL)?,
-            i64::try_from(len).map_err(|_| Errno::INVAL)?,
-        );
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-            | libc::SYNC_FILE_RANGE_WRITE
-            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        // SAFETY: Plain integers and a borrowed, open descriptor; the kernel
-        // reads no memory of ours.
-        match unsafe { libc::sync_file_range(fd.as_raw_fd(), offset, len, flags) } {
-            0 => Ok(()),
-            _ => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)),
-        }
-    }
-
-    /// Pages of `[offset, offset + len)` of `fd` in the page cache
-    /// (`mincore` on a shared read-only mapping of the range, made and
-    /// dropped here; mapping a file does not populate anything).
-    pub(super) fn resident_pages(
-        fd: BorrowedFd<'_>,
-        offset: u64,
-        len: u64,
-    ) -> Result<usize, Errno> {
-        use std::os::fd::AsRawFd;
-        const PAGE: u64 = 4096;
-        let start = offset - offset % PAGE;
-        let bytes = usize::try_from((offset + len).div_ceil(PAGE) * PAGE - start)
-            .map_err(|_| Errno::INVAL)?;
-        if bytes == 0 {
-            return Ok(0);
-        }
-        let off = libc::off_t::try_from(start).map_err(|_| Errno::INVAL)?;
-        let last = || Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO);
-        // SAFETY: A new shared read-only mapping at an address the kernel
-        // picks, so it overlaps nothing Rust uses; it is never read here.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                off,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(last());
-        }
-        let mut vec = vec![0u8; bytes / PAGE as usize];
-        // SAFETY: `addr..addr + bytes` is the mapping just made; `vec` has a
-        // byte for each of its pages.
-        let r = unsafe { libc::mincore(addr, bytes, vec.as_mut_ptr()) };
-        let err = (r != 0).then(last);
-        // SAFETY: The mapping made above, referred to by nothing else.
-        unsafe { libc::munmap(addr, bytes) };
-        match err {
-            Some(e) => Err(e),
-            None => Ok(vec.iter().filter(|&&b| b & 1 != 0).count()),
-        }
-    }
-
-    /// Maps `buf.head.fm_start..+fm_length` with `buf.head.fm_flags`; the
-    /// kernel fills `buf.extents` and `fm_mapped_extents`.
-    #[doc(alias = "FS_IOC_FIEMAP")]
-    pub(super) fn fiemap(fd: BorrowedFd<'_>, buf: &mut FiemapBuf) -> Result<(), Errno> {
-        // The kernel writes at most this many extents after the header.
-        buf.head.fm_extent_count = EXTENTS_PER_CALL as u32;
-        // SAFETY: The request code is an `_IOWR` of `struct fiemap`, whose
-        // flexible array the kernel writes up to `fm_extent_count` entries
-        // of; `FiemapBuf` is that header followed by exactly that many
-        // entries (offsets asserted above), all plain integers.
-        unsafe { ioctl(fd, Updater::<FS_IOC_FIEMAP, FiemapBuf>::new(buf)) }
-    }
-
-    /// The file's `fsx_xflags` (`FS_XFLAG_*`).
-    #[doc(alias = "FS_IOC_FSGETXATTR")]
-    pub(super) fn fsgetxattr_xflags(fd: BorrowedFd<'_>) -> Result<u32, Errno> {
-        // SAFETY: The request code is an `_IOR` of exactly `struct fsxattr`,
-        // plain integers, which the kernel writes in full.
-        unsafe { ioctl(fd, Getter::<FS_IOC_FSGETXATTR, FsXattr>::new()) }.map(|x| x.fsx_xflags)
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -25,8 +25,8 @@ use std::{
 pub use super::cache::{parse_cache_dir, DeviceKey};
 use super::{cache, StorageFile};
 use crate::{
-    topology::DiskFacts,
-    uring::{Buf, Context, Session},
+    discovery::DiskFacts,
+    sys::uring::{Buf, Context, Session},
     Error, Result,
 };
 
@@ -233,7 +233,7 @@ pub(crate) fn measure(ctx: &mut Context, file: &StorageFile, at: u64, len: usize
         ctx,
         file.fd()?,
         file.block_size(),
-        None::<(crate::backend::DmaTarget, &())>,
+        None::<(crate::memory::DmaTarget, &())>,
     );
     let (mut next, mut done) = (0u64, 0u64);
     let start = Instant::now();
@@ -338,7 +338,7 @@ pub fn pick(samples: &[Sample]) -> Option<Learned> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{fake::TempDir, DevNum};
+    use crate::discovery::{fake::TempDir, DevNum};
 
     fn facts(max_kb: Option<u64>, queue: Option<u32>) -> DiskFacts {
         DiskFacts {

@@ -59,7 +59,7 @@ use std::{
 };
 
 pub use crate::doctor::{Path as TransferPath, PathChoice};
-pub use crate::uring::nvme_io_sqe;
+pub use crate::sys::uring::nvme_io_sqe;
 pub use asyncio::{Request, StridedRequest, Ticket};
 pub use config::{Config, P2pSubmit, PathPref, StridedConstants};
 pub use geometry::Geometry;
@@ -69,9 +69,10 @@ pub use stats::{PathStats, Stats};
 pub use strided::{Layout, Shape, StridedMode, StridedReport};
 
 use crate::{
-    backend::{DeviceMemory, MemoryKind},
-    topology::{DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
-    uring::Context,
+    error::check_range,
+    memory::{DeviceMemory, MemoryKind},
+    discovery::{DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
+    sys::uring::Context,
     Error, Module, Peer, Result,
 };
 
@@ -1114,16 +1115,7 @@ impl Engine {
         mem_offset: usize,
         len: usize,
     ) -> Result<Report> {
-        match mem_offset.checked_add(len) {
-            Some(end) if end <= mem.len() => {}
-            _ => {
-                return Err(Error::OutOfBounds {
-                    offset: mem_offset as u64,
-                    len: len as u64,
-                    size: mem.len() as u64,
-                })
-            }
-        }
+        check_range(mem_offset, len, mem.len())?;
         if file_offset.checked_add(len as u64).is_none() {
             return Err(Error::InvalidArgument(
                 "file offset + length overflows".into(),

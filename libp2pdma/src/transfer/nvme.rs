@@ -53,8 +53,8 @@ use super::{
     Direction, NvmeNamespace, StorageFile,
 };
 use crate::{
-    backend::DmaTarget,
-    uring::{Context, NvmeResult, NvmeSession, Session},
+    memory::DmaTarget,
+    sys::uring::{Context, NvmeResult, NvmeSession, Session},
     Error, Result,
 };
 

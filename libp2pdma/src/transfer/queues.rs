@@ -26,8 +26,9 @@ use std::{
 
 use super::bounce::{round_down, round_up};
 use crate::{
-    backend::{DeviceMemory, HostMemory},
-    dma::PeerAccess,
+    error::check_range,
+    memory::{DeviceMemory, HostMemory},
+    memory::peer::PeerAccess,
     queues::{Controller, IoCommand, Mapped, NamespaceInfo, Pending},
     Error, Result,
 };
@@ -193,16 +194,7 @@ impl Namespace {
         mem_offset: usize,
         len: usize,
     ) -> Result<()> {
-        match mem_offset.checked_add(len) {
-            Some(end) if end <= mem.len() => {}
-            _ => {
-                return Err(Error::OutOfBounds {
-                    offset: mem_offset as u64,
-                    len: len as u64,
-                    size: mem.len() as u64,
-                })
-            }
-        }
+        check_range(mem_offset, len, mem.len())?;
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.size() => Ok(()),
             _ => Err(Error::EndOfFile {

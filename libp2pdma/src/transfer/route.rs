@@ -21,7 +21,7 @@ use super::{
     Direction, Engine, PathChoice, StorageFile, TransferPath,
 };
 use crate::{
-    backend::{DeviceMemory, HostMemory, MemoryKind},
+    memory::{DeviceMemory, HostMemory, MemoryKind},
     Error, Peer, Result,
 };
 

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory},
+    memory::{DeviceMemory, HostMemory},
     transfer::{Config, Engine, PathPref},
 };
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};

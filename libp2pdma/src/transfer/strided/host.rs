@@ -25,7 +25,7 @@
 
 use super::{check_room, Layout, Shape, StridedMode, StridedReport};
 use crate::{
-    backend::DeviceMemory,
+    memory::DeviceMemory,
     transfer::{constants::Resolved, Engine, TransferPath},
     Error, Result,
 };

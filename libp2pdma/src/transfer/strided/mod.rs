@@ -30,7 +30,7 @@ use std::{
 
 use super::{bounce, Direction, Engine, PathChoice, StorageFile, TransferPath};
 use crate::{
-    backend::{DeviceMemory, DmaTarget, MemoryKind},
+    memory::{DeviceMemory, DmaTarget, MemoryKind},
     Error, Result,
 };
 

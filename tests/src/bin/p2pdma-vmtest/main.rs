@@ -294,7 +294,7 @@ fn phys_of(va: u64) -> Result<u64, String> {
 
 fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> {
     use p2pdma::{
-        backend::{DeviceMemory, ModuleMemory},
+        memory::{DeviceMemory, ModuleMemory},
         transfer::{Config, Engine, StorageFile},
     };
     use std::sync::Arc;
@@ -428,7 +428,7 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
 
 fn route_run(x: &RouteArgs) -> Result<(), String> {
     use p2pdma::{
-        backend::{DeviceMemory, ModuleMemory},
+        memory::{DeviceMemory, ModuleMemory},
         transfer::{Config, End, Engine, HopKind, RouteOptions, StorageFile, Via},
         Peer,
     };
@@ -646,7 +646,7 @@ fn human_bytes(n: u64) -> String {
 fn verify_buffered(
     path: &str,
     offset: u64,
-    mem: &dyn p2pdma::backend::DeviceMemory,
+    mem: &dyn p2pdma::memory::DeviceMemory,
     mem_offset: usize,
     len: usize,
 ) -> Result<(), String> {
@@ -832,7 +832,7 @@ fn module_read(nvme: &str, offset: u64, len: usize, hold: bool) -> Result<(), St
     let node = OpenOptions::new()
         .read(true)
         .write(true)
-        .open(p2pdma::device::DEVICE_NODE)
+        .open(p2pdma::discovery::DEVICE_NODE)
         .map_err(|e| e.to_string())?;
     let mut a = abi::P2pdmaAlloc {
         dev_index: accel.index,
@@ -989,7 +989,7 @@ fn strided_paths_ok(x: &StridedArgs, r: &p2pdma::transfer::StridedReport) -> Res
 
 fn engine_strided(x: &StridedArgs) -> Result<(), String> {
     use p2pdma::{
-        backend::{DeviceMemory, ModuleMemory},
+        memory::{DeviceMemory, ModuleMemory},
         transfer::{Config, Engine, Layout, StorageFile, StridedMode},
     };
     use std::sync::Arc;

@@ -11,8 +11,8 @@ use std::{
 
 use clap::{Args, ValueEnum};
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory, ModuleMemory},
-    queues::{claim, spec::admin, vfio, AdminCommand, Command, Controller, InitOptions, IoCommand},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
+    nvme::admin, sys::vfio, queues::{claim, AdminCommand, Command, Controller, InitOptions, IoCommand},
     transfer::{
         Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions, Shape,
         StorageFile, StridedMode, TransferPath, Via,

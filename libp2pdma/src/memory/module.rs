@@ -7,12 +7,14 @@
 //! device memory, so it is reached only through raw pointers and explicit
 //! copies, never through `&[u8]`.
 
-use std::os::fd::AsFd;
+use std::{fmt, os::fd::AsFd, sync::Arc};
 
 use p2pdma_abi as abi;
 
+use super::device::{DeviceMemory, MemoryKind};
 use crate::{
-    sys::{self, RawMapping, Sharing},
+    error::check_range,
+    sys::{self, DmaTarget, RawMapping, Sharing},
     Error, Module, Result,
 };
 
@@ -162,18 +164,6 @@ impl Drop for Allocation<'_> {
     }
 }
 
-/// Checks that `offset..offset + len` lies inside `size` bytes.
-pub(crate) fn check_range(offset: usize, len: usize, size: usize) -> Result<()> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(Error::OutOfBounds {
-            offset: offset as u64,
-            len: len as u64,
-            size: size as u64,
-        }),
-    }
-}
-
 /// A shared, read-write mapping of accelerator memory, unmapped on drop.
 ///
 /// It stays valid after its allocation is freed and after the module file is
@@ -278,23 +268,99 @@ impl DeviceMapping {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Accelerator BAR memory allocated from the p2pdma module and mapped
+/// write-combined into this process. Freed (and unmapped) on drop.
+pub struct ModuleMemory {
+    module: Arc<Module>,
+    handle: u64,
+    kind: MemoryKind,
+    map: DeviceMapping,
+}
 
-    #[test]
-    fn ranges_are_checked_without_overflow() {
-        assert!(check_range(0, 4096, 4096).is_ok());
-        assert!(check_range(4096, 0, 4096).is_ok());
-        assert!(check_range(4095, 1, 4096).is_ok());
-        assert!(check_range(4095, 2, 4096).is_err());
-        assert!(check_range(4097, 0, 4096).is_err());
-        assert!(check_range(usize::MAX, 2, 4096).is_err());
-        match check_range(1, usize::MAX, 10) {
-            Err(Error::OutOfBounds { offset, len, size }) => {
-                assert_eq!((offset, len, size), (1, usize::MAX as u64, 10))
-            }
-            other => panic!("{other:?}"),
-        }
+impl fmt::Debug for ModuleMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModuleMemory")
+            .field("kind", &self.kind)
+            .field("handle", &self.handle)
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+impl ModuleMemory {
+    /// Allocates `size` bytes of accelerator `index`'s memory (bus address
+    /// aligned to `align`, 0 for a page) and maps it.
+    pub fn alloc(module: Arc<Module>, index: u32, size: u64, align: u64) -> Result<Self> {
+        let accel = module
+            .accelerators()?
+            .into_iter()
+            .find(|a| a.index == index)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("no accelerator {index} in the module"))
+            })?;
+        let alloc = module.alloc(index, size, align)?;
+        let map = alloc.map()?;
+        let handle = alloc.into_handle();
+        Ok(Self {
+            module,
+            handle,
+            kind: MemoryKind::ModuleBar {
+                index,
+                pci: accel.pci,
+            },
+            map,
+        })
+    }
+
+    /// The allocation's handle in the module.
+    pub fn handle(&self) -> u64 {
+        self.handle
+    }
+
+    /// The module it came from.
+    pub fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
+
+    /// Its mapping in this process.
+    pub fn mapping(&self) -> &DeviceMapping {
+        &self.map
+    }
+}
+
+impl Drop for ModuleMemory {
+    fn drop(&mut self) {
+        // The mapping keeps the memory until it is unmapped after this.
+        let _ = self.module.free(self.handle);
+    }
+}
+
+impl DeviceMemory for ModuleMemory {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn kind(&self) -> MemoryKind {
+        self.kind.clone()
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.map.write_at(offset, src)
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.map.read_at(offset, dst)
+    }
+
+    fn dma_target(&self) -> Option<DmaTarget> {
+        Some(DmaTarget {
+            ptr: self.map.as_ptr(),
+            len: self.map.len(),
+            p2p: true,
+        })
+    }
+
+    fn module_allocation(&self) -> Option<(&Arc<Module>, u64)> {
+        Some((&self.module, self.handle))
     }
 }

@@ -18,7 +18,7 @@ use std::{
 use io_uring::{opcode, types, IoUring};
 use rustix::io::Errno;
 
-use crate::{backend::DmaTarget, sys::HostBuffer, Error, Result};
+use crate::{memory::DmaTarget, sys::HostBuffer, Error, Result};
 
 /// A ring and its bounce slots, reused across transfers.
 pub(crate) struct Context {

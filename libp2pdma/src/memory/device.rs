@@ -16,7 +16,11 @@
 
 use std::{fmt, sync::Arc};
 
-use crate::{sys::HostBuffer, Error, Module, Result};
+use crate::{
+    error::check_range,
+    sys::{DmaTarget, HostBuffer},
+    Error, Module, Result,
+};
 
 /// What kind of memory a backend holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,18 +45,6 @@ impl fmt::Display for MemoryKind {
             MemoryKind::Host => f.write_str("host-memory device"),
         }
     }
-}
-
-/// Memory that storage may DMA into or out of directly: a CPU mapping whose
-/// pages the block layer accepts for `O_DIRECT`.
-#[derive(Clone, Copy, Debug)]
-pub struct DmaTarget {
-    /// The mapping's first byte.
-    pub ptr: *mut u8,
-    /// Its length.
-    pub len: usize,
-    /// Whether the pages are PCI P2P memory (DMA goes device to device).
-    pub p2p: bool,
 }
 
 /// Accelerator memory as the transfer engines use it.
@@ -100,17 +92,6 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     }
 }
 
-fn check(offset: usize, len: usize, size: usize) -> Result<()> {
-    match offset.checked_add(len) {
-        Some(end) if end <= size => Ok(()),
-        _ => Err(Error::OutOfBounds {
-            offset: offset as u64,
-            len: len as u64,
-            size: size as u64,
-        }),
-    }
-}
-
 /// The host-memory device: page-aligned host memory that stands in for an
 /// accelerator where there is none. It is a valid `O_DIRECT` target, but
 /// never P2P.
@@ -146,7 +127,7 @@ impl HostMemory {
     /// lives.
     #[allow(unsafe_code)]
     pub(crate) unsafe fn bytes(&self, offset: usize, len: usize) -> Result<&[u8]> {
-        check(offset, len, self.len())?;
+        check_range(offset, len, self.len())?;
         // SAFETY: In bounds (checked); the caller guarantees no writer.
         Ok(unsafe { std::slice::from_raw_parts(self.buf.as_raw().add(offset), len) })
     }
@@ -157,7 +138,7 @@ impl HostMemory {
     /// Nothing else may read or write the range while the borrow lives.
     #[allow(clippy::mut_from_ref, unsafe_code)]
     pub(crate) unsafe fn bytes_mut(&self, offset: usize, len: usize) -> Result<&mut [u8]> {
-        check(offset, len, self.len())?;
+        check_range(offset, len, self.len())?;
         // SAFETY: In bounds (checked); the caller guarantees exclusive use.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.buf.as_raw().add(offset), len) })
     }
@@ -173,14 +154,14 @@ impl DeviceMemory for HostMemory {
     }
 
     fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
-        check(offset, src.len(), self.len())?;
+        check_range(offset, src.len(), self.len())?;
         self.buf
             .write_raw(offset, src)
             .map_err(Error::sys("copy into host-memory device"))
     }
 
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        check(offset, dst.len(), self.len())?;
+        check_range(offset, dst.len(), self.len())?;
         self.buf
             .read_raw(offset, dst)
             .map_err(Error::sys("copy from host-memory device"))
@@ -192,103 +173,6 @@ impl DeviceMemory for HostMemory {
             len: self.buf.len(),
             p2p: false,
         })
-    }
-}
-
-/// Accelerator BAR memory allocated from the p2pdma module and mapped
-/// write-combined into this process. Freed (and unmapped) on drop.
-pub struct ModuleMemory {
-    module: Arc<Module>,
-    handle: u64,
-    kind: MemoryKind,
-    map: crate::DeviceMapping,
-}
-
-impl fmt::Debug for ModuleMemory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ModuleMemory")
-            .field("kind", &self.kind)
-            .field("handle", &self.handle)
-            .field("len", &self.map.len())
-            .finish()
-    }
-}
-
-impl ModuleMemory {
-    /// Allocates `size` bytes of accelerator `index`'s memory (bus address
-    /// aligned to `align`, 0 for a page) and maps it.
-    pub fn alloc(module: Arc<Module>, index: u32, size: u64, align: u64) -> Result<Self> {
-        let accel = module
-            .accelerators()?
-            .into_iter()
-            .find(|a| a.index == index)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!("no accelerator {index} in the module"))
-            })?;
-        let alloc = module.alloc(index, size, align)?;
-        let map = alloc.map()?;
-        let handle = alloc.into_handle();
-        Ok(Self {
-            module,
-            handle,
-            kind: MemoryKind::ModuleBar {
-                index,
-                pci: accel.pci,
-            },
-            map,
-        })
-    }
-
-    /// The allocation's handle in the module.
-    pub fn handle(&self) -> u64 {
-        self.handle
-    }
-
-    /// The module it came from.
-    pub fn module(&self) -> &Arc<Module> {
-        &self.module
-    }
-
-    /// Its mapping in this process.
-    pub fn mapping(&self) -> &crate::DeviceMapping {
-        &self.map
-    }
-}
-
-impl Drop for ModuleMemory {
-    fn drop(&mut self) {
-        // The mapping keeps the memory until it is unmapped after this.
-        let _ = self.module.free(self.handle);
-    }
-}
-
-impl DeviceMemory for ModuleMemory {
-    fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    fn kind(&self) -> MemoryKind {
-        self.kind.clone()
-    }
-
-    fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.map.write_at(offset, src)
-    }
-
-    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.map.read_at(offset, dst)
-    }
-
-    fn dma_target(&self) -> Option<DmaTarget> {
-        Some(DmaTarget {
-            ptr: self.map.as_ptr(),
-            len: self.map.len(),
-            p2p: true,
-        })
-    }
-
-    fn module_allocation(&self) -> Option<(&Arc<Module>, u64)> {
-        Some((&self.module, self.handle))
     }
 }
 

@@ -1,10 +1,9 @@
-//! Discovery of the accelerators bound to the p2pdma kernel module.
+//! The accelerators bound to the p2pdma kernel module, through its device
+//! node.
 
 use std::{
-    fmt,
     os::fd::{AsFd, BorrowedFd, OwnedFd},
     path::{Path, PathBuf},
-    str::FromStr,
 };
 
 use p2pdma_abi as abi;
@@ -13,6 +12,7 @@ use rustix::{
     io::Errno,
 };
 
+use super::pci::PciAddress;
 use crate::{sys, Error, Result};
 
 /// Default path of the module's device node.
@@ -132,117 +132,9 @@ impl From<abi::P2pdmaDeviceInfo> for Accelerator {
     }
 }
 
-/// A PCI function's address, printed as `dddd:bb:dd.f`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PciAddress {
-    /// Domain (segment).
-    pub domain: u32,
-    /// Bus.
-    pub bus: u8,
-    /// Device (slot).
-    pub device: u8,
-    /// Function.
-    pub function: u8,
-}
-
-impl PciAddress {
-    /// `(device << 3) | function`, as the ABI carries it.
-    pub fn devfn(&self) -> u8 {
-        (self.device << 3) | (self.function & 7)
-    }
-
-    /// The address from the ABI's domain, bus and devfn fields.
-    pub fn from_devfn(domain: u32, bus: u8, devfn: u8) -> Self {
-        Self {
-            domain,
-            bus,
-            device: devfn >> 3,
-            function: devfn & 7,
-        }
-    }
-}
-
-impl FromStr for PciAddress {
-    type Err = Error;
-
-    /// Parses `dddd:bb:dd.f`, or `bb:dd.f` in domain 0 (hexadecimal, as
-    /// sysfs and `lspci` print them).
-    fn from_str(s: &str) -> Result<Self> {
-        let bad = || Error::InvalidArgument(format!("{s:?} is not a PCI address (dddd:bb:dd.f)"));
-        let (rest, function) = s.rsplit_once('.').ok_or_else(bad)?;
-        let mut parts = rest.rsplitn(3, ':');
-        let device = parts.next().ok_or_else(bad)?;
-        let bus = parts.next().ok_or_else(bad)?;
-        let domain = parts.next().unwrap_or("0");
-        let hex = |t: &str, max: u32| -> Result<u32> {
-            if t.is_empty() || t.len() > 8 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(bad());
-            }
-            let v = u32::from_str_radix(t, 16).map_err(|_| bad())?;
-            if v > max {
-                return Err(bad());
-            }
-            Ok(v)
-        };
-        Ok(Self {
-            domain: hex(domain, u32::MAX)?,
-            bus: hex(bus, 0xff)? as u8,
-            device: hex(device, 0x1f)? as u8,
-            function: hex(function, 7)? as u8,
-        })
-    }
-}
-
-impl fmt::Display for PciAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:04x}:{:02x}:{:02x}.{}",
-            self.domain, self.bus, self.device, self.function
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pci_address_formats_like_sysfs() {
-        let a = Accelerator::from(abi::P2pdmaDeviceInfo {
-            domain: 0,
-            bus: 3,
-            devfn: (0x1f << 3) | 5,
-            numa_node: -1,
-            ..Default::default()
-        });
-        assert_eq!(a.pci.to_string(), "0000:03:1f.5");
-        assert_eq!(a.numa_node, None);
-    }
-
-    #[test]
-    fn pci_addresses_parse_and_round_trip() {
-        let a: PciAddress = "0000:03:1f.5".parse().unwrap();
-        assert_eq!(a.to_string(), "0000:03:1f.5");
-        assert_eq!(a.devfn(), (0x1f << 3) | 5);
-        assert_eq!(PciAddress::from_devfn(0, 3, a.devfn()), a);
-        let b: PciAddress = "3:00.1".parse().unwrap();
-        assert_eq!(b.to_string(), "0000:03:00.1");
-        let c: PciAddress = "10000:ff:00.0".parse().unwrap();
-        assert_eq!(c.domain, 0x10000);
-        for bad in [
-            "",
-            "0000:03:20.0",
-            "0000:03:1f.8",
-            "0000:100:00.0",
-            "03:1f",
-            "x:03:1f.0",
-            "0000:03:1f.",
-            "+3:00.0",
-        ] {
-            assert!(bad.parse::<PciAddress>().is_err(), "{bad:?} parsed");
-        }
-    }
 
     #[test]
     fn missing_node_is_a_clear_error() {

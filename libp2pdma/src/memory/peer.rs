@@ -13,7 +13,7 @@ use rustix::{
     io::Errno,
 };
 
-use crate::{device::PciAddress, sys, Error, Module, Result};
+use crate::{discovery::PciAddress, sys, Error, Module, Result};
 
 /// The device that will do the DMA.
 #[derive(Clone, Copy, Debug)]

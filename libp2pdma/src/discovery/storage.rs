@@ -1,0 +1,330 @@
+//! The storage behind a path: disks, partitions, NVMe namespaces, their
+//! controllers and multipath paths, and what a disk's queue takes.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use rustix::fs::{major, minor};
+use serde_json::json;
+
+use super::{
+    pci::PciAddress,
+    sysfs::{parse_dec, read_small},
+};
+
+/// A device number, printed `major:minor` as sysfs names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DevNum {
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+}
+
+impl DevNum {
+    /// Splits a raw `dev_t` (`st_dev`, `st_rdev`).
+    pub fn from_raw(dev: u64) -> Self {
+        Self {
+            major: major(dev),
+            minor: minor(dev),
+        }
+    }
+
+    /// Parses `major:minor` (sysfs `dev` files, `/proc/self/mountinfo`).
+    pub fn parse(s: &str) -> Option<Self> {
+        let (a, b) = s.trim().split_once(':')?;
+        Some(Self {
+            major: parse_dec(a)?,
+            minor: parse_dec(b)?,
+        })
+    }
+}
+
+impl fmt::Display for DevNum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+/// What kind of path a [`StorageTarget`] was resolved from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A regular file or a directory, on the filesystem of block device
+    /// `fs_device` (a partition or a whole disk).
+    File {
+        /// The filesystem's block device (e.g. `nvme0n1p2`).
+        fs_device: String,
+        /// Its device number.
+        fs_dev: DevNum,
+    },
+    /// A block device node (a whole disk or a partition).
+    BlockDevice,
+    /// An NVMe generic character device (`/dev/ngXnY`).
+    NvmeGeneric,
+}
+
+impl TargetKind {
+    /// A short name: `file`, `block`, `nvme-generic`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TargetKind::File { .. } => "file",
+            TargetKind::BlockDevice => "block",
+            TargetKind::NvmeGeneric => "nvme-generic",
+        }
+    }
+}
+
+/// A partition of a disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// Its block device name (e.g. `nvme0n1p2`).
+    pub name: String,
+    /// Its number on the disk.
+    pub number: u32,
+    /// Where it starts on the disk, in bytes.
+    pub start: u64,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// The storage behind a path: the whole disk, and, for NVMe, the namespace,
+/// its controller and that controller's PCI function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StorageTarget {
+    /// The path it was resolved from.
+    pub path: PathBuf,
+    /// What kind of path that is.
+    pub kind: TargetKind,
+    /// The whole disk's block device name (e.g. `nvme0n1`).
+    pub disk: String,
+    /// The whole disk's device node (e.g. `/dev/nvme0n1`).
+    pub disk_path: PathBuf,
+    /// The partition that holds the path (the device itself, or the file's
+    /// filesystem) when that is a partition rather than the whole disk.
+    pub partition: Option<Partition>,
+    /// The NVMe generic character device of the namespace, if there is one.
+    pub generic_path: Option<PathBuf>,
+    /// The NVMe namespace ID.
+    pub nsid: Option<u32>,
+    /// The disk's logical block size in bytes.
+    pub logical_block_size: u32,
+    /// The largest transfer the device takes in one command, in bytes.
+    pub max_transfer_bytes: u64,
+    /// The NVMe controller (e.g. `nvme0`).
+    pub controller: Option<String>,
+    /// The PCI function of the controller (or, for other disks, the first
+    /// PCI function above the disk).
+    pub pci: Option<PciAddress>,
+    /// Whether the disk is an NVMe namespace.
+    pub is_nvme: bool,
+    /// The block devices this one is built on (device-mapper, md), if any.
+    pub slaves: Vec<String>,
+    /// For a native-multipath namespace head (a namespace shared by the
+    /// controllers of one NVMe subsystem): its paths, in natural order. I/O
+    /// to the head may take any of them. Empty for other disks.
+    pub multipath: Vec<NvmePath>,
+    /// Metadata bytes per logical block the namespace is formatted with
+    /// (sysfs `metadata_bytes`; 0 when none or not said).
+    pub metadata_bytes: u32,
+    /// The block layer's integrity format (`integrity/format`), when there
+    /// is one other than `none`.
+    pub integrity: Option<String>,
+    /// The whole disk's identity and request queue.
+    pub disk_facts: DiskFacts,
+}
+
+/// A disk's identity and what its request queue takes: what the transfer
+/// engine chooses its I/O sizes from, and recognises the disk by.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskFacts {
+    /// The whole disk's device number (sysfs `dev`).
+    pub dev: Option<DevNum>,
+    /// Its model: the device's, or for an NVMe namespace its controller's.
+    pub model: Option<String>,
+    /// Its serial number (the device's or controller's `serial`), or else
+    /// its `wwid`.
+    pub serial: Option<String>,
+    /// The largest request the block layer sends without splitting it
+    /// (`queue/max_sectors_kb`), in bytes.
+    pub max_request_bytes: Option<u64>,
+    /// Requests the queue holds (`queue/nr_requests`).
+    pub queue_requests: Option<u32>,
+    /// Whether the disk says it is rotational (`queue/rotational`; virtual
+    /// disks often say so whatever backs them).
+    pub rotational: Option<bool>,
+}
+
+impl DiskFacts {
+    /// The facts of the disk whose sysfs directory is `dir`; what is
+    /// missing or unreadable stays `None`.
+    pub(super) fn read(dir: &Path) -> Self {
+        let text = |rel: &str| {
+            read_small(&dir.join(rel))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        let num = |rel: &str| text(rel).and_then(|s| parse_dec::<u64>(&s));
+        Self {
+            dev: text("dev").and_then(|s| DevNum::parse(&s)),
+            model: text("device/model").or_else(|| text("model")),
+            serial: ["device/serial", "serial", "wwid", "device/wwid"]
+                .into_iter()
+                .find_map(text),
+            max_request_bytes: num("queue/max_sectors_kb").map(|kb| kb.saturating_mul(1024)),
+            queue_requests: num("queue/nr_requests").and_then(|n| u32::try_from(n).ok()),
+            rotational: num("queue/rotational").map(|r| r != 0),
+        }
+    }
+}
+
+/// One path of a native-multipath NVMe namespace: the hidden
+/// per-controller device (`nvmeXcYnZ`, in `multipath/` of the head) and the
+/// controller and PCI function it goes through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvmePath {
+    /// The path's device name (e.g. `nvme0c1n1`).
+    pub name: String,
+    /// The NVMe controller (e.g. `nvme1`).
+    pub controller: Option<String>,
+    /// The controller's PCI function.
+    pub pci: Option<PciAddress>,
+}
+
+impl fmt::Display for NvmePath {
+    /// `nvme0c1n1 (nvme1 at 0000:04:00.0)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.name)?;
+        match (&self.controller, self.pci) {
+            (Some(c), Some(p)) => write!(f, " ({c} at {p})"),
+            (Some(c), None) => write!(f, " ({c}, no PCI function)"),
+            (None, Some(p)) => write!(f, " (at {p})"),
+            (None, None) => write!(f, " (no controller found)"),
+        }
+    }
+}
+
+/// Why NVMe commands built by this library cannot address a namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NvmeCmdRefusal {
+    /// The namespace is formatted with metadata (protection information or
+    /// other) per block: its commands need a metadata buffer, which the
+    /// library's commands do not carry.
+    Metadata {
+        /// The namespace's block device name.
+        disk: String,
+        /// Metadata bytes per block (0 when only the integrity format says).
+        bytes: u32,
+        /// The block layer's integrity format, if any.
+        integrity: Option<String>,
+    },
+}
+
+impl fmt::Display for NvmeCmdRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NvmeCmdRefusal::Metadata {
+                disk,
+                bytes,
+                integrity,
+            } => {
+                match bytes {
+                    0 => write!(f, "{disk} carries block-layer integrity metadata")?,
+                    n => write!(
+                        f,
+                        "{disk} is formatted with {n} bytes of metadata per block"
+                    )?,
+                }
+                if let Some(i) = integrity {
+                    write!(f, " (integrity format {i})")?;
+                }
+                write!(
+                    f,
+                    ": the library's NVMe commands carry no metadata buffer (P2P and bounce I/O go through the block layer, which handles the metadata)"
+                )
+            }
+        }
+    }
+}
+
+impl StorageTarget {
+    /// The byte offset of the partition on the disk (0 for a whole disk).
+    pub fn partition_offset(&self) -> u64 {
+        self.partition.as_ref().map_or(0, |p| p.start)
+    }
+
+    /// Whether the disk is a native-multipath namespace head.
+    pub fn is_multipath(&self) -> bool {
+        !self.multipath.is_empty()
+    }
+
+    /// The NVMe paths I/O to the storage may take: every path of a
+    /// multipath namespace head; the one controller of another namespace;
+    /// none for other disks.
+    pub fn io_paths(&self) -> Vec<NvmePath> {
+        if self.is_multipath() {
+            return self.multipath.clone();
+        }
+        if !self.is_nvme {
+            return Vec::new();
+        }
+        vec![NvmePath {
+            name: self.disk.clone(),
+            controller: self.controller.clone(),
+            pci: self.pci,
+        }]
+    }
+
+    /// Why NVMe commands built by this library cannot address the
+    /// namespace, if they cannot.
+    pub fn nvme_cmd_refusal(&self) -> Option<NvmeCmdRefusal> {
+        (self.is_nvme && (self.metadata_bytes > 0 || self.integrity.is_some())).then(|| {
+            NvmeCmdRefusal::Metadata {
+                disk: self.disk.clone(),
+                bytes: self.metadata_bytes,
+                integrity: self.integrity.clone(),
+            }
+        })
+    }
+
+    /// The target as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let fs_device = match &self.kind {
+            TargetKind::File { fs_device, fs_dev } => {
+                json!({ "name": fs_device, "dev": fs_dev.to_string() })
+            }
+            _ => serde_json::Value::Null,
+        };
+        json!({
+            "given": self.path.display().to_string(),
+            "kind": self.kind.name(),
+            "fs_device": fs_device,
+            "disk": self.disk,
+            "disk_path": self.disk_path.display().to_string(),
+            "partition": self.partition.as_ref().map(|p| json!({
+                "name": p.name,
+                "number": p.number,
+                "start": p.start,
+                "size": p.size,
+            })),
+            "generic_path": self.generic_path.as_ref().map(|p| p.display().to_string()),
+            "nsid": self.nsid,
+            "logical_block_size": self.logical_block_size,
+            "max_transfer_bytes": self.max_transfer_bytes,
+            "controller": self.controller,
+            "pci": self.pci.map(|p| p.to_string()),
+            "is_nvme": self.is_nvme,
+            "slaves": self.slaves,
+            "multipath": self.multipath.iter().map(|p| json!({
+                "name": p.name,
+                "controller": p.controller,
+                "pci": p.pci.map(|a| a.to_string()),
+            })).collect::<Vec<_>>(),
+            "metadata_bytes": self.metadata_bytes,
+            "integrity": self.integrity,
+            "nvme_cmd_refusal": self.nvme_cmd_refusal().map(|r| r.to_string()),
+        })
+    }
+}

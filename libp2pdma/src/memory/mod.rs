@@ -1,0 +1,20 @@
+//! Accelerator memory and how peers reach it.
+//!
+//! - [`device`]: the [`DeviceMemory`] trait the transfer engine sees memory
+//!   through, and the host-memory device;
+//! - [`module`]: allocations from the p2pdma module, their mappings into
+//!   this process, and [`ModuleMemory`];
+//! - [`peer`]: whether a peer can reach the memory, and the DMA addresses it
+//!   must use;
+//! - [`udmabuf`]: host memory made into a dma-buf to import.
+
+pub mod device;
+pub mod module;
+pub mod peer;
+pub mod udmabuf;
+
+pub use device::{DeviceMemory, HostMemory, MemoryKind};
+pub use module::{Allocation, DeviceMapping, ModuleMemory};
+pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
+pub use udmabuf::Udmabuf;
+pub use crate::sys::DmaTarget;

@@ -1,0 +1,1720 @@
+//! The controller: bring-up through VFIO, queue pairs in accelerator
+//! memory, scoped submission, namespaces and their events, shutdown.
+#![allow(unsafe_code)]
+
+use std::{
+    fmt,
+    marker::PhantomData,
+    mem::ManuallyDrop,
+    panic::{catch_unwind, resume_unwind, AssertUnwindSafe},
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, RwLock,
+    },
+    time::{Duration, Instant},
+};
+
+use super::{
+    claim::{self, IommuMode},
+    qpair::{Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
+    registers,
+};
+use crate::{
+    memory::{
+        peer::{DmaMapping, MapType, PeerAccess},
+        DeviceMemory, MemoryKind, ModuleMemory,
+    },
+    nvme::{self, admin, io, Command, Completion, DataPtr, IdCtrl, IdNs, Segments, PAGE},
+    sys::vfio,
+    Error, Module, PciAddress, Peer, Result,
+};
+
+/// Admin queue entries.
+const ADMIN_ENTRIES: u16 = 16;
+/// The largest data transfer of one command this library builds: one PRP
+/// list page beyond the first page.
+const MAX_COMMAND_BYTES: usize = 1 << 20;
+/// How long deleting the I/O queues may take at shutdown, each.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a new scope looks for an asynchronous event at most.
+const EVENT_CHECK: Duration = Duration::from_millis(100);
+
+/// How to take and set up a controller.
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    /// Take the controller from the kernel driver that has it (after
+    /// checking that nothing uses its namespaces).
+    pub unbind: bool,
+    /// The accelerator whose memory holds the queues; `None`: the first one
+    /// the controller can reach by P2P.
+    pub accelerator: Option<u32>,
+    /// I/O queue pairs wanted (the controller may grant fewer).
+    pub queues: u16,
+    /// Entries of each I/O queue (at most what the controller supports).
+    pub entries: u16,
+    /// How long a command may take before it is aborted.
+    pub timeout: Duration,
+    /// Completion queues raise MSI-X interrupts, and waiting threads sleep
+    /// on them after polling a little (host threads); without, waiters
+    /// only poll (as accelerator threads do). Each I/O queue gets a vector
+    /// of its own: where the controller has fewer vectors than queues,
+    /// fewer queues are created; where it has none to spare, the queues are
+    /// polled whatever this says.
+    pub interrupts: bool,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        Self {
+            unbind: false,
+            accelerator: None,
+            queues: 4,
+            entries: 128,
+            timeout: Duration::from_secs(30),
+            interrupts: true,
+        }
+    }
+}
+
+/// A namespace of the controller, from IDENTIFY NAMESPACE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    /// Namespace id.
+    pub nsid: u32,
+    /// Size in logical blocks.
+    pub blocks: u64,
+    /// Logical block size in bytes.
+    pub block_size: u32,
+    /// Metadata bytes per block (namespaces with metadata are not served).
+    pub metadata: u16,
+}
+
+impl NamespaceInfo {
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.blocks.saturating_mul(u64::from(self.block_size))
+    }
+}
+
+/// A range of memory mapped for the controller: what a command moves, and
+/// nothing else.
+#[derive(Clone, Copy)]
+pub struct Payload<'a> {
+    map: &'a Mapped<'a>,
+    offset: usize,
+    len: usize,
+}
+
+impl fmt::Debug for Payload<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Payload")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Payload<'_> {
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no byte (never: payloads are not empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where it starts in its mapping's range.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The PRP entries of the payload (the first byte, then every memory
+    /// page after its page).
+    fn prps(&self) -> std::result::Result<DataPtr, String> {
+        self.map
+            .segs
+            .data_ptr(self.map.skip + self.offset, self.len)
+    }
+}
+
+/// An NVM command: what, where, and the data.
+#[derive(Clone, Copy, Debug)]
+pub struct IoCommand<'a> {
+    /// [`io::READ`], [`io::WRITE`] or [`io::FLUSH`].
+    pub opcode: u8,
+    /// Namespace.
+    pub nsid: u32,
+    /// First logical block.
+    pub slba: u64,
+    /// Logical blocks (1 to 65536; ignored by FLUSH). Times the block size,
+    /// exactly the payload's length.
+    pub blocks: u32,
+    /// The data, for READ and WRITE.
+    pub data: Option<Payload<'a>>,
+}
+
+impl<'a> IoCommand<'a> {
+    /// A READ of `blocks` blocks at `slba` into `data`.
+    pub fn read(nsid: u32, slba: u64, blocks: u32, data: Payload<'a>) -> Self {
+        Self {
+            opcode: io::READ,
+            nsid,
+            slba,
+            blocks,
+            data: Some(data),
+        }
+    }
+
+    /// A WRITE of `blocks` blocks at `slba` from `data`.
+    pub fn write(nsid: u32, slba: u64, blocks: u32, data: Payload<'a>) -> Self {
+        Self {
+            opcode: io::WRITE,
+            ..Self::read(nsid, slba, blocks, data)
+        }
+    }
+
+    /// A FLUSH of namespace `nsid`.
+    pub fn flush(nsid: u32) -> Self {
+        Self {
+            opcode: io::FLUSH,
+            nsid,
+            slba: 0,
+            blocks: 0,
+            data: None,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self.opcode {
+            io::READ => "READ",
+            io::WRITE => "WRITE",
+            io::FLUSH => "FLUSH",
+            _ => "command",
+        }
+    }
+}
+
+/// An admin command that this library does not build itself (see
+/// [`Controller::admin`]): opcode, namespace, command dwords 10 to 15 and
+/// the data, whose PRPs the library builds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AdminCommand<'a> {
+    /// Opcode.
+    pub opcode: u8,
+    /// Namespace.
+    pub nsid: u32,
+    /// Command dwords 10 to 15.
+    pub cdw: [u32; 6],
+    /// The data, for a command that moves any.
+    pub data: Option<Payload<'a>>,
+}
+
+/// Checks an NVM command against the namespace it names (as last
+/// identified) and the controller's largest transfer, and builds its entry
+/// and PRPs from its payload. Refuses anything the controller would move
+/// to or from bytes outside the payload.
+pub(crate) fn build_io(
+    cmd: &IoCommand<'_>,
+    ns: Option<&NamespaceInfo>,
+    max_transfer: usize,
+    pci: PciAddress,
+) -> Result<(Command, Option<DataPtr>)> {
+    let bad = |why: String| Err(Error::InvalidArgument(format!("{}: {why}", cmd.name())));
+    let Some(ns) = ns else {
+        return bad(format!("namespace {} is not active on {pci}", cmd.nsid));
+    };
+    if ns.metadata != 0 {
+        return bad(format!(
+            "namespace {} has {} bytes of metadata per block, which this driver does not transfer",
+            ns.nsid, ns.metadata
+        ));
+    }
+    match cmd.opcode {
+        io::FLUSH => {
+            if cmd.data.is_some() {
+                return bad("a FLUSH moves no data".into());
+            }
+            return Ok((
+                Command {
+                    opcode: io::FLUSH,
+                    nsid: cmd.nsid,
+                    ..Default::default()
+                },
+                None,
+            ));
+        }
+        io::READ | io::WRITE => {}
+        op => return bad(format!("opcode {op:#04x} is not READ, WRITE or FLUSH")),
+    }
+    let Some(data) = cmd.data else {
+        return bad("no data".into());
+    };
+    if cmd.blocks == 0 || cmd.blocks > 0x1_0000 {
+        return bad(format!("{} blocks (1 to 65536)", cmd.blocks));
+    }
+    let bytes = u64::from(cmd.blocks) * u64::from(ns.block_size);
+    if bytes != data.len as u64 {
+        return bad(format!(
+            "{} blocks of {} bytes are {bytes} bytes, but the payload holds {}",
+            cmd.blocks, ns.block_size, data.len
+        ));
+    }
+    if data.len > max_transfer {
+        return bad(format!(
+            "{} bytes in one command, more than the controller's largest transfer ({max_transfer})",
+            data.len
+        ));
+    }
+    if cmd
+        .slba
+        .checked_add(u64::from(cmd.blocks))
+        .is_none_or(|end| end > ns.blocks)
+    {
+        return bad(format!(
+            "blocks {}..+{} are past the end of namespace {} ({} blocks)",
+            cmd.slba, cmd.blocks, ns.nsid, ns.blocks
+        ));
+    }
+    if data.map.pci != pci {
+        return bad(format!(
+            "the payload is mapped for {}, not for this controller ({pci})",
+            data.map.pci
+        ));
+    }
+    let (needs, what) = if cmd.opcode == io::READ {
+        (PeerAccess::WriteOnly, "write")
+    } else {
+        (PeerAccess::ReadOnly, "read")
+    };
+    if data.map.access != PeerAccess::ReadWrite && data.map.access != needs {
+        return bad(format!(
+            "the payload is mapped {:?}, and the controller must {what} it",
+            data.map.access
+        ));
+    }
+    let prps = data.prps().map_err(Error::InvalidArgument)?;
+    if prps.pages.len() > LIST_ENTRIES {
+        return bad(format!(
+            "{} PRP entries do not fit one list page",
+            prps.pages.len()
+        ));
+    }
+    Ok((
+        Command {
+            opcode: cmd.opcode,
+            nsid: cmd.nsid,
+            cdw: [
+                cmd.slba as u32,
+                (cmd.slba >> 32) as u32,
+                cmd.blocks - 1,
+                0,
+                0,
+                0,
+            ],
+            ..Default::default()
+        },
+        Some(prps),
+    ))
+}
+
+/// The bytes an admin command moves, where this library knows them from
+/// the command itself (`None`: it moves none); `Err` with the reason for a
+/// command that moves data of a size it does not know.
+fn admin_data_len(cmd: &AdminCommand<'_>) -> std::result::Result<Option<usize>, String> {
+    let numd = |lo: u32, hi: u32| ((hi & 0xffff) << 16 | lo >> 16) as usize * 4 + 4;
+    Ok(match cmd.opcode {
+        admin::IDENTIFY => Some(PAGE),
+        admin::GET_LOG_PAGE => Some(numd(cmd.cdw[0], cmd.cdw[1])),
+        admin::FIRMWARE_DOWNLOAD => Some((cmd.cdw[0] as usize + 1) * 4),
+        admin::SECURITY_SEND | admin::SECURITY_RECEIVE => Some(cmd.cdw[1] as usize),
+        admin::GET_FEATURES | admin::SET_FEATURES => match cmd.cdw[0] & 0xff {
+            // LBA Range Type, Host Memory Buffer attributes.
+            0x03 | 0x0d => Some(PAGE),
+            // Autonomous Power State Transition.
+            0x0c => Some(256),
+            // Timestamp.
+            0x0e => Some(8),
+            // Host Behavior Support.
+            0x10 => Some(512),
+            // Host Identifier: 128 bits when EXHID is set.
+            0x81 => Some(if cmd.cdw[1] & 1 != 0 { 16 } else { 8 }),
+            // Features held in the command and its completion.
+            0x01 | 0x02 | 0x04..=0x0b | 0x0f | 0x11 | 0x80 => None,
+            fid => {
+                return Err(format!(
+                    "feature {fid:#04x} may move data of a size this library does not know; Controller::admin_raw takes it"
+                ))
+            }
+        },
+        op if op & 3 == 0 => None,
+        op => {
+            return Err(format!(
+                "admin opcode {op:#04x} moves data whose size this library does not know; Controller::admin_raw takes it"
+            ))
+        }
+    })
+}
+
+/// The MSI-X vector of each I/O queue to create, for `queues` queues
+/// granted and `vectors` vectors enabled (vector 0 is the admin queue's):
+/// a vector of its own for each, and fewer queues where there are fewer
+/// vectors, since a poller that clears a shared vector's eventfd would take
+/// another queue's wake-up; no vector for any where there is none to spare.
+pub(super) fn vector_plan(queues: usize, vectors: usize) -> Vec<Option<usize>> {
+    if vectors < 2 {
+        return vec![None; queues];
+    }
+    (1..vectors).take(queues).map(Some).collect()
+}
+
+/// Where the queues live in the accelerator allocation.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    entries: u16,
+    queues: u16,
+}
+
+impl Layout {
+    fn admin_sq() -> usize {
+        0
+    }
+    fn admin_cq() -> usize {
+        PAGE
+    }
+    fn admin_lists() -> usize {
+        2 * PAGE
+    }
+    fn identify() -> usize {
+        (2 + usize::from(ADMIN_ENTRIES) - 1) * PAGE
+    }
+    fn queue_bytes(&self) -> usize {
+        let e = usize::from(self.entries);
+        round_page(64 * e) + round_page(16 * e) + (e - 1) * PAGE
+    }
+    /// The submission queue, completion queue and list pages of I/O queue
+    /// `i` (0-based).
+    fn queue(&self, i: usize) -> (usize, usize, usize) {
+        let e = usize::from(self.entries);
+        let sq = Self::identify() + PAGE + i * self.queue_bytes();
+        let cq = sq + round_page(64 * e);
+        (sq, cq, cq + round_page(16 * e))
+    }
+    fn total(&self) -> usize {
+        Self::identify() + PAGE + usize::from(self.queues) * self.queue_bytes()
+    }
+}
+
+fn round_page(n: usize) -> usize {
+    n.div_ceil(PAGE) * PAGE
+}
+
+/// The Asynchronous Event Request kept outstanding.
+struct Events {
+    aer: Option<Ticket>,
+    /// When a scope last looked for an event.
+    checked: Instant,
+    namespace_changes: u64,
+}
+
+/// Scope ids: 0 is none.
+static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
+
+/// An NVMe controller driven by this process, its queues in accelerator
+/// memory. Thread-safe: any number of threads submit and wait at once.
+/// Dropping it deletes its I/O queues and shuts it down (it stays bound
+/// to vfio-pci; see [`claim::give_back`]).
+pub struct Controller {
+    pci: PciAddress,
+    bdf: String,
+    module: Arc<Module>,
+    mode: IommuMode,
+    /// Queues, PRP lists and the IDENTIFY page, in accelerator memory;
+    /// kept for good when the controller cannot be stopped.
+    mem: ManuallyDrop<ModuleMemory>,
+    map: DmaMapping,
+    health: Arc<Health>,
+    admin: QueuePair,
+    io: Vec<QueuePair>,
+    ident: IdCtrl,
+    namespaces: RwLock<Arc<[NamespaceInfo]>>,
+    max_transfer: usize,
+    timeout: Duration,
+    next: AtomicUsize,
+    /// MSI-X vectors in use, or why the queues are polled only.
+    interrupts: std::result::Result<usize, String>,
+    /// The Asynchronous Event Request kept outstanding, and what came of
+    /// the events so far.
+    events: std::sync::Mutex<Events>,
+    // Last: closed after the controller is stopped and the memory freed.
+    func: vfio::Function,
+}
+
+impl fmt::Debug for Controller {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("pci", &self.bdf)
+            .field("queues", &self.io.len())
+            .finish()
+    }
+}
+
+impl Controller {
+    fn error(bdf: &str, reason: impl Into<String>, source: rustix::io::Errno) -> Error {
+        Error::Controller {
+            pci: bdf.to_string(),
+            reason: reason.into(),
+            source,
+        }
+    }
+
+    /// Takes the NVMe controller at `pci` (see [`claim::take`]), resets it
+    /// and sets up its admin queue and I/O queue pairs in accelerator
+    /// memory, as `opts` says. The memory is zeroed first, so nothing a
+    /// previous owner left in it reaches the controller or this process.
+    pub fn initialize(
+        module: Arc<Module>,
+        pci: PciAddress,
+        opts: &InitOptions,
+    ) -> Result<Arc<Self>> {
+        let bdf = pci.to_string();
+        let fail = |r: String| Self::error(&bdf, r, rustix::io::Errno::BUSY);
+        if opts.queues == 0 || opts.entries < 2 {
+            return Err(Error::InvalidArgument(format!(
+                "{} queues of {} entries",
+                opts.queues, opts.entries
+            )));
+        }
+        let accel = Self::pick_accelerator(&module, pci, opts.accelerator)
+            .map_err(|r| Self::error(&bdf, r, rustix::io::Errno::REMOTEIO))?;
+        let mode = claim::take(&bdf, opts.unbind).map_err(fail)?;
+        let mut func = vfio::Function::open_noiommu(&bdf).map_err(fail)?;
+        // Released before the module's file when this process dies, so
+        // nothing the controller still holds writes freed memory.
+        func.keep_above(std::os::fd::AsFd::as_fd(&*module))
+            .map_err(fail)?;
+        let bar = func.bar.clone();
+        let io_err = |r: String| Self::error(&bdf, r, rustix::io::Errno::IO);
+        let caps = nvme::Caps::decode(bar.read64(nvme::reg::CAP).map_err(io_err)?);
+        // Stopped before any memory is handed to it: whatever a previous
+        // owner left running ends here.
+        registers::disable(&bar, caps.timeout).map_err(io_err)?;
+        let entries = opts.entries.min(caps.mqes.min(4096) as u16);
+        let layout = Layout {
+            entries,
+            queues: opts.queues,
+        };
+        let mem = ModuleMemory::alloc(module.clone(), accel, layout.total() as u64, 0)?;
+        mem.write_at(0, &vec![0u8; layout.total()])?;
+        let map = module.dma_map_access(
+            mem.handle(),
+            0,
+            layout.total() as u64,
+            Peer::Pci(pci),
+            PeerAccess::ReadWrite,
+        )?;
+        let unmap = |e: Error| {
+            let _ = module.unmap(map.map_handle);
+            e
+        };
+        if map.map_type == MapType::NotSupported {
+            return Err(unmap(Self::error(
+                &bdf,
+                format!("the kernel does not let it reach accelerator {accel}'s memory"),
+                rustix::io::Errno::REMOTEIO,
+            )));
+        }
+        let segs = Segments::new(&map.segs).ok_or_else(|| {
+            unmap(Error::InvalidArgument(format!(
+                "the queue memory's segments overflow: {:x?}",
+                map.segs
+            )))
+        })?;
+        let base = mem.mapping().as_ptr();
+        // Every byte of a queue region is contiguous for the controller,
+        // which addresses it from its first byte's bus address.
+        let place = |off: usize, len: usize| -> Result<Place> {
+            match segs.contiguous(off as u64, len as u64) {
+                Some(bus) if bus % PAGE as u64 == 0 => Ok(Place {
+                    // Used by the queue pairs only, which the mapping
+                    // outlives.
+                    cpu: base.wrapping_add(off),
+                    bus,
+                }),
+                _ => Err(Error::InvalidArgument(format!(
+                    "bytes {off}..{} of the queue memory are not contiguous and page aligned for the controller: {:x?}",
+                    off + len,
+                    map.segs
+                ))),
+            }
+        };
+        let health = Arc::new(Health::new(Stopper {
+            bar: bar.clone(),
+            ready_timeout: caps.timeout,
+            device: Some(func.device.clone()),
+        }));
+        let list_bytes = |e: u16| (usize::from(e) - 1) * PAGE;
+        let admin = QueuePair::new(
+            0,
+            ADMIN_ENTRIES,
+            (
+                place(Layout::admin_sq(), PAGE).map_err(unmap)?,
+                place(Layout::admin_cq(), PAGE).map_err(unmap)?,
+                place(Layout::admin_lists(), list_bytes(ADMIN_ENTRIES)).map_err(unmap)?,
+            ),
+            bar.clone(),
+            caps.doorbell_stride,
+            health.clone(),
+            None,
+        );
+        let (asq, acq) = admin.bus();
+        registers::enable(&bar, ADMIN_ENTRIES, asq, acq).map_err(|e| unmap(io_err(e)))?;
+        let mut ctrl = Self {
+            pci,
+            bdf: bdf.clone(),
+            module: module.clone(),
+            mode,
+            mem: ManuallyDrop::new(mem),
+            map: map.clone(),
+            health,
+            admin,
+            io: Vec::new(),
+            ident: IdCtrl::default(),
+            namespaces: RwLock::new(Arc::from(Vec::new())),
+            max_transfer: MAX_COMMAND_BYTES,
+            timeout: opts.timeout,
+            next: AtomicUsize::new(0),
+            interrupts: Err("no I/O queue yet".into()),
+            events: std::sync::Mutex::new(Events {
+                aer: None,
+                checked: Instant::now(),
+                namespace_changes: 0,
+            }),
+            func,
+        };
+        // From here `ctrl`'s drop stops the controller and unmaps.
+        let mut page = vec![0u8; PAGE];
+        ctrl.identify(1, 0, &mut page)?;
+        ctrl.ident = IdCtrl::decode(&page).map_err(io_err)?;
+        if ctrl.ident.mdts > 0 {
+            let mdts = caps.mps_min.checked_shl(u32::from(ctrl.ident.mdts));
+            ctrl.max_transfer = mdts.unwrap_or(usize::MAX).min(MAX_COMMAND_BYTES);
+        }
+        ctrl.rescan()?;
+        // Number of Queues: 0-based counts asked for and granted.
+        let want = u32::from(opts.queues - 1);
+        let granted = ctrl.admin_command(&Command {
+            opcode: admin::SET_FEATURES,
+            cdw: [admin::FEATURE_NUM_QUEUES, want << 16 | want, 0, 0, 0, 0],
+            ..Default::default()
+        })?;
+        let n = ((granted.result & 0xffff)
+            .min(granted.result >> 16)
+            .min(want)
+            + 1) as usize;
+        let vectors = if opts.interrupts {
+            ctrl.enable_msix(n)
+        } else {
+            Err("interrupts were not asked for".into())
+        };
+        let fds = vectors.as_deref().unwrap_or_default();
+        for (i, vector) in vector_plan(n, fds.len()).into_iter().enumerate() {
+            let (sq, cq, lists) = layout.queue(i);
+            let qp = QueuePair::new(
+                i as u16 + 1,
+                entries,
+                (
+                    place(sq, 64 * usize::from(entries))?,
+                    place(cq, 16 * usize::from(entries))?,
+                    place(lists, list_bytes(entries))?,
+                ),
+                bar.clone(),
+                caps.doorbell_stride,
+                ctrl.health.clone(),
+                vector.map(|k| fds[k].clone()),
+            );
+            ctrl.create_queue(&qp, vector)?;
+            ctrl.io.push(qp);
+        }
+        ctrl.interrupts = vectors.map(|v| v.len());
+        // Namespace Attribute Notices on (where the controller has them),
+        // and an Asynchronous Event Request outstanding to bring them.
+        let _ = ctrl.admin_command(&Command {
+            opcode: admin::SET_FEATURES,
+            cdw: [admin::FEATURE_ASYNC_EVENT_CONFIG, 1 << 8, 0, 0, 0, 0],
+            ..Default::default()
+        });
+        ctrl.arm_event()?;
+        Ok(Arc::new(ctrl))
+    }
+
+    /// Enables MSI-X with an eventfd per vector, one for the admin queue
+    /// and one per I/O queue as far as the controller has vectors; why not
+    /// when it cannot.
+    fn enable_msix(
+        &self,
+        queues: usize,
+    ) -> std::result::Result<Vec<Arc<std::os::fd::OwnedFd>>, String> {
+        let info = self.func.device.irq(vfio::VFIO_PCI_MSIX_IRQ_INDEX)?;
+        let n = (info.count as usize).min(queues + 1);
+        if n < 2 {
+            return Err(format!("the controller has {} MSI-X vectors", info.count));
+        }
+        let fds = (0..n)
+            .map(|_| {
+                rustix::event::eventfd(
+                    0,
+                    // Blocking: a poller sleeps in one read of it.
+                    rustix::event::EventfdFlags::CLOEXEC,
+                )
+                .map(Arc::new)
+                .map_err(|e| format!("eventfd: {e}"))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let borrowed: Vec<_> = fds.iter().map(|f| std::os::fd::AsFd::as_fd(&**f)).collect();
+        self.func.device.set_msix(&borrowed)?;
+        Ok(fds)
+    }
+
+    /// The accelerator to hold the queues: `want`, or the first the
+    /// controller reaches by P2P, with the kernel's answers when none does.
+    fn pick_accelerator(
+        module: &Module,
+        pci: PciAddress,
+        want: Option<u32>,
+    ) -> std::result::Result<u32, String> {
+        let accels = module.accelerators().map_err(|e| e.to_string())?;
+        let mut why = Vec::new();
+        for a in accels.iter().filter(|a| want.is_none_or(|w| w == a.index)) {
+            match module.p2p_query(a.index, Peer::Pci(pci)) {
+                Ok(q) if q.map_type != MapType::NotSupported => return Ok(a.index),
+                Ok(q) => why.push(format!(
+                    "accelerator {} ({}): {} ({})",
+                    a.index, a.pci, q.map_type, q.reason
+                )),
+                Err(e) => why.push(format!("accelerator {} ({}): {e}", a.index, a.pci)),
+            }
+        }
+        Err(match (want, why.is_empty()) {
+            (Some(w), true) => format!("the module has no accelerator {w}"),
+            (None, true) => "the module has no accelerator to hold the queues".into(),
+            _ => format!(
+                "no accelerator's memory is reachable by P2P for the queues: {}",
+                why.join("; ")
+            ),
+        })
+    }
+
+    fn failed(&self, why: String) -> Error {
+        Self::error(&self.bdf, why, rustix::io::Errno::IO)
+    }
+
+    /// Runs an admin command this library built (its PRPs name the
+    /// controller's own memory) and checks its status.
+    fn admin_command(&self, cmd: &Command) -> Result<Completion> {
+        let what = format!("admin command {:#04x}", cmd.opcode);
+        let deadline = Instant::now() + self.timeout;
+        let t = self
+            .admin
+            .submit(cmd, None, (Some(deadline), 0), true)
+            .map_err(|e| self.wait_error(e, &what))?;
+        match self.admin.wait(&t, deadline) {
+            Ok(c) => c.check(&what).map(|()| c).map_err(|e| self.failed(e)),
+            Err(WaitError::Timeout) => {
+                // The admin queue itself is stuck: only a reset ends that.
+                self.health
+                    .fail(format!("{what} did not complete within {:?}", self.timeout));
+                self.admin.forget(t);
+                Err(self.wait_error(WaitError::Timeout, &what))
+            }
+            Err(e) => Err(self.wait_error(e, &what)),
+        }
+    }
+
+    fn wait_error(&self, e: WaitError, what: &str) -> Error {
+        match e {
+            WaitError::Timeout => Self::error(
+                &self.bdf,
+                format!("{what}: no completion within {:?}", self.timeout),
+                rustix::io::Errno::TIMEDOUT,
+            ),
+            WaitError::Failed(why) => self.failed(format!("{what} not completed: {why}")),
+            WaitError::Full => Self::error(
+                &self.bdf,
+                format!("{what}: the queue is full"),
+                rustix::io::Errno::AGAIN,
+            ),
+        }
+    }
+
+    /// IDENTIFY with `cns` for `nsid` into the controller's own IDENTIFY
+    /// page, copied to `out`.
+    fn identify(&self, cns: u8, nsid: u32, out: &mut [u8]) -> Result<()> {
+        let bus = Segments::new(&self.map.segs)
+            .and_then(|s| s.contiguous(Layout::identify() as u64, PAGE as u64))
+            .ok_or_else(|| self.failed("the IDENTIFY page is not contiguous".into()))?;
+        self.admin_command(&Command {
+            opcode: admin::IDENTIFY,
+            nsid,
+            prp1: bus,
+            cdw: [u32::from(cns), 0, 0, 0, 0, 0],
+            ..Default::default()
+        })?;
+        self.mem.read_at(Layout::identify(), out)
+    }
+
+    /// Submits the Asynchronous Event Request kept outstanding.
+    fn arm_event(&self) -> Result<()> {
+        let t = self
+            .admin
+            .submit(
+                &Command {
+                    opcode: admin::ASYNC_EVENT_REQUEST,
+                    ..Default::default()
+                },
+                None,
+                (Some(Instant::now() + self.timeout), 0),
+                true,
+            )
+            .map_err(|e| self.wait_error(e, "Asynchronous Event Request"))?;
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).aer = Some(t);
+        Ok(())
+    }
+
+    /// Handles the asynchronous event the controller reported, if it
+    /// reported one (looking at most every [`EVENT_CHECK`]): its log page
+    /// is read (which clears it), a Namespace Attribute Changed notice
+    /// reads the namespaces again, and the request is submitted anew.
+    fn check_events(&self) {
+        let Ok(mut ev) = self.events.try_lock() else {
+            return;
+        };
+        if ev.checked.elapsed() < EVENT_CHECK || self.health.failure().is_some() {
+            return;
+        }
+        ev.checked = Instant::now();
+        let Some(t) = ev.aer.take() else {
+            return;
+        };
+        if !self.admin.done(&t) {
+            ev.aer = Some(t);
+            return;
+        }
+        let c = match self.admin.wait(&t, Instant::now()) {
+            Ok(c) if c.sct() == 0 && c.sc() == 0 => c,
+            // Aborted or refused: no event, and no request any more.
+            _ => return,
+        };
+        drop(ev);
+        let (kind, info, log) = (
+            c.result & 7,
+            (c.result >> 8) & 0xff,
+            (c.result >> 16) & 0xff,
+        );
+        // The log page of the event, read whole up to a page: reading it
+        // lets the controller report the next event of its kind.
+        let bytes = match log {
+            0x01 => 64,
+            0x02 | 0x03 => 512,
+            _ => PAGE,
+        };
+        let _ = self.read_log(log as u8, bytes);
+        if kind == 2 && info == 0 && self.rescan().is_ok() {
+            self.events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .namespace_changes += 1;
+        }
+        let _ = self.arm_event();
+    }
+
+    /// Get Log Page `lid`, `bytes` of it, into the controller's own page.
+    fn read_log(&self, lid: u8, bytes: usize) -> Result<()> {
+        let bus = Segments::new(&self.map.segs)
+            .and_then(|s| s.contiguous(Layout::identify() as u64, PAGE as u64))
+            .ok_or_else(|| self.failed("the IDENTIFY page is not contiguous".into()))?;
+        let numd = (bytes / 4 - 1) as u32;
+        self.admin_command(&Command {
+            opcode: admin::GET_LOG_PAGE,
+            nsid: u32::MAX,
+            prp1: bus,
+            cdw: [
+                (numd & 0xffff) << 16 | u32::from(lid),
+                numd >> 16,
+                0,
+                0,
+                0,
+                0,
+            ],
+            ..Default::default()
+        })
+        .map(|_| ())
+    }
+
+    /// Namespace Attribute Changed notices handled so far: each read the
+    /// namespaces again.
+    pub fn namespace_changes(&self) -> u64 {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .namespace_changes
+    }
+
+    /// Reads the active namespaces and their formats again (IDENTIFY):
+    /// commands are checked against what this last found. A Namespace
+    /// Attribute Changed notice from the controller does this by itself,
+    /// noticed when a scope opens.
+    pub fn rescan(&self) -> Result<()> {
+        let mut page = vec![0u8; PAGE];
+        self.identify(2, 0, &mut page)?;
+        let nsids: Vec<u32> = page
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .take_while(|&n| n != 0)
+            .collect();
+        let mut found = Vec::with_capacity(nsids.len());
+        for nsid in nsids {
+            self.identify(0, nsid, &mut page)?;
+            let ns = IdNs::decode(&page).map_err(|e| self.failed(e))?;
+            found.push(NamespaceInfo {
+                nsid,
+                blocks: ns.nsze,
+                block_size: ns.block_size,
+                metadata: ns.metadata,
+            });
+        }
+        *self.namespaces.write().unwrap_or_else(|p| p.into_inner()) = Arc::from(found);
+        Ok(())
+    }
+
+    fn create_queue(&self, qp: &QueuePair, vector: Option<usize>) -> Result<()> {
+        let size_qid = u32::from(qp.entries() - 1) << 16 | u32::from(qp.qid());
+        let (sq, cq) = qp.bus();
+        // PC = 1; with a vector, IEN = 1 and IV = the vector.
+        let flags = match vector {
+            Some(v) => 1 | 1 << 1 | (v as u32) << 16,
+            None => 1,
+        };
+        self.admin_command(&Command {
+            opcode: admin::CREATE_IO_CQ,
+            prp1: cq,
+            cdw: [size_qid, flags, 0, 0, 0, 0],
+            ..Default::default()
+        })?;
+        self.admin_command(&Command {
+            opcode: admin::CREATE_IO_SQ,
+            prp1: sq,
+            cdw: [size_qid, u32::from(qp.qid()) << 16 | 1, 0, 0, 0, 0],
+            ..Default::default()
+        })?;
+        Ok(())
+    }
+
+    /// Its PCI address.
+    pub fn pci(&self) -> PciAddress {
+        self.pci
+    }
+
+    /// IDENTIFY CONTROLLER's serial, model, MDTS, namespace count and
+    /// shutdown latency.
+    pub fn identity(&self) -> &IdCtrl {
+        &self.ident
+    }
+
+    /// Its active namespaces, as last identified.
+    pub fn namespaces(&self) -> Arc<[NamespaceInfo]> {
+        self.namespaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Namespace `nsid`, if active.
+    pub fn namespace_info(&self, nsid: u32) -> Option<NamespaceInfo> {
+        self.namespaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|n| n.nsid == nsid)
+            .cloned()
+    }
+
+    /// I/O queue pairs.
+    pub fn queue_count(&self) -> usize {
+        self.io.len()
+    }
+
+    /// Commands each I/O queue holds at once.
+    pub fn queue_depth(&self) -> usize {
+        self.io.first().map_or(0, QueuePair::depth)
+    }
+
+    /// The largest transfer of one command, in bytes (MDTS, at most
+    /// 1 MiB).
+    pub fn max_transfer(&self) -> usize {
+        self.max_transfer
+    }
+
+    /// How its DMA is translated.
+    pub fn iommu(&self) -> &IommuMode {
+        &self.mode
+    }
+
+    /// The accelerator memory holding the queues.
+    pub fn queue_memory(&self) -> MemoryKind {
+        self.mem.kind()
+    }
+
+    /// Why the controller failed, if it did (it is then stopped, if any way
+    /// of stopping it worked: a new [`Controller::initialize`] resets it).
+    pub fn failure(&self) -> Option<String> {
+        self.health.failure()
+    }
+
+    /// The MSI-X vectors the I/O queues raise, or why they are polled only.
+    pub fn interrupts(&self) -> std::result::Result<usize, &str> {
+        self.interrupts.as_ref().map(|n| *n).map_err(String::as_str)
+    }
+
+    /// Times a waiting thread slept on a completion interrupt, over all I/O
+    /// queues.
+    pub fn interrupt_sleeps(&self) -> u64 {
+        self.io
+            .iter()
+            .map(|q| q.sleeps.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Submission doorbell writes and commands submitted so far, over all
+    /// I/O queues: their ratio is how much doorbell batching saved.
+    pub fn doorbell_counts(&self) -> (u64, u64) {
+        self.io.iter().fold((0, 0), |(d, s), q| {
+            (
+                d + q.doorbells.load(Ordering::Relaxed),
+                s + q.submitted.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Makes `len` bytes at `offset` of `mem` reachable by the controller
+    /// for `access`: accelerator memory through `DMA_MAP`, host memory
+    /// through `PIN_USER`. The range is widened to whole pages for the
+    /// kernel; payloads ([`Mapped::payload`]) count from `offset` and stay
+    /// inside `len`. Unmapped when the result is dropped, which the borrow
+    /// of any scope using it prevents while its commands run.
+    pub fn map<'m>(
+        &self,
+        mem: &'m dyn DeviceMemory,
+        offset: usize,
+        len: usize,
+        access: PeerAccess,
+    ) -> Result<Mapped<'m>> {
+        self.map_in(mem, offset, len, access, None)
+    }
+
+    /// [`Controller::map`] of the whole of memory this mapping keeps alive
+    /// itself (a staging buffer that lives as long as its mapping).
+    pub fn map_owned(
+        &self,
+        mem: Arc<dyn DeviceMemory>,
+        access: PeerAccess,
+    ) -> Result<Mapped<'static>> {
+        let len = mem.len();
+        self.map_in(&*mem, 0, len, access, Some(mem.clone()))
+    }
+
+    /// Maps `mem` (see [`Controller::map`]) for a lifetime its callers
+    /// choose: `mem` borrowed for it, or owned through `owner`.
+    fn map_in<'m>(
+        &self,
+        mem: &dyn DeviceMemory,
+        offset: usize,
+        len: usize,
+        access: PeerAccess,
+        owner: Option<Arc<dyn DeviceMemory>>,
+    ) -> Result<Mapped<'m>> {
+        match offset.checked_add(len) {
+            Some(end) if end <= mem.len() && len > 0 => {}
+            _ => {
+                return Err(Error::OutOfBounds {
+                    offset: offset as u64,
+                    len: len as u64,
+                    size: mem.len() as u64,
+                })
+            }
+        }
+        let start = offset / PAGE * PAGE;
+        let end = round_page(offset + len).min(round_page(mem.len()));
+        let map = match (mem.module_allocation(), mem.kind()) {
+            (Some((module, handle)), MemoryKind::ModuleBar { .. }) => module.dma_map_access(
+                handle,
+                start as u64,
+                (end - start) as u64,
+                Peer::Pci(self.pci),
+                access,
+            )?,
+            (_, MemoryKind::Host) => {
+                let target = mem.dma_target().ok_or_else(|| Error::PathUnavailable {
+                    path: "queues",
+                    reason: "the host memory has no mapping to pin".into(),
+                })?;
+                let va = target.ptr as u64 + start as u64;
+                self.module.pin_user_access(
+                    va,
+                    (end - start) as u64,
+                    Peer::Pci(self.pci),
+                    access,
+                )?
+            }
+            (None, kind) => {
+                return Err(Error::PathUnavailable {
+                    path: "queues",
+                    reason: format!("{kind} was not allocated from the module"),
+                })
+            }
+        };
+        let module = match mem.module_allocation() {
+            Some((m, _)) if matches!(mem.kind(), MemoryKind::ModuleBar { .. }) => m.clone(),
+            _ => self.module.clone(),
+        };
+        let unmap = |e: Error| {
+            let _ = module.unmap(map.map_handle);
+            e
+        };
+        if map.map_type == MapType::NotSupported {
+            return Err(unmap(Error::PathUnavailable {
+                path: "queues",
+                reason: format!("the controller {} cannot reach {}", self.bdf, mem.kind()),
+            }));
+        }
+        let segs = match Segments::new(&map.segs) {
+            Some(s) if s.len() >= (end - start) as u64 => s,
+            _ => {
+                return Err(unmap(Error::InvalidArgument(format!(
+                    "the module mapped {:x?} for {} bytes",
+                    map.segs,
+                    end - start
+                ))))
+            }
+        };
+        Ok(Mapped {
+            module: Some(module),
+            map,
+            segs,
+            pci: self.pci,
+            access,
+            skip: offset - start,
+            len,
+            _owner: owner,
+            _mem: PhantomData,
+        })
+    }
+
+    /// A queue index for the calling thread's next command: queues are
+    /// handed out in turn.
+    pub fn next_queue(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Runs `f` with a [`Scope`] to submit commands in, and returns once
+    /// every command submitted in it has completed (or the controller has
+    /// failed and been stopped), whatever became of their [`Pending`]s:
+    /// memory borrowed for the scope is never released while the
+    /// controller may move data to or from it. Scopes may be shared by
+    /// threads (`std::thread::scope` inside) and nested.
+    pub fn scope<'env, T>(&'env self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> T) -> T {
+        self.check_events();
+        let scope = Scope {
+            ctrl: self,
+            id: NEXT_SCOPE.fetch_add(1, Ordering::Relaxed),
+            outstanding: AtomicUsize::new(0),
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        let r = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+        scope.end();
+        match r {
+            Ok(t) => t,
+            Err(p) => resume_unwind(p),
+        }
+    }
+
+    /// Runs an admin command that this library does not build itself (a
+    /// log page, a feature, a vendor command without data), with the PRPs
+    /// of its payload, and waits up to `timeout` (the controller's own when
+    /// `None`). One that takes longer is aborted as I/O commands are: its
+    /// error says whether the controller aborted it, and when the abort
+    /// does not end it, the controller is stopped. An error status is an
+    /// error.
+    ///
+    /// Refused: the commands that manage the queues this controller was set
+    /// up with (create, delete, abort) or give it memory beyond one
+    /// command's life (Doorbell Buffer Config, the Host Memory Buffer
+    /// feature); those that change namespaces under the queues (Format
+    /// NVM, Sanitize, Namespace Management and Attachment: the driver's
+    /// checks rest on the namespaces' sizes and formats); and those that
+    /// move data of a size this library does not know from the command
+    /// (see [`Controller::admin_raw`]). A payload must hold exactly the
+    /// bytes the command moves, in the direction its opcode says.
+    pub fn admin(&self, cmd: &AdminCommand<'_>, timeout: Option<Duration>) -> Result<Completion> {
+        let refuse = |why: &str| {
+            Err(Error::InvalidArgument(format!(
+                "admin opcode {:#04x} on {}: {why}",
+                cmd.opcode, self.bdf
+            )))
+        };
+        match cmd.opcode {
+            admin::DELETE_IO_SQ
+            | admin::CREATE_IO_SQ
+            | admin::DELETE_IO_CQ
+            | admin::CREATE_IO_CQ
+            | admin::ABORT => return refuse("it manages the queues this library set up"),
+            admin::DOORBELL_BUFFER_CONFIG => {
+                return refuse("it gives the controller memory to write for good")
+            }
+            admin::SET_FEATURES if cmd.cdw[0] & 0xff == admin::FEATURE_HOST_MEMORY_BUFFER => {
+                return refuse("the Host Memory Buffer gives the controller memory to use for good")
+            }
+            admin::SET_FEATURES if cmd.cdw[0] & 0xff == admin::FEATURE_NUM_QUEUES => {
+                return refuse("it changes the queues this library set up")
+            }
+            admin::FORMAT_NVM
+            | admin::SANITIZE
+            | admin::NAMESPACE_MANAGEMENT
+            | admin::NAMESPACE_ATTACHMENT => {
+                return refuse("it changes namespaces that commands are checked against")
+            }
+            _ => {}
+        }
+        let expect = match admin_data_len(cmd) {
+            Ok(n) => n,
+            Err(why) => return refuse(&why),
+        };
+        let prps = match (expect, cmd.data) {
+            (None, None) => None,
+            (None, Some(_)) => return refuse("its opcode says it moves no data"),
+            (Some(n), None) => return refuse(&format!("it moves {n} bytes and has no payload")),
+            (Some(n), Some(p)) => {
+                if p.len != n {
+                    return refuse(&format!("it moves {n} bytes, the payload holds {}", p.len));
+                }
+                if p.map.pci != self.pci {
+                    return refuse("the payload is mapped for another device");
+                }
+                let needs = match cmd.opcode & 3 {
+                    1 => PeerAccess::ReadOnly,
+                    2 => PeerAccess::WriteOnly,
+                    _ => PeerAccess::ReadWrite,
+                };
+                if p.map.access != PeerAccess::ReadWrite && p.map.access != needs {
+                    return refuse(&format!(
+                        "the payload is mapped {:?}, the command needs {needs:?}",
+                        p.map.access
+                    ));
+                }
+                let d = p.prps().map_err(Error::InvalidArgument)?;
+                if d.pages.len() > LIST_ENTRIES {
+                    return refuse("the payload needs more than one PRP list page");
+                }
+                Some(d)
+            }
+        };
+        let raw = Command {
+            opcode: cmd.opcode,
+            nsid: cmd.nsid,
+            cdw: cmd.cdw,
+            ..Default::default()
+        };
+        let r = self.admin_with(&raw, prps.as_ref(), timeout);
+        if prps.is_some() {
+            // The payload goes back to its owner now.
+            self.health.release_or_abort("an admin command's payload");
+        }
+        r
+    }
+
+    /// Runs `cmd` exactly as given on the admin queue: PRP1 and PRP2 are
+    /// the caller's. Otherwise as [`Controller::admin`], without its
+    /// refusals.
+    ///
+    /// # Safety
+    ///
+    /// The command must move data only to and from memory the caller owns,
+    /// mapped for this controller (PRPs, and any PRP list they point at,
+    /// built for exactly the bytes the command moves), which stays mapped
+    /// and is not otherwise used until this returns; it must give the
+    /// controller no memory to use after its completion; and it must not
+    /// change the queues this controller was set up with.
+    pub unsafe fn admin_raw(&self, cmd: &Command, timeout: Option<Duration>) -> Result<Completion> {
+        let r = self.admin_with(cmd, None, timeout);
+        self.health.release_or_abort("an admin command's memory");
+        r
+    }
+
+    fn admin_with(
+        &self,
+        cmd: &Command,
+        data: Option<&DataPtr>,
+        timeout: Option<Duration>,
+    ) -> Result<Completion> {
+        let what = format!("admin command {:#04x}", cmd.opcode);
+        let timeout = timeout.unwrap_or(self.timeout);
+        let t = self
+            .admin
+            .submit(cmd, data, (Some(Instant::now() + timeout), 0), true)
+            .map_err(|e| self.wait_error(e, &what))?;
+        let c = self.finish(&self.admin, t, &what, timeout)?;
+        c.check(&what)
+            .map(|()| c)
+            .map_err(|e| Self::error(&self.bdf, e, rustix::io::Errno::IO))
+    }
+
+    /// Waits up to `timeout` for `t` on `q`; aborts it when it takes too
+    /// long, and fails the controller when the abort does not end it.
+    fn finish(
+        &self,
+        q: &QueuePair,
+        t: Ticket,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<Completion> {
+        match q.wait(&t, Instant::now() + timeout) {
+            Ok(c) => Ok(c),
+            Err(WaitError::Timeout) => {
+                let cid = t.cid;
+                let abort = self.admin_command(&Command {
+                    opcode: admin::ABORT,
+                    cdw: [u32::from(q.qid()) | u32::from(cid) << 16, 0, 0, 0, 0, 0],
+                    ..Default::default()
+                });
+                let said = match &abort {
+                    Ok(c) if c.result & 1 == 0 => "the controller aborted it".to_string(),
+                    Ok(_) => "the controller did not abort it".to_string(),
+                    Err(e) => format!("the abort failed: {e}"),
+                };
+                let grace = timeout.min(Duration::from_secs(5));
+                match q.wait(&t, Instant::now() + grace) {
+                    Ok(c) if c.sct() == 0 && c.sc() == 0 => Ok(c),
+                    Ok(c) => Err(Self::error(
+                        &self.bdf,
+                        format!(
+                            "{what} (command id {cid} on queue {}) took longer than {:?} and was aborted ({said}; status SCT {:#x} SC {:#x})",
+                            q.qid(),
+                            timeout,
+                            c.sct(),
+                            c.sc()
+                        ),
+                        rustix::io::Errno::TIMEDOUT,
+                    )),
+                    Err(WaitError::Timeout) => {
+                        let why = format!(
+                            "{what} (command id {cid} on queue {}) did not complete within {:?}, and {said}",
+                            q.qid(),
+                            timeout
+                        );
+                        self.health.fail(why.clone());
+                        q.forget(t);
+                        Err(Self::error(&self.bdf, why, rustix::io::Errno::TIMEDOUT))
+                    }
+                    Err(e) => Err(self.wait_error(e, what)),
+                }
+            }
+            Err(e) => Err(self.wait_error(e, what)),
+        }
+    }
+
+    /// Deletes the I/O queues (submission queues first), shuts the
+    /// controller down within the time it reports (RTD3E), and disables
+    /// it; whether it is stopped.
+    fn shut_down(&self) -> bool {
+        let bar = &self.func.bar;
+        if self.health.failure().is_none() {
+            let mut deleted = true;
+            for q in self.io.iter().rev() {
+                for opcode in [admin::DELETE_IO_SQ, admin::DELETE_IO_CQ] {
+                    deleted &= self
+                        .admin_with(
+                            &Command {
+                                opcode,
+                                cdw: [u32::from(q.qid()), 0, 0, 0, 0, 0],
+                                ..Default::default()
+                            },
+                            None,
+                            Some(DELETE_TIMEOUT),
+                        )
+                        .is_ok();
+                }
+            }
+            let caps = nvme::Caps::decode(bar.read64(nvme::reg::CAP).unwrap_or(0));
+            let shutdown_time = match self.ident.rtd3e {
+                0 => caps.timeout,
+                us => Duration::from_micros(u64::from(us)).max(Duration::from_millis(500)),
+            };
+            if deleted && registers::shutdown(bar, shutdown_time, caps.timeout).is_ok() {
+                return true;
+            }
+        }
+        self.health.stop()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        // Stopped before its memory goes back to the module: no command it
+        // held writes there afterwards. A controller that nothing stops
+        // keeps the memory.
+        if self.shut_down() {
+            let _ = self.module.unmap(self.map.map_handle);
+            // SAFETY: Dropped once, here; nothing uses it afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.mem) };
+        } else {
+            eprintln!(
+                "p2pdma: the NVMe controller {} could not be stopped ({}); its queue memory stays allocated until the process ends",
+                self.bdf,
+                self.health.failure().unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// Where commands are submitted: see [`Controller::scope`].
+pub struct Scope<'s, 'env: 's> {
+    ctrl: &'env Controller,
+    id: u64,
+    /// Commands submitted and not yet consumed through their `Pending`.
+    outstanding: AtomicUsize,
+    _scope: PhantomData<&'s mut &'s ()>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl fmt::Debug for Scope<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scope")
+            .field("controller", &self.ctrl.bdf)
+            .field("outstanding", &self.outstanding.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl<'s, 'env> Scope<'s, 'env> {
+    /// The controller.
+    pub fn controller(&self) -> &'env Controller {
+        self.ctrl
+    }
+
+    /// Submits `cmd` on I/O queue `queue` (taken modulo the queue count),
+    /// waiting for room while the queue is full. A thread that already has
+    /// commands in flight uses [`Scope::try_submit`] instead, or it may
+    /// wait for room that only its own commands hold.
+    pub fn submit(&'s self, queue: usize, cmd: &IoCommand<'env>) -> Result<Pending<'s>> {
+        self.submit_with(queue, cmd, Some(Instant::now() + self.ctrl.timeout), true)
+    }
+
+    /// Submits `cmd` on I/O queue `queue` if it has room now; `Ok(None)`
+    /// when it is full (wait for one of this thread's commands, then try
+    /// again).
+    pub fn try_submit(
+        &'s self,
+        queue: usize,
+        cmd: &IoCommand<'env>,
+    ) -> Result<Option<Pending<'s>>> {
+        self.try_submit_with(queue, cmd, true)
+    }
+
+    /// Commands for I/O queue `queue` whose doorbell is rung once for all:
+    /// see [`Batch`].
+    pub fn batch(&'s self, queue: usize) -> Batch<'s, 'env> {
+        Batch {
+            scope: self,
+            queue,
+            unrung: 0,
+        }
+    }
+
+    fn try_submit_with(
+        &'s self,
+        queue: usize,
+        cmd: &IoCommand<'env>,
+        ring: bool,
+    ) -> Result<Option<Pending<'s>>> {
+        match self.submit_with(queue, cmd, None, ring) {
+            Ok(p) => Ok(Some(p)),
+            Err(Error::Controller { source, .. }) if source == rustix::io::Errno::AGAIN => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn submit_with(
+        &'s self,
+        queue: usize,
+        cmd: &IoCommand<'env>,
+        deadline: Option<Instant>,
+        ring: bool,
+    ) -> Result<Pending<'s>> {
+        let ctrl = self.ctrl;
+        if ctrl.io.is_empty() {
+            return Err(ctrl.failed("no I/O queue".into()));
+        }
+        let ns = ctrl.namespace_info(cmd.nsid);
+        let (raw, prps) = build_io(cmd, ns.as_ref(), ctrl.max_transfer, ctrl.pci)?;
+        let q = &ctrl.io[queue % ctrl.io.len()];
+        self.outstanding.fetch_add(1, Ordering::Relaxed);
+        let t = match q.submit(&raw, prps.as_ref(), (deadline, self.id), ring) {
+            Ok(t) => t,
+            Err(e) => {
+                self.outstanding.fetch_sub(1, Ordering::Relaxed);
+                return Err(ctrl.wait_error(e, &format!("{} on queue {}", cmd.name(), q.qid())));
+            }
+        };
+        let bs = ns.map_or(1, |n| u64::from(n.block_size));
+        Ok(Pending {
+            ctrl,
+            outstanding: &self.outstanding,
+            q,
+            ticket: Some(t),
+            what: cmd.name(),
+            offset: cmd.slba.saturating_mul(bs),
+            len: u64::from(cmd.blocks) * bs,
+        })
+    }
+
+    /// Waits for every command of the scope that nobody consumed; ends the
+    /// process when a failed controller that could not be stopped may still
+    /// move the scope's memory.
+    fn end(&self) {
+        if self.outstanding.load(Ordering::Acquire) > 0 {
+            for q in &self.ctrl.io {
+                for t in q.unconsumed(self.id) {
+                    let _ =
+                        self.ctrl
+                            .finish(q, t, "a command nobody waited for", self.ctrl.timeout);
+                }
+            }
+        }
+        self.ctrl
+            .health
+            .release_or_abort("the end of a submission scope");
+    }
+}
+
+/// A command in flight; [`Pending::wait`] for it. Dropping it waits too;
+/// forgetting it leaves the wait to the end of its scope.
+pub struct Pending<'s> {
+    ctrl: &'s Controller,
+    /// The scope's count of commands not consumed.
+    outstanding: &'s AtomicUsize,
+    q: &'s QueuePair,
+    ticket: Option<Ticket>,
+    what: &'static str,
+    /// The command's range in bytes.
+    offset: u64,
+    len: u64,
+}
+
+impl fmt::Debug for Pending<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pending")
+            .field("what", &self.what)
+            .field("queue", &self.q.qid())
+            .finish()
+    }
+}
+
+impl Pending<'_> {
+    /// Whether the command has completed (or the controller failed), after
+    /// looking at the completion queue once: [`Pending::wait`] then returns
+    /// without waiting.
+    pub fn is_done(&self) -> bool {
+        self.ticket.as_ref().is_none_or(|t| self.q.done(t))
+    }
+
+    /// Waits for the command; an error status, a timeout (after an abort)
+    /// or a failed controller is an error.
+    pub fn wait(mut self) -> Result<Completion> {
+        self.wait_ref()
+    }
+
+    fn wait_ref(&mut self) -> Result<Completion> {
+        let Some(t) = self.ticket.take() else {
+            return Err(Error::InvalidArgument("waited for twice".into()));
+        };
+        let r = self.ctrl.finish(self.q, t, self.what, self.ctrl.timeout);
+        self.outstanding.fetch_sub(1, Ordering::Release);
+        let c = r?;
+        if c.sct() == 0 && c.sc() == 0 {
+            return Ok(c);
+        }
+        Err(Error::NvmeStatus {
+            op: match self.what {
+                "READ" => "NVMe READ (queues path)",
+                "WRITE" => "NVMe WRITE (queues path)",
+                _ => "NVMe FLUSH (queues path)",
+            },
+            offset: self.offset,
+            len: self.len,
+            status: u32::from(c.status),
+        })
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.ticket.is_some() {
+            let _ = self.wait_ref();
+        }
+    }
+}
+
+/// Commands written into one I/O queue whose doorbell is rung once for all
+/// of them ([`Batch::ring`], or on drop): fewer doorbell writes, each a
+/// posted write to the controller. Waiting for one of them rings first, so
+/// nothing written waits for a doorbell that never comes.
+pub struct Batch<'s, 'env> {
+    scope: &'s Scope<'s, 'env>,
+    queue: usize,
+    unrung: usize,
+}
+
+impl fmt::Debug for Batch<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("queue", &self.queue)
+            .field("unrung", &self.unrung)
+            .finish()
+    }
+}
+
+impl<'s, 'env> Batch<'s, 'env> {
+    /// Writes `cmd` into the queue if it has room now; `Ok(None)` when it
+    /// is full (as [`Scope::try_submit`]).
+    pub fn try_push(&mut self, cmd: &IoCommand<'env>) -> Result<Option<Pending<'s>>> {
+        let p = self.scope.try_submit_with(self.queue, cmd, false)?;
+        self.unrung += usize::from(p.is_some());
+        Ok(p)
+    }
+
+    /// Rings the doorbell for everything written so far.
+    pub fn ring(&mut self) {
+        let io = &self.scope.ctrl.io;
+        if self.unrung > 0 && !io.is_empty() {
+            io[self.queue % io.len()].ring();
+        }
+        self.unrung = 0;
+    }
+}
+
+impl Drop for Batch<'_, '_> {
+    fn drop(&mut self) {
+        self.ring();
+    }
+}
+
+/// Memory mapped for the controller by [`Controller::map`]; unmapped on
+/// drop. Borrows the memory (or, from [`Controller::map_owned`], owns
+/// it), which therefore outlives the mapping.
+pub struct Mapped<'m> {
+    /// The module that made the mapping (none for the tests' memory).
+    module: Option<Arc<Module>>,
+    map: DmaMapping,
+    segs: Segments,
+    /// The controller it is mapped for, and what that may do.
+    pci: PciAddress,
+    access: PeerAccess,
+    /// Bytes between the first mapped page and the range asked for.
+    skip: usize,
+    len: usize,
+    _owner: Option<Arc<dyn DeviceMemory>>,
+    _mem: PhantomData<&'m dyn DeviceMemory>,
+}
+
+impl fmt::Debug for Mapped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapped")
+            .field("pci", &self.pci)
+            .field("access", &self.access)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl<'m> Mapped<'m> {
+    /// Bytes of the range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty (never: mappings are not empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What the controller may do with it.
+    pub fn access(&self) -> PeerAccess {
+        self.access
+    }
+
+    /// The `len` bytes at `offset` of the range, as a command's data.
+    pub fn payload(&self, offset: usize, len: usize) -> Result<Payload<'_>> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len && len > 0 => Ok(Payload {
+                map: self,
+                offset,
+                len,
+            }),
+            _ => Err(Error::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len as u64,
+            }),
+        }
+    }
+
+    /// The controller's address of byte `offset` of the range.
+    pub fn addr(&self, offset: usize) -> Option<u64> {
+        (offset < self.len)
+            .then(|| self.segs.run((self.skip + offset) as u64).map(|r| r.0))
+            .flatten()
+    }
+
+    /// What the module returned.
+    pub fn mapping(&self) -> &DmaMapping {
+        &self.map
+    }
+
+    /// A mapping of `len` bytes at bus addresses `segs` for `pci`, made by
+    /// no module: the tests' memory.
+    #[cfg(test)]
+    pub(crate) fn for_test(
+        pci: PciAddress,
+        segs: &[(u64, u64)],
+        skip: usize,
+        len: usize,
+        access: PeerAccess,
+    ) -> Self {
+        Self {
+            module: None,
+            map: DmaMapping {
+                map_handle: 0,
+                map_type: MapType::BusAddr,
+                length: segs.iter().map(|s| s.1).sum(),
+                segs: segs.to_vec(),
+            },
+            segs: Segments::new(segs).unwrap_or_default(),
+            pci,
+            access,
+            skip,
+            len,
+            _owner: None,
+            _mem: PhantomData,
+        }
+    }
+}
+
+impl Drop for Mapped<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = &self.module {
+            let _ = m.unmap(self.map.map_handle);
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! The raw layer: one safe function per system call or ioctl the library
+//! makes, and the raw memory the safe layers build on.
+//!
+//! Every function here is safe to call. The `unsafe` of the crate lives in
+//! this layer, in the queues driver (doorbells and queue entries written in
+//! place) and in the transfer engine's copy helpers (a landed chunk's bytes
+//! lent to helper threads until the copy returns).
+//!
+//! - [`p2pdma`]: the ioctls of `/dev/p2pdma` and `UDMABUF_CREATE`;
+//! - [`mapping`]: device memory mapped from a file, host buffers, and the
+//!   raw [`DmaTarget`] a transfer lends to the kernel;
+//! - [`wc`]: copies to and from write-combined memory;
+//! - [`uring`]: io_uring rings for file I/O and NVMe passthrough;
+//! - [`file`]: a file's extents and page-cache state;
+//! - [`vfio`]: the VFIO ioctls that drive a PCI function from user space.
+
+pub mod file;
+pub mod mapping;
+pub mod p2pdma;
+pub(crate) mod uring;
+pub mod vfio;
+pub mod wc;
+
+pub use mapping::{Caching, DmaTarget, HostBuffer, RawMapping, Sharing};
+pub use p2pdma::*;
