@@ -2,7 +2,7 @@
 
 use std::{io, path::PathBuf};
 
-use super::storage::DevNum;
+use super::devnum::DevNum;
 
 /// What can go wrong while reading the topology.
 #[derive(Debug, thiserror::Error)]

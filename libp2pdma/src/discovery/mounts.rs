@@ -1,6 +1,6 @@
 //! `/proc/self/mountinfo`: which filesystem is mounted where.
 
-use super::storage::DevNum;
+use super::devnum::DevNum;
 
 /// One line of `/proc/self/mountinfo`, the fields the topology needs.
 #[derive(Clone, Debug, PartialEq, Eq)]

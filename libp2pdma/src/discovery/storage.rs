@@ -1,52 +1,11 @@
 //! The storage behind a path: disks, partitions, NVMe namespaces, their
 //! controllers and multipath paths, and what a disk's queue takes.
 
-use std::{
-    fmt,
-    path::{Path, PathBuf},
-};
+use std::{fmt, path::PathBuf};
 
-use rustix::fs::{major, minor};
 use serde_json::json;
 
-use super::{
-    pci::PciAddress,
-    sysfs::{parse_dec, read_small},
-};
-
-/// A device number, printed `major:minor` as sysfs names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct DevNum {
-    /// Major number.
-    pub major: u32,
-    /// Minor number.
-    pub minor: u32,
-}
-
-impl DevNum {
-    /// Splits a raw `dev_t` (`st_dev`, `st_rdev`).
-    pub fn from_raw(dev: u64) -> Self {
-        Self {
-            major: major(dev),
-            minor: minor(dev),
-        }
-    }
-
-    /// Parses `major:minor` (sysfs `dev` files, `/proc/self/mountinfo`).
-    pub fn parse(s: &str) -> Option<Self> {
-        let (a, b) = s.trim().split_once(':')?;
-        Some(Self {
-            major: parse_dec(a)?,
-            minor: parse_dec(b)?,
-        })
-    }
-}
-
-impl fmt::Display for DevNum {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.major, self.minor)
-    }
-}
+use super::{devnum::DevNum, pci::PciAddress};
 
 /// What kind of path a [`StorageTarget`] was resolved from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,30 +113,6 @@ pub struct DiskFacts {
     /// Whether the disk says it is rotational (`queue/rotational`; virtual
     /// disks often say so whatever backs them).
     pub rotational: Option<bool>,
-}
-
-impl DiskFacts {
-    /// The facts of the disk whose sysfs directory is `dir`; what is
-    /// missing or unreadable stays `None`.
-    pub(super) fn read(dir: &Path) -> Self {
-        let text = |rel: &str| {
-            read_small(&dir.join(rel))
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-        };
-        let num = |rel: &str| text(rel).and_then(|s| parse_dec::<u64>(&s));
-        Self {
-            dev: text("dev").and_then(|s| DevNum::parse(&s)),
-            model: text("device/model").or_else(|| text("model")),
-            serial: ["device/serial", "serial", "wwid", "device/wwid"]
-                .into_iter()
-                .find_map(text),
-            max_request_bytes: num("queue/max_sectors_kb").map(|kb| kb.saturating_mul(1024)),
-            queue_requests: num("queue/nr_requests").and_then(|n| u32::try_from(n).ok()),
-            rotational: num("queue/rotational").map(|r| r != 0),
-        }
-    }
 }
 
 /// One path of a native-multipath NVMe namespace: the hidden

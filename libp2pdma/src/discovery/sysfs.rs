@@ -2,7 +2,10 @@
 
 use std::{fs, io, path::Path};
 
-use super::error::{Result, TopologyError};
+use super::{
+    error::{Result, TopologyError},
+    parse::parse_dec,
+};
 
 /// Largest sysfs attribute read; real ones are a few bytes.
 const MAX_ATTR: u64 = 64 * 1024;
@@ -22,25 +25,6 @@ pub(super) fn read_small(path: &Path) -> Result<String> {
     Ok(s)
 }
 
-pub(super) fn parse_dec<T: std::str::FromStr>(s: &str) -> Option<T> {
-    let t = s.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    t.parse().ok()
-}
-
-pub(super) fn parse_hex(s: &str) -> Option<u32> {
-    let t = s.trim();
-    let t = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
-    if t.is_empty() || t.len() > 8 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u32::from_str_radix(t, 16).ok()
-}
 
 /// A decimal sysfs attribute that must be there.
 pub(super) fn read_parsed<T: std::str::FromStr>(path: &Path, expected: &'static str) -> Result<T> {

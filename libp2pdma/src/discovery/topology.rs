@@ -18,10 +18,12 @@ use std::{
 
 use super::{
     error::{Result, TopologyError},
-    sysfs::{parse_dec, parse_hex, read_optional, read_parsed, read_small},
+    devnum::DevNum,
+    parse::{parse_dec, parse_hex},
+    sysfs::{read_optional, read_parsed, read_small},
     mounts::parse_mountinfo_line,
     pci::{P2pmemProvider, PciAddress, PciFunction, EXT_CONFIG_END},
-    storage::{DevNum, DiskFacts, NvmePath, Partition, StorageTarget, TargetKind},
+    storage::{DiskFacts, NvmePath, Partition, StorageTarget, TargetKind},
 };
 
 /// Default sysfs root.
@@ -519,6 +521,30 @@ impl Topology {
             .join(group.to_string())
             .join("type");
         read_small(&path).ok().map(|s| s.trim().to_string())
+    }
+}
+
+impl DiskFacts {
+    /// The facts of the disk whose sysfs directory is `dir`; what is
+    /// missing or unreadable stays `None`.
+    fn read(dir: &Path) -> Self {
+        let text = |rel: &str| {
+            read_small(&dir.join(rel))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        let num = |rel: &str| text(rel).and_then(|s| parse_dec::<u64>(&s));
+        Self {
+            dev: text("dev").and_then(|s| DevNum::parse(&s)),
+            model: text("device/model").or_else(|| text("model")),
+            serial: ["device/serial", "serial", "wwid", "device/wwid"]
+                .into_iter()
+                .find_map(text),
+            max_request_bytes: num("queue/max_sectors_kb").map(|kb| kb.saturating_mul(1024)),
+            queue_requests: num("queue/nr_requests").and_then(|n| u32::try_from(n).ok()),
+            rotational: num("queue/rotational").map(|r| r != 0),
+        }
     }
 }
 

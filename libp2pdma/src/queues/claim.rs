@@ -5,11 +5,10 @@
 
 use std::{
     fs,
-    os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
 };
 
-use crate::sys::vfio;
+use crate::{discovery::controllers::controller_users, sys::vfio};
 
 /// The PCI class of an NVMe controller (mass storage, NVM, NVMe).
 pub const NVME_CLASS: u32 = 0x01_08_02;
@@ -91,100 +90,6 @@ pub fn noiommu_enabled_in(sys: &Path) -> bool {
 /// The driver bound to PCI function `bdf`, if any.
 pub use vfio::driver_of;
 
-/// The block devices of the controller's namespaces, and their
-/// partitions (`nvme0n1`, `nvme0n1p1`, ...), while the nvme driver has it.
-fn block_devices(bdf: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let Ok(ctrls) = fs::read_dir(pci_dev(bdf).join("nvme")) else {
-        return out;
-    };
-    for c in ctrls.flatten() {
-        let Ok(entries) = fs::read_dir(c.path()) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.starts_with("nvme") || !Path::new("/sys/block").join(&name).exists() {
-                continue;
-            }
-            if let Ok(parts) = fs::read_dir(Path::new("/sys/block").join(&name)) {
-                for p in parts.flatten() {
-                    let pn = p.file_name().to_string_lossy().into_owned();
-                    if pn.starts_with(&name) {
-                        out.push(pn);
-                    }
-                }
-            }
-            out.push(name);
-        }
-    }
-    // Namespaces of a multipath head are block devices of the subsystem
-    // (nvmeXcYnZ paths are hidden): their heads are listed by the
-    // controller's `nvme` directory too, as nvmeXnY.
-    out.sort();
-    out.dedup();
-    out
-}
-
-/// `major:minor` of block device `name`.
-fn dev_numbers(name: &str) -> Option<String> {
-    fs::read_to_string(Path::new("/sys/class/block").join(name).join("dev"))
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-/// What uses the block devices of the controller: mounted filesystems,
-/// swap, holders (device mapper, md), exclusive openers.
-fn users(bdf: &str) -> Vec<String> {
-    let devs = block_devices(bdf);
-    let mut used = Vec::new();
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let swaps = fs::read_to_string("/proc/swaps").unwrap_or_default();
-    for d in &devs {
-        if let Some(mm) = dev_numbers(d) {
-            for line in mountinfo.lines() {
-                let f: Vec<&str> = line.split_whitespace().collect();
-                if f.get(2) == Some(&mm.as_str()) {
-                    used.push(format!(
-                        "/dev/{d} is mounted on {}",
-                        f.get(4).unwrap_or(&"?")
-                    ));
-                }
-            }
-        }
-        if swaps
-            .lines()
-            .skip(1)
-            .any(|l| l.split_whitespace().next() == Some(&format!("/dev/{d}")))
-        {
-            used.push(format!("/dev/{d} is a swap device"));
-        }
-        if let Ok(h) = fs::read_dir(Path::new("/sys/class/block").join(d).join("holders")) {
-            for h in h.flatten() {
-                used.push(format!(
-                    "/dev/{d} is held by {}",
-                    h.file_name().to_string_lossy()
-                ));
-            }
-        }
-        // An exclusive opener (a filesystem in a namespace of another mount
-        // namespace, a database on the raw device) makes O_EXCL fail.
-        let node = Path::new("/dev").join(d);
-        if node.exists() {
-            if let Err(e) = fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_EXCL)
-                .open(&node)
-            {
-                if e.raw_os_error() == Some(libc::EBUSY) && !used.iter().any(|u| u.contains(d)) {
-                    used.push(format!("/dev/{d} is open exclusively by another user"));
-                }
-            }
-        }
-    }
-    used
-}
-
 /// Checks that PCI function `bdf` is an NVMe controller this process may
 /// take, and moves it to `vfio-pci` when `unbind` allows taking it from
 /// its driver. Refuses, touching nothing, a controller whose namespaces
@@ -210,7 +115,7 @@ pub fn take(bdf: &str, unbind: bool) -> Result<IommuMode, String> {
     match driver_of(bdf).as_deref() {
         Some("vfio-pci") => return Ok(mode),
         Some(driver) => {
-            let used = users(bdf);
+            let used = controller_users(bdf);
             if !used.is_empty() {
                 return Err(format!(
                     "in use, not taken from the {driver} driver: {}",

@@ -734,26 +734,6 @@ impl Function {
     }
 }
 
-/// The PCI address of the NVMe controller whose serial number is `serial`,
-/// while the kernel's nvme driver has it.
-pub fn nvme_by_serial(serial: &str) -> Result<String, String> {
-    let dir = fs::read_dir("/sys/class/nvme").map_err(|e| format!("/sys/class/nvme: {e}"))?;
-    for entry in dir.flatten() {
-        let p = entry.path();
-        if fs::read_to_string(p.join("serial")).is_ok_and(|s| s.trim() == serial) {
-            let dev = fs::canonicalize(p.join("device"))
-                .map_err(|e| format!("{}/device: {e}", p.display()))?;
-            return dev
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .ok_or_else(|| format!("{} has no PCI device", p.display()));
-        }
-    }
-    Err(format!(
-        "no NVMe controller with serial {serial} in /sys/class/nvme"
-    ))
-}
-
 fn pci_dev(bdf: &str) -> PathBuf {
     Path::new("/sys/bus/pci/devices").join(bdf)
 }
