@@ -43,12 +43,14 @@
 
 pub mod claim;
 mod controller;
+mod namespace;
 mod qpair;
 pub mod registers;
 #[cfg(test)]
 mod tests;
 
 pub use claim::IommuMode;
+pub use namespace::Namespace;
 pub use controller::{
     AdminCommand, Batch, Controller, InitOptions, IoCommand, Mapped, NamespaceInfo, Payload, Pending, Scope,
 };

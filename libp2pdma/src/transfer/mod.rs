@@ -37,7 +37,7 @@ pub(crate) mod extents;
 pub mod geometry;
 mod nvme;
 mod pipeline;
-mod queues;
+pub mod plan;
 pub mod route;
 mod stats;
 pub mod strided;
@@ -58,12 +58,12 @@ use std::{
     time::Instant,
 };
 
-pub use crate::doctor::{Path as TransferPath, PathChoice};
+pub use plan::{PathChoice, TransferPath};
 pub use crate::sys::uring::nvme_io_sqe;
 pub use asyncio::{Request, StridedRequest, Ticket};
 pub use config::{Config, P2pSubmit, PathPref, StridedConstants};
 pub use geometry::Geometry;
-pub use queues::Namespace;
+pub use crate::queues::Namespace;
 pub use route::{End, Hop, HopKind, Route, RouteOptions, RouteReport, Via};
 pub use stats::{PathStats, Stats};
 pub use strided::{Layout, Shape, StridedMode, StridedReport};
@@ -842,7 +842,7 @@ impl Engine {
         }
     }
 
-    /// AUTO's choice: the doctor's rule ([`crate::doctor::choose_path`]) on
+    /// AUTO's choice: the doctor's rule ([`plan::choose_path`]) on
     /// what this engine knows about the pair.
     fn decide(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> PathChoice {
         let index = match mem.kind() {
@@ -862,10 +862,10 @@ impl Engine {
         };
         // A multipath namespace: every path's controller is asked.
         let paths = match &self.module {
-            Some(m) if file.is_nvme() => crate::doctor::query_paths(m, index, &file.multipath),
+            Some(m) if file.is_nvme() => plan::query_paths(m, index, &file.multipath),
             _ => Vec::new(),
         };
-        crate::doctor::choose_path(&crate::doctor::PathFacts {
+        plan::choose_path(&plan::PathFacts {
             module: self.module.is_some(),
             accelerator: true,
             storage_nvme: file.is_nvme(),

@@ -1,6 +1,6 @@
-//! The queues path: transfers between a namespace of a controller this
-//! process drives ([`crate::queues::Controller`]) and memory, with no
-//! system call per I/O.
+//! A namespace of a controller this process drives ([`Controller`]), for
+//! transfers between it and memory with no system call per I/O: the
+//! transfer engine's queues path.
 //!
 //! The block-aligned middle of a transfer moves by DMA straight between the
 //! namespace and the memory: accelerator memory mapped for the controller
@@ -24,14 +24,16 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::bounce::{round_down, round_up};
+use super::controller::{Controller, IoCommand, Mapped, NamespaceInfo, Pending};
 use crate::{
     error::check_range,
-    memory::{DeviceMemory, HostMemory},
-    memory::peer::PeerAccess,
-    queues::{Controller, IoCommand, Mapped, NamespaceInfo, Pending},
+    memory::{peer::PeerAccess, DeviceMemory, HostMemory},
     Error, Result,
 };
+
+fn round_down(x: u64, a: u64) -> u64 {
+    x - x % a
+}
 
 /// Bytes of each pinned staging buffer.
 const STAGING: usize = 256 << 10;
@@ -255,7 +257,7 @@ impl Namespace {
         }
         let bs = self.bs();
         let end = offset + len as u64;
-        let (a0, a1) = (round_up(offset, bs), round_down(end, bs));
+        let (a0, a1) = (u64::next_multiple_of(offset, bs), round_down(end, bs));
         let at = |o: u64| mem_offset + (o - offset) as usize;
         if a0 >= a1 {
             // Inside one block, or across one boundary with no whole block.
@@ -436,7 +438,7 @@ impl Namespace {
             let b0 = round_down(at, bs);
             let skip = (at - b0) as usize;
             let n = (chunk - skip).min(len - done);
-            let b1 = round_up(at + n as u64, bs);
+            let b1 = u64::next_multiple_of(at + n as u64, bs);
             let span = (b1 - b0) as usize;
             let cmd = |write: bool| -> Result<IoCommand<'_>> {
                 let data = s.mapped.payload(0, span)?;

@@ -1,0 +1,260 @@
+//! The checks that judge one fact each: the kernel config, the
+//! accelerator's P2P memory, the storage and NVMe passthrough.
+
+use std::{
+    os::fd::AsFd,
+    path::{Path as FsPath, PathBuf},
+};
+
+use rustix::{
+    fs::{open, Mode, OFlags},
+    io::Errno,
+};
+
+use super::{
+    kconfig::KernelConfig,
+    report::{bytes, Check, Status},
+};
+use crate::{
+    discovery::{StorageTarget, TargetKind},
+    Accelerator,
+};
+
+/// Below this much free P2P memory the doctor warns.
+const LOW_P2P_MEMORY: u64 = 4 << 20;
+
+pub(super) fn kernel_config_check(kconfig: &Result<KernelConfig, String>) -> Check {
+    const NAME: &str = "kernel config";
+    let c = match kconfig {
+        Ok(c) => c,
+        Err(why) => return Check::new(NAME, Status::Skip, format!("{why}; cannot tell")),
+    };
+    let opts = ["CONFIG_PCI_P2PDMA", "CONFIG_ZONE_DEVICE", "CONFIG_IO_URING"];
+    let described: Vec<String> = opts.iter().map(|o| c.describe(o)).collect();
+    let mut detail = format!("{} ({})", described.join(", "), c.source.display());
+    let status = if !c.enabled("CONFIG_PCI_P2PDMA") || !c.enabled("CONFIG_ZONE_DEVICE") {
+        detail.push_str(": this kernel cannot do P2P DMA (it needs CONFIG_PCI_P2PDMA=y, which needs CONFIG_ZONE_DEVICE)");
+        Status::Fail
+    } else if !c.enabled("CONFIG_IO_URING") {
+        detail.push_str(": no io_uring, so no NVMe passthrough commands");
+        Status::Warn
+    } else {
+        Status::Ok
+    };
+    Check::new(NAME, status, detail)
+}
+
+pub(super) fn p2p_memory_check(accel: Option<&Accelerator>) -> Check {
+    const NAME: &str = "p2p memory";
+    let Some(a) = accel else {
+        return Check::new(NAME, Status::Skip, "needs an accelerator");
+    };
+    let of = format!(
+        "{} of {} free (BAR {}, {}, bus address {:#x})",
+        bytes(a.p2p_available),
+        bytes(a.p2p_size),
+        a.bar,
+        bytes(a.bar_size),
+        a.bar_bus_addr
+    );
+    if a.p2p_size == 0 {
+        Check::new(
+            NAME,
+            Status::Fail,
+            format!("nothing of BAR {} is registered as P2P memory", a.bar),
+        )
+    } else if a.p2p_available == 0 {
+        Check::new(
+            NAME,
+            Status::Warn,
+            format!("{of}: all in use, so allocations fail until some are freed"),
+        )
+    } else if a.p2p_available < LOW_P2P_MEMORY {
+        Check::new(
+            NAME,
+            Status::Warn,
+            format!("{of}: little left for transfer buffers"),
+        )
+    } else {
+        Check::new(NAME, Status::Ok, of)
+    }
+}
+
+pub(super) fn storage_check(
+    given: Option<&FsPath>,
+    target: &Option<Result<StorageTarget, crate::discovery::TopologyError>>,
+) -> Check {
+    const NAME: &str = "storage";
+    let (Some(given), Some(target)) = (given, target) else {
+        return Check::new(NAME, Status::Skip, "no storage path given");
+    };
+    let t = match target {
+        Ok(t) => t,
+        Err(e) => return Check::new(NAME, Status::Fail, e.to_string()),
+    };
+    let on = match (&t.kind, &t.partition) {
+        (TargetKind::File { .. }, Some(p)) => {
+            format!("lives on partition {} of disk {}", p.name, t.disk)
+        }
+        (TargetKind::File { .. }, None) => format!("lives on disk {}", t.disk),
+        (TargetKind::BlockDevice, Some(p)) => format!("is partition {} of disk {}", p.name, t.disk),
+        (TargetKind::BlockDevice, None) => format!("is disk {}", t.disk),
+        (TargetKind::NvmeGeneric, _) => format!("is the generic device of disk {}", t.disk),
+    };
+    if !t.is_nvme {
+        let under = if t.slaves.is_empty() {
+            String::new()
+        } else {
+            format!(" (built on {})", t.slaves.join(", "))
+        };
+        return Check::new(
+            NAME,
+            Status::Fail,
+            format!(
+                "{} {on}{under}, not an NVMe namespace: P2P DMA needs NVMe",
+                given.display()
+            ),
+        );
+    }
+    let mut detail = format!("{} {on}", given.display());
+    if let Some(nsid) = t.nsid {
+        detail.push_str(&format!(", namespace {nsid}"));
+    }
+    let pci = if t.is_multipath() {
+        let paths: Vec<String> = t.multipath.iter().map(|p| p.to_string()).collect();
+        detail.push_str(&format!(
+            ", a multipath namespace with {} paths: {}",
+            paths.len(),
+            paths.join(", ")
+        ));
+        let all = t.multipath.iter().all(|p| p.pci.is_some());
+        if !all {
+            detail.push_str("; a path without a PCI function (NVMe over fabrics?)");
+        }
+        all
+    } else {
+        if let Some(c) = &t.controller {
+            detail.push_str(&format!(" of {c}"));
+        }
+        match t.pci {
+            Some(p) => detail.push_str(&format!(" at {p}")),
+            None => detail.push_str(", with no PCI function in sysfs (NVMe over fabrics?)"),
+        }
+        t.pci.is_some()
+    };
+    detail.push_str(&format!(
+        "; {}-byte blocks, at most {} a command",
+        t.logical_block_size,
+        bytes(t.max_transfer_bytes)
+    ));
+    if let Some(p) = &t.partition {
+        detail.push_str(&format!("; the partition starts at byte {}", p.start));
+    }
+    let status = if pci { Status::Ok } else { Status::Warn };
+    Check::new(NAME, status, detail)
+}
+
+/// Whether NVMe commands through the generic device would work: the device
+/// exists and can be opened, and the kernel has io_uring.
+pub(super) fn nvme_passthrough_check(
+    target: Option<&StorageTarget>,
+    io_uring: Option<bool>,
+) -> (Option<PathBuf>, Check) {
+    const NAME: &str = "nvme passthrough";
+    let Some(t) = target.filter(|t| t.is_nvme) else {
+        return (None, Check::new(NAME, Status::Skip, "needs NVMe storage"));
+    };
+    let Some(ng) = &t.generic_path else {
+        return (
+            None,
+            Check::new(
+                NAME,
+                Status::Skip,
+                format!(
+                    "no NVMe generic character device for {} (kernels before 5.13 have none)",
+                    t.disk
+                ),
+            ),
+        );
+    };
+    if let Some(why) = t.nvme_cmd_refusal() {
+        return (
+            None,
+            Check::new(
+                NAME,
+                Status::Warn,
+                format!("NVMe commands through {} refused: {why}", ng.display()),
+            ),
+        );
+    }
+    match open(ng, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(_) if io_uring == Some(false) => (
+            None,
+            Check::new(
+                NAME,
+                Status::Warn,
+                format!(
+                    "{} opens, but the kernel has no io_uring, which NVMe passthrough needs",
+                    ng.display()
+                ),
+            ),
+        ),
+        Ok(_) => {
+            // For a file, the filesystem must be one whose extents NVMe
+            // commands can address (the engine's own rule).
+            let file = match t.kind {
+                TargetKind::File { .. } => match std::fs::File::open(&t.path) {
+                    Ok(f) => crate::transfer::extents::Filesystem::of(f.as_fd()).map(|fs| {
+                        format!("; for a file ({fs}), reads only (writes to files go by P2P or the bounce path): its extents are mapped to blocks with FIEMAP first")
+                    }),
+                    Err(_) => Ok("; for a file, reads only: its extents are mapped to blocks first".into()),
+                },
+                _ => Ok(String::new()),
+            };
+            match file {
+                Ok(file) => (
+                    Some(ng.clone()),
+                    Check::new(
+                        NAME,
+                        Status::Ok,
+                        format!(
+                            "{} opens: NVMe commands through io_uring passthrough are possible, used only when asked for{file}",
+                            ng.display()
+                        ),
+                    ),
+                ),
+                Err(why) => (
+                    None,
+                    Check::new(
+                        NAME,
+                        Status::Warn,
+                        format!(
+                            "{} opens, but NVMe commands cannot address {}: {why}",
+                            ng.display(),
+                            t.path.display()
+                        ),
+                    ),
+                ),
+            }
+        }
+        Err(e @ (Errno::ACCESS | Errno::PERM)) => (
+            None,
+            Check::new(
+                NAME,
+                Status::Warn,
+                format!(
+                    "{} exists but cannot be opened ({e}): NVMe passthrough needs read access to it (root, or a udev rule for the nvme-generic class)",
+                    ng.display()
+                ),
+            ),
+        ),
+        Err(e) => (
+            None,
+            Check::new(
+                NAME,
+                Status::Warn,
+                format!("cannot open {}: {e}", ng.display()),
+            ),
+        ),
+    }
+}
