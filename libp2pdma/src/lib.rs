@@ -28,6 +28,9 @@ pub mod transfer;
 pub use discovery::{Accelerator, Module, PciAddress, StorageTarget, Topology};
 pub use doctor::{AccelSelect, Doctor, Report};
 pub use error::{Error, Result};
-pub use memory::{Allocation, DeviceMapping, DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess, Udmabuf};
+pub use memory::{
+    Allocation, DeviceMapping, DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess,
+    Udmabuf,
+};
 pub use sys::HostBuffer;
 pub use transfer::plan::{choose_path, PathChoice, PathFacts, TransferPath};

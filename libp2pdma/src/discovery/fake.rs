@@ -48,8 +48,7 @@ pub const USP: &str = "devices/pci0000:00/0000:00:01.0/0000:01:00.0";
 pub const DSP0: &str = "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0";
 pub const DSP1: &str = "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0";
 pub const NVME: &str = "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0";
-pub const ACCEL: &str =
-    "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0";
+pub const ACCEL: &str = "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0";
 pub const RP2: &str = "devices/pci0000:00/0000:00:02.0";
 pub const SATA: &str = "devices/pci0000:00/0000:00:02.0/0000:05:00.0";
 pub const RP3: &str = "devices/pci0000:00/0000:00:03.0";
@@ -243,15 +242,7 @@ impl FakeSys {
 
     /// A whole disk at sysfs path `rel`, in `/sys/block` and
     /// `/sys/dev/block`.
-    pub fn disk(
-        &self,
-        rel: &str,
-        name: &str,
-        dev: &str,
-        lbs: u32,
-        max_kb: u32,
-        nsid: Option<u32>,
-    ) {
+    pub fn disk(&self, rel: &str, name: &str, dev: &str, lbs: u32, max_kb: u32, nsid: Option<u32>) {
         self.file(&format!("{rel}/dev"), &format!("{dev}\n"));
         let (maj, min) = dev.split_once(':').unwrap();
         self.file(

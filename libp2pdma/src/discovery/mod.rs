@@ -23,12 +23,12 @@ pub mod topology;
 
 pub use accelerators::{Accelerator, Module, DEVICE_NODE};
 pub use controllers::{controller_users, nvme_by_serial};
+pub use devnum::DevNum;
 pub use error::TopologyError;
 pub use mounts::{parse_mountinfo_line, MountInfo};
 pub use pci::{
-    acs_bits, acs_control, acs_path, common_upstream, find_ext_capability, ConfigSpaceError, P2pmemProvider,
-    PciAddress, PciFunction,
+    acs_bits, acs_control, acs_path, common_upstream, find_ext_capability, ConfigSpaceError,
+    P2pmemProvider, PciAddress, PciFunction,
 };
-pub use devnum::DevNum;
 pub use storage::{DiskFacts, NvmeCmdRefusal, NvmePath, Partition, StorageTarget, TargetKind};
 pub use topology::{list_nvme_namespaces, list_p2pmem_providers, parse_sysfs_pci, Topology};

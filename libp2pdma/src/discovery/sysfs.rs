@@ -25,7 +25,6 @@ pub(super) fn read_small(path: &Path) -> Result<String> {
     Ok(s)
 }
 
-
 /// A decimal sysfs attribute that must be there.
 pub(super) fn read_parsed<T: std::str::FromStr>(path: &Path, expected: &'static str) -> Result<T> {
     let s = read_small(path)?;
@@ -37,7 +36,10 @@ pub(super) fn read_parsed<T: std::str::FromStr>(path: &Path, expected: &'static 
 }
 
 /// A decimal sysfs attribute that may be missing.
-pub(super) fn read_optional<T: std::str::FromStr>(path: &Path, expected: &'static str) -> Result<Option<T>> {
+pub(super) fn read_optional<T: std::str::FromStr>(
+    path: &Path,
+    expected: &'static str,
+) -> Result<Option<T>> {
     match read_parsed(path, expected) {
         Ok(v) => Ok(Some(v)),
         Err(TopologyError::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => {

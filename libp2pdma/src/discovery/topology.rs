@@ -7,7 +7,6 @@
 //! Every lookup goes through a [`Topology`], whose sysfs, `/dev` and procfs
 //! roots are parameters, so the parsers can be run against a fake tree.
 
-
 use std::{
     cmp::Ordering,
     collections::BTreeSet,
@@ -17,13 +16,13 @@ use std::{
 };
 
 use super::{
-    error::{Result, TopologyError},
     devnum::DevNum,
-    parse::{parse_dec, parse_hex},
-    sysfs::{read_optional, read_parsed, read_small},
+    error::{Result, TopologyError},
     mounts::parse_mountinfo_line,
+    parse::{parse_dec, parse_hex},
     pci::{P2pmemProvider, PciAddress, PciFunction, EXT_CONFIG_END},
     storage::{DiskFacts, NvmePath, Partition, StorageTarget, TargetKind},
+    sysfs::{read_optional, read_parsed, read_small},
 };
 
 /// Default sysfs root.

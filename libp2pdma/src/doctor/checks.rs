@@ -204,7 +204,7 @@ pub(super) fn nvme_passthrough_check(
             // commands can address (the engine's own rule).
             let file = match t.kind {
                 TargetKind::File { .. } => match std::fs::File::open(&t.path) {
-                    Ok(f) => crate::transfer::extents::Filesystem::of(f.as_fd()).map(|fs| {
+                    Ok(f) => crate::transfer::exec::extents::Filesystem::of(f.as_fd()).map(|fs| {
                         format!("; for a file ({fs}), reads only (writes to files go by P2P or the bounce path): its extents are mapped to blocks with FIEMAP first")
                     }),
                     Err(_) => Ok("; for a file, reads only: its extents are mapped to blocks first".into()),

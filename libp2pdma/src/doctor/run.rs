@@ -16,10 +16,11 @@ use rustix::{
 
 use crate::{
     discovery::DEVICE_NODE,
-    queues::claim::{IommuMode, NVME_CLASS},
     discovery::{
-        acs_bits, acs_control, acs_path, common_upstream, NvmePath, PciFunction, StorageTarget, Topology, pci::PCI_ACS_REDIRECT,
+        acs_bits, acs_control, acs_path, common_upstream, pci::PCI_ACS_REDIRECT, NvmePath,
+        PciFunction, StorageTarget, Topology,
     },
+    queues::claim::{IommuMode, NVME_CLASS},
     Accelerator, Error, MapType, Module, P2pQuery, PciAddress, Peer,
 };
 

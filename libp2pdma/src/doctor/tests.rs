@@ -10,14 +10,12 @@ use super::{
     report::{bytes, wrap, TEXT_WIDTH},
     *,
 };
-use crate::{
-    discovery::DEVICE_NODE, transfer::plan::TransferPath, Accelerator, Error, PciAddress,
-};
 use crate::discovery::{
     fake::{config_space, FakeSys, ACCEL, DSP0, DSP1, NS, NVME, USP},
     pci::{PCI_ACS_RR, PCI_ACS_SV},
     DevNum,
 };
+use crate::{discovery::DEVICE_NODE, transfer::plan::TransferPath, Accelerator, Error, PciAddress};
 
 #[test]
 fn kernel_configs_parse() {
@@ -64,9 +62,9 @@ fn kernel_config_comes_from_proc_config_gz_then_boot() {
     let check = kernel_config_check(&Ok(c));
     assert_eq!(check.status, Status::Warn);
     assert!(
-        check.detail.starts_with(
-            "CONFIG_PCI_P2PDMA=y, CONFIG_ZONE_DEVICE=y, CONFIG_IO_URING is not set ("
-        ),
+        check
+            .detail
+            .starts_with("CONFIG_PCI_P2PDMA=y, CONFIG_ZONE_DEVICE=y, CONFIG_IO_URING is not set ("),
         "{}",
         check.detail
     );
@@ -291,8 +289,10 @@ fn a_multipath_namespace_is_reported_with_every_path() {
     let s = r.check("storage").unwrap();
     assert_eq!(s.status, Status::Ok, "{}", s.detail);
     assert!(
-        s.detail.contains("lives on disk nvme1n1, namespace 3, a multipath namespace with 2 paths: \
-             nvme1c1n1 (nvme1 at 0000:03:00.0), nvme1c2n1 (nvme2 at 0000:04:00.0); 512-byte blocks"),
+        s.detail.contains(
+            "lives on disk nvme1n1, namespace 3, a multipath namespace with 2 paths: \
+             nvme1c1n1 (nvme1 at 0000:03:00.0), nvme1c2n1 (nvme2 at 0000:04:00.0); 512-byte blocks"
+        ),
         "{}",
         s.detail
     );
@@ -411,7 +411,7 @@ fn a_loaded_module_without_its_node_and_a_usable_generic_device_are_told_apart()
     // The file is real, on whatever filesystem holds the temporary
     // directory: NVMe commands can address it only on ext4 or XFS.
     let fd = fs::File::open(&file).unwrap();
-    match crate::transfer::extents::Filesystem::of(fd.as_fd()) {
+    match crate::transfer::exec::extents::Filesystem::of(fd.as_fd()) {
         Ok(kind) => {
             assert_eq!(p.status, Status::Ok, "{}", p.detail);
             assert!(

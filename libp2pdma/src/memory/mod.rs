@@ -13,8 +13,8 @@ pub mod module;
 pub mod peer;
 pub mod udmabuf;
 
+pub use crate::sys::DmaTarget;
 pub use device::{DeviceMemory, HostMemory, MemoryKind};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
 pub use udmabuf::Udmabuf;
-pub use crate::sys::DmaTarget;

@@ -202,7 +202,6 @@ impl Caps {
     }
 }
 
-
 /// or its completion queue's head, for a doorbell stride of `stride` bytes.
 pub fn doorbell(qid: u16, cq: bool, stride: usize) -> usize {
     reg::DOORBELLS + (2 * usize::from(qid) + usize::from(cq)) * stride

@@ -49,9 +49,10 @@ pub mod registers;
 #[cfg(test)]
 mod tests;
 
-pub use claim::IommuMode;
-pub use namespace::Namespace;
-pub use controller::{
-    AdminCommand, Batch, Controller, InitOptions, IoCommand, Mapped, NamespaceInfo, Payload, Pending, Scope,
-};
 pub use crate::nvme::{Command, Completion, IdCtrl, IdNs};
+pub use claim::IommuMode;
+pub use controller::{
+    AdminCommand, Batch, Controller, InitOptions, IoCommand, Mapped, NamespaceInfo, Payload,
+    Pending, Scope,
+};
+pub use namespace::Namespace;

@@ -10,7 +10,6 @@ use rustix::{
     ioctl::{ioctl, opcode, Getter, Opcode, Updater},
 };
 
-
 /// Extents per FIEMAP call.
 pub const EXTENTS_PER_CALL: usize = 128;
 
@@ -102,16 +101,12 @@ pub fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno
 /// Pages of `[offset, offset + len)` of `fd` in the page cache
 /// (`mincore` on a shared read-only mapping of the range, made and
 /// dropped here; mapping a file does not populate anything).
-pub fn resident_pages(
-    fd: BorrowedFd<'_>,
-    offset: u64,
-    len: u64,
-) -> Result<usize, Errno> {
+pub fn resident_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<usize, Errno> {
     use std::os::fd::AsRawFd;
     const PAGE: u64 = 4096;
     let start = offset - offset % PAGE;
-    let bytes = usize::try_from((offset + len).div_ceil(PAGE) * PAGE - start)
-        .map_err(|_| Errno::INVAL)?;
+    let bytes =
+        usize::try_from((offset + len).div_ceil(PAGE) * PAGE - start).map_err(|_| Errno::INVAL)?;
     if bytes == 0 {
         return Ok(0);
     }

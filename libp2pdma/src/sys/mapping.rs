@@ -159,7 +159,9 @@ impl RawMapping {
         unsafe {
             let src = self.ptr.as_ptr().add(offset);
             match self.caching {
-                Caching::WriteCombined => crate::sys::wc::copy_from_wc(dst.as_mut_ptr(), src, dst.len()),
+                Caching::WriteCombined => {
+                    crate::sys::wc::copy_from_wc(dst.as_mut_ptr(), src, dst.len())
+                }
                 Caching::WriteBack => ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()),
             }
         };

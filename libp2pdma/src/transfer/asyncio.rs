@@ -10,11 +10,17 @@
 use std::{
     future::Future,
     pin::Pin,
-    sync::{mpsc, Arc, Condvar, Mutex},
+    sync::{Arc, Condvar, Mutex},
     task::{Context as TaskContext, Poll, Waker},
 };
 
-use super::{Direction, Engine, Layout, Report, Shape, StorageFile, StridedMode, StridedReport};
+use super::{
+    engine::{Engine, Report},
+    exec::workers::Job,
+    storage::StorageFile,
+    strided::{Layout, Shape, StridedMode, StridedReport},
+    xfer::Direction,
+};
 use crate::{memory::DeviceMemory, Error, Result};
 
 /// One transfer to run asynchronously.
@@ -158,26 +164,6 @@ impl<T> Future for Ticket<T> {
     }
 }
 
-/// Work for a worker: given the engine (or `None` when it was dropped), it
-/// runs and completes its ticket.
-type Job = Box<dyn FnOnce(Option<&Engine>) + Send>;
-
-/// The worker pool of one engine.
-pub(super) struct Workers {
-    tx: Mutex<Option<mpsc::Sender<Job>>>,
-}
-
-impl Workers {
-    pub(super) fn new() -> Self {
-        Self {
-            tx: Mutex::new(None),
-        }
-    }
-}
-
-/// Worker threads per engine.
-const WORKERS: usize = 4;
-
 /// A job that runs `work` and completes `ticket` with its result, whatever
 /// happens: a panic in the transfer (a `DeviceMemory` implementation's,
 /// say) completes it with an error and leaves the worker running, and a
@@ -186,7 +172,7 @@ const WORKERS: usize = 4;
 fn job<T: Send + 'static>(
     ticket: Ticket<T>,
     work: impl FnOnce(&Engine) -> Result<T> + Send + 'static,
-) -> Job {
+) -> Job<Engine> {
     Box::new(move |engine: Option<&Engine>| {
         let Some(engine) = engine else {
             ticket.complete(Err(Error::InvalidArgument("the engine was dropped".into())));
@@ -205,51 +191,20 @@ fn job<T: Send + 'static>(
 }
 
 impl Engine {
-    /// Hands `job` to the worker pool, starting it on first use; runs it
-    /// on the calling thread when no worker can be started.
-    fn queue(self: &Arc<Self>, job: Job) {
-        let mut tx = self.workers.tx.lock().unwrap_or_else(|p| p.into_inner());
-        if tx.is_none() {
-            let (t, rx) = mpsc::channel::<Job>();
-            let rx = Arc::new(Mutex::new(rx));
-            for i in 0..WORKERS {
-                let (rx, engine) = (rx.clone(), Arc::downgrade(self));
-                let spawned = std::thread::Builder::new()
-                    .name(format!("p2pdma-io-{i}"))
-                    .spawn(move || loop {
-                        let job = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
-                            Ok(j) => j,
-                            Err(_) => return,
-                        };
-                        job(engine.upgrade().as_deref());
-                    });
-                if spawned.is_err() && i == 0 {
-                    // No thread at all: run the job here rather than lose it.
-                    drop(tx);
-                    job(Some(self));
-                    return;
-                }
-            }
-            *tx = Some(t);
-        }
-        let sent = tx.as_ref().map(|t| t.send(job));
-        if let Some(Err(mpsc::SendError(job))) = sent {
-            drop(tx);
-            job(Some(self));
-        }
-    }
-
     /// Submits a transfer to run in the background; returns at once.
     pub fn submit(self: &Arc<Self>, req: Request) -> Ticket {
         let ticket = Ticket::new();
-        self.queue(job(ticket.clone(), move |engine| {
-            engine
-                .handle(&req.file, req.mem.as_ref())
-                .and_then(|h| match req.dir {
-                    Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
-                    Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
-                })
-        }));
+        self.workers.queue(
+            self,
+            job(ticket.clone(), move |engine| {
+                engine
+                    .handle(&req.file, req.mem.as_ref())
+                    .and_then(|h| match req.dir {
+                        Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
+                        Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
+                    })
+            }),
+        );
         ticket
     }
 
@@ -263,25 +218,28 @@ impl Engine {
     /// [`Engine::write_strided`] would have returned.
     pub fn submit_strided(self: &Arc<Self>, req: StridedRequest) -> Ticket<StridedReport> {
         let ticket = Ticket::new();
-        self.queue(job(ticket.clone(), move |engine| {
-            let StridedRequest {
-                dir,
-                file,
-                shape,
-                mem,
-                mem_offset,
-                layout,
-                mode,
-            } = req;
-            match dir {
-                Direction::Read => {
-                    engine.read_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
+        self.workers.queue(
+            self,
+            job(ticket.clone(), move |engine| {
+                let StridedRequest {
+                    dir,
+                    file,
+                    shape,
+                    mem,
+                    mem_offset,
+                    layout,
+                    mode,
+                } = req;
+                match dir {
+                    Direction::Read => {
+                        engine.read_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
+                    }
+                    Direction::Write => {
+                        engine.write_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
+                    }
                 }
-                Direction::Write => {
-                    engine.write_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
-                }
-            }
-        }));
+            }),
+        );
         ticket
     }
 

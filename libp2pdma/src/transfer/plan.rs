@@ -351,7 +351,10 @@ mod tests {
             "{}",
             c.reason
         );
-        assert_eq!(choose_path(&PathFacts::default()).path, TransferPath::Bounce);
+        assert_eq!(
+            choose_path(&PathFacts::default()).path,
+            TransferPath::Bounce
+        );
     }
 
     fn mp_path(name: &str, ctrl: &str, pci: &str) -> NvmePath {

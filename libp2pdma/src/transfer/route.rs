@@ -12,13 +12,19 @@
 //! accelerator to another through host memory) and says why;
 //! [`Engine::route_through`] takes the places in between from the caller.
 //! [`Engine::copy`] runs a route: every hop is a stage of the pipeline
-//! executor (`pipeline.rs`), all hops busy at once on different chunks.
+//! executor ([`pipeline`]), all hops busy at once on different chunks.
 
-use std::{fmt, sync::Mutex, time::Duration};
+use std::{fmt, time::Duration};
 
 use super::{
-    pipeline::{self, Chunk, Driver, Lanes, Stage},
-    Direction, Engine, PathChoice, StorageFile, TransferPath,
+    engine::Engine,
+    exec::{
+        pipeline::{self, Chunk, Driver, Lanes, Stage},
+        rings::RingPool,
+    },
+    plan::{PathChoice, TransferPath},
+    storage::StorageFile,
+    xfer::Direction,
 };
 use crate::{
     memory::{DeviceMemory, HostMemory, MemoryKind},
@@ -534,50 +540,6 @@ impl Engine {
             chunks: chunks.len(),
             elapsed: out.elapsed,
         })
-    }
-}
-
-/// Host memory for staging rings, kept between copies so that a copy does
-/// not pay for mapping and faulting in fresh memory: at most
-/// [`RingPool::KEEP`] buffers and [`RingPool::KEEP_BYTES`] in all.
-#[derive(Default)]
-pub(super) struct RingPool {
-    free: Mutex<Vec<HostMemory>>,
-}
-
-impl RingPool {
-    const KEEP: usize = 8;
-    const KEEP_BYTES: usize = 1 << 30;
-
-    /// A buffer of at least `len` bytes, every page already faulted in.
-    fn take(&self, len: usize) -> Result<HostMemory> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let fit = free
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.len() >= len)
-            .min_by_key(|(_, m)| m.len())
-            .map(|(i, _)| i);
-        if let Some(i) = fit {
-            return Ok(free.swap_remove(i));
-        }
-        drop(free);
-        let m = HostMemory::new(len)?;
-        m.prefault();
-        Ok(m)
-    }
-
-    /// Keeps `m` for a later copy, dropping the largest buffers past the
-    /// limits.
-    fn give(&self, m: HostMemory) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        free.push(m);
-        free.sort_by_key(|m| m.len());
-        while free.len() > Self::KEEP
-            || free.iter().map(|m| m.len()).sum::<usize>() > Self::KEEP_BYTES
-        {
-            free.pop();
-        }
     }
 }
 

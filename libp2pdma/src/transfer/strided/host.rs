@@ -21,12 +21,12 @@
 //!   pieces of at most [`STAGE`] bytes, and scattered into the buffer.
 //!
 //! AUTO chooses with [`plan_copy`], from the copy constants of the memory
-//! ([`super::super::constants`]).
+//! ([`crate::transfer::tuning::constants`]).
 
-use super::{check_room, Layout, Shape, StridedMode, StridedReport};
+use super::shape::{check_room, Layout, Shape, StridedMode, StridedReport};
 use crate::{
     memory::DeviceMemory,
-    transfer::{constants::Resolved, Engine, TransferPath},
+    transfer::{engine::Engine, plan::TransferPath, tuning::constants::Resolved},
     Error, Result,
 };
 

@@ -19,16 +19,17 @@
 use std::{
     fmt,
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
+use super::cache;
 pub use super::cache::{parse_cache_dir, DeviceKey};
-use super::{cache, StorageFile};
-use crate::{
-    discovery::DiskFacts,
-    sys::uring::{Buf, Context, Session},
-    Error, Result,
-};
+use crate::discovery::DiskFacts;
+
+/// The largest chunk.
+pub const MAX_CHUNK: usize = 64 << 20;
+/// The most chunks in flight.
+pub const MAX_DEPTH: usize = 256;
 
 /// Bytes per chunk and chunks in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,9 +65,9 @@ const MAX_AUTO_DEPTH: usize = 64;
 /// The smallest read that calibrates a device.
 pub const CALIBRATE_MIN: usize = 256 * MIB;
 /// Bytes read per calibration sample.
-const SAMPLE: usize = 64 * MIB;
+pub(crate) const SAMPLE: usize = 64 * MIB;
 /// Calibration stops sampling after this long (a slow disk).
-const BUDGET: Duration = Duration::from_secs(2);
+pub(crate) const BUDGET: Duration = Duration::from_secs(2);
 /// How much faster than the facts' choice a candidate must be to replace it.
 pub const MARGIN: f64 = 0.05;
 
@@ -206,9 +207,9 @@ fn parse_line(line: &str) -> Option<(DeviceKey, Learned)> {
     let chunk: usize = chunk.parse().ok()?;
     let depth: usize = depth.parse().ok()?;
     let rate: f64 = rate.parse().ok()?;
-    let ok = (4096..=super::config::MAX_CHUNK).contains(&chunk)
+    let ok = (4096..=MAX_CHUNK).contains(&chunk)
         && chunk % 4096 == 0
-        && (1..=super::config::MAX_DEPTH).contains(&depth)
+        && (1..=MAX_DEPTH).contains(&depth)
         && rate.is_finite()
         && rate >= 0.0;
     if !ok {
@@ -222,48 +223,6 @@ fn parse_line(line: &str) -> Option<(DeviceKey, Learned)> {
     Some((key, learned))
 }
 
-/// Storage throughput of reads of `file` in `ctx`'s geometry: `len` bytes
-/// from `at` (block aligned), `depth` chunk reads in flight into bounce
-/// slots, no copies; timed from the first submission to the last
-/// completion.
-pub(crate) fn measure(ctx: &mut Context, file: &StorageFile, at: u64, len: usize) -> Result<f64> {
-    let chunk = ctx.chunk();
-    let nchunks = len.div_ceil(chunk) as u64;
-    let mut s = Session::new(
-        ctx,
-        file.fd()?,
-        file.block_size(),
-        None::<(crate::memory::DmaTarget, &())>,
-    );
-    let (mut next, mut done) = (0u64, 0u64);
-    let start = Instant::now();
-    while done < nchunks {
-        while next < nchunks && s.inflight() < s.depth() {
-            let Some(slot) = s.free_slot() else { break };
-            let c0 = at + next * chunk as u64;
-            let clen = chunk.min(len - (next as usize) * chunk);
-            s.read(Buf::Slot(slot), c0, clen, next)?;
-            next += 1;
-        }
-        for c in s.wait(1)? {
-            let c0 = c.tag as usize * chunk;
-            let want = chunk.min(len - c0);
-            let n = c
-                .res
-                .map_err(|e| file.io_error("calibration read", at, len as u64, e))?;
-            if n < want {
-                return Err(Error::Short {
-                    what: "calibration read",
-                    expected: want as u64,
-                    done: n as u64,
-                });
-            }
-            done += 1;
-        }
-    }
-    Ok(len as f64 / start.elapsed().as_secs_f64().max(1e-9))
-}
-
 /// One candidate's calibration result.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
@@ -271,48 +230,6 @@ pub struct Sample {
     pub geometry: Geometry,
     /// Its best storage throughput, bytes per second.
     pub bytes_per_s: f64,
-}
-
-/// Times `cands` (the facts' choice first) on `file` from `at`, where
-/// `len` bytes can be read: two rounds of one 64 MiB sample per candidate,
-/// each sample the next 64 MiB of the range (wrapping around), the best of
-/// the rounds kept. Returns the choice (see [`pick`]) and every result;
-/// `None` when no candidate could be measured.
-pub(crate) fn calibrate(
-    file: &StorageFile,
-    at: u64,
-    len: usize,
-    cands: &[Geometry],
-) -> Option<(Learned, Vec<Sample>)> {
-    let regions = (len / SAMPLE).max(1);
-    let mut ctxs: Vec<Option<Context>> = cands
-        .iter()
-        .map(|g| Context::new(g.depth, g.chunk).ok())
-        .collect();
-    let mut best = vec![0.0f64; cands.len()];
-    let start = Instant::now();
-    'rounds: for round in 0..2 {
-        for (i, ctx) in ctxs.iter_mut().enumerate() {
-            if start.elapsed() > BUDGET {
-                break 'rounds;
-            }
-            let Some(ctx) = ctx else { continue };
-            let region = ((round * cands.len() + i) % regions) as u64;
-            match measure(ctx, file, at + region * SAMPLE as u64, SAMPLE.min(len)) {
-                Ok(r) => best[i] = best[i].max(r),
-                Err(_) => return None,
-            }
-        }
-    }
-    let samples: Vec<Sample> = cands
-        .iter()
-        .zip(&best)
-        .map(|(&geometry, &bytes_per_s)| Sample {
-            geometry,
-            bytes_per_s,
-        })
-        .collect();
-    pick(&samples).map(|l| (l, samples))
 }
 
 /// The fastest sample, unless it is less than [`MARGIN`] faster than the

@@ -15,9 +15,10 @@ use std::time::Instant;
 use p2pdma_abi as abi;
 use rustix::io::Errno;
 
-use super::{
-    bounce::{round_down, round_up, Xfer},
-    Direction, P2pSubmit, StorageFile,
+use crate::transfer::{
+    storage::StorageFile,
+    tuning::config::P2pSubmit,
+    xfer::{round_down, round_up, Direction, Xfer},
 };
 use crate::{
     memory::DeviceMemory,
@@ -26,7 +27,7 @@ use crate::{
 };
 
 /// Runs `x` in direction `dir` (`x.len > 0`).
-pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
+pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
     let (file, file_offset, mem, len) = (x.file, x.file_offset, x.mem, x.len);
     let target = x.dma_target("p2p")?;
     let bs = file.block_size() as u64;
@@ -85,7 +86,7 @@ fn module_for<'a>(
 
 /// How P2P transfers between `file` and `mem` are submitted, for the
 /// path's reason.
-pub(super) fn submission(submit: P2pSubmit, file: &StorageFile, mem: &dyn DeviceMemory) -> String {
+pub(crate) fn submission(submit: P2pSubmit, file: &StorageFile, mem: &dyn DeviceMemory) -> String {
     if module_for(submit, file, mem).is_some() {
         "; the module submits the block I/O on the memory's own pages (BLOCK_IO: nothing pinned per I/O)".into()
     } else if submit == P2pSubmit::Odirect {

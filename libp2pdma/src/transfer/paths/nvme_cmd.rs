@@ -47,10 +47,10 @@
 
 use std::{num::NonZeroU64, os::fd::AsFd, time::Instant};
 
-use super::{
-    bounce::{round_down, round_up, Xfer},
-    extents::{self, Segment},
-    Direction, NvmeNamespace, StorageFile,
+use crate::transfer::{
+    exec::extents::{self, Segment},
+    storage::{NvmeNamespace, StorageFile},
+    xfer::{round_down, round_up, Direction, Xfer},
 };
 use crate::{
     memory::DmaTarget,
@@ -65,7 +65,7 @@ const FILE_WRITES_REFUSED: &str = "NVMe commands do not write files: nothing hol
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
 /// Runs `x` in direction `dir` (`x.len > 0`).
-pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
+pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
     let (file, file_offset, len) = (x.file, x.file_offset, x.len);
     let write = dir == Direction::Write;
     let unavailable = |reason: String| Error::PathUnavailable {

@@ -2,7 +2,10 @@
 
 use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 
-use super::{cache, constants, geometry::Geometry};
+use super::{
+    cache,
+    geometry::{Geometry, MAX_CHUNK, MAX_DEPTH},
+};
 use crate::{Error, Result};
 
 /// Which path transfers take.
@@ -145,10 +148,8 @@ pub struct StridedConstants {
     pub call_mib: Option<Duration>,
 }
 
-/// Default and largest chunk.
+/// The smallest chunk.
 const MIN_CHUNK: usize = 64 << 10;
-pub(super) const MAX_CHUNK: usize = 64 << 20;
-pub(super) const MAX_DEPTH: usize = 256;
 const MAX_COPY_THREADS: usize = 64;
 
 impl Config {
@@ -257,18 +258,12 @@ impl Config {
                 }
             }
             "cache_dir" => self.cache_dir = cache::parse_cache_dir(value),
-            "strided_call" => self.strided.call = auto_or(value, constants::parse_duration)?,
-            "strided_storage_rate" => {
-                self.strided.storage_rate = auto_or(value, constants::parse_rate)?
-            }
-            "strided_copy_rate" => self.strided.copy_rate = auto_or(value, constants::parse_rate)?,
-            "strided_pack_rate" => self.strided.pack_rate = auto_or(value, constants::parse_rate)?,
-            "strided_copy_call" => {
-                self.strided.copy_call = auto_or(value, constants::parse_duration)?
-            }
-            "strided_call_mib" => {
-                self.strided.call_mib = auto_or(value, constants::parse_duration)?
-            }
+            "strided_call" => self.strided.call = auto_or(value, parse_duration)?,
+            "strided_storage_rate" => self.strided.storage_rate = auto_or(value, parse_rate)?,
+            "strided_copy_rate" => self.strided.copy_rate = auto_or(value, parse_rate)?,
+            "strided_pack_rate" => self.strided.pack_rate = auto_or(value, parse_rate)?,
+            "strided_copy_call" => self.strided.copy_call = auto_or(value, parse_duration)?,
+            "strided_call_mib" => self.strided.call_mib = auto_or(value, parse_duration)?,
             other => return Err(Error::InvalidArgument(format!("unknown setting '{other}'"))),
         }
         Ok(())
@@ -317,6 +312,51 @@ pub fn parse_size(s: &str) -> Result<usize> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .ok_or_else(|| Error::InvalidArgument(format!("bad size '{s}'")))
+}
+
+/// Parses a duration setting: a number with a unit, `ns`, `us` (or `µs`),
+/// `ms` or `s`: `85us`, `0.2ms`.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let t = s.trim();
+    let bad = || {
+        Error::InvalidArgument(format!(
+            "bad duration '{s}' (a number and a unit: ns, us, ms, s; e.g. 85us)"
+        ))
+    };
+    let (num, scale) = [
+        ("ns", 1e-9),
+        ("us", 1e-6),
+        ("µs", 1e-6),
+        ("ms", 1e-3),
+        ("s", 1.0),
+    ]
+    .iter()
+    .find_map(|&(u, f)| t.strip_suffix(u).map(|n| (n, f)))
+    .ok_or_else(bad)?;
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    let secs = v * scale;
+    if !(secs.is_finite() && secs > 0.0 && secs < 3600.0) {
+        return Err(Error::InvalidArgument(format!(
+            "duration '{s}' outside (0, 1 hour)"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses a rate setting: bytes per second as a size (`2G`, `800M`,
+/// binary units), optionally followed by `/s`.
+pub fn parse_rate(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let t = t.strip_suffix("/s").unwrap_or(t);
+    let v = parse_size(t).map_err(|_| {
+        Error::InvalidArgument(format!(
+            "bad rate '{s}' (bytes per second: e.g. 2G or 800M/s)"
+        ))
+    })?;
+    if v == 0 {
+        return Err(Error::InvalidArgument(format!("rate '{s}' is 0")));
+    }
+    Ok(v as u64)
 }
 
 #[cfg(test)]

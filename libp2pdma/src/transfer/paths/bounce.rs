@@ -1,5 +1,5 @@
 //! The bounce pipeline: storage <-> pinned host slots <-> accelerator memory,
-//! a two-stage use of the pipeline executor (`pipeline.rs`).
+//! a two-stage use of the pipeline executor ([`pipeline`]).
 //!
 //! Reads: the storage stage keeps up to `depth` chunk reads in flight into
 //! the session's registered slots on the calling thread; the copy stage, on
@@ -11,31 +11,22 @@
 //! A transfer of one chunk skips the pipeline: one I/O, then one copy.
 
 use std::{
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
-    time::{Duration, Instant},
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Instant,
 };
 
-use super::{
-    copypool::CopyPool,
-    pipeline::{self, Chunk, Driver, Flow, Lanes, Stage},
-    Direction, P2pSubmit, PathStats, StorageFile,
+use crate::transfer::{
+    exec::pipeline::{self, Chunk, Driver, Flow, Lanes, Stage},
+    xfer::{round_down, round_up, Direction, Xfer},
 };
 use crate::{
-    memory::{DeviceMemory, DmaTarget},
+    memory::DmaTarget,
     sys::uring::{Buf, Context, Session, Slots},
     Error, Result,
 };
 
-pub(super) fn round_down(x: u64, a: u64) -> u64 {
-    x - x % a
-}
-
-pub(super) fn round_up(x: u64, a: u64) -> u64 {
-    x.div_ceil(a) * a
-}
-
 /// Runs `x` in direction `dir` (`x.len > 0`).
-pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
+pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
     let (file, file_offset, len) = (x.file, x.file_offset, x.len);
     let mut s = Session::new(ctx, file.fd()?, file.block, None::<(DmaTarget, &())>);
     match dir {
@@ -52,78 +43,7 @@ pub(super) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     }
 }
 
-/// One transfer's parameters.
-pub(super) struct Xfer<'a> {
-    pub(super) file: &'a StorageFile,
-    pub(super) file_offset: u64,
-    pub(super) mem: &'a dyn DeviceMemory,
-    pub(super) mem_offset: usize,
-    pub(super) len: usize,
-    pub(super) stats: &'a PathStats,
-    /// How the P2P path submits its I/O.
-    pub(super) submit: P2pSubmit,
-    /// When the transfer started: a lone I/O's storage time runs from here,
-    /// saving a clock read on the small transfers where it shows.
-    pub(super) start: Instant,
-    /// How landed chunks are copied into device memory.
-    pub(super) copy: CopyStage<'a>,
-}
-
-/// The copy stage of a read: how many threads copy each landed chunk, and,
-/// when that is automatic, what it is adjusted from.
-pub(super) struct CopyStage<'a> {
-    pub(super) pool: &'a CopyPool,
-    /// Threads copying each chunk now (the calling thread included).
-    pub(super) threads: &'a AtomicUsize,
-    /// With automatic sizing, the most threads; `None` when fixed.
-    pub(super) auto_most: Option<usize>,
-    /// One thread's copy time so far, in nanoseconds: each copy's time
-    /// times the threads that shared it.
-    pub(super) busy: AtomicU64,
-}
-
-impl CopyStage<'_> {
-    /// Copies `b` into `mem` at `at` with the current thread count.
-    fn write(&self, mem: &dyn DeviceMemory, at: usize, b: &[u8]) -> Result<()> {
-        match self.threads.load(Ordering::Relaxed) {
-            1 => mem.write_at(at, b),
-            n => self.pool.write(mem, at, b, n),
-        }
-    }
-
-    /// Counts a copy that took `d` with the current thread count.
-    fn note(&self, d: Duration) {
-        let n = d.as_nanos() * self.threads.load(Ordering::Relaxed) as u128;
-        self.busy
-            .fetch_add(u64::try_from(n).unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    /// With automatic sizing, sets the thread count from how busy one
-    /// thread would have been with the copies so far, over `elapsed` of a
-    /// pipelined read: helpers above [`super::COPY_LOAD_ON`] of the time, one
-    /// thread again below [`super::COPY_LOAD_OFF`].
-    fn adapt(&self, elapsed: Duration) {
-        let Some(most) = self.auto_most else { return };
-        let busy = self.busy.load(Ordering::Relaxed) as f64 / 1e9;
-        let load = busy / elapsed.as_secs_f64().max(1e-9);
-        if load > super::COPY_LOAD_ON {
-            self.threads.store(most, Ordering::Relaxed);
-        } else if load < super::COPY_LOAD_OFF {
-            self.threads.store(1, Ordering::Relaxed);
-        }
-    }
-}
-
 impl Xfer<'_> {
-    fn end(&self) -> u64 {
-        self.file_offset + self.len as u64
-    }
-
-    /// Offset in device memory of file byte `f` (inside the transfer).
-    pub(super) fn mem_at(&self, f: u64) -> usize {
-        self.mem_offset + (f - self.file_offset) as usize
-    }
-
     /// Copies the transfer's part of `[c0, c0 + n)` (just read into slot
     /// `slot`) into device memory; `want` is where the chunk should end, and
     /// `t` the copy's start time.
@@ -168,7 +88,7 @@ impl Xfer<'_> {
     /// Reads the block-aligned range `[a0, a1)` through the slots and lands
     /// the transfer's part of it. Up to `depth` reads stay in flight while
     /// landed slots are copied out, one at a time, between refills.
-    pub(super) fn read_range(&self, s: &mut Session<'_>, a0: u64, a1: u64) -> Result<()> {
+    pub(crate) fn read_range(&self, s: &mut Session<'_>, a0: u64, a1: u64) -> Result<()> {
         let chunk = s.chunk() as u64;
         let nchunks = (a1 - a0).div_ceil(chunk);
         if nchunks == 1 && s.inflight() == 0 {
@@ -223,31 +143,10 @@ impl Xfer<'_> {
         Ok(())
     }
 
-    /// For the paths that DMA straight into the memory: its mapping, after
-    /// checking that the file offset and the memory offset can be block
-    /// aligned together (direct I/O needs both; the mapping starts on a page).
-    pub(super) fn dma_target(&self, path: &'static str) -> Result<DmaTarget> {
-        let unavailable = |reason: String| Error::PathUnavailable { path, reason };
-        let target = self.mem.dma_target().ok_or_else(|| {
-            unavailable(format!(
-                "{} has no CPU mapping storage could DMA into",
-                self.mem.kind()
-            ))
-        })?;
-        let bs = self.file.block as u64;
-        if (self.mem_offset as u64) % bs != self.file_offset % bs {
-            return Err(unavailable(format!(
-                "file offset {} and memory offset {} differ modulo the {bs}-byte block",
-                self.file_offset, self.mem_offset
-            )));
-        }
-        Ok(target)
-    }
-
     /// Reads the partial blocks at the ends of a direct read through the
     /// slots: all of it when no whole block `[m0, m1)` lies inside. Returns
     /// whether the middle is left to read.
-    pub(super) fn read_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<bool> {
+    pub(crate) fn read_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<bool> {
         let bs = self.file.block as u64;
         let end = self.end();
         if m0 >= m1 {
@@ -270,7 +169,7 @@ impl Xfer<'_> {
     /// transfer sharing the block, another process appending), and a write
     /// that ends past the end of a file makes it exactly that long. The
     /// block-aligned middle `[m0, m1)` is the caller's, by direct I/O.
-    pub(super) fn write_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<()> {
+    pub(crate) fn write_edges(&self, s: &mut Session<'_>, m0: u64, m1: u64) -> Result<()> {
         let (start, end) = (self.file_offset, self.end());
         let mut edges = Vec::new();
         if m0 >= m1 {

@@ -29,7 +29,7 @@ use crate::sys::file::{self as raw, EXTENTS_PER_CALL};
 
 /// A run of the file inside the mapped range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Segment {
+pub(crate) enum Segment {
     /// `len` bytes at `file_offset` lie at byte `dev_offset` of the namespace.
     Mapped {
         /// Offset in the file.
@@ -52,14 +52,14 @@ pub(super) enum Segment {
 #[cfg(test)]
 impl Segment {
     /// Offset in the file.
-    pub(super) fn file_offset(&self) -> u64 {
+    pub(crate) fn file_offset(&self) -> u64 {
         match *self {
             Segment::Mapped { file_offset, .. } | Segment::Zero { file_offset, .. } => file_offset,
         }
     }
 
     /// Bytes.
-    pub(super) fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match *self {
             Segment::Mapped { len, .. } | Segment::Zero { len, .. } => len,
         }
@@ -68,15 +68,15 @@ impl Segment {
 
 /// One extent as FIEMAP reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Extent {
+pub(crate) struct Extent {
     /// Offset in the file.
-    pub(super) logical: u64,
+    pub(crate) logical: u64,
     /// Byte offset on the filesystem's block device.
-    pub(super) physical: u64,
+    pub(crate) physical: u64,
     /// Bytes.
-    pub(super) len: u64,
+    pub(crate) len: u64,
     /// `FIEMAP_EXTENT_*`.
-    pub(super) flags: u32,
+    pub(crate) flags: u32,
 }
 
 /// `FIEMAP_FLAG_SYNC`: write dirty data back before mapping.
@@ -198,7 +198,7 @@ fn push_merged(out: &mut Vec<Segment>, s: Segment) {
 /// clipped to the range, holes filled in, `dev_start` (the partition's
 /// start on the namespace) added, contiguous runs merged. `eof` is the
 /// file's size and `lba` the namespace's logical block size.
-pub(super) fn plan(
+pub(crate) fn plan(
     extents: &[Extent],
     start: u64,
     end: u64,
@@ -300,7 +300,7 @@ pub(super) fn plan(
 
 /// The one segment of `[start, end)` of a block device that starts at byte
 /// `dev_start` of the namespace (0 for the whole namespace).
-pub(super) fn device_range(
+pub(crate) fn device_range(
     start: u64,
     end: u64,
     dev_start: u64,
@@ -319,7 +319,7 @@ pub(super) fn device_range(
 /// offset + len)` of `fd`: what a block device's page cache holds that the
 /// device does not have yet, which NVMe commands would not see (reads) or
 /// would have written over them later (writes).
-pub(super) fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
+pub(crate) fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno> {
     raw::write_back(fd, offset, len)
 }
 
@@ -440,11 +440,10 @@ fn check_inode(fd: BorrowedFd<'_>, fs: Filesystem) -> Result<(), String> {
     Ok(())
 }
 
-
 /// The file's extents that meet `[start, end)`, in file order, after the
 /// filesystem wrote dirty data back (`sync`: `FIEMAP_FLAG_SYNC`). FIEMAP is
 /// called until the range is covered or the file's last extent is seen.
-pub(super) fn fiemap(
+pub(crate) fn fiemap(
     fd: BorrowedFd<'_>,
     start: u64,
     end: u64,
@@ -492,7 +491,7 @@ pub(super) fn fiemap(
 /// device starts at byte `dev_start` of an NVMe namespace with `lba`-byte
 /// logical blocks) lies on the namespace, for a read or (`write`) a write;
 /// or why NVMe commands cannot move it.
-pub(super) fn map(
+pub(crate) fn map(
     fd: BorrowedFd<'_>,
     fs: Filesystem,
     start: u64,
@@ -518,7 +517,7 @@ pub(super) fn map(
 /// again, without writing anything back, and must map the same. A
 /// truncate, hole punch, defragmentation or reflink during the read changes
 /// the map, and the blocks read may by then have been another file's.
-pub(super) fn still_mapped(
+pub(crate) fn still_mapped(
     fd: BorrowedFd<'_>,
     start: u64,
     end: u64,
@@ -539,10 +538,9 @@ pub(super) fn still_mapped(
 }
 
 /// Pages of `[offset, offset + len)` of `fd` in the page cache.
-pub(super) fn resident_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<usize, Errno> {
+pub(crate) fn resident_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<usize, Errno> {
     raw::resident_pages(fd, offset, len)
 }
-
 
 #[cfg(test)]
 mod tests {

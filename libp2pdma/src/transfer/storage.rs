@@ -1,0 +1,441 @@
+//! A file or block device opened for transfers, with what the topology says
+//! of the storage behind it.
+
+use std::{
+    fs::File,
+    os::{
+        fd::AsFd,
+        unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
+    },
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use super::{
+    exec::extents,
+    plan::PathChoice,
+    tuning::{cache::DeviceKey, config::PathPref},
+};
+use crate::{
+    discovery::{DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
+    memory::MemoryKind,
+    queues::Namespace,
+    Error, Result,
+};
+
+/// A file or block device opened for transfers.
+#[derive(Debug)]
+pub struct StorageFile {
+    pub(crate) path: PathBuf,
+    /// Opened with `O_DIRECT`; `None` for a namespace this process drives.
+    pub(crate) direct: Option<File>,
+    /// The same file without `O_DIRECT`: partial blocks of writes go through
+    /// the page cache.
+    pub(crate) buffered: Option<File>,
+    /// A namespace of a controller this process drives: the queues path,
+    /// and no kernel file.
+    pub(crate) queues: Option<Arc<Namespace>>,
+    pub(crate) size: u64,
+    pub(crate) block: usize,
+    pub(crate) pci: Option<crate::PciAddress>,
+    pub(crate) nvme: bool,
+    pub(crate) ns: Option<NvmeNamespace>,
+    /// The paths of a multipath namespace head (empty otherwise).
+    pub(crate) multipath: Vec<NvmePath>,
+    /// Why NVMe commands cannot address the namespace, if they cannot.
+    pub(crate) nvme_cmd_refusal: Option<NvmeCmdRefusal>,
+    /// Byte offset of the block device (the partition) on its disk.
+    pub(crate) dev_start: u64,
+    /// The disk's identity and request queue, for AUTO's geometry.
+    pub(crate) disk: DiskFacts,
+    /// What the disk is recognised by in the cache of learned geometry.
+    pub(crate) key: Option<DeviceKey>,
+    pub(crate) is_file: bool,
+    /// For a regular file on an NVMe namespace: its filesystem, if the
+    /// NVMe-command path can address files on it, or why not.
+    pub(crate) fs: Option<std::result::Result<extents::Filesystem, String>>,
+    /// Paths chosen for transfers with this file, by what else they depend
+    /// on: chosen once, not per transfer.
+    pub(crate) choices: Mutex<Vec<(ChoiceKey, Arc<PathChoice>)>>,
+    /// The namespace's generic device, opened read-only (0) and read-write
+    /// (1) by the first NVMe-command transfer that needs it.
+    pub(crate) generic: Mutex<[Option<Arc<File>>; 2]>,
+}
+
+/// What a path choice depends on besides the file: the engine's
+/// preference, whether it has the module (for P2P queries), and the memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ChoiceKey {
+    pub(crate) pref: PathPref,
+    pub(crate) module: bool,
+    pub(crate) mem: MemoryKind,
+    pub(crate) dma: bool,
+}
+
+/// An NVMe namespace, as the NVMe-command path needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvmeNamespace {
+    /// The generic character device, e.g. `/dev/ng0n1`.
+    pub generic: PathBuf,
+    /// Namespace id.
+    pub nsid: u32,
+    /// log2 of the logical block size.
+    pub lba_shift: u32,
+    /// Largest transfer of one command, in bytes.
+    pub max_transfer: usize,
+}
+
+impl StorageFile {
+    /// Opens `path` read-only.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    /// Opens `path` for reading and writing.
+    pub fn open_rw(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, true)
+    }
+
+    pub(crate) fn open_with(path: impl AsRef<Path>, write: bool) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let direct = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(&path)
+            .map_err(|e| Error::Io {
+                op: "open with O_DIRECT",
+                path: path.clone(),
+                offset: 0,
+                len: 0,
+                source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+            })?;
+        let io = |op, e: std::io::Error| Error::Io {
+            op,
+            path: path.clone(),
+            offset: 0,
+            len: 0,
+            source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+        };
+        let meta = direct.metadata().map_err(|e| io("stat", e))?;
+        let buffered = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(&path)
+            .map_err(|e| io("open", e))?;
+        let same = buffered.metadata().map_err(|e| io("stat", e))?;
+        if (same.dev(), same.ino()) != (meta.dev(), meta.ino()) {
+            return Err(Error::InvalidArgument(format!(
+                "{} was replaced while it was being opened",
+                path.display()
+            )));
+        }
+        let size = if meta.file_type().is_block_device() {
+            rustix::fs::seek(&direct, rustix::fs::SeekFrom::End(0))
+                .map_err(Error::sys("find the size of a block device"))?
+        } else {
+            meta.len()
+        };
+        let facts = block_facts(&path, &meta);
+        let is_file = meta.file_type().is_file();
+        // NVMe commands address the namespace: a block device on one
+        // qualifies, and so does a regular file on one, through its extents,
+        // when its filesystem says where they are.
+        let ns = facts
+            .ns
+            .filter(|_| is_file || meta.file_type().is_block_device());
+        let fs = (is_file && ns.is_some()).then(|| extents::Filesystem::of(direct.as_fd()));
+        Ok(Self {
+            path,
+            direct: Some(direct),
+            buffered: Some(buffered),
+            queues: None,
+            size,
+            block: facts.block,
+            pci: facts.pci,
+            nvme: facts.nvme,
+            ns,
+            multipath: facts.multipath,
+            nvme_cmd_refusal: facts.nvme_cmd_refusal,
+            dev_start: facts.start,
+            key: DeviceKey::of(&facts.disk),
+            disk: facts.disk,
+            is_file,
+            fs,
+            choices: Mutex::new(Vec::new()),
+            generic: Mutex::new([None, None]),
+        })
+    }
+
+    /// Namespace `ns` of a controller this process drives
+    /// ([`crate::queues::Controller`]): transfers with it take the queues
+    /// path, with no kernel in the I/O path. Its path names the controller
+    /// and the namespace.
+    pub fn namespace(ns: Arc<Namespace>) -> Self {
+        let block = ns.info().block_size as usize;
+        Self {
+            path: PathBuf::from(ns.name()),
+            direct: None,
+            buffered: None,
+            size: ns.size(),
+            block,
+            pci: Some(ns.controller().pci()),
+            nvme: true,
+            ns: None,
+            multipath: Vec::new(),
+            nvme_cmd_refusal: None,
+            dev_start: 0,
+            disk: DiskFacts::default(),
+            key: None,
+            is_file: false,
+            fs: None,
+            choices: Mutex::new(Vec::new()),
+            generic: Mutex::new([None, None]),
+            queues: Some(ns),
+        }
+    }
+
+    /// The namespace, when this is one of a controller this process drives.
+    pub fn queues_namespace(&self) -> Option<&Arc<Namespace>> {
+        self.queues.as_ref()
+    }
+
+    /// The path it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size in bytes when it was opened; see [`StorageFile::current_size`].
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Size in bytes now: a regular file may have grown or shrunk since it
+    /// was opened (another handle or process wrote or truncated it).
+    pub fn current_size(&self) -> Result<u64> {
+        if !self.is_file {
+            return Ok(self.size);
+        }
+        rustix::fs::fstat(self.fd()?)
+            .map(|st| st.st_size as u64)
+            .map_err(|e| self.io_error("fstat", 0, 0, e))
+    }
+
+    /// Alignment `O_DIRECT` needs for offsets, lengths and buffers.
+    pub fn block_size(&self) -> usize {
+        self.block
+    }
+
+    /// PCI address of the storage controller, when it has one.
+    pub fn controller(&self) -> Option<crate::PciAddress> {
+        self.pci
+    }
+
+    /// Whether the storage is an NVMe namespace.
+    pub fn is_nvme(&self) -> bool {
+        self.nvme
+    }
+
+    /// For a native-multipath namespace head (or a partition or file on
+    /// one): its paths, each with its controller; I/O may take any of them.
+    /// Empty for other storage.
+    pub fn multipath(&self) -> &[NvmePath] {
+        &self.multipath
+    }
+
+    /// The NVMe namespace NVMe commands can address for this storage: the
+    /// namespace itself, a partition of it, or a regular file on either
+    /// (whose blocks the NVMe-command path finds with `FIEMAP`; see
+    /// [`Engine::choose`] for which filesystems qualify).
+    pub fn nvme_namespace(&self) -> Option<&NvmeNamespace> {
+        self.ns.as_ref()
+    }
+
+    /// Whether this is a regular file (rather than a block device).
+    pub fn is_file(&self) -> bool {
+        self.is_file
+    }
+
+    /// The disk's identity and request queue (empty for storage that is not
+    /// on a block device, a file on tmpfs say).
+    pub fn disk_facts(&self) -> &DiskFacts {
+        &self.disk
+    }
+
+    /// Byte offset on its disk (for NVMe, the namespace) of the block device
+    /// that is or holds the storage: a partition's start, 0 for a whole
+    /// disk.
+    pub fn partition_offset(&self) -> u64 {
+        self.dev_start
+    }
+
+    /// The kernel's file, which a namespace this process drives has not.
+    pub(crate) fn fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        self.direct
+            .as_ref()
+            .map(|f| f.as_fd())
+            .ok_or_else(|| self.no_kernel_file())
+    }
+
+    pub(crate) fn no_kernel_file(&self) -> Error {
+        Error::PathUnavailable {
+            path: "kernel I/O",
+            reason: format!(
+                "{} is driven by this process (queues path): no kernel driver reaches it until the controller is given back",
+                self.path.display()
+            ),
+        }
+    }
+
+    /// The namespace's generic device (`/dev/ngXnY`), opened for writing too
+    /// when `write`; opened once and kept.
+    pub(crate) fn generic_device(&self, ns: &NvmeNamespace, write: bool) -> Result<Arc<File>> {
+        let mut g = self.generic.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = &g[usize::from(write)] {
+            return Ok(f.clone());
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(write)
+            .open(&ns.generic)
+            .map_err(|e| Error::Io {
+                op: "open the NVMe generic device",
+                path: ns.generic.clone(),
+                offset: 0,
+                len: 0,
+                source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+            })?;
+        let f = Arc::new(f);
+        g[usize::from(write)] = Some(f.clone());
+        Ok(f)
+    }
+
+    pub(crate) fn cached_choice(&self, key: &ChoiceKey) -> Option<Arc<PathChoice>> {
+        let c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
+        c.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    pub(crate) fn cache_choice(&self, key: ChoiceKey, choice: Arc<PathChoice>) {
+        let mut c = self.choices.lock().unwrap_or_else(|p| p.into_inner());
+        if !c.iter().any(|(k, _)| *k == key) {
+            c.push((key, choice));
+        }
+    }
+
+    /// Forgets the paths chosen: a fast path failed, so the next transfer
+    /// asks again (the module may have been unbound, say).
+    pub(crate) fn forget_choices(&self) {
+        self.choices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Writes all of `buf` at `offset` through the page cache, as many
+    /// `pwrite` calls as it takes.
+    pub(crate) fn pwrite_all(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let buffered = self
+                .buffered
+                .as_ref()
+                .ok_or_else(|| self.no_kernel_file())?;
+            match rustix::io::pwrite(buffered, &buf[done..], at) {
+                Ok(0) => {
+                    return Err(Error::Short {
+                        what: "write to storage (partial block)",
+                        expected: buf.len() as u64,
+                        done: done as u64,
+                    })
+                }
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    return Err(self.io_error(
+                        "write (partial block)",
+                        at,
+                        (buf.len() - done) as u64,
+                        e,
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn io_error(
+        &self,
+        op: &'static str,
+        offset: u64,
+        len: u64,
+        e: rustix::io::Errno,
+    ) -> Error {
+        Error::Io {
+            op,
+            path: self.path.clone(),
+            offset,
+            len,
+            source: e,
+        }
+    }
+}
+
+/// What the topology says about the storage, as transfers need it.
+struct BlockFacts {
+    /// The `O_DIRECT` alignment.
+    block: usize,
+    /// The PCI function behind it.
+    pci: Option<crate::PciAddress>,
+    /// Whether it is NVMe.
+    nvme: bool,
+    /// The namespace, when it is an NVMe namespace or a partition of one.
+    ns: Option<NvmeNamespace>,
+    /// The paths of a multipath namespace head.
+    multipath: Vec<NvmePath>,
+    /// Why NVMe commands cannot address the namespace.
+    nvme_cmd_refusal: Option<NvmeCmdRefusal>,
+    /// A partition's start on its disk, in bytes (0 for a whole disk).
+    start: u64,
+    /// The disk's identity and request queue.
+    disk: DiskFacts,
+}
+
+/// The storage behind the opened `path` (its metadata `meta`), from the
+/// topology the doctor reads too; storage it cannot place (a file on tmpfs,
+/// say) is plain storage with 4 KiB alignment.
+fn block_facts(path: &Path, meta: &std::fs::Metadata) -> BlockFacts {
+    let t = Topology::new().resolve_opened(path, meta).ok();
+    let lbs = t
+        .as_ref()
+        .map(|t| t.logical_block_size)
+        .filter(|b| b.is_power_of_two())
+        .unwrap_or(512)
+        .max(512);
+    let ns = t.as_ref().filter(|t| t.is_nvme).and_then(|t| {
+        Some(NvmeNamespace {
+            generic: t.generic_path.clone().or_else(|| {
+                let n = t.disk.strip_prefix("nvme")?;
+                Some(PathBuf::from(format!("/dev/ng{n}")))
+            })?,
+            nsid: t.nsid?,
+            lba_shift: lbs.trailing_zeros(),
+            max_transfer: usize::try_from(t.max_transfer_bytes)
+                .unwrap_or(usize::MAX)
+                .max(4096),
+        })
+    });
+    BlockFacts {
+        // Filesystems and O_DIRECT on them want at least the page for
+        // buffers on some configurations; 4 KiB is safe everywhere and costs
+        // nothing.
+        block: (lbs as usize).max(4096),
+        pci: t.as_ref().and_then(|t| t.pci),
+        nvme: t.as_ref().is_some_and(|t| t.is_nvme),
+        ns,
+        multipath: t.as_ref().map(|t| t.multipath.clone()).unwrap_or_default(),
+        nvme_cmd_refusal: t.as_ref().and_then(StorageTarget::nvme_cmd_refusal),
+        start: t.as_ref().map_or(0, StorageTarget::partition_offset),
+        disk: t.map(|t| t.disk_facts).unwrap_or_default(),
+    }
+}
