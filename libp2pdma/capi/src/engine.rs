@@ -10,7 +10,7 @@ use p2pdma::transfer::{Config, Engine, PathPref, TransferPath};
 
 use crate::{
     error::{status, void, Failure},
-    p2pdma_engine, p2pdma_file, p2pdma_mem, p2pdma_module, raw,
+    p2pdma_engine, p2pdma_file, p2pdma_mem, p2pdma_module, raw, transfer_handles,
 };
 
 /// A transfer path, as p2pdma_path_choice() returns it and as
@@ -147,13 +147,7 @@ pub unsafe extern "C" fn p2pdma_path_choice(
 ) -> c_int {
     status("p2pdma_path_choice", || {
         // SAFETY: The caller passes NULL or live handles.
-        let (e, f, m) = unsafe {
-            (
-                raw::handle(engine, "engine")?,
-                raw::handle(file, "file")?,
-                raw::handle(mem, "mem")?,
-            )
-        };
+        let (e, f, m) = unsafe { transfer_handles(engine, file, mem) }?;
         let choice = e.engine.choose(&f.file, &*m.mem)?;
         // SAFETY: The caller passes NULL or `reason_len` writable bytes.
         unsafe { raw::copy_str(&choice.reason, reason_buf, reason_len) }?;

@@ -108,6 +108,27 @@ pub struct p2pdma_engine {
     engine: Arc<Engine>,
 }
 
+/// The engine, file and memory handles of a transfer, checked in that
+/// order.
+///
+/// # Safety
+///
+/// Each pointer must be NULL or a live handle of its type.
+unsafe fn transfer_handles<'a>(
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    mem: *const p2pdma_mem,
+) -> Result<(&'a p2pdma_engine, &'a p2pdma_file, &'a p2pdma_mem), error::Failure> {
+    // SAFETY: Passed on from this function's contract.
+    unsafe {
+        Ok((
+            raw::handle(engine, "engine")?,
+            raw::handle(file, "file")?,
+            raw::handle(mem, "mem")?,
+        ))
+    }
+}
+
 // Every handle is used from several threads at once.
 const _: () = {
     const fn thread_safe<T: Send + Sync>() {}

@@ -12,7 +12,7 @@ use p2pdma::transfer::{
 
 use crate::{
     error::{status, void, Failure},
-    p2pdma_engine, p2pdma_file, p2pdma_mem, raw,
+    p2pdma_engine, p2pdma_file, p2pdma_mem, raw, transfer_handles,
     transfers::Direction,
 };
 
@@ -181,15 +181,8 @@ unsafe fn strided_outcome(
     reason_buf: *mut c_char,
     reason_len: usize,
 ) -> Result<c_int, Failure> {
-    let mut report = if report.is_null() {
-        None
-    } else {
-        // SAFETY: The caller passes a writable report (not NULL here).
-        Some(unsafe { raw::out_struct(report, "report") }?)
-    };
-    if let Some(out) = report.as_deref_mut() {
-        *out = p2pdma_strided_report::default();
-    }
+    // SAFETY: The caller passes NULL or a writable report.
+    let report = unsafe { raw::out_report(report, "report") }?;
     let done = done.map_err(|e| match dir {
         Direction::Read => Failure::from_read(e),
         Direction::Write => Failure::from(e),
@@ -227,20 +220,12 @@ unsafe fn strided(
     reason_buf: *mut c_char,
     reason_len: usize,
 ) -> Result<c_int, Failure> {
-    if !report.is_null() {
-        // SAFETY: The caller passes a writable report (not NULL here).
-        *unsafe { raw::out_struct(report, "report") }? = p2pdma_strided_report::default();
-    }
-    // SAFETY: The caller passes NULL or live handles, and NULL or `ndims`
-    // dimensions.
-    let (e, f, m, dims) = unsafe {
-        (
-            raw::handle(engine, "engine")?,
-            raw::handle(file, "file")?,
-            raw::handle(mem, "mem")?,
-            raw::structs(dims, ndims, "dims")?,
-        )
-    };
+    // SAFETY: The caller passes NULL or a writable report.
+    unsafe { raw::out_report(report, "report") }?;
+    // SAFETY: The caller passes NULL or live handles.
+    let (e, f, m) = unsafe { transfer_handles(engine, file, mem) }?;
+    // SAFETY: The caller passes NULL or `ndims` dimensions.
+    let dims = unsafe { raw::structs(dims, ndims, "dims") }?;
     let (shape, layout, mode) = strided_args(base, run, dims, layout, mode)?;
     let done = match dir {
         Direction::Read => e
@@ -534,10 +519,8 @@ pub unsafe extern "C" fn p2pdma_ticket_wait(
     reason_len: usize,
 ) -> c_int {
     status("p2pdma_ticket_wait", || {
-        if !report.is_null() {
-            // SAFETY: The caller passes a writable report (not NULL here).
-            *unsafe { raw::out_struct(report, "report") }? = p2pdma_strided_report::default();
-        }
+        // SAFETY: The caller passes NULL or a writable report.
+        unsafe { raw::out_report(report, "report") }?;
         // SAFETY: The caller passes NULL or a live ticket.
         let t = unsafe { raw::handle(ticket, "ticket") }?;
         let done = t.ticket.wait();

@@ -7,7 +7,7 @@ use p2pdma::transfer::Report;
 use crate::{
     engine::p2pdma_path,
     error::{status, Failure},
-    p2pdma_engine, p2pdma_file, p2pdma_mem, raw,
+    p2pdma_engine, p2pdma_file, p2pdma_mem, raw, transfer_handles,
 };
 
 /// What one transfer did.
@@ -56,23 +56,10 @@ unsafe fn transfer(
     len: usize,
     report: *mut p2pdma_report,
 ) -> Result<c_int, Failure> {
-    let mut report = if report.is_null() {
-        None
-    } else {
-        // SAFETY: The caller passes a writable report (not NULL here).
-        Some(unsafe { raw::out_struct(report, "report") }?)
-    };
-    if let Some(out) = report.as_deref_mut() {
-        *out = p2pdma_report::default();
-    }
+    // SAFETY: The caller passes NULL or a writable report.
+    let report = unsafe { raw::out_report(report, "report") }?;
     // SAFETY: The caller passes NULL or live handles.
-    let (e, f, m) = unsafe {
-        (
-            raw::handle(engine, "engine")?,
-            raw::handle(file, "file")?,
-            raw::handle(mem, "mem")?,
-        )
-    };
+    let (e, f, m) = unsafe { transfer_handles(engine, file, mem) }?;
     let done = match dir {
         Direction::Read => e
             .engine
