@@ -31,6 +31,7 @@
 //! bind cycles).
 
 use std::{
+    collections::HashMap,
     io::{BufRead, BufReader, Read, Write},
     os::fd::{AsFd, OwnedFd},
     panic::{catch_unwind, AssertUnwindSafe},
@@ -53,7 +54,7 @@ use rustix::{
 use serde_json::json;
 
 use crate::{
-    child,
+    child::{self, parse_kv},
     proc::{self, Ended},
     util::{errno_name, first_difference, pattern},
 };
@@ -207,7 +208,7 @@ fn want_ok<T>(what: &str, r: Result<T, Errno>) -> Result<T, Why> {
 /// The outcome a helper process printed as `key=errno` (0 for success, -1
 /// for an error without an errno) among `kv`, parsed from its output `out`.
 fn child_outcome(
-    kv: &std::collections::HashMap<String, String>,
+    kv: &HashMap<String, String>,
     out: &str,
     key: &str,
 ) -> Result<Result<(), Errno>, Why> {
@@ -467,6 +468,34 @@ impl Ctx {
         (ended, out)
     }
 
+    /// The arguments of helper subcommand `name`: the device, and the NVMe
+    /// namespace when there is one.
+    fn helper_args(&self, name: &str) -> Vec<String> {
+        let mut args = vec![name.to_string(), "--dev".into(), self.dev.to_string()];
+        if self.nvme.is_some() {
+            args.extend(["--nvme".to_string(), self.nvme_path.clone()]);
+        }
+        args
+    }
+
+    /// Runs a helper (`args`, with nothing on its stdin) for up to
+    /// `timeout` and checks that it exited with 0: its output parsed as
+    /// `key=value` pairs, and the output itself.
+    fn run_helper(
+        &self,
+        args: &[String],
+        timeout: Duration,
+    ) -> Result<(HashMap<String, String>, String), Why> {
+        let child = self.spawn_child(args, Stdio::null())?;
+        let (ended, out) = self.finish_child(child, timeout);
+        ensure!(
+            ended == Ended::Exited(0),
+            "the helper {ended}: {}",
+            out.trim()
+        );
+        Ok((parse_kv(&out), out))
+    }
+
     /// An `ALLOC` argument that the module accepts, for the cases to break.
     fn good_alloc(&self) -> abi::P2pdmaAlloc {
         abi::P2pdmaAlloc {
@@ -524,6 +553,18 @@ impl Ctx {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Checks a `DMA_MAP` or `PIN_USER` (`arg`, which gave `r`) that had no
+    /// room for segments: `ENOSPC`, with `num_segs` saying how many it
+    /// needs. What it mapped by mistake is unmapped again.
+    fn want_enospc(&self, what: &str, r: Result<(), Errno>, arg: &abi::P2pdmaDmaMap) -> R {
+        if r.is_ok() {
+            let _ = self.module.unmap(arg.map_handle);
+        }
+        want_errno(what, r, Errno::NOSPC)?;
+        ensure!(arg.num_segs >= 1, "ENOSPC with num_segs {}", arg.num_segs);
         Ok(())
     }
 

@@ -17,7 +17,7 @@ use super::{
     Ctx, Why, KIB, MIB, PAGE, R,
 };
 use crate::{
-    child::{parse_kv, NOBODY},
+    child::NOBODY,
     proc::Ended,
     util::{first_difference, pattern},
 };
@@ -185,6 +185,20 @@ impl Ctx {
         })
     }
 
+    /// The `user_share` parameter in percent, and the share of this
+    /// device's P2P memory it gives one user, in whole pages.
+    fn user_share(&self) -> Result<(u64, u64), Why> {
+        let pct = match std::fs::read_to_string(USER_SHARE) {
+            Ok(s) => s
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{USER_SHARE} holds {:?}", s.trim()))?,
+            // An old module has no such parameter: hold it to the default.
+            Err(_) => USER_SHARE_DEFAULT,
+        };
+        Ok((pct, (self.accel.p2p_size * pct / 100) & !(PAGE - 1)))
+    }
+
     /// Waits up to 5 s for `p2pmem/available` to reach `want` again.
     fn wait_available(&self, want: u64, what: &str) -> R {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -266,16 +280,8 @@ impl Ctx {
         if !getuid().is_root() {
             return skip("needs root, to drop privileges");
         }
-        let pct = match std::fs::read_to_string(USER_SHARE) {
-            Ok(s) => s
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{USER_SHARE} holds {:?}", s.trim()))?,
-            // An old module has no such parameter: hold it to the default.
-            Err(_) => USER_SHARE_DEFAULT,
-        };
+        let (pct, share) = self.user_share()?;
         let size = self.accel.p2p_size;
-        let share = (size * pct / 100) & !(PAGE - 1);
         if share + PAGE > size {
             return skip(format!("user_share is {pct}%: no allocation can exceed it"));
         }
@@ -289,7 +295,7 @@ impl Ctx {
             "only {avail} bytes free, {} needed to tell EDQUOT from ENOMEM",
             share + PAGE
         );
-        let child = self.spawn_child(
+        let (kv, out) = self.run_helper(
             &[
                 "pool-share".into(),
                 "--dev".into(),
@@ -297,15 +303,8 @@ impl Ctx {
                 "--share".into(),
                 share.to_string(),
             ],
-            Stdio::null(),
+            Duration::from_secs(60),
         )?;
-        let (ended, out) = self.finish_child(child, Duration::from_secs(60));
-        ensure!(
-            ended == Ended::Exited(0),
-            "the helper {ended}: {}",
-            out.trim()
-        );
-        let kv = parse_kv(&out);
         ensure!(
             kv.get("uid").map(String::as_str) == Some(NOBODY.to_string().as_str()),
             "the helper did not drop to uid {NOBODY}: {}",
@@ -384,15 +383,8 @@ impl Ctx {
         if !getuid().is_root() {
             return skip("needs root, to drop privileges");
         }
-        let pct = match std::fs::read_to_string(USER_SHARE) {
-            Ok(s) => s
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{USER_SHARE} holds {:?}", s.trim()))?,
-            Err(_) => USER_SHARE_DEFAULT,
-        };
+        let (pct, share) = self.user_share()?;
         let size = self.accel.p2p_size;
-        let share = (size * pct / 100) & !(PAGE - 1);
         let avail = self.available()?;
         if share + PAGE > size {
             return skip(format!("user_share is {pct}%: no allocation can exceed it"));

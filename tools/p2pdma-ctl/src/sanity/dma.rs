@@ -105,12 +105,7 @@ impl Ctx {
             ..Default::default()
         };
         let r = sys::dma_map(&self.module, &mut arg, &mut []);
-        if r.is_ok() {
-            let _ = self.module.unmap(arg.map_handle);
-        }
-        want_errno("DMA_MAP with max_segs 0", r, Errno::NOSPC)?;
-        ensure!(arg.num_segs >= 1, "ENOSPC with num_segs {}", arg.num_segs);
-        Ok(())
+        self.want_enospc("DMA_MAP with max_segs 0", r, &arg)
     }
 
     pub(super) fn dma_map_bad_range(&self) -> R {

@@ -132,16 +132,9 @@ impl Ctx {
             ("_IO(0xBC, 0x09)", opcode::none(0xBC, 0x09)),
             ("UDMABUF_CREATE", opcode::write::<[u64; 3]>(b'u', 0x42)),
         ];
-        all(codes
-            .iter()
-            .map(|&(name, code)| {
-                want_errno(
-                    name,
-                    sys::ioctl_invalid_pointer(&self.module, code, InvalidPointer::Null),
-                    Errno::NOTTY,
-                )
-            })
-            .collect())
+        self.want_codes_refused(&codes, InvalidPointer::Null, Errno::NOTTY, |name| {
+            name.to_string()
+        })
     }
 
     pub(super) fn ioctl_wrong_size(&self) -> R {
@@ -159,16 +152,9 @@ impl Ctx {
                 opcode::read_write::<abi::P2pdmaFree>(0xBC, 0x03),
             ),
         ];
-        all(codes
-            .iter()
-            .map(|&(name, code)| {
-                want_errno(
-                    name,
-                    sys::ioctl_invalid_pointer(&self.module, code, InvalidPointer::Null),
-                    Errno::NOTTY,
-                )
-            })
-            .collect())
+        self.want_codes_refused(&codes, InvalidPointer::Null, Errno::NOTTY, |name| {
+            name.to_string()
+        })
     }
 
     pub(super) fn ioctl_bad_pointer(&self, pointer: InvalidPointer) -> R {
@@ -183,13 +169,28 @@ impl Ctx {
             ("UNMAP", abi::P2PDMA_IOC_UNMAP),
             ("DMABUF_IMPORT", abi::P2PDMA_IOC_DMABUF_IMPORT),
         ];
+        self.want_codes_refused(&codes, pointer, Errno::FAULT, |name| {
+            format!("{name} with a {pointer:?} argument")
+        })
+    }
+
+    /// Sends each request code of `codes` with a `pointer` argument and
+    /// checks that every one fails with `want`; `what` names the call of a
+    /// code in the messages.
+    fn want_codes_refused(
+        &self,
+        codes: &[(&str, u32)],
+        pointer: InvalidPointer,
+        want: Errno,
+        what: impl Fn(&str) -> String,
+    ) -> R {
         all(codes
             .iter()
             .map(|&(name, code)| {
                 want_errno(
-                    &format!("{name} with a {pointer:?} argument"),
+                    &what(name),
                     sys::ioctl_invalid_pointer(&self.module, code, pointer),
-                    Errno::FAULT,
+                    want,
                 )
             })
             .collect())

@@ -5,7 +5,6 @@
 use std::{
     io::{Read, Seek, SeekFrom},
     os::fd::AsFd,
-    process::Stdio,
     time::Duration,
 };
 
@@ -25,11 +24,7 @@ use super::{
     all, child_outcome, ename, skip, want_errno, want_lib_errno, want_ok, Ctx, Why, KIB, MIB, PAGE,
     R,
 };
-use crate::{
-    child::parse_kv,
-    proc::Ended,
-    util::{first_difference, pattern},
-};
+use crate::util::{first_difference, pattern};
 
 /// The largest DMA segment a PCI function takes unless its driver says
 /// otherwise (the kernel's default `max_seg_size`), which the accelerator
@@ -230,12 +225,7 @@ impl Ctx {
             ..Default::default()
         };
         let r = sys::pin_user(&self.module, &mut arg, &mut []);
-        if r.is_ok() {
-            let _ = self.module.unmap(arg.map_handle);
-        }
-        want_errno("PIN_USER with max_segs 0", r, Errno::NOSPC)?;
-        ensure!(arg.num_segs >= 1, "ENOSPC with num_segs {}", arg.num_segs);
-        Ok(())
+        self.want_enospc("PIN_USER with max_segs 0", r, &arg)
     }
 
     /// `PIN_USER` with `flags` added to the peer's, with room for a segment
@@ -479,18 +469,7 @@ impl Ctx {
         if !getuid().is_root() {
             return skip("needs root, to drop one capability and keep another");
         }
-        let mut args = vec!["memlock".to_string(), "--dev".into(), self.dev.to_string()];
-        if self.nvme.is_some() {
-            args.extend(["--nvme".to_string(), self.nvme_path.clone()]);
-        }
-        let child = self.spawn_child(&args, Stdio::null())?;
-        let (ended, out) = self.finish_child(child, Duration::from_secs(60));
-        ensure!(
-            ended == Ended::Exited(0),
-            "the helper {ended}: {}",
-            out.trim()
-        );
-        let kv = parse_kv(&out);
+        let (kv, out) = self.run_helper(&self.helper_args("memlock"), Duration::from_secs(60))?;
         let get = |k: &str| child_outcome(&kv, &out, k);
         ensure!(
             kv.get("caps").map(String::as_str) == Some("1"),

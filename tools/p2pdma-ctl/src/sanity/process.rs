@@ -214,22 +214,8 @@ impl Ctx {
         if !getuid().is_root() {
             return skip("needs root, to drop privileges");
         }
-        let mut args = vec![
-            "unprivileged".to_string(),
-            "--dev".into(),
-            self.dev.to_string(),
-        ];
-        if self.nvme.is_some() {
-            args.extend(["--nvme".to_string(), self.nvme_path.clone()]);
-        }
-        let child = self.spawn_child(&args, Stdio::null())?;
-        let (ended, out) = self.finish_child(child, Duration::from_secs(30));
-        ensure!(
-            ended == Ended::Exited(0),
-            "the helper {ended}: {}",
-            out.trim()
-        );
-        let kv = parse_kv(&out);
+        let (kv, out) =
+            self.run_helper(&self.helper_args("unprivileged"), Duration::from_secs(30))?;
         let get = |k: &str| {
             kv.get(k)
                 .cloned()

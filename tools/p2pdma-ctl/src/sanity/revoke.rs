@@ -416,30 +416,8 @@ impl Ctx {
     /// once the unbind has returned, and the unbind must return within
     /// [`UNBIND_DEADLINE`] while mappings exist.
     pub(super) fn unbind_mmap_race(&mut self, suite: &mut Suite) {
-        let mut results = Vec::new();
-        for cycle in 1..=RACE_CYCLES {
-            let drv = match self.unbind_ready() {
-                Ok(d) => d,
-                Err(e) => {
-                    results.push(Err(e));
-                    break;
-                }
-            };
-            let pci = self.accel.pci;
-            let old_size = self.accel.p2p_size;
-            let (r, unbound) = self.mmap_race_cycle(&drv, pci);
-            results.push(r.map_err(|e| match e {
-                Why::Fail(m) => Why::Fail(format!("cycle {cycle}: {m}")),
-                s => s,
-            }));
-            if !unbound {
-                break;
-            }
-            if let Err(e) = self.bind_again(&drv, pci, old_size) {
-                results.push(Err(e));
-                break;
-            }
-        }
+        let results =
+            self.unbind_cycles(RACE_CYCLES, |ctx, drv, pci| ctx.mmap_race_cycle(drv, pci));
         suite.report("unbind-mmap-race", all_or_skip(results));
         suite.case("unbind-mmap-race-leak", || self.leak_check());
     }

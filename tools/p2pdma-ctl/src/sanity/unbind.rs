@@ -214,6 +214,42 @@ impl Ctx {
         Ok(())
     }
 
+    /// Runs `cycle` up to `cycles` times on the device made ready to be
+    /// unbound, binding it again after each: the verdicts, a failure
+    /// prefixed with its cycle's number. It stops after a cycle that left
+    /// the device bound, or when the device could not be made ready or
+    /// bound again.
+    pub(super) fn unbind_cycles(
+        &mut self,
+        cycles: u32,
+        mut cycle: impl FnMut(&Self, &Path, PciAddress) -> (R, bool),
+    ) -> Vec<R> {
+        let mut results = Vec::new();
+        for n in 1..=cycles {
+            let drv = match self.unbind_ready() {
+                Ok(d) => d,
+                Err(e) => {
+                    results.push(Err(e));
+                    break;
+                }
+            };
+            let (pci, old_size) = (self.accel.pci, self.accel.p2p_size);
+            let (r, unbound) = cycle(self, &drv, pci);
+            results.push(r.map_err(|e| match e {
+                Why::Fail(m) => Why::Fail(format!("cycle {n}: {m}")),
+                s => s,
+            }));
+            if !unbound {
+                break;
+            }
+            if let Err(e) = self.bind_again(&drv, pci, old_size) {
+                results.push(Err(e));
+                break;
+            }
+        }
+        results
+    }
+
     fn rebind(&mut self, suite: &mut Suite, drv: &Path, pci: PciAddress, old_size: u64) {
         let r = self.bind_again(drv, pci, old_size);
         let back = matches!(self.module.find_accelerator(pci), Ok(Some(_)));
