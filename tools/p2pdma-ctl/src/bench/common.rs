@@ -8,6 +8,8 @@ use std::{
     time::Duration,
 };
 
+use p2pdma::{Accelerator, Module};
+
 pub(super) type Res<T> = Result<T, String>;
 
 /// Which benchmark, and its knobs.
@@ -103,6 +105,16 @@ pub(super) fn ensure_file(path: &Path, size: u64) -> Res<()> {
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     f.sync_all().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The first accelerator bound to the module.
+pub(super) fn first_accelerator(module: &Module) -> Res<Accelerator> {
+    Ok(module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or("no accelerator bound to the module")?)
 }
 
 /// User + system CPU time of this process so far (its io_uring workers

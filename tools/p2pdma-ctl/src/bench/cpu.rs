@@ -11,7 +11,7 @@ use p2pdma::{
 };
 use serde_json::{json, Value};
 
-use super::common::{cpu_time, idle_time, median, BenchArgs, Res};
+use super::common::{cpu_time, first_accelerator, idle_time, median, BenchArgs, Res};
 
 /// One way of moving the data, for `cpu`.
 struct CpuCase {
@@ -22,12 +22,7 @@ struct CpuCase {
 
 pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
-    let accel = module
-        .accelerators()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .next()
-        .ok_or("no accelerator bound to the module")?;
+    let accel = first_accelerator(&module)?;
     let file = StorageFile::open(&a.nvme).map_err(|e| e.to_string())?;
     let len =
         (a.size.min(file.size()) as usize).min(accel.p2p_available as usize / 2) / 4096 * 4096;

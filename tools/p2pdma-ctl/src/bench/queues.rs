@@ -44,7 +44,7 @@ use p2pdma::{
 };
 use serde_json::{json, Value};
 
-use super::common::{cpu_time, idle_time, BenchArgs, Res};
+use super::common::{cpu_time, first_accelerator, idle_time, BenchArgs, Res};
 
 /// Bytes of each random read.
 const IO: usize = 4096;
@@ -464,12 +464,7 @@ pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let most = depths.iter().copied().max().unwrap_or(1);
     let span = (a.size / IO as u64 * IO as u64).max(IO as u64 * 16);
     let secs = Duration::from_secs_f64(a.secs);
-    let accel = module
-        .accelerators()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .next()
-        .ok_or("no accelerator bound to the module")?;
+    let accel = first_accelerator(&module)?;
     let random_len = threads * most * IO;
     let shared: Arc<ModuleMemory> = Arc::new(
         ModuleMemory::alloc(

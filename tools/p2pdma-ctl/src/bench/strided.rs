@@ -221,17 +221,19 @@ pub(super) fn strided(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                     let k = STRIDED_CONTENDERS.len();
                     for i in (0..k).map(|j| (j + rep) % k) {
                         let c = &STRIDED_CONTENDERS[i];
+                        // A failure, with the cell and the contender.
+                        let failed = |e: &dyn std::fmt::Display| {
+                            format!(
+                                "{} {} rho {rho}, {}: {e}",
+                                human(volume),
+                                human(run),
+                                c.name
+                            )
+                        };
                         let t = Instant::now();
                         let r = engine
                             .read_strided(&file, &shape, &mem, 0, c.layout, c.mode)
-                            .map_err(|e| {
-                                format!(
-                                    "{} {} rho {rho}, {}: {e}",
-                                    human(volume),
-                                    human(run),
-                                    c.name
-                                )
-                            })?;
+                            .map_err(|e| failed(&e))?;
                         times[i].push(t.elapsed().as_secs_f64());
                         check_strided(
                             &mem,
@@ -241,14 +243,7 @@ pub(super) fn strided(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                             &data,
                             &mut got,
                         )
-                        .map_err(|e| {
-                            format!(
-                                "{} {} rho {rho}, {}: {e}",
-                                human(volume),
-                                human(run),
-                                c.name
-                            )
-                        })?;
+                        .map_err(|e| failed(&e))?;
                         if c.mode == StridedMode::Auto {
                             chose[i - 3] = Some(r);
                         }
