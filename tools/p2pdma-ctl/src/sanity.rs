@@ -48,7 +48,7 @@ use p2pdma::{
 };
 use p2pdma_abi as abi;
 use rustix::{
-    fs::{open, Mode, OFlags},
+    fs::{open, unlink, Mode, OFlags},
     io::Errno,
 };
 use serde_json::json;
@@ -388,6 +388,19 @@ fn read_sysfs_u64(path: &str) -> Result<u64, String> {
     s.trim()
         .parse()
         .map_err(|_| format!("{path} holds {:?}, not a number", s.trim()))
+}
+
+/// A scratch file for probes, already unlinked.
+fn scratch_file(tag: &str) -> Result<OwnedFd, String> {
+    let path = format!("/tmp/p2pdma-sanity-{}-{tag}", std::process::id());
+    let fd = open(
+        path.as_str(),
+        OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| format!("create {path}: {}", ename(e)))?;
+    let _ = unlink(path.as_str());
+    Ok(fd)
 }
 
 /// Reads lines of a child's stdout on a thread, so the parent can wait for

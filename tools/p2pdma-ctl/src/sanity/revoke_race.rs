@@ -26,7 +26,7 @@ use rustix::io::Errno;
 
 use super::{
     all, all_or_skip, ename,
-    revoke::{Unbinding, UNBIND_DEADLINE},
+    unbind::{Unbinding, UNBIND_DEADLINE},
     Ctx, Suite, Why, KIB, R,
 };
 

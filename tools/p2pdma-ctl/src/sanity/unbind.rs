@@ -1,11 +1,19 @@
 //! Unbinding the accelerator while its memory is mapped here and in a
 //! helper process, what each side sees afterwards, and binding it again.
+//!
+//! It also holds what every case that unbinds shares (`revoke`,
+//! `revoke_race`, `blockio`): whether the device may be unbound now, an
+//! unbind on its own thread, binding again, and cycles of both. It uses no
+//! other group of cases.
 
 use std::{
     io::Write,
-    path::Path,
+    path::{Path, PathBuf},
     process::Stdio,
-    sync::mpsc,
+    sync::{
+        atomic::{AtomicBool, Ordering::SeqCst},
+        mpsc, Arc,
+    },
     thread,
     time::{Duration, Instant},
 };
@@ -19,10 +27,60 @@ use super::{
 };
 use crate::proc::{self, Ended};
 
+/// How long an unbind may take while mappings of the device exist.
+pub(super) const UNBIND_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The driver's sysfs directory.
+const DRIVER: &str = "/sys/bus/pci/drivers/p2pdma";
+
+/// An unbind under way on its own thread.
+pub(super) struct Unbinding {
+    rx: mpsc::Receiver<std::io::Result<()>>,
+}
+
+impl Unbinding {
+    /// Writes `pci` to the driver's `unbind` on a new thread, which sets
+    /// `done` once the write has returned.
+    pub(super) fn start(drv: &Path, pci: PciAddress, done: Arc<AtomicBool>) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let (unbind, name) = (drv.join("unbind"), pci.to_string());
+        thread::spawn(move || {
+            let r = std::fs::write(unbind, name);
+            done.store(true, SeqCst);
+            let _ = tx.send(r);
+        });
+        Self { rx }
+    }
+
+    /// The unbind's result, if it returned within `limit`.
+    pub(super) fn wait(&self, limit: Duration) -> Option<std::io::Result<()>> {
+        self.rx.recv_timeout(limit).ok()
+    }
+}
+
 impl Ctx {
+    /// The driver directory, if this process may unbind the accelerator
+    /// now: `Skip` without root, `Fail` if the device is not bound.
+    pub(super) fn unbind_ready(&self) -> Result<PathBuf, Why> {
+        if !getuid().is_root() {
+            return Err(Why::Skip("needs root".into()));
+        }
+        let drv = PathBuf::from(DRIVER);
+        if !drv.join("unbind").exists() {
+            return Err(Why::Fail(format!("no {}/unbind", drv.display())));
+        }
+        match self.module.find_accelerator(self.accel.pci)? {
+            Some(_) => Ok(drv),
+            None => Err(Why::Fail(format!(
+                "{} is not bound (an earlier case could not bind it again)",
+                self.accel.pci
+            ))),
+        }
+    }
+
     pub(super) fn unbind_rebind(&mut self, suite: &mut Suite) {
         const CASE: &str = "unbind-while-mapped";
-        let drv = Path::new("/sys/bus/pci/drivers/p2pdma");
+        let drv = Path::new(DRIVER);
         if !getuid().is_root() {
             return suite.report(CASE, skip("needs root"));
         }
