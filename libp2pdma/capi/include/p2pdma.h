@@ -388,6 +388,11 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * The library's version, such as "0.1.0" (a static string).
+ */
+const char *p2pdma_version(void);
+
+/**
  * The message of the calling thread's last failure, NUL-terminated; an
  * empty string before the first. Successful calls leave it unchanged. The
  * string belongs to the library and stays valid until the thread's next
@@ -416,11 +421,6 @@ const char *p2pdma_last_error(void);
  * 0x281`.
  */
 uint32_t p2pdma_last_nvme_status(void);
-
-/**
- * The library's version, such as "0.1.0" (a static string).
- */
-const char *p2pdma_version(void);
 
 /**
  * Opens the p2pdma kernel module (`/dev/p2pdma`) and checks that its ABI

@@ -1,6 +1,6 @@
-//! Failures as C sees them: a negative errno returned, and a message and an
-//! NVMe status kept per thread for `p2pdma_last_error` and
-//! `p2pdma_last_nvme_status`.
+//! Failures as C sees them: the library's own return codes, a negative
+//! errno returned, and a message and an NVMe status kept per thread for
+//! `p2pdma_last_error` and `p2pdma_last_nvme_status`, which live here too.
 
 use std::{
     any::Any,
@@ -11,7 +11,30 @@ use std::{
 
 use p2pdma::Error;
 
-use crate::{ERR_EOF, ERR_INTERNAL};
+/// The library's own return codes, beside negative errnos.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum p2pdma_error_code {
+    /// A read reaches past the end of the file: the file is shorter than
+    /// `file_offset + len` when the read runs (or became shorter while it
+    /// ran). Equal to `-ERANGE`, which no storage I/O returns, so it is never
+    /// confused with a medium error (`-ENODATA`) or another device error.
+    /// Nothing partial is reported as success.
+    P2PDMA_ERR_EOF = -34,
+    /// The library hit an internal error (a bug) and caught it before it
+    /// reached the caller; equal to `-ENOTRECOVERABLE`. The handles passed
+    /// to that call remain valid, and p2pdma_last_error() says what
+    /// happened.
+    P2PDMA_ERR_INTERNAL = -131,
+}
+
+/// [`p2pdma_error_code::P2PDMA_ERR_EOF`] as a return value.
+pub(crate) const ERR_EOF: c_int = p2pdma_error_code::P2PDMA_ERR_EOF as c_int;
+const _: () = assert!(ERR_EOF == -libc::ERANGE);
+
+/// [`p2pdma_error_code::P2PDMA_ERR_INTERNAL`] as a return value.
+pub(crate) const ERR_INTERNAL: c_int = p2pdma_error_code::P2PDMA_ERR_INTERNAL as c_int;
+const _: () = assert!(ERR_INTERNAL == -libc::ENOTRECOVERABLE);
 
 /// A failed call: the negative errno it returns, what went wrong, and the
 /// controller's NVMe status when it failed a command (else 0).
@@ -100,15 +123,35 @@ fn set_last(func: &str, message: &str, nvme_status: u32) {
     });
 }
 
-/// The calling thread's last failure message (empty before the first).
-/// The pointer stays valid until the thread's next failure or its exit.
-pub(crate) fn last_error() -> *const c_char {
+/// The message of the calling thread's last failure, NUL-terminated; an
+/// empty string before the first. Successful calls leave it unchanged. The
+/// string belongs to the library and stays valid until the thread's next
+/// failing call or its exit.
+#[no_mangle]
+pub extern "C" fn p2pdma_last_error() -> *const c_char {
     LAST.with(|last| last.borrow().message.as_ptr())
 }
 
-/// The NVMe status of the calling thread's last failure: 0 when it was not
-/// a controller's error status, and before the first failure.
-pub(crate) fn last_nvme_status() -> u32 {
+/// The NVMe status of the calling thread's last failure, when an NVMe
+/// controller failed a command of that call (the NVMe-command path); 0 when
+/// the last failure was anything else, and before the first. Successful
+/// calls leave it unchanged, as they leave p2pdma_last_error().
+///
+/// The call itself returned the errno the kernel's block layer gives the
+/// same status, so a failure reads the same on every path: -ENODATA for a
+/// medium error (Write Fault, Unrecovered Read Error, Deallocated or
+/// Unwritten Logical Block...), -EILSEQ for end-to-end protection errors,
+/// -EIO for most others. p2pdma_last_error() names the status in words,
+/// e.g. "Unrecovered Read Error (SCT 0x2, SC 0x81)".
+///
+/// The value is the status field of the completion queue entry without its
+/// phase tag, as the kernel passes it: Status Code `status & 0xff`, Status
+/// Code Type `(status >> 8) & 0x7`, Command Retry Delay
+/// `(status >> 11) & 0x3`, More `status & 0x2000`, Do Not Retry
+/// `status & 0x4000`. An Unrecovered Read Error is `(status & 0x7ff) ==
+/// 0x281`.
+#[no_mangle]
+pub extern "C" fn p2pdma_last_nvme_status() -> u32 {
     LAST.with(|last| last.borrow().nvme_status)
 }
 
@@ -174,9 +217,9 @@ mod tests {
     use super::*;
 
     fn last() -> String {
-        // SAFETY: `last_error` returns the thread-local message, a valid
-        // NUL-terminated string until this thread's next failure.
-        unsafe { CStr::from_ptr(last_error()) }
+        // SAFETY: `p2pdma_last_error` returns the thread-local message, a
+        // valid NUL-terminated string until this thread's next failure.
+        unsafe { CStr::from_ptr(p2pdma_last_error()) }
             .to_string_lossy()
             .into_owned()
     }
@@ -269,7 +312,7 @@ mod tests {
         // An unrecovered read error is a medium error, as on the P2P path.
         let rc = status("p2pdma_read", || Err(Failure::from_read(nvme(0x4281))));
         assert_eq!(rc, -libc::ENODATA);
-        assert_eq!(last_nvme_status(), 0x4281);
+        assert_eq!(p2pdma_last_nvme_status(), 0x4281);
         assert!(
             last().contains("Unrecovered Read Error (SCT 0x2, SC 0x81, do not retry)"),
             "{}",
@@ -278,7 +321,7 @@ mod tests {
         // Most others are EIO; the status is still there.
         let rc = status("p2pdma_write", || Err(Failure::from(nvme(0x006))));
         assert_eq!(rc, -libc::EIO);
-        assert_eq!(last_nvme_status(), 0x006);
+        assert_eq!(p2pdma_last_nvme_status(), 0x006);
         assert!(
             last().contains("Internal Error (SCT 0x0, SC 0x6)"),
             "{}",
@@ -287,13 +330,13 @@ mod tests {
         // A later failure without a status clears it; a success leaves it.
         let rc = status("p2pdma_read", || Err(Failure::invalid("x")));
         assert_eq!(rc, -libc::EINVAL);
-        assert_eq!(last_nvme_status(), 0);
+        assert_eq!(p2pdma_last_nvme_status(), 0);
         let _ = status("p2pdma_read", || Err(Failure::from(nvme(0x280))));
         assert_eq!(status("p2pdma_read", || Ok(0)), 0);
-        assert_eq!(last_nvme_status(), 0x280);
+        assert_eq!(p2pdma_last_nvme_status(), 0x280);
         let rc = status("g", || panic!("boom"));
         assert_eq!(rc, ERR_INTERNAL);
-        assert_eq!(last_nvme_status(), 0);
+        assert_eq!(p2pdma_last_nvme_status(), 0);
     }
 
     #[test]

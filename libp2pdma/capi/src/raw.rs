@@ -74,6 +74,25 @@ pub(crate) unsafe fn out_struct<'a, T>(out: *mut T, arg: &str) -> Result<&'a mut
     unsafe { out.as_mut() }.ok_or_else(|| Failure::null(arg))
 }
 
+/// The report C asked for, reset to its default (zeroed) first so that a
+/// failure leaves it zeroed; NULL, for no report, gives `None`.
+///
+/// # Safety
+///
+/// As for [`out_struct`].
+pub(crate) unsafe fn out_report<'a, T: Default>(
+    out: *mut T,
+    arg: &str,
+) -> Result<Option<&'a mut T>, Failure> {
+    if out.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: Passed on from this function's contract.
+    let out = unsafe { out_struct(out, arg) }?;
+    *out = T::default();
+    Ok(Some(out))
+}
+
 /// A C string, as raw bytes (paths need not be UTF-8).
 ///
 /// # Safety
@@ -98,6 +117,26 @@ fn check_len(len: usize, arg: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Checks an array of `n` values of `T` that C passed in at `ptr`: false
+/// when `n` is 0 (an empty slice, whatever `ptr` is), else true once `ptr`
+/// is not NULL, aligned, and the array fits in an `isize`.
+fn check_array<T>(ptr: *const T, n: usize, arg: &str) -> Result<bool, Failure> {
+    if n == 0 {
+        return Ok(false);
+    }
+    if ptr.is_null() {
+        return Err(Failure::null(arg));
+    }
+    if !ptr.is_aligned() {
+        return Err(Failure::invalid(format!("`{arg}` is not aligned")));
+    }
+    match n.checked_mul(std::mem::size_of::<T>()) {
+        Some(bytes) => check_len(bytes, arg)?,
+        None => check_len(usize::MAX, arg)?,
+    }
+    Ok(true)
+}
+
 /// `n` values of a `repr(C)` struct C passed in to be read; NULL is an
 /// empty slice when `n` is 0.
 ///
@@ -111,18 +150,8 @@ pub(crate) unsafe fn structs<'a, T>(
     n: usize,
     arg: &str,
 ) -> Result<&'a [T], Failure> {
-    if n == 0 {
+    if !check_array(ptr, n, arg)? {
         return Ok(&[]);
-    }
-    if ptr.is_null() {
-        return Err(Failure::null(arg));
-    }
-    if !ptr.is_aligned() {
-        return Err(Failure::invalid(format!("`{arg}` is not aligned")));
-    }
-    match n.checked_mul(std::mem::size_of::<T>()) {
-        Some(bytes) => check_len(bytes, arg)?,
-        None => check_len(usize::MAX, arg)?,
     }
     // SAFETY: `ptr` is not NULL and aligned, the `n` values' bytes fit in an
     // `isize`, and the caller guarantees `n` readable values of `T`, for
@@ -143,18 +172,8 @@ pub(crate) unsafe fn out_handles<'a, T>(
     n: usize,
     arg: &str,
 ) -> Result<&'a mut [*mut T], Failure> {
-    if n == 0 {
+    if !check_array(ptr.cast_const(), n, arg)? {
         return Ok(&mut []);
-    }
-    if ptr.is_null() {
-        return Err(Failure::null(arg));
-    }
-    if !ptr.is_aligned() {
-        return Err(Failure::invalid(format!("`{arg}` is not aligned")));
-    }
-    match n.checked_mul(std::mem::size_of::<*mut T>()) {
-        Some(bytes) => check_len(bytes, arg)?,
-        None => check_len(usize::MAX, arg)?,
     }
     // SAFETY: `ptr` is not NULL and aligned, the `n` pointers' bytes fit in
     // an `isize`, and the caller guarantees `n` pointer slots nobody else

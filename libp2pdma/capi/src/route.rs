@@ -151,14 +151,8 @@ pub unsafe extern "C" fn p2pdma_copy_route(
     reason_len: usize,
 ) -> c_int {
     status("p2pdma_copy_route", || {
-        let mut report = match report.is_null() {
-            true => None,
-            // SAFETY: The caller passes a writable report (not NULL here).
-            false => Some(unsafe { raw::out_struct(report, "report") }?),
-        };
-        if let Some(out) = report.as_deref_mut() {
-            *out = p2pdma_route_report::default();
-        }
+        // SAFETY: The caller passes NULL or a writable report.
+        let report = unsafe { raw::out_report(report, "report") }?;
         // SAFETY: The caller passes NULL or valid pointers and handles.
         let (e, src, dst, via) = unsafe {
             (

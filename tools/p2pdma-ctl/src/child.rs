@@ -12,7 +12,7 @@ use std::{
 use clap::Subcommand;
 use p2pdma::{
     sys::{self, HostBuffer, RawMapping, Sharing},
-    Module, PciAddress, Peer, Udmabuf,
+    Allocation, DeviceMapping, Module, PciAddress, Peer, Udmabuf,
 };
 use p2pdma_abi as abi;
 use rustix::{
@@ -181,13 +181,21 @@ fn recv_fd_child(dev: u32, size: u64, offset: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// Allocates `size` bytes of accelerator `dev`'s memory and maps them.
+fn alloc_mapped(
+    module: &Module,
+    dev: u32,
+    size: u64,
+) -> Result<(Allocation<'_>, DeviceMapping), String> {
+    let a = module.alloc(dev, size, 0).map_err(|e| e.to_string())?;
+    let map = a.map().map_err(|e| e.to_string())?;
+    Ok((a, map))
+}
+
 fn io_loop(node: &str, dev: u32, nvme: &str) -> Result<(), String> {
     const LEN: usize = 1 << 20;
     let module = Module::open_path(node).map_err(|e| e.to_string())?;
-    let a = module
-        .alloc(dev, LEN as u64, 0)
-        .map_err(|e| e.to_string())?;
-    let map = a.map().map_err(|e| e.to_string())?;
+    let (_a, map) = alloc_mapped(&module, dev, LEN as u64)?;
     let disk = open(
         nvme,
         OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC,
@@ -277,10 +285,7 @@ fn unprivileged(node: &str, dev: u32, nvme: Option<&str>) -> Result<(), String> 
 fn touch_later(node: &str, dev: u32) -> Result<(), String> {
     const LEN: usize = 1 << 20;
     let module = Module::open_path(node).map_err(|e| e.to_string())?;
-    let a = module
-        .alloc(dev, LEN as u64, 0)
-        .map_err(|e| e.to_string())?;
-    let map = a.map().map_err(|e| e.to_string())?;
+    let (a, map) = alloc_mapped(&module, dev, LEN as u64)?;
     let data = pattern(0x70c4, 0, LEN);
     map.write_at(0, &data).map_err(|e| e.to_string())?;
     println!("ready handle={}", a.handle());
@@ -301,8 +306,7 @@ fn touch_later(node: &str, dev: u32) -> Result<(), String> {
 fn fill_exit(node: &str, dev: u32, size: u64, byte: u8) -> Result<(), String> {
     const CHUNK: usize = 1 << 20;
     let module = Module::open_path(node).map_err(|e| e.to_string())?;
-    let a = module.alloc(dev, size, 0).map_err(|e| e.to_string())?;
-    let map = a.map().map_err(|e| e.to_string())?;
+    let (a, map) = alloc_mapped(&module, dev, size)?;
     let fill = vec![byte; CHUNK];
     let mut off = 0;
     while off < map.len() {

@@ -1,5 +1,6 @@
-//! What an allocation starts with, and how much of the pool one user may
-//! hold.
+//! Allocations: their sizes, alignment and data, `FREE`, the `ALLOC`
+//! arguments the module refuses, what an allocation starts with, and how
+//! much of the pool one user may hold.
 
 use std::{
     process::Stdio,
@@ -7,12 +8,18 @@ use std::{
     time::{Duration, Instant},
 };
 
+use p2pdma::sys;
+use p2pdma_abi as abi;
 use rustix::{io::Errno, process::getuid};
 
-use super::{all, child_outcome, skip, want_errno, want_ok, Ctx, Why, MIB, PAGE, R};
+use super::{
+    all, child_outcome, round_up, skip, verify, want_errno, want_lib_errno, want_ok, write_verify,
+    Ctx, Why, KIB, MIB, PAGE, R,
+};
 use crate::{
-    child::{parse_kv, NOBODY},
+    child::NOBODY,
     proc::Ended,
+    util::{first_difference, pattern},
 };
 
 /// The module parameter that bounds an unprivileged user's share.
@@ -22,6 +29,176 @@ const USER_SHARE: &str = "/sys/module/p2pdma/parameters/user_share";
 const USER_SHARE_DEFAULT: u64 = 50;
 
 impl Ctx {
+    pub(super) fn alloc_verify(&self, size: u64, align: u64, seed: u64) -> R {
+        let before = self.available()?;
+        let a = self.module.alloc(self.dev, size, align)?;
+        let want = round_up(size, PAGE);
+        ensure!(
+            a.size() == want,
+            "ALLOC of {size} bytes returned size {}, expected {want}",
+            a.size()
+        );
+        ensure!(
+            a.mmap_offset() % PAGE == 0,
+            "mmap offset {:#x} not page aligned",
+            a.mmap_offset()
+        );
+        let during = self.available()?;
+        ensure!(
+            before.saturating_sub(during) >= want,
+            "p2pmem/available fell by {} bytes for a {want}-byte allocation",
+            before as i128 - during as i128
+        );
+        if align > 0 {
+            self.check_bus_alignment(&a, align)?;
+        }
+        let map = a.map()?;
+        ensure!(map.len() as u64 == want, "mapping of {} bytes", map.len());
+        write_verify(&map, seed)?;
+        // Overwrite the second half: the first must keep its bytes.
+        let half = map.len() / 2 + 3;
+        map.write_at(half, &pattern(seed + 1, half as u64, map.len() - half))?;
+        let mut expect = pattern(seed, 0, half);
+        expect.extend(pattern(seed + 1, half as u64, map.len() - half));
+        let mut back = vec![0u8; map.len()];
+        map.read_at(0, &mut back)?;
+        if let Some(d) = first_difference(&expect, &back) {
+            fail!("after overwriting from byte {half:#x}: {d}");
+        }
+        drop(map);
+        a.free()?;
+        self.leak_check()
+    }
+
+    /// Checks, by a `DMA_MAP` with the accelerator itself as the peer (its
+    /// own bus addresses), that the allocation starts at a bus address
+    /// aligned to `align` and lies in the BAR.
+    fn check_bus_alignment(&self, a: &p2pdma::Allocation<'_>, align: u64) -> R {
+        let m = self
+            .module
+            .dma_map(a.handle(), 0, a.size(), self.self_peer())?;
+        let r = (|| {
+            self.check_segs(&m, a.size(), true)?;
+            let bus = m.segs[0].0;
+            ensure!(
+                bus % align == 0,
+                "allocation aligned to {align:#x} starts at bus address {bus:#x} (offset {:#x} into the BAR)",
+                bus - self.accel.bar_bus_addr
+            );
+            Ok(())
+        })();
+        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        all(vec![r, u])
+    }
+
+    pub(super) fn alloc_distinct(&self) -> R {
+        let a = self.module.alloc(self.dev, 64 * KIB, 0)?;
+        let b = self.module.alloc(self.dev, 64 * KIB, 0)?;
+        ensure!(
+            a.handle() != b.handle(),
+            "two allocations share handle {}",
+            a.handle()
+        );
+        let (ao, bo) = (a.mmap_offset(), b.mmap_offset());
+        ensure!(
+            ao + a.size() <= bo || bo + b.size() <= ao,
+            "mmap offsets overlap: {ao:#x}+{:#x} and {bo:#x}+{:#x}",
+            a.size(),
+            b.size()
+        );
+        let (ma, mb) = (a.map()?, b.map()?);
+        ma.write_at(0, &pattern(11, 0, ma.len()))?;
+        mb.write_at(0, &pattern(12, 0, mb.len()))?;
+        verify(&ma, 11, "first allocation")?;
+        verify(&mb, 12, "second allocation")
+    }
+
+    pub(super) fn free_double(&self) -> R {
+        let a = self.module.alloc(self.dev, PAGE, 0)?;
+        let h = a.handle();
+        a.free()?;
+        want_lib_errno("second FREE", self.module.free(h), Errno::NOENT)
+    }
+
+    pub(super) fn free_never_issued(&self) -> R {
+        want_lib_errno(
+            "FREE of handle u64::MAX",
+            self.module.free(u64::MAX),
+            Errno::NOENT,
+        )
+    }
+
+    pub(super) fn free_bad_args(&self) -> R {
+        let a = self.module.alloc(self.dev, PAGE, 0)?;
+        let good = abi::P2pdmaFree {
+            handle: a.handle(),
+            ..Default::default()
+        };
+        all(vec![
+            want_errno(
+                "FREE with flags 1",
+                sys::free(&self.module, abi::P2pdmaFree { flags: 1, ..good }),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "FREE with reserved0 1",
+                sys::free(
+                    &self.module,
+                    abi::P2pdmaFree {
+                        reserved0: 1,
+                        ..good
+                    },
+                ),
+                Errno::INVAL,
+            ),
+            want_errno(
+                "FREE with reserved[1] 1",
+                sys::free(
+                    &self.module,
+                    abi::P2pdmaFree {
+                        reserved: [0, 1],
+                        ..good
+                    },
+                ),
+                Errno::INVAL,
+            ),
+            a.free()
+                .map_err(|e| Why::Fail(format!("FREE after the refused ones: {e}"))),
+        ])
+    }
+
+    pub(super) fn alloc_bad(
+        &self,
+        what: &str,
+        want: Errno,
+        f: impl FnOnce(&mut abi::P2pdmaAlloc),
+    ) -> R {
+        want_errno(what, self.raw_alloc(f), want)
+    }
+
+    pub(super) fn alloc_free_slot(&self) -> R {
+        let Some(slot) = self.free_slot() else {
+            return skip("all 64 device slots are in use");
+        };
+        self.alloc_bad(&format!("ALLOC on empty slot {slot}"), Errno::NODEV, |a| {
+            a.dev_index = slot
+        })
+    }
+
+    /// The `user_share` parameter in percent, and the share of this
+    /// device's P2P memory it gives one user, in whole pages.
+    fn user_share(&self) -> Result<(u64, u64), Why> {
+        let pct = match std::fs::read_to_string(USER_SHARE) {
+            Ok(s) => s
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| format!("{USER_SHARE} holds {:?}", s.trim()))?,
+            // An old module has no such parameter: hold it to the default.
+            Err(_) => USER_SHARE_DEFAULT,
+        };
+        Ok((pct, (self.accel.p2p_size * pct / 100) & !(PAGE - 1)))
+    }
+
     /// Waits up to 5 s for `p2pmem/available` to reach `want` again.
     fn wait_available(&self, want: u64, what: &str) -> R {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -103,16 +280,8 @@ impl Ctx {
         if !getuid().is_root() {
             return skip("needs root, to drop privileges");
         }
-        let pct = match std::fs::read_to_string(USER_SHARE) {
-            Ok(s) => s
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{USER_SHARE} holds {:?}", s.trim()))?,
-            // An old module has no such parameter: hold it to the default.
-            Err(_) => USER_SHARE_DEFAULT,
-        };
+        let (pct, share) = self.user_share()?;
         let size = self.accel.p2p_size;
-        let share = (size * pct / 100) & !(PAGE - 1);
         if share + PAGE > size {
             return skip(format!("user_share is {pct}%: no allocation can exceed it"));
         }
@@ -126,7 +295,7 @@ impl Ctx {
             "only {avail} bytes free, {} needed to tell EDQUOT from ENOMEM",
             share + PAGE
         );
-        let child = self.spawn_child(
+        let (kv, out) = self.run_helper(
             &[
                 "pool-share".into(),
                 "--dev".into(),
@@ -134,15 +303,8 @@ impl Ctx {
                 "--share".into(),
                 share.to_string(),
             ],
-            Stdio::null(),
+            Duration::from_secs(60),
         )?;
-        let (ended, out) = self.finish_child(child, Duration::from_secs(60));
-        ensure!(
-            ended == Ended::Exited(0),
-            "the helper {ended}: {}",
-            out.trim()
-        );
-        let kv = parse_kv(&out);
         ensure!(
             kv.get("uid").map(String::as_str) == Some(NOBODY.to_string().as_str()),
             "the helper did not drop to uid {NOBODY}: {}",
@@ -221,15 +383,8 @@ impl Ctx {
         if !getuid().is_root() {
             return skip("needs root, to drop privileges");
         }
-        let pct = match std::fs::read_to_string(USER_SHARE) {
-            Ok(s) => s
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| format!("{USER_SHARE} holds {:?}", s.trim()))?,
-            Err(_) => USER_SHARE_DEFAULT,
-        };
+        let (pct, share) = self.user_share()?;
         let size = self.accel.p2p_size;
-        let share = (size * pct / 100) & !(PAGE - 1);
         let avail = self.available()?;
         if share + PAGE > size {
             return skip(format!("user_share is {pct}%: no allocation can exceed it"));

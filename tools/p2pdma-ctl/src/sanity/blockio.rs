@@ -21,8 +21,8 @@ use rustix::{
 };
 
 use super::{
-    all, ename,
-    revoke::{Unbinding, UNBIND_DEADLINE},
+    all, ename, scratch_file,
+    unbind::{Unbinding, UNBIND_DEADLINE},
     want_errno, Ctx, Suite, Why, KIB, MIB, R,
 };
 use crate::util::{first_difference, pattern};
@@ -248,7 +248,7 @@ impl Ctx {
         let fd = ro.as_raw_fd();
         let null = open("/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| format!("/dev/null: {}", ename(e)))?;
-        let file = super::revoke::scratch_file("block-io")?;
+        let file = scratch_file("block-io")?;
         let many = vec![good; abi::P2PDMA_IO_MAX_SEGS as usize + 1];
         let mut checks = vec![
             want_errno("flags 2", raw(&|a| a.flags = 2, &[good], fd), Errno::INVAL),

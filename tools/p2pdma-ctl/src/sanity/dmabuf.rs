@@ -1,11 +1,16 @@
-//! `DMABUF_IMPORT` within the DMA API's rules: a bridge is no peer, an
-//! exporter's segments must fit the peer's segment limit, and one buffer
-//! carries a bounded number of imports, as a user page carries a bounded
-//! number of pins.
+//! `DMABUF_IMPORT` of a udmabuf and of fds that are no dma-buf, and imports
+//! within the DMA API's rules: a bridge is no peer, an exporter's segments
+//! must fit the peer's segment limit, and one buffer carries a bounded
+//! number of imports, as a user page carries a bounded number of pins.
+
+use std::os::fd::AsFd;
 
 use p2pdma::{PciAddress, Peer};
 use p2pdma_abi as abi;
-use rustix::io::Errno;
+use rustix::{
+    fs::{open, Mode, OFlags},
+    io::Errno,
+};
 
 use super::{all, want_lib_errno, Ctx, Why, KIB, MIB, R};
 
@@ -29,6 +34,44 @@ fn pci_functions() -> Vec<(PciAddress, u32, bool)> {
 }
 
 impl Ctx {
+    pub(super) fn dmabuf_import(&self) -> R {
+        let buf = self.udmabuf(MIB)?;
+        let m = self.module.dmabuf_import(buf.dmabuf(), self.host_peer())?;
+        let checks = self.check_segs(&m, MIB, false);
+        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        let again = want_lib_errno(
+            "second UNMAP of the import",
+            self.module.unmap(m.map_handle),
+            Errno::NOENT,
+        );
+        all(vec![checks, u, again])
+    }
+
+    pub(super) fn dmabuf_import_not_dmabuf(&self) -> R {
+        let buf = self.udmabuf(64 * KIB)?;
+        let null = open("/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("open /dev/null: {e}"))?;
+        let import = |fd| {
+            let r = self.module.dmabuf_import(fd, self.host_peer());
+            if let Ok(m) = &r {
+                let _ = self.module.unmap(m.map_handle);
+            }
+            r
+        };
+        all(vec![
+            want_lib_errno(
+                "DMABUF_IMPORT of the memfd",
+                import(buf.memfd()),
+                Errno::BADF,
+            ),
+            want_lib_errno(
+                "DMABUF_IMPORT of /dev/null",
+                import(null.as_fd()),
+                Errno::BADF,
+            ),
+        ])
+    }
+
     /// Imports `buf` for `peer`; what it maps by mistake is unmapped again.
     fn import_once(&self, buf: &p2pdma::Udmabuf, peer: Peer<'_>) -> p2pdma::Result<()> {
         let m = self.module.dmabuf_import(buf.dmabuf(), peer)?;

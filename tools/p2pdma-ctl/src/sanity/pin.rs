@@ -1,11 +1,10 @@
-//! `PIN_USER` and `DMABUF_IMPORT` limits: overlapping pins, read-only
-//! buffers, huge pages against the peer's segment size, and
-//! `RLIMIT_MEMLOCK`.
+//! `PIN_USER` of a host buffer and the arguments it refuses, and the limits
+//! of `PIN_USER` and `DMABUF_IMPORT`: overlapping pins, read-only buffers,
+//! huge pages against the peer's segment size, and `RLIMIT_MEMLOCK`.
 
 use std::{
     io::{Read, Seek, SeekFrom},
     os::fd::AsFd,
-    process::Stdio,
     time::Duration,
 };
 
@@ -21,12 +20,11 @@ use rustix::{
     process::getuid,
 };
 
-use super::{all, child_outcome, ename, skip, want_errno, want_ok, Ctx, Why, KIB, MIB, PAGE, R};
-use crate::{
-    child::parse_kv,
-    proc::Ended,
-    util::{first_difference, pattern},
+use super::{
+    all, child_outcome, ename, skip, want_errno, want_lib_errno, want_ok, Ctx, Why, KIB, MIB, PAGE,
+    R,
 };
+use crate::util::{first_difference, pattern};
 
 /// The largest DMA segment a PCI function takes unless its driver says
 /// otherwise (the kernel's default `max_seg_size`), which the accelerator
@@ -141,6 +139,95 @@ fn longest_contiguous_run(addr: u64, len: u64) -> Result<u64, String> {
 }
 
 impl Ctx {
+    pub(super) fn pin_user(&self) -> R {
+        let len = MIB as usize;
+        let buf = HostBuffer::new(len).map_err(|e| format!("host buffer: {e}"))?;
+        let data = pattern(61, 0, len);
+        buf.write_raw(0, &data)
+            .map_err(|e| format!("host buffer: {e}"))?;
+        let m = self.module.pin_user(buf.addr(), MIB, self.host_peer())?;
+        let checks = (|| {
+            self.check_segs(&m, MIB, false)?;
+            for &(addr, l) in &m.segs {
+                ensure!(
+                    addr % PAGE == 0 && l % PAGE == 0,
+                    "segment {addr:#x}+{l:#x} of page-aligned memory not page aligned"
+                );
+            }
+            let mut now = vec![0u8; len];
+            buf.read_raw(0, &mut now)
+                .map_err(|e| format!("host buffer: {e}"))?;
+            if let Some(d) = first_difference(&data, &now) {
+                fail!("pinning changed the buffer: {d}");
+            }
+            Ok(())
+        })();
+        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        all(vec![checks, u])
+    }
+
+    pub(super) fn pin_user_bad(&self) -> R {
+        let buf = HostBuffer::new(64 * KIB as usize).map_err(|e| format!("host buffer: {e}"))?;
+        let peer = self.host_peer();
+        let pin = |va: u64, len: u64| {
+            let r = self.module.pin_user(va, len, peer);
+            if let Ok(m) = &r {
+                let _ = self.module.unmap(m.map_handle);
+            }
+            r
+        };
+        // Nothing may allocate between unmapping the buffer and the ioctl,
+        // or the allocator could map something at the same address.
+        let (flags, p) = peer.to_abi();
+        let mut arg = abi::P2pdmaDmaMap {
+            flags,
+            peer: p,
+            length: 2 * PAGE,
+            ..Default::default()
+        };
+        let mut segs = [abi::P2pdmaDmaSeg::default(); 8];
+        let b = HostBuffer::new(2 * PAGE as usize).map_err(|e| format!("host buffer: {e}"))?;
+        arg.user_va = b.addr();
+        drop(b);
+        let unmapped = sys::pin_user(&self.module, &mut arg, &mut segs);
+        if unmapped.is_ok() {
+            let _ = self.module.unmap(arg.map_handle);
+        }
+        all(vec![
+            want_errno("PIN_USER of unmapped memory", unmapped, Errno::FAULT),
+            want_lib_errno(
+                "PIN_USER at an unaligned address",
+                pin(buf.addr() + 1, PAGE),
+                Errno::INVAL,
+            ),
+            want_lib_errno(
+                "PIN_USER of 4097 bytes",
+                pin(buf.addr(), PAGE + 1),
+                Errno::INVAL,
+            ),
+            want_lib_errno("PIN_USER of 0 bytes", pin(buf.addr(), 0), Errno::INVAL),
+            want_lib_errno(
+                "PIN_USER of 1 GiB + 4 KiB",
+                pin(buf.addr(), (1 << 30) + PAGE),
+                Errno::INVAL,
+            ),
+        ])
+    }
+
+    pub(super) fn pin_user_enospc(&self) -> R {
+        let buf = HostBuffer::new(64 * KIB as usize).map_err(|e| format!("host buffer: {e}"))?;
+        let (flags, peer) = self.host_peer().to_abi();
+        let mut arg = abi::P2pdmaDmaMap {
+            flags,
+            peer,
+            user_va: buf.addr(),
+            length: 64 * KIB,
+            ..Default::default()
+        };
+        let r = sys::pin_user(&self.module, &mut arg, &mut []);
+        self.want_enospc("PIN_USER with max_segs 0", r, &arg)
+    }
+
     /// `PIN_USER` with `flags` added to the peer's, with room for a segment
     /// per page; the mapping as the library describes one.
     fn pin_flags(
@@ -382,18 +469,7 @@ impl Ctx {
         if !getuid().is_root() {
             return skip("needs root, to drop one capability and keep another");
         }
-        let mut args = vec!["memlock".to_string(), "--dev".into(), self.dev.to_string()];
-        if self.nvme.is_some() {
-            args.extend(["--nvme".to_string(), self.nvme_path.clone()]);
-        }
-        let child = self.spawn_child(&args, Stdio::null())?;
-        let (ended, out) = self.finish_child(child, Duration::from_secs(60));
-        ensure!(
-            ended == Ended::Exited(0),
-            "the helper {ended}: {}",
-            out.trim()
-        );
-        let kv = parse_kv(&out);
+        let (kv, out) = self.run_helper(&self.helper_args("memlock"), Duration::from_secs(60))?;
         let get = |k: &str| child_outcome(&kv, &out, k);
         ensure!(
             kv.get("caps").map(String::as_str) == Some("1"),

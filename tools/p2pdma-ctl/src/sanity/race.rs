@@ -19,7 +19,7 @@ use rustix::{
     mm::{madvise, mmap, mmap_anonymous, munmap, Advice, MapFlags, ProtFlags},
 };
 
-use super::{ename, Ctx, Why, PAGE, R};
+use super::{ename, scratch_file, Ctx, Why, PAGE, R};
 
 /// Busy-waits for `us` microseconds (a sleep would be far longer).
 fn spin(us: u64) {
@@ -339,7 +339,7 @@ impl Ctx {
             }
         };
         let scratch: Vec<OwnedFd> = (0..THREADS)
-            .map(|t| super::revoke::scratch_file(&format!("stress{t}")))
+            .map(|t| scratch_file(&format!("stress{t}")))
             .collect::<Result<_, _>>()?;
         thread::scope(|s| {
             for (t, file) in scratch.iter().enumerate() {

@@ -9,10 +9,10 @@
 
 use std::{
     os::fd::{FromRawFd, OwnedFd},
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering::SeqCst},
-        mpsc, Arc, Mutex,
+        Arc, Mutex,
     },
     thread,
     time::{Duration, Instant},
@@ -23,60 +23,16 @@ use p2pdma::{
     HostBuffer, PciAddress,
 };
 use p2pdma_abi as abi;
-use rustix::{
-    fs::{open, unlink, Mode, OFlags},
-    io::Errno,
-    process::getuid,
+use rustix::io::Errno;
+
+use super::{
+    all, all_or_skip, ename, scratch_file, skip,
+    unbind::{Unbinding, UNBIND_DEADLINE},
+    want_errno, Ctx, Suite, Why, KIB, MIB, PAGE, R,
 };
-
-use super::{all, all_or_skip, ename, skip, want_errno, Ctx, Suite, Why, KIB, MIB, PAGE, R};
-
-/// How long an unbind may take while mappings of the device exist.
-pub(super) const UNBIND_DEADLINE: Duration = Duration::from_secs(20);
 
 /// How many unbind/rebind cycles the mmap race runs.
 const RACE_CYCLES: u32 = 3;
-
-/// The driver's sysfs directory.
-const DRIVER: &str = "/sys/bus/pci/drivers/p2pdma";
-
-/// An unbind under way on its own thread.
-pub(super) struct Unbinding {
-    rx: mpsc::Receiver<std::io::Result<()>>,
-}
-
-impl Unbinding {
-    /// Writes `pci` to the driver's `unbind` on a new thread, which sets
-    /// `done` once the write has returned.
-    pub(super) fn start(drv: &Path, pci: PciAddress, done: Arc<AtomicBool>) -> Self {
-        let (tx, rx) = mpsc::channel();
-        let (unbind, name) = (drv.join("unbind"), pci.to_string());
-        thread::spawn(move || {
-            let r = std::fs::write(unbind, name);
-            done.store(true, SeqCst);
-            let _ = tx.send(r);
-        });
-        Self { rx }
-    }
-
-    /// The unbind's result, if it returned within `limit`.
-    pub(super) fn wait(&self, limit: Duration) -> Option<std::io::Result<()>> {
-        self.rx.recv_timeout(limit).ok()
-    }
-}
-
-/// A scratch file for probes, already unlinked.
-pub(super) fn scratch_file(tag: &str) -> Result<OwnedFd, String> {
-    let path = format!("/tmp/p2pdma-sanity-{}-{tag}", std::process::id());
-    let fd = open(
-        path.as_str(),
-        OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| format!("create {path}: {}", ename(e)))?;
-    let _ = unlink(path.as_str());
-    Ok(fd)
-}
 
 /// A non-blocking eventfd.
 #[allow(unsafe_code)]
@@ -146,25 +102,6 @@ impl RaceLog {
 }
 
 impl Ctx {
-    /// The driver directory, if this process may unbind the accelerator
-    /// now: `Skip` without root, `Fail` if the device is not bound.
-    pub(super) fn unbind_ready(&self) -> Result<PathBuf, Why> {
-        if !getuid().is_root() {
-            return Err(Why::Skip("needs root".into()));
-        }
-        let drv = PathBuf::from(DRIVER);
-        if !drv.join("unbind").exists() {
-            return Err(Why::Fail(format!("no {}/unbind", drv.display())));
-        }
-        match self.module.find_accelerator(self.accel.pci)? {
-            Some(_) => Ok(drv),
-            None => Err(Why::Fail(format!(
-                "{} is not bound (an earlier case could not bind it again)",
-                self.accel.pci
-            ))),
-        }
-    }
-
     /// `HANDLE_STATE` of `handle`.
     fn handle_state(&self, handle: u64) -> Result<u32, Errno> {
         let mut arg = abi::P2pdmaHandleState {
@@ -416,30 +353,8 @@ impl Ctx {
     /// once the unbind has returned, and the unbind must return within
     /// [`UNBIND_DEADLINE`] while mappings exist.
     pub(super) fn unbind_mmap_race(&mut self, suite: &mut Suite) {
-        let mut results = Vec::new();
-        for cycle in 1..=RACE_CYCLES {
-            let drv = match self.unbind_ready() {
-                Ok(d) => d,
-                Err(e) => {
-                    results.push(Err(e));
-                    break;
-                }
-            };
-            let pci = self.accel.pci;
-            let old_size = self.accel.p2p_size;
-            let (r, unbound) = self.mmap_race_cycle(&drv, pci);
-            results.push(r.map_err(|e| match e {
-                Why::Fail(m) => Why::Fail(format!("cycle {cycle}: {m}")),
-                s => s,
-            }));
-            if !unbound {
-                break;
-            }
-            if let Err(e) = self.bind_again(&drv, pci, old_size) {
-                results.push(Err(e));
-                break;
-            }
-        }
+        let results =
+            self.unbind_cycles(RACE_CYCLES, |ctx, drv, pci| ctx.mmap_race_cycle(drv, pci));
         suite.report("unbind-mmap-race", all_or_skip(results));
         suite.case("unbind-mmap-race-leak", || self.leak_check());
     }

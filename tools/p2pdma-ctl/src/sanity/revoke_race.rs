@@ -26,7 +26,7 @@ use rustix::io::Errno;
 
 use super::{
     all, all_or_skip, ename,
-    revoke::{Unbinding, UNBIND_DEADLINE},
+    unbind::{Unbinding, UNBIND_DEADLINE},
     Ctx, Suite, Why, KIB, R,
 };
 
@@ -66,32 +66,13 @@ impl Log {
 impl Ctx {
     /// See the module's documentation.
     pub(super) fn unbind_map_race(&mut self, suite: &mut Suite) {
-        let mut results = Vec::new();
         let mut totals = (0u64, 0u64);
-        for cycle in 1..=CYCLES {
-            let drv = match self.unbind_ready() {
-                Ok(d) => d,
-                Err(e) => {
-                    results.push(Err(e));
-                    break;
-                }
-            };
-            let (pci, old_size) = (self.accel.pci, self.accel.p2p_size);
-            let (r, unbound, made, refused) = self.map_race_cycle(&drv, pci);
+        let mut results = self.unbind_cycles(CYCLES, |ctx, drv, pci| {
+            let (r, unbound, made, refused) = ctx.map_race_cycle(drv, pci);
             totals.0 += made;
             totals.1 += refused;
-            results.push(r.map_err(|e| match e {
-                Why::Fail(m) => Why::Fail(format!("cycle {cycle}: {m}")),
-                s => s,
-            }));
-            if !unbound {
-                break;
-            }
-            if let Err(e) = self.bind_again(&drv, pci, old_size) {
-                results.push(Err(e));
-                break;
-            }
-        }
+            (r, unbound)
+        });
         if totals.0 == 0 {
             results.push(Err(Why::Fail("no mapping was ever made".into())));
         }

@@ -44,7 +44,7 @@ use p2pdma::{
 };
 use serde_json::{json, Value};
 
-use crate::bench::{cpu_time, idle_time, BenchArgs, Res};
+use super::common::{cpu_time, first_accelerator, idle_time, BenchArgs, Res};
 
 /// Bytes of each random read.
 const IO: usize = 4096;
@@ -442,7 +442,7 @@ fn await_kernel_devices(bdf: &str, nsid: u32) -> Res<(PathBuf, PathBuf)> {
 /// Each round of [`bench`]: the kernel's ways while its nvme driver has the
 /// controller, then the queues path with it taken (and given back), so
 /// that every way runs once per round, interleaved with the others.
-pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
+pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
     let bdf = vfio::nvme_by_serial(&a.serial)?;
     let pci: PciAddress = bdf.parse().map_err(|e: p2pdma::Error| e.to_string())?;
@@ -464,12 +464,7 @@ pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let most = depths.iter().copied().max().unwrap_or(1);
     let span = (a.size / IO as u64 * IO as u64).max(IO as u64 * 16);
     let secs = Duration::from_secs_f64(a.secs);
-    let accel = module
-        .accelerators()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .next()
-        .ok_or("no accelerator bound to the module")?;
+    let accel = first_accelerator(&module)?;
     let random_len = threads * most * IO;
     let shared: Arc<ModuleMemory> = Arc::new(
         ModuleMemory::alloc(

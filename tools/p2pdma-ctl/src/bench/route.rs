@@ -25,20 +25,13 @@ use p2pdma::{
 };
 use serde_json::{json, Value};
 
-use crate::bench::BenchArgs;
-
-type Res<T> = Result<T, String>;
+use super::common::{ensure_file, median, BenchArgs, Res};
 
 /// Chunk counts tried; 1 is store-and-forward.
 const NS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
 fn ms(d: f64) -> String {
     format!("{:.1} ms", d * 1e3)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// The ideal pipeline's time for `n` chunks, from the hops' whole times.
@@ -69,7 +62,7 @@ fn places(a: &BenchArgs, size: usize) -> Res<(Places, Option<Arc<Module>>)> {
             .file
             .clone()
             .unwrap_or_else(|| PathBuf::from("/var/tmp/p2pdma-bench.dat"));
-        crate::bench::ensure_file(&path, size as u64)?;
+        ensure_file(&path, size as u64)?;
         let storage = StorageFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let dst = HostMemory::new(size).map_err(|e| e.to_string())?;
         return Ok((
@@ -172,7 +165,7 @@ fn route<'a>(engine: &Engine, p: &'a Places, k: usize, accel: bool) -> Res<Route
 }
 
 /// `bench route`.
-pub fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
+pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let size = usize::try_from(a.size).map_err(|_| "--size too large".to_string())?;
     if size < 64 * 4096 {
         return Err("--size: at least 256 KiB (64 chunks of 4 KiB)".into());
