@@ -76,7 +76,7 @@ pub use transfers::{p2pdma_read, p2pdma_report, p2pdma_write};
 use std::{ffi::c_char, sync::Arc};
 
 use p2pdma::{
-    backend::DeviceMemory,
+    memory::DeviceMemory,
     transfer::{Engine, StorageFile},
     Module,
 };

@@ -6,7 +6,7 @@ use std::{
     sync::Arc,
 };
 
-use p2pdma::backend::{HostMemory, ModuleMemory};
+use p2pdma::memory::{HostMemory, ModuleMemory};
 
 use crate::{
     error::{call, status, void, Failure},

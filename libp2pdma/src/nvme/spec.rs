@@ -202,6 +202,7 @@ impl Caps {
     }
 }
 
+/// The doorbell of queue `qid`: its submission queue's tail (`cq` false)
 /// or its completion queue's head, for a doorbell stride of `stride` bytes.
 pub fn doorbell(qid: u16, cq: bool, stride: usize) -> usize {
     reg::DOORBELLS + (2 * usize::from(qid) + usize::from(cq)) * stride

@@ -28,8 +28,6 @@ pub fn wait_until(
     }
 }
 
-/// The doorbell of queue `qid`: its submission queue's tail (`cq` false)
-
 /// Resets the controller behind `bar` (`CC.EN` = 0), points it at admin
 /// queues of `entries` entries at bus addresses `asq` and `acq`, and enables
 /// it with 4 KiB pages and the NVM command set; waits for `CSTS.RDY` within

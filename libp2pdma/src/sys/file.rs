@@ -44,8 +44,8 @@ pub struct FiemapBuf {
     pub extents: [FiemapExtent; EXTENTS_PER_CALL],
 }
 
-impl FiemapBuf {
-    pub fn new() -> Self {
+impl Default for FiemapBuf {
+    fn default() -> Self {
         Self {
             head: Fiemap::default(),
             extents: [FiemapExtent::default(); EXTENTS_PER_CALL],

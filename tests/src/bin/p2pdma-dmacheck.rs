@@ -172,7 +172,7 @@ fn agree(
 ) -> Result<(), String> {
     let module = Module::open().map_err(|e| e.to_string())?;
     let accel = first_accelerator(&module)?;
-    let bdf = vfio::nvme_by_serial(serial)?;
+    let bdf = p2pdma::discovery::nvme_by_serial(serial)?;
     let pci: PciAddress = bdf.parse().map_err(|e| format!("{bdf}: {e}"))?;
     let file = match nvme {
         Some(n) => Some(File::open(n).map_err(|e| format!("{n}: {e}"))?),
@@ -396,7 +396,10 @@ struct VfioArgs<'a> {
 }
 
 fn vfio_run(c: &mut Checks, a: &VfioArgs<'_>) {
-    let Some(bdf) = c.record("spare-controller-found", vfio::nvme_by_serial(a.serial)) else {
+    let Some(bdf) = c.record(
+        "spare-controller-found",
+        p2pdma::discovery::nvme_by_serial(a.serial),
+    ) else {
         return;
     };
     println!("  the controller with serial {} is {bdf}", a.serial);
@@ -412,7 +415,7 @@ fn vfio_run(c: &mut Checks, a: &VfioArgs<'_>) {
     let back = vfio::bind_default(&bdf).and_then(|d| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            match vfio::nvme_by_serial(a.serial) {
+            match p2pdma::discovery::nvme_by_serial(a.serial) {
                 Ok(b) if b == bdf => return Ok(d),
                 _ if std::time::Instant::now() >= deadline => {
                     return Err(format!(

@@ -6,7 +6,7 @@
 use std::{path::PathBuf, sync::Arc};
 
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{
         constants::{Partial, Resolved, Source, Store},
         Config, Engine, StorageFile,

@@ -31,7 +31,7 @@ use std::{
 
 use indicatif::{ProgressBar, ProgressStyle};
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{
         Config, End, Engine, Layout, RouteOptions, Shape, StorageFile, StridedMode, StridedReport,
         Via,

@@ -6,8 +6,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 use p2pdma::{
+    discovery::{P2pmemProvider, StorageTarget, Topology},
     doctor::AccelSelect,
-    topology::{P2pmemProvider, StorageTarget, Topology},
     Doctor, Module, PciAddress,
 };
 use serde_json::json;

@@ -30,7 +30,7 @@ use crate::util::{first_difference, parse_size, pattern};
 #[command(version, about = "Control and test tool for p2pdma")]
 struct Cli {
     /// The module's device node.
-    #[arg(long, global = true, default_value = p2pdma::device::DEVICE_NODE)]
+    #[arg(long, global = true, default_value = p2pdma::discovery::DEVICE_NODE)]
     node: String,
     /// Print JSON instead of text.
     #[arg(long, global = true)]

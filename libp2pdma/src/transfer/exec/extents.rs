@@ -449,7 +449,7 @@ pub(crate) fn fiemap(
     end: u64,
     sync: bool,
 ) -> Result<Vec<Extent>, Errno> {
-    let mut buf = Box::new(raw::FiemapBuf::new());
+    let mut buf = Box::new(raw::FiemapBuf::default());
     let mut out = Vec::new();
     let mut at = start;
     let mut flags = if sync { FIEMAP_FLAG_SYNC } else { 0 };

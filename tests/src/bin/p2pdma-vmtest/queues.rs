@@ -12,7 +12,8 @@ use std::{
 use clap::{Args, ValueEnum};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
-    nvme::admin, sys::vfio, queues::{claim, AdminCommand, Command, Controller, InitOptions, IoCommand},
+    nvme::admin,
+    queues::{claim, AdminCommand, Command, Controller, InitOptions, IoCommand},
     transfer::{
         Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions, Shape,
         StorageFile, StridedMode, TransferPath, Via,
@@ -103,7 +104,7 @@ fn first_diff(want: &[u8], got: &[u8]) -> Option<usize> {
 }
 
 fn take(x: &QueuesArgs, module: &Arc<Module>, unbind: bool) -> Result<Arc<Controller>, String> {
-    let bdf = vfio::nvme_by_serial(&x.serial).or_else(|e| {
+    let bdf = p2pdma::discovery::nvme_by_serial(&x.serial).or_else(|e| {
         // Already given to vfio-pci by an earlier step: found by scanning
         // vfio-pci's functions for an NVMe controller.
         std::fs::read_dir("/sys/bus/pci/drivers/vfio-pci")
@@ -130,7 +131,7 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
     match x.step {
         Step::Refuse => {
-            let bdf = vfio::nvme_by_serial(&x.serial)?;
+            let bdf = p2pdma::discovery::nvme_by_serial(&x.serial)?;
             match take(x, &module, false) {
                 Ok(_) => {
                     return Err("a controller the nvme driver has was taken without unbind".into())
@@ -198,7 +199,7 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
                 return Err(format!("{bdf} went back to {driver}, not nvme"));
             }
             let deadline = Instant::now() + Duration::from_secs(20);
-            while vfio::nvme_by_serial(&x.serial).is_err() {
+            while p2pdma::discovery::nvme_by_serial(&x.serial).is_err() {
                 if Instant::now() > deadline {
                     return Err("the nvme driver did not bring the controller back".into());
                 }

@@ -5,7 +5,7 @@
 use std::{fs::File, os::unix::fs::FileExt, sync::Arc, time::Instant};
 
 use p2pdma::{
-    backend::{DeviceMemory, ModuleMemory},
+    memory::{DeviceMemory, ModuleMemory},
     Module,
 };
 use serde_json::{json, Value};

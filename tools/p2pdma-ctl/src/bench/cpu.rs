@@ -5,7 +5,7 @@
 use std::{fs::File, os::unix::fs::FileExt, sync::Arc, time::Instant};
 
 use p2pdma::{
-    backend::{DeviceMemory, ModuleMemory},
+    memory::{DeviceMemory, ModuleMemory},
     transfer::{Config, Engine, P2pSubmit, PathPref, StorageFile},
     Module,
 };

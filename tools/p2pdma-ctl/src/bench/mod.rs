@@ -77,7 +77,7 @@ fn machine() -> Value {
         "cores": cores,
         "memory_gib": mem_kib / (1 << 20),
         "kernel": kernel.trim(),
-        "copy_routine": format!("{:?}", p2pdma::wc::CopyIsa::detect()),
+        "copy_routine": format!("{:?}", p2pdma::sys::wc::CopyIsa::detect()),
     })
 }
 

@@ -37,8 +37,8 @@ use std::{
 
 use io_uring::{opcode, types, IoUring};
 use p2pdma::{
-    backend::{DeviceMemory, ModuleMemory},
-    queues::{claim, vfio, Controller, InitOptions, IoCommand, Scope},
+    memory::{DeviceMemory, ModuleMemory},
+    queues::{claim, Controller, InitOptions, IoCommand, Scope},
     transfer::{nvme_io_sqe, Config, Engine, Namespace, PathPref, StorageFile},
     Module, PciAddress, PeerAccess,
 };
@@ -444,7 +444,7 @@ fn await_kernel_devices(bdf: &str, nsid: u32) -> Res<(PathBuf, PathBuf)> {
 /// that every way runs once per round, interleaved with the others.
 pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
-    let bdf = vfio::nvme_by_serial(&a.serial)?;
+    let bdf = p2pdma::discovery::nvme_by_serial(&a.serial)?;
     let pci: PciAddress = bdf.parse().map_err(|e: p2pdma::Error| e.to_string())?;
     let (block, _) = kernel_devices(&bdf, a.nsid)?;
     let bs = logical_block_size(&block)?;

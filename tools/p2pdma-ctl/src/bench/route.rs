@@ -19,7 +19,7 @@
 use std::{path::PathBuf, sync::Arc};
 
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, End, Engine, Route, RouteOptions, StorageFile, Via},
     Module, Peer,
 };

@@ -8,7 +8,7 @@ use std::{
 };
 
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, Engine, StorageFile},
     Module,
 };

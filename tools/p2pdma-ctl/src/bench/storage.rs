@@ -17,7 +17,7 @@ use std::{
 };
 
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, Engine, PathPref, StorageFile},
     Module,
 };

@@ -8,7 +8,7 @@
 use std::{fs::File, os::unix::fs::FileExt, path::PathBuf, time::Instant};
 
 use p2pdma::{
-    backend::{DeviceMemory, HostMemory},
+    memory::{DeviceMemory, HostMemory},
     transfer::{Config, Engine, Layout, Shape, StorageFile, StridedMode},
 };
 use serde_json::{json, Value};

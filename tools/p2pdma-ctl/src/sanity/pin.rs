@@ -442,12 +442,18 @@ impl Ctx {
         fcntl_add_seals(&memfd, SealFlags::SHRINK)
             .map_err(|e| format!("F_ADD_SEALS F_SEAL_SHRINK: {}", ename(e)))?;
         let dev = match open(
-            p2pdma::udmabuf::UDMABUF_NODE,
+            p2pdma::memory::udmabuf::UDMABUF_NODE,
             OFlags::RDWR | OFlags::CLOEXEC,
             Mode::empty(),
         ) {
             Ok(d) => d,
-            Err(e) => return skip(format!("{}: {}", p2pdma::udmabuf::UDMABUF_NODE, ename(e))),
+            Err(e) => {
+                return skip(format!(
+                    "{}: {}",
+                    p2pdma::memory::udmabuf::UDMABUF_NODE,
+                    ename(e)
+                ))
+            }
         };
         let dmabuf = match sys::udmabuf_create(&dev, &memfd, 0, HUGE_LEN) {
             Ok(b) => b,
