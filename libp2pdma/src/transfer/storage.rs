@@ -136,30 +136,39 @@ impl StorageFile {
         } else {
             meta.len()
         };
-        let facts = block_facts(&path, &meta);
+        // The storage behind the file, from the topology the doctor reads
+        // too; storage it cannot place (a file on tmpfs, say) is plain
+        // storage with 4 KiB alignment.
+        let t = Topology::new().resolve_opened(&path, &meta).ok();
+        let lbs = logical_block_size(t.as_ref());
         let is_file = meta.file_type().is_file();
         // NVMe commands address the namespace: a block device on one
         // qualifies, and so does a regular file on one, through its extents,
         // when its filesystem says where they are.
-        let ns = facts
-            .ns
+        let ns = t
+            .as_ref()
+            .and_then(|t| nvme_namespace(t, lbs))
             .filter(|_| is_file || meta.file_type().is_block_device());
         let fs = (is_file && ns.is_some()).then(|| extents::Filesystem::of(direct.as_fd()));
+        let disk = t.as_ref().map(|t| t.disk_facts.clone()).unwrap_or_default();
         Ok(Self {
             path,
             direct: Some(direct),
             buffered: Some(buffered),
             queues: None,
             size,
-            block: facts.block,
-            pci: facts.pci,
-            nvme: facts.nvme,
+            // Filesystems and O_DIRECT on them want at least the page for
+            // buffers on some configurations; 4 KiB is safe everywhere and
+            // costs nothing.
+            block: (lbs as usize).max(4096),
+            pci: t.as_ref().and_then(|t| t.pci),
+            nvme: t.as_ref().is_some_and(|t| t.is_nvme),
             ns,
-            multipath: facts.multipath,
-            nvme_cmd_refusal: facts.nvme_cmd_refusal,
-            dev_start: facts.start,
-            key: DeviceKey::of(&facts.disk),
-            disk: facts.disk,
+            multipath: t.as_ref().map(|t| t.multipath.clone()).unwrap_or_default(),
+            nvme_cmd_refusal: t.as_ref().and_then(StorageTarget::nvme_cmd_refusal),
+            dev_start: t.as_ref().map_or(0, StorageTarget::partition_offset),
+            key: DeviceKey::of(&disk),
+            disk,
             is_file,
             fs,
             choices: Mutex::new(Vec::new()),
@@ -381,61 +390,30 @@ impl StorageFile {
     }
 }
 
-/// What the topology says about the storage, as transfers need it.
-struct BlockFacts {
-    /// The `O_DIRECT` alignment.
-    block: usize,
-    /// The PCI function behind it.
-    pci: Option<crate::PciAddress>,
-    /// Whether it is NVMe.
-    nvme: bool,
-    /// The namespace, when it is an NVMe namespace or a partition of one.
-    ns: Option<NvmeNamespace>,
-    /// The paths of a multipath namespace head.
-    multipath: Vec<NvmePath>,
-    /// Why NVMe commands cannot address the namespace.
-    nvme_cmd_refusal: Option<NvmeCmdRefusal>,
-    /// A partition's start on its disk, in bytes (0 for a whole disk).
-    start: u64,
-    /// The disk's identity and request queue.
-    disk: DiskFacts,
-}
-
-/// The storage behind the opened `path` (its metadata `meta`), from the
-/// topology the doctor reads too; storage it cannot place (a file on tmpfs,
-/// say) is plain storage with 4 KiB alignment.
-fn block_facts(path: &Path, meta: &std::fs::Metadata) -> BlockFacts {
-    let t = Topology::new().resolve_opened(path, meta).ok();
-    let lbs = t
-        .as_ref()
-        .map(|t| t.logical_block_size)
+/// The logical block size of the storage `t` resolves to (512 where it is
+/// unknown or not a power of two).
+fn logical_block_size(t: Option<&StorageTarget>) -> u32 {
+    t.map(|t| t.logical_block_size)
         .filter(|b| b.is_power_of_two())
         .unwrap_or(512)
-        .max(512);
-    let ns = t.as_ref().filter(|t| t.is_nvme).and_then(|t| {
-        Some(NvmeNamespace {
-            generic: t.generic_path.clone().or_else(|| {
-                let n = t.disk.strip_prefix("nvme")?;
-                Some(PathBuf::from(format!("/dev/ng{n}")))
-            })?,
-            nsid: t.nsid?,
-            lba_shift: lbs.trailing_zeros(),
-            max_transfer: usize::try_from(t.max_transfer_bytes)
-                .unwrap_or(usize::MAX)
-                .max(4096),
-        })
-    });
-    BlockFacts {
-        // Filesystems and O_DIRECT on them want at least the page for
-        // buffers on some configurations; 4 KiB is safe everywhere and costs
-        // nothing.
-        block: (lbs as usize).max(4096),
-        pci: t.as_ref().and_then(|t| t.pci),
-        nvme: t.as_ref().is_some_and(|t| t.is_nvme),
-        ns,
-        multipath: t.as_ref().map(|t| t.multipath.clone()).unwrap_or_default(),
-        nvme_cmd_refusal: t.as_ref().and_then(StorageTarget::nvme_cmd_refusal),
-        start: t.as_ref().map_or(0, StorageTarget::partition_offset),
-        disk: t.map(|t| t.disk_facts).unwrap_or_default(),
+        .max(512)
+}
+
+/// The namespace the NVMe-command path addresses for `t`, with `lbs`-byte
+/// logical blocks.
+fn nvme_namespace(t: &StorageTarget, lbs: u32) -> Option<NvmeNamespace> {
+    if !t.is_nvme {
+        return None;
     }
+    Some(NvmeNamespace {
+        generic: t.generic_path.clone().or_else(|| {
+            let n = t.disk.strip_prefix("nvme")?;
+            Some(PathBuf::from(format!("/dev/ng{n}")))
+        })?,
+        nsid: t.nsid?,
+        lba_shift: lbs.trailing_zeros(),
+        max_transfer: usize::try_from(t.max_transfer_bytes)
+            .unwrap_or(usize::MAX)
+            .max(4096),
+    })
 }
