@@ -115,6 +115,25 @@ pub struct Accelerator {
     pub numa_node: Option<u32>,
 }
 
+impl Accelerator {
+    /// The accelerator as JSON, the one shape the doctor and the tools
+    /// print.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "index": self.index,
+            "pci": self.pci.to_string(),
+            "vendor": format!("{:04x}", self.vendor),
+            "device": format!("{:04x}", self.device),
+            "bar": self.bar,
+            "bar_size": self.bar_size,
+            "bar_bus_addr": self.bar_bus_addr,
+            "p2p_size": self.p2p_size,
+            "p2p_available": self.p2p_available,
+            "numa_node": self.numa_node,
+        })
+    }
+}
+
 impl From<abi::P2pdmaDeviceInfo> for Accelerator {
     fn from(i: abi::P2pdmaDeviceInfo) -> Self {
         Self {
@@ -141,5 +160,33 @@ mod tests {
         let e = Module::open_path("/nonexistent/p2pdma").unwrap_err();
         assert_eq!(e.errno(), Some(Errno::NOENT));
         assert!(e.to_string().contains("/nonexistent/p2pdma"), "{e}");
+    }
+
+    #[test]
+    fn an_accelerator_prints_as_one_json_shape() {
+        let a = Accelerator::from(abi::P2pdmaDeviceInfo {
+            domain: 0,
+            bus: 4,
+            devfn: 0,
+            vendor: 0x1b36,
+            device: 0x0010,
+            bar: 2,
+            bar_size: 1 << 30,
+            numa_node: -1,
+            ..Default::default()
+        });
+        let j = a.to_json();
+        assert_eq!(j["pci"], "0000:04:00.0");
+        assert_eq!(
+            (j["vendor"].as_str(), j["device"].as_str()),
+            (Some("1b36"), Some("0010"))
+        );
+        assert_eq!(
+            (j["bar"].as_u64(), j["bar_size"].as_u64()),
+            (Some(2), Some(1 << 30))
+        );
+        assert!(j["numa_node"].is_null());
+        let keys: Vec<&String> = j.as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), 10, "{keys:?}");
     }
 }

@@ -113,16 +113,7 @@ impl Report {
                 "device": self.nvme_cmd.as_ref().map(|p| p.display().to_string()),
             },
             "storage": self.storage.as_ref().map(StorageTarget::to_json),
-            "accelerator": self.accelerator.as_ref().map(|a| json!({
-                "index": a.index,
-                "pci": a.pci.to_string(),
-                "vendor": format!("{:04x}", a.vendor),
-                "device": format!("{:04x}", a.device),
-                "bar": a.bar,
-                "bar_size": a.bar_size,
-                "p2p_size": a.p2p_size,
-                "p2p_available": a.p2p_available,
-            })),
+            "accelerator": self.accelerator.as_ref().map(Accelerator::to_json),
             "p2p": self.p2p.as_ref().map(query_json),
             "p2p_paths": self.p2p_paths.iter().map(|(p, q)| json!({
                 "path": p.name,

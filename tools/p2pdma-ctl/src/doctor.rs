@@ -8,11 +8,9 @@ use clap::Args;
 use p2pdma::{
     discovery::{P2pmemProvider, StorageTarget, Topology},
     doctor::AccelSelect,
-    Doctor, Module, PciAddress,
+    Accelerator, Doctor, Module, PciAddress,
 };
 use serde_json::json;
-
-use crate::accel_json;
 
 /// Arguments of `doctor`.
 #[derive(Args)]
@@ -104,7 +102,10 @@ pub fn list_all(node: &str, json: bool) -> ExitCode {
     let failed = namespaces.is_err() || providers.is_err();
     if json {
         let (list, err) = match &accels {
-            Ok(v) => (Some(v.iter().map(accel_json).collect::<Vec<_>>()), None),
+            Ok(v) => (
+                Some(v.iter().map(Accelerator::to_json).collect::<Vec<_>>()),
+                None,
+            ),
             Err(e) => (None, Some(e.to_string())),
         };
         println!(

@@ -221,21 +221,6 @@ impl PeerHold {
     }
 }
 
-fn accel_json(a: &Accelerator) -> serde_json::Value {
-    json!({
-        "index": a.index,
-        "pci": a.pci.to_string(),
-        "vendor": format!("{:04x}", a.vendor),
-        "device": format!("{:04x}", a.device),
-        "bar": a.bar,
-        "bar_size": a.bar_size,
-        "bar_bus_addr": a.bar_bus_addr,
-        "p2p_size": a.p2p_size,
-        "p2p_available": a.p2p_available,
-        "numa_node": a.numa_node,
-    })
-}
-
 fn mapping_json(m: &DmaMapping) -> serde_json::Value {
     json!({
         "map_handle": m.map_handle,
@@ -401,7 +386,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
         Cmd::List { .. } => {
             let accels = module.accelerators()?;
             if json {
-                let list: Vec<_> = accels.iter().map(accel_json).collect();
+                let list: Vec<_> = accels.iter().map(Accelerator::to_json).collect();
                 println!("{}", serde_json::Value::Array(list));
             } else {
                 for a in &accels {
