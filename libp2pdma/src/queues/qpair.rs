@@ -878,16 +878,6 @@ mod tests {
         }
     }
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
-
     /// The data pages of a command, from its PRPs.
     fn pages(prp1: u64, prp2: u64, len: usize) -> Vec<(u64, usize)> {
         let first = (PAGE - (prp1 as usize % PAGE)).min(len);
@@ -918,7 +908,7 @@ mod tests {
         seed: u64,
         irq: Option<&OwnedFd>,
     ) -> Result<u64, String> {
-        let mut rng = Rng(seed | 1);
+        let mut rng = fastrand::Rng::with_seed(seed);
         let mut owed = false;
         let (mut head, mut cq_tail, mut phase) = (0u32, 0u32, true);
         let mut fetched: Vec<(u16, u16)> = Vec::new();
@@ -956,10 +946,10 @@ mod tests {
                 fetched.push((cid, status_for(slba)));
                 head = (head + 1) % entries;
             }
-            if !fetched.is_empty() && rng.next() % 3 != 0 {
+            if !fetched.is_empty() && rng.u64(..) % 3 != 0 {
                 let cq_head = bar.read32(nvme::doorbell(1, true, 4))?;
                 if (cq_tail + 1) % entries != cq_head {
-                    let i = (rng.next() % fetched.len() as u64) as usize;
+                    let i = (rng.u64(..) % fetched.len() as u64) as usize;
                     let (cid, status) = fetched.swap_remove(i);
                     in_flight.remove(&cid);
                     let at = cq.wrapping_add(16 * cq_tail as usize).cast::<u32>();
@@ -982,7 +972,7 @@ mod tests {
                 }
             }
             if let Some(fd) = irq {
-                if owed && (fetched.is_empty() || rng.next() % 2 == 0) {
+                if owed && (fetched.is_empty() || rng.u64(..) % 2 == 0) {
                     rustix::io::write(fd, &1u64.to_ne_bytes()).map_err(|e| e.to_string())?;
                     owed = false;
                 }
@@ -1046,7 +1036,8 @@ mod tests {
                 .map(|t| {
                     let q = &q;
                     s.spawn(move || {
-                        let mut rng = Rng(seed ^ ((t as u64 + 1) * 0x9e37_79b9));
+                        let mut rng =
+                            fastrand::Rng::with_seed(seed ^ ((t as u64 + 1) * 0x9e37_79b9));
                         let mut left = per_thread;
                         while left > 0 {
                             let n = batch.min(left);
@@ -1078,9 +1069,9 @@ mod tests {
                                 }
                             };
                             for _ in 0..n {
-                                let blocks = 1 + (rng.next() % 24) as usize;
-                                let slba = rng.next() % 100_000;
-                                let skew = 4 * (rng.next() % 64) as usize;
+                                let blocks = 1 + (rng.u64(..) % 24) as usize;
+                                let slba = rng.u64(..) % 100_000;
+                                let skew = 4 * (rng.u64(..) % 64) as usize;
                                 let buf = vec![0u8; blocks * BLOCK + skew + PAGE];
                                 let at = buf.as_ptr() as u64 + skew as u64;
                                 let d = nvme::data_ptr(
@@ -1096,7 +1087,8 @@ mod tests {
                                     ..Default::default()
                                 };
                                 let t = loop {
-                                    match q.submit(&cmd, Some(&d), (None, 0), rng.next() % 3 != 0) {
+                                    match q.submit(&cmd, Some(&d), (None, 0), rng.u64(..) % 3 != 0)
+                                    {
                                         Ok(t) => break t,
                                         Err(WaitError::Full) => match flight.pop_front() {
                                             Some(f) => check(f),

@@ -732,22 +732,13 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     Ok(())
 }
 
+/// A number in `0..n` (0 when `n` is 0).
+fn below(rng: &mut fastrand::Rng, n: u64) -> u64 {
+    rng.u64(0..n.max(1))
+}
+
 /// What memory outside every payload holds in the canary step.
 const CANARY: u8 = 0xc5;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// Whether `mem` holds `CANARY` everywhere but `keep` (a byte range), as
 /// it did before: the first byte that changed, if any.
@@ -791,7 +782,7 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     // its own, so that the host can check every one of them at the end.
     let scratch = info.size() / 4 * 3;
     let mut next_write = scratch;
-    let mut rng = Rng(0x5eed ^ u64::from(x.nsid));
+    let mut rng = fastrand::Rng::with_seed(0x5eed ^ u64::from(x.nsid));
     let (mut reads, mut refused, mut writes) = (0, 0, 0);
     for op in 0..48 {
         if op == 24 {
@@ -799,17 +790,17 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
             // use its registered mapping.
             ns.register(accel.clone()).map_err(err)?;
         }
-        let m = (rng.below(3) == 0) as usize;
+        let m = (below(&mut rng, 3) == 0) as usize;
         let mem = mems[m];
         mem.write_at(0, &vec![CANARY; mem.len()]).map_err(err)?;
         match op % 4 {
             // A READ through the driver: whole blocks, up to the largest
             // command, into a dword-aligned payload anywhere.
             0 | 1 => {
-                let blocks = 1 + rng.below((max as u64 / bs).min(mem.len() as u64 / bs / 2));
+                let blocks = 1 + below(&mut rng, (max as u64 / bs).min(mem.len() as u64 / bs / 2));
                 let len = (blocks * bs) as usize;
-                let at = (rng.below((mem.len() - len) as u64 / 4) * 4) as usize;
-                let slba = rng.below(scratch / bs - blocks);
+                let at = (below(&mut rng, (mem.len() - len) as u64 / 4) * 4) as usize;
+                let slba = below(&mut rng, scratch / bs - blocks);
                 let payload = maps[m].payload(at, len).map_err(err)?;
                 let refuse = op % 4 == 1;
                 let blocks = if refuse { blocks + 1 } else { blocks };
@@ -842,9 +833,9 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
             // A read through the engine at any offset and length: partial
             // blocks staged, the middle split by the largest command.
             2 => {
-                let len = 1 + rng.below((mem.len() / 2) as u64) as usize;
-                let at = rng.below((mem.len() - len) as u64) as usize;
-                let off = rng.below(scratch - len as u64);
+                let len = 1 + below(&mut rng, (mem.len() / 2) as u64) as usize;
+                let at = below(&mut rng, (mem.len() - len) as u64) as usize;
+                let off = below(&mut rng, scratch - len as u64);
                 ns.read(off, mem, at, len).map_err(err)?;
                 let what = format!(
                     "engine read of {len} bytes at {off} into {} at {at}",
@@ -859,14 +850,14 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
             // A write through the engine from any offset of the memory to
             // any offset of the scratch range, read back.
             _ => {
-                let len = 1 + rng.below(600_000) as usize;
-                let at = rng.below((mem.len() - len) as u64) as usize;
-                let off = next_write + rng.below(bs);
+                let len = 1 + below(&mut rng, 600_000) as usize;
+                let at = below(&mut rng, (mem.len() - len) as u64) as usize;
+                let off = next_write + below(&mut rng, bs);
                 if off + len as u64 > info.size() {
                     continue;
                 }
                 next_write = off + len as u64;
-                let pat = (1 << 30) + rng.below(1 << 20) * 8;
+                let pat = (1 << 30) + below(&mut rng, 1 << 20) * 8;
                 let mut data = vec![0u8; len];
                 p2pdma_tests::fill_image(pat, &mut data);
                 mem.write_at(at, &data).map_err(err)?;

@@ -45,22 +45,6 @@ fn code_name(c: i32) -> String {
     }
 }
 
-/// A tiny xorshift generator: the stress needs variety, not quality.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Where `DMA_MAP` writes its segments in the race: a page that is not in
 /// memory when the call starts, so that the kernel's copy of the segments
 /// waits for a page fault, a read from the NVMe when there is one. Any
@@ -346,18 +330,18 @@ impl Ctx {
                 let (allocs, maps, note) = (&allocs, &maps, &note);
                 s.spawn(move || {
                     let t = t as u64;
-                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1).wrapping_mul(0x1234_5678_9ABC));
-                    let pick = |rng: &mut Rng, v: &Mutex<Vec<Shared>>| -> Option<Shared> {
+                    let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15 ^ (t + 1).wrapping_mul(0x1234_5678_9ABC));
+                    let pick = |rng: &mut fastrand::Rng, v: &Mutex<Vec<Shared>>| -> Option<Shared> {
                         let v = v.lock().ok()?;
-                        (!v.is_empty()).then(|| v[rng.below(v.len() as u64) as usize])
+                        (!v.is_empty()).then(|| v[rng.u64(0..v.len() as u64) as usize])
                     };
                     for round in 0..ROUNDS {
                         let what = |op: &str, e: Errno| {
                             format!("thread {t} round {round}: {op} gave {}", ename(e))
                         };
-                        match rng.below(6) {
+                        match rng.u64(0..6) {
                             0 | 1 => {
-                                let size = (1 + rng.below(4)) * PAGE;
+                                let size = (1 + rng.u64(0..4)) * PAGE;
                                 match self.module.alloc(self.dev, size, 0) {
                                     Ok(a) => {
                                         let sh = Shared {
@@ -390,7 +374,7 @@ impl Ctx {
                             3 => {
                                 let m = maps.lock().ok().and_then(|mut v| {
                                     (!v.is_empty()).then(|| {
-                                        let i = rng.below(v.len() as u64) as usize;
+                                        let i = rng.u64(0..v.len() as u64) as usize;
                                         v.swap_remove(i)
                                     })
                                 });
