@@ -18,7 +18,11 @@ use std::{
 use io_uring::{opcode, types, IoUring};
 use rustix::io::Errno;
 
-use crate::{memory::DmaTarget, sys::HostBuffer, Error, Result};
+use crate::{
+    nvme::io,
+    sys::{DmaTarget, HostBuffer},
+    Error, Result,
+};
 
 /// A ring and its bounce slots, reused across transfers.
 pub(crate) struct Context {
@@ -600,10 +604,6 @@ impl Drop for Session<'_> {
 /// `NVME_URING_CMD_IO`: `_IOWR('N', 0x80, struct nvme_uring_cmd)`.
 const NVME_URING_CMD_IO: u32 = (3 << 30) | (72 << 16) | ((b'N' as u32) << 8) | 0x80;
 
-/// NVMe I/O command opcodes.
-const NVME_CMD_WRITE: u8 = 0x01;
-const NVME_CMD_READ: u8 = 0x02;
-
 /// `struct nvme_uring_cmd` (include/uapi/linux/nvme_ioctl.h).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -645,7 +645,7 @@ pub fn nvme_io_sqe(
     len: u32,
 ) -> io_uring::squeue::Entry128 {
     let cmd = NvmeUringCmd {
-        opcode: if write { NVME_CMD_WRITE } else { NVME_CMD_READ },
+        opcode: if write { io::WRITE } else { io::READ },
         nsid,
         addr,
         data_len: len,
