@@ -74,7 +74,7 @@ test)
 		echo "FAIL host:cargo-test" >"$results/host.txt"
 	fi
 	grep -hE '^test result:' "$results/cargo-test.log" || true
-	log "host checks: rustfmt and clippy"
+	log "host checks: rustfmt, clippy and rustdoc"
 	if (cd "$P2PDMA_ROOT" && cargo fmt --all --check >"$results/rustfmt.log" 2>&1); then
 		echo "PASS host:rustfmt" >>"$results/host.txt"
 	else
@@ -84,6 +84,11 @@ test)
 		echo "PASS host:clippy" >>"$results/host.txt"
 	else
 		echo "FAIL host:clippy: $(grep -m1 -E '^(error|warning)' "$results/clippy.log" || true)" >>"$results/host.txt"
+	fi
+	if (cd "$P2PDMA_ROOT" && RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked >"$results/rustdoc.log" 2>&1); then
+		echo "PASS host:rustdoc" >>"$results/host.txt"
+	else
+		echo "FAIL host:rustdoc: $(grep -m1 -E '^(error|warning)' "$results/rustdoc.log" || true)" >>"$results/host.txt"
 	fi
 	cat "$results/host.txt"
 	count "$results/host.txt"

@@ -1,19 +1,50 @@
 //! libp2pdma: peer-to-peer DMA between NVMe SSDs and accelerator memory.
 //!
-//! The layers, from the bottom: [`sys`] holds the `unsafe` that talks to the
-//! module (one safe function per ioctl of `/dev/p2pdma`, and raw mappings);
-//! the only other `unsafe` is in [`wc`] (copy routines on raw pointers), the
-//! io_uring layer (buffers lent to the kernel), the `FIEMAP` ioctl of the
-//! transfer engine and its copy stage's helper threads (a landed chunk's
-//! bytes lent to them until the copy returns);
-//! [`device`] discovers the accelerators the kernel module has bound;
-//! [`memory`] allocates their memory and maps it into the process, reachable
-//! only through explicit copies; [`dma`] asks whether a peer can reach that
-//! memory and hands out the addresses it must use; [`udmabuf`] makes host
-//! memory into a dma-buf to import; [`queues`] drives an NVMe controller
-//! from this process through VFIO, its queues in accelerator memory (its
-//! `unsafe`: the VFIO ioctls, the doorbell registers and the queue entries
-//! written and read in place).
+//! A storage engine or a data loader reads a file into accelerator memory
+//! with an [`Engine`]: it opens the file ([`StorageFile`]), takes memory
+//! ([`ModuleMemory`] from the p2pdma kernel module, or [`HostMemory`] where
+//! there is no accelerator), and asks for a transfer. The engine picks the
+//! path (P2P DMA where the kernel allows it, a pipelined copy through host
+//! memory otherwise), says why ([`Handle::reason`]), and either moves every
+//! byte or returns an [`Error`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use p2pdma::{Config, DeviceMemory, Engine, Module, ModuleMemory, StorageFile};
+//!
+//! # fn main() -> p2pdma::Result<()> {
+//! let module = Arc::new(Module::open()?);
+//! let mem = ModuleMemory::alloc(module.clone(), 0, 64 << 20, 4096)?;
+//! let engine = Engine::new(Config::from_env()?, Some(module));
+//! let file = StorageFile::open("/data/shard-0")?;
+//! let report = engine.read(&file, 0, &mem, 0, mem.len())?;
+//! println!("{} bytes by {}", report.bytes, report.path);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Strided reads ([`Engine::read_strided`]), background transfers
+//! ([`Engine::submit`]) and multi-hop routes ([`Engine::route`]) build on
+//! the same engine; `libp2pdma/examples/` has a short program for each.
+//!
+//! # Layers
+//!
+//! Every module imports only from the layers below it (the `layers` test
+//! checks it), from the bottom:
+//!
+//! - [`error`]: the error type every layer returns;
+//! - [`nvme`]: the NVMe specification, once (opcodes, entries, PRPs);
+//! - [`sys`]: one safe function per system call and ioctl, raw mappings
+//!   and the copies to write-combined memory;
+//! - [`discovery`]: what the machine is made of (storage, PCI, mounts,
+//!   accelerators), read once for the engine, the doctor and the tools;
+//! - [`memory`]: accelerator memory behind one trait, and the DMA
+//!   addresses peers use to reach it;
+//! - [`queues`]: an NVMe controller this process drives through VFIO, its
+//!   queues in accelerator memory;
+//! - [`transfer`]: the path rule, the data paths and the engine;
+//! - [`doctor`]: whether P2P works on this machine, and why not.
 #![deny(unsafe_code)]
 
 pub mod discovery;
@@ -29,8 +60,12 @@ pub use discovery::{Accelerator, Module, PciAddress, StorageTarget, Topology};
 pub use doctor::{AccelSelect, Doctor, Report};
 pub use error::{Error, Result};
 pub use memory::{
-    Allocation, DeviceMapping, DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess,
-    Udmabuf,
+    Allocation, DeviceMapping, DeviceMemory, DmaMapping, HandleState, HostMemory, MapType,
+    ModuleMemory, P2pQuery, Peer, PeerAccess, Udmabuf,
 };
 pub use sys::HostBuffer;
-pub use transfer::plan::{choose_path, PathChoice, PathFacts, TransferPath};
+pub use transfer::{
+    plan::{choose_path, PathChoice, PathFacts, TransferPath},
+    Config, Direction, Engine, Handle, Layout, PathPref, Request, Shape, StorageFile, StridedMode,
+    Ticket,
+};

@@ -5,7 +5,7 @@
 //! stage), and, where the CPU can map it, a [`DmaTarget`] that storage can DMA
 //! into directly (the P2P path). Two backends exist:
 //!
-//! - [`ModuleMemory`]: BAR memory allocated from the p2pdma kernel module,
+//! - [`ModuleMemory`](super::ModuleMemory): BAR memory allocated from the p2pdma kernel module,
 //!   the real P2P target;
 //! - [`HostMemory`]: the host-memory device, ordinary page-aligned host
 //!   memory standing in for an accelerator on machines without one, so that

@@ -8,7 +8,7 @@
 //! doorbells are the controller's BAR0, mapped into this process. From
 //! there no I/O enters the kernel: submitters write commands into the
 //! submission queues, ring the doorbells and poll the completion queues
-//! themselves, many threads at once (see [`qpair`] for the algorithm, the
+//! themselves, many threads at once (see the `qpair` module for the algorithm, the
 //! one accelerator threads run). Data moves between the namespace and any
 //! memory the controller can reach: accelerator memory (`DMA_MAP`) or host
 //! memory pinned for it (`PIN_USER`), see [`Controller::map`].

@@ -231,7 +231,7 @@ unsafe fn pread_raw(
 const HUGE_PAGE: usize = 2 << 20;
 
 /// Page-aligned, zero-filled anonymous host memory, for `O_DIRECT` I/O and
-/// for pinning with [`pin_user`]. Unmapped on drop.
+/// for pinning with [`pin_user`](super::p2pdma::pin_user). Unmapped on drop.
 ///
 /// Buffers of 2 MiB or more start on a 2 MiB boundary and ask for
 /// transparent huge pages (`MADV_HUGEPAGE`): physically contiguous memory

@@ -10,8 +10,8 @@
 //! - [`mapping`]: device memory mapped from a file, host buffers, and the
 //!   raw [`DmaTarget`] a transfer lends to the kernel;
 //! - [`wc`]: copies to and from write-combined memory;
-//! - [`uring`]: io_uring rings for file I/O and NVMe passthrough;
-//! - [`file`]: a file's extents and page-cache state;
+//! - `uring`: io_uring rings for file I/O and NVMe passthrough;
+//! - [`file`](mod@file): a file's extents and page-cache state;
 //! - [`vfio`]: the VFIO ioctls that drive a PCI function from user space.
 
 pub mod file;

@@ -1,7 +1,7 @@
 //! Transfers between storage and accelerator memory.
 //!
 //! An [`Engine`] moves bytes between a [`StorageFile`] (a file on a
-//! filesystem, or a raw block device) and [`DeviceMemory`], on one of these
+//! filesystem, or a raw block device) and [`DeviceMemory`](crate::memory::DeviceMemory), on one of these
 //! paths:
 //!
 //! - **P2P**: `O_DIRECT` reads and writes through io_uring whose buffer is the
@@ -23,7 +23,7 @@
 //! [`PathPref::Auto`] picks P2P where the module, the memory and the PCIe
 //! topology allow it and says why not otherwise; each [`Handle`] keeps the
 //! choice and its reason. A transfer the P2P or NVMe-command path cannot
-//! serve ([`Error::bounce_can_fix`]) is retried on the bounce path and
+//! serve ([`Error::bounce_can_fix`](crate::Error::bounce_can_fix)) is retried on the bounce path and
 //! counted; a device error is returned as it is. Unaligned heads and tails are
 //! handled, not refused. A transfer either moves every byte or returns an
 //! error: short transfers are reported, never returned as success.

@@ -255,7 +255,7 @@ impl StorageFile {
     /// The NVMe namespace NVMe commands can address for this storage: the
     /// namespace itself, a partition of it, or a regular file on either
     /// (whose blocks the NVMe-command path finds with `FIEMAP`; see
-    /// [`Engine::choose`] for which filesystems qualify).
+    /// [`crate::transfer::Engine::choose`] for which filesystems qualify).
     pub fn nvme_namespace(&self) -> Option<&NvmeNamespace> {
         self.ns.as_ref()
     }

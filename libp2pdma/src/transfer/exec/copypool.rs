@@ -3,7 +3,7 @@
 //! helpers, when one core cannot copy as fast as storage delivers (like
 //! KvikIO's task splitting).
 //!
-//! [`CopyPool::write`] lends the helpers the caller's source bytes and
+//! `CopyPool::write` lends the helpers the caller's source bytes and
 //! memory and returns only once every piece is done, on errors and panics
 //! too: the borrows it took outlive every use of them, which is what makes
 //! handing raw pointers to other threads sound here.

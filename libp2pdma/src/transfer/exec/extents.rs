@@ -1,12 +1,12 @@
 //! Where a file's bytes lie on its block device, for the NVMe-command path.
 //!
-//! [`map`] asks the filesystem with `FS_IOC_FIEMAP` (with
+//! `map` asks the filesystem with `FS_IOC_FIEMAP` (with
 //! `FIEMAP_FLAG_SYNC`, so dirty page-cache data is written back and delayed
-//! allocations are resolved first) and turns the answer into [`Segment`]s
+//! allocations are resolved first) and turns the answer into `Segment`s
 //! that cover the asked range exactly: runs of bytes at a device offset, and
 //! runs that read as zeros (holes and unwritten extents).
 //!
-//! Only ext4 and XFS are accepted ([`Filesystem::of`]): their FIEMAP
+//! Only ext4 and XFS are accepted (`Filesystem::of`): their FIEMAP
 //! physical offsets are byte offsets on the block device and they overwrite
 //! blocks in place. Btrfs reports addresses in its own logical space and
 //! checksums and copies on write; others make no such promise. Anything the
@@ -19,7 +19,7 @@
 //!
 //! Refusals are reason strings; the NVMe-command path turns them into
 //! `Error::PathUnavailable`, which the engine retries on the bounce path.
-//! The mapping math ([`plan`]) is a pure function, tested without a device.
+//! The mapping math (`plan`) is a pure function, tested without a device.
 
 use std::{fmt, os::fd::BorrowedFd};
 

@@ -16,8 +16,10 @@ pub struct RingPool {
 }
 
 impl RingPool {
-    const KEEP: usize = 8;
-    const KEEP_BYTES: usize = 1 << 30;
+    /// The most buffers kept.
+    pub const KEEP: usize = 8;
+    /// The most bytes kept.
+    pub const KEEP_BYTES: usize = 1 << 30;
 
     /// A buffer of at least `len` bytes, every page already faulted in.
     pub fn take(&self, len: usize) -> Result<HostMemory> {

@@ -13,7 +13,7 @@
 //! - A partition of one: file offset + the partition's start (sysfs).
 //! - A regular file on ext4 or XFS on either, for reads: the block-aligned
 //!   middle of the transfer is mapped with `FS_IOC_FIEMAP`
-//!   ([`super::extents`]) before anything moves. `FIEMAP_FLAG_SYNC` writes
+//!   ([`crate::transfer::exec::extents`]) before anything moves. `FIEMAP_FLAG_SYNC` writes
 //!   dirty page-cache data back first (resolving delayed allocation), so a
 //!   read sees data written with buffered writes that were never fsynced.
 //!   Holes and unwritten extents read as zeros, written into device memory

@@ -235,7 +235,7 @@ pub enum Layout {
 /// How a strided read moves its runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StridedMode {
-    /// Chosen by [`plan`].
+    /// Chosen by [`plan`](super::plan).
     Auto,
     /// Redundant copy: one read of the bounding range ([`Layout::Strided`]
     /// only).

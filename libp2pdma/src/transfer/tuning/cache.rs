@@ -3,7 +3,7 @@
 //! (`geometry` for chunk size and depth, `strided.json` for the strided
 //! cost model's constants), each device recognised by a [`DeviceKey`].
 //!
-//! Files are replaced whole ([`replace_file`]): a reader sees the old file
+//! Files are replaced whole (`replace_file`): a reader sees the old file
 //! or the new one, never half of one. Nothing here makes a transfer fail:
 //! a cache that cannot be read or written only means learning again.
 

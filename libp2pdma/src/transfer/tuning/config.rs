@@ -21,7 +21,7 @@ pub enum PathPref {
     /// Always the bounce pipeline.
     Bounce,
     /// The queues path: only a namespace of a controller this process
-    /// drives ([`super::StorageFile::namespace`]), which AUTO puts on it too.
+    /// drives ([`crate::transfer::StorageFile::namespace`]), which AUTO puts on it too.
     Queues,
 }
 

@@ -1,4 +1,4 @@
-//! The constants of the strided cost model ([`super::strided::plan`]):
+//! The constants of the strided cost model ([`crate::transfer::strided::plan`]):
 //! measured on the machine, kept, and overridable.
 //!
 //! | Constant | What | Measured by |
@@ -11,7 +11,7 @@
 //! | call MiB (k1) | seconds one 1 MiB engine read costs a thread | 1 MiB reads on the pair's path, on SC's threads |
 //!
 //! Each constant comes from, in order: the configuration (`strided_call`
-//! and the others, [`super::Config`]), the cache (`strided.json` in the
+//! and the others, [`super::config::Config`]), the cache (`strided.json` in the
 //! cache directory, one entry per storage device, memory and path, written
 //! by `p2pdma-ctl calibrate` or by the quick measurement), a quick
 //! measurement the first time a strided transfer needs the constants

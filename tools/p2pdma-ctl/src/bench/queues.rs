@@ -439,7 +439,7 @@ fn await_kernel_devices(bdf: &str, nsid: u32) -> Res<(PathBuf, PathBuf)> {
     }
 }
 
-/// Each round of [`bench`]: the kernel's ways while its nvme driver has the
+/// Each round of [`bench`](fn@bench): the kernel's ways while its nvme driver has the
 /// controller, then the queues path with it taken (and given back), so
 /// that every way runs once per round, interleaved with the others.
 pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
