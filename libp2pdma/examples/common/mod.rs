@@ -6,9 +6,12 @@ use std::sync::Arc;
 
 use p2pdma::{DeviceMemory, HostMemory, Module, ModuleMemory};
 
+/// Memory for transfers, and the module it came from (none for host memory).
+pub type Memory = (Arc<dyn DeviceMemory>, Option<Arc<Module>>);
+
 /// `len` bytes of accelerator memory and the module it came from, or host
 /// memory (and no module) on a machine without one.
-pub fn memory(len: usize) -> p2pdma::Result<(Arc<dyn DeviceMemory>, Option<Arc<Module>>)> {
+pub fn memory(len: usize) -> p2pdma::Result<Memory> {
     if let Ok(module) = Module::open() {
         let module = Arc::new(module);
         if let Some(accel) = module.accelerators()?.first() {

@@ -15,10 +15,10 @@ use std::{
 };
 
 use super::{
-    engine::{Engine, Report},
-    exec::workers::Job,
+    core::{Core, Report},
+    exec::workers::{Job, Workers},
     storage::StorageFile,
-    strided::{Layout, Shape, StridedMode, StridedReport},
+    strided::{read_strided, write_strided, Layout, Shape, StridedMode, StridedReport},
     xfer::Direction,
 };
 use crate::{memory::DeviceMemory, Error, Result};
@@ -40,8 +40,8 @@ pub struct Request {
     pub len: usize,
 }
 
-/// One strided transfer to run asynchronously: [`Engine::read_strided`]
-/// or [`Engine::write_strided`] with owned arguments.
+/// One strided transfer to run asynchronously: [`Engine::read_strided`](super::Engine::read_strided)
+/// or [`Engine::write_strided`](super::Engine::write_strided) with owned arguments.
 #[derive(Clone, Debug)]
 pub struct StridedRequest {
     /// Which way.
@@ -171,14 +171,14 @@ impl<T> Future for Ticket<T> {
 /// hanging.
 fn job<T: Send + 'static>(
     ticket: Ticket<T>,
-    work: impl FnOnce(&Engine) -> Result<T> + Send + 'static,
-) -> Job<Engine> {
-    Box::new(move |engine: Option<&Engine>| {
-        let Some(engine) = engine else {
+    work: impl FnOnce(&Core) -> Result<T> + Send + 'static,
+) -> Job<Core> {
+    Box::new(move |core: Option<&Core>| {
+        let Some(core) = core else {
             ticket.complete(Err(Error::InvalidArgument("the engine was dropped".into())));
             return;
         };
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(engine)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(core)));
         ticket.complete(r.unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<&str>()
@@ -190,70 +190,50 @@ fn job<T: Send + 'static>(
     })
 }
 
-impl Engine {
-    /// Submits a transfer to run in the background; returns at once.
-    pub fn submit(self: &Arc<Self>, req: Request) -> Ticket {
-        let ticket = Ticket::new();
-        self.workers.queue(
-            self,
-            job(ticket.clone(), move |engine| {
-                engine
-                    .handle(&req.file, req.mem.as_ref())
-                    .and_then(|h| match req.dir {
-                        Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
-                        Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
-                    })
-            }),
-        );
-        ticket
-    }
+/// Runs `req` on `workers` with `core`; its ticket.
+pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket {
+    let ticket = Ticket::new();
+    workers.queue(
+        core,
+        job(ticket.clone(), move |core| {
+            core.handle(&req.file, req.mem.as_ref())
+                .and_then(|h| match req.dir {
+                    Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
+                    Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
+                })
+        }),
+    );
+    ticket
+}
 
-    /// Submits many transfers at once; they run in parallel on the pool.
-    pub fn submit_batch(self: &Arc<Self>, reqs: impl IntoIterator<Item = Request>) -> Vec<Ticket> {
-        reqs.into_iter().map(|r| self.submit(r)).collect()
-    }
-
-    /// Submits a strided read or write to run in the background; returns
-    /// at once. Its ticket gives what [`Engine::read_strided`] or
-    /// [`Engine::write_strided`] would have returned.
-    pub fn submit_strided(self: &Arc<Self>, req: StridedRequest) -> Ticket<StridedReport> {
-        let ticket = Ticket::new();
-        self.workers.queue(
-            self,
-            job(ticket.clone(), move |engine| {
-                let StridedRequest {
-                    dir,
-                    file,
-                    shape,
-                    mem,
-                    mem_offset,
-                    layout,
-                    mode,
-                } = req;
-                match dir {
-                    Direction::Read => {
-                        engine.read_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
-                    }
-                    Direction::Write => {
-                        engine.write_strided(&file, &shape, mem.as_ref(), mem_offset, layout, mode)
-                    }
+/// Runs the strided transfer `req` on `workers` with `core`; its ticket.
+pub fn submit_strided(
+    core: &Arc<Core>,
+    workers: &Workers<Core>,
+    req: StridedRequest,
+) -> Ticket<StridedReport> {
+    let ticket = Ticket::new();
+    workers.queue(
+        core,
+        job(ticket.clone(), move |core| {
+            let StridedRequest {
+                dir,
+                file,
+                shape,
+                mem,
+                mem_offset,
+                layout,
+                mode,
+            } = req;
+            match dir {
+                Direction::Read => {
+                    read_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
                 }
-            }),
-        );
-        ticket
-    }
-
-    /// Submits many strided transfers at once; they run in parallel on the
-    /// pool (each also spreading its own runs as it would alone).
-    pub fn submit_strided_batch(
-        self: &Arc<Self>,
-        reqs: impl IntoIterator<Item = StridedRequest>,
-    ) -> Vec<Ticket<StridedReport>> {
-        reqs.into_iter().map(|r| self.submit_strided(r)).collect()
-    }
-
-    /// Waits for every ticket and returns the results in order.
-    pub fn wait_all<T>(tickets: &[Ticket<T>]) -> Vec<Result<T>> {
-        tickets.iter().map(Ticket::wait).collect()
-    }
+                Direction::Write => {
+                    write_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
+                }
+            }
+        }),
+    );
+    ticket
 }

@@ -1,444 +1,88 @@
-//! The transfer engine: configuration, pooled rings and bounce buffers,
-//! what it learned of each device, and counters; the path choice and the
-//! single transfer every feature is built from.
+//! The engine: the one object a user holds. It owns what transfers share
+//! ([`Core`]), the worker threads of background transfers and the host
+//! staging rings of routes, and hands each call to the feature that
+//! serves it: single transfers to the core, strided transfers to
+//! [`strided`], routes to [`route`],
+//! background transfers to [`asyncio`]. The features take
+//! the resources they need, never the engine.
 
-use std::{
-    collections::HashMap,
-    fmt,
-    path::Path,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
-    },
-    time::Instant,
-};
+use std::{fmt, path::PathBuf, sync::Arc};
 
 use super::{
-    calibrate,
-    exec::{copypool, extents, rings::RingPool, workers::Workers},
-    paths::{self, bounce, nvme_cmd, p2p},
-    plan::{self, PathChoice, TransferPath},
+    asyncio::{self, Request, StridedRequest, Ticket},
+    core::{Core, GeometryChoice, Handle, Report},
+    exec::{rings::RingPool, workers::Workers},
+    plan::{PathChoice, TransferPath},
+    route::{self, End, Route, RouteOptions, RouteReport, Via},
     stats::Stats,
-    storage::{ChoiceKey, StorageFile},
+    storage::StorageFile,
+    strided::{self, Layout, Shape, StridedMode, StridedReport},
     tuning::{
-        config::{Config, PathPref},
-        constants,
-        geometry::{self, Geometry},
+        config::Config,
+        constants::{Effort, Key, Measurement, Resolved},
     },
-    xfer::{self, CopyStage, Direction, Xfer},
 };
-use crate::{
-    error::check_range,
-    memory::{DeviceMemory, MemoryKind},
-    queues::Namespace,
-    sys::uring::Context,
-    Error, Module, Peer, Result,
-};
+use crate::{memory::DeviceMemory, Module, Result};
 
-/// What one transfer did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    /// Bytes moved (always the length asked for).
-    pub bytes: u64,
-    /// The path that moved them.
-    pub path: TransferPath,
-    /// Whether the P2P path failed and the bounce path redid the transfer.
-    pub retried: bool,
-    /// Whether the bounce slots were registered (pinned once) with the ring;
-    /// without the memlock limit for it, the kernel pins them per I/O.
-    pub ring_pinned: bool,
-    /// Threads the copy stage was set to when the transfer ended: 1 off the
-    /// bounce path, for writes, or when one was enough. Pieces are at least
-    /// 256 KiB, so smaller chunks are copied by fewer threads than this.
-    pub copy_threads: usize,
-}
-
-/// A storage file paired with accelerator memory, with the path chosen for
-/// transfers between them and the reason.
-pub struct Handle<'a> {
-    engine: &'a Engine,
-    file: &'a StorageFile,
-    mem: &'a dyn DeviceMemory,
-    choice: Arc<PathChoice>,
-}
-
-impl fmt::Debug for Handle<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handle")
-            .field("file", &self.file.path)
-            .field("mem", &self.mem.kind())
-            .field("choice", &self.choice)
-            .finish()
-    }
-}
-
-impl Handle<'_> {
-    /// The path transfers on this handle take.
-    pub fn path(&self) -> TransferPath {
-        self.choice.path
-    }
-
-    /// Why.
-    pub fn reason(&self) -> &str {
-        &self.choice.reason
-    }
-
-    /// The full choice.
-    pub fn choice(&self) -> &PathChoice {
-        &self.choice
-    }
-
-    /// Reads `len` bytes at `file_offset` into the memory at `mem_offset`.
-    pub fn read(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.engine.run(
-            Direction::Read,
-            &self.choice,
-            self.file,
-            file_offset,
-            self.mem,
-            mem_offset,
-            len,
-        )
-    }
-
-    /// Writes `len` bytes of the memory at `mem_offset` to `file_offset`.
-    pub fn write(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.engine.run(
-            Direction::Write,
-            &self.choice,
-            self.file,
-            file_offset,
-            self.mem,
-            mem_offset,
-            len,
-        )
-    }
-}
-
-/// The transfer engine: configuration, pooled rings and bounce buffers, and
-/// counters. Thread-safe: each concurrent transfer takes its own ring.
+/// The transfer engine. Thread-safe: each concurrent transfer takes its own
+/// ring.
 pub struct Engine {
-    pub(crate) config: Config,
-    pub(crate) module: Option<Arc<Module>>,
-    pub(crate) pool: Mutex<Vec<Context>>,
-    pub(crate) stats: Stats,
-    pub(crate) workers: Workers<Engine>,
-    /// The copy stage's helper threads.
-    pub(crate) copy: copypool::CopyPool,
-    /// What AUTO knows of each storage device's geometry.
-    pub(crate) devices: Mutex<HashMap<geometry::DeviceKey, Known>>,
-    /// What the strided cost model knows of each device, memory and path.
-    pub(crate) constants: Mutex<HashMap<constants::Key, constants::KnownConstants>>,
-    /// Copy threads the last automatically sized bounce read ended with:
-    /// the next one starts there.
-    pub(crate) copy_threads_auto: AtomicUsize,
-    /// The most copy threads automatic sizing uses: the cores this process
-    /// may run on (read once: finding out reads cgroup files), at most
-    /// [`MAX_AUTO_COPY_THREADS`].
-    pub(crate) copy_threads_most: usize,
-    /// Host staging rings of routes, kept for the next copy.
-    pub(crate) rings: RingPool,
+    core: Arc<Core>,
+    workers: Workers<Core>,
+    rings: RingPool,
 }
-
-/// What AUTO knows of a device's geometry.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Known {
-    /// Learned by calibration, in this process or from the cache.
-    Learned(geometry::Learned),
-    /// Nothing yet: the facts' choice until a large read calibrates.
-    Unknown,
-    /// A calibration is running.
-    Calibrating,
-    /// Calibration failed: the facts' choice for this engine's life.
-    Facts,
-}
-
-/// Device `key`'s entry in `devices`, read from the cache in `dir` when it
-/// has none yet.
-fn known_entry<'m>(
-    devices: &'m mut HashMap<geometry::DeviceKey, Known>,
-    dir: &Path,
-    key: &geometry::DeviceKey,
-) -> &'m mut Known {
-    devices
-        .entry(key.clone())
-        .or_insert_with(|| match geometry::Cache::in_dir(dir).lookup(key) {
-            Some(l) => Known::Learned(l),
-            None => Known::Unknown,
-        })
-}
-
-/// The chunk size and depth a transfer uses, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GeometryChoice {
-    /// Bytes per chunk and chunks in flight.
-    pub geometry: Geometry,
-    /// Where they come from, in words.
-    pub reason: String,
-}
-
-/// Most threads the automatic copy stage uses.
-const MAX_AUTO_COPY_THREADS: usize = 4;
 
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
-            .field("config", &self.config)
+            .field("config", self.core.config())
             .finish()
     }
 }
 
 impl Engine {
-    /// An engine with `config`; `module` is used for P2P queries (AUTO
-    /// without a module always chooses the bounce path).
+    /// An engine with `config`, and the module when accelerator memory is
+    /// used (P2P queries and the module's block I/O need it).
     pub fn new(config: Config, module: Option<Arc<Module>>) -> Self {
         Self {
-            config,
-            module,
-            pool: Mutex::new(Vec::new()),
-            stats: Stats::default(),
+            core: Arc::new(Core::new(config, module)),
             workers: Workers::new(),
-            copy: copypool::CopyPool::default(),
-            devices: Mutex::new(HashMap::new()),
-            constants: Mutex::new(HashMap::new()),
-            copy_threads_auto: AtomicUsize::new(1),
-            copy_threads_most: std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(MAX_AUTO_COPY_THREADS),
             rings: RingPool::default(),
         }
     }
 
+    /// What the engine's transfers share.
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
-        &self.config
+        self.core.config()
     }
 
-    /// Per-path counters.
+    /// Counters per path.
     pub fn stats(&self) -> &Stats {
-        &self.stats
+        self.core.stats()
     }
 
-    /// Chooses the path for transfers between `file` and `mem`.
-    ///
-    /// [`PathPref::NvmeCmd`] needs storage on an NVMe namespace
-    /// ([`StorageFile::nvme_namespace`]): the namespace, a partition of it,
-    /// or a regular file on ext4 or XFS there, whose extents each transfer
-    /// maps with `FIEMAP`; anything else is `Error::PathUnavailable` with the
-    /// reason. A transfer the path cannot serve after all (a hole or shared
-    /// extent under a write, say) is retried on the bounce path.
+    /// The path transfers between `file` and `mem` take, and why
+    /// ([`Core::choose`]).
     pub fn choose(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Result<PathChoice> {
-        let mut choice = self.choose_path(file, mem)?;
-        if choice.path == TransferPath::P2p {
-            choice
-                .reason
-                .push_str(&p2p::submission(self.config.p2p_submit, file, mem));
-        }
-        Ok(choice)
+        self.core.choose(file, mem)
     }
 
-    /// [`Engine::choose`] before it says how P2P I/O is submitted.
-    pub(crate) fn choose_path(
-        &self,
-        file: &StorageFile,
-        mem: &dyn DeviceMemory,
-    ) -> Result<PathChoice> {
-        if let Some(ns) = &file.queues {
-            return match self.config.path {
-                PathPref::Auto | PathPref::Queues => Ok(self.decide_queues(ns, mem)),
-                pref => Err(Error::PathUnavailable {
-                    path: pref.as_str(),
-                    reason: format!(
-                        "{} is driven by this process, so only the queues path reaches it; give the controller back to the kernel for the other paths",
-                        ns.name()
-                    ),
-                }),
-            };
-        }
-        let auto = self.decide(file, mem);
-        match self.config.path {
-            PathPref::Auto => Ok(auto),
-            PathPref::Queues => Err(Error::PathUnavailable {
-                path: "queues",
-                reason: format!(
-                    "{} is reached through the kernel; the queues path needs a namespace of a controller this process drives (queues::Controller::initialize, then StorageFile::namespace)",
-                    file.path.display()
-                ),
-            }),
-            PathPref::Bounce => Ok(PathChoice {
-                path: TransferPath::Bounce,
-                reason: "bounce path forced by configuration".into(),
-            }),
-            PathPref::P2p => match mem.dma_target() {
-                Some(_) => Ok(PathChoice {
-                    path: TransferPath::P2p,
-                    reason: if auto.path == TransferPath::P2p {
-                        format!("P2P forced by configuration ({})", auto.reason)
-                    } else {
-                        format!("P2P forced by configuration, although: {}", auto.reason)
-                    },
-                }),
-                None => Err(Error::PathUnavailable {
-                    path: "p2p",
-                    reason: format!("{} has no CPU mapping storage could DMA into", mem.kind()),
-                }),
-            },
-            PathPref::NvmeCmd => {
-                let unavailable = |reason: String| Error::PathUnavailable {
-                    path: "nvme-cmd",
-                    reason,
-                };
-                let Some(ns) = file.nvme_namespace() else {
-                    // Say why a file's filesystem would not do either (btrfs
-                    // files are on no block device of their own, for one).
-                    let fs = match file.is_file {
-                        true => file
-                            .fd()
-                            .ok()
-                            .and_then(|fd| extents::Filesystem::of(fd).err())
-                            .map(|r| format!("; besides, {r}")),
-                        false => None,
-                    };
-                    return Err(unavailable(format!(
-                        "{} is not on an NVMe namespace (NVMe commands address namespace blocks){}",
-                        file.path.display(),
-                        fs.unwrap_or_default()
-                    )));
-                };
-                if let Some(why) = &file.nvme_cmd_refusal {
-                    return Err(unavailable(format!("{}: {why}", file.path.display())));
-                }
-                let layout = match &file.fs {
-                    Some(Ok(fs)) => format!("; file extents mapped with FIEMAP ({fs})"),
-                    Some(Err(reason)) => {
-                        return Err(unavailable(format!("{}: {reason}", file.path.display())))
-                    }
-                    None => String::new(),
-                };
-                let at = match file.dev_start {
-                    0 => String::new(),
-                    b => format!(", partition at byte {b}"),
-                };
-                if mem.dma_target().is_none() {
-                    return Err(unavailable(format!(
-                        "{} has no CPU mapping to give the controller",
-                        mem.kind()
-                    )));
-                }
-                Ok(PathChoice {
-                    path: TransferPath::NvmeCmd,
-                    reason: format!(
-                        "NVMe commands built by the library on {} (namespace {}{at}){layout}; {}",
-                        ns.generic.display(),
-                        ns.nsid,
-                        auto.reason
-                    ),
-                })
-            }
-        }
-    }
-
-    /// AUTO's choice for a namespace this process drives: the queues path,
-    /// saying how the memory is reached.
-    pub(crate) fn decide_queues(&self, ns: &Namespace, mem: &dyn DeviceMemory) -> PathChoice {
-        let ctrl = ns.controller();
-        let how = match mem.kind() {
-            MemoryKind::Host if mem.dma_target().is_some() => {
-                "host memory pinned for the controller (PIN_USER)".to_string()
-            }
-            MemoryKind::ModuleBar { index, .. } if mem.module_allocation().is_some() => {
-                match ns.module().p2p_query(index, Peer::Pci(ctrl.pci())) {
-                    Ok(q) => match q.distance {
-                        Some(d) => format!(
-                            "accelerator {index}'s memory mapped for the controller (DMA_MAP), P2P distance {d}"
-                        ),
-                        None => format!(
-                            "through host staging buffers: the kernel says {} cannot reach accelerator {index}'s memory by P2P ({})",
-                            ctrl.pci(),
-                            q.reason
-                        ),
-                    },
-                    Err(e) => format!(
-                        "accelerator {index}'s memory mapped for the controller (DMA_MAP) where the module allows, host staging otherwise (P2P query: {e})"
-                    ),
-                }
-            }
-            k => format!("through host staging buffers ({k} cannot be mapped for the controller)"),
-        };
-        PathChoice {
-            path: TransferPath::Queues,
-            reason: format!(
-                "{} is driven by this process ({}): NVMe commands in queues in accelerator memory, no system call per I/O; data {how}; partial blocks through host staging",
-                ns.name(),
-                ctrl.iommu().describe()
-            ),
-        }
-    }
-
-    /// AUTO's choice: the doctor's rule ([`plan::choose_path`]) on
-    /// what this engine knows about the pair.
-    pub(crate) fn decide(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> PathChoice {
-        let index = match mem.kind() {
-            MemoryKind::ModuleBar { index, .. } => index,
-            MemoryKind::Host => {
-                return PathChoice {
-                    path: TransferPath::Bounce,
-                    reason: "P2P not possible: the memory is the host-memory device, not accelerator memory; staging through host memory (bounce pipeline)".into(),
-                }
-            }
-        };
-        let query = match (&self.module, file.controller()) {
-            (Some(m), Some(pci)) if file.is_nvme() && file.multipath.is_empty() => {
-                m.p2p_query(index, Peer::Pci(pci)).ok()
-            }
-            _ => None,
-        };
-        // A multipath namespace: every path's controller is asked.
-        let paths = match &self.module {
-            Some(m) if file.is_nvme() => plan::query_paths(m, index, &file.multipath),
-            _ => Vec::new(),
-        };
-        plan::choose_path(&plan::PathFacts {
-            module: self.module.is_some(),
-            accelerator: true,
-            storage_nvme: file.is_nvme(),
-            p2p: query.as_ref(),
-            paths: &paths,
-        })
-    }
-
-    /// A handle for transfers between `file` and `mem`, with its path: the
-    /// choice [`Engine::choose`] makes, made once per file for each kind of
-    /// memory and kept with the file, so small transfers do not pay for it.
+    /// `file` and `mem` paired, with the path chosen once for every
+    /// transfer between them ([`Core::handle`]).
     pub fn handle<'a>(
         &'a self,
         file: &'a StorageFile,
         mem: &'a dyn DeviceMemory,
     ) -> Result<Handle<'a>> {
-        let key = ChoiceKey {
-            pref: self.config.path,
-            module: self.module.is_some(),
-            mem: mem.kind(),
-            dma: mem.dma_target().is_some(),
-        };
-        let choice = match file.cached_choice(&key) {
-            Some(c) => c,
-            None => {
-                let c = Arc::new(self.choose(file, mem)?);
-                file.cache_choice(key, c.clone());
-                c
-            }
-        };
-        Ok(Handle {
-            engine: self,
-            file,
-            mem,
-            choice,
-        })
+        self.core.handle(file, mem)
     }
 
-    /// Reads `len` bytes at `file_offset` of `file` into `mem` at
-    /// `mem_offset`, on the path [`Engine::choose`] picks.
+    /// Reads `len` bytes at `file_offset` into `mem` at `mem_offset`.
     pub fn read(
         &self,
         file: &StorageFile,
@@ -447,11 +91,10 @@ impl Engine {
         mem_offset: usize,
         len: usize,
     ) -> Result<Report> {
-        self.handle(file, mem)?.read(file_offset, mem_offset, len)
+        self.core.read(file, file_offset, mem, mem_offset, len)
     }
 
-    /// Writes `len` bytes of `mem` at `mem_offset` to `file` at
-    /// `file_offset`.
+    /// Writes `len` bytes of `mem` at `mem_offset` to `file_offset`.
     pub fn write(
         &self,
         file: &StorageFile,
@@ -460,347 +103,161 @@ impl Engine {
         mem_offset: usize,
         len: usize,
     ) -> Result<Report> {
-        self.handle(file, mem)?.write(file_offset, mem_offset, len)
+        self.core.write(file, file_offset, mem, mem_offset, len)
     }
 
-    /// The chunk size and depth a read of `len` bytes of `file` would use
-    /// now, and why (without calibrating: see [`Engine::prepare`]).
+    /// The chunk size and depth a transfer of `len` bytes with `file`
+    /// uses, and why ([`Core::geometry`]).
     pub fn geometry(&self, file: &StorageFile, len: usize) -> GeometryChoice {
-        let (device, learned) = self.device_geometry(file);
-        let why = Self::device_geometry_reason(file, learned);
-        let (chunk, depth) = self.config.geometry(len, file.block, device);
-        let reason = match (self.config.chunk, self.config.depth) {
-            (Some(_), Some(_)) => "chunk and depth set by configuration".to_string(),
-            (Some(_), None) => format!("chunk set by configuration, depth {why}"),
-            (None, Some(_)) => format!("depth set by configuration, chunk {why}"),
-            (None, None) if chunk < device.chunk => {
-                format!("{why}; chunk reduced to a quarter of the {len}-byte transfer")
-            }
-            (None, None) => why,
-        };
-        GeometryChoice {
-            geometry: Geometry { chunk, depth },
-            reason,
-        }
+        self.core.geometry(file, len)
     }
 
-    /// Gets ready for reads of `len` bytes of `file` at `file_offset`:
-    /// calibrates the device if AUTO would on such a read, and sets up the
-    /// ring and bounce slots for its geometry, so that the first transfer
-    /// does not pay for them.
+    /// Calibrates `file`'s geometry now, if it is due ([`Core::prepare`]).
     pub fn prepare(&self, file: &StorageFile, file_offset: u64, len: usize) -> Result<()> {
-        self.calibrate_if_due(file, file_offset, len);
-        let (chunk, depth) = self
-            .config
-            .geometry(len, file.block, self.device_geometry(file).0);
-        let ctx = self.context(chunk, depth)?;
-        self.give_back(ctx);
-        Ok(())
+        self.core.prepare(file, file_offset, len)
     }
 
-    /// The device's geometry for AUTO, and what was learned for it, if
-    /// anything.
-    pub(crate) fn device_geometry(
+    /// Reads the runs of `shape` into `mem` ([`strided::read_strided`]).
+    pub fn read_strided(
         &self,
         file: &StorageFile,
-    ) -> (Geometry, Option<geometry::Learned>) {
-        let learned = match (&self.config.cache_dir, &file.key) {
-            (Some(dir), Some(key)) => match self.known(dir, key) {
-                Known::Learned(l) => Some(l),
-                _ => None,
-            },
-            _ => None,
-        };
-        match learned {
-            Some(l) => (l.geometry, Some(l)),
-            None => (geometry::from_facts(&file.disk), None),
-        }
-    }
-
-    /// Where [`Engine::device_geometry`]'s choice comes from, in words.
-    pub(crate) fn device_geometry_reason(
-        file: &StorageFile,
-        learned: Option<geometry::Learned>,
-    ) -> String {
-        if let Some(l) = learned {
-            return format!(
-                "learned by calibration ({:.2} GiB/s)",
-                l.bytes_per_s / (1u64 << 30) as f64
-            );
-        }
-        let d = &file.disk;
-        let said = match (d.max_request_bytes, d.queue_requests) {
-            (None, None) => "the storage says nothing, defaults".to_string(),
-            (r, q) => format!(
-                "largest request {}, queue of {}",
-                r.map_or("unknown".into(), |b| format!("{} KiB", b >> 10)),
-                q.map_or("unknown".into(), |n| n.to_string())
-            ),
-        };
-        format!("from the storage's facts ({said})")
-    }
-
-    /// What is known of device `key`, reading the cache in `dir` the first
-    /// time.
-    pub(crate) fn known(&self, dir: &Path, key: &geometry::DeviceKey) -> Known {
-        let mut d = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-        *known_entry(&mut d, dir, key)
-    }
-
-    /// Calibrates `file`'s device when AUTO chooses both chunk and depth,
-    /// learning is on, nothing is known of the device yet, and the
-    /// block-aligned part of a read of `len` bytes at `file_offset` is at
-    /// least [`geometry::CALIBRATE_MIN`] bytes inside the storage. The result
-    /// goes to the cache; a failure leaves the facts' choice. Never fails.
-    pub(crate) fn calibrate_if_due(&self, file: &StorageFile, file_offset: u64, len: usize) {
-        let (Some(dir), Some(key), None, None) = (
-            &self.config.cache_dir,
-            &file.key,
-            self.config.chunk,
-            self.config.depth,
-        ) else {
-            return;
-        };
-        if len < geometry::CALIBRATE_MIN {
-            return;
-        }
-        let bs = file.block as u64;
-        let a0 = xfer::round_up(file_offset, bs);
-        let a1 = match file_offset.checked_add(len as u64) {
-            Some(end) => xfer::round_down(end, bs),
-            None => return,
-        };
-        if a1 < a0 || a1 - a0 < geometry::CALIBRATE_MIN as u64 {
-            return;
-        }
-        {
-            let mut d = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-            let k = known_entry(&mut d, dir, key);
-            if !matches!(k, Known::Unknown) {
-                return;
-            }
-            *k = Known::Calibrating;
-        }
-        // Only a range the storage holds: the read itself reports the end.
-        if !file.current_size().is_ok_and(|size| a1 <= size) {
-            self.devices
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.clone(), Known::Unknown);
-            return;
-        }
-        let cands = geometry::candidates(&file.disk);
-        let range = usize::try_from(a1 - a0).unwrap_or(usize::MAX);
-        let known = match calibrate::calibrate(file, a0, range, &cands) {
-            Some((l, _)) => {
-                // A cache that cannot be written only means calibrating
-                // again in the next process.
-                let _ = geometry::Cache::in_dir(dir).store(key, &l);
-                Known::Learned(l)
-            }
-            None => Known::Facts,
-        };
-        self.devices
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), known);
-    }
-
-    /// Copy threads a bounce read starts with, and the most it may use:
-    /// as configured, or automatically (see `docs/transfer.md`).
-    pub(crate) fn copy_threads(&self, chunk: usize) -> (usize, usize) {
-        if let Some(n) = self.config.copy_threads {
-            return (n, n);
-        }
-        let most = self.copy_threads_most;
-        if most < 2 || chunk < 2 * copypool::MIN_PIECE {
-            return (1, 1);
-        }
-        (
-            self.copy_threads_auto
-                .load(Ordering::Relaxed)
-                .clamp(1, most),
-            most,
-        )
-    }
-
-    pub(crate) fn context(&self, chunk: usize, depth: usize) -> Result<Context> {
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = pool
-            .iter()
-            .position(|c| c.chunk() == chunk && c.depth() == depth)
-        {
-            return Ok(pool.swap_remove(i));
-        }
-        drop(pool);
-        Context::new(depth, chunk)
-    }
-
-    pub(crate) fn give_back(&self, ctx: Context) {
-        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        if pool.len() < 8 {
-            pool.push(ctx);
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn run(
-        &self,
-        dir: Direction,
-        choice: &PathChoice,
-        file: &StorageFile,
-        file_offset: u64,
+        shape: &Shape,
         mem: &dyn DeviceMemory,
         mem_offset: usize,
-        len: usize,
-    ) -> Result<Report> {
-        check_range(mem_offset, len, mem.len())?;
-        if file_offset.checked_add(len as u64).is_none() {
-            return Err(Error::InvalidArgument(
-                "file offset + length overflows".into(),
-            ));
-        }
-        // A read past the end of the file: refused up front where that costs
-        // no system call (block devices) or where the path would not notice
-        // (NVMe commands read blocks past a file's end as a hole, zeros);
-        // the other paths find out from the storage's own short read, below.
-        let eof = |size: u64| Error::EndOfFile {
-            path: file.path.clone(),
-            offset: file_offset,
-            len: len as u64,
-            size,
-        };
-        if dir == Direction::Read && (!file.is_file || choice.path == TransferPath::NvmeCmd) {
-            let size = file.current_size()?;
-            if file_offset + len as u64 > size {
-                return Err(eof(size));
-            }
-        }
-        if len == 0 {
-            return Ok(Report {
-                bytes: 0,
-                path: choice.path,
-                retried: false,
-                ring_pinned: false,
-                copy_threads: 1,
-            });
-        }
-        if let Some(ns) = &file.queues {
-            // Nothing else reaches the namespace: whatever the choice said.
-            paths::queues::run(
-                ns,
-                dir,
-                file_offset,
-                mem,
-                mem_offset,
-                len,
-                &self.stats.queues,
-            )?;
-            return Ok(Report {
-                bytes: len as u64,
-                path: TransferPath::Queues,
-                retried: false,
-                ring_pinned: false,
-                copy_threads: 1,
-            });
-        }
-        if dir == Direction::Read {
-            self.calibrate_if_due(file, file_offset, len);
-        }
-        let (chunk, depth) = self
-            .config
-            .geometry(len, file.block, self.device_geometry(file).0);
-        let mut ctx = self.context(chunk, depth)?;
-        let ring_pinned = ctx.pinned();
-        let (threads, most) = self.copy_threads(chunk);
-        let threads = AtomicUsize::new(threads);
-        let start = Instant::now();
-        let xfer = |stats| Xfer {
-            file,
-            file_offset,
-            mem,
-            mem_offset,
-            len,
-            stats,
-            submit: self.config.p2p_submit,
-            start,
-            copy: CopyStage {
-                pool: &self.copy,
-                threads: &threads,
-                auto_most: (self.config.copy_threads.is_none() && most > 1).then_some(most),
-                busy: std::sync::atomic::AtomicU64::new(0),
-            },
-        };
-        let (res, path, retried) = match choice.path {
-            TransferPath::Bounce => (
-                bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce)),
-                TransferPath::Bounce,
-                false,
-            ),
-            fast @ (TransferPath::P2p | TransferPath::NvmeCmd) => {
-                let (r, stats) = if fast == TransferPath::P2p {
-                    let s = &self.stats.p2p;
-                    (p2p::run(&mut ctx, dir, &xfer(s)), s)
-                } else {
-                    let s = &self.stats.nvme_cmd;
-                    (nvme_cmd::run(&mut ctx, dir, &xfer(s)), s)
-                };
-                match r {
-                    Ok(()) => (Ok(()), fast, false),
-                    Err(e) if e.bounce_can_fix() => {
-                        // The fast path could not serve the transfer (the
-                        // kernel refused the P2P pages or the direct-I/O
-                        // shape, passthrough is unavailable, the layout does
-                        // not allow the path): redo the whole transfer
-                        // through host memory. What the device said about
-                        // the data itself (a medium error, say) is returned
-                        // as it is, not read a second time.
-                        stats.record_retry();
-                        file.forget_choices();
-                        let r = bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce));
-                        (r, TransferPath::Bounce, true)
-                    }
-                    Err(e) => (Err(e), fast, false),
-                }
-            }
-            TransferPath::Queues => (
-                Err(Error::PathUnavailable {
-                    path: "queues",
-                    reason: format!(
-                        "{} is not a namespace of a controller this process drives",
-                        file.path.display()
-                    ),
-                }),
-                TransferPath::Queues,
-                false,
-            ),
-        };
-        self.give_back(ctx);
-        let copied = path == TransferPath::Bounce && dir == Direction::Read;
-        if self.config.copy_threads.is_none() && copied {
-            self.copy_threads_auto
-                .store(threads.load(Ordering::Relaxed), Ordering::Relaxed);
-        }
-        if let (Err(Error::Short { .. }), Direction::Read, true) = (&res, dir, file.is_file) {
-            let size = file.current_size()?;
-            if file_offset + len as u64 > size {
-                return Err(eof(size));
-            }
-        }
-        res?;
-        self.stats
-            .of(path)
-            .record_transfer(len as u64, start.elapsed());
-        Ok(Report {
-            bytes: len as u64,
-            path,
-            retried,
-            ring_pinned,
-            copy_threads: if copied {
-                threads.load(Ordering::Relaxed)
-            } else {
-                1
-            },
-        })
+        layout: Layout,
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        strided::read_strided(&self.core, file, shape, mem, mem_offset, layout, mode)
+    }
+
+    /// Writes the runs of `shape` from `mem` ([`strided::write_strided`]).
+    pub fn write_strided(
+        &self,
+        file: &StorageFile,
+        shape: &Shape,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        layout: Layout,
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        strided::write_strided(&self.core, file, shape, mem, mem_offset, layout, mode)
+    }
+
+    /// Copies the runs of `shape` in host memory `src` into `mem`
+    /// ([`strided::copy_strided_to_memory`]).
+    pub fn copy_strided_to_memory(
+        &self,
+        src: &[u8],
+        shape: &Shape,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        layout: Layout,
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        strided::copy_strided_to_memory(&self.core, src, shape, mem, mem_offset, layout, mode)
+    }
+
+    /// Copies the runs of `shape` out of `mem` into host memory `dst`
+    /// ([`strided::copy_strided_from_memory`]).
+    pub fn copy_strided_from_memory(
+        &self,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        layout: Layout,
+        shape: &Shape,
+        dst: &mut [u8],
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        strided::copy_strided_from_memory(&self.core, mem, mem_offset, layout, shape, dst, mode)
+    }
+
+    /// Measures the strided cost model's constants
+    /// ([`strided::measure_strided`]).
+    pub fn measure_strided(
+        &self,
+        file: Option<&StorageFile>,
+        mem: &dyn DeviceMemory,
+        effort: Effort,
+    ) -> Measurement {
+        strided::measure_strided(&self.core, file, mem, effort)
+    }
+
+    /// The strided cost model's constants for `file`, `mem` and `path`
+    /// ([`strided::strided_constants`]).
+    pub fn strided_constants(
+        &self,
+        file: Option<&StorageFile>,
+        mem: &dyn DeviceMemory,
+        path: TransferPath,
+    ) -> Resolved {
+        strided::strided_constants(&self.core, file, mem, path)
+    }
+
+    /// What the constants for `file` and `mem` are kept under
+    /// ([`strided::strided_key`]).
+    pub fn strided_key(&self, file: Option<&StorageFile>, mem: &dyn DeviceMemory) -> Result<Key> {
+        strided::strided_key(&self.core, file, mem)
+    }
+
+    /// Measures and stores the constants for `file` and `mem`
+    /// ([`strided::calibrate_strided`]).
+    pub fn calibrate_strided(
+        &self,
+        file: Option<&StorageFile>,
+        mem: &dyn DeviceMemory,
+    ) -> Result<(Key, Measurement, Option<PathBuf>)> {
+        strided::calibrate_strided(&self.core, file, mem)
+    }
+
+    /// Plans a route from `src` to `dst` ([`route::route`]).
+    pub fn route<'a>(&self, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
+        route::route(&self.core, src, dst)
+    }
+
+    /// Plans a route from `src` to `dst` through `via`
+    /// ([`route::route_through`]).
+    pub fn route_through<'a>(
+        &self,
+        src: End<'a>,
+        via: &[Via<'a>],
+        dst: End<'a>,
+    ) -> Result<Route<'a>> {
+        route::route_through(&self.core, src, via, dst)
+    }
+
+    /// Copies `len` bytes along `route` ([`route::copy`]).
+    pub fn copy(&self, route: &Route<'_>, len: usize, opts: &RouteOptions) -> Result<RouteReport> {
+        route::copy(&self.core, &self.rings, route, len, opts)
+    }
+
+    /// Submits a transfer to run in the background; returns at once.
+    pub fn submit(&self, req: Request) -> Ticket {
+        asyncio::submit(&self.core, &self.workers, req)
+    }
+
+    /// Submits many transfers at once; they run in parallel on the pool.
+    pub fn submit_batch(&self, reqs: impl IntoIterator<Item = Request>) -> Vec<Ticket> {
+        reqs.into_iter().map(|r| self.submit(r)).collect()
+    }
+
+    /// Submits a strided read or write to run in the background; returns
+    /// at once. Its ticket gives what [`Engine::read_strided`] or
+    /// [`Engine::write_strided`] would have returned.
+    pub fn submit_strided(&self, req: StridedRequest) -> Ticket<StridedReport> {
+        asyncio::submit_strided(&self.core, &self.workers, req)
+    }
+
+    /// Submits many strided transfers at once; they run in parallel on the
+    /// pool (each also spreading its own runs as it would alone).
+    pub fn submit_strided_batch(
+        &self,
+        reqs: impl IntoIterator<Item = StridedRequest>,
+    ) -> Vec<Ticket<StridedReport>> {
+        reqs.into_iter().map(|r| self.submit_strided(r)).collect()
+    }
+
+    /// Waits for every ticket and returns the results in order.
+    pub fn wait_all<T>(tickets: &[Ticket<T>]) -> Vec<Result<T>> {
+        tickets.iter().map(Ticket::wait).collect()
     }
 }

@@ -34,12 +34,15 @@
 //! constants; [`exec`] the machinery a transfer runs on (the staged
 //! pipeline, the copy threads, a file's extents, worker threads and ring
 //! buffers); [`storage`] the opened file and [`xfer`] one transfer as every
-//! path sees it; [`paths`] one module per data path; [`engine`] chooses a
-//! path and runs a transfer on it; [`strided`], [`route`], [`calibrate`]
-//! and [`asyncio`] are built on the engine.
+//! path sees it; [`paths`] one module per data path, and [`calibrate`]
+//! the geometry measured on a file; [`core`] holds what transfers share,
+//! chooses a path and runs a transfer on it; [`strided`], [`route`] and
+//! [`asyncio`] are built on the core and take it, not the engine;
+//! [`engine`] is the face that owns them all.
 
 pub mod asyncio;
 pub mod calibrate;
+pub mod core;
 pub mod engine;
 pub mod exec;
 pub mod paths;
@@ -54,7 +57,8 @@ pub mod xfer;
 pub use crate::queues::Namespace;
 pub use crate::sys::uring::nvme_io_sqe;
 pub use asyncio::{Request, StridedRequest, Ticket};
-pub use engine::{Engine, GeometryChoice, Handle, Report};
+pub use core::{Core, GeometryChoice, Handle, Report};
+pub use engine::Engine;
 pub use plan::{PathChoice, TransferPath};
 pub use route::{End, Hop, HopKind, Route, RouteOptions, RouteReport, Via};
 pub use stats::{PathStats, Stats};

@@ -7,17 +7,17 @@
 //! `O_DIRECT` into host memory), or a CPU copy between memories. Between
 //! hops the chunks wait in staging rings: pinned host memory the route
 //! allocates, or a region of an accelerator's memory the caller lends.
-//! [`Engine::route`] picks the hops (storage straight into an accelerator by
+//! [`Engine::route`](crate::transfer::Engine::route) picks the hops (storage straight into an accelerator by
 //! P2P where the kernel allows it, through host memory otherwise; one
 //! accelerator to another through host memory) and says why;
-//! [`Engine::route_through`] takes the places in between from the caller.
-//! [`Engine::copy`] runs a route: every hop is a stage of the pipeline
+//! [`Engine::route_through`](crate::transfer::Engine::route_through) takes the places in between from the caller.
+//! [`Engine::copy`](crate::transfer::Engine::copy) runs a route: every hop is a stage of the pipeline
 //! executor ([`pipeline`]), all hops busy at once on different chunks.
 
 use std::{fmt, time::Duration};
 
 use super::{
-    engine::Engine,
+    core::Core,
     exec::{
         pipeline::{self, Chunk, Driver, Lanes, Stage},
         rings::RingPool,
@@ -249,88 +249,86 @@ pub struct RouteReport {
     pub elapsed: Duration,
 }
 
-impl Engine {
-    /// Plans a route from `src` to `dst`: the engine's path choice between
-    /// storage and memory (P2P or NVMe commands in one hop where allowed,
-    /// through host memory otherwise), one accelerator's memory to
-    /// another's through host memory, storage to storage through host
-    /// memory. The reason says why.
-    pub fn route<'a>(&self, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
-        let mut p = Planner::new(self, src);
-        p.join(Place::End(src), Place::End(dst))?;
-        Ok(p.done(None))
-    }
+/// Plans a route from `src` to `dst`: the engine's path choice between
+/// storage and memory (P2P or NVMe commands in one hop where allowed,
+/// through host memory otherwise), one accelerator's memory to
+/// another's through host memory, storage to storage through host
+/// memory. The reason says why.
+pub fn route<'a>(core: &Core, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
+    let mut p = Planner::new(core, src);
+    p.join(Place::End(src), Place::End(dst))?;
+    Ok(p.done(None))
+}
 
-    /// A route from `src` to `dst` through the places `via`, in order. A
-    /// storage hop whose memory the storage cannot reach directly goes
-    /// through host memory as well (the reason says so); a copy between two
-    /// accelerators' memories must go through host memory.
-    pub fn route_through<'a>(
-        &self,
-        src: End<'a>,
-        via: &[Via<'a>],
-        dst: End<'a>,
-    ) -> Result<Route<'a>> {
-        for v in via {
-            if let Via::Memory { mem, offset, len } = *v {
-                if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
-                    return Err(Error::OutOfBounds {
-                        offset: offset as u64,
-                        len: len as u64,
-                        size: mem.len() as u64,
-                    });
-                }
+/// A route from `src` to `dst` through the places `via`, in order. A
+/// storage hop whose memory the storage cannot reach directly goes
+/// through host memory as well (the reason says so); a copy between two
+/// accelerators' memories must go through host memory.
+pub fn route_through<'a>(
+    core: &Core,
+    src: End<'a>,
+    via: &[Via<'a>],
+    dst: End<'a>,
+) -> Result<Route<'a>> {
+    for v in via {
+        if let Via::Memory { mem, offset, len } = *v {
+            if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
+                return Err(Error::OutOfBounds {
+                    offset: offset as u64,
+                    len: len as u64,
+                    size: mem.len() as u64,
+                });
             }
         }
-        let mut p = Planner::new(self, src);
-        let mut at = Place::End(src);
-        for next in via.iter().map(|&v| Place::Via(v)).chain([Place::End(dst)]) {
-            p.hop(at, next)?;
-            at = next;
-        }
-        Ok(p.done(Some("route given by the caller")))
     }
+    let mut p = Planner::new(core, src);
+    let mut at = Place::End(src);
+    for next in via.iter().map(|&v| Place::Via(v)).chain([Place::End(dst)]) {
+        p.hop(at, next)?;
+        at = next;
+    }
+    Ok(p.done(Some("route given by the caller")))
+}
 
-    /// Why two accelerators' memories are joined through host memory.
-    fn between_accelerators(&self, x: &MemoryKind, y: &MemoryKind) -> String {
-        let (
-            MemoryKind::ModuleBar { index: i, pci: pa },
-            MemoryKind::ModuleBar { index: j, pci: pb },
-        ) = (x, y)
-        else {
-            return format!("{x} to {y}: through host memory");
-        };
-        if i == j {
-            return format!("accelerator {i} to itself: through host memory (no copy engine the library drives)");
-        }
-        let kernel = match &self.module {
-            Some(m) => match m.p2p_query(*j, Peer::Pci(*pa)) {
-                Ok(q) if q.distance.is_some() => format!(
-                    "the kernel would allow P2P between {pa} and {pb} ({}), but neither has a copy engine the library drives",
-                    q.reason
-                ),
-                Ok(q) => format!("no P2P between {pa} and {pb}: {}", q.reason),
-                Err(e) => format!("P2P between {pa} and {pb} unknown ({e})"),
-            },
-            None => "the module is not open to ask about P2P".into(),
-        };
-        format!("accelerator {i} to accelerator {j} through host memory: {kernel}")
+/// Why two accelerators' memories are joined through host memory.
+pub(crate) fn between_accelerators(core: &Core, x: &MemoryKind, y: &MemoryKind) -> String {
+    let (MemoryKind::ModuleBar { index: i, pci: pa }, MemoryKind::ModuleBar { index: j, pci: pb }) =
+        (x, y)
+    else {
+        return format!("{x} to {y}: through host memory");
+    };
+    if i == j {
+        return format!(
+            "accelerator {i} to itself: through host memory (no copy engine the library drives)"
+        );
     }
+    let kernel = match &core.module {
+        Some(m) => match m.p2p_query(*j, Peer::Pci(*pa)) {
+            Ok(q) if q.distance.is_some() => format!(
+                "the kernel would allow P2P between {pa} and {pb} ({}), but neither has a copy engine the library drives",
+                q.reason
+            ),
+            Ok(q) => format!("no P2P between {pa} and {pb}: {}", q.reason),
+            Err(e) => format!("P2P between {pa} and {pb} unknown ({e})"),
+        },
+        None => "the module is not open to ask about P2P".into(),
+    };
+    format!("accelerator {i} to accelerator {j} through host memory: {kernel}")
 }
 
 /// A route being planned: its places so far, the hops between them, and
 /// why.
 struct Planner<'e, 'a> {
-    engine: &'e Engine,
+    core: &'e Core,
     places: Vec<Place<'a>>,
     hops: Vec<HopKind>,
     why: Vec<String>,
 }
 
 impl<'e, 'a> Planner<'e, 'a> {
-    fn new(engine: &'e Engine, src: End<'a>) -> Self {
+    fn new(core: &'e Core, src: End<'a>) -> Self {
         Self {
-            engine,
+            core,
             places: vec![Place::End(src)],
             hops: Vec::new(),
             why: Vec::new(),
@@ -367,7 +365,7 @@ impl<'e, 'a> Planner<'e, 'a> {
         let through_host = match (a.memory_kind(), b.memory_kind()) {
             (None, None) => Some("storage to storage: through host memory".to_string()),
             (Some(x), Some(y)) if !is_host(&x) && !is_host(&y) => {
-                Some(self.engine.between_accelerators(&x, &y))
+                Some(between_accelerators(self.core, &x, &y))
             }
             _ => None,
         };
@@ -439,7 +437,7 @@ impl<'e, 'a> Planner<'e, 'a> {
             self.push(kind(TransferPath::P2p), b);
             return Ok(());
         }
-        let choice = self.engine.choose(file, mem)?;
+        let choice = self.core.choose(file, mem)?;
         if choice.path != TransferPath::Bounce {
             self.why
                 .push(format!("{path} {into} {}: {}", mem.kind(), choice.reason));
@@ -463,84 +461,89 @@ impl<'e, 'a> Planner<'e, 'a> {
     }
 }
 
-impl Engine {
-    /// Copies `len` bytes along `route`, every hop a stage of one
-    /// pipeline. Moves every byte or returns an error.
-    pub fn copy(&self, route: &Route<'_>, len: usize, opts: &RouteOptions) -> Result<RouteReport> {
-        for p in [route.places[0], route.places[route.places.len() - 1]] {
-            if let Place::End(End::Memory { mem, offset }) = p {
-                if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
-                    return Err(Error::OutOfBounds {
-                        offset: offset as u64,
-                        len: len as u64,
-                        size: mem.len() as u64,
-                    });
-                }
-            }
-            if let Place::End(End::Storage { offset, .. }) = p {
-                if offset.checked_add(len as u64).is_none() {
-                    return Err(Error::InvalidArgument(
-                        "storage offset + length overflows".into(),
-                    ));
-                }
+/// Copies `len` bytes along `route`, every hop a stage of one
+/// pipeline. Moves every byte or returns an error.
+pub fn copy(
+    core: &Core,
+    pool: &RingPool,
+    route: &Route<'_>,
+    len: usize,
+    opts: &RouteOptions,
+) -> Result<RouteReport> {
+    for p in [route.places[0], route.places[route.places.len() - 1]] {
+        if let Place::End(End::Memory { mem, offset }) = p {
+            if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
+                return Err(Error::OutOfBounds {
+                    offset: offset as u64,
+                    len: len as u64,
+                    size: mem.len() as u64,
+                });
             }
         }
-        let chunk = match opts.chunk {
-            Some(0) => return Err(Error::InvalidArgument("a chunk of 0 bytes".into())),
-            Some(c) => c.div_ceil(ALIGN).saturating_mul(ALIGN),
-            None => (len / 16).clamp(256 << 10, 8 << 20).next_multiple_of(ALIGN),
-        };
-        let slots = opts.slots.unwrap_or(3);
-        let lanes = opts.lanes.unwrap_or(1);
-        if slots == 0 || lanes == 0 {
-            return Err(Error::InvalidArgument(
-                "a route needs at least one slot per ring and one lane per hop".into(),
-            ));
+        if let Place::End(End::Storage { offset, .. }) = p {
+            if offset.checked_add(len as u64).is_none() {
+                return Err(Error::InvalidArgument(
+                    "storage offset + length overflows".into(),
+                ));
+            }
         }
-        // Chunk boundaries aligned in the storage being written, else the
-        // storage being read: no two chunks share a block of it.
-        let last = route.places.len() - 1;
-        let anchor = route.places[last]
-            .storage()
-            .or_else(|| route.places[0].storage())
-            .map_or(0, |(_, o)| (o % ALIGN as u64) as usize);
-        let chunks = pipeline::chunks(len, chunk, anchor);
-        let slot_size = chunk.min(len.next_multiple_of(ALIGN)) + ALIGN;
-        let rings = route.places[1..last]
-            .iter()
-            .map(|p| Ring::new(*p, slot_size, slots, &self.rings))
-            .collect::<Result<Vec<_>>>()?;
-        let at = |i: usize| match route.places[i] {
-            Place::End(e) => Spot::End(e),
-            Place::Via(_) => Spot::Ring(&rings[i - 1]),
-        };
-        let stages: Vec<HopStage> = route
-            .hops
-            .iter()
-            .enumerate()
-            .map(|(i, &kind)| HopStage {
-                engine: self,
-                kind,
-                from: at(i),
-                to: at(i + 1),
-                anchor,
-            })
-            .collect();
-        let drivers: Vec<Driver> = stages
-            .iter()
-            .map(|s| Driver::Lanes(Lanes { stage: s, lanes }))
-            .collect();
-        let ring_slots: Vec<usize> = rings.iter().map(|r| r.slots).collect();
-        let out = pipeline::execute(&chunks, drivers, &ring_slots)?;
-        Ok(RouteReport {
-            bytes: len as u64,
-            hops: route.hops(),
-            busy: out.busy,
-            chunk,
-            chunks: chunks.len(),
-            elapsed: out.elapsed,
-        })
     }
+    let chunk = match opts.chunk {
+        Some(0) => return Err(Error::InvalidArgument("a chunk of 0 bytes".into())),
+        Some(c) => c.div_ceil(ALIGN).saturating_mul(ALIGN),
+        None => (len / 16).clamp(256 << 10, 8 << 20).next_multiple_of(ALIGN),
+    };
+    let slots = opts.slots.unwrap_or(3);
+    let lanes = opts.lanes.unwrap_or(1);
+    if slots == 0 || lanes == 0 {
+        return Err(Error::InvalidArgument(
+            "a route needs at least one slot per ring and one lane per hop".into(),
+        ));
+    }
+    // Chunk boundaries aligned in the storage being written, else the
+    // storage being read: no two chunks share a block of it.
+    let last = route.places.len() - 1;
+    let anchor = route.places[last]
+        .storage()
+        .or_else(|| route.places[0].storage())
+        .map_or(0, |(_, o)| (o % ALIGN as u64) as usize);
+    let chunks = pipeline::chunks(len, chunk, anchor);
+    let slot_size = chunk.min(len.next_multiple_of(ALIGN)) + ALIGN;
+    let rings = route.places[1..last]
+        .iter()
+        .map(|p| Ring::new(*p, slot_size, slots, pool))
+        .collect::<Result<Vec<_>>>()?;
+    let at = |i: usize| match route.places[i] {
+        Place::End(e) => Spot::End(e),
+        Place::Via(_) => Spot::Ring(&rings[i - 1]),
+    };
+    let stages: Vec<HopStage> = route
+        .hops
+        .iter()
+        .enumerate()
+        .map(|(i, &kind)| HopStage {
+            core,
+            rings: pool,
+            kind,
+            from: at(i),
+            to: at(i + 1),
+            anchor,
+        })
+        .collect();
+    let drivers: Vec<Driver> = stages
+        .iter()
+        .map(|s| Driver::Lanes(Lanes { stage: s, lanes }))
+        .collect();
+    let ring_slots: Vec<usize> = rings.iter().map(|r| r.slots).collect();
+    let out = pipeline::execute(&chunks, drivers, &ring_slots)?;
+    Ok(RouteReport {
+        bytes: len as u64,
+        hops: route.hops(),
+        busy: out.busy,
+        chunk,
+        chunks: chunks.len(),
+        elapsed: out.elapsed,
+    })
 }
 
 /// A staging ring: `slots` slots of `slot` bytes, in host memory from the
@@ -650,7 +653,8 @@ enum Spot<'r, 'a> {
 
 /// A hop as a pipeline stage.
 struct HopStage<'r, 'a> {
-    engine: &'r Engine,
+    core: &'r Core,
+    rings: &'r RingPool,
     kind: HopKind,
     from: Spot<'r, 'a>,
     to: Spot<'r, 'a>,
@@ -725,7 +729,7 @@ impl Stage for HopStage<'_, '_> {
                 } else {
                     Direction::Write
                 };
-                self.engine
+                self.core
                     .run(dir, &choice, file, file_offset, m.mem, m.offset, c.len)?;
                 Ok(())
             }
@@ -746,14 +750,14 @@ impl Stage for HopStage<'_, '_> {
                 }
                 // Neither side is a ring of this route: through a buffer
                 // of the engine's pool, already faulted in.
-                let buf = self.engine.rings.take(c.len)?;
+                let buf = self.rings.take(c.len)?;
                 // SAFETY: The buffer is this call's alone until it goes
                 // back to the pool below.
                 let r = a
                     .mem
                     .read_at(a.offset, unsafe { buf.bytes_mut(0, c.len) }?)
                     .and_then(|()| b.mem.write_at(b.offset, unsafe { buf.bytes(0, c.len) }?));
-                self.engine.rings.give(buf);
+                self.rings.give(buf);
                 r
             }
         }
