@@ -25,11 +25,11 @@ use kernel::{
 
 use crate::{
     ffi::{
-        ExporterNotice,
-        Notifier,
-        P2pPages,
-        Peer,
-        SgMap, //
+        dma::SgMap,
+        dmabuf::ExporterNotice,
+        eventfd::Notifier,
+        p2pmem::P2pPages,
+        pci::Peer, //
     },
     memory::Alloc,
 };
@@ -43,7 +43,7 @@ pub(crate) enum Source {
     /// An imported dma-buf (`DMABUF_IMPORT`), named by [`DmaBuf::id`]
     /// (the mapping holds a reference on it, so the name stays its own).
     ///
-    /// [`DmaBuf::id`]: crate::ffi::DmaBuf::id
+    /// [`DmaBuf::id`]: crate::ffi::dmabuf::DmaBuf::id
     DmaBuf { buf: usize },
 }
 

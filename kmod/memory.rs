@@ -27,10 +27,12 @@ use crate::{
     accel::DEVICES,
     ffi::{
         self,
-        FileMapping,
-        Notifier,
-        P2pPages,
-        PAGE_SIZE, //
+        eventfd::Notifier,
+        mm::{
+            FileMapping,
+            PAGE_SIZE, //
+        },
+        p2pmem::P2pPages,
     },
 };
 
@@ -134,7 +136,7 @@ impl Alloc {
         vma.set_mixedmap();
         st.vmas += 1;
         // SAFETY: The reference is the VMA's, released by `vma_close`.
-        unsafe { ffi::vma_setup(vma, Arc::into_raw(self.clone()).cast()) };
+        unsafe { ffi::mm::vma_setup(vma, Arc::into_raw(self.clone()).cast()) };
         Ok(())
     }
 

@@ -40,7 +40,7 @@ struct P2pdmaModule {
     _misc: MiscDeviceRegistration<file::P2pdmaFile>,
     #[pin]
     _driver: Registration<pci::Adapter<accel::AccelDriver>>,
-    _peers: ffi::PeerWatch,
+    _peers: ffi::pci::PeerWatch,
     _mappings: dma::RegistryCleanup,
 }
 
@@ -55,11 +55,11 @@ impl InPlaceModule for P2pdmaModule {
 
         try_pin_init!(Self {
             _mappings: dma::RegistryCleanup,
-            _peers: ffi::PeerWatch::new()?,
+            _peers: ffi::pci::PeerWatch::new()?,
             _driver <- Registration::new(MODULE_NAME, module),
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdma" }),
         })
-        .pin_chain(|_| ffi::add_param_ids(MODULE_NAME))
+        .pin_chain(|_| ffi::param::add_ids(MODULE_NAME))
     }
 }
 

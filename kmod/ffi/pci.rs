@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! PCI functions: the accelerator's BARs and P2PDMA registration, peers
+//! named by address, and the bus notifier that tells the module when a PCI
+//! device loses its driver.
+//!
+//! Upstream's `kernel::pci` has no P2PDMA calls, no bus address, location or
+//! NUMA node accessors, no upstream-bridge walk and no bus notifier.
+
+use core::ptr::NonNull;
+
+use kernel::{
+    bindings,
+    device,
+    error::to_result,
+    ffi::c_int,
+    pci,
+    prelude::*,
+    sync::aref::ARef, //
+};
+
+mod raw {
+    use kernel::{
+        bindings,
+        ffi::{
+            c_int,
+            c_uint, //
+        },
+    };
+
+    #[expect(
+        improper_ctypes,
+        reason = "C structs are only passed by pointer, never by value"
+    )]
+    unsafe extern "C" {
+        // include/linux/pci-p2pdma.h, which the kernel's bindings do not include.
+        pub(super) fn pci_p2pdma_add_resource(
+            pdev: *mut bindings::pci_dev,
+            bar: c_int,
+            size: usize,
+            offset: u64,
+        ) -> c_int;
+        pub(super) fn pci_p2pmem_publish(pdev: *mut bindings::pci_dev, publish: bool);
+
+        // include/linux/pci.h; exported, not in the Rust bindings.
+        pub(super) fn pcim_enable_device(pdev: *mut bindings::pci_dev) -> c_int;
+        // helpers.c: static inline functions, macros, module parameters and
+        // operation tables.
+        pub(super) fn p2pdma_helper_bar_kind(pdev: *mut bindings::pci_dev, bar: c_int) -> u32;
+        pub(super) fn p2pdma_helper_bar_bus_addr(pdev: *mut bindings::pci_dev, bar: c_int) -> u64;
+        pub(super) fn p2pdma_helper_location(
+            pdev: *mut bindings::pci_dev,
+            domain: *mut u32,
+            bus: *mut u8,
+            devfn: *mut u8,
+        );
+        pub(super) fn p2pdma_helper_numa_node(pdev: *mut bindings::pci_dev) -> c_int;
+        pub(super) fn p2pdma_helper_max_seg_size(pdev: *mut bindings::pci_dev) -> c_uint;
+        pub(super) fn p2pdma_helper_common_upstream(
+            a: *mut bindings::pci_dev,
+            b: *mut bindings::pci_dev,
+        ) -> *mut bindings::pci_dev;
+
+        pub(super) fn p2pdma_helper_watch_peers() -> c_int;
+        pub(super) fn p2pdma_helper_unwatch_peers();
+    }
+}
+
+/// The BAR decodes memory (not I/O ports).
+pub(crate) const BAR_MEM: u32 = 1;
+/// The BAR is 64-bit.
+pub(crate) const BAR_MEM_64: u32 = 2;
+/// The BAR is prefetchable.
+pub(crate) const BAR_PREFETCH: u32 = 4;
+
+/// Number of standard BARs of a PCI function.
+pub(crate) const NUM_BARS: u32 = 6;
+
+/// Returns the `struct pci_dev` behind `pdev`.
+///
+/// `pci::Device::as_raw` is private upstream; `pci::Device` is
+/// `#[repr(transparent)]` over `Opaque<bindings::pci_dev>`, so the cast is the
+/// same pointer.
+pub(super) fn raw_pdev<Ctx: device::DeviceContext>(
+    pdev: &pci::Device<Ctx>,
+) -> *mut bindings::pci_dev {
+    core::ptr::from_ref(pdev).cast_mut().cast()
+}
+
+/// The `struct device` embedded in `pdev`.
+pub(super) fn raw_dev<Ctx: device::DeviceContext>(
+    pdev: &pci::Device<Ctx>,
+) -> *mut bindings::device {
+    // SAFETY: `pdev` is a valid `struct pci_dev`; this only computes the
+    // address of its `dev` field.
+    unsafe { &raw mut (*raw_pdev(pdev)).dev }
+}
+
+/// Registers `bar` of `pdev` as P2PDMA memory (`pci_p2pdma_add_resource`).
+///
+/// The pages are device-managed: they go away when the driver unbinds.
+pub(crate) fn p2pdma_add_resource(pdev: &pci::Device<device::Core<'_>>, bar: u32) -> Result {
+    let bar = c_int::try_from(bar)?;
+    // SAFETY: `pdev` is a bound device (Core context), as the devres-managed
+    // registration requires; size 0 means the whole BAR.
+    to_result(unsafe { raw::pci_p2pdma_add_resource(raw_pdev(pdev), bar, 0, 0) })
+}
+
+/// Publishes (or withdraws) `pdev`'s P2P memory for other kernel users
+/// (`pci_p2pmem_publish`).
+pub(crate) fn p2pmem_publish(pdev: &pci::Device<device::Core<'_>>, publish: bool) {
+    // SAFETY: `pdev` is a valid, bound PCI device.
+    unsafe { raw::pci_p2pmem_publish(raw_pdev(pdev), publish) }
+}
+
+/// Enables the device (its memory and I/O decoding; not bus mastering,
+/// which the accelerator's own DMA engine would need and this driver does
+/// not use) for as long as the driver stays bound (`pcim_enable_device`;
+/// upstream's `enable_device_mem` has no managed counterpart).
+pub(crate) fn pcim_enable_device(pdev: &pci::Device<device::Core<'_>>) -> Result {
+    // SAFETY: `pdev` is a bound device, as the managed variant requires.
+    to_result(unsafe { raw::pcim_enable_device(raw_pdev(pdev)) })
+}
+
+/// Declares that the accelerator takes DMA segments of any length
+/// (`dma_set_max_seg_size`): the PCI core's default of 64 KiB is a guess for
+/// devices whose driver says nothing.
+pub(crate) fn set_max_seg_size(pdev: &pci::Device<device::Core<'_>>) {
+    // SAFETY: Called from probe, before any DMA mapping for the device is
+    // made through this driver; `dma_parms` of a PCI device always exist.
+    unsafe { bindings::dma_set_max_seg_size(raw_dev(pdev), u32::MAX) }
+}
+
+/// Facts about one BAR of a PCI device.
+pub(crate) struct BarInfo {
+    /// `BAR_*` bits.
+    pub(crate) kind: u32,
+    /// Size in bytes, 0 when the BAR is not implemented.
+    pub(crate) len: u64,
+    /// PCI bus address of the BAR's start.
+    pub(crate) bus_addr: u64,
+}
+
+/// Describes BAR `bar` (< [`NUM_BARS`]) of `pdev`.
+pub(crate) fn bar_info(pdev: &pci::Device, bar: u32) -> BarInfo {
+    let bar = bar.min(NUM_BARS - 1);
+    let len = pdev.resource_len(bar).unwrap_or(0);
+    let raw = raw_pdev(pdev);
+    // SAFETY: `pdev` is valid and `bar` is a standard BAR index.
+    unsafe {
+        BarInfo {
+            kind: raw::p2pdma_helper_bar_kind(raw, bar as c_int),
+            len,
+            bus_addr: raw::p2pdma_helper_bar_bus_addr(raw, bar as c_int),
+        }
+    }
+}
+
+/// PCI domain, bus and devfn of `pdev`.
+pub(crate) fn location<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>) -> (u32, u8, u8) {
+    let (mut domain, mut bus, mut devfn) = (0u32, 0u8, 0u8);
+    // SAFETY: `pdev` is valid and the out pointers point to live locals.
+    unsafe { raw::p2pdma_helper_location(raw_pdev(pdev), &mut domain, &mut bus, &mut devfn) };
+    (domain, bus, devfn)
+}
+
+/// NUMA node of `pdev`, -1 when none.
+pub(crate) fn numa_node<Ctx: device::DeviceContext>(pdev: &pci::Device<Ctx>) -> i32 {
+    // SAFETY: `pdev` is valid.
+    unsafe { raw::p2pdma_helper_numa_node(raw_pdev(pdev)) }
+}
+
+/// Longest DMA segment `pdev` accepts (`dma_get_max_seg_size`).
+pub(crate) fn max_seg_size(pdev: &pci::Device) -> u64 {
+    // SAFETY: `pdev` is valid.
+    u64::from(unsafe { raw::p2pdma_helper_max_seg_size(raw_pdev(pdev)) })
+}
+
+/// A PCI function some memory is mapped for.
+#[derive(Clone)]
+pub(crate) struct Peer(pub(crate) ARef<pci::Device>);
+
+impl Peer {
+    /// The PCI function at an address.
+    pub(crate) fn from_address(domain: u32, bus: u8, devfn: u8) -> Result<Self> {
+        // SAFETY: Looks up a device; returns it referenced or NULL.
+        let p = unsafe {
+            bindings::pci_get_domain_bus_and_slot(domain as c_int, bus.into(), devfn.into())
+        };
+        Self::from_raw(p).ok_or(ENODEV)
+    }
+
+    pub(super) fn from_raw(p: *mut bindings::pci_dev) -> Option<Self> {
+        let p = NonNull::new(p.cast::<pci::Device>())?;
+        // SAFETY: The callers pass a PCI device with a reference we now own;
+        // `pci::Device` is transparent over `struct pci_dev`.
+        Some(Self(unsafe { ARef::from_raw(p) }))
+    }
+
+    /// Whether this is `pdev`.
+    pub(crate) fn is(&self, pdev: *const bindings::pci_dev) -> bool {
+        raw_pdev(&*self.0).cast_const() == pdev
+    }
+
+    /// The peer's PCI location.
+    pub(crate) fn location(&self) -> (u32, u8, u8) {
+        location(&*self.0)
+    }
+
+    /// The kernel's P2P distance from `provider` to this peer
+    /// (`pci_p2pdma_distance_many`), `None` when the kernel refuses P2P.
+    pub(crate) fn distance(&self, provider: &pci::Device) -> Option<u32> {
+        let mut dev = raw_dev(&*self.0);
+        // SAFETY: Both are valid PCI devices; one client in the array.
+        let d =
+            unsafe { bindings::pci_p2pdma_distance_many(raw_pdev(provider), &mut dev, 1, false) };
+        u32::try_from(d).ok()
+    }
+
+    /// The lowest bridge upstream of both this peer and `other`.
+    pub(crate) fn common_upstream(&self, other: &pci::Device) -> Option<(u32, u8, u8)> {
+        // SAFETY: Both are valid PCI devices; the result is borrowed from
+        // their parent chain, which they keep alive.
+        let b = unsafe { raw::p2pdma_helper_common_upstream(raw_pdev(&*self.0), raw_pdev(other)) };
+        // SAFETY: A non-NULL result is a valid `struct pci_dev`, borrowed.
+        NonNull::new(b.cast::<pci::Device>()).map(|b| location(unsafe { b.as_ref() }))
+    }
+
+    /// Longest DMA segment this peer accepts.
+    pub(crate) fn max_seg_size(&self) -> u64 {
+        max_seg_size(&self.0)
+    }
+
+    /// Whether this is a bridge (PCI class 0x06: host, ISA, PCI-to-PCI
+    /// bridges and the ports of switches), which masters no DMA of its own.
+    pub(crate) fn is_bridge(&self) -> bool {
+        // SAFETY: `self.0` is a valid, referenced PCI device; `class` is set
+        // when the device is enumerated and never changes.
+        let class = unsafe { (*raw_pdev(&*self.0)).class };
+        class >> 16 == bindings::PCI_BASE_CLASS_BRIDGE
+    }
+}
+
+/// Keeps the module told about PCI devices losing their driver (a bus
+/// notifier) while it lives.
+pub(crate) struct PeerWatch(());
+
+impl PeerWatch {
+    /// Starts watching.
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: Registers a static notifier block once; `Drop` removes it.
+        to_result(unsafe { raw::p2pdma_helper_watch_peers() })?;
+        Ok(Self(()))
+    }
+}
+
+impl Drop for PeerWatch {
+    fn drop(&mut self) {
+        // SAFETY: Registered in `new`.
+        unsafe { raw::p2pdma_helper_unwatch_peers() }
+    }
+}
+
+/// A PCI device starts losing its driver or going away (`going`), or is
+/// done with it.
+#[no_mangle]
+extern "C" fn p2pdma_peer_going(pdev: *mut bindings::pci_dev, going: bool) {
+    crate::dma::peer_going(pdev, going);
+}
