@@ -149,6 +149,12 @@ kernel::sync::global_lock! {
     pub(crate) unsafe(uninit) static DEVICES: Mutex<Registry> = Registry::new();
 }
 
+/// Forgets `alloc` in its device's list of allocations, once it holds no
+/// memory (see [`Alloc::new`]).
+pub(crate) fn unlist(alloc: &Arc<Alloc>) {
+    DEVICES.lock().forget(alloc);
+}
+
 /// Picks the BAR to register: the `bar=` parameter if set, otherwise the
 /// largest 64-bit prefetchable memory BAR (the one GPUs expose their memory
 /// through), otherwise the largest memory BAR.

@@ -42,7 +42,10 @@ use kernel::{
 };
 
 use crate::{
-    accel::DEVICES,
+    accel::{
+        self,
+        DEVICES, //
+    },
     blockio,
     dma::{
         self,
@@ -606,7 +609,7 @@ impl P2pdmaFile {
         // Whether the request fits: checked again when the allocation is
         // recorded, since the lock is not held while the pages are taken
         // and initialised.
-        let fits = |dev: &crate::accel::AccelDev| -> Result {
+        let fits = |dev: &accel::AccelDev| -> Result {
             if size > dev.info.p2p_size {
                 return Err(EINVAL);
             }
@@ -655,6 +658,7 @@ impl P2pdmaFile {
                 uid,
                 mapping,
                 self.notifier.clone(),
+                accel::unlist,
                 pages,
             )?;
             let dev = devices.get_mut(index).ok_or(ENODEV)?;

@@ -195,53 +195,10 @@ struct page *p2pdma_helper_virt_to_page(void *kaddr)
 	return virt_to_page(kaddr);
 }
 
-unsigned long p2pdma_helper_vma_pgoff(struct vm_area_struct *vma)
-{
-	return vma->vm_pgoff;
-}
-
-bool p2pdma_helper_vma_shared(struct vm_area_struct *vma)
-{
-	return vma->vm_flags & VM_MAYSHARE;
-}
-
-/*
- * User mappings of allocations are populated by the fault handler, so that
- * no page is mapped before the VMA is linked where unmap_mapping_range()
- * finds it. vm_private_data is an allocation reference owned by the VMA.
- */
-static void p2pdma_vm_open(struct vm_area_struct *vma)
-{
-	p2pdma_vma_open(vma->vm_private_data);
-}
-
-static void p2pdma_vm_close(struct vm_area_struct *vma)
-{
-	p2pdma_vma_close(vma->vm_private_data);
-}
-
-static vm_fault_t p2pdma_vm_fault(struct vm_fault *vmf)
-{
-	return p2pdma_vma_fault(vmf->vma->vm_private_data, vmf->vma);
-}
-
-static const struct vm_operations_struct p2pdma_vm_ops = {
-	.open = p2pdma_vm_open,
-	.close = p2pdma_vm_close,
-	.fault = p2pdma_vm_fault,
-};
-
-void p2pdma_helper_vma_setup(struct vm_area_struct *vma, void *private)
+/* Makes a user mapping write-combined (a macro on most architectures). */
+void p2pdma_helper_vma_writecombine(struct vm_area_struct *vma)
 {
 	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
-	vma->vm_private_data = private;
-	vma->vm_ops = &p2pdma_vm_ops;
-}
-
-/* Removes every user mapping of [offset, offset + len) of @mapping. */
-void p2pdma_helper_zap(struct address_space *mapping, u64 offset, u64 len)
-{
-	unmap_mapping_range(mapping, offset, len, 1);
 }
 
 /*
@@ -804,39 +761,4 @@ void p2pdma_helper_eventfd_signal(struct eventfd_ctx *ctx)
 void p2pdma_helper_eventfd_put(struct eventfd_ctx *ctx)
 {
 	eventfd_ctx_put(ctx);
-}
-
-/*
- * A PCI device is about to lose its driver, or to go away: its DMA mappings
- * must go, and none may be made for it until that is over.
- */
-static int p2pdma_bus_event(struct notifier_block *nb, unsigned long action, void *data)
-{
-	struct device *dev = data;
-
-	switch (action) {
-	case BUS_NOTIFY_UNBIND_DRIVER:
-	case BUS_NOTIFY_DEL_DEVICE:
-		p2pdma_peer_going(to_pci_dev(dev), true);
-		break;
-	case BUS_NOTIFY_UNBOUND_DRIVER:
-	case BUS_NOTIFY_REMOVED_DEVICE:
-		p2pdma_peer_going(to_pci_dev(dev), false);
-		break;
-	}
-	return NOTIFY_DONE;
-}
-
-static struct notifier_block p2pdma_bus_nb = {
-	.notifier_call = p2pdma_bus_event,
-};
-
-int p2pdma_helper_watch_peers(void)
-{
-	return bus_register_notifier(&pci_bus_type, &p2pdma_bus_nb);
-}
-
-void p2pdma_helper_unwatch_peers(void)
-{
-	bus_unregister_notifier(&pci_bus_type, &p2pdma_bus_nb);
 }

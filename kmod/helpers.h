@@ -33,10 +33,7 @@ void p2pdma_helper_put_pid(struct pid *pid);
 void *p2pdma_helper_alloc(struct pci_dev *pdev, size_t size);
 void p2pdma_helper_put_pages(void *kaddr, size_t size);
 struct page *p2pdma_helper_virt_to_page(void *kaddr);
-unsigned long p2pdma_helper_vma_pgoff(struct vm_area_struct *vma);
-bool p2pdma_helper_vma_shared(struct vm_area_struct *vma);
-void p2pdma_helper_vma_setup(struct vm_area_struct *vma, void *private);
-void p2pdma_helper_zap(struct address_space *mapping, u64 offset, u64 len);
+void p2pdma_helper_vma_writecombine(struct vm_area_struct *vma);
 int p2pdma_helper_peers_from_file(struct file *file, struct pci_dev **out, int max);
 bool p2pdma_helper_fatal_signal_pending(void);
 
@@ -81,14 +78,8 @@ void p2pdma_helper_sgmap_release(struct p2pdma_sgmap *m);
 struct eventfd_ctx *p2pdma_helper_eventfd_get(int fd, int *err);
 void p2pdma_helper_eventfd_signal(struct eventfd_ctx *ctx);
 void p2pdma_helper_eventfd_put(struct eventfd_ctx *ctx);
-int p2pdma_helper_watch_peers(void);
-void p2pdma_helper_unwatch_peers(void);
 
 /* Implemented in Rust (ffi.rs). */
-void p2pdma_vma_open(void *alloc);
-void p2pdma_vma_close(void *alloc);
-vm_fault_t p2pdma_vma_fault(void *alloc, struct vm_area_struct *vma);
 void p2pdma_dmabuf_revoked(void *notify);
-void p2pdma_peer_going(struct pci_dev *pdev, bool going);
 
 #endif /* P2PDMA_HELPERS_H */

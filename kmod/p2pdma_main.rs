@@ -4,6 +4,20 @@
 //!
 //! Binds accelerator PCI devices, registers their memory BAR as kernel P2PDMA
 //! memory and serves `/dev/p2pdma`, whose ioctl ABI is defined in `uapi.rs`.
+//!
+//! The modules form layers; each uses only the ones below it (and the
+//! kernel crate):
+//!
+//! - `p2pdma_main`: the module, owning the registrations.
+//! - `file`: `/dev/p2pdma`, its ioctls and `mmap`.
+//! - `blockio`: `BLOCK_IO`.
+//! - `accel`: the PCI driver and the registry of bound accelerators.
+//! - `dma`: DMA mappings handed to user space, and their revocation.
+//! - `memory`: allocations and their user mappings.
+//! - `ffi`: safe wrappers of the kernel facilities upstream's Rust does not
+//!   cover, one module per facility; it calls nothing above it: the
+//!   driver's callbacks reach it through traits (`VmaOps`, `PeerEvents`).
+//! - `uapi`: the ioctl ABI.
 
 use kernel::{
     driver::Registration,
@@ -40,7 +54,8 @@ struct P2pdmaModule {
     _misc: MiscDeviceRegistration<file::P2pdmaFile>,
     #[pin]
     _driver: Registration<pci::Adapter<accel::AccelDriver>>,
-    _peers: ffi::pci::PeerWatch,
+    #[pin]
+    _peers: ffi::pci::PeerWatch<dma::Mappings>,
     _mappings: dma::RegistryCleanup,
 }
 
@@ -55,7 +70,7 @@ impl InPlaceModule for P2pdmaModule {
 
         try_pin_init!(Self {
             _mappings: dma::RegistryCleanup,
-            _peers: ffi::pci::PeerWatch::new()?,
+            _peers <- ffi::pci::PeerWatch::new(),
             _driver <- Registration::new(MODULE_NAME, module),
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdma" }),
         })

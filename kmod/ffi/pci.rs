@@ -7,16 +7,24 @@
 //! Upstream's `kernel::pci` has no P2PDMA calls, no bus address, location or
 //! NUMA node accessors, no upstream-bridge walk and no bus notifier.
 
-use core::ptr::NonNull;
+use core::{
+    marker::PhantomData,
+    ptr::NonNull, //
+};
 
 use kernel::{
     bindings,
     device,
     error::to_result,
-    ffi::c_int,
+    ffi::{
+        c_int,
+        c_ulong,
+        c_void, //
+    },
     pci,
     prelude::*,
-    sync::aref::ARef, //
+    sync::aref::ARef,
+    types::Opaque, //
 };
 
 mod raw {
@@ -61,8 +69,6 @@ mod raw {
             b: *mut bindings::pci_dev,
         ) -> *mut bindings::pci_dev;
 
-        pub(super) fn p2pdma_helper_watch_peers() -> c_int;
-        pub(super) fn p2pdma_helper_unwatch_peers();
     }
 }
 
@@ -241,29 +247,93 @@ impl Peer {
     }
 }
 
-/// Keeps the module told about PCI devices losing their driver (a bus
-/// notifier) while it lives.
-pub(crate) struct PeerWatch(());
+/// What the module does when a PCI device starts losing its driver or
+/// going away, and when that is over.
+pub(crate) trait PeerEvents: 'static {
+    /// `pdev` starts losing its driver or going away (`going`), or is done
+    /// with it (`!going`).
+    fn peer_going(pdev: &pci::Device, going: bool);
+}
 
-impl PeerWatch {
+/// Keeps `T` told about PCI devices losing their driver (a notifier on the
+/// PCI bus) while it lives. Upstream has no bus notifier abstraction.
+///
+/// # Invariants
+///
+/// `nb` is registered on the PCI bus from initialisation until drop.
+#[pin_data(PinnedDrop)]
+pub(crate) struct PeerWatch<T: PeerEvents> {
+    #[pin]
+    nb: Opaque<bindings::notifier_block>,
+    _events: PhantomData<T>,
+}
+
+// SAFETY: The notifier block is only touched by the kernel's notifier
+// chain, under its own lock, and by `drop`.
+unsafe impl<T: PeerEvents> Send for PeerWatch<T> {}
+// SAFETY: See above; shared access touches nothing.
+unsafe impl<T: PeerEvents> Sync for PeerWatch<T> {}
+
+impl<T: PeerEvents> PeerWatch<T> {
     /// Starts watching.
-    pub(crate) fn new() -> Result<Self> {
-        // SAFETY: Registers a static notifier block once; `Drop` removes it.
-        to_result(unsafe { raw::p2pdma_helper_watch_peers() })?;
-        Ok(Self(()))
+    pub(crate) fn new() -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            nb <- Opaque::try_ffi_init(|nb: *mut bindings::notifier_block| {
+                // SAFETY: `nb` is valid for writes and pinned: it stays at
+                // this address until `drop` unregisters it. INVARIANT: it is
+                // registered here, or the initialisation fails.
+                unsafe {
+                    nb.write(bindings::notifier_block {
+                        notifier_call: Some(Self::bus_event),
+                        next: core::ptr::null_mut(),
+                        priority: 0,
+                    });
+                    to_result(bindings::bus_register_notifier(&bindings::pci_bus_type, nb))
+                }
+            }),
+            _events: PhantomData,
+        })
+    }
+
+    /// The notifier's callback: a PCI device is about to lose its driver,
+    /// or to go away (its DMA mappings must go, and none may be made for it
+    /// until that is over), or that is over.
+    ///
+    /// # Safety
+    ///
+    /// Called by the PCI bus's notifier chain, with `data` a device on that
+    /// bus.
+    unsafe extern "C" fn bus_event(
+        _nb: *mut bindings::notifier_block,
+        action: c_ulong,
+        data: *mut c_void,
+    ) -> c_int {
+        let going = match u32::try_from(action) {
+            Ok(
+                bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER
+                | bindings::bus_notifier_event_BUS_NOTIFY_DEL_DEVICE,
+            ) => true,
+            Ok(
+                bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER
+                | bindings::bus_notifier_event_BUS_NOTIFY_REMOVED_DEVICE,
+            ) => false,
+            _ => return bindings::NOTIFY_DONE as c_int,
+        };
+        let dev = data.cast::<bindings::device>();
+        // SAFETY: `dev` is the `dev` field of a `struct pci_dev` (every
+        // device on the PCI bus is one), alive during the callback;
+        // `pci::Device` is transparent over `struct pci_dev`.
+        let pdev =
+            unsafe { &*kernel::container_of!(dev, bindings::pci_dev, dev).cast::<pci::Device>() };
+        T::peer_going(pdev, going);
+        bindings::NOTIFY_DONE as c_int
     }
 }
 
-impl Drop for PeerWatch {
-    fn drop(&mut self) {
-        // SAFETY: Registered in `new`.
-        unsafe { raw::p2pdma_helper_unwatch_peers() }
+#[pinned_drop]
+impl<T: PeerEvents> PinnedDrop for PeerWatch<T> {
+    fn drop(self: Pin<&mut Self>) {
+        // SAFETY: Registered at initialisation (type invariant).
+        unsafe { bindings::bus_unregister_notifier(&bindings::pci_bus_type, self.nb.get()) };
     }
-}
-
-/// A PCI device starts losing its driver or going away (`going`), or is
-/// done with it.
-#[no_mangle]
-extern "C" fn p2pdma_peer_going(pdev: *mut bindings::pci_dev, going: bool) {
-    crate::dma::peer_going(pdev, going);
 }
