@@ -201,71 +201,10 @@ void p2pdma_helper_vma_writecombine(struct vm_area_struct *vma)
 	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
 }
 
-/*
- * The PCI functions behind an open block device, each referenced: the first
- * PCI ancestor (for NVMe: namespace -> controller -> PCI function), or, for
- * an NVMe multipath head (whose parent is the subsystem, not a controller),
- * the PCI function of each controller with a path to it: the path disks
- * are named nvme<subsys>c<ctrl>n<head> and are children of their controller.
- * Returns how many were found (at most @max), or a negative errno.
- */
-struct mpath_match {
-	int subsys, head;
-	struct pci_dev **out;
-	int max, n;
-};
-
-static int mpath_path_disk(struct device *dev, void *data)
+/* The block device @file is, or NULL when it is not one. */
+struct block_device *p2pdma_helper_file_bdev(struct file *file)
 {
-	struct mpath_match *m = data;
-	int s, c, h;
-	char tail;
-
-	if (sscanf(dev_name(dev), "nvme%dc%dn%d%c", &s, &c, &h, &tail) == 3 &&
-	    s == m->subsys && h == m->head)
-		return 1;
-	return 0;
-}
-
-static int mpath_controller(struct device *ctrl, void *data)
-{
-	struct mpath_match *m = data;
-	struct device *pci = ctrl->parent;
-
-	if (!pci || !dev_is_pci(pci) || m->n >= m->max)
-		return 0;
-	if (device_for_each_child(ctrl, m, mpath_path_disk))
-		m->out[m->n++] = pci_dev_get(to_pci_dev(pci));
-	return 0;
-}
-
-int p2pdma_helper_peers_from_file(struct file *file, struct pci_dev **out, int max)
-{
-	struct block_device *bdev;
-	struct pci_dev *pdev = NULL;
-	struct mpath_match m = { .out = out, .max = max };
-	struct device *dev;
-	char tail;
-
-	bdev = S_ISBLK(file_inode(file)->i_mode) ? file_bdev(file) : NULL;
-	if (!bdev)
-		return -ENOTBLK;
-	for (dev = &bdev->bd_device; dev; dev = dev->parent) {
-		if (dev_is_pci(dev)) {
-			out[0] = pci_dev_get(to_pci_dev(dev));
-			return 1;
-		}
-	}
-	if (sscanf(bdev->bd_disk->disk_name, "nvme%dn%d%c", &m.subsys, &m.head, &tail) != 2)
-		return -ENXIO;
-	for_each_pci_dev(pdev) {
-		device_for_each_child(&pdev->dev, &m, mpath_controller);
-		if (m.n >= max) {
-			pci_dev_put(pdev);
-			break;
-		}
-	}
-	return m.n ? m.n : -ENXIO;
+	return S_ISBLK(file_inode(file)->i_mode) ? file_bdev(file) : NULL;
 }
 
 bool p2pdma_helper_fatal_signal_pending(void)
@@ -297,36 +236,6 @@ struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev
 	return bdev;
 }
 
-/*
- * Before direct I/O on [pos, pos + len) of @bdev: writes back the page
- * cache's dirty pages there and, before a write, drops them, as the block
- * layer's own direct I/O does.
- */
-int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, bool write)
-{
-	struct address_space *mapping = bdev->bd_mapping;
-	int ret;
-
-	ret = filemap_write_and_wait_range(mapping, pos, pos + len - 1);
-	if (ret || !write || !mapping->nrpages)
-		return ret;
-	return invalidate_inode_pages2_range(mapping, pos >> PAGE_SHIFT,
-					     (pos + len - 1) >> PAGE_SHIFT);
-}
-
-/*
- * The checks read(2) and write(2) make of @len bytes at @pos of @file:
- * the range, the security modules, fanotify permission events.
- */
-int p2pdma_helper_io_verify(struct file *file, bool write, u64 pos, u64 len)
-{
-	loff_t at = pos;
-
-	if (pos > LLONG_MAX || len > MAX_RW_COUNT)
-		return -EINVAL;
-	return rw_verify_area(write ? WRITE : READ, file, &at, len);
-}
-
 /* Tells inotify and fanotify that @file was read or written. */
 void p2pdma_helper_io_notify(struct file *file, bool write)
 {
@@ -334,100 +243,6 @@ void p2pdma_helper_io_notify(struct file *file, bool write)
 		fsnotify_modify(file);
 	else
 		fsnotify_access(file);
-}
-
-/* Block I/Os in flight for one BLOCK_IO call, and the first error. */
-struct p2pdma_io {
-	atomic_t inflight;
-	int error;
-	struct blk_plug plug;
-};
-
-struct p2pdma_io *p2pdma_helper_io_new(void)
-{
-	struct p2pdma_io *io = kzalloc(sizeof(*io), GFP_KERNEL);
-
-	if (io)
-		atomic_set(&io->inflight, 0);
-	return io;
-}
-
-static void p2pdma_io_end(struct bio *bio)
-{
-	struct p2pdma_io *io = bio->bi_private;
-
-	if (bio->bi_status)
-		cmpxchg(&io->error, 0, blk_status_to_errno(bio->bi_status));
-	bio_put(bio);
-	/*
-	 * Fully ordered, so the waiter sees the error; the wake-up uses the
-	 * counter's address only as a key, so it is safe after the waiter has
-	 * freed @io.
-	 */
-	atomic_dec_return(&io->inflight);
-	wake_up_var(&io->inflight);
-}
-
-/* Starts (@on) or ends batching submissions into one plug. */
-void p2pdma_helper_io_plug(struct p2pdma_io *io, bool on)
-{
-	if (on)
-		blk_start_plug(&io->plug);
-	else
-		blk_finish_plug(&io->plug);
-}
-
-/*
- * Submits one bio moving @len bytes between the P2P memory at @kaddr (which
- * must stay allocated until the bio ends) and byte @pos of @bdev. The pages
- * go into one multi-page segment; __bio_add_page marks the bio REQ_NOMERGE
- * since it holds P2P pages, so the block layer never merges it with I/O on
- * other memory.
- */
-void p2pdma_helper_io_submit(struct p2pdma_io *io, struct block_device *bdev, bool write,
-			     u64 pos, void *kaddr, u32 len)
-{
-	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ;
-	struct bio *bio = bio_alloc(bdev, 1, opf, GFP_KERNEL);
-
-	bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
-	__bio_add_page(bio, virt_to_page(kaddr), len, offset_in_page(kaddr));
-	bio->bi_private = io;
-	bio->bi_end_io = p2pdma_io_end;
-	atomic_inc(&io->inflight);
-	submit_bio(bio);
-}
-
-/*
- * Waits until fewer than @below bios are in flight, as blk_wait_io() waits
- * for a bio: in io_schedule(), counted as I/O wait, and waking every half
- * second so that a long wait on slow storage is not taken for a hung task
- * (the hung-task timeout is not exported; half a second is below any
- * setting it can usefully have).
- */
-void p2pdma_helper_io_wait(struct p2pdma_io *io, int below)
-{
-	long left;
-
-	do {
-		left = ___wait_var_event(&io->inflight,
-					 ___wait_cond_timeout(atomic_read_acquire(&io->inflight) < below),
-					 TASK_UNINTERRUPTIBLE, 0, HZ / 2,
-					 __ret = io_schedule_timeout(__ret));
-	} while (!left);
-}
-
-/* The first error of the bios that ended (0 if none). */
-int p2pdma_helper_io_error(struct p2pdma_io *io)
-{
-	return READ_ONCE(io->error);
-}
-
-/* Frees @io once no bio is in flight. */
-void p2pdma_helper_io_free(struct p2pdma_io *io)
-{
-	p2pdma_helper_io_wait(io, 1);
-	kfree(io);
 }
 
 /* The lowest PCI bridge that is upstream of both @a and @b, or NULL. */

@@ -12,7 +12,6 @@ struct block_device;
 struct dma_buf;
 struct eventfd_ctx;
 struct file;
-struct p2pdma_io;
 struct p2pdma_sgmap;
 struct pid;
 struct sg_table;
@@ -34,7 +33,6 @@ void *p2pdma_helper_alloc(struct pci_dev *pdev, size_t size);
 void p2pdma_helper_put_pages(void *kaddr, size_t size);
 struct page *p2pdma_helper_virt_to_page(void *kaddr);
 void p2pdma_helper_vma_writecombine(struct vm_area_struct *vma);
-int p2pdma_helper_peers_from_file(struct file *file, struct pci_dev **out, int max);
 bool p2pdma_helper_fatal_signal_pending(void);
 
 /* What block I/O on a block device must respect. */
@@ -51,17 +49,9 @@ struct p2pdma_bdev_facts {
 	u32 dev;		/* its device number */
 };
 
+struct block_device *p2pdma_helper_file_bdev(struct file *file);
 struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f);
-int p2pdma_helper_io_verify(struct file *file, bool write, u64 pos, u64 len);
 void p2pdma_helper_io_notify(struct file *file, bool write);
-int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, bool write);
-struct p2pdma_io *p2pdma_helper_io_new(void);
-void p2pdma_helper_io_plug(struct p2pdma_io *io, bool on);
-void p2pdma_helper_io_submit(struct p2pdma_io *io, struct block_device *bdev, bool write,
-			     u64 pos, void *kaddr, u32 len);
-void p2pdma_helper_io_wait(struct p2pdma_io *io, int below);
-int p2pdma_helper_io_error(struct p2pdma_io *io);
-void p2pdma_helper_io_free(struct p2pdma_io *io);
 struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev *b);
 struct p2pdma_sgmap *p2pdma_helper_map_p2p(struct pci_dev *peer, void *kaddr, u64 len,
 					   int dir, int *err);

@@ -6,6 +6,7 @@
 use core::ptr::NonNull;
 
 use kernel::{
+    bindings,
     dma::DataDirection,
     ffi::{
         c_int,
@@ -166,6 +167,16 @@ impl P2pPages {
         Some(unsafe { self.kaddr.as_ptr().cast::<u8>().add(offset).cast() })
     }
 
+    /// The page holding byte `offset`, and the byte's offset in it; `None`
+    /// past the last byte.
+    pub(super) fn page_at(&self, offset: usize) -> Option<(NonNull<bindings::page>, u32)> {
+        let kaddr = self.kaddr_at(offset)?;
+        // SAFETY: `kaddr` lies in memory this object holds (type invariant),
+        // mapped in the kernel's linear map, so it has a `struct page`.
+        let page = NonNull::new(unsafe { raw::p2pdma_helper_virt_to_page(kaddr) })?;
+        Some((page, (kaddr as usize % PAGE_SIZE as usize) as u32))
+    }
+
     /// PCI bus address of byte `offset`, `None` past the last byte.
     pub(crate) fn bus_addr(&self, offset: usize) -> Option<u64> {
         let kaddr = self.kaddr_at(offset)?;
@@ -191,14 +202,12 @@ impl P2pPages {
             return Err(EINVAL);
         }
         for i in 0..npages {
-            let kaddr = self
-                .kaddr_at((first_page + i) * PAGE_SIZE as usize)
+            let (page, _) = self
+                .page_at((first_page + i) * PAGE_SIZE as usize)
                 .ok_or(EINVAL)?;
-            // SAFETY: `kaddr` is a page of this allocation.
-            let page = unsafe { raw::p2pdma_helper_virt_to_page(kaddr) };
             // SAFETY: The page is valid and referenced by `self` for the
             // duration of the borrow.
-            let page = unsafe { BorrowedPage::from_raw(NonNull::new_unchecked(page)) };
+            let page = unsafe { BorrowedPage::from_raw(page) };
             match vma.vm_insert_page(vma.start() + i * PAGE_SIZE as usize, &page) {
                 Ok(()) => {}
                 Err(e) if e == EBUSY => {}
