@@ -9,12 +9,10 @@
 #include <linux/types.h>
 
 struct block_device;
-struct dma_buf;
-struct eventfd_ctx;
+struct dma_resv;
 struct file;
-struct p2pdma_sgmap;
 struct pid;
-struct sg_table;
+struct scatterlist;
 
 int p2pdma_helper_param_bar(void);
 unsigned int p2pdma_helper_param_user_share(void);
@@ -53,23 +51,8 @@ struct block_device *p2pdma_helper_file_bdev(struct file *file);
 struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f);
 void p2pdma_helper_io_notify(struct file *file, bool write);
 struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev *b);
-struct p2pdma_sgmap *p2pdma_helper_map_p2p(struct pci_dev *peer, void *kaddr, u64 len,
-					   int dir, int *err);
-bool p2pdma_helper_sgmap_is_bus_addr(struct p2pdma_sgmap *m);
-struct p2pdma_sgmap *p2pdma_helper_pin_user(struct pci_dev *peer, u64 va, u64 len,
-					    int dir, int *err);
-struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, struct dma_buf *buf,
-						 int dir, void *notify, int *err);
-struct sg_table *p2pdma_helper_sgmap_table(struct p2pdma_sgmap *m);
-void *p2pdma_helper_sgmap_notify(struct p2pdma_sgmap *m);
-void p2pdma_helper_sgmap_lock(struct p2pdma_sgmap *m);
-void p2pdma_helper_sgmap_unlock(struct p2pdma_sgmap *m);
-void p2pdma_helper_sgmap_release(struct p2pdma_sgmap *m);
-struct eventfd_ctx *p2pdma_helper_eventfd_get(int fd, int *err);
-void p2pdma_helper_eventfd_signal(struct eventfd_ctx *ctx);
-void p2pdma_helper_eventfd_put(struct eventfd_ctx *ctx);
-
-/* Implemented in Rust (ffi.rs). */
-void p2pdma_dmabuf_revoked(void *notify);
+bool p2pdma_helper_sg_is_bus_addr(struct scatterlist *sg);
+unsigned long p2pdma_helper_memlock_limit(void);
+void p2pdma_helper_resv_assert_held(struct dma_resv *resv);
 
 #endif /* P2PDMA_HELPERS_H */

@@ -1,68 +1,355 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Streaming DMA mappings for a peer (`dma_map_sgtable` of pages the
-//! module holds or pins), which upstream's `SGTable` cannot make: its owned
-//! tables map only vmalloc memory, for a device bound to the caller.
+//! Streaming DMA mappings for a peer: P2P pages of an allocation, pinned
+//! user pages (charged to `RLIMIT_MEMLOCK`), or an imported dma-buf.
+//!
+//! Upstream's `SGTable` iterates a mapped table, and its owned tables map
+//! only vmalloc memory, for a device bound to the caller (through
+//! `Devres`); a peer is bound to another driver, and the pages here are P2P
+//! or pinned user pages. `pin_user_pages` has no abstraction either.
 
 use core::ptr::NonNull;
 
 use kernel::{
+    bindings,
     dma::DataDirection,
     error::to_result,
-    ffi::c_int,
+    ffi::{
+        c_int,
+        c_uint,
+        c_ulong, //
+    },
+    pci,
     prelude::*,
     scatterlist::SGTable,
-    sync::Arc, //
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
+    types::Opaque, //
 };
 
 use super::{
-    dmabuf::ExporterNotice,
+    dmabuf::{
+        DmaBuf,
+        DmaBufMap,
+        ExporterNotice, //
+    },
+    mm::PAGE_SIZE,
     pci::{
-        raw_pdev,
+        max_seg_size,
+        raw_dev,
         Peer, //
     },
 };
 
-pub(super) mod raw {
+mod raw {
     use kernel::{
         bindings,
-        ffi::{
-            c_int,
-            c_void, //
-        },
+        ffi::c_ulong, //
     };
 
-    #[expect(
-        improper_ctypes,
-        reason = "C structs are only passed by pointer, never by value"
-    )]
     unsafe extern "C" {
-        // helpers.c: static inline functions, macros, module parameters and
-        // operation tables.
-        pub(super) fn p2pdma_helper_pin_user(
-            peer: *mut bindings::pci_dev,
-            va: u64,
-            len: u64,
-            dir: c_int,
-            err: *mut c_int,
-        ) -> *mut SgMapRaw;
-        pub(super) fn p2pdma_helper_sgmap_table(m: *mut SgMapRaw) -> *mut bindings::sg_table;
-        pub(super) fn p2pdma_helper_sgmap_lock(m: *mut SgMapRaw);
-        pub(super) fn p2pdma_helper_sgmap_unlock(m: *mut SgMapRaw);
-        pub(super) fn p2pdma_helper_sgmap_release(m: *mut SgMapRaw);
-        pub(super) fn p2pdma_helper_sgmap_notify(m: *mut SgMapRaw) -> *mut c_void;
-    }
-
-    /// `struct p2pdma_sgmap` of helpers.c, only handled by pointer.
-    #[repr(C)]
-    pub(crate) struct SgMapRaw {
-        _opaque: [u8; 0],
+        // helpers.c: `sg_dma_is_bus_address` is a static inline.
+        pub(super) fn p2pdma_helper_sg_is_bus_addr(sg: *mut bindings::scatterlist) -> bool;
+        // helpers.c: `rlimit` is a static inline.
+        pub(super) fn p2pdma_helper_memlock_limit() -> c_ulong;
     }
 }
 
-/// The error a helper reported in `err`, or `default` if it set none.
-pub(super) fn errno_or(err: c_int, default: Error) -> Error {
-    to_result(err).err().unwrap_or(default)
+/// Pages charged to a process's `pinned_vm` against `RLIMIT_MEMLOCK`, as
+/// RDMA charges pinned memory; uncharged on drop.
+///
+/// The mm is handled by raw pointer only: `mm_struct` is declared
+/// cache-line aligned, which debug kernels' slabs do not always keep, so
+/// upstream's `Mm` (a reference to it) cannot be formed there.
+///
+/// # Invariants
+///
+/// `npages` were added to `mm`'s `pinned_vm`, and `mm` grabbed
+/// (`mmgrab`); both are given back on drop.
+struct Charge {
+    mm: NonNull<bindings::mm_struct>,
+    npages: i64,
+}
+
+// SAFETY: A grabbed mm may be uncharged and dropped from any thread.
+unsafe impl Send for Charge {}
+// SAFETY: Shared access touches nothing.
+unsafe impl Sync for Charge {}
+
+/// The `pinned_vm` counter of `mm`, by address only.
+fn pinned_vm(mm: NonNull<bindings::mm_struct>) -> *mut bindings::atomic64_t {
+    let offset = core::mem::offset_of!(bindings::mm_struct, __bindgen_anon_1.pinned_vm);
+    // SAFETY: The counter is a field of the mm: the address stays inside it.
+    unsafe { mm.as_ptr().byte_add(offset).cast() }
+}
+
+impl Charge {
+    /// Charges `npages` to the caller's `pinned_vm`, unless that passes its
+    /// `RLIMIT_MEMLOCK` and it lacks `CAP_IPC_LOCK` (`ENOMEM`).
+    fn new(npages: usize) -> Result<Self> {
+        let npages = i64::try_from(npages).map_err(|_| ENOMEM)?;
+        let task = kernel::task::Task::current_raw();
+        let mm_field = core::mem::offset_of!(bindings::task_struct, mm);
+        // SAFETY: The current task is alive while it runs this, and only
+        // it changes its `mm`; the field is read through its own address.
+        let mm = unsafe {
+            task.byte_add(mm_field)
+                .cast::<*mut bindings::mm_struct>()
+                .read()
+        };
+        // A kernel thread has no mm; ioctls come from processes.
+        let mm = NonNull::new(mm).ok_or(EFAULT)?;
+        // SAFETY: Reads the current task's resource limit.
+        let limit = unsafe { raw::p2pdma_helper_memlock_limit() } >> bindings::PAGE_SHIFT;
+        // SAFETY: `pinned_vm` is an atomic counter of the caller's mm, alive
+        // during the call.
+        let now = unsafe { bindings::atomic64_add_return(npages, pinned_vm(mm)) };
+        // SAFETY: `capable` only inspects the current task's credentials.
+        if now as u64 > limit as u64
+            && !unsafe { bindings::capable(bindings::CAP_IPC_LOCK as c_int) }
+        {
+            // SAFETY: As above; gives back what was just added.
+            unsafe { bindings::atomic64_sub(npages, pinned_vm(mm)) };
+            return Err(ENOMEM);
+        }
+        // SAFETY: The mm is alive (see above); the reference is ours.
+        unsafe { bindings::mmgrab(mm.as_ptr()) };
+        // INVARIANT: charged and grabbed.
+        Ok(Self { mm, npages })
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        // SAFETY: The mm is grabbed (type invariant), so its counter lives;
+        // the charge and the reference are given back once, here.
+        unsafe {
+            bindings::atomic64_sub(self.npages, pinned_vm(self.mm));
+            bindings::mmdrop(self.mm.as_ptr());
+        }
+    }
+}
+
+/// User pages pinned with `FOLL_LONGTERM`, unpinned on drop (marked dirty
+/// when the peer may have written them, so that the data is kept), with
+/// their charge.
+///
+/// # Invariants
+///
+/// Every pointer in `pages` is a page pinned for this object.
+struct Pinned {
+    pages: KVVec<*mut bindings::page>,
+    dirty: bool,
+    _charge: Charge,
+}
+
+impl Pinned {
+    /// Pins `npages` pages of the caller's memory at `va`, writable unless
+    /// the peer only reads them (`ToDevice`); `EFAULT` unless all of them
+    /// could be.
+    fn new(va: u64, npages: usize, dir: DataDirection) -> Result<Self> {
+        let charge = Charge::new(npages)?;
+        let mut pages = KVVec::from_elem(core::ptr::null_mut(), npages, GFP_KERNEL)?;
+        let to_device = matches!(dir, DataDirection::ToDevice);
+        let gup = bindings::FOLL_LONGTERM | if to_device { 0 } else { bindings::FOLL_WRITE };
+        let n = c_int::try_from(npages).map_err(|_| EINVAL)?;
+        // SAFETY: `pages` has room for `npages` pointers;
+        // `pin_user_pages_fast` validates the user range.
+        let pinned = unsafe {
+            bindings::pin_user_pages_fast(va as c_ulong, n, gup as c_uint, pages.as_mut_ptr())
+        };
+        to_result(pinned.min(0))?;
+        if pinned != n {
+            // SAFETY: The first `pinned` pages were pinned, and only those.
+            unsafe { bindings::unpin_user_pages(pages.as_mut_ptr(), pinned as c_ulong) };
+            return Err(EFAULT);
+        }
+        // INVARIANT: every page is pinned.
+        Ok(Self {
+            pages,
+            dirty: !to_device,
+            _charge: charge,
+        })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: Every page is pinned for this object (type invariant).
+        unsafe {
+            bindings::unpin_user_pages_dirty_lock(
+                self.pages.as_mut_ptr(),
+                self.pages.len() as c_ulong,
+                self.dirty,
+            )
+        };
+    }
+}
+
+/// A table of pages the module holds, mapped for a peer by the DMA API.
+///
+/// # Invariants
+///
+/// `sgt` is a table of `peer`-sized segments over pages that stay valid
+/// while this object lives (held by its owner, or by `pinned`), mapped for
+/// `peer` with `dir`.
+struct PageMap {
+    // Fields drop in declaration order, after `drop` unmapped and freed the
+    // table: its storage, then the pinned pages (with their charge), then
+    // the peer.
+    sgt: KBox<Opaque<bindings::sg_table>>,
+    /// The pinned pages of a `PIN_USER` mapping.
+    pinned: Option<Pinned>,
+    peer: ARef<pci::Device>,
+    dir: DataDirection,
+}
+
+// SAFETY: The table and the pages have no thread affinity.
+unsafe impl Send for PageMap {}
+// SAFETY: Shared access only reads the table.
+unsafe impl Sync for PageMap {}
+
+impl PageMap {
+    /// Builds a table of `pages`, segments no longer than `peer` accepts,
+    /// and maps it for the peer through the DMA API, which applies the
+    /// P2PDMA rules to P2P pages (bus address, host bridge, or
+    /// `EREMOTEIO`).
+    ///
+    /// # Safety
+    ///
+    /// Every pointer in `pages` is a valid page that stays so while the
+    /// result lives (or, once it is given pinned pages, while they are).
+    unsafe fn new(
+        peer: &Peer,
+        pages: &mut [*mut bindings::page],
+        dir: DataDirection,
+    ) -> Result<Self> {
+        let n = c_uint::try_from(pages.len()).map_err(|_| EINVAL)?;
+        if n == 0 {
+            return Err(EINVAL);
+        }
+        let sgt = KBox::new(Opaque::<bindings::sg_table>::zeroed(), GFP_KERNEL)?;
+        let max_seg = max_seg_size(&peer.0) as c_uint;
+        // SAFETY: `sgt` is writable; the pages are valid (the caller
+        // guarantees it) and there is at least one.
+        to_result(unsafe {
+            bindings::sg_alloc_table_from_pages_segment(
+                sgt.get(),
+                pages.as_mut_ptr(),
+                n,
+                0,
+                (pages.len() as c_ulong) << bindings::PAGE_SHIFT,
+                max_seg,
+                bindings::GFP_KERNEL,
+            )
+        })?;
+        // SAFETY: The peer is a live device; the table was just built.
+        let mapped = to_result(unsafe {
+            bindings::dma_map_sgtable(raw_dev(&*peer.0), sgt.get(), dir.into(), 0)
+        });
+        if let Err(e) = mapped {
+            // SAFETY: Built above and not mapped.
+            unsafe { bindings::sg_free_table(sgt.get()) };
+            return Err(e);
+        }
+        // INVARIANT: built and mapped for `peer` with `dir`.
+        Ok(Self {
+            sgt,
+            pinned: None,
+            peer: peer.0.clone(),
+            dir,
+        })
+    }
+
+    fn table(&self) -> &SGTable {
+        // SAFETY: The table is mapped while `self` lives and not changed.
+        unsafe { SGTable::from_raw(self.sgt.get()) }
+    }
+}
+
+impl Drop for PageMap {
+    fn drop(&mut self) {
+        // SAFETY: Mapped for `peer` with `dir` (type invariant); unmapped
+        // and freed once, here, before `pinned` unpins the pages.
+        unsafe {
+            bindings::dma_unmap_sgtable(raw_dev(&*self.peer), self.sgt.get(), self.dir.into(), 0);
+            bindings::sg_free_table(self.sgt.get());
+        }
+    }
+}
+
+/// A scatter-gather mapping for a peer (P2P pages, pinned user pages or an
+/// attached dma-buf), released on drop.
+pub(crate) struct SgMap(Map);
+
+/// What an [`SgMap`] maps.
+enum Map {
+    /// P2P pages or pinned user pages.
+    Pages(PageMap),
+    /// An imported dma-buf.
+    DmaBuf(Pin<KBox<DmaBufMap>>),
+}
+
+impl SgMap {
+    /// Maps `pages` (P2P pages of an allocation) for `peer`; also says
+    /// whether the DMA API mapped them by PCI bus address (P2P through a
+    /// switch).
+    ///
+    /// # Safety
+    ///
+    /// Every pointer in `pages` is a valid page that the caller keeps valid
+    /// while the mapping lives.
+    pub(super) unsafe fn map_pages(
+        peer: &Peer,
+        pages: &mut [*mut bindings::page],
+        dir: DataDirection,
+    ) -> Result<(Self, bool)> {
+        // SAFETY: As the caller guarantees.
+        let m = unsafe { PageMap::new(peer, pages, dir) }?;
+        // SAFETY: The table is mapped; its first entry is read only when
+        // there is one.
+        let bus = unsafe {
+            let sgt = m.sgt.get();
+            (*sgt).nents != 0 && raw::p2pdma_helper_sg_is_bus_addr((*sgt).sgl)
+        };
+        Ok((Self(Map::Pages(m)), bus))
+    }
+
+    /// Calls `f` with each DMA segment (address, length), merging adjacent
+    /// ones up to `max_seg` bytes; `ENODEV` if the mapping was revoked.
+    pub(crate) fn for_each_segment(
+        &self,
+        max_seg: u64,
+        f: impl FnMut(u64, u64) -> Result,
+    ) -> Result {
+        match &self.0 {
+            Map::Pages(m) => merge_segments(m.table(), max_seg, f),
+            Map::DmaBuf(m) => m.with_table(|t| merge_segments(t.ok_or(ENODEV)?, max_seg, f)),
+        }
+    }
+}
+
+/// Calls `f` with each DMA segment of `table`, merging adjacent ones up to
+/// `max_seg` bytes.
+fn merge_segments(table: &SGTable, max_seg: u64, mut f: impl FnMut(u64, u64) -> Result) -> Result {
+    let mut cur: Option<(u64, u64)> = None;
+    for sg in table.iter() {
+        let (a, l) = (sg.dma_address(), sg.dma_len());
+        cur = match cur {
+            Some((ca, cl)) if ca + cl == a && cl + l <= max_seg => Some((ca, cl + l)),
+            Some(seg) => {
+                f(seg.0, seg.1)?;
+                Some((a, l))
+            }
+            None => Some((a, l)),
+        };
+    }
+    match cur {
+        Some((a, l)) => f(a, l),
+        None => Ok(()),
+    }
 }
 
 impl Peer {
@@ -70,100 +357,34 @@ impl Peer {
     /// peer, charging the caller's `RLIMIT_MEMLOCK`. With `ToDevice` the
     /// pages are pinned read-only.
     pub(crate) fn pin_user(&self, va: u64, len: u64, dir: DataDirection) -> Result<SgMap> {
-        let mut err: c_int = 0;
-        // SAFETY: The helper pins with `pin_user_pages_fast`, which validates
-        // the user range.
-        let m = unsafe {
-            raw::p2pdma_helper_pin_user(raw_pdev(&*self.0), va, len, dir as u32 as c_int, &mut err)
-        };
-        NonNull::new(m)
-            .map(SgMap)
-            .ok_or_else(|| errno_or(err, ENOMEM))
-    }
-}
-
-/// A scatter-gather mapping for a peer (P2P pages, pinned user pages or an
-/// attached dma-buf), released on drop.
-///
-/// # Invariants
-///
-/// Points to a live `struct p2pdma_sgmap` owned by this object; a dma-buf
-/// mapping owns one reference on the `ExporterNotice` given at import.
-pub(crate) struct SgMap(pub(super) NonNull<raw::SgMapRaw>);
-
-// SAFETY: The mapping has no thread affinity.
-unsafe impl Send for SgMap {}
-// SAFETY: Shared access only reads the table, under the dma-buf's lock.
-unsafe impl Sync for SgMap {}
-
-impl SgMap {
-    /// Calls `f` with each DMA segment (address, length), merging adjacent
-    /// ones up to `max_seg` bytes; `ENODEV` if the mapping was revoked.
-    pub(crate) fn for_each_segment(
-        &self,
-        max_seg: u64,
-        mut f: impl FnMut(u64, u64) -> Result,
-    ) -> Result {
-        let m = self.0.as_ptr();
-        // SAFETY: By the type invariant; the lock keeps a dma-buf's table
-        // from being revoked while it is read.
-        unsafe { raw::p2pdma_helper_sgmap_lock(m) };
-        // SAFETY: As above.
-        let table = unsafe { raw::p2pdma_helper_sgmap_table(m) };
-        let r = if table.is_null() {
-            Err(ENODEV)
-        } else {
-            // SAFETY: The table is mapped and stays so until unlocked below.
-            let table = unsafe { SGTable::from_raw(table) };
-            let mut cur: Option<(u64, u64)> = None;
-            let mut r = Ok(());
-            for sg in table.iter() {
-                let (a, l) = (sg.dma_address(), sg.dma_len());
-                cur = match cur {
-                    Some((ca, cl)) if ca + cl == a && cl + l <= max_seg => Some((ca, cl + l)),
-                    Some(seg) => {
-                        r = f(seg.0, seg.1);
-                        if r.is_err() {
-                            break;
-                        }
-                        Some((a, l))
-                    }
-                    None => Some((a, l)),
-                };
+        let npages = usize::try_from(len / PAGE_SIZE).map_err(|_| EINVAL)?;
+        let mut pinned = Pinned::new(va, npages, dir)?;
+        // SAFETY: The pages stay pinned while `pinned` lives, which the
+        // mapping keeps and drops after its table.
+        match unsafe { PageMap::new(self, &mut pinned.pages, dir) } {
+            Ok(mut m) => {
+                m.pinned = Some(pinned);
+                Ok(SgMap(Map::Pages(m)))
             }
-            match (r, cur) {
-                (Ok(()), Some((a, l))) => f(a, l),
-                (r, _) => r,
+            Err(e) => {
+                // Never mapped: nothing wrote to the pages.
+                pinned.dirty = false;
+                Err(e)
             }
-        };
-        // SAFETY: Pairs with the lock above.
-        unsafe { raw::p2pdma_helper_sgmap_unlock(m) };
-        r
-    }
-}
-
-impl Drop for SgMap {
-    fn drop(&mut self) {
-        // SAFETY: By the type invariant. The helper detaches a dma-buf
-        // before returning, so no revocation callback runs afterwards and
-        // the notifier reference given at import can be dropped then.
-        let notify = unsafe { sgmap_notify(self.0.as_ptr()) };
-        // SAFETY: As above.
-        unsafe { raw::p2pdma_helper_sgmap_release(self.0.as_ptr()) };
-        if let Some(n) = notify {
-            // SAFETY: The reference given at import, now unused.
-            drop(unsafe { Arc::from_raw(n) });
         }
     }
-}
 
-/// The notifier a dma-buf mapping was given, if any.
-///
-/// # Safety
-///
-/// `m` is a live `struct p2pdma_sgmap`.
-unsafe fn sgmap_notify(m: *mut raw::SgMapRaw) -> Option<*const ExporterNotice> {
-    // SAFETY: The caller guarantees `m` is live.
-    let n = unsafe { raw::p2pdma_helper_sgmap_notify(m) };
-    (!n.is_null()).then_some(n.cast_const().cast())
+    /// Attaches (dynamically, peer-to-peer allowed), pins and maps the
+    /// dma-buf `buf` for this peer. If the exporter revokes it, the mapping
+    /// is torn down and `notice` told.
+    pub(crate) fn dmabuf_import(
+        &self,
+        buf: &DmaBuf,
+        dir: DataDirection,
+        notice: &Arc<ExporterNotice>,
+    ) -> Result<SgMap> {
+        Ok(SgMap(Map::DmaBuf(DmaBufMap::import(
+            self, buf, dir, notice,
+        )?)))
+    }
 }

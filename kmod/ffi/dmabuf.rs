@@ -2,8 +2,14 @@
 
 //! Imported dma-bufs (upstream's Rust has dma-buf fences but no importer
 //! side).
+//!
+//! An import is a dynamic attachment that allows peer-to-peer and is pinned
+//! while imported, like RDMA's pinned revocable dma-buf memory. If the
+//! exporter invalidates it anyway (e.g. its device is reset or unbound), the
+//! mapping is torn down under the reservation lock and the owner told.
 
 use core::{
+    cell::UnsafeCell,
     ptr::NonNull,
     sync::atomic::{
         AtomicBool,
@@ -14,55 +20,38 @@ use core::{
 use kernel::{
     bindings,
     dma::DataDirection,
-    ffi::{
-        c_int,
-        c_void, //
-    },
+    ffi::c_ulong,
     prelude::*,
-    sync::Arc, //
+    scatterlist::SGTable,
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
+    task::MAX_SCHEDULE_TIMEOUT, //
 };
 
 use super::{
-    dma::{
-        errno_or,
-        SgMap, //
-    },
     eventfd::Notifier,
     pci::{
-        raw_pdev,
+        raw_dev,
         Peer, //
     },
 };
 
 mod raw {
-    use super::super::dma::raw::SgMapRaw;
-    use kernel::{
-        bindings,
-        ffi::{
-            c_int,
-            c_void, //
-        },
-    };
+    use kernel::bindings;
 
     #[expect(
         improper_ctypes,
         reason = "C structs are only passed by pointer, never by value"
     )]
     unsafe extern "C" {
-        // helpers.c: static inline functions, macros, module parameters and
-        // operation tables.
-        pub(super) fn p2pdma_helper_dmabuf_import(
-            peer: *mut bindings::pci_dev,
-            buf: *mut bindings::dma_buf,
-            dir: c_int,
-            notify: *mut c_void,
-            err: *mut c_int,
-        ) -> *mut SgMapRaw;
+        // helpers.c: `dma_resv_assert_held` is a lockdep macro.
+        pub(super) fn p2pdma_helper_resv_assert_held(resv: *mut bindings::dma_resv);
     }
 }
 
-/// A dma-buf, referenced (`dma_buf_get`/`dma_buf_put`; upstream's Rust
-/// has dma-buf fences but no importer side).
+/// A dma-buf, referenced (`dma_buf_get`/`dma_buf_put`).
 ///
 /// # Invariants
 ///
@@ -102,49 +91,43 @@ impl DmaBuf {
     pub(crate) fn id(&self) -> usize {
         self.0.as_ptr() as usize
     }
+
+    /// The buffer's reservation object, whose lock guards its mappings.
+    fn resv(&self) -> *mut bindings::dma_resv {
+        // SAFETY: By the type invariant the dma-buf is alive; `resv` is set
+        // at export and never changes.
+        unsafe { (*self.0.as_ptr()).resv }
+    }
+
+    /// Takes the reservation lock, uninterruptibly.
+    fn lock(&self) {
+        // SAFETY: The reservation object lives as long as the buffer; no
+        // acquire context, so the lock cannot fail.
+        unsafe { bindings::dma_resv_lock(self.resv(), core::ptr::null_mut()) };
+    }
+
+    /// Releases the reservation lock taken by [`DmaBuf::lock`].
+    fn unlock(&self) {
+        // SAFETY: The caller holds the lock (see `lock`).
+        unsafe { bindings::dma_resv_unlock(self.resv()) };
+    }
+}
+
+impl Clone for DmaBuf {
+    /// Another reference (`get_dma_buf`).
+    fn clone(&self) -> Self {
+        // SAFETY: The buffer is alive (type invariant); a dma-buf is
+        // referenced through its file. INVARIANT: the new reference is the
+        // clone's.
+        unsafe { bindings::get_file((*self.0.as_ptr()).file) };
+        Self(self.0)
+    }
 }
 
 impl Drop for DmaBuf {
     fn drop(&mut self) {
-        // SAFETY: Drops the reference taken in `get`.
+        // SAFETY: Drops the reference this object holds.
         unsafe { bindings::dma_buf_put(self.0.as_ptr()) }
-    }
-}
-
-impl Peer {
-    /// Attaches (dynamically, peer-to-peer allowed), pins and maps the
-    /// dma-buf `fd` for this peer. If the exporter revokes it, the mapping is
-    /// torn down and `notify` is signalled.
-    pub(crate) fn dmabuf_import(
-        &self,
-        buf: &DmaBuf,
-        dir: DataDirection,
-        notify: &Arc<ExporterNotice>,
-    ) -> Result<SgMap> {
-        let mut err: c_int = 0;
-        let notify_raw = Arc::into_raw(notify.clone());
-        // SAFETY: `buf` is a referenced dma-buf (the helper takes a reference
-        // of its own); the helper keeps the `notify` reference until the
-        // mapping is released (see `SgMap::drop`) and passes it to
-        // `p2pdma_dmabuf_revoked` only.
-        let m = unsafe {
-            raw::p2pdma_helper_dmabuf_import(
-                raw_pdev(&*self.0),
-                buf.0.as_ptr(),
-                dir as u32 as c_int,
-                notify_raw.cast_mut().cast(),
-                &mut err,
-            )
-        };
-        match NonNull::new(m) {
-            Some(m) => Ok(SgMap(m)),
-            None => {
-                // SAFETY: The helper failed and kept nothing: the reference is
-                // still ours.
-                drop(unsafe { Arc::from_raw(notify_raw) });
-                Err(errno_or(err, ENOMEM))
-            }
-        }
     }
 }
 
@@ -171,15 +154,203 @@ impl ExporterNotice {
     pub(crate) fn revoked(&self) -> bool {
         self.revoked.load(Ordering::Acquire)
     }
+
+    /// The exporter revoked the import.
+    fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
+        self.notifier.signal();
+    }
 }
 
-/// A dma-buf exporter revoked an imported buffer.
-#[no_mangle]
-extern "C" fn p2pdma_dmabuf_revoked(notify: *mut c_void) {
-    // SAFETY: The reference given at import is alive until the mapping is
-    // released, which cannot run concurrently with this callback (both hold
-    // the reservation lock).
-    let n = unsafe { &*notify.cast_const().cast::<ExporterNotice>() };
-    n.revoked.store(true, Ordering::Release);
-    n.notifier.signal();
+/// What the reservation lock guards in a [`DmaBufMap`].
+struct Locked {
+    /// The attachment; NULL until attached.
+    attach: *mut bindings::dma_buf_attachment,
+    /// The mapped table; NULL before mapping and once revoked.
+    sgt: *mut bindings::sg_table,
+    /// The attachment is pinned.
+    pinned: bool,
+    /// The exporter revoked the mapping.
+    revoked: bool,
+}
+
+/// A dma-buf attached, pinned and mapped for a peer.
+///
+/// # Invariants
+///
+/// `locked` is only accessed under the buffer's reservation lock, or with
+/// the only reference to the object. Once `locked.attach` is set, the
+/// attachment's `importer_priv` is this object, which stays at its address
+/// (it is pinned) until `drop` detaches it.
+#[pin_data(PinnedDrop)]
+pub(crate) struct DmaBufMap {
+    buf: DmaBuf,
+    peer: ARef<kernel::pci::Device>,
+    dir: DataDirection,
+    notice: Arc<ExporterNotice>,
+    locked: UnsafeCell<Locked>,
+}
+
+// SAFETY: The fields are references that may be used from any thread; the
+// raw pointers in `locked` are used under the reservation lock only.
+unsafe impl Send for DmaBufMap {}
+// SAFETY: See above.
+unsafe impl Sync for DmaBufMap {}
+
+/// The importer's callbacks: peer-to-peer allowed, and what a revocation
+/// does.
+static IMPORTER_OPS: bindings::dma_buf_attach_ops = bindings::dma_buf_attach_ops {
+    allow_peer2peer: true,
+    invalidate_mappings: Some(DmaBufMap::invalidate_mappings),
+};
+
+impl DmaBufMap {
+    /// Attaches (dynamically, peer-to-peer allowed), pins and maps `buf`
+    /// for `peer`. If the exporter revokes it, the mapping is torn down and
+    /// `notice` told.
+    pub(super) fn import(
+        peer: &Peer,
+        buf: &DmaBuf,
+        dir: DataDirection,
+        notice: &Arc<ExporterNotice>,
+    ) -> Result<Pin<KBox<Self>>> {
+        let this = KBox::pin_init(
+            pin_init!(Self {
+                buf: buf.clone(),
+                peer: peer.0.clone(),
+                dir,
+                notice: notice.clone(),
+                locked: UnsafeCell::new(Locked {
+                    attach: core::ptr::null_mut(),
+                    sgt: core::ptr::null_mut(),
+                    pinned: false,
+                    revoked: false,
+                }),
+            }),
+            GFP_KERNEL,
+        )?;
+        let priv_: *const Self = &*this;
+        // SAFETY: The buffer and the peer are referenced; `this` is pinned,
+        // so the importer's private pointer stays valid until `drop`
+        // detaches.
+        let attach = kernel::error::from_err_ptr(unsafe {
+            bindings::dma_buf_dynamic_attach(
+                this.buf.0.as_ptr(),
+                raw_dev(&*this.peer),
+                &IMPORTER_OPS,
+                priv_.cast_mut().cast(),
+            )
+        })?;
+        this.buf.lock();
+        // SAFETY: Under the reservation lock (type invariant).
+        let locked = unsafe { &mut *this.locked.get() };
+        locked.attach = attach;
+        let r = this.pin_and_map(locked);
+        if r.is_err() {
+            this.revoke_locked(locked);
+        }
+        this.buf.unlock();
+        // On failure, dropping `this` detaches and drops the references.
+        r.map(|()| this)
+    }
+
+    /// Pins the attachment, maps it, and waits for the exporter's pending
+    /// moves before anyone sees the addresses.
+    fn pin_and_map(&self, locked: &mut Locked) -> Result {
+        // SAFETY: The attachment is live and the reservation lock held.
+        kernel::error::to_result(unsafe { bindings::dma_buf_pin(locked.attach) })?;
+        locked.pinned = true;
+        // SAFETY: As above.
+        let sgt = kernel::error::from_err_ptr(unsafe {
+            bindings::dma_buf_map_attachment(locked.attach, self.dir.into())
+        })?;
+        locked.sgt = sgt;
+        // SAFETY: The reservation object lives as long as the buffer.
+        let wait = unsafe {
+            bindings::dma_resv_wait_timeout(
+                self.buf.resv(),
+                bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
+                false,
+                MAX_SCHEDULE_TIMEOUT as c_ulong,
+            )
+        };
+        if wait < 0 {
+            return Err(Error::from_errno(wait as i32));
+        }
+        Ok(())
+    }
+
+    /// Unmaps and unpins what is mapped and pinned.
+    fn revoke_locked(&self, locked: &mut Locked) {
+        // SAFETY: The reservation object lives as long as the buffer.
+        unsafe { raw::p2pdma_helper_resv_assert_held(self.buf.resv()) };
+        if !locked.sgt.is_null() {
+            // SAFETY: `sgt` was mapped through the live attachment with
+            // `dir`, under the lock the caller holds.
+            unsafe {
+                bindings::dma_buf_unmap_attachment(locked.attach, locked.sgt, self.dir.into())
+            };
+            locked.sgt = core::ptr::null_mut();
+        }
+        if locked.pinned {
+            // SAFETY: Pinned through the live attachment, under the lock.
+            unsafe { bindings::dma_buf_unpin(locked.attach) };
+            locked.pinned = false;
+        }
+    }
+
+    /// Calls `f` with the mapped table, or `None` once the exporter revoked
+    /// it, under the reservation lock, which keeps the table from being
+    /// revoked meanwhile.
+    pub(super) fn with_table<R>(&self, f: impl FnOnce(Option<&SGTable>) -> R) -> R {
+        self.buf.lock();
+        // SAFETY: Under the reservation lock (type invariant).
+        let sgt = unsafe { (*self.locked.get()).sgt };
+        // SAFETY: A non-NULL table is mapped and stays so until unlocked
+        // below.
+        let r = f((!sgt.is_null()).then(|| unsafe { SGTable::from_raw(sgt) }));
+        self.buf.unlock();
+        r
+    }
+
+    /// `invalidate_mappings`: the exporter revokes the mapping.
+    ///
+    /// Only a mapped table can be revoked: an invalidation between attach
+    /// and map (the import maps afterwards, under the same lock) leaves
+    /// nothing to tear down, and must not keep the real one from running.
+    ///
+    /// # Safety
+    ///
+    /// Called by the dma-buf core with the reservation lock held, for an
+    /// attachment made by [`DmaBufMap::import`].
+    unsafe extern "C" fn invalidate_mappings(attach: *mut bindings::dma_buf_attachment) {
+        // SAFETY: The attachment's private pointer is its `DmaBufMap`,
+        // alive until it detaches (type invariant), which cannot run while
+        // the caller holds the lock.
+        let this = unsafe { &*(*attach).importer_priv.cast_const().cast::<Self>() };
+        // SAFETY: Under the reservation lock (type invariant).
+        let locked = unsafe { &mut *this.locked.get() };
+        if locked.revoked || locked.sgt.is_null() {
+            return;
+        }
+        this.revoke_locked(locked);
+        locked.revoked = true;
+        this.notice.revoke();
+    }
+}
+
+#[pinned_drop]
+impl PinnedDrop for DmaBufMap {
+    fn drop(self: Pin<&mut Self>) {
+        self.buf.lock();
+        // SAFETY: Under the reservation lock (type invariant).
+        let locked = unsafe { &mut *self.locked.get() };
+        let attach = locked.attach;
+        self.revoke_locked(locked);
+        self.buf.unlock();
+        if !attach.is_null() {
+            // SAFETY: The attachment is live; after this no callback runs.
+            unsafe { bindings::dma_buf_detach(self.buf.0.as_ptr(), attach) };
+        }
+    }
 }

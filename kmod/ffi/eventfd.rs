@@ -6,37 +6,17 @@
 use core::ptr::NonNull;
 
 use kernel::{
-    ffi::{
-        c_int,
-        c_void, //
-    },
+    bindings,
     prelude::*,
     sync::Arc, //
 };
-
-use super::dma::errno_or;
-
-mod raw {
-    use kernel::ffi::{
-        c_int,
-        c_void, //
-    };
-
-    unsafe extern "C" {
-        // helpers.c: static inline functions, macros, module parameters and
-        // operation tables.
-        pub(super) fn p2pdma_helper_eventfd_get(fd: c_int, err: *mut c_int) -> *mut c_void;
-        pub(super) fn p2pdma_helper_eventfd_signal(ctx: *mut c_void);
-        pub(super) fn p2pdma_helper_eventfd_put(ctx: *mut c_void);
-    }
-}
 
 /// An eventfd a file's owner registered for revocation notices.
 ///
 /// # Invariants
 ///
 /// Holds a reference on the `struct eventfd_ctx`.
-pub(crate) struct EventFd(NonNull<c_void>);
+pub(crate) struct EventFd(NonNull<bindings::eventfd_ctx>);
 
 // SAFETY: eventfd contexts may be signalled and dropped from any thread.
 unsafe impl Send for EventFd {}
@@ -44,27 +24,28 @@ unsafe impl Send for EventFd {}
 unsafe impl Sync for EventFd {}
 
 impl EventFd {
-    /// The eventfd behind the caller's descriptor `fd`.
+    /// The eventfd behind the caller's descriptor `fd`; `EBADF` when it is
+    /// not one.
     pub(crate) fn get(fd: i32) -> Result<Self> {
-        let mut err: c_int = 0;
-        // SAFETY: The helper validates `fd`.
-        let ctx = unsafe { raw::p2pdma_helper_eventfd_get(fd, &mut err) };
-        NonNull::new(ctx)
-            .map(Self)
-            .ok_or_else(|| errno_or(err, EBADF))
+        // SAFETY: `eventfd_ctx_fdget` validates `fd`; it returns a
+        // referenced context or an error pointer.
+        let ctx = kernel::error::from_err_ptr(unsafe { bindings::eventfd_ctx_fdget(fd) })
+            .map_err(|e| if e == EINVAL { EBADF } else { e })?;
+        // INVARIANT: the reference taken is ours.
+        NonNull::new(ctx).map(Self).ok_or(EBADF)
     }
 
-    /// Adds one to its counter.
+    /// Adds one to its counter (`eventfd_signal`, a static inline).
     pub(crate) fn signal(&self) {
-        // SAFETY: By the type invariant.
-        unsafe { raw::p2pdma_helper_eventfd_signal(self.0.as_ptr()) }
+        // SAFETY: By the type invariant the context is alive.
+        unsafe { bindings::eventfd_signal_mask(self.0.as_ptr(), 0) }
     }
 }
 
 impl Drop for EventFd {
     fn drop(&mut self) {
         // SAFETY: Drops the reference taken in `get`.
-        unsafe { raw::p2pdma_helper_eventfd_put(self.0.as_ptr()) }
+        unsafe { bindings::eventfd_ctx_put(self.0.as_ptr()) }
     }
 }
 

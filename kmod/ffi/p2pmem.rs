@@ -8,10 +8,7 @@ use core::ptr::NonNull;
 use kernel::{
     bindings,
     dma::DataDirection,
-    ffi::{
-        c_int,
-        c_void, //
-    },
+    ffi::c_void,
     mm::virt::VmaMixedMap,
     page::BorrowedPage,
     pci,
@@ -20,10 +17,7 @@ use kernel::{
 };
 
 use super::{
-    dma::{
-        errno_or,
-        SgMap, //
-    },
+    dma::SgMap,
     mm::PAGE_SIZE,
     pci::{
         raw_pdev,
@@ -32,13 +26,9 @@ use super::{
 };
 
 mod raw {
-    use super::super::dma::raw::SgMapRaw;
     use kernel::{
         bindings,
-        ffi::{
-            c_int,
-            c_void, //
-        },
+        ffi::c_void, //
     };
 
     #[expect(
@@ -46,25 +36,12 @@ mod raw {
         reason = "C structs are only passed by pointer, never by value"
     )]
     unsafe extern "C" {
-        // include/linux/pci-p2pdma.h, which the kernel's bindings do not include.
-        pub(super) fn pci_p2pmem_virt_to_bus(
-            pdev: *mut bindings::pci_dev,
-            kaddr: *mut c_void,
-        ) -> u64;
-        // helpers.c: static inline functions, macros, module parameters and
-        // operation tables.
+        // helpers.c: the P2P page allocation (see there) and `virt_to_page`,
+        // a macro.
         pub(super) fn p2pdma_helper_alloc(pdev: *mut bindings::pci_dev, size: usize)
             -> *mut c_void;
         pub(super) fn p2pdma_helper_put_pages(kaddr: *mut c_void, size: usize);
         pub(super) fn p2pdma_helper_virt_to_page(kaddr: *mut c_void) -> *mut bindings::page;
-        pub(super) fn p2pdma_helper_map_p2p(
-            peer: *mut bindings::pci_dev,
-            kaddr: *mut c_void,
-            len: u64,
-            dir: c_int,
-            err: *mut c_int,
-        ) -> *mut SgMapRaw;
-        pub(super) fn p2pdma_helper_sgmap_is_bus_addr(m: *mut SgMapRaw) -> bool;
     }
 }
 
@@ -181,7 +158,7 @@ impl P2pPages {
     pub(crate) fn bus_addr(&self, offset: usize) -> Option<u64> {
         let kaddr = self.kaddr_at(offset)?;
         // SAFETY: `kaddr` lies in P2P memory of `pdev` (type invariant).
-        Some(unsafe { raw::pci_p2pmem_virt_to_bus(raw_pdev(&self.pdev), kaddr) })
+        Some(unsafe { bindings::pci_p2pmem_virt_to_bus(raw_pdev(&self.pdev), kaddr) })
     }
 
     /// The accelerator the memory belongs to.
@@ -238,19 +215,13 @@ impl P2pPages {
         if len_bytes == 0 || offset % page != 0 || len_bytes % page != 0 || end > self.size {
             return Err(EINVAL);
         }
-        let kaddr = self.kaddr_at(offset).ok_or(EINVAL)?;
-        let mut err: c_int = 0;
-        // SAFETY: The range lies in the allocation (checked above), whose
-        // pages `self` keeps referenced while the caller holds it.
-        let m = unsafe {
-            raw::p2pdma_helper_map_p2p(raw_pdev(&peer.0), kaddr, len, dir as u32 as c_int, &mut err)
-        };
-        let m = NonNull::new(m)
-            .map(SgMap)
-            .ok_or_else(|| errno_or(err, ENOMEM))?;
-        // SAFETY: `m` is a live mapping.
-        let bus = unsafe { raw::p2pdma_helper_sgmap_is_bus_addr(m.0.as_ptr()) };
-        Ok((m, bus))
+        let mut pages = KVVec::with_capacity(len_bytes / page, GFP_KERNEL)?;
+        for at in (offset..end).step_by(page) {
+            pages.push(self.page_at(at).ok_or(EINVAL)?.0.as_ptr(), GFP_KERNEL)?;
+        }
+        // SAFETY: The pages lie in the allocation (checked above), which
+        // `self` keeps referenced while the caller holds it.
+        unsafe { SgMap::map_pages(peer, &mut pages, dir) }
     }
 }
 
