@@ -60,33 +60,10 @@ unsigned int p2pdma_helper_param_user_share(void)
 	return min(READ_ONCE(user_share), 100U);
 }
 
-/* Parse the ids= parameter and add each ID to the PCI driver @drv_name. */
-int p2pdma_helper_add_param_ids(const char *drv_name)
+/* The @i-th ID of the ids= parameter, or NULL past the last. */
+const char *p2pdma_helper_param_id(unsigned int i)
 {
-	struct device_driver *drv;
-	unsigned int i;
-
-	if (!num_ids)
-		return 0;
-	drv = driver_find(drv_name, &pci_bus_type);
-	if (!drv)
-		return -ENODEV;
-	for (i = 0; i < num_ids; i++) {
-		unsigned int vendor, device;
-		char tail;
-		int ret;
-
-		if (sscanf(ids[i], "%x:%x%c", &vendor, &device, &tail) != 2 ||
-		    vendor > 0xffff || device > 0xffff) {
-			pr_err("p2pdma: ids=%s: expected vendor:device in hex\n", ids[i]);
-			return -EINVAL;
-		}
-		ret = pci_add_dynid(to_pci_driver(drv), vendor, device, PCI_ANY_ID,
-				    PCI_ANY_ID, 0, 0, 0);
-		if (ret && ret != -EEXIST)
-			return ret;
-	}
-	return 0;
+	return i < num_ids ? ids[i] : NULL;
 }
 
 /* What kind of BAR @bar is, as BAR_* bits (see ffi.rs). */
@@ -126,11 +103,6 @@ unsigned int p2pdma_helper_max_seg_size(struct pci_dev *pdev)
 	return dma_get_max_seg_size(&pdev->dev);
 }
 
-bool p2pdma_helper_capable(int cap)
-{
-	return capable(cap);
-}
-
 /* The caller's kernel uid, the same in every user namespace. */
 u32 p2pdma_helper_current_uid(void)
 {
@@ -145,11 +117,6 @@ struct pid *p2pdma_helper_current_tgid_get(void)
 bool p2pdma_helper_is_current_tgid(struct pid *pid)
 {
 	return task_tgid(current) == pid;
-}
-
-void p2pdma_helper_put_pid(struct pid *pid)
-{
-	put_pid(pid);
 }
 
 /*
@@ -245,16 +212,10 @@ void p2pdma_helper_io_notify(struct file *file, bool write)
 		fsnotify_access(file);
 }
 
-/* The lowest PCI bridge that is upstream of both @a and @b, or NULL. */
-struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev *b)
+/* The bridge directly upstream of @pdev (of its physical function), or NULL. */
+struct pci_dev *p2pdma_helper_upstream_bridge(struct pci_dev *pdev)
 {
-	struct pci_dev *x, *y;
-
-	for (x = pci_upstream_bridge(a); x; x = pci_upstream_bridge(x))
-		for (y = pci_upstream_bridge(b); y; y = pci_upstream_bridge(y))
-			if (x == y)
-				return x;
-	return NULL;
+	return pci_upstream_bridge(pdev);
 }
 
 /* Whether the DMA API mapped @sg by PCI bus address (P2P through a switch). */

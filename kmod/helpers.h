@@ -16,17 +16,15 @@ struct scatterlist;
 
 int p2pdma_helper_param_bar(void);
 unsigned int p2pdma_helper_param_user_share(void);
-int p2pdma_helper_add_param_ids(const char *drv_name);
+const char *p2pdma_helper_param_id(unsigned int i);
 u32 p2pdma_helper_bar_kind(struct pci_dev *pdev, int bar);
 u64 p2pdma_helper_bar_bus_addr(struct pci_dev *pdev, int bar);
 void p2pdma_helper_location(struct pci_dev *pdev, u32 *domain, u8 *bus, u8 *devfn);
 int p2pdma_helper_numa_node(struct pci_dev *pdev);
 unsigned int p2pdma_helper_max_seg_size(struct pci_dev *pdev);
-bool p2pdma_helper_capable(int cap);
 u32 p2pdma_helper_current_uid(void);
 struct pid *p2pdma_helper_current_tgid_get(void);
 bool p2pdma_helper_is_current_tgid(struct pid *pid);
-void p2pdma_helper_put_pid(struct pid *pid);
 void *p2pdma_helper_alloc(struct pci_dev *pdev, size_t size);
 void p2pdma_helper_put_pages(void *kaddr, size_t size);
 struct page *p2pdma_helper_virt_to_page(void *kaddr);
@@ -50,7 +48,7 @@ struct p2pdma_bdev_facts {
 struct block_device *p2pdma_helper_file_bdev(struct file *file);
 struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f);
 void p2pdma_helper_io_notify(struct file *file, bool write);
-struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev *b);
+struct pci_dev *p2pdma_helper_upstream_bridge(struct pci_dev *pdev);
 bool p2pdma_helper_sg_is_bus_addr(struct scatterlist *sg);
 unsigned long p2pdma_helper_memlock_limit(void);
 void p2pdma_helper_resv_assert_held(struct dma_resv *resv);

@@ -41,28 +41,25 @@ use super::{
         raw_dev,
         Peer, //
     },
+    task::{
+        self,
+        Cap, //
+    },
 };
 
 mod raw {
-    use kernel::{
-        bindings,
-        ffi::c_ulong, //
-    };
+    use kernel::bindings;
 
     unsafe extern "C" {
         // helpers.c: `sg_dma_is_bus_address` is a static inline.
         pub(super) fn p2pdma_helper_sg_is_bus_addr(sg: *mut bindings::scatterlist) -> bool;
-        // helpers.c: `rlimit` is a static inline.
-        pub(super) fn p2pdma_helper_memlock_limit() -> c_ulong;
     }
 }
 
 /// Pages charged to a process's `pinned_vm` against `RLIMIT_MEMLOCK`, as
 /// RDMA charges pinned memory; uncharged on drop.
 ///
-/// The mm is handled by raw pointer only: `mm_struct` is declared
-/// cache-line aligned, which debug kernels' slabs do not always keep, so
-/// upstream's `Mm` (a reference to it) cannot be formed there.
+/// The mm is handled by address only (see [`task::current_mm`]).
 ///
 /// # Invariants
 ///
@@ -90,26 +87,13 @@ impl Charge {
     /// `RLIMIT_MEMLOCK` and it lacks `CAP_IPC_LOCK` (`ENOMEM`).
     fn new(npages: usize) -> Result<Self> {
         let npages = i64::try_from(npages).map_err(|_| ENOMEM)?;
-        let task = kernel::task::Task::current_raw();
-        let mm_field = core::mem::offset_of!(bindings::task_struct, mm);
-        // SAFETY: The current task is alive while it runs this, and only
-        // it changes its `mm`; the field is read through its own address.
-        let mm = unsafe {
-            task.byte_add(mm_field)
-                .cast::<*mut bindings::mm_struct>()
-                .read()
-        };
         // A kernel thread has no mm; ioctls come from processes.
-        let mm = NonNull::new(mm).ok_or(EFAULT)?;
-        // SAFETY: Reads the current task's resource limit.
-        let limit = unsafe { raw::p2pdma_helper_memlock_limit() } >> bindings::PAGE_SHIFT;
+        let mm = task::current_mm().ok_or(EFAULT)?;
+        let limit = task::memlock_limit() >> bindings::PAGE_SHIFT;
         // SAFETY: `pinned_vm` is an atomic counter of the caller's mm, alive
         // during the call.
         let now = unsafe { bindings::atomic64_add_return(npages, pinned_vm(mm)) };
-        // SAFETY: `capable` only inspects the current task's credentials.
-        if now as u64 > limit as u64
-            && !unsafe { bindings::capable(bindings::CAP_IPC_LOCK as c_int) }
-        {
+        if now as u64 > limit && !task::capable(Cap::IpcLock) {
             // SAFETY: As above; gives back what was just added.
             unsafe { bindings::atomic64_sub(npages, pinned_vm(mm)) };
             return Err(ENOMEM);

@@ -41,19 +41,9 @@ mod raw {
         reason = "C structs are only passed by pointer, never by value"
     )]
     unsafe extern "C" {
-        // include/linux/pci-p2pdma.h, which the kernel's bindings do not include.
-        pub(super) fn pci_p2pdma_add_resource(
-            pdev: *mut bindings::pci_dev,
-            bar: c_int,
-            size: usize,
-            offset: u64,
-        ) -> c_int;
-        pub(super) fn pci_p2pmem_publish(pdev: *mut bindings::pci_dev, publish: bool);
-
-        // include/linux/pci.h; exported, not in the Rust bindings.
-        pub(super) fn pcim_enable_device(pdev: *mut bindings::pci_dev) -> c_int;
-        // helpers.c: static inline functions, macros, module parameters and
-        // operation tables.
+        // helpers.c: `pci_resource_flags`, `pci_bus_address`,
+        // `pci_domain_nr`, `dev_to_node`, `dma_get_max_seg_size` and
+        // `pci_upstream_bridge` are macros or static inlines.
         pub(super) fn p2pdma_helper_bar_kind(pdev: *mut bindings::pci_dev, bar: c_int) -> u32;
         pub(super) fn p2pdma_helper_bar_bus_addr(pdev: *mut bindings::pci_dev, bar: c_int) -> u64;
         pub(super) fn p2pdma_helper_location(
@@ -64,11 +54,9 @@ mod raw {
         );
         pub(super) fn p2pdma_helper_numa_node(pdev: *mut bindings::pci_dev) -> c_int;
         pub(super) fn p2pdma_helper_max_seg_size(pdev: *mut bindings::pci_dev) -> c_uint;
-        pub(super) fn p2pdma_helper_common_upstream(
-            a: *mut bindings::pci_dev,
-            b: *mut bindings::pci_dev,
+        pub(super) fn p2pdma_helper_upstream_bridge(
+            pdev: *mut bindings::pci_dev,
         ) -> *mut bindings::pci_dev;
-
     }
 }
 
@@ -109,14 +97,14 @@ pub(crate) fn p2pdma_add_resource(pdev: &pci::Device<device::Core<'_>>, bar: u32
     let bar = c_int::try_from(bar)?;
     // SAFETY: `pdev` is a bound device (Core context), as the devres-managed
     // registration requires; size 0 means the whole BAR.
-    to_result(unsafe { raw::pci_p2pdma_add_resource(raw_pdev(pdev), bar, 0, 0) })
+    to_result(unsafe { bindings::pci_p2pdma_add_resource(raw_pdev(pdev), bar, 0, 0) })
 }
 
 /// Publishes (or withdraws) `pdev`'s P2P memory for other kernel users
 /// (`pci_p2pmem_publish`).
 pub(crate) fn p2pmem_publish(pdev: &pci::Device<device::Core<'_>>, publish: bool) {
     // SAFETY: `pdev` is a valid, bound PCI device.
-    unsafe { raw::pci_p2pmem_publish(raw_pdev(pdev), publish) }
+    unsafe { bindings::pci_p2pmem_publish(raw_pdev(pdev), publish) }
 }
 
 /// Enables the device (its memory and I/O decoding; not bus mastering,
@@ -125,7 +113,7 @@ pub(crate) fn p2pmem_publish(pdev: &pci::Device<device::Core<'_>>, publish: bool
 /// upstream's `enable_device_mem` has no managed counterpart).
 pub(crate) fn pcim_enable_device(pdev: &pci::Device<device::Core<'_>>) -> Result {
     // SAFETY: `pdev` is a bound device, as the managed variant requires.
-    to_result(unsafe { raw::pcim_enable_device(raw_pdev(pdev)) })
+    to_result(unsafe { bindings::pcim_enable_device(raw_pdev(pdev)) })
 }
 
 /// Declares that the accelerator takes DMA segments of any length
@@ -225,11 +213,23 @@ impl Peer {
 
     /// The lowest bridge upstream of both this peer and `other`.
     pub(crate) fn common_upstream(&self, other: &pci::Device) -> Option<(u32, u8, u8)> {
-        // SAFETY: Both are valid PCI devices; the result is borrowed from
-        // their parent chain, which they keep alive.
-        let b = unsafe { raw::p2pdma_helper_common_upstream(raw_pdev(&*self.0), raw_pdev(other)) };
-        // SAFETY: A non-NULL result is a valid `struct pci_dev`, borrowed.
-        NonNull::new(b.cast::<pci::Device>()).map(|b| location(unsafe { b.as_ref() }))
+        // SAFETY: `p` is a valid PCI device; its upstream bridges are kept
+        // alive by it (a device holds its parent).
+        let up = |p: *mut bindings::pci_dev| unsafe { raw::p2pdma_helper_upstream_bridge(p) };
+        let mut x = up(raw_pdev(&*self.0));
+        while !x.is_null() {
+            let mut y = up(raw_pdev(other));
+            while !y.is_null() {
+                if x == y {
+                    // SAFETY: A bridge upstream of both, alive while they
+                    // are; `pci::Device` is transparent over `struct pci_dev`.
+                    return Some(location(unsafe { &*x.cast::<pci::Device>() }));
+                }
+                y = up(y);
+            }
+            x = up(x);
+        }
+        None
     }
 
     /// Longest DMA segment this peer accepts.

@@ -12,20 +12,22 @@ use kernel::{
 };
 
 mod raw {
-    use kernel::{bindings, ffi::c_int};
+    use kernel::{
+        bindings,
+        ffi::c_ulong, //
+    };
 
     #[expect(
         improper_ctypes,
         reason = "C structs are only passed by pointer, never by value"
     )]
     unsafe extern "C" {
-        // helpers.c: static inline functions, macros, module parameters and
-        // operation tables.
-        pub(super) fn p2pdma_helper_capable(cap: c_int) -> bool;
+        // helpers.c: `current_uid`, `task_tgid`, `get_pid`, `rlimit` and
+        // `fatal_signal_pending` are macros or static inlines.
         pub(super) fn p2pdma_helper_current_uid() -> u32;
         pub(super) fn p2pdma_helper_current_tgid_get() -> *mut bindings::pid;
         pub(super) fn p2pdma_helper_is_current_tgid(pid: *mut bindings::pid) -> bool;
-        pub(super) fn p2pdma_helper_put_pid(pid: *mut bindings::pid);
+        pub(super) fn p2pdma_helper_memlock_limit() -> c_ulong;
         pub(super) fn p2pdma_helper_fatal_signal_pending() -> bool;
     }
 }
@@ -37,12 +39,14 @@ pub(crate) enum Cap {
     SysRawio = bindings::CAP_SYS_RAWIO as isize,
     /// `CAP_SYS_ADMIN`: no share limit on device memory.
     SysAdmin = bindings::CAP_SYS_ADMIN as isize,
+    /// `CAP_IPC_LOCK`: pinned memory past `RLIMIT_MEMLOCK`.
+    IpcLock = bindings::CAP_IPC_LOCK as isize,
 }
 
 /// Whether the caller has `cap`.
 pub(crate) fn capable(cap: Cap) -> bool {
     // SAFETY: `capable` only inspects the current task's credentials.
-    unsafe { raw::p2pdma_helper_capable(cap as c_int) }
+    unsafe { bindings::capable(cap as c_int) }
 }
 
 /// The caller's kernel uid (`kuid_t`): the same user whatever user
@@ -85,7 +89,7 @@ impl ThreadGroup {
 impl Drop for ThreadGroup {
     fn drop(&mut self) {
         // SAFETY: Drops the reference taken in `current`.
-        unsafe { raw::p2pdma_helper_put_pid(self.0.as_ptr()) }
+        unsafe { bindings::put_pid(self.0.as_ptr()) }
     }
 }
 
@@ -94,4 +98,27 @@ impl Drop for ThreadGroup {
 pub(crate) fn fatal_signal_pending() -> bool {
     // SAFETY: Reads the current task's signal state.
     unsafe { raw::p2pdma_helper_fatal_signal_pending() }
+}
+
+/// The caller's `RLIMIT_MEMLOCK`, in bytes.
+pub(crate) fn memlock_limit() -> u64 {
+    // SAFETY: Reads the current task's resource limit.
+    (unsafe { raw::p2pdma_helper_memlock_limit() }) as u64
+}
+
+/// The caller's mm (`current->mm`), `None` in a kernel thread.
+///
+/// Only its address: `mm_struct` is declared cache-line aligned, which
+/// debug kernels' slabs do not always keep, so upstream's `Mm` (a reference
+/// to it) cannot be formed there.
+pub(crate) fn current_mm() -> Option<NonNull<bindings::mm_struct>> {
+    let task = kernel::task::Task::current_raw();
+    let field = core::mem::offset_of!(bindings::task_struct, mm);
+    // SAFETY: The current task is alive while it runs this, and only it
+    // changes its `mm`; the field is read through its own address.
+    NonNull::new(unsafe {
+        task.byte_add(field)
+            .cast::<*mut bindings::mm_struct>()
+            .read()
+    })
 }
