@@ -1,18 +1,33 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C glue for the p2pdma module: the kernel facilities Rust cannot reach
- * (static inline functions, macros, module_param_array, operation tables
- * that call back into Rust). Each is wrapped by a safe function in ffi.rs;
- * nothing else in the module calls these. Decisions live in the Rust code.
+ * C glue for the p2pdma module: only what Rust cannot do. Each function is
+ * wrapped by a safe function in the ffi/ module of its facility; nothing
+ * else in the module calls these, and nothing here calls into Rust (the
+ * callbacks the kernel makes, vm_ops, the PCI bus notifier and the dma-buf
+ * importer's invalidate_mappings, are built in Rust). What stays here, and
+ * why:
+ *
+ * - The module parameters: module_param and module_param_array are
+ *   macros (upstream's module! has no array parameters), and so is
+ *   MODULE_IMPORT_NS, which the dma-buf calls need.
+ * - Accessors for static inline functions and macros that the kernel's
+ *   Rust helpers do not export: pci_resource_flags, pci_bus_address,
+ *   pci_domain_nr, dev_to_node, dma_get_max_seg_size,
+ *   pci_upstream_bridge, current_uid, task_tgid, get_pid, rlimit,
+ *   fatal_signal_pending, virt_to_page, pgprot_writecombine, S_ISBLK and
+ *   file_inode, the block device limits, fsnotify_access/modify,
+ *   sg_dma_is_bus_address and dma_resv_assert_held (lockdep).
+ * - The P2P page allocation (p2pdma_helper_alloc, p2pdma_helper_put_pages):
+ *   each step of it is a static inline on struct page (virt_to_page,
+ *   page_pgmap, put_dev_pagemap, put_page); in Rust it would be the same
+ *   calls through four more accessors.
  */
 
 #include <linux/blkdev.h>
-#include <linux/capability.h>
 #include <linux/device.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
-#include <linux/eventfd.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/fsnotify.h>
@@ -20,14 +35,12 @@
 #include <linux/memremap.h>
 #include <linux/mm.h>
 #include <linux/module.h>
-#include <linux/pagemap.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/pid.h>
 #include <linux/sched.h>
 #include <linux/sched/mm.h>
 #include <linux/scatterlist.h>
-#include <linux/slab.h>
 #include <linux/suspend.h>
 
 #include "helpers.h"
@@ -66,7 +79,7 @@ const char *p2pdma_helper_param_id(unsigned int i)
 	return i < num_ids ? ids[i] : NULL;
 }
 
-/* What kind of BAR @bar is, as BAR_* bits (see ffi.rs). */
+/* What kind of BAR @bar is, as BAR_* bits (see ffi/pci.rs). */
 u32 p2pdma_helper_bar_kind(struct pci_dev *pdev, int bar)
 {
 	unsigned long flags = pci_resource_flags(pdev, bar);

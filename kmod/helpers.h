@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* The C glue of the p2pdma module, called from ffi.rs, and the Rust
- * callbacks it calls. */
+/* The C glue of the p2pdma module (see helpers.c), called from the ffi/
+ * modules. */
 #ifndef P2PDMA_HELPERS_H
 #define P2PDMA_HELPERS_H
 

@@ -6,17 +6,20 @@
 //! memory and serves `/dev/p2pdma`, whose ioctl ABI is defined in `uapi.rs`.
 //!
 //! The modules form layers; each uses only the ones below it (and the
-//! kernel crate):
+//! kernel crate), top down:
 //!
 //! - `p2pdma_main`: the module, owning the registrations.
 //! - `file`: `/dev/p2pdma`, its ioctls and `mmap`.
 //! - `blockio`: `BLOCK_IO`.
 //! - `accel`: the PCI driver and the registry of bound accelerators.
-//! - `dma`: DMA mappings handed to user space, and their revocation.
-//! - `memory`: allocations and their user mappings.
+//! - `dma`: DMA mappings handed to user space, and their revocation
+//!   (`dma::Mappings` implements `ffi::pci::PeerEvents`).
+//! - `memory`: allocations and their user mappings (`Alloc` implements
+//!   `ffi::mm::VmaOps`, and is taken off its device's list through the
+//!   function it is made with, `accel::unlist`).
 //! - `ffi`: safe wrappers of the kernel facilities upstream's Rust does not
-//!   cover, one module per facility; it calls nothing above it: the
-//!   driver's callbacks reach it through traits (`VmaOps`, `PeerEvents`).
+//!   cover, one module per facility, layered among themselves (see
+//!   `ffi/mod.rs`), over the C glue in `helpers.c`.
 //! - `uapi`: the ioctl ABI.
 
 use kernel::{

@@ -4,7 +4,10 @@
 //! `kernel::block` serves block drivers, it submits no bios), and the PCI
 //! functions behind a block device.
 
-use core::ptr::NonNull;
+use core::{
+    cell::Cell,
+    ptr::NonNull, //
+};
 
 use kernel::{
     bindings,
@@ -397,6 +400,8 @@ struct IoState {
 /// returns.
 pub(crate) struct BlockIo<'a> {
     io: Pin<KBox<IoState>>,
+    /// The plug in `io` is the current task's.
+    plugged: Cell<bool>,
     bdev: &'a BlockDev<'a>,
     pages: &'a P2pPages,
 }
@@ -417,8 +422,17 @@ impl<'a> BlockIo<'a> {
             }),
             GFP_KERNEL,
         )?;
-        let this = Self { io, bdev, pages };
+        let this = Self {
+            io,
+            plugged: Cell::new(false),
+            bdev,
+            pages,
+        };
         let r = f(&this);
+        // The task's plug must not outlive `io`.
+        if this.plugged.get() {
+            this.plug(false);
+        }
         // INVARIANT: no bio is in flight when `this` goes.
         this.wait_below(1);
         Ok(r)
@@ -427,10 +441,11 @@ impl<'a> BlockIo<'a> {
     /// Batches the following submissions into one plug (`on`), or flushes
     /// them (`!on`), as `blk_start_plug`/`blk_finish_plug` do.
     pub(crate) fn plug(&self, on: bool) {
-        // SAFETY: The plug is pinned in `io`, which outlives every use of it
-        // by the current task: `run` ends the plug (through its caller's
-        // `plug(false)`, and `blk_finish_plug` of a plug not started does
-        // nothing) before `io` goes.
+        if on == self.plugged.get() {
+            return;
+        }
+        // SAFETY: The plug is pinned in `io`, which outlives its use by the
+        // current task: `run` ends it before `io` goes.
         unsafe {
             if on {
                 bindings::blk_start_plug(self.io.plug.get())
@@ -438,6 +453,7 @@ impl<'a> BlockIo<'a> {
                 bindings::blk_finish_plug(self.io.plug.get())
             }
         }
+        self.plugged.set(on);
     }
 
     /// Submits one bio moving `len` bytes between byte `mem_offset` of the
