@@ -13,7 +13,8 @@
  * - Accessors for static inline functions and macros that the kernel's
  *   Rust helpers do not export: pci_resource_flags, pci_bus_address,
  *   pci_domain_nr, dev_to_node, dma_get_max_seg_size,
- *   pci_upstream_bridge, current_uid, task_tgid, get_pid, rlimit,
+ *   pci_upstream_bridge, current (bindgen lays task_struct out wrongly
+ *   here), current_uid, task_tgid, get_pid, rlimit,
  *   fatal_signal_pending, virt_to_page, pgprot_writecombine, S_ISBLK and
  *   file_inode, the block device limits, fsnotify_access/modify,
  *   sg_dma_is_bus_address and dma_resv_assert_held (lockdep).
@@ -235,6 +236,12 @@ struct pci_dev *p2pdma_helper_upstream_bridge(struct pci_dev *pdev)
 bool p2pdma_helper_sg_is_bus_addr(struct scatterlist *sg)
 {
 	return sg_dma_is_bus_address(sg);
+}
+
+/* The caller's mm (NULL in a kernel thread). */
+struct mm_struct *p2pdma_helper_current_mm(void)
+{
+	return current->mm;
 }
 
 /* The caller's RLIMIT_MEMLOCK, in bytes. */

@@ -51,6 +51,7 @@ void p2pdma_helper_io_notify(struct file *file, bool write);
 struct pci_dev *p2pdma_helper_upstream_bridge(struct pci_dev *pdev);
 bool p2pdma_helper_sg_is_bus_addr(struct scatterlist *sg);
 unsigned long p2pdma_helper_memlock_limit(void);
+struct mm_struct *p2pdma_helper_current_mm(void);
 void p2pdma_helper_resv_assert_held(struct dma_resv *resv);
 
 #endif /* P2PDMA_HELPERS_H */

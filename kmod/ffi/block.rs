@@ -313,7 +313,7 @@ impl<'a> BlockDev<'a> {
     /// bytes at `pos` (`rw_verify_area`): the range, the security modules'
     /// permission, fanotify permission events.
     pub(crate) fn verify(&self, write: bool, pos: u64, len: u64) -> Result {
-        let mut at = i64::try_from(pos).map_err(|_| EINVAL)?;
+        let at = i64::try_from(pos).map_err(|_| EINVAL)?;
         if len > MAX_RW_COUNT {
             return Err(EINVAL);
         }
@@ -324,7 +324,7 @@ impl<'a> BlockDev<'a> {
         };
         // SAFETY: `file` is a valid, referenced file; `at` is a live local.
         to_result(unsafe {
-            bindings::rw_verify_area(op as c_int, self.file.as_ptr(), &mut at, len as usize)
+            bindings::rw_verify_area(op as c_int, self.file.as_ptr(), &at, len as usize)
         })
     }
 

@@ -22,12 +22,13 @@ mod raw {
         reason = "C structs are only passed by pointer, never by value"
     )]
     unsafe extern "C" {
-        // helpers.c: `current_uid`, `task_tgid`, `get_pid`, `rlimit` and
-        // `fatal_signal_pending` are macros or static inlines.
+        // helpers.c: `current`, `current_uid`, `task_tgid`, `get_pid`,
+        // `rlimit` and `fatal_signal_pending` are macros or static inlines.
         pub(super) fn p2pdma_helper_current_uid() -> u32;
         pub(super) fn p2pdma_helper_current_tgid_get() -> *mut bindings::pid;
         pub(super) fn p2pdma_helper_is_current_tgid(pid: *mut bindings::pid) -> bool;
         pub(super) fn p2pdma_helper_memlock_limit() -> c_ulong;
+        pub(super) fn p2pdma_helper_current_mm() -> *mut bindings::mm_struct;
         pub(super) fn p2pdma_helper_fatal_signal_pending() -> bool;
     }
 }
@@ -108,17 +109,12 @@ pub(crate) fn memlock_limit() -> u64 {
 
 /// The caller's mm (`current->mm`), `None` in a kernel thread.
 ///
-/// Only its address: `mm_struct` is declared cache-line aligned, which
-/// debug kernels' slabs do not always keep, so upstream's `Mm` (a reference
-/// to it) cannot be formed there.
+/// Read in C and handed out by address only: bindgen lays `task_struct` out
+/// differently from the compiler on this kernel (its `mm` is 48 bytes off
+/// in the base configuration), and `mm_struct` is declared cache-line
+/// aligned, which debug kernels' slabs do not always keep, so upstream's
+/// `CurrentTask::mm` (a reference to an `MmWithUser`) cannot be used.
 pub(crate) fn current_mm() -> Option<NonNull<bindings::mm_struct>> {
-    let task = kernel::task::Task::current_raw();
-    let field = core::mem::offset_of!(bindings::task_struct, mm);
-    // SAFETY: The current task is alive while it runs this, and only it
-    // changes its `mm`; the field is read through its own address.
-    NonNull::new(unsafe {
-        task.byte_add(field)
-            .cast::<*mut bindings::mm_struct>()
-            .read()
-    })
+    // SAFETY: Reads the current task's `mm`, which only the task changes.
+    NonNull::new(unsafe { raw::p2pdma_helper_current_mm() })
 }
