@@ -18,7 +18,14 @@ use crate::{
     dma,
     ffi::{
         self,
-        P2pPages, //
+        mm::PAGE_SIZE,
+        p2pmem::P2pPages,
+        pci::{
+            BAR_MEM,
+            BAR_MEM_64,
+            BAR_PREFETCH,
+            NUM_BARS, //
+        },
     },
     memory::Alloc,
     uapi, //
@@ -102,7 +109,7 @@ impl Registry {
         let p = self.next_pgoff;
         // mmap offsets are signed 64-bit byte offsets.
         let end = p.checked_add(npages).ok_or(ENOSPC)?;
-        if end > (i64::MAX as u64) / ffi::PAGE_SIZE {
+        if end > (i64::MAX as u64) / PAGE_SIZE {
             return Err(ENOSPC);
         }
         self.next_pgoff = end;
@@ -142,28 +149,34 @@ kernel::sync::global_lock! {
     pub(crate) unsafe(uninit) static DEVICES: Mutex<Registry> = Registry::new();
 }
 
+/// Forgets `alloc` in its device's list of allocations, once it holds no
+/// memory (see [`Alloc::new`]).
+pub(crate) fn unlist(alloc: &Arc<Alloc>) {
+    DEVICES.lock().forget(alloc);
+}
+
 /// Picks the BAR to register: the `bar=` parameter if set, otherwise the
 /// largest 64-bit prefetchable memory BAR (the one GPUs expose their memory
 /// through), otherwise the largest memory BAR.
 fn choose_bar(pdev: &pci::Device<Core<'_>>) -> Result<u32> {
-    if let Some(bar) = ffi::param_bar() {
-        let info = ffi::bar_info(pdev, bar.min(ffi::NUM_BARS - 1));
-        if bar >= ffi::NUM_BARS || info.kind & ffi::BAR_MEM == 0 || info.len == 0 {
+    if let Some(bar) = ffi::param::bar() {
+        let info = ffi::pci::bar_info(pdev, bar.min(NUM_BARS - 1));
+        if bar >= NUM_BARS || info.kind & BAR_MEM == 0 || info.len == 0 {
             dev_err!(pdev, "bar={} is not a memory BAR of this device\n", bar);
             return Err(EINVAL);
         }
         return Ok(bar);
     }
     let score = |bar: u32| {
-        let info = ffi::bar_info(pdev, bar);
-        let wanted = ffi::BAR_MEM | ffi::BAR_MEM_64 | ffi::BAR_PREFETCH;
-        if info.kind & ffi::BAR_MEM == 0 || info.len == 0 {
+        let info = ffi::pci::bar_info(pdev, bar);
+        let wanted = BAR_MEM | BAR_MEM_64 | BAR_PREFETCH;
+        if info.kind & BAR_MEM == 0 || info.len == 0 {
             None
         } else {
             Some((info.kind & wanted == wanted, info.len))
         }
     };
-    (0..ffi::NUM_BARS)
+    (0..NUM_BARS)
         .filter_map(|bar| score(bar).map(|s| (s, bar)))
         .max_by_key(|&(s, _)| s)
         .map(|(_, bar)| bar)
@@ -202,21 +215,18 @@ impl pci::Driver for AccelDriver {
         _info: Option<&'bound Self::IdInfo>,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
         let bar = choose_bar(pdev)?;
-        let bar_info = ffi::bar_info(pdev, bar);
-        ffi::pcim_enable_device(pdev)?;
-        ffi::p2pdma_add_resource(pdev, bar).inspect_err(|e| {
+        let bar_info = ffi::pci::bar_info(pdev, bar);
+        ffi::pci::pcim_enable_device(pdev)?;
+        ffi::pci::p2pdma_add_resource(pdev, bar).inspect_err(|e| {
             dev_err!(pdev, "cannot register BAR {} as P2P memory: {:?}\n", bar, e);
         })?;
-        ffi::set_max_seg_size(pdev);
+        ffi::pci::set_max_seg_size(pdev);
         let pdev_ref: &pci::Device = pdev;
         let pdev_ref: ARef<pci::Device> = pdev_ref.into();
-        let probe = Arc::new(
-            P2pPages::alloc(&pdev_ref, ffi::PAGE_SIZE as usize)?,
-            GFP_KERNEL,
-        )?;
-        ffi::p2pmem_publish(pdev, true);
+        let probe = Arc::new(P2pPages::alloc(&pdev_ref, PAGE_SIZE as usize)?, GFP_KERNEL)?;
+        ffi::pci::p2pmem_publish(pdev, true);
 
-        let (domain, bus, devfn) = ffi::location(pdev);
+        let (domain, bus, devfn) = ffi::pci::location(pdev);
         let info = uapi::P2pdmaDeviceInfo {
             domain,
             bus,
@@ -224,7 +234,7 @@ impl pci::Driver for AccelDriver {
             bar: bar as u8,
             vendor: pdev.vendor_id().as_raw(),
             device: pdev.device_id(),
-            numa_node: ffi::numa_node(pdev),
+            numa_node: ffi::pci::numa_node(pdev),
             bar_size: bar_info.len,
             bar_bus_addr: bar_info.bus_addr,
             p2p_size: bar_info.len,
@@ -248,7 +258,7 @@ impl pci::Driver for AccelDriver {
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
-        ffi::p2pmem_publish(pdev, false);
+        ffi::pci::p2pmem_publish(pdev, false);
         // Out of the registry first: new ioctls on it get ENODEV.
         let dev = DEVICES.lock().remove(this.index);
         // Every DMA mapping of its memory, or made for it as a peer, goes

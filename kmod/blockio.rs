@@ -30,11 +30,13 @@ use kernel::{
 use crate::{
     accel::DEVICES,
     ffi::{
-        self,
-        BlockDev,
-        BlockIo,
-        Peer,
-        PAGE_SIZE, //
+        block::{
+            BlockDev,
+            BlockIo, //
+        },
+        mm::PAGE_SIZE,
+        pci::Peer,
+        task, //
     },
     memory::Alloc,
     uapi, //
@@ -124,7 +126,7 @@ pub(crate) fn run(
             if io.error().is_some() {
                 break;
             }
-            if ffi::fatal_signal_pending() {
+            if task::fatal_signal_pending() {
                 stopped = Err(EINTR);
                 break;
             }

@@ -15,7 +15,7 @@ use core::sync::atomic::{
 };
 
 use kernel::{
-    bindings, new_mutex,
+    bindings, new_mutex, pci,
     prelude::*,
     sync::{
         Arc,
@@ -25,11 +25,14 @@ use kernel::{
 
 use crate::{
     ffi::{
-        ExporterNotice,
-        Notifier,
-        P2pPages,
-        Peer,
-        SgMap, //
+        dma::SgMap,
+        dmabuf::ExporterNotice,
+        eventfd::Notifier,
+        p2pmem::P2pPages,
+        pci::{
+            Peer, //
+            PeerEvents,
+        },
     },
     memory::Alloc,
 };
@@ -43,7 +46,7 @@ pub(crate) enum Source {
     /// An imported dma-buf (`DMABUF_IMPORT`), named by [`DmaBuf::id`]
     /// (the mapping holds a reference on it, so the name stays its own).
     ///
-    /// [`DmaBuf::id`]: crate::ffi::DmaBuf::id
+    /// [`DmaBuf::id`]: crate::ffi::dmabuf::DmaBuf::id
     DmaBuf { buf: usize },
 }
 
@@ -257,10 +260,19 @@ pub(crate) fn revoke_peer(pdev: *const bindings::pci_dev) {
     }
 }
 
-/// `pdev` starts losing its driver or going away (`going`), or is done:
-/// while it goes, no mapping that depends on it can be listed, and the ones
-/// listed are revoked, under one lock, so that none escapes.
-pub(crate) fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
+/// The registry of mappings, as told of PCI devices going away.
+pub(crate) struct Mappings;
+
+impl PeerEvents for Mappings {
+    /// `pdev` starts losing its driver or going away (`going`), or is done:
+    /// while it goes, no mapping that depends on it can be listed, and the
+    /// ones listed are revoked, under one lock, so that none escapes.
+    fn peer_going(pdev: &pci::Device, going: bool) {
+        peer_going(core::ptr::from_ref(pdev).cast(), going);
+    }
+}
+
+fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
     let mut r = MAPPINGS.lock();
     let key = pdev as usize;
     let at = r.going.iter().position(|&(p, _)| p == key);

@@ -42,7 +42,10 @@ use kernel::{
 };
 
 use crate::{
-    accel::DEVICES,
+    accel::{
+        self,
+        DEVICES, //
+    },
     blockio,
     dma::{
         self,
@@ -51,17 +54,25 @@ use crate::{
     },
     ffi::{
         self,
-        Cap,
-        DmaBuf,
-        EventFd,
-        ExporterNotice,
-        FileMapping,
-        Notifier,
-        P2pPages,
-        Peer,
-        SgMap,
-        ThreadGroup,
-        PAGE_SIZE, //
+        dma::SgMap,
+        dmabuf::{
+            DmaBuf,
+            ExporterNotice, //
+        },
+        eventfd::{
+            EventFd,
+            Notifier, //
+        },
+        mm::{
+            FileMapping,
+            PAGE_SIZE, //
+        },
+        p2pmem::P2pPages,
+        pci::Peer,
+        task::{
+            Cap,
+            ThreadGroup, //
+        },
     },
     memory::Alloc,
     uapi, //
@@ -238,7 +249,7 @@ impl MiscDevice for P2pdmaFile {
 
     fn mmap(me: Pin<&P2pdmaFile>, _file: &File, vma: &VmaNew) -> Result {
         me.check_owner()?;
-        let (pgoff, shared) = ffi::vma_pgoff_shared(vma);
+        let (pgoff, shared) = ffi::mm::vma_pgoff_shared(vma);
         if !shared {
             return Err(EINVAL);
         }
@@ -266,7 +277,7 @@ impl MiscDevice for P2pdmaFile {
             | uapi::P2PDMA_IOC_PIN_USER
             | uapi::P2PDMA_IOC_DMABUF_IMPORT => {
                 me.check_owner()?;
-                if !ffi::capable(Cap::SysRawio) {
+                if !ffi::task::capable(Cap::SysRawio) {
                     return Err(EPERM);
                 }
                 me.dma_map(cmd, user)
@@ -414,7 +425,7 @@ struct Verdict {
 fn classify(provider: &kernel::pci::Device, probe: &P2pPages, peer: &Peer) -> Verdict {
     let mut reason = ReasonBuf::new();
     let a = PciName(peer.location());
-    let b = PciName(ffi::location(provider));
+    let b = PciName(ffi::pci::location(provider));
     let common = peer.common_upstream(provider).map(PciName);
     let distance = peer.distance(provider).map_or(-1, |d| d as i32);
     let trial = probe.map_for(peer, 0, PAGE_SIZE, DataDirection::Bidirectional);
@@ -590,20 +601,20 @@ impl P2pdmaFile {
         };
         let mapping = FileMapping::of(file)?;
         let index = a.dev_index as usize;
-        let uid = ffi::current_uid();
-        let capped = !ffi::capable(Cap::SysAdmin);
+        let uid = ffi::task::current_uid();
+        let capped = !ffi::task::capable(Cap::SysAdmin);
         // Room in the file's list first, so nothing fails after allocating.
         self.state.lock().allocs.reserve(1, GFP_KERNEL)?;
 
         // Whether the request fits: checked again when the allocation is
         // recorded, since the lock is not held while the pages are taken
         // and initialised.
-        let fits = |dev: &crate::accel::AccelDev| -> Result {
+        let fits = |dev: &accel::AccelDev| -> Result {
             if size > dev.info.p2p_size {
                 return Err(EINVAL);
             }
             if capped {
-                let (total, share) = (dev.info.p2p_size, ffi::param_user_share());
+                let (total, share) = (dev.info.p2p_size, ffi::param::user_share());
                 let cap = total / 100 * share + total % 100 * share / 100;
                 if dev.held_by(uid).saturating_add(size) > cap {
                     return Err(EDQUOT);
@@ -647,6 +658,7 @@ impl P2pdmaFile {
                 uid,
                 mapping,
                 self.notifier.clone(),
+                accel::unlist,
                 pages,
             )?;
             let dev = devices.get_mut(index).ok_or(ENODEV)?;

@@ -1,18 +1,34 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C glue for the p2pdma module: the kernel facilities Rust cannot reach
- * (static inline functions, macros, module_param_array, operation tables
- * that call back into Rust). Each is wrapped by a safe function in ffi.rs;
- * nothing else in the module calls these. Decisions live in the Rust code.
+ * C glue for the p2pdma module: only what Rust cannot do. Each function is
+ * wrapped by a safe function in the ffi/ module of its facility; nothing
+ * else in the module calls these, and nothing here calls into Rust (the
+ * callbacks the kernel makes, vm_ops, the PCI bus notifier and the dma-buf
+ * importer's invalidate_mappings, are built in Rust). What stays here, and
+ * why:
+ *
+ * - The module parameters: module_param and module_param_array are
+ *   macros (upstream's module! has no array parameters), and so is
+ *   MODULE_IMPORT_NS, which the dma-buf calls need.
+ * - Accessors for static inline functions and macros that the kernel's
+ *   Rust helpers do not export: pci_resource_flags, pci_bus_address,
+ *   pci_domain_nr, dev_to_node, dma_get_max_seg_size,
+ *   pci_upstream_bridge, current (bindgen lays task_struct out wrongly
+ *   here), current_uid, task_tgid, get_pid, rlimit,
+ *   fatal_signal_pending, virt_to_page, pgprot_writecombine, S_ISBLK and
+ *   file_inode, the block device limits, fsnotify_access/modify,
+ *   sg_dma_is_bus_address and dma_resv_assert_held (lockdep).
+ * - The P2P page allocation (p2pdma_helper_alloc, p2pdma_helper_put_pages):
+ *   each step of it is a static inline on struct page (virt_to_page,
+ *   page_pgmap, put_dev_pagemap, put_page); in Rust it would be the same
+ *   calls through four more accessors.
  */
 
 #include <linux/blkdev.h>
-#include <linux/capability.h>
 #include <linux/device.h>
 #include <linux/dma-buf.h>
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
-#include <linux/eventfd.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/fsnotify.h>
@@ -20,14 +36,12 @@
 #include <linux/memremap.h>
 #include <linux/mm.h>
 #include <linux/module.h>
-#include <linux/pagemap.h>
 #include <linux/pci.h>
 #include <linux/pci-p2pdma.h>
 #include <linux/pid.h>
 #include <linux/sched.h>
 #include <linux/sched/mm.h>
 #include <linux/scatterlist.h>
-#include <linux/slab.h>
 #include <linux/suspend.h>
 
 #include "helpers.h"
@@ -60,36 +74,13 @@ unsigned int p2pdma_helper_param_user_share(void)
 	return min(READ_ONCE(user_share), 100U);
 }
 
-/* Parse the ids= parameter and add each ID to the PCI driver @drv_name. */
-int p2pdma_helper_add_param_ids(const char *drv_name)
+/* The @i-th ID of the ids= parameter, or NULL past the last. */
+const char *p2pdma_helper_param_id(unsigned int i)
 {
-	struct device_driver *drv;
-	unsigned int i;
-
-	if (!num_ids)
-		return 0;
-	drv = driver_find(drv_name, &pci_bus_type);
-	if (!drv)
-		return -ENODEV;
-	for (i = 0; i < num_ids; i++) {
-		unsigned int vendor, device;
-		char tail;
-		int ret;
-
-		if (sscanf(ids[i], "%x:%x%c", &vendor, &device, &tail) != 2 ||
-		    vendor > 0xffff || device > 0xffff) {
-			pr_err("p2pdma: ids=%s: expected vendor:device in hex\n", ids[i]);
-			return -EINVAL;
-		}
-		ret = pci_add_dynid(to_pci_driver(drv), vendor, device, PCI_ANY_ID,
-				    PCI_ANY_ID, 0, 0, 0);
-		if (ret && ret != -EEXIST)
-			return ret;
-	}
-	return 0;
+	return i < num_ids ? ids[i] : NULL;
 }
 
-/* What kind of BAR @bar is, as BAR_* bits (see ffi.rs). */
+/* What kind of BAR @bar is, as BAR_* bits (see ffi/pci.rs). */
 u32 p2pdma_helper_bar_kind(struct pci_dev *pdev, int bar)
 {
 	unsigned long flags = pci_resource_flags(pdev, bar);
@@ -126,11 +117,6 @@ unsigned int p2pdma_helper_max_seg_size(struct pci_dev *pdev)
 	return dma_get_max_seg_size(&pdev->dev);
 }
 
-bool p2pdma_helper_capable(int cap)
-{
-	return capable(cap);
-}
-
 /* The caller's kernel uid, the same in every user namespace. */
 u32 p2pdma_helper_current_uid(void)
 {
@@ -145,11 +131,6 @@ struct pid *p2pdma_helper_current_tgid_get(void)
 bool p2pdma_helper_is_current_tgid(struct pid *pid)
 {
 	return task_tgid(current) == pid;
-}
-
-void p2pdma_helper_put_pid(struct pid *pid)
-{
-	put_pid(pid);
 }
 
 /*
@@ -195,120 +176,16 @@ struct page *p2pdma_helper_virt_to_page(void *kaddr)
 	return virt_to_page(kaddr);
 }
 
-unsigned long p2pdma_helper_vma_pgoff(struct vm_area_struct *vma)
-{
-	return vma->vm_pgoff;
-}
-
-bool p2pdma_helper_vma_shared(struct vm_area_struct *vma)
-{
-	return vma->vm_flags & VM_MAYSHARE;
-}
-
-/*
- * User mappings of allocations are populated by the fault handler, so that
- * no page is mapped before the VMA is linked where unmap_mapping_range()
- * finds it. vm_private_data is an allocation reference owned by the VMA.
- */
-static void p2pdma_vm_open(struct vm_area_struct *vma)
-{
-	p2pdma_vma_open(vma->vm_private_data);
-}
-
-static void p2pdma_vm_close(struct vm_area_struct *vma)
-{
-	p2pdma_vma_close(vma->vm_private_data);
-}
-
-static vm_fault_t p2pdma_vm_fault(struct vm_fault *vmf)
-{
-	return p2pdma_vma_fault(vmf->vma->vm_private_data, vmf->vma);
-}
-
-static const struct vm_operations_struct p2pdma_vm_ops = {
-	.open = p2pdma_vm_open,
-	.close = p2pdma_vm_close,
-	.fault = p2pdma_vm_fault,
-};
-
-void p2pdma_helper_vma_setup(struct vm_area_struct *vma, void *private)
+/* Makes a user mapping write-combined (a macro on most architectures). */
+void p2pdma_helper_vma_writecombine(struct vm_area_struct *vma)
 {
 	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
-	vma->vm_private_data = private;
-	vma->vm_ops = &p2pdma_vm_ops;
 }
 
-/* Removes every user mapping of [offset, offset + len) of @mapping. */
-void p2pdma_helper_zap(struct address_space *mapping, u64 offset, u64 len)
+/* The block device @file is, or NULL when it is not one. */
+struct block_device *p2pdma_helper_file_bdev(struct file *file)
 {
-	unmap_mapping_range(mapping, offset, len, 1);
-}
-
-/*
- * The PCI functions behind an open block device, each referenced: the first
- * PCI ancestor (for NVMe: namespace -> controller -> PCI function), or, for
- * an NVMe multipath head (whose parent is the subsystem, not a controller),
- * the PCI function of each controller with a path to it: the path disks
- * are named nvme<subsys>c<ctrl>n<head> and are children of their controller.
- * Returns how many were found (at most @max), or a negative errno.
- */
-struct mpath_match {
-	int subsys, head;
-	struct pci_dev **out;
-	int max, n;
-};
-
-static int mpath_path_disk(struct device *dev, void *data)
-{
-	struct mpath_match *m = data;
-	int s, c, h;
-	char tail;
-
-	if (sscanf(dev_name(dev), "nvme%dc%dn%d%c", &s, &c, &h, &tail) == 3 &&
-	    s == m->subsys && h == m->head)
-		return 1;
-	return 0;
-}
-
-static int mpath_controller(struct device *ctrl, void *data)
-{
-	struct mpath_match *m = data;
-	struct device *pci = ctrl->parent;
-
-	if (!pci || !dev_is_pci(pci) || m->n >= m->max)
-		return 0;
-	if (device_for_each_child(ctrl, m, mpath_path_disk))
-		m->out[m->n++] = pci_dev_get(to_pci_dev(pci));
-	return 0;
-}
-
-int p2pdma_helper_peers_from_file(struct file *file, struct pci_dev **out, int max)
-{
-	struct block_device *bdev;
-	struct pci_dev *pdev = NULL;
-	struct mpath_match m = { .out = out, .max = max };
-	struct device *dev;
-	char tail;
-
-	bdev = S_ISBLK(file_inode(file)->i_mode) ? file_bdev(file) : NULL;
-	if (!bdev)
-		return -ENOTBLK;
-	for (dev = &bdev->bd_device; dev; dev = dev->parent) {
-		if (dev_is_pci(dev)) {
-			out[0] = pci_dev_get(to_pci_dev(dev));
-			return 1;
-		}
-	}
-	if (sscanf(bdev->bd_disk->disk_name, "nvme%dn%d%c", &m.subsys, &m.head, &tail) != 2)
-		return -ENXIO;
-	for_each_pci_dev(pdev) {
-		device_for_each_child(&pdev->dev, &m, mpath_controller);
-		if (m.n >= max) {
-			pci_dev_put(pdev);
-			break;
-		}
-	}
-	return m.n ? m.n : -ENXIO;
+	return S_ISBLK(file_inode(file)->i_mode) ? file_bdev(file) : NULL;
 }
 
 bool p2pdma_helper_fatal_signal_pending(void)
@@ -340,36 +217,6 @@ struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev
 	return bdev;
 }
 
-/*
- * Before direct I/O on [pos, pos + len) of @bdev: writes back the page
- * cache's dirty pages there and, before a write, drops them, as the block
- * layer's own direct I/O does.
- */
-int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, bool write)
-{
-	struct address_space *mapping = bdev->bd_mapping;
-	int ret;
-
-	ret = filemap_write_and_wait_range(mapping, pos, pos + len - 1);
-	if (ret || !write || !mapping->nrpages)
-		return ret;
-	return invalidate_inode_pages2_range(mapping, pos >> PAGE_SHIFT,
-					     (pos + len - 1) >> PAGE_SHIFT);
-}
-
-/*
- * The checks read(2) and write(2) make of @len bytes at @pos of @file:
- * the range, the security modules, fanotify permission events.
- */
-int p2pdma_helper_io_verify(struct file *file, bool write, u64 pos, u64 len)
-{
-	loff_t at = pos;
-
-	if (pos > LLONG_MAX || len > MAX_RW_COUNT)
-		return -EINVAL;
-	return rw_verify_area(write ? WRITE : READ, file, &at, len);
-}
-
 /* Tells inotify and fanotify that @file was read or written. */
 void p2pdma_helper_io_notify(struct file *file, bool write)
 {
@@ -379,464 +226,32 @@ void p2pdma_helper_io_notify(struct file *file, bool write)
 		fsnotify_access(file);
 }
 
-/* Block I/Os in flight for one BLOCK_IO call, and the first error. */
-struct p2pdma_io {
-	atomic_t inflight;
-	int error;
-	struct blk_plug plug;
-};
-
-struct p2pdma_io *p2pdma_helper_io_new(void)
+/* The bridge directly upstream of @pdev (of its physical function), or NULL. */
+struct pci_dev *p2pdma_helper_upstream_bridge(struct pci_dev *pdev)
 {
-	struct p2pdma_io *io = kzalloc(sizeof(*io), GFP_KERNEL);
-
-	if (io)
-		atomic_set(&io->inflight, 0);
-	return io;
+	return pci_upstream_bridge(pdev);
 }
 
-static void p2pdma_io_end(struct bio *bio)
+/* Whether the DMA API mapped @sg by PCI bus address (P2P through a switch). */
+bool p2pdma_helper_sg_is_bus_addr(struct scatterlist *sg)
 {
-	struct p2pdma_io *io = bio->bi_private;
-
-	if (bio->bi_status)
-		cmpxchg(&io->error, 0, blk_status_to_errno(bio->bi_status));
-	bio_put(bio);
-	/*
-	 * Fully ordered, so the waiter sees the error; the wake-up uses the
-	 * counter's address only as a key, so it is safe after the waiter has
-	 * freed @io.
-	 */
-	atomic_dec_return(&io->inflight);
-	wake_up_var(&io->inflight);
+	return sg_dma_is_bus_address(sg);
 }
 
-/* Starts (@on) or ends batching submissions into one plug. */
-void p2pdma_helper_io_plug(struct p2pdma_io *io, bool on)
+/* The caller's mm (NULL in a kernel thread). */
+struct mm_struct *p2pdma_helper_current_mm(void)
 {
-	if (on)
-		blk_start_plug(&io->plug);
-	else
-		blk_finish_plug(&io->plug);
+	return current->mm;
 }
 
-/*
- * Submits one bio moving @len bytes between the P2P memory at @kaddr (which
- * must stay allocated until the bio ends) and byte @pos of @bdev. The pages
- * go into one multi-page segment; __bio_add_page marks the bio REQ_NOMERGE
- * since it holds P2P pages, so the block layer never merges it with I/O on
- * other memory.
- */
-void p2pdma_helper_io_submit(struct p2pdma_io *io, struct block_device *bdev, bool write,
-			     u64 pos, void *kaddr, u32 len)
+/* The caller's RLIMIT_MEMLOCK, in bytes. */
+unsigned long p2pdma_helper_memlock_limit(void)
 {
-	blk_opf_t opf = write ? REQ_OP_WRITE | REQ_SYNC | REQ_IDLE : REQ_OP_READ;
-	struct bio *bio = bio_alloc(bdev, 1, opf, GFP_KERNEL);
-
-	bio->bi_iter.bi_sector = pos >> SECTOR_SHIFT;
-	__bio_add_page(bio, virt_to_page(kaddr), len, offset_in_page(kaddr));
-	bio->bi_private = io;
-	bio->bi_end_io = p2pdma_io_end;
-	atomic_inc(&io->inflight);
-	submit_bio(bio);
+	return rlimit(RLIMIT_MEMLOCK);
 }
 
-/*
- * Waits until fewer than @below bios are in flight, as blk_wait_io() waits
- * for a bio: in io_schedule(), counted as I/O wait, and waking every half
- * second so that a long wait on slow storage is not taken for a hung task
- * (the hung-task timeout is not exported; half a second is below any
- * setting it can usefully have).
- */
-void p2pdma_helper_io_wait(struct p2pdma_io *io, int below)
+/* Asserts (with lockdep) that @resv is locked. */
+void p2pdma_helper_resv_assert_held(struct dma_resv *resv)
 {
-	long left;
-
-	do {
-		left = ___wait_var_event(&io->inflight,
-					 ___wait_cond_timeout(atomic_read_acquire(&io->inflight) < below),
-					 TASK_UNINTERRUPTIBLE, 0, HZ / 2,
-					 __ret = io_schedule_timeout(__ret));
-	} while (!left);
-}
-
-/* The first error of the bios that ended (0 if none). */
-int p2pdma_helper_io_error(struct p2pdma_io *io)
-{
-	return READ_ONCE(io->error);
-}
-
-/* Frees @io once no bio is in flight. */
-void p2pdma_helper_io_free(struct p2pdma_io *io)
-{
-	p2pdma_helper_io_wait(io, 1);
-	kfree(io);
-}
-
-/* The lowest PCI bridge that is upstream of both @a and @b, or NULL. */
-struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev *b)
-{
-	struct pci_dev *x, *y;
-
-	for (x = pci_upstream_bridge(a); x; x = pci_upstream_bridge(x))
-		for (y = pci_upstream_bridge(b); y; y = pci_upstream_bridge(y))
-			if (x == y)
-				return x;
-	return NULL;
-}
-
-/*
- * A scatter-gather DMA mapping for a peer: P2P pages of an allocation,
- * pinned user pages, or an imported dma-buf.
- */
-struct p2pdma_sgmap {
-	struct pci_dev *peer;
-	enum dma_data_direction dir;
-	struct sg_table sgt_own;	/* P2P pages, pinned pages */
-	struct sg_table *sgt;		/* NULL once a dma-buf was revoked */
-	struct page **pages;		/* pinned pages */
-	unsigned long npages;
-	struct mm_struct *mm;		/* charged with npages of pinned_vm */
-	struct dma_buf *dmabuf;
-	struct dma_buf_attachment *attach;
-	void *notify;			/* passed to p2pdma_dmabuf_revoked() */
-	bool pinned, revoked;
-};
-
-static struct p2pdma_sgmap *sgmap_new(struct pci_dev *peer, enum dma_data_direction dir)
-{
-	struct p2pdma_sgmap *m = kzalloc(sizeof(*m), GFP_KERNEL);
-
-	if (m) {
-		m->peer = pci_dev_get(peer);
-		m->dir = dir;
-	}
-	return m;
-}
-
-/*
- * Builds a table of @npages pages, segments no longer than the peer
- * accepts, and maps it for the peer through the DMA API, which applies the
- * P2PDMA rules to P2P pages (bus address, host bridge, or -EREMOTEIO).
- */
-static int sgmap_map_pages(struct p2pdma_sgmap *m, struct page **pages,
-			   unsigned long npages)
-{
-	int ret;
-
-	ret = sg_alloc_table_from_pages_segment(&m->sgt_own, pages, npages, 0,
-						npages << PAGE_SHIFT,
-						dma_get_max_seg_size(&m->peer->dev),
-						GFP_KERNEL);
-	if (ret)
-		return ret;
-	ret = dma_map_sgtable(&m->peer->dev, &m->sgt_own, m->dir, 0);
-	if (ret) {
-		sg_free_table(&m->sgt_own);
-		return ret;
-	}
-	m->sgt = &m->sgt_own;
-	return 0;
-}
-
-struct p2pdma_sgmap *p2pdma_helper_map_p2p(struct pci_dev *peer, void *kaddr, u64 len,
-					   int dir, int *err)
-{
-	unsigned long i, npages = len >> PAGE_SHIFT;
-	struct p2pdma_sgmap *m = sgmap_new(peer, dir);
-	struct page **pages;
-	int ret = -ENOMEM;
-
-	if (!m)
-		goto fail;
-	pages = kvmalloc_array(npages, sizeof(*pages), GFP_KERNEL);
-	if (!pages)
-		goto free_m;
-	for (i = 0; i < npages; i++)
-		pages[i] = virt_to_page(kaddr + (i << PAGE_SHIFT));
-	ret = sgmap_map_pages(m, pages, npages);
-	kvfree(pages);
-	if (!ret)
-		return m;
-free_m:
-	pci_dev_put(m->peer);
-	kfree(m);
-fail:
-	*err = ret;
-	return NULL;
-}
-
-/* Whether the DMA API mapped @m by PCI bus address (P2P through a switch). */
-bool p2pdma_helper_sgmap_is_bus_addr(struct p2pdma_sgmap *m)
-{
-	return m->sgt && m->sgt->nents && sg_dma_is_bus_address(m->sgt->sgl);
-}
-
-/*
- * Charges @npages to the caller's pinned_vm against RLIMIT_MEMLOCK, as
- * RDMA does for pinned memory, unless it has CAP_IPC_LOCK.
- */
-static int charge_pinned(struct p2pdma_sgmap *m, unsigned long npages)
-{
-	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
-	u64 now = atomic64_add_return(npages, &current->mm->pinned_vm);
-
-	if (now > limit && !capable(CAP_IPC_LOCK)) {
-		atomic64_sub(npages, &current->mm->pinned_vm);
-		return -ENOMEM;
-	}
-	m->mm = current->mm;
-	mmgrab(m->mm);
-	return 0;
-}
-
-static void uncharge_pinned(struct p2pdma_sgmap *m)
-{
-	if (m->mm) {
-		atomic64_sub(m->npages, &m->mm->pinned_vm);
-		mmdrop(m->mm);
-	}
-}
-
-struct p2pdma_sgmap *p2pdma_helper_pin_user(struct pci_dev *peer, u64 va, u64 len,
-					    int dir, int *err)
-{
-	unsigned int gup = FOLL_LONGTERM | (dir == DMA_TO_DEVICE ? 0 : FOLL_WRITE);
-	struct p2pdma_sgmap *m = sgmap_new(peer, dir);
-	long pinned;
-	int ret = -ENOMEM;
-
-	if (!m)
-		goto fail;
-	m->npages = len >> PAGE_SHIFT;
-	ret = charge_pinned(m, m->npages);
-	if (ret)
-		goto free_m;
-	m->pages = kvmalloc_array(m->npages, sizeof(*m->pages), GFP_KERNEL);
-	if (!m->pages) {
-		ret = -ENOMEM;
-		goto uncharge;
-	}
-	pinned = pin_user_pages_fast(va, m->npages, gup, m->pages);
-	if (pinned < 0) {
-		ret = pinned;
-		goto free_pages;
-	}
-	if (pinned != m->npages) {
-		unpin_user_pages(m->pages, pinned);
-		ret = -EFAULT;
-		goto free_pages;
-	}
-	ret = sgmap_map_pages(m, m->pages, m->npages);
-	if (!ret)
-		return m;
-	unpin_user_pages(m->pages, m->npages);
-free_pages:
-	kvfree(m->pages);
-uncharge:
-	uncharge_pinned(m);
-free_m:
-	pci_dev_put(m->peer);
-	kfree(m);
-fail:
-	*err = ret;
-	return NULL;
-}
-
-/*
- * A dma-buf import is a dynamic attachment that allows peer-to-peer and is
- * pinned while imported, like RDMA's pinned revocable dma-buf memory. If the
- * exporter invalidates it anyway (e.g. its device is reset or unbound), the
- * mapping is torn down under the reservation lock and the owner told.
- */
-static void dmabuf_revoke_locked(struct p2pdma_sgmap *m)
-{
-	dma_resv_assert_held(m->dmabuf->resv);
-	if (m->sgt) {
-		dma_buf_unmap_attachment(m->attach, m->sgt, m->dir);
-		m->sgt = NULL;
-	}
-	if (m->pinned) {
-		dma_buf_unpin(m->attach);
-		m->pinned = false;
-	}
-}
-
-static void p2pdma_invalidate_mappings(struct dma_buf_attachment *attach)
-{
-	struct p2pdma_sgmap *m = attach->importer_priv;
-
-	/*
-	 * Only a mapped table can be revoked: an invalidation between attach
-	 * and map (the import maps afterwards, under the same lock) leaves
-	 * nothing to tear down, and must not keep the real one from running.
-	 */
-	if (m->revoked || !m->sgt)
-		return;
-	dmabuf_revoke_locked(m);
-	WRITE_ONCE(m->revoked, true);
-	p2pdma_dmabuf_revoked(m->notify);
-}
-
-static const struct dma_buf_attach_ops p2pdma_importer_ops = {
-	.allow_peer2peer = true,
-	.invalidate_mappings = p2pdma_invalidate_mappings,
-};
-
-struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, struct dma_buf *buf,
-						 int dir, void *notify, int *err)
-{
-	struct p2pdma_sgmap *m = sgmap_new(peer, dir);
-	struct sg_table *sgt;
-	long wait;
-	int ret = -ENOMEM;
-
-	if (!m)
-		goto fail;
-	m->notify = notify;
-	get_dma_buf(buf);
-	m->dmabuf = buf;
-	m->attach = dma_buf_dynamic_attach(m->dmabuf, &peer->dev, &p2pdma_importer_ops, m);
-	if (IS_ERR(m->attach)) {
-		ret = PTR_ERR(m->attach);
-		goto put;
-	}
-	dma_resv_lock(m->dmabuf->resv, NULL);
-	ret = dma_buf_pin(m->attach);
-	if (ret)
-		goto unlock;
-	m->pinned = true;
-	sgt = dma_buf_map_attachment(m->attach, dir);
-	if (IS_ERR(sgt)) {
-		ret = PTR_ERR(sgt);
-		goto unpin;
-	}
-	m->sgt = sgt;
-	/* Wait for the exporter's pending moves before handing out addresses. */
-	wait = dma_resv_wait_timeout(m->dmabuf->resv, DMA_RESV_USAGE_KERNEL, false,
-				     MAX_SCHEDULE_TIMEOUT);
-	if (wait < 0) {
-		ret = wait;
-		goto unpin;
-	}
-	dma_resv_unlock(m->dmabuf->resv);
-	return m;
-
-unpin:
-	dmabuf_revoke_locked(m);
-unlock:
-	dma_resv_unlock(m->dmabuf->resv);
-	dma_buf_detach(m->dmabuf, m->attach);
-put:
-	dma_buf_put(m->dmabuf);
-	pci_dev_put(m->peer);
-	kfree(m);
-fail:
-	*err = ret;
-	return NULL;
-}
-
-/*
- * The mapped table, or NULL if a dma-buf was revoked. The caller keeps it
- * from being revoked meanwhile: p2pdma_helper_sgmap_lock() for dma-bufs.
- */
-struct sg_table *p2pdma_helper_sgmap_table(struct p2pdma_sgmap *m)
-{
-	return m->sgt;
-}
-
-void *p2pdma_helper_sgmap_notify(struct p2pdma_sgmap *m)
-{
-	return m->notify;
-}
-
-void p2pdma_helper_sgmap_lock(struct p2pdma_sgmap *m)
-{
-	if (m->dmabuf)
-		dma_resv_lock(m->dmabuf->resv, NULL);
-}
-
-void p2pdma_helper_sgmap_unlock(struct p2pdma_sgmap *m)
-{
-	if (m->dmabuf)
-		dma_resv_unlock(m->dmabuf->resv);
-}
-
-void p2pdma_helper_sgmap_release(struct p2pdma_sgmap *m)
-{
-	if (m->dmabuf) {
-		dma_resv_lock(m->dmabuf->resv, NULL);
-		dmabuf_revoke_locked(m);
-		dma_resv_unlock(m->dmabuf->resv);
-		dma_buf_detach(m->dmabuf, m->attach);
-		dma_buf_put(m->dmabuf);
-	} else {
-		dma_unmap_sgtable(&m->peer->dev, m->sgt, m->dir, 0);
-		sg_free_table(m->sgt);
-		if (m->pages) {
-			/* The peer may have written the pages: keep the data. */
-			unpin_user_pages_dirty_lock(m->pages, m->npages, m->dir != DMA_TO_DEVICE);
-			kvfree(m->pages);
-			uncharge_pinned(m);
-		}
-	}
-	pci_dev_put(m->peer);
-	kfree(m);
-}
-
-/* eventfds, for revocation notices. */
-struct eventfd_ctx *p2pdma_helper_eventfd_get(int fd, int *err)
-{
-	struct eventfd_ctx *ctx = eventfd_ctx_fdget(fd);
-
-	if (IS_ERR(ctx)) {
-		*err = PTR_ERR(ctx) == -EINVAL ? -EBADF : PTR_ERR(ctx);
-		return NULL;
-	}
-	return ctx;
-}
-
-void p2pdma_helper_eventfd_signal(struct eventfd_ctx *ctx)
-{
-	eventfd_signal(ctx);
-}
-
-void p2pdma_helper_eventfd_put(struct eventfd_ctx *ctx)
-{
-	eventfd_ctx_put(ctx);
-}
-
-/*
- * A PCI device is about to lose its driver, or to go away: its DMA mappings
- * must go, and none may be made for it until that is over.
- */
-static int p2pdma_bus_event(struct notifier_block *nb, unsigned long action, void *data)
-{
-	struct device *dev = data;
-
-	switch (action) {
-	case BUS_NOTIFY_UNBIND_DRIVER:
-	case BUS_NOTIFY_DEL_DEVICE:
-		p2pdma_peer_going(to_pci_dev(dev), true);
-		break;
-	case BUS_NOTIFY_UNBOUND_DRIVER:
-	case BUS_NOTIFY_REMOVED_DEVICE:
-		p2pdma_peer_going(to_pci_dev(dev), false);
-		break;
-	}
-	return NOTIFY_DONE;
-}
-
-static struct notifier_block p2pdma_bus_nb = {
-	.notifier_call = p2pdma_bus_event,
-};
-
-int p2pdma_helper_watch_peers(void)
-{
-	return bus_register_notifier(&pci_bus_type, &p2pdma_bus_nb);
-}
-
-void p2pdma_helper_unwatch_peers(void)
-{
-	bus_unregister_notifier(&pci_bus_type, &p2pdma_bus_nb);
+	dma_resv_assert_held(resv);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* The C glue of the p2pdma module, called from ffi.rs, and the Rust
- * callbacks it calls. */
+/* The C glue of the p2pdma module (see helpers.c), called from the ffi/
+ * modules. */
 #ifndef P2PDMA_HELPERS_H
 #define P2PDMA_HELPERS_H
 
@@ -9,35 +9,26 @@
 #include <linux/types.h>
 
 struct block_device;
-struct dma_buf;
-struct eventfd_ctx;
+struct dma_resv;
 struct file;
-struct p2pdma_io;
-struct p2pdma_sgmap;
 struct pid;
-struct sg_table;
+struct scatterlist;
 
 int p2pdma_helper_param_bar(void);
 unsigned int p2pdma_helper_param_user_share(void);
-int p2pdma_helper_add_param_ids(const char *drv_name);
+const char *p2pdma_helper_param_id(unsigned int i);
 u32 p2pdma_helper_bar_kind(struct pci_dev *pdev, int bar);
 u64 p2pdma_helper_bar_bus_addr(struct pci_dev *pdev, int bar);
 void p2pdma_helper_location(struct pci_dev *pdev, u32 *domain, u8 *bus, u8 *devfn);
 int p2pdma_helper_numa_node(struct pci_dev *pdev);
 unsigned int p2pdma_helper_max_seg_size(struct pci_dev *pdev);
-bool p2pdma_helper_capable(int cap);
 u32 p2pdma_helper_current_uid(void);
 struct pid *p2pdma_helper_current_tgid_get(void);
 bool p2pdma_helper_is_current_tgid(struct pid *pid);
-void p2pdma_helper_put_pid(struct pid *pid);
 void *p2pdma_helper_alloc(struct pci_dev *pdev, size_t size);
 void p2pdma_helper_put_pages(void *kaddr, size_t size);
 struct page *p2pdma_helper_virt_to_page(void *kaddr);
-unsigned long p2pdma_helper_vma_pgoff(struct vm_area_struct *vma);
-bool p2pdma_helper_vma_shared(struct vm_area_struct *vma);
-void p2pdma_helper_vma_setup(struct vm_area_struct *vma, void *private);
-void p2pdma_helper_zap(struct address_space *mapping, u64 offset, u64 len);
-int p2pdma_helper_peers_from_file(struct file *file, struct pci_dev **out, int max);
+void p2pdma_helper_vma_writecombine(struct vm_area_struct *vma);
 bool p2pdma_helper_fatal_signal_pending(void);
 
 /* What block I/O on a block device must respect. */
@@ -54,41 +45,13 @@ struct p2pdma_bdev_facts {
 	u32 dev;		/* its device number */
 };
 
+struct block_device *p2pdma_helper_file_bdev(struct file *file);
 struct block_device *p2pdma_helper_io_bdev(struct file *file, struct p2pdma_bdev_facts *f);
-int p2pdma_helper_io_verify(struct file *file, bool write, u64 pos, u64 len);
 void p2pdma_helper_io_notify(struct file *file, bool write);
-int p2pdma_helper_io_sync_cache(struct block_device *bdev, u64 pos, u64 len, bool write);
-struct p2pdma_io *p2pdma_helper_io_new(void);
-void p2pdma_helper_io_plug(struct p2pdma_io *io, bool on);
-void p2pdma_helper_io_submit(struct p2pdma_io *io, struct block_device *bdev, bool write,
-			     u64 pos, void *kaddr, u32 len);
-void p2pdma_helper_io_wait(struct p2pdma_io *io, int below);
-int p2pdma_helper_io_error(struct p2pdma_io *io);
-void p2pdma_helper_io_free(struct p2pdma_io *io);
-struct pci_dev *p2pdma_helper_common_upstream(struct pci_dev *a, struct pci_dev *b);
-struct p2pdma_sgmap *p2pdma_helper_map_p2p(struct pci_dev *peer, void *kaddr, u64 len,
-					   int dir, int *err);
-bool p2pdma_helper_sgmap_is_bus_addr(struct p2pdma_sgmap *m);
-struct p2pdma_sgmap *p2pdma_helper_pin_user(struct pci_dev *peer, u64 va, u64 len,
-					    int dir, int *err);
-struct p2pdma_sgmap *p2pdma_helper_dmabuf_import(struct pci_dev *peer, struct dma_buf *buf,
-						 int dir, void *notify, int *err);
-struct sg_table *p2pdma_helper_sgmap_table(struct p2pdma_sgmap *m);
-void *p2pdma_helper_sgmap_notify(struct p2pdma_sgmap *m);
-void p2pdma_helper_sgmap_lock(struct p2pdma_sgmap *m);
-void p2pdma_helper_sgmap_unlock(struct p2pdma_sgmap *m);
-void p2pdma_helper_sgmap_release(struct p2pdma_sgmap *m);
-struct eventfd_ctx *p2pdma_helper_eventfd_get(int fd, int *err);
-void p2pdma_helper_eventfd_signal(struct eventfd_ctx *ctx);
-void p2pdma_helper_eventfd_put(struct eventfd_ctx *ctx);
-int p2pdma_helper_watch_peers(void);
-void p2pdma_helper_unwatch_peers(void);
-
-/* Implemented in Rust (ffi.rs). */
-void p2pdma_vma_open(void *alloc);
-void p2pdma_vma_close(void *alloc);
-vm_fault_t p2pdma_vma_fault(void *alloc, struct vm_area_struct *vma);
-void p2pdma_dmabuf_revoked(void *notify);
-void p2pdma_peer_going(struct pci_dev *pdev, bool going);
+struct pci_dev *p2pdma_helper_upstream_bridge(struct pci_dev *pdev);
+bool p2pdma_helper_sg_is_bus_addr(struct scatterlist *sg);
+unsigned long p2pdma_helper_memlock_limit(void);
+struct mm_struct *p2pdma_helper_current_mm(void);
+void p2pdma_helper_resv_assert_held(struct dma_resv *resv);
 
 #endif /* P2PDMA_HELPERS_H */

@@ -23,16 +23,20 @@ use kernel::{
     },
 };
 
-use crate::{
-    accel::DEVICES,
-    ffi::{
+use crate::ffi::{
+    eventfd::Notifier,
+    mm::{
         self,
         FileMapping,
-        Notifier,
-        P2pPages,
+        VmaOps,
         PAGE_SIZE, //
     },
+    p2pmem::P2pPages,
 };
+
+/// Takes an allocation off the list of its device's allocations (the
+/// accelerator registry's), once it holds no memory.
+pub(crate) type Unlist = fn(&Arc<Alloc>);
 
 struct State {
     /// The memory; `None` once released or revoked. Block I/O in flight
@@ -68,12 +72,16 @@ pub(crate) struct Alloc {
     mapping: FileMapping,
     /// Told when the allocation is revoked.
     notifier: Arc<Notifier>,
+    /// Called when the memory goes.
+    unlist: Unlist,
     #[pin]
     state: Mutex<State>,
 }
 
 impl Alloc {
-    /// Wraps freshly allocated pages, owned by a file.
+    /// Wraps freshly allocated pages, owned by a file; `unlist` takes it
+    /// off its device's list when the memory goes.
+    #[expect(clippy::too_many_arguments, reason = "each is a field")]
     pub(crate) fn new(
         handle: u64,
         dev_index: usize,
@@ -81,6 +89,7 @@ impl Alloc {
         uid: u32,
         mapping: FileMapping,
         notifier: Arc<Notifier>,
+        unlist: Unlist,
         pages: P2pPages,
     ) -> Result<Arc<Self>> {
         let size = pages.size() as u64;
@@ -96,6 +105,7 @@ impl Alloc {
                 uid,
                 mapping,
                 notifier,
+                unlist,
                 state <- new_mutex!(State {
                     pages: Some(pages),
                     owned: true,
@@ -133,8 +143,8 @@ impl Alloc {
         vma.set_dontexpand();
         vma.set_mixedmap();
         st.vmas += 1;
-        // SAFETY: The reference is the VMA's, released by `vma_close`.
-        unsafe { ffi::vma_setup(vma, Arc::into_raw(self.clone()).cast()) };
+        // The VMA's reference, given back by `VmaOps::close`.
+        mm::vma_setup(vma, self.clone());
         Ok(())
     }
 
@@ -171,7 +181,7 @@ impl Alloc {
     fn release(self: &Arc<Self>) {
         let pages = self.state.lock().pages.take();
         drop(pages);
-        DEVICES.lock().forget(self);
+        (self.unlist)(self);
     }
 
     /// Revokes the allocation because its device is going away: every user
@@ -190,32 +200,35 @@ impl Alloc {
     }
 }
 
-/// A VMA of `alloc` was copied (split or moved): it holds one more reference,
-/// taken by the caller.
-pub(crate) fn vma_open(alloc: &Alloc) {
-    alloc.state.lock().vmas += 1;
-}
-
-/// A VMA of `alloc` went away, giving back its reference.
-pub(crate) fn vma_close(alloc: Arc<Alloc>) {
-    let done = {
-        let mut st = alloc.state.lock();
-        st.vmas -= 1;
-        st.vmas == 0 && !st.owned && st.pages.is_some()
-    };
-    if done {
-        alloc.release();
+impl VmaOps for Alloc {
+    /// A VMA of the allocation was copied (split or moved): it holds one
+    /// more reference, taken by the caller.
+    fn open(this: &Arc<Self>) {
+        this.state.lock().vmas += 1;
     }
-}
 
-/// Maps the pages of `alloc` that `vma` covers (its file offset starts at
-/// page `pgoff`); an error (revoked, released) becomes `SIGBUS`.
-pub(crate) fn vma_fault(alloc: &Alloc, vma: &VmaMixedMap, pgoff: u64) -> Result {
-    let npages = ((vma.end() - vma.start()) as u64) / PAGE_SIZE;
-    if !alloc.contains_pages(pgoff, npages) {
-        return Err(EFAULT);
+    /// A VMA of the allocation went away, giving back its reference.
+    fn close(this: Arc<Self>) {
+        let done = {
+            let mut st = this.state.lock();
+            st.vmas -= 1;
+            st.vmas == 0 && !st.owned && st.pages.is_some()
+        };
+        if done {
+            this.release();
+        }
     }
-    let st = alloc.state.lock();
-    let pages = st.pages.as_ref().ok_or(EFAULT)?;
-    pages.insert_into(vma, (pgoff - alloc.pgoff) as usize, npages as usize)
+
+    /// Maps the pages of the allocation that `vma` covers (its file offset
+    /// starts at page `pgoff`); an error (revoked, released) becomes
+    /// `SIGBUS`.
+    fn fault(this: &Self, vma: &VmaMixedMap, pgoff: u64) -> Result {
+        let npages = ((vma.end() - vma.start()) as u64) / PAGE_SIZE;
+        if !this.contains_pages(pgoff, npages) {
+            return Err(EFAULT);
+        }
+        let st = this.state.lock();
+        let pages = st.pages.as_ref().ok_or(EFAULT)?;
+        pages.insert_into(vma, (pgoff - this.pgoff) as usize, npages as usize)
+    }
 }

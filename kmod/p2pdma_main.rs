@@ -4,6 +4,23 @@
 //!
 //! Binds accelerator PCI devices, registers their memory BAR as kernel P2PDMA
 //! memory and serves `/dev/p2pdma`, whose ioctl ABI is defined in `uapi.rs`.
+//!
+//! The modules form layers; each uses only the ones below it (and the
+//! kernel crate), top down:
+//!
+//! - `p2pdma_main`: the module, owning the registrations.
+//! - `file`: `/dev/p2pdma`, its ioctls and `mmap`.
+//! - `blockio`: `BLOCK_IO`.
+//! - `accel`: the PCI driver and the registry of bound accelerators.
+//! - `dma`: DMA mappings handed to user space, and their revocation
+//!   (`dma::Mappings` implements `ffi::pci::PeerEvents`).
+//! - `memory`: allocations and their user mappings (`Alloc` implements
+//!   `ffi::mm::VmaOps`, and is taken off its device's list through the
+//!   function it is made with, `accel::unlist`).
+//! - `ffi`: safe wrappers of the kernel facilities upstream's Rust does not
+//!   cover, one module per facility, layered among themselves (see
+//!   `ffi/mod.rs`), over the C glue in `helpers.c`.
+//! - `uapi`: the ioctl ABI.
 
 use kernel::{
     driver::Registration,
@@ -40,7 +57,8 @@ struct P2pdmaModule {
     _misc: MiscDeviceRegistration<file::P2pdmaFile>,
     #[pin]
     _driver: Registration<pci::Adapter<accel::AccelDriver>>,
-    _peers: ffi::PeerWatch,
+    #[pin]
+    _peers: ffi::pci::PeerWatch<dma::Mappings>,
     _mappings: dma::RegistryCleanup,
 }
 
@@ -55,11 +73,11 @@ impl InPlaceModule for P2pdmaModule {
 
         try_pin_init!(Self {
             _mappings: dma::RegistryCleanup,
-            _peers: ffi::PeerWatch::new()?,
+            _peers <- ffi::pci::PeerWatch::new(),
             _driver <- Registration::new(MODULE_NAME, module),
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdma" }),
         })
-        .pin_chain(|_| ffi::add_param_ids(MODULE_NAME))
+        .pin_chain(|_| ffi::param::add_ids(MODULE_NAME))
     }
 }
 
