@@ -478,6 +478,23 @@ impl Topology {
         })
     }
 
+    /// Every PCI function of the machine that sysfs shows whole, by
+    /// address (one whose attributes cannot be read is left out).
+    pub fn pci_functions(&self) -> Result<Vec<PciFunction>> {
+        let dir = self.sys.join("bus/pci/devices");
+        let entries = fs::read_dir(&dir).map_err(|source| TopologyError::Read {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut out: Vec<PciFunction> = entries
+            .flatten()
+            .filter_map(|e| parse_sysfs_pci(&e.file_name().to_string_lossy()))
+            .filter_map(|a| self.pci_function(a).ok())
+            .collect();
+        out.sort_by_key(|f| f.address);
+        Ok(out)
+    }
+
     /// The config space of the PCI function at `address`, as much of it as
     /// this process may read (sysfs gives unprivileged readers 64 bytes).
     pub fn pci_config(&self, address: PciAddress) -> Result<Vec<u8>> {
@@ -1210,6 +1227,25 @@ mod tests {
             e.contains("p2pmem/available") && e.contains("\"-1\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn every_pci_function_is_listed_in_order() {
+        let f = FakeSys::machine();
+        let all = f.topology().pci_functions().unwrap();
+        let names: Vec<String> = all.iter().map(|p| p.address.to_string()).collect();
+        let mut want: Vec<String> = [RP1, USP, DSP0, DSP1, NVME, ACCEL, RP2, SATA, RP3, ACCEL2]
+            .iter()
+            .map(|p| p.rsplit('/').next().unwrap().to_string())
+            .collect();
+        want.sort();
+        assert_eq!(names, want);
+        let accel = all
+            .iter()
+            .find(|p| p.address == pci("0000:04:00.0"))
+            .unwrap();
+        assert_eq!(accel.upstream[0], pci("0000:02:01.0"));
+        assert!(all.iter().filter(|p| p.is_bridge()).count() >= 6);
     }
 
     #[test]

@@ -216,7 +216,7 @@ impl DeviceMapping {
         check_range(offset, src.len(), self.len())?;
         self.raw
             .write_at(offset, src)
-            .map_err(|_| self.out_of_bounds(offset, src.len()))
+            .map_err(Error::sys("copy into device memory"))
     }
 
     /// Copies `dst.len()` bytes at `offset` of the mapping into `dst`.
@@ -224,7 +224,7 @@ impl DeviceMapping {
         check_range(offset, dst.len(), self.len())?;
         self.raw
             .read_at(offset, dst)
-            .map_err(|_| self.out_of_bounds(offset, dst.len()))
+            .map_err(Error::sys("copy out of device memory"))
     }
 
     /// Reads `len` bytes at `file_offset` of `file` straight into the
@@ -257,14 +257,6 @@ impl DeviceMapping {
         self.raw
             .pwrite_to(file, file_offset, offset, len)
             .map_err(Error::sys("pwrite from device memory"))
-    }
-
-    fn out_of_bounds(&self, offset: usize, len: usize) -> Error {
-        Error::OutOfBounds {
-            offset: offset as u64,
-            len: len as u64,
-            size: self.len() as u64,
-        }
     }
 }
 

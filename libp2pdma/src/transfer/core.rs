@@ -434,32 +434,6 @@ impl Core {
         })
     }
 
-    /// Reads `len` bytes at `file_offset` of `file` into `mem` at
-    /// `mem_offset`, on the path [`Core::choose`] picks.
-    pub fn read(
-        &self,
-        file: &StorageFile,
-        file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<Report> {
-        self.handle(file, mem)?.read(file_offset, mem_offset, len)
-    }
-
-    /// Writes `len` bytes of `mem` at `mem_offset` to `file` at
-    /// `file_offset`.
-    pub fn write(
-        &self,
-        file: &StorageFile,
-        file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<Report> {
-        self.handle(file, mem)?.write(file_offset, mem_offset, len)
-    }
-
     /// The chunk size and depth a read of `len` bytes of `file` would use
     /// now, and why (without calibrating: see [`Core::prepare`]).
     pub fn geometry(&self, file: &StorageFile, len: usize) -> GeometryChoice {

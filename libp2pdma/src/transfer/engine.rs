@@ -91,7 +91,9 @@ impl Engine {
         mem_offset: usize,
         len: usize,
     ) -> Result<Report> {
-        self.core.read(file, file_offset, mem, mem_offset, len)
+        self.core
+            .handle(file, mem)?
+            .read(file_offset, mem_offset, len)
     }
 
     /// Writes `len` bytes of `mem` at `mem_offset` to `file_offset`.
@@ -103,7 +105,9 @@ impl Engine {
         mem_offset: usize,
         len: usize,
     ) -> Result<Report> {
-        self.core.write(file, file_offset, mem, mem_offset, len)
+        self.core
+            .handle(file, mem)?
+            .write(file_offset, mem_offset, len)
     }
 
     /// The chunk size and depth a transfer of `len` bytes with `file`

@@ -5,7 +5,7 @@
 
 use std::os::fd::AsFd;
 
-use p2pdma::{PciAddress, Peer};
+use p2pdma::{PciAddress, Peer, Topology};
 use p2pdma_abi as abi;
 use rustix::{
     fs::{open, Mode, OFlags},
@@ -14,23 +14,15 @@ use rustix::{
 
 use super::{all, want_lib_errno, Ctx, Why, KIB, MIB, R};
 
-/// The PCI functions of the machine with their class code, by address.
+/// The PCI functions of the machine with their class code and whether a
+/// driver has them, by address.
 fn pci_functions() -> Vec<(PciAddress, u32, bool)> {
-    let Ok(dir) = std::fs::read_dir("/sys/bus/pci/devices") else {
-        return Vec::new();
-    };
-    let mut out: Vec<(PciAddress, u32, bool)> = dir
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let pci = e.file_name().to_str()?.parse::<PciAddress>().ok()?;
-            let class = std::fs::read_to_string(e.path().join("class")).ok()?;
-            let class = u32::from_str_radix(class.trim().trim_start_matches("0x"), 16).ok()?;
-            let bound = e.path().join("driver").exists();
-            Some((pci, class, bound))
-        })
-        .collect();
-    out.sort_by_key(|p| p.0.to_string());
-    out
+    Topology::new()
+        .pci_functions()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|f| Some((f.address, f.class?, f.driver.is_some())))
+        .collect()
 }
 
 impl Ctx {

@@ -1,12 +1,9 @@
 //! Peers beyond the plain NVMe: a native-multipath namespace head, and
 //! every PCI function of the machine, each held to what `P2P_QUERY` says.
 
-use std::{
-    os::fd::{AsFd, AsRawFd, OwnedFd},
-    path::Path,
-};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-use p2pdma::{sys, MapType, P2pQuery, PciAddress, Peer};
+use p2pdma::{sys, MapType, P2pQuery, PciAddress, Peer, Topology};
 use p2pdma_abi as abi;
 use rustix::{
     fs::{open, Mode, OFlags},
@@ -16,45 +13,27 @@ use rustix::{
 use super::{all, ename, skip, want_lib_errno, Ctx, ExpectP2p, Why, KIB, MIB, R};
 
 /// The controllers under a multipath head: each path's name and the PCI
-/// function of its controller, from `/sys/block/<head>/multipath/`.
+/// function of its controller.
 fn multipath_controllers(head: &str) -> Result<Vec<(String, PciAddress)>, String> {
-    let name = Path::new(head)
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| format!("{head} names no device"))?;
-    let dir = format!("/sys/block/{name}/multipath");
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
-        let entry = entry.map_err(|e| format!("{dir}: {e}"))?;
-        let real = std::fs::canonicalize(entry.path())
-            .map_err(|e| format!("{}: {e}", entry.path().display()))?;
-        let pci = real
-            .components()
-            .filter_map(|c| c.as_os_str().to_str()?.parse::<PciAddress>().ok())
-            .next_back()
-            .ok_or_else(|| format!("no PCI function above {}", real.display()))?;
-        out.push((entry.file_name().to_string_lossy().into_owned(), pci));
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    let t = Topology::new().resolve(head).map_err(|e| e.to_string())?;
+    t.multipath
+        .into_iter()
+        .map(|p| match p.pci {
+            Some(pci) => Ok((p.name, pci)),
+            None => Err(format!("no PCI function above {}", p.name)),
+        })
+        .collect()
 }
 
 /// Every PCI function of the machine that is not a bridge.
 fn pci_endpoints() -> Vec<PciAddress> {
-    let Ok(dir) = std::fs::read_dir("/sys/bus/pci/devices") else {
-        return Vec::new();
-    };
-    let mut out: Vec<PciAddress> = dir
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let pci = e.file_name().to_str()?.parse::<PciAddress>().ok()?;
-            let class = std::fs::read_to_string(e.path().join("class")).ok()?;
-            let class = u32::from_str_radix(class.trim().trim_start_matches("0x"), 16).ok()?;
-            (class >> 16 != 0x06).then_some(pci)
-        })
-        .collect();
-    out.sort_by_key(|p| p.to_string());
-    out
+    Topology::new()
+        .pci_functions()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.class.is_some_and(|c| c >> 16 != 0x06))
+        .map(|f| f.address)
+        .collect()
 }
 
 /// A peer to test, with the descriptor it borrows.
