@@ -44,6 +44,7 @@
 //! - [`queues`]: an NVMe controller this process drives through VFIO, its
 //!   queues in accelerator memory;
 //! - [`transfer`]: the path rule, the data paths and the engine;
+//! - [`store`]: objects on NVMe, over the engine;
 //! - [`doctor`]: whether P2P works on this machine, and why not.
 #![deny(unsafe_code)]
 
@@ -53,6 +54,7 @@ pub mod error;
 pub mod memory;
 pub mod nvme;
 pub mod queues;
+pub mod store;
 pub mod sys;
 pub mod transfer;
 

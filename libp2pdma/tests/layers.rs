@@ -37,6 +37,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("transfer::route", 14),
     ("transfer::asyncio", 14),
     ("transfer::engine", 15),
+    ("store", 16),
     ("doctor", 16),
     ("", 17),
 ];

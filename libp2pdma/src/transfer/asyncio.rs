@@ -89,7 +89,7 @@ impl<T> std::fmt::Debug for Ticket<T> {
 }
 
 impl<T> Ticket<T> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let slot = Slot {
             result: None,
             taken: false,
@@ -104,7 +104,7 @@ impl<T> Ticket<T> {
         self.shared.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn complete(&self, r: Result<T>) {
+    pub(crate) fn complete(&self, r: Result<T>) {
         let mut s = self.lock();
         s.result = Some(r);
         if let Some(w) = s.waker.take() {

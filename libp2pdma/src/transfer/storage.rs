@@ -209,6 +209,16 @@ impl StorageFile {
         self.queues.as_ref()
     }
 
+    /// Makes every write that returned durable: `fdatasync` on a kernel
+    /// file or block device (the block layer flushes the device's write
+    /// cache), the NVMe Flush command on a namespace this process drives.
+    pub fn sync(&self) -> Result<()> {
+        if let Some(ns) = &self.queues {
+            return ns.flush();
+        }
+        rustix::fs::fdatasync(self.fd()?).map_err(Error::sys("fdatasync"))
+    }
+
     /// The path it was opened by.
     pub fn path(&self) -> &Path {
         &self.path

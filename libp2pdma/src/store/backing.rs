@@ -1,0 +1,128 @@
+//! What a store lives on: byte ranges moved between a device and memory,
+//! and a flush that makes every returned write durable.
+
+use std::sync::Arc;
+
+use crate::{
+    memory::DeviceMemory,
+    transfer::{Engine, Request, StorageFile, Ticket},
+    Result,
+};
+
+/// The device under a store.
+pub trait Backing: Send + Sync {
+    /// Its size in bytes.
+    fn len(&self) -> u64;
+
+    /// Whether it has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads `len` bytes at `offset` into `mem` at `mem_offset`.
+    fn read(
+        &self,
+        offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Writes `len` bytes of `mem` at `mem_offset` to `offset`.
+    fn write(
+        &self,
+        offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Starts a read into memory the caller hands over, to be waited for
+    /// with the ticket.
+    fn read_async(
+        &self,
+        offset: u64,
+        mem: Arc<dyn DeviceMemory>,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Ticket>;
+
+    /// Makes every write that returned durable.
+    fn flush(&self) -> Result<()>;
+}
+
+/// A store on a file, block device or NVMe namespace, through the transfer
+/// engine: every path the engine has (the queues path, P2P, NVMe commands,
+/// bounce) and every memory.
+pub struct EngineBacking {
+    engine: Arc<Engine>,
+    file: Arc<StorageFile>,
+}
+
+impl EngineBacking {
+    /// `file` (opened for writing) moved by `engine`.
+    pub fn new(engine: Arc<Engine>, file: Arc<StorageFile>) -> Self {
+        Self { engine, file }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The file.
+    pub fn file(&self) -> &Arc<StorageFile> {
+        &self.file
+    }
+}
+
+impl Backing for EngineBacking {
+    fn len(&self) -> u64 {
+        self.file.size()
+    }
+
+    fn read(
+        &self,
+        offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.engine
+            .read(&self.file, offset, mem, mem_offset, len)
+            .map(|_| ())
+    }
+
+    fn write(
+        &self,
+        offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.engine
+            .write(&self.file, offset, mem, mem_offset, len)
+            .map(|_| ())
+    }
+
+    fn read_async(
+        &self,
+        offset: u64,
+        mem: Arc<dyn DeviceMemory>,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Ticket> {
+        Ok(self.engine.submit(Request {
+            dir: crate::transfer::Direction::Read,
+            file: self.file.clone(),
+            file_offset: offset,
+            mem,
+            mem_offset,
+            len,
+        }))
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.file.sync()
+    }
+}

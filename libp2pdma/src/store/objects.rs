@@ -1,0 +1,472 @@
+//! The object store: objects on a device, created, resized, deleted, read
+//! and written by many threads at once, their map kept through crashes.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Condvar, Mutex, RwLock},
+};
+
+use super::{
+    backing::Backing,
+    layout::{checksum, pick, Superblock, BLOCK},
+    map::{no_object, Extent, Map, ObjectInfo},
+};
+use crate::{
+    memory::{DeviceMemory, HostMemory},
+    transfer::Ticket,
+    Error, Result,
+};
+
+/// Bytes zeroed per write when an object gets new blocks.
+const ZERO_CHUNK: usize = 1 << 20;
+
+/// Objects with reads in flight that do not hold the map's lock (prefetches):
+/// an object is not deleted, shrunk or moved while it has some, so such a
+/// read never lands another object's bytes.
+#[derive(Default)]
+struct Pins {
+    count: Mutex<HashMap<u64, usize>>,
+    released: Condvar,
+}
+
+impl Pins {
+    fn pin(&self, id: u64) {
+        *self.lock().entry(id).or_default() += 1;
+    }
+
+    fn unpin(&self, id: u64) {
+        let mut c = self.lock();
+        if let Some(n) = c.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&id);
+            }
+        }
+        self.released.notify_all();
+    }
+
+    /// Waits until `id` has no read in flight.
+    fn wait_unpinned(&self, id: u64) {
+        let mut c = self.lock();
+        while c.contains_key(&id) {
+            c = self.released.wait(c).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, usize>> {
+        self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What the store holds while it is open: the map of the last commit and
+/// that commit's superblock.
+struct State {
+    map: Map,
+    sb: Superblock,
+}
+
+/// An object store on a [`Backing`].
+///
+/// Metadata calls ([`pcreate`](Store::pcreate), [`delete`](Store::delete),
+/// [`resize`](Store::resize)) commit before they return: once one returns,
+/// a crash at any later point leaves its effect, and a crash before it
+/// returns leaves either all of it or none. Data written with
+/// [`pwrite`](Store::pwrite) is durable once [`flush`](Store::flush) (or a
+/// later metadata call) returns. Reads and writes name an object and a range
+/// inside its size: a range past the end or an id that is not there is an
+/// error, and no call ever moves another object's bytes.
+pub struct Store {
+    backing: Arc<dyn Backing>,
+    state: RwLock<State>,
+    pins: Arc<Pins>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.read_state();
+        f.debug_struct("Store")
+            .field("generation", &s.sb.generation)
+            .field("objects", &s.map.len())
+            .finish()
+    }
+}
+
+/// A read started by [`Store::pread_prefetch`], consumed with
+/// [`Store::consume_prefetch_pread`]. Dropping it waits for its read.
+pub struct Prefetch {
+    id: u64,
+    len: usize,
+    staging: Arc<HostMemory>,
+    ticket: Option<Ticket>,
+    pins: Arc<Pins>,
+}
+
+impl std::fmt::Debug for Prefetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefetch")
+            .field("id", &self.id)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Prefetch {
+    /// Whether its read has completed.
+    pub fn is_done(&self) -> bool {
+        self.ticket.as_ref().is_none_or(Ticket::is_done)
+    }
+}
+
+impl Drop for Prefetch {
+    fn drop(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            let _ = t.wait();
+        }
+        self.pins.unpin(self.id);
+    }
+}
+
+/// The map region bytes of a map of `len` bytes: whole blocks.
+fn region_bytes(len: usize) -> usize {
+    len.div_ceil(BLOCK as usize).max(1) * BLOCK as usize
+}
+
+impl Store {
+    /// Makes an empty store on `backing` with room in its map for
+    /// `max_objects` objects; what was on the device before is gone.
+    pub fn format(backing: Arc<dyn Backing>, max_objects: u64) -> Result<Self> {
+        let device_blocks = backing.len() / BLOCK;
+        let map_blocks = (16 + 32 * max_objects.max(1)).div_ceil(BLOCK);
+        let sb = Superblock {
+            generation: 1,
+            total_blocks: device_blocks,
+            map_blocks,
+            map_len: 0,
+            map_crc: 0,
+        };
+        sb.fits(device_blocks).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "a store for {max_objects} objects needs more than {} bytes",
+                backing.len()
+            ))
+        })?;
+        let store = Self {
+            backing,
+            state: RwLock::new(State {
+                map: Map::new(sb.data_start(), device_blocks),
+                sb: Superblock {
+                    generation: 0,
+                    ..sb
+                },
+            }),
+            pins: Arc::default(),
+        };
+        // Generation 1 goes to slot 1; slot 0 is cleared so that no older
+        // store's superblock outlives the format.
+        let zero = HostMemory::new(BLOCK as usize)?;
+        store.backing.write(0, &zero, 0, BLOCK as usize)?;
+        {
+            let mut s = store.write_state();
+            let map = s.map.clone();
+            store.commit(&mut s, map)?;
+        }
+        Ok(store)
+    }
+
+    /// Opens the store on `backing`: the newest commit whose superblock and
+    /// map both check.
+    pub fn initialize(backing: Arc<dyn Backing>) -> Result<Self> {
+        let device_blocks = backing.len() / BLOCK;
+        let head = HostMemory::new(2 * BLOCK as usize)?;
+        backing.read(0, &head, 0, 2 * BLOCK as usize)?;
+        let mut bytes = vec![0u8; 2 * BLOCK as usize];
+        head.read_at(0, &mut bytes)?;
+        let slots = [0, 1].map(|i| {
+            Superblock::decode(&bytes[i * BLOCK as usize..(i + 1) * BLOCK as usize])
+                .filter(|s| s.fits(device_blocks).is_ok() && s.slot() == i as u64)
+        });
+        let mut found = None;
+        let sb = pick(slots, |s| {
+            let len = s.map_len as usize;
+            let Ok(buf) = HostMemory::new(region_bytes(len)) else {
+                return false;
+            };
+            let at = s.region_start(s.region()) * BLOCK;
+            if backing.read(at, &buf, 0, region_bytes(len)).is_err() {
+                return false;
+            }
+            let mut m = vec![0u8; len];
+            if buf.read_at(0, &mut m).is_err() || checksum(&m) != s.map_crc {
+                return false;
+            }
+            found = Map::decode(&m, s.data_start(), s.total_blocks);
+            found.is_some()
+        })
+        .ok_or_else(|| {
+            Error::InvalidArgument(
+                "no store on this device (no superblock and map that check)".into(),
+            )
+        })?;
+        let map = found
+            .ok_or_else(|| Error::InvalidArgument("the store's map does not decode".into()))?;
+        Ok(Self {
+            backing,
+            state: RwLock::new(State { map, sb }),
+            pins: Arc::default(),
+        })
+    }
+
+    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `map` as the next generation: the map into its region, a
+    /// flush, the superblock into its slot, a flush. `s` holds it after.
+    fn commit(&self, s: &mut State, map: Map) -> Result<()> {
+        let (bytes, crc) = map.encode();
+        let next = Superblock {
+            generation: s.sb.generation + 1,
+            map_len: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
+            map_crc: crc,
+            ..s.sb
+        };
+        if bytes.len() as u64 > next.map_blocks * BLOCK {
+            return Err(Error::InvalidArgument(format!(
+                "the store's map is full ({} objects)",
+                map.len().saturating_sub(1)
+            )));
+        }
+        let buf = HostMemory::new(region_bytes(bytes.len()))?;
+        buf.write_at(0, &bytes)?;
+        let at = next.region_start(next.region()) * BLOCK;
+        self.backing.write(at, &buf, 0, region_bytes(bytes.len()))?;
+        self.backing.flush()?;
+        let block = HostMemory::new(BLOCK as usize)?;
+        block.write_at(0, &next.encode())?;
+        self.backing
+            .write(next.slot() * BLOCK, &block, 0, BLOCK as usize)?;
+        self.backing.flush()?;
+        s.map = map;
+        s.sb = next;
+        Ok(())
+    }
+
+    /// Writes zeros over blocks `[start, end)`.
+    fn zero(&self, start: u64, end: u64) -> Result<()> {
+        let zero = HostMemory::new(ZERO_CHUNK)?;
+        let (mut at, end) = (start * BLOCK, end * BLOCK);
+        while at < end {
+            let n = (end - at).min(ZERO_CHUNK as u64) as usize;
+            self.backing.write(at, &zero, 0, n)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Every object's id, first block and size, as accelerator kernels are
+    /// given it (the document's `get_object_map`).
+    pub fn get_object_map(&self) -> Vec<ObjectInfo> {
+        self.read_state().map.objects()
+    }
+
+    /// Object `id`'s size in bytes.
+    pub fn size(&self, id: u64) -> Result<u64> {
+        self.read_state()
+            .map
+            .get(id)
+            .map(|e| e.size)
+            .ok_or_else(|| no_object(id))
+    }
+
+    /// Bytes of data space no object holds.
+    pub fn free_bytes(&self) -> u64 {
+        self.read_state().map.free_blocks() * BLOCK
+    }
+
+    /// The generation of the last commit.
+    pub fn generation(&self) -> u64 {
+        self.read_state().sb.generation
+    }
+
+    /// Creates an object of `n_bytes` zero bytes; its id. Committed when it
+    /// returns.
+    pub fn pcreate(&self, n_bytes: u64) -> Result<u64> {
+        let mut s = self.write_state();
+        let mut map = s.map.clone();
+        let (id, e) = map.create(n_bytes)?;
+        self.zero(e.start, e.end())?;
+        self.commit(&mut s, map)?;
+        Ok(id)
+    }
+
+    /// Deletes object `id`; its space is reused by later objects. Committed
+    /// when it returns.
+    pub fn delete(&self, id: u64) -> Result<()> {
+        let mut s = self.write_state();
+        let mut map = s.map.clone();
+        map.delete(id)?;
+        self.pins.wait_unpinned(id);
+        self.commit(&mut s, map)
+    }
+
+    /// Resizes object `id` to `n_bytes`: bytes past the old size read as
+    /// zeros, bytes past the new size are gone. Committed when it returns.
+    pub fn resize(&self, id: u64, n_bytes: u64) -> Result<()> {
+        let mut s = self.write_state();
+        let mut map = s.map.clone();
+        let (old, new) = map.resize(id, n_bytes)?;
+        self.pins.wait_unpinned(id);
+        if new.start != old.start {
+            self.copy_blocks(&old, &new)?;
+        } else if new.blocks > old.blocks {
+            self.zero(old.end(), new.end())?;
+        }
+        if new.size > old.size {
+            self.zero_tail(&new, old.size)?;
+        }
+        self.commit(&mut s, map)
+    }
+
+    /// Copies the bytes an object keeps from `old` to `new`, and zeros the
+    /// rest of `new`'s blocks.
+    fn copy_blocks(&self, old: &Extent, new: &Extent) -> Result<()> {
+        let keep = old.size.min(new.size);
+        let buf = HostMemory::new(ZERO_CHUNK)?;
+        let mut done = 0;
+        while done < keep {
+            let n = (keep - done).min(ZERO_CHUNK as u64) as usize;
+            self.backing.read(old.start * BLOCK + done, &buf, 0, n)?;
+            self.backing.write(new.start * BLOCK + done, &buf, 0, n)?;
+            done += n as u64;
+        }
+        let kept_blocks = keep.div_ceil(BLOCK);
+        self.zero(new.start + kept_blocks, new.end())?;
+        if keep % BLOCK != 0 {
+            self.zero_bytes(new.start * BLOCK + keep, BLOCK - keep % BLOCK)?;
+        }
+        Ok(())
+    }
+
+    /// Zeros the bytes of `e` from `from` to the end of its block.
+    fn zero_tail(&self, e: &Extent, from: u64) -> Result<()> {
+        let in_block = from % BLOCK;
+        if in_block != 0 && from < e.size {
+            self.zero_bytes(e.start * BLOCK + from, BLOCK - in_block)?;
+        }
+        Ok(())
+    }
+
+    fn zero_bytes(&self, at: u64, n: u64) -> Result<()> {
+        let zero = HostMemory::new(n as usize)?;
+        self.backing.write(at, &zero, 0, n as usize)
+    }
+
+    /// The device offset of `[offset, offset + n)` of object `id`, checked
+    /// against its size.
+    fn locate(map: &Map, id: u64, offset: u64, n: usize) -> Result<u64> {
+        let e = map.get(id).ok_or_else(|| no_object(id))?;
+        match offset.checked_add(n as u64) {
+            Some(end) if end <= e.size => Ok(e.start * BLOCK + offset),
+            _ => Err(Error::EndOfFile {
+                path: format!("object {id}").into(),
+                offset,
+                len: n as u64,
+                size: e.size,
+            }),
+        }
+    }
+
+    /// Reads `n` bytes at `offset` of object `id` into `mem` at
+    /// `mem_offset`; `n`.
+    pub fn pread(
+        &self,
+        id: u64,
+        offset: u64,
+        n: usize,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+    ) -> Result<usize> {
+        crate::error::check_range(mem_offset, n, mem.len())?;
+        let s = self.read_state();
+        let at = Self::locate(&s.map, id, offset, n)?;
+        self.backing.read(at, mem, mem_offset, n)?;
+        Ok(n)
+    }
+
+    /// Writes `n` bytes of `mem` at `mem_offset` to `offset` of object
+    /// `id`; `n`. Durable after the next [`flush`](Store::flush).
+    pub fn pwrite(
+        &self,
+        id: u64,
+        offset: u64,
+        n: usize,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+    ) -> Result<usize> {
+        crate::error::check_range(mem_offset, n, mem.len())?;
+        let s = self.read_state();
+        let at = Self::locate(&s.map, id, offset, n)?;
+        self.backing.write(at, mem, mem_offset, n)?;
+        Ok(n)
+    }
+
+    /// Starts reading `n` bytes at `offset` of object `id`; the read runs
+    /// while the caller computes, and [`consume_prefetch_pread`] hands the
+    /// bytes over. The object is not deleted, shrunk or moved until the
+    /// read is consumed or dropped.
+    ///
+    /// [`consume_prefetch_pread`]: Store::consume_prefetch_pread
+    pub fn pread_prefetch(&self, id: u64, offset: u64, n: usize) -> Result<Prefetch> {
+        let s = self.read_state();
+        let at = Self::locate(&s.map, id, offset, n)?;
+        let staging = Arc::new(HostMemory::new(n.max(1))?);
+        self.pins.pin(id);
+        let mut p = Prefetch {
+            id,
+            len: n,
+            staging: staging.clone(),
+            ticket: None,
+            pins: self.pins.clone(),
+        };
+        drop(s);
+        if n > 0 {
+            p.ticket = Some(self.backing.read_async(at, staging, 0, n)?);
+        }
+        Ok(p)
+    }
+
+    /// Waits for `p`'s read and copies its first `n` bytes into `mem` at
+    /// `mem_offset`; `n`.
+    pub fn consume_prefetch_pread(
+        &self,
+        mut p: Prefetch,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        n: usize,
+    ) -> Result<usize> {
+        if n > p.len {
+            return Err(Error::InvalidArgument(format!(
+                "consume of {n} bytes from a prefetch of {}",
+                p.len
+            )));
+        }
+        crate::error::check_range(mem_offset, n, mem.len())?;
+        if let Some(t) = p.ticket.take() {
+            t.wait()?;
+        }
+        let mut bytes = vec![0u8; n];
+        p.staging.read_at(0, &mut bytes)?;
+        mem.write_at(mem_offset, &bytes)?;
+        Ok(n)
+    }
+
+    /// Makes every write that returned durable (the NVMe Flush where the
+    /// library drives the controller).
+    pub fn flush(&self) -> Result<()> {
+        self.backing.flush()
+    }
+}

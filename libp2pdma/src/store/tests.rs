@@ -1,0 +1,586 @@
+//! The store against a reference model, on a model device that keeps
+//! unflushed writes apart so that a crash can keep any of them, tear one,
+//! or lose them all.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
+
+use proptest::prelude::*;
+
+use super::{backing::Backing, layout::BLOCK, objects::Store};
+use crate::{
+    memory::{DeviceMemory, HostMemory},
+    transfer::{Report, Ticket, TransferPath},
+    Error, Result,
+};
+
+/// A device in memory: what is durable, and the writes since the last
+/// flush, which reads see but a crash may lose.
+#[derive(Default)]
+struct ModelDevice {
+    durable: Vec<u8>,
+    pending: Vec<(u64, Vec<u8>)>,
+    /// Writes left before the process dies (`None`: it does not).
+    writes_left: Option<usize>,
+    dead: bool,
+}
+
+struct MemBacking(Mutex<ModelDevice>);
+
+impl MemBacking {
+    fn new(len: usize) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(ModelDevice {
+            durable: vec![0; len],
+            ..Default::default()
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ModelDevice> {
+        self.0.lock().unwrap()
+    }
+
+    /// Dies after `n` more writes (the last of them torn).
+    fn die_after(&self, n: usize) {
+        self.lock().writes_left = Some(n);
+    }
+
+    /// The device after a crash: the durable bytes and, in order, each
+    /// unflushed write kept, dropped or torn, as `rng` draws.
+    fn crash(&self, rng: &mut fastrand::Rng) -> Arc<Self> {
+        let d = self.lock();
+        let mut image = d.durable.clone();
+        for (at, bytes) in &d.pending {
+            let keep = match rng.u8(0..4) {
+                0 => 0,
+                1 => rng.usize(0..=bytes.len()),
+                _ => bytes.len(),
+            };
+            image[*at as usize..*at as usize + keep].copy_from_slice(&bytes[..keep]);
+        }
+        Arc::new(Self(Mutex::new(ModelDevice {
+            durable: image,
+            ..Default::default()
+        })))
+    }
+
+    fn view(d: &ModelDevice, offset: u64, len: usize) -> Vec<u8> {
+        let mut v = d.durable[offset as usize..offset as usize + len].to_vec();
+        for (at, bytes) in &d.pending {
+            let (a, b) = (
+                *at.max(&offset),
+                (at + bytes.len() as u64).min(offset + len as u64),
+            );
+            if a < b {
+                v[(a - offset) as usize..(b - offset) as usize]
+                    .copy_from_slice(&bytes[(a - at) as usize..(b - at) as usize]);
+            }
+        }
+        v
+    }
+}
+
+fn died() -> Error {
+    Error::InvalidArgument("the model device died".into())
+}
+
+impl Backing for MemBacking {
+    fn len(&self) -> u64 {
+        self.lock().durable.len() as u64
+    }
+
+    fn read(
+        &self,
+        offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let d = self.lock();
+        if d.dead {
+            return Err(died());
+        }
+        mem.write_at(mem_offset, &Self::view(&d, offset, len))
+    }
+
+    fn write(
+        &self,
+        offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let mut bytes = vec![0u8; len];
+        mem.read_at(mem_offset, &mut bytes)?;
+        let mut d = self.lock();
+        if d.dead {
+            return Err(died());
+        }
+        if let Some(n) = d.writes_left.as_mut() {
+            if *n == 0 {
+                // The last write: half of it reaches the device.
+                bytes.truncate(len / 2);
+                d.pending.push((offset, bytes));
+                d.dead = true;
+                return Err(died());
+            }
+            *n -= 1;
+        }
+        d.pending.push((offset, bytes));
+        Ok(())
+    }
+
+    fn read_async(
+        &self,
+        offset: u64,
+        mem: Arc<dyn DeviceMemory>,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Ticket> {
+        let t = Ticket::new();
+        t.complete(
+            self.read(offset, mem.as_ref(), mem_offset, len)
+                .map(|()| Report {
+                    bytes: len as u64,
+                    path: TransferPath::Bounce,
+                    retried: false,
+                    ring_pinned: false,
+                    copy_threads: 1,
+                }),
+        );
+        Ok(t)
+    }
+
+    fn flush(&self) -> Result<()> {
+        let mut d = self.lock();
+        if d.dead {
+            return Err(died());
+        }
+        let pending = std::mem::take(&mut d.pending);
+        for (at, bytes) in pending {
+            d.durable[at as usize..at as usize + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
+}
+
+/// One object of the reference model: its bytes, the bytes as of the last
+/// point everything was durable, and which bytes were written since.
+#[derive(Clone, Debug, PartialEq)]
+struct Obj {
+    data: Vec<u8>,
+    flushed: Vec<u8>,
+    dirty: Vec<bool>,
+}
+
+impl Obj {
+    fn zeros(n: usize) -> Self {
+        Self {
+            data: vec![0; n],
+            flushed: vec![0; n],
+            dirty: vec![false; n],
+        }
+    }
+
+    fn durable(&mut self) {
+        self.flushed = self.data.clone();
+        self.dirty = vec![false; self.data.len()];
+    }
+}
+
+type Model = BTreeMap<u64, Obj>;
+
+fn durable_all(m: &mut Model) {
+    m.values_mut().for_each(Obj::durable);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Create(u64),
+    Write(usize, u64, usize, u8),
+    Read(usize, u64, usize),
+    Prefetch(usize, u64, usize),
+    Delete(usize),
+    Resize(usize, u64),
+    Flush,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let size = prop_oneof![0u64..64, 1u64..3 * BLOCK, 3 * BLOCK..20 * BLOCK];
+    prop_oneof![
+        2 => size.clone().prop_map(Op::Create),
+        4 => (any::<usize>(), any::<u64>(), 0usize..3 * BLOCK as usize, any::<u8>()).prop_map(|(o, a, n, s)| Op::Write(o, a, n, s)),
+        3 => (any::<usize>(), any::<u64>(), 0usize..3 * BLOCK as usize).prop_map(|(o, a, n)| Op::Read(o, a, n)),
+        1 => (any::<usize>(), any::<u64>(), 0usize..2 * BLOCK as usize).prop_map(|(o, a, n)| Op::Prefetch(o, a, n)),
+        1 => any::<usize>().prop_map(Op::Delete),
+        1 => (any::<usize>(), size).prop_map(|(o, s)| Op::Resize(o, s)),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+/// The id the model's `k`-th object (in id order) has, if any.
+fn pick(m: &Model, k: usize) -> Option<u64> {
+    (!m.is_empty()).then(|| *m.keys().nth(k % m.len()).unwrap())
+}
+
+fn bytes_of(mem: &HostMemory, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    mem.read_at(0, &mut v).unwrap();
+    v
+}
+
+/// Applies `op` to the store and the model; `Err` is the store's error for
+/// an operation that had to succeed, or a mismatch.
+fn apply(
+    store: &mut Store,
+    backing: &Arc<MemBacking>,
+    m: &mut Model,
+    op: &Op,
+) -> std::result::Result<(), String> {
+    let fail = |what: &str, e: Error| format!("{what}: {e}");
+    match *op {
+        Op::Create(size) => {
+            let id = store.pcreate(size).map_err(|e| fail("pcreate", e))?;
+            if m.contains_key(&id) {
+                return Err(format!("pcreate gave id {id}, which is taken"));
+            }
+            m.insert(id, Obj::zeros(size as usize));
+            durable_all(m);
+        }
+        Op::Write(k, at, n, seed) => {
+            let Some(id) = pick(m, k) else { return Ok(()) };
+            let size = m[&id].data.len();
+            let off = if size == 0 {
+                0
+            } else {
+                at as usize % (size + 1)
+            };
+            let buf = HostMemory::new(n.max(1)).unwrap();
+            let data: Vec<u8> = (0..n)
+                .map(|i| seed.wrapping_add(i as u8).wrapping_mul(31))
+                .collect();
+            buf.write_at(0, &data).unwrap();
+            if off + n <= size {
+                // Written or not, these bytes are no longer known durable.
+                let o = m.get_mut(&id).unwrap();
+                o.dirty[off..off + n].iter_mut().for_each(|d| *d = true);
+            }
+            let r = store.pwrite(id, off as u64, n, &buf, 0);
+            if off + n > size {
+                return match r {
+                    Err(Error::EndOfFile { .. }) => Ok(()),
+                    other => Err(format!(
+                        "pwrite past the end of {id} ({off}+{n} > {size}): {other:?}"
+                    )),
+                };
+            }
+            r.map_err(|e| fail("pwrite", e))?;
+            m.get_mut(&id).unwrap().data[off..off + n].copy_from_slice(&data);
+        }
+        Op::Read(k, at, n) | Op::Prefetch(k, at, n) => {
+            let Some(id) = pick(m, k) else { return Ok(()) };
+            let size = m[&id].data.len();
+            let off = at as usize % (size + 1);
+            let buf = HostMemory::new(n.max(1)).unwrap();
+            let r = if matches!(op, Op::Read(..)) {
+                store.pread(id, off as u64, n, &buf, 0)
+            } else {
+                store
+                    .pread_prefetch(id, off as u64, n)
+                    .and_then(|p| store.consume_prefetch_pread(p, &buf, 0, n))
+            };
+            if off + n > size {
+                return match r {
+                    Err(Error::EndOfFile { .. }) => Ok(()),
+                    other => Err(format!(
+                        "read past the end of {id} ({off}+{n} > {size}): {other:?}"
+                    )),
+                };
+            }
+            r.map_err(|e| fail("read", e))?;
+            if bytes_of(&buf, n) != m[&id].data[off..off + n] {
+                return Err(format!(
+                    "object {id} bytes {off}..{} differ from the model",
+                    off + n
+                ));
+            }
+        }
+        Op::Delete(k) => {
+            let Some(id) = pick(m, k) else { return Ok(()) };
+            store.delete(id).map_err(|e| fail("delete", e))?;
+            m.remove(&id);
+            durable_all(m);
+            let buf = HostMemory::new(1).unwrap();
+            if store.pread(id, 0, 0, &buf, 0).is_ok() {
+                return Err(format!("object {id} reads after its delete"));
+            }
+        }
+        Op::Resize(k, size) => {
+            let Some(id) = pick(m, k) else { return Ok(()) };
+            store.resize(id, size).map_err(|e| fail("resize", e))?;
+            let o = m.get_mut(&id).unwrap();
+            o.data.resize(size as usize, 0);
+            o.dirty.resize(size as usize, false);
+            durable_all(m);
+        }
+        Op::Flush => {
+            store.flush().map_err(|e| fail("flush", e))?;
+            durable_all(m);
+        }
+        Op::Reopen => {
+            *store = Store::initialize(backing.clone()).map_err(|e| fail("initialize", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks the whole store against the model: the same ids and sizes, the
+/// same bytes.
+fn same(store: &Store, m: &Model) -> std::result::Result<(), String> {
+    let map: Vec<(u64, u64)> = store
+        .get_object_map()
+        .iter()
+        .map(|o| (o.id, o.size))
+        .collect();
+    let want: Vec<(u64, u64)> = m.iter().map(|(id, o)| (*id, o.data.len() as u64)).collect();
+    if map != want {
+        return Err(format!("object map {map:?}, model {want:?}"));
+    }
+    for (id, o) in m {
+        let buf = HostMemory::new(o.data.len().max(1)).unwrap();
+        store
+            .pread(*id, 0, o.data.len(), &buf, 0)
+            .map_err(|e| e.to_string())?;
+        if bytes_of(&buf, o.data.len()) != o.data {
+            return Err(format!("object {id} differs from the model"));
+        }
+    }
+    Ok(())
+}
+
+const DEVICE: usize = 96 * BLOCK as usize;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_store_does_what_the_model_does(ops in prop::collection::vec(op(), 1..40)) {
+        let backing = MemBacking::new(DEVICE);
+        let mut store = Store::format(backing.clone(), 64).unwrap();
+        let mut m = Model::new();
+        for (i, o) in ops.iter().enumerate() {
+            let full = matches!(o, Op::Create(_) | Op::Resize(..));
+            match apply(&mut store, &backing, &mut m, o) {
+                Ok(()) => {}
+                // The device is small: running out of room is an answer,
+                // and it must change nothing.
+                Err(e) if full && e.contains("no free run") => {}
+                Err(e) => prop_assert!(false, "op {i} {o:?}: {e}"),
+            }
+        }
+        prop_assert_eq!(same(&store, &m), Ok(()));
+        let reopened = Store::initialize(backing.clone()).unwrap();
+        prop_assert_eq!(same(&reopened, &m), Ok(()));
+    }
+}
+
+/// The id a model uses for an object a `pcreate` in flight made: any id the
+/// other objects do not have.
+const NEW: u64 = u64::MAX;
+
+/// Whether the store recovered after a crash holds what the model says was
+/// durable: the objects of one of the acceptable maps (whose [`NEW`] stands
+/// for the one id the store has that the rest of the map does not), and
+/// every byte not written since it was last durable.
+fn recovered(store: &Store, choices: &[Model]) -> std::result::Result<(), String> {
+    let map: BTreeMap<u64, u64> = store
+        .get_object_map()
+        .iter()
+        .map(|o| (o.id, o.size))
+        .collect();
+    let matches = |m: &Model| -> Option<Model> {
+        let mut m = m.clone();
+        if let Some(o) = m.remove(&NEW) {
+            let new: Vec<u64> = map
+                .keys()
+                .filter(|id| !m.contains_key(id))
+                .copied()
+                .collect();
+            if new.len() != 1 {
+                return None;
+            }
+            m.insert(new[0], o);
+        }
+        let sizes: BTreeMap<u64, u64> =
+            m.iter().map(|(id, o)| (*id, o.data.len() as u64)).collect();
+        (sizes == map).then_some(m)
+    };
+    let m = choices
+        .iter()
+        .find_map(matches)
+        .ok_or_else(|| format!("recovered map {map:?} is none of the committed ones"))?;
+    for (id, o) in &m {
+        let buf = HostMemory::new(o.data.len().max(1)).unwrap();
+        store
+            .pread(*id, 0, o.data.len(), &buf, 0)
+            .map_err(|e| e.to_string())?;
+        let got = bytes_of(&buf, o.data.len());
+        if let Some(i) = (0..o.data.len()).find(|&i| !o.dirty[i] && got[i] != o.flushed[i]) {
+            return Err(format!(
+                "object {id} byte {i} is {:#x}, durable {:#x}",
+                got[i], o.flushed[i]
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn a_crash_at_any_write_keeps_every_commit_and_flushed_byte() {
+    let mut points = 0;
+    for seed in 0..400u64 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let ops: Vec<Op> = (0..30)
+            .map(|_| match rng.u8(0..10) {
+                0..=1 => Op::Create(rng.u64(1..6 * BLOCK)),
+                2..=5 => Op::Write(
+                    rng.usize(..),
+                    rng.u64(..),
+                    rng.usize(1..2 * BLOCK as usize),
+                    rng.u8(..),
+                ),
+                6 => Op::Delete(rng.usize(..)),
+                7 => Op::Resize(rng.usize(..), rng.u64(1..8 * BLOCK)),
+                _ => Op::Flush,
+            })
+            .collect();
+        let backing = MemBacking::new(DEVICE);
+        let mut store = Store::format(backing.clone(), 64).unwrap();
+        backing.die_after(rng.usize(0..40));
+        let mut m = Model::new();
+        for o in &ops {
+            let before = m.clone();
+            let Err(e) = apply(&mut store, &backing, &mut m, o) else {
+                continue;
+            };
+            if e.contains("no free run") {
+                m = before;
+                continue;
+            }
+            assert!(e.contains("died"), "seed {seed} op {o:?}: {e}");
+            // The operation in flight may have taken effect or not.
+            let mut after = m.clone();
+            match *o {
+                Op::Create(size) => {
+                    after.insert(NEW, Obj::zeros(size as usize));
+                }
+                Op::Delete(k) => {
+                    if let Some(id) = pick(&m, k) {
+                        after.remove(&id);
+                    }
+                }
+                Op::Resize(k, size) => {
+                    if let Some(id) = pick(&m, k) {
+                        let o = after.get_mut(&id).unwrap();
+                        o.data.resize(size as usize, 0);
+                        o.flushed.resize(size as usize, 0);
+                        o.dirty.resize(size as usize, false);
+                    }
+                }
+                _ => {}
+            }
+            let crashed = backing.crash(&mut rng);
+            let again = Store::initialize(crashed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            if let Err(e) = recovered(&again, &[m.clone(), after]) {
+                panic!("seed {seed}, crash in {o:?}: {e}");
+            }
+            points += 1;
+            break;
+        }
+    }
+    assert!(points > 300, "only {points} runs crashed");
+    println!("{points} crash points tried");
+}
+
+#[test]
+fn many_threads_see_only_their_objects_bytes() {
+    let backing = MemBacking::new(512 * BLOCK as usize);
+    let store = Arc::new(Store::format(backing.clone(), 256).unwrap());
+    let words =
+        |id: u64, n: usize| -> Vec<u8> { (0..n / 8).flat_map(|_| id.to_le_bytes()).collect() };
+    std::thread::scope(|s| {
+        // Writers: each creates objects filled with their id in every word,
+        // resizes and deletes them.
+        for t in 0..4u64 {
+            let store = store.clone();
+            s.spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(t);
+                let mut mine: Vec<(u64, usize)> = Vec::new();
+                for _ in 0..60 {
+                    match rng.u8(0..4) {
+                        0 | 1 => {
+                            let n = 8 * rng.usize(1..2048);
+                            let id = store.pcreate(n as u64).unwrap();
+                            let buf = HostMemory::new(n).unwrap();
+                            buf.write_at(0, &words(id, n)).unwrap();
+                            store.pwrite(id, 0, n, &buf, 0).unwrap();
+                            mine.push((id, n));
+                        }
+                        2 if !mine.is_empty() => {
+                            let (id, _) = mine.swap_remove(rng.usize(..mine.len()));
+                            store.delete(id).unwrap();
+                        }
+                        _ if !mine.is_empty() => {
+                            let k = rng.usize(..mine.len());
+                            let (id, n) = mine[k];
+                            let m = 8 * rng.usize(1..2048);
+                            store.resize(id, m as u64).unwrap();
+                            if m > n {
+                                let buf = HostMemory::new(m - n).unwrap();
+                                buf.write_at(0, &words(id, m - n)).unwrap();
+                                store.pwrite(id, n as u64, m - n, &buf, 0).unwrap();
+                            }
+                            mine[k].1 = m;
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+        // Readers: any id, any range; what a read returns holds that id (or
+        // zeros, before its writer filled it), never another object's.
+        for t in 0..4u64 {
+            let store = store.clone();
+            s.spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(100 + t);
+                let buf = HostMemory::new(16384).unwrap();
+                for _ in 0..1500 {
+                    let id = rng.u64(1..200);
+                    let Ok(size) = store.size(id) else { continue };
+                    let n = (8 * rng.u64(0..2048)).min(size & !7) as usize;
+                    let r = if rng.bool() {
+                        store.pread(id, 0, n, &buf, 0)
+                    } else {
+                        store
+                            .pread_prefetch(id, 0, n)
+                            .and_then(|p| store.consume_prefetch_pread(p, &buf, 0, n))
+                    };
+                    if r.is_err() {
+                        continue;
+                    }
+                    let got = bytes_of(&buf, n);
+                    for w in got.chunks(8) {
+                        let v = u64::from_le_bytes(w.try_into().unwrap());
+                        assert!(v == 0 || v == id, "object {id} read a word of object {v}");
+                    }
+                }
+            });
+        }
+    });
+    let map = store.get_object_map();
+    let reopened = Store::initialize(backing).unwrap();
+    assert_eq!(reopened.get_object_map(), map);
+}

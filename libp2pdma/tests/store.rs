@@ -1,0 +1,83 @@
+//! The object store on a real file through the transfer engine: objects
+//! written, flushed, and found again by a second open, byte for byte.
+
+mod common;
+
+use std::sync::Arc;
+
+use p2pdma::{
+    store::{EngineBacking, Store},
+    transfer::{Config, Engine, StorageFile},
+    DeviceMemory, Error, HostMemory,
+};
+
+fn backing(path: &std::path::Path) -> Arc<EngineBacking> {
+    let engine = Arc::new(Engine::new(Config::default(), None));
+    let file = Arc::new(StorageFile::open_rw(path).unwrap());
+    Arc::new(EngineBacking::new(engine, file))
+}
+
+#[test]
+fn objects_on_a_file_survive_a_reopen() {
+    let dir = std::env::temp_dir().join(format!("p2pdma-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("store.img");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let store = Store::format(backing(&path), 100).unwrap();
+    let sizes = [1usize, 4095, 4096, 100_000, 1 << 20];
+    let mut written = Vec::new();
+    for (k, &n) in sizes.iter().enumerate() {
+        let id = store.pcreate(n as u64).unwrap();
+        let bytes = common::pattern(k as u64, 0, n);
+        let mem = HostMemory::new(n).unwrap();
+        mem.write_at(0, &bytes).unwrap();
+        assert_eq!(store.pwrite(id, 0, n, &mem, 0).unwrap(), n);
+        written.push((id, bytes));
+    }
+    // A write inside an object, unaligned on both ends.
+    let (id, bytes) = &mut written[3];
+    let patch = common::pattern(99, 0, 5000);
+    let mem = HostMemory::new(5000).unwrap();
+    mem.write_at(0, &patch).unwrap();
+    store.pwrite(*id, 777, 5000, &mem, 0).unwrap();
+    bytes[777..5777].copy_from_slice(&patch);
+    store.flush().unwrap();
+    let (gone, _) = written.remove(1);
+    store.delete(gone).unwrap();
+
+    let again = Store::initialize(backing(&path)).unwrap();
+    assert_eq!(again.get_object_map(), store.get_object_map());
+    for (id, bytes) in &written {
+        let mem = HostMemory::new(bytes.len()).unwrap();
+        again.pread(*id, 0, bytes.len(), &mem, 0).unwrap();
+        assert_eq!(
+            &common::mem_bytes(&mem, 0, bytes.len()),
+            bytes,
+            "object {id}"
+        );
+        let p = again.pread_prefetch(*id, 0, bytes.len()).unwrap();
+        let other = HostMemory::new(bytes.len()).unwrap();
+        again
+            .consume_prefetch_pread(p, &other, 0, bytes.len())
+            .unwrap();
+        assert_eq!(
+            &common::mem_bytes(&other, 0, bytes.len()),
+            bytes,
+            "prefetch of {id}"
+        );
+    }
+    let mem = HostMemory::new(8).unwrap();
+    assert!(matches!(
+        again.pread(gone, 0, 1, &mem, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    let (id, bytes) = &written[0];
+    assert!(matches!(
+        again.pread(*id, bytes.len() as u64, 1, &mem, 0),
+        Err(Error::EndOfFile { .. })
+    ));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
