@@ -15,6 +15,7 @@
 //! a flush (`docs/store.md` states the invariant).
 
 pub mod backing;
+pub mod cache;
 pub mod layout;
 pub mod map;
 pub mod objects;
@@ -22,5 +23,6 @@ pub mod objects;
 mod tests;
 
 pub use backing::{Backing, EngineBacking};
+pub use cache::{CacheStats, PageCache, WritePolicy};
 pub use map::ObjectInfo;
 pub use objects::{Prefetch, Store};

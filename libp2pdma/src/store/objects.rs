@@ -8,6 +8,7 @@ use std::{
 
 use super::{
     backing::Backing,
+    cache::{CacheStats, PageCache},
     layout::{checksum, pick, Superblock, BLOCK},
     map::{no_object, Extent, Map, ObjectInfo},
 };
@@ -79,6 +80,7 @@ pub struct Store {
     backing: Arc<dyn Backing>,
     state: RwLock<State>,
     pins: Arc<Pins>,
+    cache: Option<PageCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -114,6 +116,16 @@ impl Prefetch {
     /// Whether its read has completed.
     pub fn is_done(&self) -> bool {
         self.ticket.as_ref().is_none_or(Ticket::is_done)
+    }
+}
+
+impl Drop for Store {
+    /// Writes the cache's dirty pages back (not durably: that is `flush`'s).
+    fn drop(&mut self) {
+        if let Some(c) = &self.cache {
+            let s = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let _ = c.write_back_dirty(self.backing.as_ref(), &s.map, None);
+        }
     }
 }
 
@@ -160,6 +172,7 @@ impl Store {
                 },
             }),
             pins: Arc::default(),
+            cache: None,
         };
         // Generation 1 goes to slot 1; slot 0 is cleared so that no older
         // store's superblock outlives the format.
@@ -213,7 +226,21 @@ impl Store {
             backing,
             state: RwLock::new(State { map, sb }),
             pins: Arc::default(),
+            cache: None,
         })
+    }
+
+    /// The store with `cache` in front of its objects' bytes: reads and
+    /// writes go through it, and `flush` and every commit write its dirty
+    /// pages back first.
+    pub fn with_cache(mut self, cache: PageCache) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The cache's counters, if it has one.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache.as_ref().map(PageCache::stats)
     }
 
     fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
@@ -227,6 +254,9 @@ impl Store {
     /// Writes `map` as the next generation: the map into its region, a
     /// flush, the superblock into its slot, a flush. `s` holds it after.
     fn commit(&self, s: &mut State, map: Map) -> Result<()> {
+        if let Some(c) = &self.cache {
+            c.write_back_dirty(self.backing.as_ref(), &s.map, None)?;
+        }
         let (bytes, crc) = map.encode();
         let next = Superblock {
             generation: s.sb.generation + 1,
@@ -310,6 +340,9 @@ impl Store {
         let mut map = s.map.clone();
         map.delete(id)?;
         self.pins.wait_unpinned(id);
+        if let Some(c) = &self.cache {
+            c.invalidate(id, 0);
+        }
         self.commit(&mut s, map)
     }
 
@@ -320,6 +353,10 @@ impl Store {
         let mut map = s.map.clone();
         let (old, new) = map.resize(id, n_bytes)?;
         self.pins.wait_unpinned(id);
+        if let Some(c) = &self.cache {
+            c.write_back_dirty(self.backing.as_ref(), &s.map, Some(id))?;
+            c.invalidate(id, 0);
+        }
         if new.start != old.start {
             self.copy_blocks(&old, &new)?;
         } else if new.blocks > old.blocks {
@@ -393,7 +430,18 @@ impl Store {
         crate::error::check_range(mem_offset, n, mem.len())?;
         let s = self.read_state();
         let at = Self::locate(&s.map, id, offset, n)?;
-        self.backing.read(at, mem, mem_offset, n)?;
+        match &self.cache {
+            Some(c) => c.read(
+                self.backing.as_ref(),
+                &s.map,
+                id,
+                offset,
+                n,
+                mem,
+                mem_offset,
+            )?,
+            None => self.backing.read(at, mem, mem_offset, n)?,
+        }
         Ok(n)
     }
 
@@ -410,7 +458,18 @@ impl Store {
         crate::error::check_range(mem_offset, n, mem.len())?;
         let s = self.read_state();
         let at = Self::locate(&s.map, id, offset, n)?;
-        self.backing.write(at, mem, mem_offset, n)?;
+        match &self.cache {
+            Some(c) => c.write(
+                self.backing.as_ref(),
+                &s.map,
+                id,
+                offset,
+                n,
+                mem,
+                mem_offset,
+            )?,
+            None => self.backing.write(at, mem, mem_offset, n)?,
+        }
         Ok(n)
     }
 
@@ -423,6 +482,10 @@ impl Store {
     pub fn pread_prefetch(&self, id: u64, offset: u64, n: usize) -> Result<Prefetch> {
         let s = self.read_state();
         let at = Self::locate(&s.map, id, offset, n)?;
+        if let Some(c) = &self.cache {
+            // The read goes to storage: what the cache holds dirty goes first.
+            c.write_back_dirty(self.backing.as_ref(), &s.map, Some(id))?;
+        }
         let staging = Arc::new(HostMemory::new(n.max(1))?);
         self.pins.pin(id);
         let mut p = Prefetch {
@@ -467,6 +530,10 @@ impl Store {
     /// Makes every write that returned durable (the NVMe Flush where the
     /// library drives the controller).
     pub fn flush(&self) -> Result<()> {
+        if let Some(c) = &self.cache {
+            let s = self.read_state();
+            c.write_back_dirty(self.backing.as_ref(), &s.map, None)?;
+        }
         self.backing.flush()
     }
 }

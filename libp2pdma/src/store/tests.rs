@@ -9,7 +9,12 @@ use std::{
 
 use proptest::prelude::*;
 
-use super::{backing::Backing, layout::BLOCK, objects::Store};
+use super::{
+    backing::Backing,
+    cache::{PageCache, WritePolicy},
+    layout::BLOCK,
+    objects::Store,
+};
 use crate::{
     memory::{DeviceMemory, HostMemory},
     transfer::{Report, Ticket, TransferPath},
@@ -27,14 +32,22 @@ struct ModelDevice {
     dead: bool,
 }
 
-struct MemBacking(Mutex<ModelDevice>);
+struct MemBacking(Mutex<ModelDevice>, std::sync::atomic::AtomicUsize);
 
 impl MemBacking {
     fn new(len: usize) -> Arc<Self> {
-        Arc::new(Self(Mutex::new(ModelDevice {
-            durable: vec![0; len],
-            ..Default::default()
-        })))
+        Arc::new(Self(
+            Mutex::new(ModelDevice {
+                durable: vec![0; len],
+                ..Default::default()
+            }),
+            Default::default(),
+        ))
+    }
+
+    /// Reads served so far.
+    fn reads(&self) -> usize {
+        self.1.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ModelDevice> {
@@ -59,10 +72,13 @@ impl MemBacking {
             };
             image[*at as usize..*at as usize + keep].copy_from_slice(&bytes[..keep]);
         }
-        Arc::new(Self(Mutex::new(ModelDevice {
-            durable: image,
-            ..Default::default()
-        })))
+        Arc::new(Self(
+            Mutex::new(ModelDevice {
+                durable: image,
+                ..Default::default()
+            }),
+            Default::default(),
+        ))
     }
 
     fn view(d: &ModelDevice, offset: u64, len: usize) -> Vec<u8> {
@@ -97,6 +113,9 @@ impl Backing for MemBacking {
         mem_offset: usize,
         len: usize,
     ) -> Result<()> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Long enough for other threads to miss the same page meanwhile.
+        std::thread::sleep(std::time::Duration::from_millis(1));
         let d = self.lock();
         if d.dead {
             return Err(died());
@@ -331,7 +350,14 @@ fn apply(
             durable_all(m);
         }
         Op::Reopen => {
-            *store = Store::initialize(backing.clone()).map_err(|e| fail("initialize", e))?;
+            let cache = store.cache_stats().map_or(0, |_| 1);
+            // The old store is dropped first (a throwaway store stands in),
+            // writing its dirty pages back as it goes.
+            *store = Store::format(MemBacking::new(DEVICE), 1).map_err(|e| fail("format", e))?;
+            *store = cached(
+                Store::initialize(backing.clone()).map_err(|e| fail("initialize", e))?,
+                cache,
+            );
         }
     }
     Ok(())
@@ -363,13 +389,26 @@ fn same(store: &Store, m: &Model) -> std::result::Result<(), String> {
 
 const DEVICE: usize = 96 * BLOCK as usize;
 
+/// The store on `backing` with no cache (`cache` 0), a write-back cache (1)
+/// or a write-through one (2), of four 4 KiB frames: small enough that
+/// pages, dirty ones too, are evicted all the time.
+fn cached(store: Store, cache: u8) -> Store {
+    let policy = match cache {
+        0 => return store,
+        1 => WritePolicy::WriteBack,
+        _ => WritePolicy::WriteThrough,
+    };
+    let mem = Arc::new(HostMemory::new(4 * BLOCK as usize).unwrap());
+    store.with_cache(PageCache::new(mem, BLOCK as usize, policy).unwrap())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_store_does_what_the_model_does(ops in prop::collection::vec(op(), 1..40)) {
+    fn the_store_does_what_the_model_does(ops in prop::collection::vec(op(), 1..40), cache in 0u8..3) {
         let backing = MemBacking::new(DEVICE);
-        let mut store = Store::format(backing.clone(), 64).unwrap();
+        let mut store = cached(Store::format(backing.clone(), 64).unwrap(), cache);
         let mut m = Model::new();
         for (i, o) in ops.iter().enumerate() {
             let full = matches!(o, Op::Create(_) | Op::Resize(..));
@@ -382,6 +421,8 @@ proptest! {
             }
         }
         prop_assert_eq!(same(&store, &m), Ok(()));
+        // Closing the store writes its cache back.
+        drop(store);
         let reopened = Store::initialize(backing.clone()).unwrap();
         prop_assert_eq!(same(&reopened, &m), Ok(()));
     }
@@ -458,7 +499,10 @@ fn a_crash_at_any_write_keeps_every_commit_and_flushed_byte() {
             })
             .collect();
         let backing = MemBacking::new(DEVICE);
-        let mut store = Store::format(backing.clone(), 64).unwrap();
+        let mut store = cached(
+            Store::format(backing.clone(), 64).unwrap(),
+            (seed % 3) as u8,
+        );
         backing.die_after(rng.usize(0..40));
         let mut m = Model::new();
         for o in &ops {
@@ -507,8 +551,14 @@ fn a_crash_at_any_write_keeps_every_commit_and_flushed_byte() {
 
 #[test]
 fn many_threads_see_only_their_objects_bytes() {
+    for cache in 0..3 {
+        threads_see_only_their_objects_bytes(cache);
+    }
+}
+
+fn threads_see_only_their_objects_bytes(cache: u8) {
     let backing = MemBacking::new(512 * BLOCK as usize);
-    let store = Arc::new(Store::format(backing.clone(), 256).unwrap());
+    let store = Arc::new(cached(Store::format(backing.clone(), 256).unwrap(), cache));
     let words =
         |id: u64, n: usize| -> Vec<u8> { (0..n / 8).flat_map(|_| id.to_le_bytes()).collect() };
     std::thread::scope(|s| {
@@ -581,6 +631,43 @@ fn many_threads_see_only_their_objects_bytes() {
         }
     });
     let map = store.get_object_map();
+    drop(store);
     let reopened = Store::initialize(backing).unwrap();
     assert_eq!(reopened.get_object_map(), map);
+}
+
+#[test]
+fn concurrent_misses_on_a_page_read_it_once_and_hits_read_nothing() {
+    let backing = MemBacking::new(64 * BLOCK as usize);
+    let store = Store::format(backing.clone(), 8).unwrap();
+    let id = store.pcreate(3 * BLOCK).unwrap();
+    let data: Vec<u8> = (0..3 * BLOCK as usize).map(|i| (i * 7 + 1) as u8).collect();
+    let mem = HostMemory::new(data.len()).unwrap();
+    mem.write_at(0, &data).unwrap();
+    store.pwrite(id, 0, data.len(), &mem, 0).unwrap();
+    let store = cached(store, 1);
+    let before = backing.reads();
+    let start = std::sync::Barrier::new(8);
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            let (store, start, data) = (&store, &start, &data);
+            s.spawn(move || {
+                let buf = HostMemory::new(100).unwrap();
+                start.wait();
+                let at = BLOCK as usize + t * 100;
+                store.pread(id, at as u64, 100, &buf, 0).unwrap();
+                assert_eq!(bytes_of(&buf, 100), data[at..at + 100]);
+            });
+        }
+    });
+    assert_eq!(
+        backing.reads() - before,
+        1,
+        "eight threads missing one page read it once"
+    );
+    let buf = HostMemory::new(BLOCK as usize).unwrap();
+    store.pread(id, BLOCK, BLOCK as usize, &buf, 0).unwrap();
+    assert_eq!(backing.reads() - before, 1, "a hit reads nothing");
+    let s = store.cache_stats().unwrap();
+    assert_eq!((s.misses, s.hits), (1, 8));
 }
