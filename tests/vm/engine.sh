@@ -176,6 +176,18 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	lib_tests pwrite-model env P2PDMA_MODEL_DIR=/mnt P2PDMA_MODEL_MEM=module \
 		P2PDMA_MODEL_PATHS=p2p,nvme-cmd,bounce PROPTEST_CASES=32 /mnt/tests/libp2pdma-pwrite-model
 	rm -rf /mnt/tests
+	# The object store on a file of this ext4, its buffers and its page
+	# cache in the accelerator's memory, on each path the engine has for
+	# it: a seeded random sequence against a model, then reopened whole.
+	for p in auto nvme-cmd bounce; do
+		check "store-$p" p2pdma-vmtest store --path /mnt/store.bin --size $((24 * M)) --engine-path "$p" --seed 7
+		rm -f /mnt/store.bin
+	done
+	check store-2m-pages-write-through p2pdma-vmtest store --path /mnt/store.bin --size $((24 * M)) \
+		--frames 4 --page $((2 * M)) --write-through --seed 9
+	rm -f /mnt/store.bin
+	check store-no-cache p2pdma-vmtest store --path /mnt/store.bin --size $((24 * M)) --frames 0 --seed 11
+	rm -f /mnt/store.bin
 	umount_rigfs
 else
 	check_held auto-read-bounce p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path bounce --hold
@@ -189,6 +201,8 @@ else
 		--path nvme-cmd --offset $((9 * M)) --len $M --expect-path bounce --expect-retry
 	check file-auto-write-bounce p2pdma-vmtest engine-write --nvme /mnt/rw.bin --fs-name /rw.bin --verify-buffered \
 		--offset $((M + 300)) --len $((M + 1000)) --mem-offset 300 --pattern-offset $((7 * M + 8)) --expect-path bounce
+	check store-bounce p2pdma-vmtest store --path /mnt/store.bin --size $((24 * M)) --seed 7
+	rm -f /mnt/store.bin
 	umount_rigfs
 	out=$(p2pdma-vmtest engine-read --nvme "$NVME" --offset 0 --len 4096 --expect-path bounce 2>&1)
 	case $out in

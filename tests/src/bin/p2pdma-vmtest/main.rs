@@ -9,6 +9,7 @@ use std::{
 };
 
 mod queues;
+mod store;
 
 use clap::{Parser, Subcommand};
 use p2pdma::Module;
@@ -61,6 +62,12 @@ enum Cmd {
     EngineStrided {
         #[command(flatten)]
         x: StridedArgs,
+    },
+    /// The object store on an NVMe-backed file or device, its buffers and
+    /// page cache in accelerator memory, against a model.
+    Store {
+        #[command(flatten)]
+        x: store::StoreArgs,
     },
     /// Like `p2pmem-read`, but into memory allocated with the module's
     /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
@@ -1167,6 +1174,7 @@ fn main() -> ExitCode {
         Cmd::EngineRead { x } => engine_run(&x, None),
         Cmd::Route { x } => route_run(&x),
         Cmd::Queues { x } => queues::run(&x),
+        Cmd::Store { x } => store::run(&x),
         Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
         Cmd::EngineStrided { x } => engine_strided(&x),
         Cmd::ModuleRead {
