@@ -176,6 +176,18 @@ typedef struct p2pdma_mem p2pdma_mem;
 typedef struct p2pdma_module p2pdma_module;
 
 /**
+ * A read started by p2pdma_store_prefetch(), consumed by
+ * p2pdma_store_consume().
+ */
+typedef struct p2pdma_prefetch p2pdma_prefetch;
+
+/**
+ * An object store: objects on a file or device, their map kept through
+ * crashes.
+ */
+typedef struct p2pdma_store p2pdma_store;
+
+/**
  * A strided transfer running in the background, from
  * p2pdma_submit_strided(): ask whether it is done with
  * p2pdma_ticket_done(), wait for its result with p2pdma_ticket_wait(),
@@ -382,6 +394,24 @@ typedef struct p2pdma_route_report {
      */
     uint64_t hop_busy_ns[P2PDMA_ROUTE_MAX_HOPS];
 } p2pdma_route_report;
+
+/**
+ * One object of the store's map.
+ */
+typedef struct p2pdma_object {
+    /**
+     * The object's id.
+     */
+    uint64_t id;
+    /**
+     * Its first 4 KiB block on the device.
+     */
+    uint64_t start_block;
+    /**
+     * Its size in bytes.
+     */
+    uint64_t size;
+} p2pdma_object;
 
 #ifdef __cplusplus
 extern "C" {
@@ -908,6 +938,162 @@ int p2pdma_copy_route(const struct p2pdma_engine *engine,
                       struct p2pdma_route_report *report,
                       char *reason_buf,
                       size_t reason_len);
+
+/**
+ * The store of `file` (opened writable) moved by `engine`: a new, empty
+ * one with room for `max_objects` objects when `format` is not 0 (what was
+ * on the file is gone), else the one on it. Stores the handle in `*out`.
+ *
+ * Returns 0, or a negative errno: -EINVAL for NULL arguments, a file with
+ * no store on it, or one too small. On failure `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `engine` and `file` must be NULL or live handles; `out` must be NULL or
+ * point to writable storage for a pointer.
+ */
+int p2pdma_store_open(const struct p2pdma_engine *engine,
+                      const struct p2pdma_file *file,
+                      int format,
+                      uint64_t max_objects,
+                      struct p2pdma_store **out);
+
+/**
+ * Closes a store (its cached writes go back to the device, not durably:
+ * call p2pdma_store_flush() first). NULL is ignored.
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a handle that is not closed yet and that no
+ * other thread uses any more.
+ */
+void p2pdma_store_close(struct p2pdma_store *store);
+
+/**
+ * Creates an object of `n_bytes` zero bytes and stores its id in `*id`;
+ * committed when it returns. Returns 0 or a negative errno (-EINVAL when
+ * the store has no room).
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle; `id` NULL or writable.
+ */
+int p2pdma_store_create(const struct p2pdma_store *store, uint64_t n_bytes, uint64_t *id);
+
+/**
+ * Deletes object `id`; committed when it returns. Returns 0 or a negative
+ * errno (-EINVAL for an id the store does not hold).
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle.
+ */
+int p2pdma_store_delete(const struct p2pdma_store *store, uint64_t id);
+
+/**
+ * Resizes object `id` to `n_bytes` (new bytes read as zeros); committed
+ * when it returns. Returns 0 or a negative errno.
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle.
+ */
+int p2pdma_store_resize(const struct p2pdma_store *store, uint64_t id, uint64_t n_bytes);
+
+/**
+ * Object `id`'s size in bytes, or a negative errno.
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle.
+ */
+int64_t p2pdma_store_size(const struct p2pdma_store *store, uint64_t id);
+
+/**
+ * Stores up to `cap` objects of the map in `out`, by id; returns how many
+ * the map holds (more than `cap` when `out` was too short), or a negative
+ * errno.
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle; `out` NULL (with `cap` 0) or
+ * writable for `cap` objects.
+ */
+int64_t p2pdma_store_object_map(const struct p2pdma_store *store,
+                                struct p2pdma_object *out,
+                                size_t cap);
+
+/**
+ * Reads `n` bytes at `offset` of object `id` into `mem` at `mem_offset`;
+ * returns `n`, or a negative errno (-EINVAL for an unknown id, -ERANGE
+ * past the object's end; nothing is read then).
+ *
+ * # Safety
+ *
+ * `store` and `mem` must be NULL or live handles.
+ */
+int64_t p2pdma_store_read(const struct p2pdma_store *store,
+                          uint64_t id,
+                          uint64_t offset,
+                          size_t n,
+                          const struct p2pdma_mem *mem,
+                          size_t mem_offset);
+
+/**
+ * Writes `n` bytes of `mem` at `mem_offset` to `offset` of object `id`;
+ * returns `n`, or a negative errno. Durable after p2pdma_store_flush().
+ *
+ * # Safety
+ *
+ * `store` and `mem` must be NULL or live handles.
+ */
+int64_t p2pdma_store_write(const struct p2pdma_store *store,
+                           uint64_t id,
+                           uint64_t offset,
+                           size_t n,
+                           const struct p2pdma_mem *mem,
+                           size_t mem_offset);
+
+/**
+ * Starts reading `n` bytes at `offset` of object `id`; stores the
+ * prefetch in `*out`, for p2pdma_store_consume(). Returns 0 or a negative
+ * errno.
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle; `out` NULL or writable.
+ */
+int p2pdma_store_prefetch(const struct p2pdma_store *store,
+                          uint64_t id,
+                          uint64_t offset,
+                          size_t n,
+                          struct p2pdma_prefetch **out);
+
+/**
+ * Waits for `prefetch` and copies its first `n` bytes into `mem` at
+ * `mem_offset`; frees the prefetch either way. Returns `n` or a negative
+ * errno.
+ *
+ * # Safety
+ *
+ * `store` and `mem` must be NULL or live handles; `prefetch` NULL or a
+ * prefetch of that store not consumed or freed yet, used by no other
+ * thread.
+ */
+int64_t p2pdma_store_consume(const struct p2pdma_store *store,
+                             struct p2pdma_prefetch *prefetch,
+                             const struct p2pdma_mem *mem,
+                             size_t mem_offset,
+                             size_t n);
+
+/**
+ * Makes every write to the store durable. Returns 0 or a negative errno.
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle.
+ */
+int p2pdma_store_flush(const struct p2pdma_store *store);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -48,6 +48,8 @@ mod strided;
 mod stats;
 // Copies along routes of staging places.
 mod route;
+// The object store.
+mod store;
 
 // The pointers C passes in, turned into references, slices and strings.
 mod raw;
@@ -65,6 +67,12 @@ pub use module::{
 };
 pub use route::{p2pdma_copy_route, p2pdma_place, p2pdma_place_kind, p2pdma_route_report};
 pub use stats::{p2pdma_path_stats, p2pdma_stats};
+pub use store::{
+    p2pdma_object, p2pdma_prefetch, p2pdma_store, p2pdma_store_close, p2pdma_store_consume,
+    p2pdma_store_create, p2pdma_store_delete, p2pdma_store_flush, p2pdma_store_object_map,
+    p2pdma_store_open, p2pdma_store_prefetch, p2pdma_store_read, p2pdma_store_resize,
+    p2pdma_store_size, p2pdma_store_write,
+};
 pub use strided::{
     p2pdma_dim, p2pdma_direction, p2pdma_layout, p2pdma_read_strided, p2pdma_strided_mode,
     p2pdma_strided_op, p2pdma_strided_report, p2pdma_submit_strided, p2pdma_submit_strided_batch,

@@ -159,6 +159,27 @@ pub(crate) unsafe fn structs<'a, T>(
     Ok(unsafe { slice::from_raw_parts(ptr, n) })
 }
 
+/// `n` values of a `repr(C)` struct C passed in to be written; NULL is an
+/// empty slice when `n` is 0.
+///
+/// # Safety
+///
+/// `ptr` must be NULL or valid for writing `n` values of `T`, and not used
+/// by anyone else while the slice lives; `T` must be a `repr(C)` struct of
+/// plain integers.
+pub(crate) unsafe fn structs_mut<'a, T>(
+    ptr: *mut T,
+    n: usize,
+    arg: &str,
+) -> Result<&'a mut [T], Failure> {
+    if !check_array(ptr.cast_const(), n, arg)? {
+        return Ok(&mut []);
+    }
+    // SAFETY: As in `structs`; the caller also guarantees the values are
+    // writable and that nobody else uses them while the slice lives.
+    Ok(unsafe { slice::from_raw_parts_mut(ptr, n) })
+}
+
 /// `n` pointer slots C passed in for results, each cleared to NULL first
 /// so that a failure leaves NULL there; NULL is an empty slice when `n`
 /// is 0.

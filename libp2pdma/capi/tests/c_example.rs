@@ -315,3 +315,29 @@ fn c_routes_move_every_byte() {
     );
     assert!(stdout.contains("route: 0 failed"), "{log}");
 }
+
+#[test]
+fn c_store_objects_survive_a_reopen() {
+    let dir = scratch("store");
+    let bin = dir.join("store");
+    compile(&["tests/c/store.c"], &bin);
+    let dev = dir.join("store.img");
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let out = Command::new(&bin)
+        .arg(&dev)
+        .env("P2PDMA_CACHE_DIR", "off")
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "store failed:\n{log}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("FAIL"), "{log}");
+    assert!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 35,
+        "too few checks ran:\n{log}"
+    );
+    assert!(stdout.contains("store: 0 failed"), "{log}");
+}

@@ -10,6 +10,7 @@ mod doctor;
 mod proc;
 mod sanity;
 mod shape;
+mod store;
 mod util;
 
 use std::{
@@ -170,6 +171,8 @@ enum Cmd {
     /// copy and packing rates) for a storage target and a memory, and store
     /// them for AUTO (`--show` to see them, `--forget` to drop them).
     Calibrate(calibrate::CalibrateArgs),
+    /// The object store: format, ls, put, get, stat, rm, flush.
+    Store(store::StoreArgs),
     /// Helper processes of the sanity suite.
     #[command(name = "__child", hide = true)]
     Child {
@@ -356,6 +359,10 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
         calibrate::run(args, cli.json)?;
         return Ok(ExitCode::SUCCESS);
     }
+    if let Cmd::Store(args) = &cli.cmd {
+        store::run(args, &cli.node, cli.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let module = Module::open_path(&cli.node)?;
     let json = cli.json;
     match &cli.cmd {
@@ -538,7 +545,8 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
         | Cmd::Bench(_)
         | Cmd::Doctor(_)
         | Cmd::Copy(_)
-        | Cmd::Calibrate(_) => {}
+        | Cmd::Calibrate(_)
+        | Cmd::Store(_) => {}
     }
     Ok(ExitCode::SUCCESS)
 }
