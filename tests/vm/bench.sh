@@ -6,7 +6,7 @@
 # small random reads through the engine against pread (TCG emulates the CPU,
 # so these are the emulator's, not hardware, timings). Then routes through
 # host memory into the second accelerator, pipelined against
-# store-and-forward.
+# store-and-forward. Then the object store's page cache and prefetch.
 # shellcheck source=lib.sh
 . /suite/lib.sh
 
@@ -26,5 +26,12 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check bench-queues p2pdma-ctl bench queues --serial p2pdma-vfio --nsid 7 --size 48M --secs 1 --reps 5
 	check bench-route p2pdma-ctl bench route --accel --nvme "$NVME" --size 24M --reps 3
 fi
+# The object store on a file of the NVMe-backed ext4, its page cache and
+# buffers in accelerator memory: Zipf reads with the cache against without,
+# and prefetch against plain reads on a scan with a compute step per block.
+mount_rigfs
+check bench-store p2pdma-ctl bench store --accel --file /mnt/store.bin --size 24M --reps 3
+rm -f /mnt/store.bin
+umount_rigfs
 rmmod p2pdma
 exit "$failures"

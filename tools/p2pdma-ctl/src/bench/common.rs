@@ -15,8 +15,8 @@ pub(super) type Res<T> = Result<T, String>;
 /// Which benchmark, and its knobs.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// storage, copy, small, strided, route, cpu, queues or all (storage,
-    /// copy and small).
+    /// storage, copy, small, strided, route, cpu, queues, store or all
+    /// (storage, copy and small).
     #[arg(default_value = "all")]
     pub what: String,
     /// File to read for `storage` (created if missing or short). It must be

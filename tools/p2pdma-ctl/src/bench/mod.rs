@@ -29,7 +29,9 @@
 //!   against the ideal pipeline;
 //! - `queues`: one NVMe namespace read several ways into accelerator
 //!   memory (`O_DIRECT` P2P, passthrough, the queues path), IOPS and CPU
-//!   time per I/O.
+//!   time per I/O;
+//! - `store`: the object store's page cache (Zipf reads, hit ratio, with
+//!   against without) and prefetch against plain reads on a scan.
 //!
 //! This module is the dispatcher; each bench has its own file, the fio
 //! driver is in `fio`, and what they share (the arguments, medians, the
@@ -43,6 +45,7 @@ mod queues;
 mod route;
 mod small;
 mod storage;
+mod store;
 mod strided;
 
 use serde_json::{json, Value};
@@ -93,6 +96,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         "strided" => strided::strided(a, &mut out)?,
         "route" => route::bench(a, &mut out)?,
         "queues" => queues::bench(a, &mut out)?,
+        "store" => store::bench(a, &mut out)?,
         "all" => {
             storage::storage(a, &mut out)?;
             copy::copy(&mut out)?;
@@ -100,7 +104,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         }
         other => {
             return Err(format!(
-            "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, queues, all)"
+            "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, queues, store, all)"
         ))
         }
     }

@@ -1,0 +1,272 @@
+//! `bench store`: the object store's page cache and prefetch, measured side
+//! by side in one run.
+//!
+//! - Random reads of 4 KiB and 64 KiB with Zipf(0.99) keys over a data set
+//!   four times the cache: the hit ratio, and throughput with the cache
+//!   against without it, in alternating rounds on the same key sequence.
+//! - A sequential scan with a compute step per block about as long as the
+//!   block's read: `pread_prefetch` of the next block while this one is
+//!   computed, against `pread` then compute; the share of the I/O time the
+//!   prefetch hides.
+//!
+//! Every read's bytes are checked against the pattern the objects were
+//! filled with.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use p2pdma::{
+    store::{EngineBacking, PageCache, Store, WritePolicy},
+    transfer::{Config, Engine, StorageFile},
+    DeviceMemory, HostMemory, Module, ModuleMemory,
+};
+use serde_json::{json, Value};
+
+use super::common::{median, BenchArgs, Res};
+
+/// Bytes of each object of the data set.
+const OBJECT: usize = 1 << 20;
+/// The Zipf exponent.
+const THETA: f64 = 0.99;
+
+/// The byte at `at` of object `k` of the data set.
+fn byte(k: usize, at: usize) -> u8 {
+    ((at as u64).wrapping_mul(0x9E37_79B9) ^ (k as u64 * 0x5851_F42D)) as u8 ^ (at >> 12) as u8
+}
+
+/// Keys drawn by Zipf(`THETA`) over `n` keys, hottest first in a shuffled
+/// order so that hot keys spread over the data set.
+struct Zipf {
+    cdf: Vec<f64>,
+    order: Vec<usize>,
+}
+
+impl Zipf {
+    fn new(n: usize, rng: &mut fastrand::Rng) -> Self {
+        let mut acc = 0.0;
+        let cdf = (0..n)
+            .map(|k| {
+                acc += 1.0 / ((k + 1) as f64).powf(THETA);
+                acc
+            })
+            .collect::<Vec<_>>();
+        let total = acc;
+        let mut order: Vec<usize> = (0..n).collect();
+        rng.shuffle(&mut order);
+        Self {
+            cdf: cdf.into_iter().map(|c| c / total).collect(),
+            order,
+        }
+    }
+
+    fn draw(&self, rng: &mut fastrand::Rng) -> usize {
+        let u = rng.f64();
+        let i = self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1);
+        self.order[i]
+    }
+}
+
+/// Memory of `len` bytes: accelerator 0's with `accel`, host memory else.
+fn memory(module: Option<&Arc<Module>>, len: usize) -> Res<Arc<dyn DeviceMemory>> {
+    Ok(match module {
+        Some(m) => {
+            Arc::new(ModuleMemory::alloc(m.clone(), 0, len as u64, 0).map_err(|e| e.to_string())?)
+        }
+        None => Arc::new(HostMemory::new(len).map_err(|e| e.to_string())?),
+    })
+}
+
+/// Reads of `io` bytes at the Zipf keys `keys` (each a page of the data
+/// set), every one checked; their time.
+fn random_reads(
+    store: &Store,
+    ids: &[u64],
+    keys: &[usize],
+    io: usize,
+    buf: &dyn DeviceMemory,
+) -> Res<Duration> {
+    let per_obj = OBJECT / io;
+    let mut got = vec![0u8; io];
+    let t = Instant::now();
+    for &k in keys {
+        let (obj, at) = (k / per_obj, (k % per_obj) * io);
+        store
+            .pread(ids[obj], at as u64, io, buf, 0)
+            .map_err(|e| e.to_string())?;
+        buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
+        if let Some(i) = (0..io).step_by(61).find(|&i| got[i] != byte(obj, at + i)) {
+            return Err(format!("object {obj} byte {} read wrong", at + i));
+        }
+    }
+    Ok(t.elapsed())
+}
+
+/// Busy for `d`: the compute step.
+fn compute(d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
+pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
+    let path = a
+        .file
+        .clone()
+        .ok_or("bench store needs --file (its device, created)")?;
+    let data = (a.size as usize / OBJECT).max(8) * OBJECT;
+    let module = if a.accel {
+        Some(Arc::new(Module::open().map_err(|e| e.to_string())?))
+    } else {
+        None
+    };
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len((data + data / 4 + (8 << 20)) as u64))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let engine = Arc::new(Engine::new(Config::default(), module.clone()));
+    let file = Arc::new(StorageFile::open_rw(&path).map_err(|e| e.to_string())?);
+    let backing = Arc::new(EngineBacking::new(engine, file));
+    let store =
+        Store::format(backing.clone(), (data / OBJECT) as u64 + 16).map_err(|e| e.to_string())?;
+    let fill = HostMemory::new(OBJECT).map_err(|e| e.to_string())?;
+    let mut ids = Vec::new();
+    for k in 0..data / OBJECT {
+        let id = store.pcreate(OBJECT as u64).map_err(|e| e.to_string())?;
+        let bytes: Vec<u8> = (0..OBJECT).map(|i| byte(k, i)).collect();
+        fill.write_at(0, &bytes).map_err(|e| e.to_string())?;
+        store
+            .pwrite(id, 0, OBJECT, &fill, 0)
+            .map_err(|e| e.to_string())?;
+        ids.push(id);
+    }
+    store.flush().map_err(|e| e.to_string())?;
+    drop(store);
+    let where_ = if a.accel {
+        "accelerator memory"
+    } else {
+        "host memory"
+    };
+    println!(
+        "store: {} MiB in {} objects of 1 MiB, cache of a quarter of it in {where_}",
+        data >> 20,
+        ids.len()
+    );
+
+    let mut rng = fastrand::Rng::with_seed(1);
+    let mut cells = Vec::new();
+    for io in [4096usize, 64 << 10] {
+        let zipf = Zipf::new(data / io, &mut rng);
+        let n = if io == 4096 { 20_000 } else { 4_000 };
+        let warm: Vec<usize> = (0..n).map(|_| zipf.draw(&mut rng)).collect();
+        let keys: Vec<usize> = (0..n).map(|_| zipf.draw(&mut rng)).collect();
+        let buf = memory(module.as_ref(), io)?;
+        let (mut with, mut without, mut hits) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..a.reps.max(1) {
+            let plain = Store::initialize(backing.clone()).map_err(|e| e.to_string())?;
+            without.push(random_reads(&plain, &ids, &keys, io, buf.as_ref())?.as_secs_f64());
+            drop(plain);
+            let cache = PageCache::new(
+                memory(module.as_ref(), data / 4)?,
+                io,
+                WritePolicy::WriteBack,
+            )
+            .map_err(|e| e.to_string())?;
+            let cached = Store::initialize(backing.clone())
+                .map_err(|e| e.to_string())?
+                .with_cache(cache);
+            random_reads(&cached, &ids, &warm, io, buf.as_ref())?;
+            let before = cached.cache_stats().unwrap_or_default();
+            with.push(random_reads(&cached, &ids, &keys, io, buf.as_ref())?.as_secs_f64());
+            let after = cached.cache_stats().unwrap_or_default();
+            let (h, m) = (after.hits - before.hits, after.misses - before.misses);
+            hits.push(h as f64 / (h + m).max(1) as f64);
+        }
+        let (tw, to, hit) = (median(with), median(without), median(hits));
+        println!(
+            "store zipf {:>5} KiB reads: hit ratio {:.2}, {:.0} reads/s cached vs {:.0} uncached: {:.2}x",
+            io >> 10,
+            hit,
+            n as f64 / tw,
+            n as f64 / to,
+            to / tw
+        );
+        cells.push(json!({"io": io, "reads": n, "hit_ratio": hit, "cached_s": tw, "uncached_s": to, "speedup": to / tw}));
+    }
+
+    // Prefetch against plain reads on a sequential scan.
+    let store = Store::initialize(backing.clone()).map_err(|e| e.to_string())?;
+    let bufs = [
+        memory(module.as_ref(), OBJECT)?,
+        memory(module.as_ref(), OBJECT)?,
+    ];
+    let scan = ids.len().min(64);
+    let t = Instant::now();
+    for id in &ids[..scan] {
+        store
+            .pread(*id, 0, OBJECT, bufs[0].as_ref(), 0)
+            .map_err(|e| e.to_string())?;
+    }
+    let io_per_block = t.elapsed() / scan as u32;
+    let step = io_per_block;
+    let (mut plain, mut pre) = (Vec::new(), Vec::new());
+    for _ in 0..a.reps.max(1) {
+        let t = Instant::now();
+        for id in &ids[..scan] {
+            store
+                .pread(*id, 0, OBJECT, bufs[0].as_ref(), 0)
+                .map_err(|e| e.to_string())?;
+            compute(step);
+        }
+        plain.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let mut next = Some(
+            store
+                .pread_prefetch(ids[0], 0, OBJECT)
+                .map_err(|e| e.to_string())?,
+        );
+        for k in 0..scan {
+            let this = next.take().ok_or("no prefetch")?;
+            if k + 1 < scan {
+                next = Some(
+                    store
+                        .pread_prefetch(ids[k + 1], 0, OBJECT)
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            store
+                .consume_prefetch_pread(this, bufs[k % 2].as_ref(), 0, OBJECT)
+                .map_err(|e| e.to_string())?;
+            compute(step);
+        }
+        pre.push(t.elapsed().as_secs_f64());
+    }
+    let mut check = vec![0u8; OBJECT];
+    bufs[(scan - 1) % 2]
+        .read_at(0, &mut check)
+        .map_err(|e| e.to_string())?;
+    if (0..OBJECT)
+        .step_by(97)
+        .any(|i| check[i] != byte(scan - 1, i))
+    {
+        return Err("the prefetched scan's last block read wrong".into());
+    }
+    let (tp, tq) = (median(plain), median(pre));
+    let io_total = io_per_block.as_secs_f64() * scan as f64;
+    let hidden = ((tp - tq) / io_total).clamp(0.0, 1.0);
+    println!(
+        "store scan of {scan} MiB, compute {:.2} ms per block: plain {:.3} s, prefetch {:.3} s; {:.0}% of the I/O time hidden",
+        step.as_secs_f64() * 1e3,
+        tp,
+        tq,
+        hidden * 100.0
+    );
+    out["store"] = json!({
+        "data_bytes": data,
+        "memory": where_,
+        "zipf": cells,
+        "scan": {"blocks": scan, "compute_s": step.as_secs_f64(), "plain_s": tp, "prefetch_s": tq, "io_hidden": hidden},
+    });
+    Ok(())
+}
