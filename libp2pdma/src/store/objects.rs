@@ -14,7 +14,7 @@ use super::{
 };
 use crate::{
     memory::{DeviceMemory, HostMemory},
-    transfer::Ticket,
+    transfer::{Direction, Ticket},
     Error, Result,
 };
 
@@ -427,22 +427,7 @@ impl Store {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
     ) -> Result<usize> {
-        crate::error::check_range(mem_offset, n, mem.len())?;
-        let s = self.read_state();
-        let at = Self::locate(&s.map, id, offset, n)?;
-        match &self.cache {
-            Some(c) => c.read(
-                self.backing.as_ref(),
-                &s.map,
-                id,
-                offset,
-                n,
-                mem,
-                mem_offset,
-            )?,
-            None => self.backing.read(at, mem, mem_offset, n)?,
-        }
-        Ok(n)
+        self.io(Direction::Read, id, offset, n, mem, mem_offset)
     }
 
     /// Writes `n` bytes of `mem` at `mem_offset` to `offset` of object
@@ -455,20 +440,29 @@ impl Store {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
     ) -> Result<usize> {
+        self.io(Direction::Write, id, offset, n, mem, mem_offset)
+    }
+
+    /// A read or write of `n` bytes at `offset` of object `id`, checked,
+    /// under the map's read lock, through the cache when there is one.
+    fn io(
+        &self,
+        dir: Direction,
+        id: u64,
+        offset: u64,
+        n: usize,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+    ) -> Result<usize> {
         crate::error::check_range(mem_offset, n, mem.len())?;
         let s = self.read_state();
         let at = Self::locate(&s.map, id, offset, n)?;
-        match &self.cache {
-            Some(c) => c.write(
-                self.backing.as_ref(),
-                &s.map,
-                id,
-                offset,
-                n,
-                mem,
-                mem_offset,
-            )?,
-            None => self.backing.write(at, mem, mem_offset, n)?,
+        let b = self.backing.as_ref();
+        match (&self.cache, dir) {
+            (Some(c), Direction::Read) => c.read(b, &s.map, id, offset, n, mem, mem_offset)?,
+            (Some(c), Direction::Write) => c.write(b, &s.map, id, offset, n, mem, mem_offset)?,
+            (None, Direction::Read) => b.read(at, mem, mem_offset, n)?,
+            (None, Direction::Write) => b.write(at, mem, mem_offset, n)?,
         }
         Ok(n)
     }
