@@ -374,32 +374,37 @@ impl PageCache {
         map: &Map,
         id: Option<u64>,
     ) -> Result<()> {
-        loop {
+        // The dirty pages as of now, each pinned and marked clean while it
+        // is written (a write meanwhile marks it dirty again).
+        let pages: Vec<(usize, Key)> = {
             let mut g = self.lock();
-            let Some((f, key)) = g
+            let pages: Vec<(usize, Key)> = g
                 .frames
                 .iter()
                 .enumerate()
-                .find(|(_, fr)| {
-                    fr.dirty && fr.valid && fr.key.is_some_and(|k| id.is_none_or(|i| i == k.0))
-                })
-                .map(|(f, fr)| (f, fr.key.unwrap()))
-            else {
-                return Ok(());
-            };
-            g.frames[f].pins += 1;
-            g.frames[f].dirty = false;
-            drop(g);
+                .filter(|(_, fr)| fr.dirty && fr.valid)
+                .filter_map(|(f, fr)| Some((f, fr.key?)))
+                .filter(|(_, k)| id.is_none_or(|i| i == k.0))
+                .collect();
+            for &(f, _) in &pages {
+                g.frames[f].pins += 1;
+                g.frames[f].dirty = false;
+            }
+            pages
+        };
+        let mut first_err = None;
+        for &(f, key) in &pages {
             let r = self.write_back(backing, map, f, key);
             let mut g = self.lock();
             g.frames[f].pins -= 1;
-            if r.is_err() {
+            if let Err(e) = r {
                 g.frames[f].dirty = true;
+                first_err.get_or_insert(e);
             }
             drop(g);
             self.changed.notify_all();
-            r?;
         }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Drops every cached page of `id` from page `first_page` on, without
