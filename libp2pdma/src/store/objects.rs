@@ -358,12 +358,13 @@ impl Store {
             c.invalidate(id, 0);
         }
         if new.start != old.start {
+            // Copies what the object keeps and zeros the rest.
             self.copy_blocks(&old, &new)?;
-        } else if new.blocks > old.blocks {
-            self.zero(old.end(), new.end())?;
-        }
-        if new.size > old.size {
-            self.zero_tail(&new, old.size)?;
+        } else {
+            if new.blocks > old.blocks {
+                self.zero(old.end(), new.end())?;
+            }
+            self.zero_tail(&old, new.size)?;
         }
         self.commit(&mut s, map)
     }
@@ -388,11 +389,12 @@ impl Store {
         Ok(())
     }
 
-    /// Zeros the bytes of `e` from `from` to the end of its block.
-    fn zero_tail(&self, e: &Extent, from: u64) -> Result<()> {
-        let in_block = from % BLOCK;
-        if in_block != 0 && from < e.size {
-            self.zero_bytes(e.start * BLOCK + from, BLOCK - in_block)?;
+    /// Zeros what the blocks of `old` hold past its size (bytes a write
+    /// left before the object shrank, or none), up to `size`.
+    fn zero_tail(&self, old: &Extent, size: u64) -> Result<()> {
+        let end = (old.blocks * BLOCK).min(size);
+        if end > old.size {
+            self.zero_bytes(old.start * BLOCK + old.size, end - old.size)?;
         }
         Ok(())
     }
