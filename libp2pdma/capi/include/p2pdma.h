@@ -413,6 +413,40 @@ typedef struct p2pdma_object {
     uint64_t size;
 } p2pdma_object;
 
+/**
+ * Counters of a store's page cache, on one accelerator or summed over all.
+ */
+typedef struct p2pdma_cache_stats {
+    /**
+     * Page accesses served from a frame of the accessing accelerator.
+     */
+    uint64_t hits;
+    /**
+     * Page accesses that fetched the page first.
+     */
+    uint64_t misses;
+    /**
+     * Of the misses, those filled from another accelerator's copy.
+     */
+    uint64_t remote;
+    /**
+     * Copies dropped because another accelerator wrote their page.
+     */
+    uint64_t invalidations;
+    /**
+     * Frames.
+     */
+    uint64_t frames;
+    /**
+     * Frames holding a page now.
+     */
+    uint64_t cached;
+    /**
+     * Of those, written since they were last written back.
+     */
+    uint64_t dirty;
+} p2pdma_cache_stats;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -959,6 +993,35 @@ int p2pdma_store_open(const struct p2pdma_engine *engine,
                       struct p2pdma_store **out);
 
 /**
+ * p2pdma_store_open() with a page cache of `page`-byte pages (a power of
+ * two from 4096 to 2 MiB) over the memories `mems[0..n_mems]`, one per
+ * accelerator, each holding at least two pages: accelerator `i`'s copies
+ * live in `mems[i]`, every page is homed on one accelerator, and a write
+ * on one accelerator drops the others' copies. Written pages stay in the
+ * cache until evicted or flushed, or also go to the device at once when
+ * `write_through` is not 0.
+ *
+ * Returns 0, or a negative errno: -EINVAL for NULL arguments, no memory
+ * (`n_mems` 0) or more than 64, a bad page size, or the errors of
+ * p2pdma_store_open(). On failure `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `engine` and `file` must be NULL or live handles; `mems` must be NULL or
+ * point to `n_mems` pointers, each NULL or a live handle; `out` must be
+ * NULL or point to writable storage for a pointer.
+ */
+int p2pdma_store_open_cached(const struct p2pdma_engine *engine,
+                             const struct p2pdma_file *file,
+                             int format,
+                             uint64_t max_objects,
+                             const struct p2pdma_mem *const *mems,
+                             size_t n_mems,
+                             size_t page,
+                             int write_through,
+                             struct p2pdma_store **out);
+
+/**
  * Closes a store (its cached writes go back to the device, not durably:
  * call p2pdma_store_flush() first). NULL is ignored.
  *
@@ -1053,6 +1116,55 @@ int64_t p2pdma_store_write(const struct p2pdma_store *store,
                            size_t n,
                            const struct p2pdma_mem *mem,
                            size_t mem_offset);
+
+/**
+ * p2pdma_store_read() through accelerator `accel`'s copies of the cache
+ * (p2pdma_store_read() picks the accelerator whose memory `mem` is).
+ * Returns `n`, or a negative errno (-EINVAL also for an accelerator the
+ * cache does not span).
+ *
+ * # Safety
+ *
+ * `store` and `mem` must be NULL or live handles.
+ */
+int64_t p2pdma_store_read_on(const struct p2pdma_store *store,
+                             uint32_t accel,
+                             uint64_t id,
+                             uint64_t offset,
+                             size_t n,
+                             const struct p2pdma_mem *mem,
+                             size_t mem_offset);
+
+/**
+ * p2pdma_store_write() into accelerator `accel`'s copy of the cache; every
+ * other accelerator's copy of the pages written is dropped. Returns `n`,
+ * or a negative errno.
+ *
+ * # Safety
+ *
+ * `store` and `mem` must be NULL or live handles.
+ */
+int64_t p2pdma_store_write_on(const struct p2pdma_store *store,
+                              uint32_t accel,
+                              uint64_t id,
+                              uint64_t offset,
+                              size_t n,
+                              const struct p2pdma_mem *mem,
+                              size_t mem_offset);
+
+/**
+ * The cache's counters on accelerator `accel` (summed over all when
+ * `accel` is -1) into `*out`. Returns 0, or a negative errno: -EINVAL for
+ * NULL arguments, a store without a cache, or an accelerator it does not
+ * span.
+ *
+ * # Safety
+ *
+ * `store` must be NULL or a live handle; `out` NULL or writable.
+ */
+int p2pdma_store_cache_stats(const struct p2pdma_store *store,
+                             int32_t accel,
+                             struct p2pdma_cache_stats *out);
 
 /**
  * Starts reading `n` bytes at `offset` of object `id`; stores the

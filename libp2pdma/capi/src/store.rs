@@ -3,7 +3,10 @@
 
 use std::{ffi::c_int, sync::Arc};
 
-use p2pdma::store::{EngineBacking, Prefetch, Store};
+use p2pdma::{
+    memory::DeviceMemory,
+    store::{CacheStats, EngineBacking, PageCache, Prefetch, Store, WritePolicy},
+};
 
 use crate::{
     error::{call, status, void, Failure},
@@ -32,6 +35,40 @@ pub struct p2pdma_object {
     pub start_block: u64,
     /// Its size in bytes.
     pub size: u64,
+}
+
+/// Counters of a store's page cache, on one accelerator or summed over all.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct p2pdma_cache_stats {
+    /// Page accesses served from a frame of the accessing accelerator.
+    pub hits: u64,
+    /// Page accesses that fetched the page first.
+    pub misses: u64,
+    /// Of the misses, those filled from another accelerator's copy.
+    pub remote: u64,
+    /// Copies dropped because another accelerator wrote their page.
+    pub invalidations: u64,
+    /// Frames.
+    pub frames: u64,
+    /// Frames holding a page now.
+    pub cached: u64,
+    /// Of those, written since they were last written back.
+    pub dirty: u64,
+}
+
+impl From<CacheStats> for p2pdma_cache_stats {
+    fn from(s: CacheStats) -> Self {
+        Self {
+            hits: s.hits,
+            misses: s.misses,
+            remote: s.remote,
+            invalidations: s.invalidations,
+            frames: s.frames as u64,
+            cached: s.cached as u64,
+            dirty: s.dirty as u64,
+        }
+    }
 }
 
 /// The store of `file` (opened writable) moved by `engine`: a new, empty
@@ -66,6 +103,72 @@ pub unsafe extern "C" fn p2pdma_store_open(
         }?;
         *out = raw::into_handle(p2pdma_store {
             store: Arc::new(store),
+        });
+        Ok(0)
+    })
+}
+
+/// p2pdma_store_open() with a page cache of `page`-byte pages (a power of
+/// two from 4096 to 2 MiB) over the memories `mems[0..n_mems]`, one per
+/// accelerator, each holding at least two pages: accelerator `i`'s copies
+/// live in `mems[i]`, every page is homed on one accelerator, and a write
+/// on one accelerator drops the others' copies. Written pages stay in the
+/// cache until evicted or flushed, or also go to the device at once when
+/// `write_through` is not 0.
+///
+/// Returns 0, or a negative errno: -EINVAL for NULL arguments, no memory
+/// (`n_mems` 0) or more than 64, a bad page size, or the errors of
+/// p2pdma_store_open(). On failure `*out` is NULL.
+///
+/// # Safety
+///
+/// `engine` and `file` must be NULL or live handles; `mems` must be NULL or
+/// point to `n_mems` pointers, each NULL or a live handle; `out` must be
+/// NULL or point to writable storage for a pointer.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn p2pdma_store_open_cached(
+    engine: *const p2pdma_engine,
+    file: *const p2pdma_file,
+    format: c_int,
+    max_objects: u64,
+    mems: *const *const p2pdma_mem,
+    n_mems: usize,
+    page: usize,
+    write_through: c_int,
+    out: *mut *mut p2pdma_store,
+) -> c_int {
+    status("p2pdma_store_open_cached", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        // SAFETY: The caller passes NULL or live handles, and NULL or an
+        // array of `n_mems` handle pointers.
+        let (e, f, ptrs) = unsafe {
+            (
+                raw::handle(engine, "engine")?,
+                raw::handle(file, "file")?,
+                raw::structs(mems, n_mems, "mems")?,
+            )
+        };
+        let mems = ptrs
+            .iter()
+            // SAFETY: Each pointer is NULL or a live handle (the contract).
+            .map(|&m| unsafe { raw::handle(m, "mems[i]") }.map(|m| m.mem.clone()))
+            .collect::<Result<Vec<Arc<dyn DeviceMemory>>, Failure>>()?;
+        let policy = if write_through != 0 {
+            WritePolicy::WriteThrough
+        } else {
+            WritePolicy::WriteBack
+        };
+        let cache = PageCache::shared(mems, page, policy)?;
+        let backing = Arc::new(EngineBacking::new(e.engine.clone(), f.file.clone()));
+        let store = if format != 0 {
+            Store::format(backing, max_objects)
+        } else {
+            Store::initialize(backing)
+        }?;
+        *out = raw::into_handle(p2pdma_store {
+            store: Arc::new(store.with_cache(cache)),
         });
         Ok(0)
     })
@@ -248,6 +351,93 @@ pub unsafe extern "C" fn p2pdma_store_write(
         // SAFETY: The caller passes NULL or live handles.
         let (s, m) = unsafe { io(store, mem) }?;
         Ok(s.store.pwrite(id, offset, n, m.mem.as_ref(), mem_offset)? as i64)
+    })
+}
+
+/// p2pdma_store_read() through accelerator `accel`'s copies of the cache
+/// (p2pdma_store_read() picks the accelerator whose memory `mem` is).
+/// Returns `n`, or a negative errno (-EINVAL also for an accelerator the
+/// cache does not span).
+///
+/// # Safety
+///
+/// `store` and `mem` must be NULL or live handles.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_store_read_on(
+    store: *const p2pdma_store,
+    accel: u32,
+    id: u64,
+    offset: u64,
+    n: usize,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+) -> i64 {
+    call("p2pdma_store_read_on", i64::from, || {
+        // SAFETY: The caller passes NULL or live handles.
+        let (s, m) = unsafe { io(store, mem) }?;
+        let a = accel as usize;
+        Ok(s.store
+            .pread_on(a, id, offset, n, m.mem.as_ref(), mem_offset)? as i64)
+    })
+}
+
+/// p2pdma_store_write() into accelerator `accel`'s copy of the cache; every
+/// other accelerator's copy of the pages written is dropped. Returns `n`,
+/// or a negative errno.
+///
+/// # Safety
+///
+/// `store` and `mem` must be NULL or live handles.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_store_write_on(
+    store: *const p2pdma_store,
+    accel: u32,
+    id: u64,
+    offset: u64,
+    n: usize,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+) -> i64 {
+    call("p2pdma_store_write_on", i64::from, || {
+        // SAFETY: The caller passes NULL or live handles.
+        let (s, m) = unsafe { io(store, mem) }?;
+        let a = accel as usize;
+        Ok(s.store
+            .pwrite_on(a, id, offset, n, m.mem.as_ref(), mem_offset)? as i64)
+    })
+}
+
+/// The cache's counters on accelerator `accel` (summed over all when
+/// `accel` is -1) into `*out`. Returns 0, or a negative errno: -EINVAL for
+/// NULL arguments, a store without a cache, or an accelerator it does not
+/// span.
+///
+/// # Safety
+///
+/// `store` must be NULL or a live handle; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_store_cache_stats(
+    store: *const p2pdma_store,
+    accel: i32,
+    out: *mut p2pdma_cache_stats,
+) -> c_int {
+    status("p2pdma_store_cache_stats", || {
+        // SAFETY: The caller passes NULL or a live handle and NULL or a
+        // writable struct.
+        let (s, out) = unsafe { (raw::handle(store, "store")?, raw::out_struct(out, "out")?) };
+        let cache = s
+            .store
+            .cache()
+            .ok_or_else(|| p2pdma::Error::InvalidArgument("the store has no cache".into()))?;
+        let stats = match usize::try_from(accel) {
+            Ok(a) => cache.stats_on(a)?,
+            Err(_) if accel == -1 => cache.stats(),
+            Err(_) => {
+                return Err(p2pdma::Error::InvalidArgument(format!("accelerator {accel}")).into())
+            }
+        };
+        *out = stats.into();
+        Ok(0)
     })
 }
 

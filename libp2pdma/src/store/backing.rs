@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::{
     memory::DeviceMemory,
-    transfer::{Engine, Request, StorageFile, Ticket},
+    transfer::{End, Engine, Request, RouteOptions, StorageFile, Ticket},
     Result,
 };
 
@@ -49,6 +49,22 @@ pub trait Backing: Send + Sync {
 
     /// Makes every write that returned durable.
     fn flush(&self) -> Result<()>;
+
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at
+    /// `dst_offset`: a page from one accelerator's cache to another's. By
+    /// the CPU through host memory unless the backing knows a better way.
+    fn copy(
+        &self,
+        src: &dyn DeviceMemory,
+        src_offset: usize,
+        dst: &dyn DeviceMemory,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let mut buf = vec![0u8; len];
+        src.read_at(src_offset, &mut buf)?;
+        dst.write_at(dst_offset, &buf)
+    }
 }
 
 /// A store on a file, block device or NVMe namespace, through the transfer
@@ -124,5 +140,39 @@ impl Backing for EngineBacking {
 
     fn flush(&self) -> Result<()> {
         self.file.sync()
+    }
+
+    /// Along the route the engine plans between the two memories (by P2P
+    /// where the kernel allows it and a mover exists, else through host
+    /// memory).
+    fn copy(
+        &self,
+        src: &dyn DeviceMemory,
+        src_offset: usize,
+        dst: &dyn DeviceMemory,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let route = self.engine.route(
+            End::Memory {
+                mem: src,
+                offset: src_offset,
+            },
+            End::Memory {
+                mem: dst,
+                offset: dst_offset,
+            },
+        )?;
+        self.engine
+            .copy(
+                &route,
+                len,
+                &RouteOptions {
+                    chunk: Some(len),
+                    slots: Some(1),
+                    lanes: Some(1),
+                },
+            )
+            .map(|_| ())
     }
 }

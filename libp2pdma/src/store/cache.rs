@@ -1,17 +1,35 @@
-//! The page cache of a store, in accelerator memory (or host memory): a
-//! page table from object pages to frames of that memory, present only
-//! while a page is cached; CLOCK replacement; dirty bits and write-back
-//! (write-through on request).
+//! The page cache of a store, in the memory of one accelerator or several
+//! (or host memory): on each accelerator a page table from object pages to
+//! frames of its memory, present only while a page is cached; CLOCK
+//! replacement; dirty bits and write-back (write-through on request).
 //!
+//! # One accelerator
 //! A miss takes a frame (evicting the first one the clock hand finds
 //! unreferenced, writing it back first when it is dirty), reads the page
 //! into it and maps it; a second thread missing the same page meanwhile
 //! waits for that read instead of issuing its own. A hit copies between the
 //! frame and the caller's memory with no system call. Frames in use by a
 //! copy are pinned and never evicted.
+//!
+//! # Several accelerators: the home-based cache
+//! Every object page has a home accelerator, chosen by a hash of the page.
+//! The home keeps the page's record: which accelerators hold a copy, and
+//! whether an operation owns the page now (a miss filling a copy, a write,
+//! a write-back). A read that hits its own accelerator's copy involves no
+//! one else. A read that misses asks the home and copies the page from an
+//! accelerator that holds it (along the engine's route between the two
+//! memories), or reads it from storage when none does. A write goes through
+//! the home, which invalidates every other copy before the write lands
+//! (waiting for reads copying out of them), so the writer's copy is the only
+//! one and the next read anywhere fetches it. At most one copy of a page is
+//! ever dirty, and every valid copy holds the same bytes.
+//!
+//! The records of every home and the frame tables of every accelerator sit
+//! under one lock in the host process; the lock is held only to look up and
+//! change them, never across a copy or I/O.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Condvar, Mutex, MutexGuard},
 };
 
@@ -20,17 +38,23 @@ use super::{
     layout::BLOCK,
     map::{no_object, Map},
 };
-use crate::{memory::DeviceMemory, Error, Result};
+use crate::{
+    memory::{DeviceMemory, MemoryKind},
+    Error, Result,
+};
+
+/// Most accelerators one cache spans.
+pub const MAX_ACCELERATORS: usize = 64;
 
 /// An object page: the object's id and the page's index in it.
 type Key = (u64, u64);
 
-/// One frame of the cache's memory.
+/// One frame of an accelerator's cache memory.
 #[derive(Clone, Copy, Debug, Default)]
 struct Frame {
     /// The page it holds.
     key: Option<Key>,
-    /// Whether its bytes were read (or fully written) yet.
+    /// Whether its bytes are the page's (read, copied or fully written).
     valid: bool,
     /// Written since it was read or written back.
     dirty: bool,
@@ -40,21 +64,86 @@ struct Frame {
     referenced: bool,
 }
 
-struct Inner {
+/// One accelerator's frames and page table.
+#[derive(Default)]
+struct Pool {
     frames: Vec<Frame>,
     table: HashMap<Key, usize>,
     hand: usize,
     hits: u64,
     misses: u64,
+    remote: u64,
 }
 
-/// Counters of a cache.
+impl Pool {
+    /// The frame holding `key`, pinned, if it holds it valid.
+    fn hit(&mut self, key: Key) -> Option<usize> {
+        let f = *self.table.get(&key)?;
+        let fr = &mut self.frames[f];
+        if !fr.valid || fr.key != Some(key) {
+            return None;
+        }
+        fr.pins += 1;
+        fr.referenced = true;
+        self.hits += 1;
+        Some(f)
+    }
+}
+
+/// A page's record at its home.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    /// The accelerators holding a valid copy, one bit each.
+    holders: u64,
+    /// An operation owns the page: others wait.
+    busy: bool,
+}
+
+struct Inner {
+    pools: Vec<Pool>,
+    /// Each home's records of its pages.
+    homes: Vec<HashMap<Key, Entry>>,
+    /// Pages whose dirty bytes an eviction is writing back now.
+    evicting: HashSet<Key>,
+    invalidations: u64,
+}
+
+impl Inner {
+    fn entry(&self, home: usize, key: Key) -> Entry {
+        self.homes[home].get(&key).copied().unwrap_or_default()
+    }
+
+    fn entry_mut(&mut self, home: usize, key: Key) -> &mut Entry {
+        self.homes[home].entry(key).or_default()
+    }
+
+    /// Drops `key`'s record when it says nothing.
+    fn tidy(&mut self, home: usize, key: Key) {
+        if let Some(e) = self.homes[home].get(&key) {
+            if e.holders == 0 && !e.busy {
+                self.homes[home].remove(&key);
+            }
+        }
+    }
+
+    fn release(&mut self, home: usize, key: Key) {
+        self.entry_mut(home, key).busy = false;
+        self.tidy(home, key);
+    }
+}
+
+/// Counters of a cache (of one accelerator, or summed over all).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
-    /// Page accesses served from a frame.
+    /// Page accesses served from a frame of the accessing accelerator.
     pub hits: u64,
-    /// Page accesses that read the page first.
+    /// Page accesses that fetched the page first.
     pub misses: u64,
+    /// Of the misses, those filled from another accelerator's copy
+    /// instead of storage.
+    pub remote: u64,
+    /// Copies dropped because another accelerator wrote their page.
+    pub invalidations: u64,
     /// Frames.
     pub frames: usize,
     /// Frames holding a page now.
@@ -73,9 +162,19 @@ pub enum WritePolicy {
     WriteThrough,
 }
 
-/// A page cache in `mem`: `mem.len() / page` frames of `page` bytes.
+/// What a caller wants a frame for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// To copy out of it.
+    Read,
+    /// To write into it; `whole`: every valid byte of the page.
+    Write { whole: bool },
+}
+
+/// A page cache over the memory of one accelerator or several, each
+/// holding `mem.len() / page` frames of `page` bytes.
 pub struct PageCache {
-    mem: Arc<dyn DeviceMemory>,
+    mems: Vec<Arc<dyn DeviceMemory>>,
     page: u64,
     policy: WritePolicy,
     inner: Mutex<Inner>,
@@ -86,6 +185,7 @@ impl std::fmt::Debug for PageCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PageCache")
             .field("page", &self.page)
+            .field("accelerators", &self.mems.len())
             .field("stats", &self.stats())
             .finish()
     }
@@ -95,29 +195,53 @@ impl PageCache {
     /// A cache of `page`-byte pages (a power of two from 4 KiB to 2 MiB) in
     /// `mem`, which must hold at least two frames.
     pub fn new(mem: Arc<dyn DeviceMemory>, page: usize, policy: WritePolicy) -> Result<Self> {
+        Self::shared(vec![mem], page, policy)
+    }
+
+    /// A cache shared by several accelerators, frames in each one's memory
+    /// (`mems[i]` is accelerator `i`'s, at least two frames each), every
+    /// page homed on one of them.
+    pub fn shared(
+        mems: Vec<Arc<dyn DeviceMemory>>,
+        page: usize,
+        policy: WritePolicy,
+    ) -> Result<Self> {
         if !page.is_power_of_two() || !(BLOCK as usize..=2 << 20).contains(&page) {
             return Err(Error::InvalidArgument(format!(
                 "a cache page of {page} bytes (a power of two from 4 KiB to 2 MiB)"
             )));
         }
-        let n = mem.len() / page;
-        if n < 2 {
+        if mems.is_empty() || mems.len() > MAX_ACCELERATORS {
             return Err(Error::InvalidArgument(format!(
-                "{} bytes of memory hold fewer than two {page}-byte pages",
-                mem.len()
+                "a cache over {} accelerators (1 to {MAX_ACCELERATORS})",
+                mems.len()
             )));
         }
+        let mut pools = Vec::with_capacity(mems.len());
+        for m in &mems {
+            let n = m.len() / page;
+            if n < 2 {
+                return Err(Error::InvalidArgument(format!(
+                    "{} bytes of {} hold fewer than two {page}-byte pages",
+                    m.len(),
+                    m.kind()
+                )));
+            }
+            pools.push(Pool {
+                frames: vec![Frame::default(); n],
+                ..Pool::default()
+            });
+        }
         Ok(Self {
-            mem,
             page: page as u64,
             policy,
             inner: Mutex::new(Inner {
-                frames: vec![Frame::default(); n],
-                table: HashMap::new(),
-                hand: 0,
-                hits: 0,
-                misses: 0,
+                pools,
+                homes: vec![HashMap::new(); mems.len()],
+                evicting: HashSet::new(),
+                invalidations: 0,
             }),
+            mems,
             changed: Condvar::new(),
         })
     }
@@ -127,19 +251,89 @@ impl PageCache {
         self.page as usize
     }
 
-    /// Its counters.
+    /// How many accelerators the cache spans.
+    pub fn accelerators(&self) -> usize {
+        self.mems.len()
+    }
+
+    /// The accelerator whose memory is of `kind` (the first, if several
+    /// are), else accelerator 0: where a caller with memory of that kind
+    /// reads and writes.
+    pub fn local(&self, kind: &MemoryKind) -> usize {
+        self.mems
+            .iter()
+            .position(|m| &m.kind() == kind)
+            .unwrap_or(0)
+    }
+
+    /// The home accelerator of page `page` of object `id`.
+    pub fn home(&self, id: u64, page: u64) -> usize {
+        let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ page.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        ((h ^ (h >> 29)) % self.mems.len() as u64) as usize
+    }
+
+    /// The accelerators holding a copy of page `page` of object `id`, as
+    /// its home records them.
+    pub fn holders(&self, id: u64, page: u64) -> Vec<usize> {
+        let g = self.lock();
+        let h = g.entry(self.home(id, page), (id, page)).holders;
+        (0..self.mems.len()).filter(|a| h & (1 << a) != 0).collect()
+    }
+
+    /// The counters summed over every accelerator.
     pub fn stats(&self) -> CacheStats {
         let g = self.lock();
+        let mut s = (0..g.pools.len()).fold(CacheStats::default(), |mut s, a| {
+            let p = Self::pool_stats(&g, a);
+            s.hits += p.hits;
+            s.misses += p.misses;
+            s.remote += p.remote;
+            s.frames += p.frames;
+            s.cached += p.cached;
+            s.dirty += p.dirty;
+            s
+        });
+        s.invalidations = g.invalidations;
+        s
+    }
+
+    /// Accelerator `a`'s counters (`invalidations` counts the whole
+    /// cache's).
+    pub fn stats_on(&self, a: usize) -> Result<CacheStats> {
+        self.check(a)?;
+        let g = self.lock();
+        Ok(CacheStats {
+            invalidations: g.invalidations,
+            ..Self::pool_stats(&g, a)
+        })
+    }
+
+    fn pool_stats(g: &Inner, a: usize) -> CacheStats {
+        let p = &g.pools[a];
         CacheStats {
-            hits: g.hits,
-            misses: g.misses,
-            frames: g.frames.len(),
-            cached: g.table.len(),
-            dirty: g
+            hits: p.hits,
+            misses: p.misses,
+            remote: p.remote,
+            invalidations: 0,
+            frames: p.frames.len(),
+            cached: p.table.len(),
+            dirty: p
                 .frames
                 .iter()
                 .filter(|f| f.key.is_some() && f.dirty)
                 .count(),
+        }
+    }
+
+    /// Checks that accelerator `a` is one of the cache's.
+    pub fn check(&self, a: usize) -> Result<()> {
+        if a < self.mems.len() {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "accelerator {a} of a cache over {}",
+                self.mems.len()
+            )))
         }
     }
 
@@ -151,6 +345,10 @@ impl PageCache {
         self.changed.wait(g).unwrap_or_else(|p| p.into_inner())
     }
 
+    fn home_of(&self, key: Key) -> usize {
+        self.home(key.0, key.1)
+    }
+
     /// The device offset and valid bytes of page `key`, from `map`.
     fn span(&self, map: &Map, key: Key) -> Result<(u64, usize)> {
         let e = map.get(key.0).ok_or_else(|| no_object(key.0))?;
@@ -159,98 +357,240 @@ impl PageCache {
         Ok((e.start * BLOCK + start, valid))
     }
 
-    /// Writes frame `f` (holding `key`) back to storage.
-    fn write_back(&self, backing: &dyn Backing, map: &Map, f: usize, key: Key) -> Result<()> {
+    /// Writes frame `f` of accelerator `a` (holding `key`) back to storage.
+    fn write_back(
+        &self,
+        backing: &dyn Backing,
+        map: &Map,
+        a: usize,
+        f: usize,
+        key: Key,
+    ) -> Result<()> {
         let (at, valid) = self.span(map, key)?;
         if valid > 0 {
-            backing.write(at, self.mem.as_ref(), f * self.page as usize, valid)?;
+            backing.write(at, self.mems[a].as_ref(), f * self.page as usize, valid)?;
         }
         Ok(())
     }
 
-    /// A frame holding page `key`, pinned; read from storage unless `whole`
-    /// (the caller overwrites every valid byte of the page).
-    fn get(&self, backing: &dyn Backing, map: &Map, key: Key, whole: bool) -> Result<usize> {
+    /// A frame of accelerator `a` holding page `key`, pinned. For a write,
+    /// the page's record is owned too (released by [`PageCache::done`]),
+    /// and no other accelerator holds a copy.
+    fn acquire(
+        &self,
+        backing: &dyn Backing,
+        map: &Map,
+        a: usize,
+        key: Key,
+        want: Want,
+    ) -> Result<usize> {
+        let h = self.home_of(key);
         let mut g = self.lock();
         loop {
-            if let Some(&f) = g.table.get(&key) {
-                let fr = &mut g.frames[f];
-                if fr.valid && fr.key == Some(key) {
-                    fr.pins += 1;
-                    fr.referenced = true;
-                    g.hits += 1;
+            // A read hit involves no home.
+            if want == Want::Read {
+                if let Some(f) = g.pools[a].hit(key) {
                     return Ok(f);
                 }
-                // Being read, or being written back before the frame takes
-                // another page: wait for that.
+            }
+            if g.entry(h, key).busy {
                 g = self.wait(g);
                 continue;
             }
-            let Some(f) = Self::victim(&mut g) else {
+            g.entry_mut(h, key).busy = true;
+            if want != Want::Read {
+                if let Some(f) = g.pools[a].hit(key) {
+                    return self.sole_copy(g, a, key, f);
+                }
+            }
+            let Some(f) = self.victim(&mut g, a) else {
+                g.release(h, key);
+                self.changed.notify_all();
                 g = self.wait(g);
                 continue;
             };
-            g.misses += 1;
-            let old = g.frames[f];
-            g.frames[f] = Frame {
-                key: Some(key),
-                valid: false,
-                dirty: false,
-                pins: 1,
-                referenced: true,
-            };
-            g.table.insert(key, f);
-            // A dirty victim keeps its page mapped (and waited on) until
-            // its bytes are back on storage; a clean one goes at once.
-            let evicting = old.key.filter(|_| old.dirty);
-            if let Some(k) = old.key.filter(|_| !old.dirty) {
-                g.table.remove(&k);
-            }
-            drop(g);
-            let written = match evicting {
-                Some(k) => self.write_back(backing, map, f, k),
-                None => Ok(()),
-            };
-            let filled = match written {
-                Ok(()) => self.fill(backing, map, f, key, whole),
-                Err(_) => Ok(()),
-            };
-            let mut g = self.lock();
-            if let Some(k) = evicting {
-                g.table.remove(&k);
-            }
-            let r = match (written, filled) {
-                (Err(e), _) => {
-                    // The victim's bytes are not on storage: it stays.
-                    g.table.remove(&key);
-                    g.frames[f] = old;
-                    if let Some(k) = old.key {
-                        g.table.insert(k, f);
-                    }
-                    Err(e)
-                }
-                (Ok(()), Err(e)) => {
-                    g.table.remove(&key);
-                    g.frames[f] = Frame::default();
-                    Err(e)
-                }
-                (Ok(()), Ok(())) => {
-                    g.frames[f].valid = true;
-                    Ok(f)
-                }
-            };
-            drop(g);
-            self.changed.notify_all();
-            return r;
+            return self.miss(g, backing, map, a, key, want, f);
         }
     }
 
-    /// Reads `key` into frame `f`, zeroing what lies past the object's end
-    /// (all of it when `whole`: the caller writes every valid byte).
+    /// Fills frame `f` of accelerator `a` with page `key` (whose record the
+    /// caller owns), evicting what the frame held.
+    #[allow(clippy::too_many_arguments)]
+    fn miss(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        backing: &dyn Backing,
+        map: &Map,
+        a: usize,
+        key: Key,
+        want: Want,
+        f: usize,
+    ) -> Result<usize> {
+        let h = self.home_of(key);
+        let pool = &mut g.pools[a];
+        pool.misses += 1;
+        let old = pool.frames[f];
+        pool.frames[f] = Frame {
+            key: Some(key),
+            valid: false,
+            dirty: false,
+            pins: 1,
+            referenced: true,
+        };
+        if let Some(k) = old.key {
+            pool.table.remove(&k);
+        }
+        pool.table.insert(key, f);
+        // The victim leaves its home's record; a dirty one keeps its page
+        // owned (readers wait) until its bytes are on storage.
+        let evicting = old.key.filter(|_| old.dirty);
+        if let Some(k) = old.key {
+            let hk = self.home_of(k);
+            let e = g.entry_mut(hk, k);
+            e.holders &= !(1 << a);
+            if old.dirty {
+                e.busy = true;
+                g.evicting.insert(k);
+            }
+            g.tidy(hk, k);
+        }
+        // Another accelerator's copy, if one holds it (pinned).
+        let source = match want {
+            Want::Write { whole: true } => None,
+            _ => {
+                let others = g.entry(h, key).holders & !(1 << a);
+                (0..self.mems.len())
+                    .filter(|b| others & (1 << b) != 0)
+                    .find_map(|b| {
+                        let fb = *g.pools[b].table.get(&key)?;
+                        let fr = &mut g.pools[b].frames[fb];
+                        fr.valid.then(|| {
+                            fr.pins += 1;
+                            (b, fb)
+                        })
+                    })
+            }
+        };
+        drop(g);
+        let written = match evicting {
+            Some(k) => self.write_back(backing, map, a, f, k),
+            None => Ok(()),
+        };
+        let filled = match (&written, source) {
+            (Err(_), _) => Ok(()),
+            (Ok(()), Some((b, fb))) => {
+                let p = self.page as usize;
+                backing.copy(
+                    self.mems[b].as_ref(),
+                    fb * p,
+                    self.mems[a].as_ref(),
+                    f * p,
+                    p,
+                )
+            }
+            (Ok(()), None) => {
+                self.fill(backing, map, a, f, key, want == Want::Write { whole: true })
+            }
+        };
+        let mut g = self.lock();
+        if let Some((b, fb)) = source {
+            g.pools[b].frames[fb].pins -= 1;
+        }
+        if let Some(k) = evicting {
+            g.evicting.remove(&k);
+            g.release(self.home_of(k), k);
+        }
+        let r = match (written, filled) {
+            (Err(e), _) => {
+                // The victim's bytes are not on storage: it stays.
+                let pool = &mut g.pools[a];
+                pool.table.remove(&key);
+                pool.frames[f] = old;
+                if let Some(k) = old.key {
+                    pool.table.insert(k, f);
+                    g.entry_mut(self.home_of(k), k).holders |= 1 << a;
+                }
+                g.release(h, key);
+                Err(e)
+            }
+            (Ok(()), Err(e)) => {
+                g.pools[a].table.remove(&key);
+                g.pools[a].frames[f] = Frame::default();
+                g.release(h, key);
+                Err(e)
+            }
+            (Ok(()), Ok(())) => {
+                let pool = &mut g.pools[a];
+                pool.frames[f].valid = true;
+                if source.is_some() {
+                    pool.remote += 1;
+                }
+                g.entry_mut(h, key).holders |= 1 << a;
+                if want == Want::Read {
+                    g.release(h, key);
+                    Ok(f)
+                } else {
+                    return self.sole_copy(g, a, key, f);
+                }
+            }
+        };
+        drop(g);
+        self.changed.notify_all();
+        r
+    }
+
+    /// Invalidates every copy of `key` but accelerator `a`'s (frame `f`,
+    /// pinned, the record owned), waiting for reads copying out of them.
+    /// Their dirt needs no keeping: `f` holds the same bytes, and the write
+    /// that follows leaves it dirty or writes the whole page through.
+    fn sole_copy(
+        &self,
+        mut g: MutexGuard<'_, Inner>,
+        a: usize,
+        key: Key,
+        f: usize,
+    ) -> Result<usize> {
+        let h = self.home_of(key);
+        loop {
+            let others = g.entry(h, key).holders & !(1 << a);
+            if others == 0 {
+                break;
+            }
+            let mut pinned = false;
+            for b in (0..self.mems.len()).filter(|b| others & (1 << b) != 0) {
+                let Some(&fb) = g.pools[b].table.get(&key) else {
+                    g.entry_mut(h, key).holders &= !(1 << b);
+                    continue;
+                };
+                let fr = &mut g.pools[b].frames[fb];
+                // No new read pins it; the ones copying out finish first.
+                fr.valid = false;
+                if fr.pins > 0 {
+                    pinned = true;
+                    continue;
+                }
+                g.pools[b].frames[fb] = Frame::default();
+                g.pools[b].table.remove(&key);
+                g.entry_mut(h, key).holders &= !(1 << b);
+                g.invalidations += 1;
+            }
+            if pinned {
+                g = self.wait(g);
+            }
+        }
+        drop(g);
+        self.changed.notify_all();
+        Ok(f)
+    }
+
+    /// Reads `key` into frame `f` of accelerator `a`, zeroing what lies
+    /// past the object's end (all of it when `whole`: the caller writes
+    /// every valid byte).
     fn fill(
         &self,
         backing: &dyn Backing,
         map: &Map,
+        a: usize,
         f: usize,
         key: Key,
         whole: bool,
@@ -259,69 +599,82 @@ impl PageCache {
         let base = f * self.page as usize;
         let from = if whole { 0 } else { valid };
         if !whole && valid > 0 {
-            backing.read(at, self.mem.as_ref(), base, valid)?;
+            backing.read(at, self.mems[a].as_ref(), base, valid)?;
         }
         if from < self.page as usize {
             let zeros = vec![0u8; self.page as usize - from];
-            self.mem.write_at(base + from, &zeros)?;
+            self.mems[a].write_at(base + from, &zeros)?;
         }
         Ok(())
     }
 
-    /// The frame the clock hand stops at: unpinned, and unreferenced since
-    /// the hand last passed (a free frame at once).
-    fn victim(g: &mut Inner) -> Option<usize> {
-        let n = g.frames.len();
+    /// The frame of accelerator `a` the clock hand stops at: unpinned, its
+    /// page not owned by an operation, and unreferenced since the hand last
+    /// passed (a free frame at once).
+    fn victim(&self, g: &mut Inner, a: usize) -> Option<usize> {
+        let n = g.pools[a].frames.len();
         for _ in 0..2 * n + 1 {
-            let f = g.hand;
-            g.hand = (g.hand + 1) % n;
-            let fr = &mut g.frames[f];
+            let f = g.pools[a].hand;
+            g.pools[a].hand = (f + 1) % n;
+            let fr = g.pools[a].frames[f];
             if fr.pins > 0 {
                 continue;
+            }
+            if let Some(k) = fr.key {
+                if g.entry(self.home_of(k), k).busy {
+                    continue;
+                }
             }
             if fr.key.is_none() || !fr.referenced {
                 return Some(f);
             }
-            fr.referenced = false;
+            g.pools[a].frames[f].referenced = false;
         }
         None
     }
 
-    fn unpin(&self, f: usize, dirty: bool) {
+    /// Unpins frame `f` of accelerator `a`; after a write, sets its dirty
+    /// bit to `dirty` and releases the page's record.
+    fn done(&self, a: usize, f: usize, write: Option<(Key, bool)>) {
         let mut g = self.lock();
-        let fr = &mut g.frames[f];
+        let fr = &mut g.pools[a].frames[f];
         fr.pins -= 1;
-        fr.dirty |= dirty;
+        if let Some((key, dirty)) = write {
+            fr.dirty = dirty;
+            g.release(self.home_of(key), key);
+        }
         drop(g);
         self.changed.notify_all();
     }
 
     /// Copies `n` bytes at `offset` of object `id` (checked by the caller)
-    /// into `mem` at `mem_offset`, page by page through the cache.
+    /// into `mem` at `mem_offset`, page by page through accelerator `a`'s
+    /// copies.
     #[allow(clippy::too_many_arguments)]
     pub fn read(
         &self,
         backing: &dyn Backing,
         map: &Map,
+        a: usize,
         id: u64,
         offset: u64,
         n: usize,
         mem: &dyn DeviceMemory,
         mem_offset: usize,
     ) -> Result<()> {
+        self.check(a)?;
         let mut done = 0usize;
         let mut buf = Vec::new();
         while done < n {
             let at = offset + done as u64;
             let (page, in_page) = (at / self.page, (at % self.page) as usize);
             let len = (self.page as usize - in_page).min(n - done);
-            let f = self.get(backing, map, (id, page), false)?;
+            let f = self.acquire(backing, map, a, (id, page), Want::Read)?;
             buf.resize(len, 0);
-            let r = self
-                .mem
+            let r = self.mems[a]
                 .read_at(f * self.page as usize + in_page, &mut buf)
                 .and_then(|()| mem.write_at(mem_offset + done, &buf));
-            self.unpin(f, false);
+            self.done(a, f, None);
             r?;
             done += len;
         }
@@ -329,19 +682,22 @@ impl PageCache {
     }
 
     /// Copies `n` bytes of `mem` at `mem_offset` to `offset` of object `id`
-    /// (checked by the caller), page by page: into the cache, dirty, and to
-    /// storage as well under write-through.
+    /// (checked by the caller), page by page: into accelerator `a`'s copy,
+    /// the only one once the write lands, dirty (and to storage as well
+    /// under write-through).
     #[allow(clippy::too_many_arguments)]
     pub fn write(
         &self,
         backing: &dyn Backing,
         map: &Map,
+        a: usize,
         id: u64,
         offset: u64,
         n: usize,
         mem: &dyn DeviceMemory,
         mem_offset: usize,
     ) -> Result<()> {
+        self.check(a)?;
         let size = map.get(id).ok_or_else(|| no_object(id))?.size;
         let mut done = 0usize;
         let mut buf = Vec::new();
@@ -351,81 +707,123 @@ impl PageCache {
             let len = (self.page as usize - in_page).min(n - done);
             let page_end = ((page + 1) * self.page).min(size);
             let whole = in_page == 0 && at + len as u64 >= page_end;
-            let f = self.get(backing, map, (id, page), whole)?;
+            let key = (id, page);
+            let f = self.acquire(backing, map, a, key, Want::Write { whole })?;
             buf.resize(len, 0);
-            let mut r = mem
+            let copied = mem
                 .read_at(mem_offset + done, &mut buf)
-                .and_then(|()| self.mem.write_at(f * self.page as usize + in_page, &buf));
-            let through = self.policy == WritePolicy::WriteThrough;
-            if r.is_ok() && through {
-                r = self.write_back(backing, map, f, (id, page));
-            }
-            self.unpin(f, r.is_ok() && !through);
+                .and_then(|()| self.mems[a].write_at(f * self.page as usize + in_page, &buf));
+            // Dirty unless written through; a failed write-through leaves
+            // the new bytes dirty for the next write-back.
+            let (r, dirty) = match copied {
+                Ok(()) if self.policy == WritePolicy::WriteThrough => {
+                    match self.write_back(backing, map, a, f, key) {
+                        Ok(()) => (Ok(()), false),
+                        Err(e) => (Err(e), true),
+                    }
+                }
+                Ok(()) => (Ok(()), true),
+                Err(e) => (Err(e), true),
+            };
+            self.done(a, f, Some((key, dirty)));
             r?;
             done += len;
         }
         Ok(())
     }
 
-    /// Writes back every dirty page of `id` (every object's when `None`).
+    /// Writes back every dirty page of `id` (every object's when `None`),
+    /// and waits for evictions writing dirty pages back: when it returns,
+    /// every write that returned before it was called is on storage.
     pub fn write_back_dirty(
         &self,
         backing: &dyn Backing,
         map: &Map,
         id: Option<u64>,
     ) -> Result<()> {
-        // The dirty pages as of now, each pinned and marked clean while it
-        // is written (a write meanwhile marks it dirty again).
-        let pages: Vec<(usize, Key)> = {
+        let mine = |k: &Key| id.is_none_or(|i| i == k.0);
+        // The dirty pages as of now, each owned, pinned and marked clean
+        // while it is written.
+        let pages: Vec<(usize, usize, Key)> = {
             let mut g = self.lock();
-            let pages: Vec<(usize, Key)> = g
-                .frames
-                .iter()
-                .enumerate()
-                .filter(|(_, fr)| fr.dirty && fr.valid)
-                .filter_map(|(f, fr)| Some((f, fr.key?)))
-                .filter(|(_, k)| id.is_none_or(|i| i == k.0))
-                .collect();
-            for &(f, _) in &pages {
-                g.frames[f].pins += 1;
-                g.frames[f].dirty = false;
+            loop {
+                let pages: Vec<(usize, usize, Key)> = (0..g.pools.len())
+                    .flat_map(|a| {
+                        g.pools[a]
+                            .frames
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, fr)| fr.dirty)
+                            .filter_map(move |(f, fr)| Some((a, f, fr.key?)))
+                    })
+                    .filter(|(_, _, k)| mine(k))
+                    .collect();
+                let busy = pages
+                    .iter()
+                    .any(|&(_, _, k)| g.entry(self.home_of(k), k).busy)
+                    || g.evicting.iter().any(mine);
+                if busy {
+                    g = self.wait(g);
+                    continue;
+                }
+                for &(a, f, k) in &pages {
+                    g.pools[a].frames[f].pins += 1;
+                    g.pools[a].frames[f].dirty = false;
+                    g.entry_mut(self.home_of(k), k).busy = true;
+                }
+                break pages;
             }
-            pages
         };
         let mut first_err = None;
-        for &(f, key) in &pages {
-            let r = self.write_back(backing, map, f, key);
+        for &(a, f, key) in &pages {
+            let r = self.write_back(backing, map, a, f, key);
             let mut g = self.lock();
-            g.frames[f].pins -= 1;
+            g.pools[a].frames[f].pins -= 1;
             if let Err(e) = r {
-                g.frames[f].dirty = true;
+                g.pools[a].frames[f].dirty = true;
                 first_err.get_or_insert(e);
             }
+            g.release(self.home_of(key), key);
             drop(g);
             self.changed.notify_all();
         }
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Drops every cached page of `id` from page `first_page` on, without
-    /// writing it back (the object was deleted or shrunk); waits for copies
-    /// using them.
+    /// Drops every cached copy of `id`'s pages from page `first_page` on,
+    /// on every accelerator, without writing them back (the object was
+    /// deleted or shrunk); waits for operations using them.
     pub fn invalidate(&self, id: u64, first_page: u64) {
+        let gone = |k: &Key| k.0 == id && k.1 >= first_page;
         let mut g = self.lock();
         loop {
-            let keys: Vec<(Key, usize)> = g
-                .table
+            let owned = g
+                .homes
                 .iter()
-                .filter(|(k, _)| k.0 == id && k.1 >= first_page)
-                .map(|(k, f)| (*k, *f))
-                .collect();
-            if keys.iter().any(|(_, f)| g.frames[*f].pins > 0) {
+                .any(|h| h.iter().any(|(k, e)| gone(k) && e.busy));
+            let pinned = g.pools.iter().any(|p| {
+                p.table
+                    .iter()
+                    .any(|(k, &f)| gone(k) && p.frames[f].pins > 0)
+            });
+            if owned || pinned {
                 g = self.wait(g);
                 continue;
             }
-            for (k, f) in keys {
-                g.table.remove(&k);
-                g.frames[f] = Frame::default();
+            for p in &mut g.pools {
+                let keys: Vec<(Key, usize)> = p
+                    .table
+                    .iter()
+                    .filter(|(k, _)| gone(k))
+                    .map(|(k, f)| (*k, *f))
+                    .collect();
+                for (k, f) in keys {
+                    p.table.remove(&k);
+                    p.frames[f] = Frame::default();
+                }
+            }
+            for h in &mut g.homes {
+                h.retain(|k, _| !gone(k));
             }
             return;
         }

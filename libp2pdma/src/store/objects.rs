@@ -238,6 +238,11 @@ impl Store {
         self
     }
 
+    /// The cache, if it has one.
+    pub fn cache(&self) -> Option<&PageCache> {
+        self.cache.as_ref()
+    }
+
     /// The cache's counters, if it has one.
     pub fn cache_stats(&self) -> Option<CacheStats> {
         self.cache.as_ref().map(PageCache::stats)
@@ -420,7 +425,9 @@ impl Store {
     }
 
     /// Reads `n` bytes at `offset` of object `id` into `mem` at
-    /// `mem_offset`; `n`.
+    /// `mem_offset`; `n`. With a cache over several accelerators, the read
+    /// goes through the copies of the accelerator whose memory `mem` is
+    /// (accelerator 0 for other memory).
     pub fn pread(
         &self,
         id: u64,
@@ -429,11 +436,15 @@ impl Store {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
     ) -> Result<usize> {
-        self.io(Direction::Read, id, offset, n, mem, mem_offset)
+        let a = self.local(mem);
+        self.io(Direction::Read, a, id, offset, n, mem, mem_offset)
     }
 
     /// Writes `n` bytes of `mem` at `mem_offset` to `offset` of object
-    /// `id`; `n`. Durable after the next [`flush`](Store::flush).
+    /// `id`; `n`. Durable after the next [`flush`](Store::flush). With a
+    /// cache over several accelerators, the write lands in the copy of the
+    /// accelerator whose memory `mem` is (accelerator 0 for other memory),
+    /// and every other copy is dropped.
     pub fn pwrite(
         &self,
         id: u64,
@@ -442,14 +453,68 @@ impl Store {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
     ) -> Result<usize> {
-        self.io(Direction::Write, id, offset, n, mem, mem_offset)
+        let a = self.local(mem);
+        self.io(Direction::Write, a, id, offset, n, mem, mem_offset)
+    }
+
+    /// [`pread`](Store::pread) through accelerator `accel`'s copies of the
+    /// cache, whatever memory `mem` is.
+    pub fn pread_on(
+        &self,
+        accel: usize,
+        id: u64,
+        offset: u64,
+        n: usize,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+    ) -> Result<usize> {
+        self.check_accel(accel)?;
+        self.io(Direction::Read, accel, id, offset, n, mem, mem_offset)
+    }
+
+    /// [`pwrite`](Store::pwrite) into accelerator `accel`'s copy of the
+    /// cache, whatever memory `mem` is.
+    pub fn pwrite_on(
+        &self,
+        accel: usize,
+        id: u64,
+        offset: u64,
+        n: usize,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+    ) -> Result<usize> {
+        self.check_accel(accel)?;
+        self.io(Direction::Write, accel, id, offset, n, mem, mem_offset)
+    }
+
+    /// The accelerators the store's cache spans (1 without a cache).
+    pub fn accelerators(&self) -> usize {
+        self.cache.as_ref().map_or(1, PageCache::accelerators)
+    }
+
+    fn check_accel(&self, accel: usize) -> Result<()> {
+        match &self.cache {
+            Some(c) => c.check(accel),
+            None if accel == 0 => Ok(()),
+            None => Err(Error::InvalidArgument(format!(
+                "accelerator {accel} of a store without a cache"
+            ))),
+        }
+    }
+
+    /// The cache's accelerator a caller with `mem` works on.
+    fn local(&self, mem: &dyn DeviceMemory) -> usize {
+        self.cache.as_ref().map_or(0, |c| c.local(&mem.kind()))
     }
 
     /// A read or write of `n` bytes at `offset` of object `id`, checked,
-    /// under the map's read lock, through the cache when there is one.
+    /// under the map's read lock, through accelerator `a`'s copies when
+    /// there is a cache.
+    #[allow(clippy::too_many_arguments)]
     fn io(
         &self,
         dir: Direction,
+        a: usize,
         id: u64,
         offset: u64,
         n: usize,
@@ -461,12 +526,17 @@ impl Store {
         let at = Self::locate(&s.map, id, offset, n)?;
         let b = self.backing.as_ref();
         match (&self.cache, dir) {
-            (Some(c), Direction::Read) => c.read(b, &s.map, id, offset, n, mem, mem_offset)?,
-            (Some(c), Direction::Write) => c.write(b, &s.map, id, offset, n, mem, mem_offset)?,
+            (Some(c), Direction::Read) => c.read(b, &s.map, a, id, offset, n, mem, mem_offset)?,
+            (Some(c), Direction::Write) => c.write(b, &s.map, a, id, offset, n, mem, mem_offset)?,
             (None, Direction::Read) => b.read(at, mem, mem_offset, n)?,
             (None, Direction::Write) => b.write(at, mem, mem_offset, n)?,
         }
         Ok(n)
+    }
+
+    /// The cache's counters on accelerator `accel`, if it has a cache.
+    pub fn cache_stats_on(&self, accel: usize) -> Option<Result<CacheStats>> {
+        self.cache.as_ref().map(|c| c.stats_on(accel))
     }
 
     /// Starts reading `n` bytes at `offset` of object `id`; the read runs

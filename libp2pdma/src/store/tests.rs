@@ -258,7 +258,10 @@ fn apply(
     backing: &Arc<MemBacking>,
     m: &mut Model,
     op: &Op,
+    cache: u8,
 ) -> std::result::Result<(), String> {
+    // Which accelerator of the cache an operation runs on.
+    let on = |k: usize| (k / 7) % store.accelerators();
     let fail = |what: &str, e: Error| format!("{what}: {e}");
     match *op {
         Op::Create(size) => {
@@ -287,7 +290,7 @@ fn apply(
                 let o = m.get_mut(&id).unwrap();
                 o.dirty[off..off + n].iter_mut().for_each(|d| *d = true);
             }
-            let r = store.pwrite(id, off as u64, n, &buf, 0);
+            let r = store.pwrite_on(on(k), id, off as u64, n, &buf, 0);
             if off + n > size {
                 return match r {
                     Err(Error::EndOfFile { .. }) => Ok(()),
@@ -305,7 +308,7 @@ fn apply(
             let off = at as usize % (size + 1);
             let buf = HostMemory::new(n.max(1)).unwrap();
             let r = if matches!(op, Op::Read(..)) {
-                store.pread(id, off as u64, n, &buf, 0)
+                store.pread_on(on(k), id, off as u64, n, &buf, 0)
             } else {
                 store
                     .pread_prefetch(id, off as u64, n)
@@ -350,7 +353,6 @@ fn apply(
             durable_all(m);
         }
         Op::Reopen => {
-            let cache = store.cache_stats().map_or(0, |_| 1);
             // The old store is dropped first (a throwaway store stands in),
             // writing its dirty pages back as it goes.
             *store = Store::format(MemBacking::new(DEVICE), 1).map_err(|e| fail("format", e))?;
@@ -377,8 +379,9 @@ fn same(store: &Store, m: &Model) -> std::result::Result<(), String> {
     }
     for (id, o) in m {
         let buf = HostMemory::new(o.data.len().max(1)).unwrap();
+        let on = *id as usize % store.accelerators();
         store
-            .pread(*id, 0, o.data.len(), &buf, 0)
+            .pread_on(on, *id, 0, o.data.len(), &buf, 0)
             .map_err(|e| e.to_string())?;
         if bytes_of(&buf, o.data.len()) != o.data {
             return Err(format!("object {id} differs from the model"));
@@ -390,29 +393,35 @@ fn same(store: &Store, m: &Model) -> std::result::Result<(), String> {
 const DEVICE: usize = 96 * BLOCK as usize;
 
 /// The store on `backing` with no cache (`cache` 0), a write-back cache (1)
-/// or a write-through one (2), of four 4 KiB frames: small enough that
-/// pages, dirty ones too, are evicted all the time.
+/// or a write-through one (2) of four 4 KiB frames, or a cache shared by
+/// three accelerators writing back (3) or two writing through (4), four
+/// frames each: small enough that pages, dirty ones too, are evicted all
+/// the time.
 fn cached(store: Store, cache: u8) -> Store {
-    let policy = match cache {
+    let (policy, accels) = match cache {
         0 => return store,
-        1 => WritePolicy::WriteBack,
-        _ => WritePolicy::WriteThrough,
+        1 => (WritePolicy::WriteBack, 1),
+        2 => (WritePolicy::WriteThrough, 1),
+        3 => (WritePolicy::WriteBack, 3),
+        _ => (WritePolicy::WriteThrough, 2),
     };
-    let mem = Arc::new(HostMemory::new(4 * BLOCK as usize).unwrap());
-    store.with_cache(PageCache::new(mem, BLOCK as usize, policy).unwrap())
+    let mems = (0..accels)
+        .map(|_| Arc::new(HostMemory::new(4 * BLOCK as usize).unwrap()) as Arc<dyn DeviceMemory>)
+        .collect();
+    store.with_cache(PageCache::shared(mems, BLOCK as usize, policy).unwrap())
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 80, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_store_does_what_the_model_does(ops in prop::collection::vec(op(), 1..40), cache in 0u8..3) {
+    fn the_store_does_what_the_model_does(ops in prop::collection::vec(op(), 1..40), cache in 0u8..5) {
         let backing = MemBacking::new(DEVICE);
         let mut store = cached(Store::format(backing.clone(), 64).unwrap(), cache);
         let mut m = Model::new();
         for (i, o) in ops.iter().enumerate() {
             let full = matches!(o, Op::Create(_) | Op::Resize(..));
-            match apply(&mut store, &backing, &mut m, o) {
+            match apply(&mut store, &backing, &mut m, o, cache) {
                 Ok(()) => {}
                 // The device is small: running out of room is an answer,
                 // and it must change nothing.
@@ -499,15 +508,13 @@ fn a_crash_at_any_write_keeps_every_commit_and_flushed_byte() {
             })
             .collect();
         let backing = MemBacking::new(DEVICE);
-        let mut store = cached(
-            Store::format(backing.clone(), 64).unwrap(),
-            (seed % 3) as u8,
-        );
+        let cache = (seed % 5) as u8;
+        let mut store = cached(Store::format(backing.clone(), 64).unwrap(), cache);
         backing.die_after(rng.usize(0..40));
         let mut m = Model::new();
         for o in &ops {
             let before = m.clone();
-            let Err(e) = apply(&mut store, &backing, &mut m, o) else {
+            let Err(e) = apply(&mut store, &backing, &mut m, o, cache) else {
                 continue;
             };
             if e.contains("no free run") {
@@ -670,4 +677,184 @@ fn concurrent_misses_on_a_page_read_it_once_and_hits_read_nothing() {
     assert_eq!(backing.reads() - before, 1, "a hit reads nothing");
     let s = store.cache_stats().unwrap();
     assert_eq!((s.misses, s.hits), (1, 8));
+}
+
+/// A store with a write-back cache shared by `accels` accelerators of
+/// `frames` 4 KiB frames each.
+fn shared(backing: &Arc<MemBacking>, accels: usize, frames: usize) -> Store {
+    let mems = (0..accels)
+        .map(|_| {
+            Arc::new(HostMemory::new(frames * BLOCK as usize).unwrap()) as Arc<dyn DeviceMemory>
+        })
+        .collect();
+    Store::initialize(backing.clone())
+        .unwrap()
+        .with_cache(PageCache::shared(mems, BLOCK as usize, WritePolicy::WriteBack).unwrap())
+}
+
+#[test]
+fn a_page_two_accelerators_hold_and_one_writes_is_what_the_other_reads_next() {
+    let backing = MemBacking::new(64 * BLOCK as usize);
+    let id = Store::format(backing.clone(), 8)
+        .unwrap()
+        .pcreate(2 * BLOCK)
+        .unwrap();
+    let store = shared(&backing, 2, 4);
+    let old: Vec<u8> = (0..BLOCK as usize).map(|i| (i % 251) as u8).collect();
+    let mem = HostMemory::new(BLOCK as usize).unwrap();
+    mem.write_at(0, &old).unwrap();
+    store.pwrite_on(0, id, 0, old.len(), &mem, 0).unwrap();
+    store.flush().unwrap();
+    let c = store.cache().unwrap();
+    assert_eq!(c.holders(id, 0), vec![0]);
+
+    // Accelerator 1 misses and copies the page from accelerator 0.
+    let reads = backing.reads();
+    let out = HostMemory::new(BLOCK as usize).unwrap();
+    store.pread_on(1, id, 0, old.len(), &out, 0).unwrap();
+    assert_eq!(bytes_of(&out, old.len()), old);
+    assert_eq!(backing.reads(), reads, "filled from the other copy");
+    assert_eq!(c.holders(id, 0), vec![0, 1]);
+    assert_eq!(c.stats_on(1).unwrap().remote, 1);
+
+    // Accelerator 0 writes: accelerator 1's copy is dropped, and its next
+    // read is the new bytes, from accelerator 0's copy.
+    let new: Vec<u8> = old.iter().map(|b| b ^ 0x5a).collect();
+    mem.write_at(0, &new[..100]).unwrap();
+    store.pwrite_on(0, id, 0, 100, &mem, 0).unwrap();
+    assert_eq!(c.holders(id, 0), vec![0]);
+    assert_eq!(c.stats().invalidations, 1);
+    store.pread_on(1, id, 0, old.len(), &out, 0).unwrap();
+    let mut want = old.clone();
+    want[..100].copy_from_slice(&new[..100]);
+    assert_eq!(bytes_of(&out, old.len()), want);
+    assert_eq!(backing.reads(), reads);
+    assert_eq!(c.holders(id, 0), vec![0, 1]);
+
+    // Accelerator 1 writes the whole page: accelerator 0's dirty copy is
+    // dropped, its dirt carried by accelerator 1's, which a flush writes.
+    mem.write_at(0, &new).unwrap();
+    store.pwrite_on(1, id, 0, new.len(), &mem, 0).unwrap();
+    assert_eq!(c.holders(id, 0), vec![1]);
+    store.pread_on(0, id, 0, new.len(), &out, 0).unwrap();
+    assert_eq!(bytes_of(&out, new.len()), new);
+    store.flush().unwrap();
+    drop(store);
+    let plain = Store::initialize(backing.clone()).unwrap();
+    plain.pread(id, 0, new.len(), &out, 0).unwrap();
+    assert_eq!(bytes_of(&out, new.len()), new, "durable after the flush");
+
+    // Accelerators out of range are refused.
+    let store = shared(&backing, 2, 4);
+    assert!(matches!(
+        store.pread_on(2, id, 0, 1, &out, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        plain.pwrite_on(1, id, 0, 1, &out, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+/// What each half of a page was last written with.
+type Stamps = std::sync::RwLock<[u64; 2]>;
+
+#[test]
+fn a_write_on_one_accelerator_is_what_the_next_read_on_any_returns_under_many_threads() {
+    const PAGES: usize = 16;
+    const HALF: usize = BLOCK as usize / 2;
+    let backing = MemBacking::new(128 * BLOCK as usize);
+    let id = Store::format(backing.clone(), 8)
+        .unwrap()
+        .pcreate((PAGES * BLOCK as usize) as u64)
+        .unwrap();
+    // Three accelerators of four frames: twelve frames for sixteen pages,
+    // so dirty pages are evicted all along.
+    let store = shared(&backing, 3, 4);
+    let stamps: Vec<Stamps> = (0..PAGES).map(|_| Default::default()).collect();
+    let next = std::sync::atomic::AtomicU64::new(1);
+    let working = std::sync::atomic::AtomicUsize::new(9);
+    std::thread::scope(|s| {
+        for t in 0..9usize {
+            let (store, stamps, next, working) = (&store, &stamps, &next, &working);
+            s.spawn(move || {
+                // Counts the worker out even when it panics.
+                struct Out<'a>(&'a std::sync::atomic::AtomicUsize);
+                impl Drop for Out<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+                let _out = Out(working);
+                let accel = t % 3;
+                let mut rng = fastrand::Rng::with_seed(t as u64);
+                let buf = HostMemory::new(BLOCK as usize).unwrap();
+                for _ in 0..600 {
+                    let p = rng.usize(..PAGES);
+                    let at = (p * BLOCK as usize) as u64;
+                    if rng.u8(..3) == 0 {
+                        // A write of one half or both, under the page's
+                        // lock: no read of the page overlaps it.
+                        let mut st = stamps[p].write().unwrap();
+                        let v = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let halves = match rng.u8(..3) {
+                            0 => 0..1,
+                            1 => 1..2,
+                            _ => 0..2,
+                        };
+                        let (from, n) = (halves.start * HALF, halves.len() * HALF);
+                        let words: Vec<u8> = (0..n / 8).flat_map(|_| v.to_le_bytes()).collect();
+                        buf.write_at(0, &words).unwrap();
+                        store
+                            .pwrite_on(accel, id, at + from as u64, n, &buf, 0)
+                            .unwrap();
+                        halves.for_each(|h| st[h] = v);
+                    } else {
+                        // A read: every word is what the last write of its
+                        // half left, whichever accelerator wrote it.
+                        let st = stamps[p].read().unwrap();
+                        store
+                            .pread_on(accel, id, at, BLOCK as usize, &buf, 0)
+                            .unwrap();
+                        let got = bytes_of(&buf, BLOCK as usize);
+                        for (i, w) in got.chunks(8).enumerate() {
+                            let v = u64::from_le_bytes(w.try_into().unwrap());
+                            let want = st[i * 8 / HALF];
+                            assert_eq!(
+                                v, want,
+                                "accelerator {accel} page {p} word {i}: {v}, last written {want}"
+                            );
+                        }
+                    }
+                }
+            });
+        }
+        // Flushes meanwhile write dirty pages back under the readers.
+        let (store, working) = (&store, &working);
+        s.spawn(move || {
+            while working.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                store.flush().unwrap();
+                std::thread::yield_now();
+            }
+        });
+    });
+    let st = store.cache_stats().unwrap();
+    assert!(st.remote > 0 && st.invalidations > 0, "{st:?}");
+    store.flush().unwrap();
+    drop(store);
+    // On storage: every half as last written.
+    let plain = Store::initialize(backing.clone()).unwrap();
+    let buf = HostMemory::new(PAGES * BLOCK as usize).unwrap();
+    plain.pread(id, 0, PAGES * BLOCK as usize, &buf, 0).unwrap();
+    let got = bytes_of(&buf, PAGES * BLOCK as usize);
+    for (p, s) in stamps.iter().enumerate() {
+        let s = s.read().unwrap();
+        for (i, w) in got[p * BLOCK as usize..(p + 1) * BLOCK as usize]
+            .chunks(8)
+            .enumerate()
+        {
+            let v = u64::from_le_bytes(w.try_into().unwrap());
+            assert_eq!(v, s[i * 8 / HALF], "page {p} word {i} on storage");
+        }
+    }
 }

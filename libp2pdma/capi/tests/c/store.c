@@ -2,7 +2,9 @@
 /*
  * The object store from C: format a store on a file, create objects, write
  * and read them (plainly and by prefetch), resize and delete, list the map,
- * reopen and find everything again; bad ids and ranges refused.
+ * reopen and find everything again; bad ids and ranges refused. Then the
+ * store with a page cache over two accelerators' memories (host memory
+ * here): a page both hold, written on one, is what the other reads next.
  *
  *     store FILE   (a file of at least 16 MiB on a filesystem with O_DIRECT,
  *                   overwritten)
@@ -99,6 +101,46 @@ int main(int argc, char **argv)
 	CHECK(memcmp(have, want, OBJ) == 0);
 
 	p2pdma_store_close(store);
+	store = NULL;
+
+	/* A cache of 4 KiB pages over two memories, eight frames each. */
+	struct p2pdma_mem *frames[2] = { NULL, NULL };
+	CHECK(p2pdma_mem_host_new(8 * 4096, &frames[0]) == 0);
+	CHECK(p2pdma_mem_host_new(8 * 4096, &frames[1]) == 0);
+	const struct p2pdma_mem *const cmems[2] = { frames[0], frames[1] };
+	CHECK(p2pdma_store_open_cached(engine, file, 0, 0, cmems, 0, 4096, 0, &store) == -EINVAL);
+	CHECK(store == NULL);
+	CHECK(p2pdma_store_open_cached(engine, file, 0, 0, cmems, 2, 3000, 0, &store) == -EINVAL);
+	CHECK(p2pdma_store_open_cached(engine, file, 0, 0, cmems, 2, 4096, 0, &store) == 0);
+	struct p2pdma_cache_stats st;
+	CHECK(p2pdma_store_read_on(store, 0, a, 0, 8192, mem, 0) == 8192);
+	CHECK(p2pdma_store_read_on(store, 1, a, 0, 8192, mem, 0) == 8192);
+	CHECK(p2pdma_store_cache_stats(store, 1, &st) == 0);
+	CHECK(st.misses == 2 && st.remote == 2);
+	unsigned char page[4096];
+	fill(page, sizeof(page), 9);
+	CHECK(p2pdma_mem_write(mem, 0, page, sizeof(page)) == 0);
+	CHECK(p2pdma_store_write_on(store, 0, a, 4096, 4096, mem, 0) == 4096);
+	CHECK(p2pdma_mem_write(mem, 0, zero, 4000) == 0);
+	CHECK(p2pdma_store_read_on(store, 1, a, 4096, 4096, mem, 0) == 4096);
+	CHECK(p2pdma_mem_read(mem, 0, have, 4096) == 0);
+	CHECK(memcmp(have, page, 4096) == 0);
+	CHECK(p2pdma_store_cache_stats(store, -1, &st) == 0);
+	CHECK(st.invalidations == 1 && st.frames == 16);
+	CHECK(p2pdma_store_read_on(store, 2, a, 0, 1, mem, 0) == -EINVAL);
+	CHECK(p2pdma_store_cache_stats(store, 2, &st) == -EINVAL);
+	CHECK(p2pdma_store_flush(store) == 0);
+	p2pdma_store_close(store);
+
+	/* Flushed: the written page is on the file. */
+	CHECK(p2pdma_store_open(engine, file, 0, 0, &store) == 0);
+	CHECK(p2pdma_store_cache_stats(store, -1, &st) == -EINVAL);
+	CHECK(p2pdma_store_read(store, a, 4096, 4096, mem, 0) == 4096);
+	CHECK(p2pdma_mem_read(mem, 0, have, 4096) == 0);
+	CHECK(memcmp(have, page, 4096) == 0);
+	p2pdma_store_close(store);
+	p2pdma_mem_free(frames[0]);
+	p2pdma_mem_free(frames[1]);
 	p2pdma_mem_free(mem);
 	p2pdma_file_close(file);
 	p2pdma_engine_free(engine);
