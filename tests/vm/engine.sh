@@ -188,6 +188,16 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	rm -f /mnt/store.bin
 	check store-no-cache p2pdma-vmtest store --path /mnt/store.bin --size $((24 * M)) --frames 0 --seed 11
 	rm -f /mnt/store.bin
+	# The cache shared by the rig's two accelerators (P2P reaches the
+	# first, bounce the second; pages between them go through host memory):
+	# the sequence with each operation on one accelerator in turn, then
+	# eight threads writing and reading pages on both, every read what the
+	# last write on either left, and storage as the last one left it.
+	check store-2-accelerators p2pdma-vmtest store --path /mnt/store.bin --size $((24 * M)) \
+		--accelerators 2 --frames 6 --seed 13
+	rm -f /mnt/store.bin
+	check store-coherence-2-accelerators p2pdma-vmtest store-coherence --path /mnt/store.bin
+	rm -f /mnt/store.bin
 	umount_rigfs
 else
 	check_held auto-read-bounce p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path bounce --hold

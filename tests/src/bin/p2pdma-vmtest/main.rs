@@ -69,6 +69,13 @@ enum Cmd {
         #[command(flatten)]
         x: store::StoreArgs,
     },
+    /// The store's cache shared by several accelerators, under many
+    /// threads: every read returns what the last write on any accelerator
+    /// left.
+    StoreCoherence {
+        #[command(flatten)]
+        x: store::CoherenceArgs,
+    },
     /// Like `p2pmem-read`, but into memory allocated with the module's
     /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
     ModuleRead {
@@ -1175,6 +1182,7 @@ fn main() -> ExitCode {
         Cmd::Route { x } => route_run(&x),
         Cmd::Queues { x } => queues::run(&x),
         Cmd::Store { x } => store::run(&x),
+        Cmd::StoreCoherence { x } => store::coherence(&x),
         Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
         Cmd::EngineStrided { x } => engine_strided(&x),
         Cmd::ModuleRead {

@@ -1,9 +1,17 @@
 //! The object store in the guest: a store on a file of the NVMe-backed
 //! filesystem (or a block device), its buffers and its page cache in
-//! accelerator memory from the module, driven by a seeded random sequence
-//! of operations checked against a model; then reopened and checked whole.
+//! accelerator memory from the module (on one accelerator or shared by
+//! several), driven by a seeded random sequence of operations checked
+//! against a model; then reopened and checked whole. And the shared
+//! cache's coherence under many threads on the rig's two accelerators.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::BTreeMap,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, RwLock,
+    },
+};
 
 use clap::Args;
 use p2pdma::{
@@ -39,12 +47,22 @@ pub struct StoreArgs {
     /// The sequence's seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Accelerators the cache spans (`--frames` on each); the operations
+    /// run on each in turn, with buffers in its memory.
+    #[arg(long, default_value_t = 1)]
+    accelerators: usize,
 }
 
-/// Module memory of `len` bytes on the first accelerator.
-fn accel_memory(module: &Arc<Module>, len: usize) -> Result<ModuleMemory, String> {
+/// Module memory of `len` bytes on the `i`-th accelerator bound.
+fn accel_memory_on(module: &Arc<Module>, i: usize, len: usize) -> Result<ModuleMemory, String> {
     let accel = module.accelerators().map_err(|e| e.to_string())?;
-    let a = accel.first().ok_or("no accelerator bound to the module")?;
+    let a = accel.get(i).ok_or_else(|| {
+        format!(
+            "{} accelerators bound to the module, not {}",
+            accel.len(),
+            i + 1
+        )
+    })?;
     ModuleMemory::alloc(module.clone(), a.index, len as u64, 0).map_err(|e| e.to_string())
 }
 
@@ -65,13 +83,18 @@ fn open(
     if x.frames == 0 {
         return Ok(store);
     }
-    let mem: Arc<dyn DeviceMemory> = Arc::new(accel_memory(module, x.frames * x.page)?);
+    let mems = (0..x.accelerators.max(1))
+        .map(|i| {
+            accel_memory_on(module, i, x.frames * x.page)
+                .map(|m| Arc::new(m) as Arc<dyn DeviceMemory>)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let policy = if x.write_through {
         WritePolicy::WriteThrough
     } else {
         WritePolicy::WriteBack
     };
-    let cache = PageCache::new(mem, x.page, policy).map_err(|e| e.to_string())?;
+    let cache = PageCache::shared(mems, x.page, policy).map_err(|e| e.to_string())?;
     Ok(store.with_cache(cache))
 }
 
@@ -127,7 +150,11 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
     ));
     let store = open(x, &engine, &module, true)?;
     let max = 128 << 10;
-    let buf = accel_memory(&module, max)?;
+    // A buffer in each accelerator's memory: a call through one runs on
+    // that accelerator's copies.
+    let bufs = (0..x.accelerators.max(1))
+        .map(|i| accel_memory_on(&module, i, max))
+        .collect::<Result<Vec<_>, String>>()?;
     let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let mut rng = fastrand::Rng::with_seed(x.seed);
     let mut counts = [0usize; 6];
@@ -136,6 +163,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
             (!m.is_empty()).then(|| *m.keys().nth(r.usize(..m.len())).unwrap())
         };
         let what = rng.u8(0..10);
+        let buf = &bufs[i % bufs.len()];
         let r: Result<(), String> = match (what, pick(&model, &mut rng)) {
             (0..=1, _) | (_, None) => {
                 let n = rng.usize(1..max);
@@ -151,7 +179,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                 let bytes = fill(x.seed * 1_000_003 + i as u64, n);
                 buf.write_at(0, &bytes).map_err(|e| e.to_string())?;
                 store
-                    .pwrite(id, off as u64, n, &buf, 0)
+                    .pwrite(id, off as u64, n, buf, 0)
                     .map_err(|e| e.to_string())?;
                 model.get_mut(&id).unwrap()[off..off + n].copy_from_slice(&bytes);
                 counts[1] += 1;
@@ -162,11 +190,11 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                 let off = rng.usize(0..d.len());
                 let n = rng.usize(1..=d.len() - off);
                 let got = if rng.bool() {
-                    store.pread(id, off as u64, n, &buf, 0)
+                    store.pread(id, off as u64, n, buf, 0)
                 } else {
                     store
                         .pread_prefetch(id, off as u64, n)
-                        .and_then(|p| store.consume_prefetch_pread(p, &buf, 0, n))
+                        .and_then(|p| store.consume_prefetch_pread(p, buf, 0, n))
                 };
                 got.map_err(|e| e.to_string())?;
                 let mut v = vec![0u8; n];
@@ -179,7 +207,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                     ))
                 } else {
                     // Past the end is an error, never bytes.
-                    match store.pread(id, d.len() as u64, 1, &buf, 0) {
+                    match store.pread(id, d.len() as u64, 1, buf, 0) {
                         Err(Error::EndOfFile { .. }) => Ok(()),
                         other => Err(format!(
                             "op {i}: a read past the end of {id} gave {other:?}"
@@ -191,7 +219,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                 store.delete(id).map_err(|e| e.to_string())?;
                 model.remove(&id);
                 counts[3] += 1;
-                match store.pread(id, 0, 1, &buf, 0) {
+                match store.pread(id, 0, 1, buf, 0) {
                     Err(Error::InvalidArgument(_)) => Ok(()),
                     other => Err(format!("op {i}: a read of deleted {id} gave {other:?}")),
                 }
@@ -211,12 +239,14 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
         };
         r?;
     }
-    check_whole(&store, &model, &buf)?;
+    for buf in &bufs {
+        check_whole(&store, &model, buf)?;
+    }
     let stats = store.cache_stats();
     store.flush().map_err(|e| e.to_string())?;
     drop(store);
     let again = open(x, &engine, &module, false)?;
-    check_whole(&again, &model, &buf)?;
+    check_whole(&again, &model, &bufs[0])?;
     println!(
         "{} operations on {} ({} creates, {} writes, {} reads, {} deletes, {} resizes, {} flushes), {} objects reopened whole; paths {:?}; cache {stats:?}",
         x.ops,
@@ -228,6 +258,210 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
         counts[4],
         counts[5],
         model.len(),
+        engine.stats()
+    );
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct CoherenceArgs {
+    /// The store's file (created at `--size`).
+    #[arg(long)]
+    path: String,
+    /// Bytes of the store's file.
+    #[arg(long, default_value_t = 16 << 20)]
+    size: u64,
+    /// The engine's path preference.
+    #[arg(long, default_value = "auto")]
+    engine_path: PathPref,
+    /// Accelerators the cache spans.
+    #[arg(long, default_value_t = 2)]
+    accelerators: usize,
+    /// Cache frames on each.
+    #[arg(long, default_value_t = 16)]
+    frames: usize,
+    /// Pages of the one object the threads share.
+    #[arg(long, default_value_t = 48)]
+    pages: usize,
+    /// Threads, bound to the accelerators in turn.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Operations per thread.
+    #[arg(long, default_value_t = 300)]
+    ops: usize,
+}
+
+/// What each half of a page was last written with.
+type Stamps = RwLock<[u64; 2]>;
+
+const PAGE: usize = 4096;
+const HALF: usize = PAGE / 2;
+
+/// Every word of `got` against the stamps of its half.
+fn stamped(got: &[u8], st: &[u64; 2]) -> Result<(), String> {
+    for (i, w) in got.chunks(8).enumerate() {
+        let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        let want = st[i * 8 / HALF];
+        if v != want {
+            return Err(format!("word {i} is {v}, last written {want}"));
+        }
+    }
+    Ok(())
+}
+
+/// Threads on every accelerator write halves of pages and read whole ones
+/// (a page's writes and reads ordered by a lock of the test's, nothing
+/// else): every read must return what the last write left, whichever
+/// accelerator wrote it. Then flushed, reopened without a cache and
+/// checked on storage.
+pub fn coherence(x: &CoherenceArgs) -> Result<(), String> {
+    if !std::path::Path::new(&x.path).exists() {
+        std::fs::File::create(&x.path)
+            .and_then(|f| f.set_len(x.size))
+            .map_err(|e| format!("create {}: {e}", x.path))?;
+    }
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let engine = Arc::new(Engine::new(
+        Config {
+            path: x.engine_path,
+            ..Config::default()
+        },
+        Some(module.clone()),
+    ));
+    let file = Arc::new(StorageFile::open_rw(&x.path).map_err(|e| e.to_string())?);
+    let backing = Arc::new(EngineBacking::new(engine.clone(), file));
+    let plain = Store::format(backing.clone(), 8).map_err(|e| e.to_string())?;
+    let id = plain
+        .pcreate((x.pages * PAGE) as u64)
+        .map_err(|e| e.to_string())?;
+    drop(plain);
+    let mems = (0..x.accelerators)
+        .map(|i| {
+            accel_memory_on(&module, i, x.frames * PAGE)
+                .map(|m| Arc::new(m) as Arc<dyn DeviceMemory>)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let cache = PageCache::shared(mems, PAGE, WritePolicy::WriteBack).map_err(|e| e.to_string())?;
+    let store = Store::initialize(backing.clone())
+        .map_err(|e| e.to_string())?
+        .with_cache(cache);
+    let stamps: Vec<Stamps> = (0..x.pages).map(|_| Default::default()).collect();
+    let next = AtomicU64::new(1);
+    let working = AtomicUsize::new(x.threads);
+    let results: Vec<Result<(usize, usize), String>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..x.threads)
+            .map(|t| {
+                let (store, stamps, next, working, module) =
+                    (&store, &stamps, &next, &working, &module);
+                s.spawn(move || {
+                    let r = (|| {
+                        let accel = t % x.accelerators;
+                        // The thread's buffer is in its accelerator's
+                        // memory: its calls run on that one's copies.
+                        let buf = accel_memory_on(module, accel, PAGE)?;
+                        let mut rng = fastrand::Rng::with_seed(t as u64 + 1);
+                        let (mut writes, mut reads) = (0, 0);
+                        for i in 0..x.ops {
+                            let p = rng.usize(..x.pages);
+                            let at = (p * PAGE) as u64;
+                            if rng.u8(..3) == 0 {
+                                let mut st = stamps[p].write().map_err(|e| e.to_string())?;
+                                let v = next.fetch_add(1, Ordering::SeqCst);
+                                let halves = match rng.u8(..3) {
+                                    0 => 0..1,
+                                    1 => 1..2,
+                                    _ => 0..2,
+                                };
+                                let (from, n) = (halves.start * HALF, halves.len() * HALF);
+                                let words: Vec<u8> =
+                                    (0..n / 8).flat_map(|_| v.to_le_bytes()).collect();
+                                buf.write_at(0, &words).map_err(|e| e.to_string())?;
+                                store
+                                    .pwrite(id, at + from as u64, n, &buf, 0)
+                                    .map_err(|e| format!("thread {t} op {i}: {e}"))?;
+                                halves.for_each(|h| st[h] = v);
+                                writes += 1;
+                            } else {
+                                let st = stamps[p].read().map_err(|e| e.to_string())?;
+                                store
+                                    .pread(id, at, PAGE, &buf, 0)
+                                    .map_err(|e| format!("thread {t} op {i}: {e}"))?;
+                                let mut got = vec![0u8; PAGE];
+                                buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
+                                stamped(&got, &st).map_err(|e| {
+                                    format!(
+                                        "thread {t} on accelerator {accel}, op {i}, page {p}: {e}"
+                                    )
+                                })?;
+                                reads += 1;
+                            }
+                        }
+                        Ok((writes, reads))
+                    })();
+                    working.fetch_sub(1, Ordering::SeqCst);
+                    r
+                })
+            })
+            .collect();
+        // Flushes meanwhile write dirty pages back under the others.
+        let (store, working) = (&store, &working);
+        let flusher = s.spawn(move || -> Result<usize, String> {
+            let mut n = 0;
+            while working.load(Ordering::SeqCst) > 0 {
+                store.flush().map_err(|e| format!("flush: {e}"))?;
+                n += 1;
+            }
+            Ok(n)
+        });
+        let mut r: Vec<_> = workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+            .collect();
+        r.push(
+            flusher
+                .join()
+                .unwrap_or_else(|_| Err("the flusher panicked".into()))
+                .map(|n| (n, 0)),
+        );
+        r
+    });
+    let mut counts = (0, 0);
+    for r in &results[..x.threads] {
+        let (w, rd) = r.clone()?;
+        counts.0 += w;
+        counts.1 += rd;
+    }
+    let flushes = results[x.threads].clone()?.0;
+    let per: Vec<_> = (0..x.accelerators)
+        .map(|a| store.cache().map(|c| c.stats_on(a)))
+        .collect();
+    let total = store.cache_stats().unwrap_or_default();
+    if total.remote == 0 || total.invalidations == 0 {
+        return Err(format!(
+            "no page went from one accelerator to another ({total:?}): nothing was shared"
+        ));
+    }
+    store.flush().map_err(|e| e.to_string())?;
+    drop(store);
+    let plain = Store::initialize(backing).map_err(|e| e.to_string())?;
+    let buf = accel_memory_on(&module, 0, x.pages * PAGE)?;
+    plain
+        .pread(id, 0, x.pages * PAGE, &buf, 0)
+        .map_err(|e| e.to_string())?;
+    let mut got = vec![0u8; x.pages * PAGE];
+    buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
+    for (p, st) in stamps.iter().enumerate() {
+        let st = st.read().map_err(|e| e.to_string())?;
+        stamped(&got[p * PAGE..(p + 1) * PAGE], &st)
+            .map_err(|e| format!("on storage, page {p}: {e}"))?;
+    }
+    println!(
+        "{} threads on {} accelerators: {} writes and {} reads of {} pages coherent, {flushes} flushes meanwhile, all on storage after the last; cache {total:?}; per accelerator {per:?}; paths {:?}",
+        x.threads,
+        x.accelerators,
+        counts.0,
+        counts.1,
+        x.pages,
         engine.stats()
     );
     Ok(())
