@@ -1,13 +1,16 @@
 //! What a store lives on: byte ranges moved between a device and memory,
 //! and a flush that makes every returned write durable.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::{
-    memory::DeviceMemory,
-    transfer::{End, Engine, Request, RouteOptions, StorageFile, Ticket},
+    memory::{DeviceMemory, MemoryKind},
+    transfer::{End, Engine, HopKind, Request, RouteOptions, StorageFile, Ticket},
     Result,
 };
+
+/// The largest copy between memories moved in one chunk (a cache page).
+const PAGE_COPY: usize = 2 << 20;
 
 /// The device under a store.
 pub trait Backing: Send + Sync {
@@ -73,12 +76,19 @@ pub trait Backing: Send + Sync {
 pub struct EngineBacking {
     engine: Arc<Engine>,
     file: Arc<StorageFile>,
+    /// For each pair of memory kinds copied between, whether the engine's
+    /// route is CPU copies alone (through host memory).
+    routes: Mutex<Vec<(MemoryKind, MemoryKind, bool)>>,
 }
 
 impl EngineBacking {
     /// `file` (opened for writing) moved by `engine`.
     pub fn new(engine: Arc<Engine>, file: Arc<StorageFile>) -> Self {
-        Self { engine, file }
+        Self {
+            engine,
+            file,
+            routes: Mutex::default(),
+        }
     }
 
     /// The engine.
@@ -142,9 +152,10 @@ impl Backing for EngineBacking {
         self.file.sync()
     }
 
-    /// Along the route the engine plans between the two memories (by P2P
-    /// where the kernel allows it and a mover exists, else through host
-    /// memory).
+    /// Along the route the engine plans between the two memories (planned
+    /// once per pair of kinds). A route of CPU copies through host memory
+    /// moves a page as one chunk through one buffer, without the pipeline
+    /// a long copy runs on.
     fn copy(
         &self,
         src: &dyn DeviceMemory,
@@ -153,6 +164,39 @@ impl Backing for EngineBacking {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
+        let (sk, dk) = (src.kind(), dst.kind());
+        let known = {
+            let r = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+            r.iter()
+                .find(|(s, d, _)| *s == sk && *d == dk)
+                .map(|&(_, _, cpu)| cpu)
+        };
+        let cpu_only = match known {
+            Some(c) => c,
+            None => {
+                let route = self.engine.route(
+                    End::Memory {
+                        mem: src,
+                        offset: src_offset,
+                    },
+                    End::Memory {
+                        mem: dst,
+                        offset: dst_offset,
+                    },
+                )?;
+                let c = route.hops().iter().all(|h| h.kind == HopKind::Copy);
+                self.routes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((sk, dk, c));
+                c
+            }
+        };
+        if cpu_only && len <= PAGE_COPY {
+            let mut buf = vec![0u8; len];
+            src.read_at(src_offset, &mut buf)?;
+            return dst.write_at(dst_offset, &buf);
+        }
         let route = self.engine.route(
             End::Memory {
                 mem: src,

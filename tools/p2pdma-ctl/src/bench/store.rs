@@ -8,6 +8,11 @@
 //!   block's read: `pread_prefetch` of the next block while this one is
 //!   computed, against `pread` then compute; the share of the I/O time the
 //!   prefetch hides.
+//! - Two accelerators against one: two threads, each with its buffer in
+//!   its own accelerator's memory, reading 4 KiB Zipf keys; through one
+//!   accelerator's cache, against a cache shared by the two (each the same
+//!   size), where a miss on one is filled from the other's copy when it
+//!   has the page.
 //!
 //! Every read's bytes are checked against the pattern the objects were
 //! filled with.
@@ -70,9 +75,22 @@ impl Zipf {
 
 /// Memory of `len` bytes: accelerator 0's with `accel`, host memory else.
 fn memory(module: Option<&Arc<Module>>, len: usize) -> Res<Arc<dyn DeviceMemory>> {
+    memory_on(module, 0, len)
+}
+
+/// Memory of `len` bytes: the `i`-th bound accelerator's with `accel`,
+/// host memory else.
+fn memory_on(module: Option<&Arc<Module>>, i: usize, len: usize) -> Res<Arc<dyn DeviceMemory>> {
     Ok(match module {
         Some(m) => {
-            Arc::new(ModuleMemory::alloc(m.clone(), 0, len as u64, 0).map_err(|e| e.to_string())?)
+            let accels = m.accelerators().map_err(|e| e.to_string())?;
+            let a = accels
+                .get(i)
+                .ok_or_else(|| format!("accelerator {i}: {} bound", accels.len()))?;
+            Arc::new(
+                ModuleMemory::alloc(m.clone(), a.index, len as u64, 0)
+                    .map_err(|e| e.to_string())?,
+            )
         }
         None => Arc::new(HostMemory::new(len).map_err(|e| e.to_string())?),
     })
@@ -87,14 +105,29 @@ fn random_reads(
     io: usize,
     buf: &dyn DeviceMemory,
 ) -> Res<Duration> {
+    random_reads_on(store, None, ids, keys, io, buf)
+}
+
+/// [`random_reads`] through accelerator `on`'s copies of the cache (the
+/// buffer's accelerator when `None`).
+fn random_reads_on(
+    store: &Store,
+    on: Option<usize>,
+    ids: &[u64],
+    keys: &[usize],
+    io: usize,
+    buf: &dyn DeviceMemory,
+) -> Res<Duration> {
     let per_obj = OBJECT / io;
     let mut got = vec![0u8; io];
     let t = Instant::now();
     for &k in keys {
         let (obj, at) = (k / per_obj, (k % per_obj) * io);
-        store
-            .pread(ids[obj], at as u64, io, buf, 0)
-            .map_err(|e| e.to_string())?;
+        match on {
+            Some(a) => store.pread_on(a, ids[obj], at as u64, io, buf, 0),
+            None => store.pread(ids[obj], at as u64, io, buf, 0),
+        }
+        .map_err(|e| e.to_string())?;
         buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
         if let Some(i) = (0..io).step_by(61).find(|&i| got[i] != byte(obj, at + i)) {
             return Err(format!("object {obj} byte {} read wrong", at + i));
@@ -262,11 +295,102 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
         tq,
         hidden * 100.0
     );
+    let two = two_against_one(a, module.as_ref(), &backing, &ids, data)?;
     out["store"] = json!({
         "data_bytes": data,
         "memory": where_,
         "zipf": cells,
+        "two_accelerators": two,
         "scan": {"blocks": scan, "compute_s": step.as_secs_f64(), "plain_s": tp, "prefetch_s": tq, "io_hidden": hidden},
     });
     Ok(())
+}
+
+/// Two threads on two accelerators reading 4 KiB Zipf keys: through one
+/// accelerator's cache, against a cache shared by both, in alternating
+/// rounds; the hit ratios, the share of misses filled from the other
+/// accelerator, and the throughput ratio.
+fn two_against_one(
+    a: &BenchArgs,
+    module: Option<&Arc<Module>>,
+    backing: &Arc<EngineBacking>,
+    ids: &[u64],
+    data: usize,
+) -> Res<Value> {
+    let io = 4096;
+    let n = 10_000;
+    let mut rng = fastrand::Rng::with_seed(2);
+    let zipf = Zipf::new(data / io, &mut rng);
+    let draws =
+        |rng: &mut fastrand::Rng| -> Vec<usize> { (0..n).map(|_| zipf.draw(rng)).collect() };
+    let warm: [Vec<usize>; 2] = [draws(&mut rng), draws(&mut rng)];
+    let keys: [Vec<usize>; 2] = [draws(&mut rng), draws(&mut rng)];
+    let bufs = [memory_on(module, 0, io)?, memory_on(module, 1, io)?];
+    // Runs both threads over `keys` (thread t on accelerator `on(t)`); the
+    // slower one's time.
+    let run = |store: &Store, keys: &[Vec<usize>; 2], on: &dyn Fn(usize) -> usize| -> Res<f64> {
+        let times: Vec<Res<Duration>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|t| {
+                    let (keys, buf) = (&keys[t], &bufs[t]);
+                    let a = on(t);
+                    s.spawn(move || random_reads_on(store, Some(a), ids, keys, io, buf.as_ref()))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err("a reader panicked".into())))
+                .collect()
+        });
+        let mut worst: f64 = 0.0;
+        for t in times {
+            worst = worst.max(t?.as_secs_f64());
+        }
+        Ok(worst)
+    };
+    let (mut one_t, mut two_t, mut one_hit, mut two_hit, mut remote) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..a.reps.max(1) {
+        for shared in [false, true] {
+            let mems = if shared {
+                vec![
+                    memory_on(module, 0, data / 4)?,
+                    memory_on(module, 1, data / 4)?,
+                ]
+            } else {
+                vec![memory_on(module, 0, data / 4)?]
+            };
+            let cache =
+                PageCache::shared(mems, io, WritePolicy::WriteBack).map_err(|e| e.to_string())?;
+            let store = Store::initialize(backing.clone())
+                .map_err(|e| e.to_string())?
+                .with_cache(cache);
+            let on = |t: usize| if shared { t } else { 0 };
+            run(&store, &warm, &on)?;
+            let before = store.cache_stats().unwrap_or_default();
+            let secs = run(&store, &keys, &on)?;
+            let after = store.cache_stats().unwrap_or_default();
+            let (h, m) = (after.hits - before.hits, after.misses - before.misses);
+            let hit = h as f64 / (h + m).max(1) as f64;
+            if shared {
+                two_t.push(secs);
+                two_hit.push(hit);
+                remote.push((after.remote - before.remote) as f64 / m.max(1) as f64);
+            } else {
+                one_t.push(secs);
+                one_hit.push(hit);
+            }
+        }
+    }
+    let (t1, t2) = (median(one_t), median(two_t));
+    let (h1, h2, r) = (median(one_hit), median(two_hit), median(remote));
+    println!(
+        "store two accelerators vs one, 2 readers of {n} 4 KiB Zipf reads each: hit ratio {h2:.2} (of the misses {:.0}% from the other accelerator) vs {h1:.2}; {:.0} reads/s vs {:.0}: {:.2}x",
+        r * 100.0,
+        2.0 * n as f64 / t2,
+        2.0 * n as f64 / t1,
+        t1 / t2
+    );
+    Ok(
+        json!({"readers": 2, "reads": n, "one_s": t1, "two_s": t2, "one_hit_ratio": h1, "two_hit_ratio": h2, "remote_share": r, "speedup": t1 / t2}),
+    )
 }
