@@ -81,3 +81,52 @@ fn objects_on_a_file_survive_a_reopen() {
     ));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_store_on_a_region_never_touches_the_bytes_around_it() {
+    let dir = std::env::temp_dir().join(format!("p2pdma-store-region-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("disk.img");
+    let around = common::pattern(7, 0, 12 << 20);
+    std::fs::write(&path, &around).unwrap();
+    let engine = Arc::new(Engine::new(Config::default(), None));
+    let file = Arc::new(StorageFile::open_rw(&path).unwrap());
+    let region = |o, l| EngineBacking::region(engine.clone(), file.clone(), o, l);
+    // Regions past the end or unaligned are refused.
+    for (o, l) in [
+        (8 << 20, 8 << 20),
+        (4095, 4 << 20),
+        (4 << 20, 100),
+        (u64::MAX - 4095, 8192),
+    ] {
+        assert!(
+            matches!(region(o, l), Err(Error::InvalidArgument(_))),
+            "{o} {l}"
+        );
+    }
+    let (base, len) = (4u64 << 20, 4u64 << 20);
+    let store = Store::format(Arc::new(region(base, len).unwrap()), 16).unwrap();
+    // Filled to the last byte it can hold: an object as large as fits.
+    let n = store.free_bytes() as usize;
+    let id = store.pcreate(n as u64).unwrap();
+    let bytes = common::pattern(8, 0, n);
+    let mem = HostMemory::new(n).unwrap();
+    mem.write_at(0, &bytes).unwrap();
+    store.pwrite(id, 0, n, &mem, 0).unwrap();
+    store.flush().unwrap();
+    assert!(store.pcreate(1).is_err(), "the region is full");
+    drop(store);
+    let disk = std::fs::read(&path).unwrap();
+    assert_eq!(disk[..base as usize], around[..base as usize]);
+    assert_eq!(
+        disk[(base + len) as usize..],
+        around[(base + len) as usize..]
+    );
+    let again = Store::initialize(Arc::new(region(base, len).unwrap())).unwrap();
+    let out = HostMemory::new(n).unwrap();
+    again.pread(id, 0, n, &out, 0).unwrap();
+    let mut got = vec![0u8; n];
+    out.read_at(0, &mut got).unwrap();
+    assert_eq!(got, bytes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -198,6 +198,11 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	rm -f /mnt/store.bin
 	check store-coherence-2-accelerators p2pdma-vmtest store-coherence --path /mnt/store.bin
 	rm -f /mnt/store.bin
+	# Processes killed with SIGKILL mid-update (creates, writes through a
+	# write-back cache in accelerator memory, resizes, deletes, flushes),
+	# each store reopened and checked against what had returned.
+	check store-crash-kill-9 p2pdma-vmtest store-crash --path /mnt/store.bin --runs 24
+	rm -f /mnt/store.bin
 	umount_rigfs
 else
 	check_held auto-read-bounce p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path bounce --hold
@@ -308,6 +313,11 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check queues-namespace-events p2pdma-vmtest queues --step events \
 		--serial p2pdma-events --nsid 9 --image-pattern-offset $((224 << 20))
 	check queues-engine p2pdma-vmtest queues --step engine
+	# The object store on a 12 MiB region of the namespace, on the queues
+	# path with its cache in accelerator memory: the seeded sequence
+	# against a model, reopened whole; the region's bytes put back after.
+	check store-queues p2pdma-vmtest store --path nsid-7-at-48M --queues p2pdma-vfio --nsid 7 \
+		--offset $((48 * M)) --size $((12 * M)) --seed 17
 	check_held queues-data p2pdma-vmtest queues --step data --hold
 fi
 release_held

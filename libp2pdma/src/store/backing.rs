@@ -76,6 +76,9 @@ pub trait Backing: Send + Sync {
 pub struct EngineBacking {
     engine: Arc<Engine>,
     file: Arc<StorageFile>,
+    /// The window of the file the store owns: its first byte and length.
+    base: u64,
+    len: u64,
     /// For each pair of memory kinds copied between, whether the engine's
     /// route is CPU copies alone (through host memory).
     routes: Mutex<Vec<(MemoryKind, MemoryKind, bool)>>,
@@ -84,10 +87,51 @@ pub struct EngineBacking {
 impl EngineBacking {
     /// `file` (opened for writing) moved by `engine`.
     pub fn new(engine: Arc<Engine>, file: Arc<StorageFile>) -> Self {
+        let len = file.size();
         Self {
             engine,
             file,
+            base: 0,
+            len,
             routes: Mutex::default(),
+        }
+    }
+
+    /// The `len` bytes of `file` from `offset` on (a partition of a
+    /// namespace, say), 4 KiB aligned: the store never moves a byte
+    /// outside them.
+    pub fn region(
+        engine: Arc<Engine>,
+        file: Arc<StorageFile>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Self> {
+        let fits = offset
+            .checked_add(len)
+            .is_some_and(|end| end <= file.size());
+        if !fits || offset % 4096 != 0 || len % 4096 != 0 {
+            return Err(crate::Error::InvalidArgument(format!(
+                "a store region of {len} bytes at {offset} of {} ({} bytes; both multiples of 4 KiB)",
+                file.path().display(),
+                file.size()
+            )));
+        }
+        Ok(Self {
+            base: offset,
+            len,
+            ..Self::new(engine, file)
+        })
+    }
+
+    /// Where `[offset, offset + len)` of the region lies in the file.
+    fn at(&self, offset: u64, len: usize) -> Result<u64> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.len => Ok(self.base + offset),
+            _ => Err(crate::Error::OutOfBounds {
+                offset,
+                len: len as u64,
+                size: self.len,
+            }),
         }
     }
 
@@ -104,7 +148,7 @@ impl EngineBacking {
 
 impl Backing for EngineBacking {
     fn len(&self) -> u64 {
-        self.file.size()
+        self.len
     }
 
     fn read(
@@ -115,7 +159,7 @@ impl Backing for EngineBacking {
         len: usize,
     ) -> Result<()> {
         self.engine
-            .read(&self.file, offset, mem, mem_offset, len)
+            .read(&self.file, self.at(offset, len)?, mem, mem_offset, len)
             .map(|_| ())
     }
 
@@ -127,7 +171,7 @@ impl Backing for EngineBacking {
         len: usize,
     ) -> Result<()> {
         self.engine
-            .write(&self.file, offset, mem, mem_offset, len)
+            .write(&self.file, self.at(offset, len)?, mem, mem_offset, len)
             .map(|_| ())
     }
 
@@ -141,7 +185,7 @@ impl Backing for EngineBacking {
         Ok(self.engine.submit(Request {
             dir: crate::transfer::Direction::Read,
             file: self.file.clone(),
-            file_offset: offset,
+            file_offset: self.at(offset, len)?,
             mem,
             mem_offset,
             len,

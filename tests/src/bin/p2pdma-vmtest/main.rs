@@ -10,6 +10,7 @@ use std::{
 
 mod queues;
 mod store;
+mod store_crash;
 
 use clap::{Parser, Subcommand};
 use p2pdma::Module;
@@ -75,6 +76,12 @@ enum Cmd {
     StoreCoherence {
         #[command(flatten)]
         x: store::CoherenceArgs,
+    },
+    /// The store's process killed mid-update at random points, the store
+    /// reopened and checked against what had returned.
+    StoreCrash {
+        #[command(flatten)]
+        x: store_crash::CrashArgs,
     },
     /// Like `p2pmem-read`, but into memory allocated with the module's
     /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
@@ -1183,6 +1190,7 @@ fn main() -> ExitCode {
         Cmd::Queues { x } => queues::run(&x),
         Cmd::Store { x } => store::run(&x),
         Cmd::StoreCoherence { x } => store::coherence(&x),
+        Cmd::StoreCrash { x } => store_crash::run(&x),
         Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
         Cmd::EngineStrided { x } => engine_strided(&x),
         Cmd::ModuleRead {

@@ -104,7 +104,17 @@ fn first_diff(want: &[u8], got: &[u8]) -> Option<usize> {
 }
 
 fn take(x: &QueuesArgs, module: &Arc<Module>, unbind: bool) -> Result<Arc<Controller>, String> {
-    let bdf = p2pdma::discovery::nvme_by_serial(&x.serial).or_else(|e| {
+    take_controller(&x.serial, module, unbind)
+}
+
+/// The controller of serial `serial`, driven by this process (taken from
+/// the nvme driver when `unbind`).
+pub fn take_controller(
+    serial: &str,
+    module: &Arc<Module>,
+    unbind: bool,
+) -> Result<Arc<Controller>, String> {
+    let bdf = p2pdma::discovery::nvme_by_serial(serial).or_else(|e| {
         // Already given to vfio-pci by an earlier step: found by scanning
         // vfio-pci's functions for an NVMe controller.
         std::fs::read_dir("/sys/bus/pci/drivers/vfio-pci")

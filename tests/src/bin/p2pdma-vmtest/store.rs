@@ -15,7 +15,8 @@ use std::{
 
 use clap::Args;
 use p2pdma::{
-    memory::{DeviceMemory, ModuleMemory},
+    memory::{DeviceMemory, HostMemory, ModuleMemory},
+    queues::Namespace,
     store::{EngineBacking, PageCache, Store, WritePolicy},
     transfer::{Config, Engine, PathPref, StorageFile},
     Error, Module,
@@ -23,12 +24,25 @@ use p2pdma::{
 
 #[derive(Args)]
 pub struct StoreArgs {
-    /// The store's device: a file (created at `--size`) or a block device.
+    /// The store's device: a file (created at `--size`) or a block device;
+    /// with `--queues`, only its name in messages.
     #[arg(long)]
     path: String,
-    /// Bytes of the store when `path` is a file it creates.
+    /// Bytes of the store when `path` is a file it creates (or of its
+    /// region with `--queues`).
     #[arg(long, default_value_t = 64 << 20)]
     size: u64,
+    /// The store on a region of namespace `--nsid` of the controller of
+    /// this serial, driven by this process (the queues path), from byte
+    /// `--offset` on; what the region held is put back at the end.
+    #[arg(long)]
+    queues: Option<String>,
+    /// See `--queues`.
+    #[arg(long, default_value_t = 7)]
+    nsid: u32,
+    /// See `--queues`.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
     /// The engine's path preference.
     #[arg(long, default_value = "auto")]
     engine_path: PathPref,
@@ -66,14 +80,32 @@ fn accel_memory_on(module: &Arc<Module>, i: usize, len: usize) -> Result<ModuleM
     ModuleMemory::alloc(module.clone(), a.index, len as u64, 0).map_err(|e| e.to_string())
 }
 
+/// The store's device: the file at `x.path`, or a namespace of the
+/// controller this process drives.
+fn device(x: &StoreArgs, module: &Arc<Module>) -> Result<Arc<StorageFile>, String> {
+    Ok(Arc::new(match &x.queues {
+        Some(serial) => {
+            let ctrl = crate::queues::take_controller(serial, module, true)?;
+            let ns = Namespace::new(ctrl, module.clone(), x.nsid).map_err(|e| e.to_string())?;
+            StorageFile::namespace(Arc::new(ns))
+        }
+        None => StorageFile::open_rw(&x.path).map_err(|e| e.to_string())?,
+    }))
+}
+
 fn open(
     x: &StoreArgs,
     engine: &Arc<Engine>,
+    file: &Arc<StorageFile>,
     module: &Arc<Module>,
     format: bool,
 ) -> Result<Store, String> {
-    let file = Arc::new(StorageFile::open_rw(&x.path).map_err(|e| e.to_string())?);
-    let backing = Arc::new(EngineBacking::new(engine.clone(), file));
+    let backing = Arc::new(if x.queues.is_some() {
+        EngineBacking::region(engine.clone(), file.clone(), x.offset, x.size)
+            .map_err(|e| e.to_string())?
+    } else {
+        EngineBacking::new(engine.clone(), file.clone())
+    });
     let store = if format {
         Store::format(backing, 512)
     } else {
@@ -135,7 +167,7 @@ fn check_whole(
 }
 
 pub fn run(x: &StoreArgs) -> Result<(), String> {
-    if !std::path::Path::new(&x.path).exists() {
+    if x.queues.is_none() && !std::path::Path::new(&x.path).exists() {
         std::fs::File::create(&x.path)
             .and_then(|f| f.set_len(x.size))
             .map_err(|e| format!("create {}: {e}", x.path))?;
@@ -148,7 +180,19 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
         },
         Some(module.clone()),
     ));
-    let store = open(x, &engine, &module, true)?;
+    let file = device(x, &module)?;
+    // On a namespace, what the region held, to put back.
+    let saved = match x.queues {
+        Some(_) => {
+            let m = HostMemory::new(x.size as usize).map_err(|e| e.to_string())?;
+            engine
+                .read(&file, x.offset, &m, 0, x.size as usize)
+                .map_err(|e| e.to_string())?;
+            Some(m)
+        }
+        None => None,
+    };
+    let store = open(x, &engine, &file, &module, true)?;
     let max = 128 << 10;
     // A buffer in each accelerator's memory: a call through one runs on
     // that accelerator's copies.
@@ -245,8 +289,15 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
     let stats = store.cache_stats();
     store.flush().map_err(|e| e.to_string())?;
     drop(store);
-    let again = open(x, &engine, &module, false)?;
+    let again = open(x, &engine, &file, &module, false)?;
     check_whole(&again, &model, &bufs[0])?;
+    drop(again);
+    if let Some(m) = &saved {
+        engine
+            .write(&file, x.offset, m, 0, x.size as usize)
+            .and_then(|_| file.sync())
+            .map_err(|e| format!("putting the region back: {e}"))?;
+    }
     println!(
         "{} operations on {} ({} creates, {} writes, {} reads, {} deletes, {} resizes, {} flushes), {} objects reopened whole; paths {:?}; cache {stats:?}",
         x.ops,

@@ -1,0 +1,392 @@
+//! The store killed mid-update: a child process runs an update-heavy
+//! sequence (creates, writes through a write-back cache in accelerator
+//! memory, resizes, deletes, flushes) and says on a pipe when each
+//! operation begins and returns; the parent kills it with SIGKILL at a
+//! random point, reopens the store and checks it against what had
+//! returned: the map of the last returned operation (or of the one in
+//! flight, had it committed), and every byte that was durable.
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+    sync::Arc,
+    time::Duration,
+};
+
+use clap::Args;
+use p2pdma::{
+    memory::{DeviceMemory, ModuleMemory},
+    store::{EngineBacking, PageCache, Store, WritePolicy},
+    transfer::{Config, Engine, PathPref, StorageFile},
+    Module,
+};
+
+#[derive(Args)]
+pub struct CrashArgs {
+    /// The store's file (created at `--size`).
+    #[arg(long)]
+    path: String,
+    /// Bytes of the store's file.
+    #[arg(long, default_value_t = 24 << 20)]
+    size: u64,
+    /// The engine's path preference.
+    #[arg(long, default_value = "auto")]
+    engine_path: PathPref,
+    /// Processes to kill.
+    #[arg(long, default_value_t = 20)]
+    runs: u64,
+    /// The first run's seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Run as the child: the sequence of `--seed`, forever.
+    #[arg(long, hide = true)]
+    child: bool,
+}
+
+/// Largest object.
+const MAX: usize = 192 << 10;
+
+/// An operation, as the child announces it.
+#[derive(Clone, Debug, PartialEq)]
+enum Op {
+    Create(u64),
+    Write {
+        id: u64,
+        off: usize,
+        n: usize,
+        seed: u64,
+    },
+    Resize(u64, u64),
+    Delete(u64),
+    Flush,
+}
+
+impl Op {
+    fn line(&self) -> String {
+        match *self {
+            Op::Create(n) => format!("C {n}"),
+            Op::Write { id, off, n, seed } => format!("W {id} {off} {n} {seed}"),
+            Op::Resize(id, n) => format!("Z {id} {n}"),
+            Op::Delete(id) => format!("D {id}"),
+            Op::Flush => "F".into(),
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        let v: Vec<u64> = s
+            .split(' ')
+            .skip(1)
+            .map(|w| w.parse().ok())
+            .collect::<Option<_>>()?;
+        Some(match (s.split(' ').next()?, v.as_slice()) {
+            ("C", [n]) => Op::Create(*n),
+            ("W", [id, off, n, seed]) => Op::Write {
+                id: *id,
+                off: *off as usize,
+                n: *n as usize,
+                seed: *seed,
+            },
+            ("Z", [id, n]) => Op::Resize(*id, *n),
+            ("D", [id]) => Op::Delete(*id),
+            ("F", []) => Op::Flush,
+            _ => return None,
+        })
+    }
+}
+
+/// The bytes a write with `seed` writes.
+fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut r = fastrand::Rng::with_seed(seed);
+    (0..n).map(|_| r.u8(..)).collect()
+}
+
+/// An object of the model: its bytes, the bytes as of the last point they
+/// were durable, and which were written since.
+#[derive(Clone, Debug)]
+struct Obj {
+    data: Vec<u8>,
+    flushed: Vec<u8>,
+    dirty: Vec<bool>,
+}
+
+type Model = BTreeMap<u64, Obj>;
+
+fn durable(m: &mut Model) {
+    for o in m.values_mut() {
+        o.flushed = o.data.clone();
+        o.dirty = vec![false; o.data.len()];
+    }
+}
+
+/// `op` applied to the model, as when it returned (`id` for a create).
+fn apply(m: &mut Model, op: &Op, id: Option<u64>) {
+    match *op {
+        Op::Create(n) => {
+            let n = n as usize;
+            m.insert(
+                id.unwrap_or(u64::MAX),
+                Obj {
+                    data: vec![0; n],
+                    flushed: vec![0; n],
+                    dirty: vec![false; n],
+                },
+            );
+            durable(m);
+        }
+        Op::Write { id, off, n, seed } => {
+            if let Some(o) = m.get_mut(&id) {
+                o.data[off..off + n].copy_from_slice(&bytes(seed, n));
+                o.dirty[off..off + n].iter_mut().for_each(|d| *d = true);
+            }
+        }
+        Op::Resize(id, n) => {
+            if let Some(o) = m.get_mut(&id) {
+                o.data.resize(n as usize, 0);
+                o.dirty.resize(n as usize, false);
+            }
+            durable(m);
+        }
+        Op::Delete(id) => {
+            m.remove(&id);
+            durable(m);
+        }
+        Op::Flush => durable(m),
+    }
+}
+
+fn accel_memory(module: &Arc<Module>, len: usize) -> Result<ModuleMemory, String> {
+    let a = module.accelerators().map_err(|e| e.to_string())?;
+    let a = a.first().ok_or("no accelerator bound to the module")?;
+    ModuleMemory::alloc(module.clone(), a.index, len as u64, 0).map_err(|e| e.to_string())
+}
+
+fn engine(x: &CrashArgs, module: &Arc<Module>) -> Arc<Engine> {
+    Arc::new(Engine::new(
+        Config {
+            path: x.engine_path,
+            ..Config::default()
+        },
+        Some(module.clone()),
+    ))
+}
+
+fn backing(x: &CrashArgs, engine: &Arc<Engine>) -> Result<Arc<EngineBacking>, String> {
+    let file = Arc::new(StorageFile::open_rw(&x.path).map_err(|e| e.to_string())?);
+    Ok(Arc::new(EngineBacking::new(engine.clone(), file)))
+}
+
+/// The child: a fresh store, a write-back cache of six pages in
+/// accelerator memory, and updates until it is killed; `B op` before each
+/// operation and `E [id]` when it returns, on stdout.
+fn child(x: &CrashArgs) -> Result<(), String> {
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let engine = engine(x, &module);
+    let cache = PageCache::new(
+        Arc::new(accel_memory(&module, 6 * 4096)?),
+        4096,
+        WritePolicy::WriteBack,
+    )
+    .map_err(|e| e.to_string())?;
+    let store = Store::format(backing(x, &engine)?, 64)
+        .map_err(|e| e.to_string())?
+        .with_cache(cache);
+    let buf = accel_memory(&module, MAX)?;
+    let mut rng = fastrand::Rng::with_seed(x.seed);
+    let mut model = Model::new();
+    let out = std::io::stdout();
+    for i in 0u64.. {
+        let ids: Vec<u64> = model.keys().copied().collect();
+        let pick = |rng: &mut fastrand::Rng| ids[rng.usize(..ids.len())];
+        let op = match rng.u8(..10) {
+            _ if ids.is_empty() => Op::Create(rng.u64(1..MAX as u64)),
+            0 if ids.len() < 40 => Op::Create(rng.u64(1..MAX as u64)),
+            1 => Op::Resize(pick(&mut rng), rng.u64(1..MAX as u64)),
+            2 if ids.len() > 4 => Op::Delete(pick(&mut rng)),
+            3 => Op::Flush,
+            _ => {
+                let id = pick(&mut rng);
+                let size = model[&id].data.len();
+                let off = rng.usize(..size);
+                let n = rng.usize(1..=size - off);
+                Op::Write {
+                    id,
+                    off,
+                    n,
+                    seed: x.seed << 32 | i,
+                }
+            }
+        };
+        {
+            let mut o = out.lock();
+            writeln!(o, "B {}", op.line()).map_err(|e| e.to_string())?;
+            o.flush().map_err(|e| e.to_string())?;
+        }
+        let err = |e: p2pdma::Error| format!("{}: {e}", op.line());
+        let id = match op {
+            Op::Create(n) => Some(store.pcreate(n).map_err(err)?),
+            Op::Write { id, off, n, seed } => {
+                buf.write_at(0, &bytes(seed, n))
+                    .map_err(|e| e.to_string())?;
+                store.pwrite(id, off as u64, n, &buf, 0).map_err(err)?;
+                None
+            }
+            Op::Resize(id, n) => {
+                store.resize(id, n).map_err(err)?;
+                None
+            }
+            Op::Delete(id) => {
+                store.delete(id).map_err(err)?;
+                None
+            }
+            Op::Flush => {
+                store.flush().map_err(err)?;
+                None
+            }
+        };
+        apply(&mut model, &op, id);
+        let mut o = out.lock();
+        match id {
+            Some(id) => writeln!(o, "E {id}"),
+            None => writeln!(o, "E"),
+        }
+        .and_then(|()| o.flush())
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Checks the store on `x.path` against `m`: the same objects, and every
+/// byte not written since it was last durable as it was then.
+fn same(store: &Store, m: &Model, buf: &ModuleMemory) -> Result<(), String> {
+    for (id, o) in m {
+        let n = o.data.len();
+        store.pread(*id, 0, n, buf, 0).map_err(|e| e.to_string())?;
+        let mut got = vec![0u8; n];
+        buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
+        if let Some(i) = (0..n).find(|&i| !o.dirty[i] && got[i] != o.flushed[i]) {
+            return Err(format!(
+                "object {id} byte {i} is {:#x}, durable {:#x}",
+                got[i], o.flushed[i]
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn sizes(m: &Model) -> BTreeMap<u64, u64> {
+    m.iter().map(|(id, o)| (*id, o.data.len() as u64)).collect()
+}
+
+/// One run: the child killed at a random point; the recovered store
+/// checked. The operation in flight when it died, if any.
+fn run_once(x: &CrashArgs, seed: u64, module: &Arc<Module>) -> Result<Option<Op>, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .args(["store-crash", "--child", "--path", &x.path])
+        .args(["--size", &x.size.to_string(), "--seed", &seed.to_string()])
+        .args(["--engine-path", &x.engine_path.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawn: {e}"))?;
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0xC4A5);
+    let kill_at = rng.usize(3..120);
+    let lines = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let mut model = Model::new();
+    let mut flight: Option<Op> = None;
+    let mut begun = 0;
+    let mut killed = false;
+    for line in lines.lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        if let Some(op) = line.strip_prefix("B ") {
+            let op = Op::parse(op).ok_or_else(|| format!("child said {line:?}"))?;
+            // A write's bytes are not known durable from its start on.
+            if let Op::Write { id, off, n, .. } = op {
+                if let Some(o) = model.get_mut(&id) {
+                    o.dirty[off..off + n].iter_mut().for_each(|d| *d = true);
+                }
+            }
+            flight = Some(op);
+            begun += 1;
+            if begun == kill_at && !killed {
+                // Somewhere inside the operation, or just after it.
+                std::thread::sleep(Duration::from_micros(rng.u64(0..20_000)));
+                child.kill().map_err(|e| e.to_string())?;
+                killed = true;
+            }
+        } else if let Some(rest) = line.strip_prefix('E') {
+            let op = flight.take().ok_or("E without B")?;
+            let id = rest.trim().parse().ok();
+            apply(&mut model, &op, id);
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !killed || status.success() {
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        return Err(format!("the child ended by itself ({status}): {err}"));
+    }
+    // Reopened: the map as the last returned operation left it, or as the
+    // one in flight would have.
+    let engine = engine(x, module);
+    let store =
+        Store::initialize(backing(x, &engine)?).map_err(|e| format!("after the kill: {e}"))?;
+    let got: BTreeMap<u64, u64> = store
+        .get_object_map()
+        .iter()
+        .map(|o| (o.id, o.size))
+        .collect();
+    let buf = accel_memory(module, MAX)?;
+    let mut choices = vec![model.clone()];
+    if let Some(op) = &flight {
+        let mut after = model.clone();
+        let id = match op {
+            Op::Create(_) => got.keys().find(|k| !model.contains_key(k)).copied(),
+            _ => None,
+        };
+        apply(&mut after, op, id);
+        choices.push(after);
+    }
+    let Some(m) = choices.iter().find(|m| sizes(m) == got) else {
+        return Err(format!(
+            "after a kill during {flight:?}: map {got:?}, none of {:?}",
+            choices.iter().map(sizes).collect::<Vec<_>>()
+        ));
+    };
+    same(&store, m, &buf).map_err(|e| format!("after a kill during {flight:?}: {e}"))?;
+    Ok(flight)
+}
+
+pub fn run(x: &CrashArgs) -> Result<(), String> {
+    if !std::path::Path::new(&x.path).exists() {
+        std::fs::File::create(&x.path)
+            .and_then(|f| f.set_len(x.size))
+            .map_err(|e| format!("create {}: {e}", x.path))?;
+    }
+    if x.child {
+        return child(x);
+    }
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let mut during: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in 0..x.runs {
+        let flight = run_once(x, x.seed + r, &module).map_err(|e| format!("run {r}: {e}"))?;
+        let what = match flight {
+            Some(Op::Create(_)) => "create",
+            Some(Op::Write { .. }) => "write",
+            Some(Op::Resize(..)) => "resize",
+            Some(Op::Delete(_)) => "delete",
+            Some(Op::Flush) => "flush",
+            None => "between operations",
+        };
+        *during.entry(what).or_default() += 1;
+    }
+    println!(
+        "{} processes killed mid-update, each store reopened and checked: killed during {during:?}",
+        x.runs
+    );
+    Ok(())
+}
