@@ -1182,6 +1182,24 @@ int p2pdma_store_prefetch(const struct p2pdma_store *store,
                           struct p2pdma_prefetch **out);
 
 /**
+ * p2pdma_store_prefetch(), the read landing in `mem` at `mem_offset`
+ * itself (by P2P where the engine can): p2pdma_store_consume() into the
+ * same place then copies nothing. Returns 0 or a negative errno (-EINVAL
+ * when the range does not fit in `mem`, -ERANGE past the object's end).
+ *
+ * # Safety
+ *
+ * `store` and `mem` must be NULL or live handles; `out` NULL or writable.
+ */
+int p2pdma_store_prefetch_into(const struct p2pdma_store *store,
+                               uint64_t id,
+                               uint64_t offset,
+                               size_t n,
+                               const struct p2pdma_mem *mem,
+                               size_t mem_offset,
+                               struct p2pdma_prefetch **out);
+
+/**
  * Waits for `prefetch` and copies its first `n` bytes into `mem` at
  * `mem_offset`; frees the prefetch either way. Returns `n` or a negative
  * errno.

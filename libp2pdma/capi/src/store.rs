@@ -467,6 +467,37 @@ pub unsafe extern "C" fn p2pdma_store_prefetch(
     })
 }
 
+/// p2pdma_store_prefetch(), the read landing in `mem` at `mem_offset`
+/// itself (by P2P where the engine can): p2pdma_store_consume() into the
+/// same place then copies nothing. Returns 0 or a negative errno (-EINVAL
+/// when the range does not fit in `mem`, -ERANGE past the object's end).
+///
+/// # Safety
+///
+/// `store` and `mem` must be NULL or live handles; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_store_prefetch_into(
+    store: *const p2pdma_store,
+    id: u64,
+    offset: u64,
+    n: usize,
+    mem: *const p2pdma_mem,
+    mem_offset: usize,
+    out: *mut *mut p2pdma_prefetch,
+) -> c_int {
+    status("p2pdma_store_prefetch_into", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        // SAFETY: The caller passes NULL or live handles.
+        let (s, m) = unsafe { io(store, mem) }?;
+        let prefetch = s
+            .store
+            .pread_prefetch_into(id, offset, n, m.mem.clone(), mem_offset)?;
+        *out = raw::into_handle(p2pdma_prefetch { prefetch });
+        Ok(0)
+    })
+}
+
 /// Waits for `prefetch` and copies its first `n` bytes into `mem` at
 /// `mem_offset`; frees the prefetch either way. Returns `n` or a negative
 /// errno.

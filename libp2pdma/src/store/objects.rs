@@ -98,7 +98,10 @@ impl std::fmt::Debug for Store {
 pub struct Prefetch {
     id: u64,
     len: usize,
-    staging: Arc<HostMemory>,
+    /// Where the read lands: staging host memory, or the caller's memory
+    /// (from an offset) for [`Store::pread_prefetch_into`].
+    dest: Arc<dyn DeviceMemory>,
+    dest_offset: usize,
     ticket: Option<Ticket>,
     pins: Arc<Pins>,
 }
@@ -552,24 +555,60 @@ impl Store {
             // The read goes to storage: what the cache holds dirty goes first.
             c.write_back_dirty(self.backing.as_ref(), &s.map, Some(id))?;
         }
-        let staging = Arc::new(HostMemory::new(n.max(1))?);
+        let staging: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(n.max(1))?);
+        self.prefetch(s, id, at, n, staging, 0)
+    }
+
+    /// Like [`pread_prefetch`](Store::pread_prefetch), but the read lands
+    /// in `mem` at `mem_offset` itself (by P2P where the engine can), so
+    /// that consuming it into the same place copies nothing.
+    pub fn pread_prefetch_into(
+        &self,
+        id: u64,
+        offset: u64,
+        n: usize,
+        mem: Arc<dyn DeviceMemory>,
+        mem_offset: usize,
+    ) -> Result<Prefetch> {
+        crate::error::check_range(mem_offset, n, mem.len())?;
+        let s = self.read_state();
+        let at = Self::locate(&s.map, id, offset, n)?;
+        if let Some(c) = &self.cache {
+            c.write_back_dirty(self.backing.as_ref(), &s.map, Some(id))?;
+        }
+        self.prefetch(s, id, at, n, mem, mem_offset)
+    }
+
+    /// Starts the read of a prefetch (its range checked under `s`), the
+    /// object pinned until it is consumed or dropped.
+    fn prefetch(
+        &self,
+        s: std::sync::RwLockReadGuard<'_, State>,
+        id: u64,
+        at: u64,
+        n: usize,
+        dest: Arc<dyn DeviceMemory>,
+        dest_offset: usize,
+    ) -> Result<Prefetch> {
         self.pins.pin(id);
         let mut p = Prefetch {
             id,
             len: n,
-            staging: staging.clone(),
+            dest: dest.clone(),
+            dest_offset,
             ticket: None,
             pins: self.pins.clone(),
         };
         drop(s);
         if n > 0 {
-            p.ticket = Some(self.backing.read_async(at, staging, 0, n)?);
+            p.ticket = Some(self.backing.read_async(at, dest, dest_offset, n)?);
         }
         Ok(p)
     }
 
     /// Waits for `p`'s read and copies its first `n` bytes into `mem` at
-    /// `mem_offset`; `n`.
+    /// `mem_offset` (nothing to copy when `p` read into that very place);
+    /// `n`.
     pub fn consume_prefetch_pread(
         &self,
         mut p: Prefetch,
@@ -587,9 +626,14 @@ impl Store {
         if let Some(t) = p.ticket.take() {
             t.wait()?;
         }
-        let mut bytes = vec![0u8; n];
-        p.staging.read_at(0, &mut bytes)?;
-        mem.write_at(mem_offset, &bytes)?;
+        // Read into this very place: nothing to copy.
+        let same = std::ptr::addr_eq(Arc::as_ptr(&p.dest), mem as *const dyn DeviceMemory)
+            && p.dest_offset == mem_offset;
+        if !same {
+            let mut bytes = vec![0u8; n];
+            p.dest.read_at(p.dest_offset, &mut bytes)?;
+            mem.write_at(mem_offset, &bytes)?;
+        }
         Ok(n)
     }
 

@@ -306,13 +306,23 @@ fn apply(
             let Some(id) = pick(m, k) else { return Ok(()) };
             let size = m[&id].data.len();
             let off = at as usize % (size + 1);
-            let buf = HostMemory::new(n.max(1)).unwrap();
-            let r = if matches!(op, Op::Read(..)) {
-                store.pread_on(on(k), id, off as u64, n, &buf, 0)
-            } else {
-                store
+            let buf = Arc::new(HostMemory::new(n.max(1)).unwrap());
+            let r = match (op, k % 4) {
+                (Op::Read(..), _) => store.pread_on(on(k), id, off as u64, n, buf.as_ref(), 0),
+                (_, 0 | 2) => store
                     .pread_prefetch(id, off as u64, n)
-                    .and_then(|p| store.consume_prefetch_pread(p, &buf, 0, n))
+                    .and_then(|p| store.consume_prefetch_pread(p, buf.as_ref(), 0, n)),
+                // Into the buffer itself, consumed there (no copy)...
+                (_, 1) => store
+                    .pread_prefetch_into(id, off as u64, n, buf.clone(), 0)
+                    .and_then(|p| store.consume_prefetch_pread(p, buf.as_ref(), 0, n)),
+                // ... or into another place, consumed into the buffer.
+                _ => {
+                    let other = Arc::new(HostMemory::new(n + 100).unwrap());
+                    store
+                        .pread_prefetch_into(id, off as u64, n, other, 100)
+                        .and_then(|p| store.consume_prefetch_pread(p, buf.as_ref(), 0, n))
+                }
             };
             if off + n > size {
                 return match r {
@@ -323,7 +333,7 @@ fn apply(
                 };
             }
             r.map_err(|e| fail("read", e))?;
-            if bytes_of(&buf, n) != m[&id].data[off..off + n] {
+            if bytes_of(buf.as_ref(), n) != m[&id].data[off..off + n] {
                 return Err(format!(
                     "object {id} bytes {off}..{} differ from the model",
                     off + n

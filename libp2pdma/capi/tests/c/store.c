@@ -69,6 +69,15 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_mem_read(mem, 0, have, 8192) == 0);
 	CHECK(memcmp(have, want + 4096, 8192) == 0);
 
+	/* A prefetch into the buffer itself, consumed there. */
+	memset(have, 0, 8192);
+	CHECK(p2pdma_mem_write(mem, 0, have, 8192) == 0);
+	CHECK(p2pdma_store_prefetch_into(store, a, 1000, 8192, mem, 0, &p) == 0);
+	CHECK(p2pdma_store_consume(store, p, mem, 0, 8192) == 8192);
+	CHECK(p2pdma_mem_read(mem, 0, have, 8192) == 0);
+	CHECK(memcmp(have, want + 1000, 8192) == 0);
+	CHECK(p2pdma_store_prefetch_into(store, a, 0, 8192, mem, OBJ - 100, &p) == -EINVAL);
+
 	/* Past the end, a missing id, NULL handles: errors, nothing moved. */
 	CHECK(p2pdma_store_read(store, b, 4999, 2, mem, 0) == -ERANGE);
 	CHECK(p2pdma_store_read(store, 999, 0, 1, mem, 0) == -EINVAL);
