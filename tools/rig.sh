@@ -109,6 +109,11 @@ test)
 		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite dma --topology switch \
 			2>&1 | tee "$results/vm-dma-switch.txt" || true
 		count "$results/vm-dma-switch.txt"
+		# The object store across power cuts: QEMU killed mid-update, the
+		# stores reopened by the next boot and checked.
+		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite power --topology switch \
+			2>&1 | tee "$results/vm-power-switch.txt" || true
+		count "$results/vm-power-switch.txt"
 		# The switch behind an emulated IOMMU, chosen on the guest's command
 		# line, with the accelerator on its own root port (tools/rig/vm.sh
 		# says why): the kernel refuses P2P there, so the module, engine

@@ -218,29 +218,61 @@ if [ "${P2PDMA_KVM:-0}" = 1 ]; then
 	accel=kvm
 fi
 
+# The machine, but for its console and command line.
+machine=(-machine "q35,accel=$accel" -cpu max -smp 2 -m 1G
+	-nodefaults -display none -no-reboot
+	-kernel "$tree/arch/x86/boot/bzImage" -initrd "$out/initramfs.cpio.gz"
+	"${iommu[@]}" "${pcie[@]}"
+	-drive "file=$out/nvme.img,if=none,id=nvm,format=raw"
+	-drive "file=$out/fs.img,if=none,id=nvmfs,format=raw"
+	-device "nvme,id=nvme0,serial=p2pdma-rig,bus=$nvme_bus"
+	-device "nvme-ns,drive=nvm,bus=nvme0,nsid=1"
+	-device "nvme-ns,drive=nvmfs,bus=nvme0,nsid=2"
+	-drive "file=$out/md.img,if=none,id=nvmmd,format=raw"
+	-device "nvme-ns,drive=nvmmd,bus=nvme0,nsid=4,ms=8,pi=1,shared=off"
+	-drive "file=blkdebug:$out/blkdebug.conf:$out/bad.img,if=none,id=nvmbad,format=raw"
+	-device "nvme-ns,drive=nvmbad,bus=nvme0,nsid=5,shared=off"
+	-drive "if=none,id=nvmslow,driver=null-co,size=64M,read-zeroes=on,throttling.bps-total=1048576"
+	-device "nvme-ns,drive=nvmslow,bus=nvme0,nsid=6,shared=off"
+	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M"
+	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus")
+
+# The power suite first cuts the machine's power (QEMU killed) in the middle
+# of update-heavy runs of the object store, once per cut, each on a store
+# file of its own; the guest prints each operation as it begins and returns.
+# Then the suite's own boot reopens every store and checks it against the
+# lines its run printed before the cut.
+if [ "$suite" = power ]; then
+	cuts=${P2PDMA_POWER_CUTS:-4} killed=0
+	for ((c = 1; c <= cuts; c++)); do
+		clog="$out/cut$c.log"
+		log "power cut $c of $cuts: booting, then killing QEMU mid-update"
+		qemu-system-x86_64 "${machine[@]}" -serial "file:$clog" \
+			-append "$append rigpower.phase=write rigpower.cut=$c" >"$out/qemu-cut$c.log" 2>&1 &
+		qpid=$!
+		waited=0
+		until tr -d '\r' <"$clog" 2>/dev/null | grep -q "^@@OP $c READY"; do
+			if ! kill -0 "$qpid" 2>/dev/null || ((waited >= timeout)); then break; fi
+			sleep 1
+			waited=$((waited + 1))
+		done
+		# Some operations in: a random point of the run.
+		sleep "$((1 + RANDOM % 5)).$((RANDOM % 10))"
+		if kill -9 "$qpid" 2>/dev/null; then killed=$((killed + 1)); fi
+		wait "$qpid" 2>/dev/null || true
+		tr -d '\r' <"$clog" | grep "^@@OP $c " >"$ir/suite/power-$c.log" || true
+		log "power cut $c: $(grep -c " B " "$ir/suite/power-$c.log" || true) operations begun before it"
+	done
+	echo "$killed" >"$ir/suite/power-cuts"
+	(cd "$ir" && find . | cpio -o -H newc --quiet | gzip -1) >"$out/initramfs.cpio.gz"
+	append+=" rigpower.phase=check"
+fi
+
 log "booting the VM (topology $topology, suite $suite, timeout ${timeout}s)"
 start=$SECONDS
 qrc=0
-timeout -k 5 "$timeout" qemu-system-x86_64 \
-	-machine q35,accel=$accel -cpu max -smp 2 -m 1G \
-	-nodefaults -display none -no-reboot \
-	-serial "file:$out/console.log" \
-	-kernel "$tree/arch/x86/boot/bzImage" -initrd "$out/initramfs.cpio.gz" \
-	-append "$append" \
-	"${iommu[@]}" "${pcie[@]}" \
-	-drive "file=$out/nvme.img,if=none,id=nvm,format=raw" \
-	-drive "file=$out/fs.img,if=none,id=nvmfs,format=raw" \
-	-device "nvme,id=nvme0,serial=p2pdma-rig,bus=$nvme_bus" \
-	-device "nvme-ns,drive=nvm,bus=nvme0,nsid=1" \
-	-device "nvme-ns,drive=nvmfs,bus=nvme0,nsid=2" \
-	-drive "file=$out/md.img,if=none,id=nvmmd,format=raw" \
-	-device "nvme-ns,drive=nvmmd,bus=nvme0,nsid=4,ms=8,pi=1,shared=off" \
-	-drive "file=blkdebug:$out/blkdebug.conf:$out/bad.img,if=none,id=nvmbad,format=raw" \
-	-device "nvme-ns,drive=nvmbad,bus=nvme0,nsid=5,shared=off" \
-	-drive "if=none,id=nvmslow,driver=null-co,size=64M,read-zeroes=on,throttling.bps-total=1048576" \
-	-device "nvme-ns,drive=nvmslow,bus=nvme0,nsid=6,shared=off" \
-	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M" \
-	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus" \
+timeout -k 5 "$timeout" qemu-system-x86_64 "${machine[@]}" \
+	-serial "file:$out/console.log" -append "$append" \
 	>"$out/qemu.log" 2>&1 || qrc=$?
 log "VM exited with $qrc after $((SECONDS - start))s; console: $out/console.log"
 

@@ -215,24 +215,28 @@ impl Backing for EngineBacking {
                 .find(|(s, d, _)| *s == sk && *d == dk)
                 .map(|&(_, _, cpu)| cpu)
         };
+        let plan = || {
+            let from = End::Memory {
+                mem: src,
+                offset: src_offset,
+            };
+            let to = End::Memory {
+                mem: dst,
+                offset: dst_offset,
+            };
+            self.engine.route(from, to)
+        };
+        let mut route = None;
         let cpu_only = match known {
             Some(c) => c,
             None => {
-                let route = self.engine.route(
-                    End::Memory {
-                        mem: src,
-                        offset: src_offset,
-                    },
-                    End::Memory {
-                        mem: dst,
-                        offset: dst_offset,
-                    },
-                )?;
-                let c = route.hops().iter().all(|h| h.kind == HopKind::Copy);
+                let r = plan()?;
+                let c = r.hops().iter().all(|h| h.kind == HopKind::Copy);
                 self.routes
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .push((sk, dk, c));
+                route = Some(r);
                 c
             }
         };
@@ -241,16 +245,10 @@ impl Backing for EngineBacking {
             src.read_at(src_offset, &mut buf)?;
             return dst.write_at(dst_offset, &buf);
         }
-        let route = self.engine.route(
-            End::Memory {
-                mem: src,
-                offset: src_offset,
-            },
-            End::Memory {
-                mem: dst,
-                offset: dst_offset,
-            },
-        )?;
+        let route = match route {
+            Some(r) => r,
+            None => plan()?,
+        };
         self.engine
             .copy(
                 &route,

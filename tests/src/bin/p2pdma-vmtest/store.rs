@@ -68,7 +68,7 @@ pub struct StoreArgs {
 }
 
 /// Module memory of `len` bytes on the `i`-th accelerator bound.
-fn accel_memory_on(module: &Arc<Module>, i: usize, len: usize) -> Result<ModuleMemory, String> {
+pub fn accel_memory_on(module: &Arc<Module>, i: usize, len: usize) -> Result<ModuleMemory, String> {
     let accel = module.accelerators().map_err(|e| e.to_string())?;
     let a = accel.get(i).ok_or_else(|| {
         format!(
@@ -166,11 +166,19 @@ fn check_whole(
     Ok(())
 }
 
+/// Creates the file at `path` with `size` bytes unless something is there.
+pub fn create(path: &str, size: u64) -> Result<(), String> {
+    if std::path::Path::new(path).exists() {
+        return Ok(());
+    }
+    std::fs::File::create(path)
+        .and_then(|f| f.set_len(size))
+        .map_err(|e| format!("create {path}: {e}"))
+}
+
 pub fn run(x: &StoreArgs) -> Result<(), String> {
-    if x.queues.is_none() && !std::path::Path::new(&x.path).exists() {
-        std::fs::File::create(&x.path)
-            .and_then(|f| f.set_len(x.size))
-            .map_err(|e| format!("create {}: {e}", x.path))?;
+    if x.queues.is_none() {
+        create(&x.path, x.size)?;
     }
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
     let engine = Arc::new(Engine::new(
@@ -366,11 +374,7 @@ fn stamped(got: &[u8], st: &[u64; 2]) -> Result<(), String> {
 /// accelerator wrote it. Then flushed, reopened without a cache and
 /// checked on storage.
 pub fn coherence(x: &CoherenceArgs) -> Result<(), String> {
-    if !std::path::Path::new(&x.path).exists() {
-        std::fs::File::create(&x.path)
-            .and_then(|f| f.set_len(x.size))
-            .map_err(|e| format!("create {}: {e}", x.path))?;
-    }
+    create(&x.path, x.size)?;
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
     let engine = Arc::new(Engine::new(
         Config {

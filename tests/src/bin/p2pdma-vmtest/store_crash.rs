@@ -39,9 +39,17 @@ pub struct CrashArgs {
     /// The first run's seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Run as the child: the sequence of `--seed`, forever.
-    #[arg(long, hide = true)]
+    /// Run as the child: the sequence of `--seed`, forever, each line it
+    /// prints prefixed with `--prefix`.
+    #[arg(long)]
     child: bool,
+    /// See `--child`.
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Check the store on `--path` against the lines a child printed
+    /// (those with `--prefix`) before it died with its machine.
+    #[arg(long)]
+    check_log: Option<String>,
 }
 
 /// Largest object.
@@ -156,9 +164,7 @@ fn apply(m: &mut Model, op: &Op, id: Option<u64>) {
 }
 
 fn accel_memory(module: &Arc<Module>, len: usize) -> Result<ModuleMemory, String> {
-    let a = module.accelerators().map_err(|e| e.to_string())?;
-    let a = a.first().ok_or("no accelerator bound to the module")?;
-    ModuleMemory::alloc(module.clone(), a.index, len as u64, 0).map_err(|e| e.to_string())
+    crate::store::accel_memory_on(module, 0, len)
 }
 
 fn engine(x: &CrashArgs, module: &Arc<Module>) -> Arc<Engine> {
@@ -195,6 +201,13 @@ fn child(x: &CrashArgs) -> Result<(), String> {
     let mut rng = fastrand::Rng::with_seed(x.seed);
     let mut model = Model::new();
     let out = std::io::stdout();
+    let p = &x.prefix;
+    {
+        let mut o = out.lock();
+        writeln!(o, "{p}READY")
+            .and_then(|()| o.flush())
+            .map_err(|e| e.to_string())?;
+    }
     for i in 0u64.. {
         let ids: Vec<u64> = model.keys().copied().collect();
         let pick = |rng: &mut fastrand::Rng| ids[rng.usize(..ids.len())];
@@ -219,7 +232,7 @@ fn child(x: &CrashArgs) -> Result<(), String> {
         };
         {
             let mut o = out.lock();
-            writeln!(o, "B {}", op.line()).map_err(|e| e.to_string())?;
+            writeln!(o, "{p}B {}", op.line()).map_err(|e| e.to_string())?;
             o.flush().map_err(|e| e.to_string())?;
         }
         let err = |e: p2pdma::Error| format!("{}: {e}", op.line());
@@ -247,8 +260,8 @@ fn child(x: &CrashArgs) -> Result<(), String> {
         apply(&mut model, &op, id);
         let mut o = out.lock();
         match id {
-            Some(id) => writeln!(o, "E {id}"),
-            None => writeln!(o, "E"),
+            Some(id) => writeln!(o, "{p}E {id}"),
+            None => writeln!(o, "{p}E"),
         }
         .and_then(|()| o.flush())
         .map_err(|e| e.to_string())?;
@@ -278,9 +291,84 @@ fn sizes(m: &Model) -> BTreeMap<u64, u64> {
     m.iter().map(|(id, o)| (*id, o.data.len() as u64)).collect()
 }
 
+/// What a child's lines say: the model of every operation that returned,
+/// and the one in flight.
+#[derive(Default)]
+struct Replay {
+    model: Model,
+    flight: Option<Op>,
+}
+
+impl Replay {
+    /// Takes one line (without the prefix); whether it began an operation.
+    fn line(&mut self, line: &str) -> Result<bool, String> {
+        if let Some(op) = line.strip_prefix("B ") {
+            let op = Op::parse(op).ok_or_else(|| format!("child said {line:?}"))?;
+            // A write's bytes are not known durable from its start on.
+            if let Op::Write { id, off, n, .. } = op {
+                if let Some(o) = self.model.get_mut(&id) {
+                    o.dirty[off..off + n].iter_mut().for_each(|d| *d = true);
+                }
+            }
+            self.flight = Some(op);
+            return Ok(true);
+        }
+        if let Some(rest) = line.strip_prefix('E') {
+            let op = self.flight.take().ok_or("E without B")?;
+            apply(&mut self.model, &op, rest.trim().parse().ok());
+        }
+        Ok(false)
+    }
+
+    /// Checks the store on `x.path`, reopened, against what had returned:
+    /// the map as the last returned operation left it, or as the one in
+    /// flight would have, and every durable byte.
+    fn check(&self, x: &CrashArgs, module: &Arc<Module>) -> Result<(), String> {
+        let (model, flight) = (&self.model, &self.flight);
+        let engine = engine(x, module);
+        let store =
+            Store::initialize(backing(x, &engine)?).map_err(|e| format!("reopening: {e}"))?;
+        let got: BTreeMap<u64, u64> = store
+            .get_object_map()
+            .iter()
+            .map(|o| (o.id, o.size))
+            .collect();
+        let buf = accel_memory(module, MAX)?;
+        let mut choices = vec![model.clone()];
+        if let Some(op) = flight {
+            let mut after = model.clone();
+            let id = match op {
+                Op::Create(_) => got.keys().find(|k| !model.contains_key(k)).copied(),
+                _ => None,
+            };
+            apply(&mut after, op, id);
+            choices.push(after);
+        }
+        let Some(m) = choices.iter().find(|m| sizes(m) == got) else {
+            return Err(format!(
+                "died during {flight:?}: map {got:?}, none of {:?}",
+                choices.iter().map(sizes).collect::<Vec<_>>()
+            ));
+        };
+        same(&store, m, &buf).map_err(|e| format!("died during {flight:?}: {e}"))
+    }
+
+    /// The kind of operation in flight, in words.
+    fn during(&self) -> &'static str {
+        match self.flight {
+            Some(Op::Create(_)) => "create",
+            Some(Op::Write { .. }) => "write",
+            Some(Op::Resize(..)) => "resize",
+            Some(Op::Delete(_)) => "delete",
+            Some(Op::Flush) => "flush",
+            None => "between operations",
+        }
+    }
+}
+
 /// One run: the child killed at a random point; the recovered store
-/// checked. The operation in flight when it died, if any.
-fn run_once(x: &CrashArgs, seed: u64, module: &Arc<Module>) -> Result<Option<Op>, String> {
+/// checked. What it was doing when it died.
+fn run_once(x: &CrashArgs, seed: u64, module: &Arc<Module>) -> Result<&'static str, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(["store-crash", "--child", "--path", &x.path])
@@ -293,21 +381,11 @@ fn run_once(x: &CrashArgs, seed: u64, module: &Arc<Module>) -> Result<Option<Op>
     let mut rng = fastrand::Rng::with_seed(seed ^ 0xC4A5);
     let kill_at = rng.usize(3..120);
     let lines = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-    let mut model = Model::new();
-    let mut flight: Option<Op> = None;
-    let mut begun = 0;
-    let mut killed = false;
+    let mut replay = Replay::default();
+    let (mut begun, mut killed) = (0, false);
     for line in lines.lines() {
         let line = line.map_err(|e| e.to_string())?;
-        if let Some(op) = line.strip_prefix("B ") {
-            let op = Op::parse(op).ok_or_else(|| format!("child said {line:?}"))?;
-            // A write's bytes are not known durable from its start on.
-            if let Op::Write { id, off, n, .. } = op {
-                if let Some(o) = model.get_mut(&id) {
-                    o.dirty[off..off + n].iter_mut().for_each(|d| *d = true);
-                }
-            }
-            flight = Some(op);
+        if replay.line(&line)? {
             begun += 1;
             if begun == kill_at && !killed {
                 // Somewhere inside the operation, or just after it.
@@ -315,10 +393,6 @@ fn run_once(x: &CrashArgs, seed: u64, module: &Arc<Module>) -> Result<Option<Op>
                 child.kill().map_err(|e| e.to_string())?;
                 killed = true;
             }
-        } else if let Some(rest) = line.strip_prefix('E') {
-            let op = flight.take().ok_or("E without B")?;
-            let id = rest.trim().parse().ok();
-            apply(&mut model, &op, id);
         }
     }
     let status = child.wait().map_err(|e| e.to_string())?;
@@ -330,58 +404,41 @@ fn run_once(x: &CrashArgs, seed: u64, module: &Arc<Module>) -> Result<Option<Op>
         }
         return Err(format!("the child ended by itself ({status}): {err}"));
     }
-    // Reopened: the map as the last returned operation left it, or as the
-    // one in flight would have.
-    let engine = engine(x, module);
-    let store =
-        Store::initialize(backing(x, &engine)?).map_err(|e| format!("after the kill: {e}"))?;
-    let got: BTreeMap<u64, u64> = store
-        .get_object_map()
-        .iter()
-        .map(|o| (o.id, o.size))
-        .collect();
-    let buf = accel_memory(module, MAX)?;
-    let mut choices = vec![model.clone()];
-    if let Some(op) = &flight {
-        let mut after = model.clone();
-        let id = match op {
-            Op::Create(_) => got.keys().find(|k| !model.contains_key(k)).copied(),
-            _ => None,
-        };
-        apply(&mut after, op, id);
-        choices.push(after);
-    }
-    let Some(m) = choices.iter().find(|m| sizes(m) == got) else {
-        return Err(format!(
-            "after a kill during {flight:?}: map {got:?}, none of {:?}",
-            choices.iter().map(sizes).collect::<Vec<_>>()
-        ));
-    };
-    same(&store, m, &buf).map_err(|e| format!("after a kill during {flight:?}: {e}"))?;
-    Ok(flight)
+    replay.check(x, module)?;
+    Ok(replay.during())
 }
 
 pub fn run(x: &CrashArgs) -> Result<(), String> {
-    if !std::path::Path::new(&x.path).exists() {
-        std::fs::File::create(&x.path)
-            .and_then(|f| f.set_len(x.size))
-            .map_err(|e| format!("create {}: {e}", x.path))?;
-    }
+    crate::store::create(&x.path, x.size)?;
     if x.child {
         return child(x);
     }
     let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    if let Some(log) = &x.check_log {
+        let text = std::fs::read_to_string(log).map_err(|e| format!("{log}: {e}"))?;
+        let mut replay = Replay::default();
+        let mut ready = false;
+        for line in text
+            .lines()
+            .filter_map(|l| l.strip_prefix(x.prefix.as_str()))
+        {
+            ready |= line == "READY";
+            replay.line(line)?;
+        }
+        if !ready {
+            return Err(format!("{log}: the child never got its store ready"));
+        }
+        replay.check(x, &module)?;
+        println!(
+            "the store after its machine died during {} ({} objects returned), reopened and checked",
+            replay.during(),
+            replay.model.len()
+        );
+        return Ok(());
+    }
     let mut during: BTreeMap<&str, usize> = BTreeMap::new();
     for r in 0..x.runs {
-        let flight = run_once(x, x.seed + r, &module).map_err(|e| format!("run {r}: {e}"))?;
-        let what = match flight {
-            Some(Op::Create(_)) => "create",
-            Some(Op::Write { .. }) => "write",
-            Some(Op::Resize(..)) => "resize",
-            Some(Op::Delete(_)) => "delete",
-            Some(Op::Flush) => "flush",
-            None => "between operations",
-        };
+        let what = run_once(x, x.seed + r, &module).map_err(|e| format!("run {r}: {e}"))?;
         *during.entry(what).or_default() += 1;
     }
     println!(
