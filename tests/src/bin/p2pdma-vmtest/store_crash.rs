@@ -353,14 +353,14 @@ impl Replay {
         same(&store, m, &buf).map_err(|e| format!("died during {flight:?}: {e}"))
     }
 
-    /// The kind of operation in flight, in words.
+    /// When the child died, in words.
     fn during(&self) -> &'static str {
         match self.flight {
-            Some(Op::Create(_)) => "create",
-            Some(Op::Write { .. }) => "write",
-            Some(Op::Resize(..)) => "resize",
-            Some(Op::Delete(_)) => "delete",
-            Some(Op::Flush) => "flush",
+            Some(Op::Create(_)) => "in a create",
+            Some(Op::Write { .. }) => "in a write",
+            Some(Op::Resize(..)) => "in a resize",
+            Some(Op::Delete(_)) => "in a delete",
+            Some(Op::Flush) => "in a flush",
             None => "between operations",
         }
     }
@@ -430,7 +430,7 @@ pub fn run(x: &CrashArgs) -> Result<(), String> {
         }
         replay.check(x, &module)?;
         println!(
-            "the store after its machine died during {} ({} objects returned), reopened and checked",
+            "the store after its machine died {} ({} objects), reopened and checked",
             replay.during(),
             replay.model.len()
         );
@@ -442,7 +442,7 @@ pub fn run(x: &CrashArgs) -> Result<(), String> {
         *during.entry(what).or_default() += 1;
     }
     println!(
-        "{} processes killed mid-update, each store reopened and checked: killed during {during:?}",
+        "{} processes killed mid-update, each store reopened and checked; they died {during:?}",
         x.runs
     );
     Ok(())
