@@ -447,6 +447,21 @@ typedef struct p2pdma_cache_stats {
     uint64_t dirty;
 } p2pdma_cache_stats;
 
+/**
+ * One NVMe command a prefetch submitted: its I/O queue and its command
+ * identifier there.
+ */
+typedef struct p2pdma_command_id {
+    /**
+     * The I/O queue's id.
+     */
+    uint16_t queue;
+    /**
+     * The command identifier (CID).
+     */
+    uint16_t cid;
+} p2pdma_command_id;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -1198,6 +1213,21 @@ int p2pdma_store_prefetch_into(const struct p2pdma_store *store,
                                const struct p2pdma_mem *mem,
                                size_t mem_offset,
                                struct p2pdma_prefetch **out);
+
+/**
+ * The NVMe commands `prefetch` has submitted so far, where the store's
+ * device is a namespace the library drives (the queues path; none
+ * elsewhere): up to `n` of them into `out`. Returns how many there are
+ * (more than `n` when `out` is too short), or a negative errno.
+ *
+ * # Safety
+ *
+ * `prefetch` must be NULL or a live prefetch; `out` NULL (with `n` 0) or
+ * writable for `n` entries.
+ */
+int64_t p2pdma_prefetch_commands(const struct p2pdma_prefetch *prefetch,
+                                 struct p2pdma_command_id *out,
+                                 size_t n);
 
 /**
  * Waits for `prefetch` and copies its first `n` bytes into `mem` at

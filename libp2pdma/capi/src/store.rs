@@ -498,6 +498,52 @@ pub unsafe extern "C" fn p2pdma_store_prefetch_into(
     })
 }
 
+/// One NVMe command a prefetch submitted: its I/O queue and its command
+/// identifier there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct p2pdma_command_id {
+    /// The I/O queue's id.
+    pub queue: u16,
+    /// The command identifier (CID).
+    pub cid: u16,
+}
+
+/// The NVMe commands `prefetch` has submitted so far, where the store's
+/// device is a namespace the library drives (the queues path; none
+/// elsewhere): up to `n` of them into `out`. Returns how many there are
+/// (more than `n` when `out` is too short), or a negative errno.
+///
+/// # Safety
+///
+/// `prefetch` must be NULL or a live prefetch; `out` NULL (with `n` 0) or
+/// writable for `n` entries.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_prefetch_commands(
+    prefetch: *const p2pdma_prefetch,
+    out: *mut p2pdma_command_id,
+    n: usize,
+) -> i64 {
+    call("p2pdma_prefetch_commands", i64::from, || {
+        // SAFETY: The caller passes NULL or a live prefetch, and NULL or
+        // `n` writable entries.
+        let (p, out) = unsafe {
+            (
+                raw::handle(prefetch, "prefetch")?,
+                raw::structs_mut(out, n, "out")?,
+            )
+        };
+        let ids = p.prefetch.commands();
+        for (o, c) in out.iter_mut().zip(&ids) {
+            *o = p2pdma_command_id {
+                queue: c.queue,
+                cid: c.cid,
+            };
+        }
+        Ok(ids.len() as i64)
+    })
+}
+
 /// Waits for `prefetch` and copies its first `n` bytes into `mem` at
 /// `mem_offset`; frees the prefetch either way. Returns `n` or a negative
 /// errno.

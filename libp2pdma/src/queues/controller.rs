@@ -1498,6 +1498,16 @@ impl<'s, 'env> Scope<'s, 'env> {
     }
 }
 
+/// Where a command went: its I/O queue and its command identifier there,
+/// as its completion entry names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CommandId {
+    /// The I/O queue's id.
+    pub queue: u16,
+    /// The command identifier (CID).
+    pub cid: u16,
+}
+
 /// A command in flight; [`Pending::wait`] for it. Dropping it waits too;
 /// forgetting it leaves the wait to the end of its scope.
 pub struct Pending<'s> {
@@ -1522,6 +1532,14 @@ impl fmt::Debug for Pending<'_> {
 }
 
 impl Pending<'_> {
+    /// The command's queue and identifier.
+    pub fn id(&self) -> CommandId {
+        CommandId {
+            queue: self.q.qid(),
+            cid: self.ticket.as_ref().map_or(0, |t| t.cid),
+        }
+    }
+
     /// Whether the command has completed (or the controller failed), after
     /// looking at the completion queue once: [`Pending::wait`] then returns
     /// without waiting.

@@ -52,7 +52,7 @@ mod tests;
 pub use crate::nvme::{Command, Completion, IdCtrl, IdNs};
 pub use claim::IommuMode;
 pub use controller::{
-    AdminCommand, Batch, Controller, InitOptions, IoCommand, Mapped, NamespaceInfo, Payload,
-    Pending, Scope,
+    AdminCommand, Batch, CommandId, Controller, InitOptions, IoCommand, Mapped, NamespaceInfo,
+    Payload, Pending, Scope,
 };
-pub use namespace::Namespace;
+pub use namespace::{Issued, Namespace};

@@ -24,7 +24,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::controller::{Controller, IoCommand, Mapped, NamespaceInfo, Pending};
+use super::controller::{CommandId, Controller, IoCommand, Mapped, NamespaceInfo, Pending};
 use crate::{
     error::check_range,
     memory::{peer::PeerAccess, DeviceMemory, HostMemory},
@@ -57,6 +57,22 @@ struct Staging {
 pub(crate) fn cut(len: usize, bs: u64, max: usize) -> impl Iterator<Item = (usize, usize)> {
     let chunk = round_down(max as u64, bs).max(bs) as usize;
     (0..len.div_ceil(chunk)).map(move |i| (i * chunk, chunk.min(len - i * chunk)))
+}
+
+/// The commands a transfer submitted, in order, as it submits them: see
+/// [`Namespace::read_issuing`].
+#[derive(Debug, Default)]
+pub struct Issued(Mutex<Vec<CommandId>>);
+
+impl Issued {
+    fn push(&self, id: CommandId) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+    }
+
+    /// The commands submitted so far.
+    pub fn ids(&self) -> Vec<CommandId> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// A namespace of a controller this process drives, for transfers on the
@@ -218,7 +234,7 @@ impl Namespace {
         len: usize,
     ) -> Result<()> {
         self.check(offset, mem, mem_offset, len)?;
-        self.transfer(false, offset, mem, mem_offset, len)
+        self.transfer(false, offset, mem, mem_offset, len, None)
             .map(|_| ())
     }
 
@@ -232,7 +248,23 @@ impl Namespace {
         len: usize,
     ) -> Result<()> {
         self.check(offset, mem, mem_offset, len)?;
-        self.transfer(true, offset, mem, mem_offset, len)
+        self.transfer(true, offset, mem, mem_offset, len, None)
+            .map(|_| ())
+    }
+
+    /// [`read`](Namespace::read), each command's queue and id recorded in
+    /// `issued` as it is submitted (for a caller following its commands,
+    /// as a prefetch does).
+    pub fn read_issuing(
+        &self,
+        offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+        issued: &Issued,
+    ) -> Result<()> {
+        self.check(offset, mem, mem_offset, len)?;
+        self.transfer(false, offset, mem, mem_offset, len, Some(issued))
             .map(|_| ())
     }
 
@@ -251,6 +283,7 @@ impl Namespace {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
+        issued: Option<&Issued>,
     ) -> Result<u64> {
         if len == 0 {
             return Ok(0);
@@ -261,19 +294,26 @@ impl Namespace {
         let at = |o: u64| mem_offset + (o - offset) as usize;
         if a0 >= a1 {
             // Inside one block, or across one boundary with no whole block.
-            return self.staged(write, offset, mem, mem_offset, len);
+            return self.staged(write, offset, mem, mem_offset, len, issued);
         }
         let mut n = 0;
         if a0 > offset {
-            n += self.staged(write, offset, mem, mem_offset, (a0 - offset) as usize)?;
+            n += self.staged(
+                write,
+                offset,
+                mem,
+                mem_offset,
+                (a0 - offset) as usize,
+                issued,
+            )?;
         }
         let middle = (a1 - a0) as usize;
         n += match mem.dma_target().map(|t| (t.ptr as usize + at(a0)) % 4) {
-            Some(0) => self.direct(write, a0, mem, at(a0), middle)?,
-            _ => self.staged(write, a0, mem, at(a0), middle)?,
+            Some(0) => self.direct(write, a0, mem, at(a0), middle, issued)?,
+            _ => self.staged(write, a0, mem, at(a0), middle, issued)?,
         };
         if end > a1 {
-            n += self.staged(write, a1, mem, at(a1), (end - a1) as usize)?;
+            n += self.staged(write, a1, mem, at(a1), (end - a1) as usize, issued)?;
         }
         Ok(n)
     }
@@ -289,6 +329,7 @@ impl Namespace {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
+        issued: Option<&Issued>,
     ) -> Result<u64> {
         let access = if write {
             PeerAccess::ReadOnly
@@ -305,7 +346,7 @@ impl Namespace {
                 fresh = match self.ctrl.map(mem, mem_offset, len, access) {
                     Ok(m) => m,
                     Err(e) if e.bounce_can_fix() => {
-                        return self.staged(write, offset, mem, mem_offset, len)
+                        return self.staged(write, offset, mem, mem_offset, len, issued)
                     }
                     Err(e) => return Err(e),
                 };
@@ -323,14 +364,14 @@ impl Namespace {
                 IoCommand::read(self.info.nsid, slba, blocks, data)
             });
         }
-        self.run(&cmds)?;
+        self.run(&cmds, issued)?;
         Ok(cmds.len() as u64)
     }
 
     /// Runs `cmds`, up to [`WINDOW`] in flight, on the next queue in turn:
     /// each refill is one batch (one doorbell). The first error, after all
     /// have ended.
-    fn run(&self, cmds: &[IoCommand<'_>]) -> Result<()> {
+    fn run(&self, cmds: &[IoCommand<'_>], issued: Option<&Issued>) -> Result<()> {
         self.ctrl.scope(|s| {
             let queue = self.ctrl.next_queue();
             let mut flight: VecDeque<Pending<'_>> = VecDeque::new();
@@ -349,6 +390,9 @@ impl Namespace {
                     };
                     match batch.try_push(cmd) {
                         Ok(Some(p)) => {
+                            if let Some(i) = issued {
+                                i.push(p.id());
+                            }
                             flight.push_back(p);
                             rest.next();
                         }
@@ -367,7 +411,12 @@ impl Namespace {
                     // threads consume their completions.
                     None => match rest.next() {
                         Some(cmd) => match s.submit(queue, cmd) {
-                            Ok(p) => flight.push_back(p),
+                            Ok(p) => {
+                                if let Some(i) = issued {
+                                    i.push(p.id());
+                                }
+                                flight.push_back(p)
+                            }
                             Err(e) => note(&mut first, Err(e)),
                         },
                         None => break,
@@ -410,13 +459,15 @@ impl Namespace {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
+        issued: Option<&Issued>,
     ) -> Result<u64> {
         let s = self.take_staging()?;
-        let r = self.staged_with(&s, write, offset, mem, mem_offset, len);
+        let r = self.staged_with(&s, write, offset, mem, mem_offset, len, issued);
         self.give_staging(s);
         r
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn staged_with(
         &self,
         s: &Staging,
@@ -425,6 +476,7 @@ impl Namespace {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
+        issued: Option<&Issued>,
     ) -> Result<u64> {
         let bs = self.bs();
         // A command's span, whole blocks: at most the staging buffer and
@@ -451,7 +503,7 @@ impl Namespace {
             };
             if !write {
                 cmds += 1;
-                self.run(&[cmd(false)?])?;
+                self.run(&[cmd(false)?], issued)?;
                 s.host.read_at(skip, &mut buf[..n])?;
                 mem.write_at(mem_offset + done, &buf[..n])?;
             } else {
@@ -463,12 +515,12 @@ impl Namespace {
                 };
                 if partial {
                     cmds += 1;
-                    self.run(&[cmd(false)?])?;
+                    self.run(&[cmd(false)?], issued)?;
                 }
                 cmds += 1;
                 mem.read_at(mem_offset + done, &mut buf[..n])?;
                 s.host.write_at(skip, &buf[..n])?;
-                self.run(&[cmd(true)?])?;
+                self.run(&[cmd(true)?], issued)?;
                 drop(locks);
             }
             done += n;

@@ -5,12 +5,24 @@ use std::sync::{Arc, Mutex};
 
 use crate::{
     memory::{DeviceMemory, MemoryKind},
-    transfer::{End, Engine, HopKind, Request, RouteOptions, StorageFile, Ticket},
+    queues::Issued,
+    transfer::{
+        End, Engine, HopKind, Report, Request, RouteOptions, StorageFile, Ticket, TransferPath,
+    },
     Result,
 };
 
 /// The largest copy between memories moved in one chunk (a cache page).
 const PAGE_COPY: usize = 2 << 20;
+
+/// A read started by [`Backing::read_async`].
+pub struct Started {
+    /// Its ticket, to wait for it with.
+    pub ticket: Ticket,
+    /// The NVMe commands it submits, queue and identifier, as it submits
+    /// them: where the library drives the controller (the queues path).
+    pub commands: Option<Arc<Issued>>,
+}
 
 /// The device under a store.
 pub trait Backing: Send + Sync {
@@ -40,15 +52,14 @@ pub trait Backing: Send + Sync {
         len: usize,
     ) -> Result<()>;
 
-    /// Starts a read into memory the caller hands over, to be waited for
-    /// with the ticket.
+    /// Starts a read into memory the caller hands over.
     fn read_async(
         &self,
         offset: u64,
         mem: Arc<dyn DeviceMemory>,
         mem_offset: usize,
         len: usize,
-    ) -> Result<Ticket>;
+    ) -> Result<Started>;
 
     /// Makes every write that returned durable.
     fn flush(&self) -> Result<()>;
@@ -175,21 +186,70 @@ impl Backing for EngineBacking {
             .map(|_| ())
     }
 
+    /// On the queues path, the namespace's own commands, on a thread of
+    /// their own, each one's queue and identifier recorded as it is
+    /// submitted; on the other paths, the engine's background transfer.
     fn read_async(
         &self,
         offset: u64,
         mem: Arc<dyn DeviceMemory>,
         mem_offset: usize,
         len: usize,
-    ) -> Result<Ticket> {
-        Ok(self.engine.submit(Request {
-            dir: crate::transfer::Direction::Read,
-            file: self.file.clone(),
-            file_offset: self.at(offset, len)?,
-            mem,
-            mem_offset,
-            len,
-        }))
+    ) -> Result<Started> {
+        let at = self.at(offset, len)?;
+        let queues = match self.file.queues_namespace() {
+            Some(ns)
+                if self.engine.choose(&self.file, mem.as_ref())?.path == TransferPath::Queues =>
+            {
+                Some(ns.clone())
+            }
+            _ => None,
+        };
+        let Some(ns) = queues else {
+            let ticket = self.engine.submit(Request {
+                dir: crate::transfer::Direction::Read,
+                file: self.file.clone(),
+                file_offset: at,
+                mem,
+                mem_offset,
+                len,
+            });
+            return Ok(Started {
+                ticket,
+                commands: None,
+            });
+        };
+        let issued = Arc::new(Issued::default());
+        let ticket = Ticket::new();
+        let (t, i, engine) = (ticket.clone(), issued.clone(), self.engine.clone());
+        std::thread::Builder::new()
+            .name("p2pdma-prefetch".into())
+            .spawn(move || {
+                let start = std::time::Instant::now();
+                let r = ns.read_issuing(at, mem.as_ref(), mem_offset, len, &i);
+                if r.is_ok() {
+                    let q = &engine.stats().queues;
+                    q.record_ios(i.ids().len() as u64);
+                    q.record_storage(start.elapsed());
+                    q.record_transfer(len as u64, start.elapsed());
+                }
+                t.complete(r.map(|()| Report {
+                    bytes: len as u64,
+                    path: TransferPath::Queues,
+                    retried: false,
+                    ring_pinned: false,
+                    copy_threads: 1,
+                }));
+            })
+            .map_err(|e| {
+                crate::Error::sys("start a prefetch's thread")(
+                    rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::AGAIN),
+                )
+            })?;
+        Ok(Started {
+            ticket,
+            commands: Some(issued),
+        })
     }
 
     fn flush(&self) -> Result<()> {

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::{
     memory::{DeviceMemory, HostMemory},
+    queues::{CommandId, Issued},
     transfer::{Direction, Ticket},
     Error, Result,
 };
@@ -103,6 +104,7 @@ pub struct Prefetch {
     dest: Arc<dyn DeviceMemory>,
     dest_offset: usize,
     ticket: Option<Ticket>,
+    commands: Option<Arc<Issued>>,
     pins: Arc<Pins>,
 }
 
@@ -116,6 +118,13 @@ impl std::fmt::Debug for Prefetch {
 }
 
 impl Prefetch {
+    /// The NVMe commands its read submitted so far (each one's queue and
+    /// identifier, as its completion entry names it) where the store's
+    /// device is a namespace the library drives; none on other paths.
+    pub fn commands(&self) -> Vec<CommandId> {
+        self.commands.as_ref().map_or_else(Vec::new, |i| i.ids())
+    }
+
     /// Whether its read has completed.
     pub fn is_done(&self) -> bool {
         self.ticket.as_ref().is_none_or(Ticket::is_done)
@@ -597,11 +606,14 @@ impl Store {
             dest: dest.clone(),
             dest_offset,
             ticket: None,
+            commands: None,
             pins: self.pins.clone(),
         };
         drop(s);
         if n > 0 {
-            p.ticket = Some(self.backing.read_async(at, dest, dest_offset, n)?);
+            let started = self.backing.read_async(at, dest, dest_offset, n)?;
+            p.ticket = Some(started.ticket);
+            p.commands = started.commands;
         }
         Ok(p)
     }

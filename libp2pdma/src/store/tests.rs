@@ -10,7 +10,7 @@ use std::{
 use proptest::prelude::*;
 
 use super::{
-    backing::Backing,
+    backing::{Backing, Started},
     cache::{PageCache, WritePolicy},
     layout::BLOCK,
     objects::Store,
@@ -156,7 +156,7 @@ impl Backing for MemBacking {
         mem: Arc<dyn DeviceMemory>,
         mem_offset: usize,
         len: usize,
-    ) -> Result<Ticket> {
+    ) -> Result<Started> {
         let t = Ticket::new();
         t.complete(
             self.read(offset, mem.as_ref(), mem_offset, len)
@@ -168,7 +168,10 @@ impl Backing for MemBacking {
                     copy_threads: 1,
                 }),
         );
-        Ok(t)
+        Ok(Started {
+            ticket: t,
+            commands: None,
+        })
     }
 
     fn flush(&self) -> Result<()> {

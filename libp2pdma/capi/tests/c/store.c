@@ -69,6 +69,13 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_mem_read(mem, 0, have, 8192) == 0);
 	CHECK(memcmp(have, want + 4096, 8192) == 0);
 
+	/* On a file, a prefetch names no NVMe commands. */
+	struct p2pdma_command_id ids[4];
+	CHECK(p2pdma_store_prefetch(store, a, 0, 4096, &p) == 0);
+	CHECK(p2pdma_prefetch_commands(p, ids, 4) == 0);
+	CHECK(p2pdma_prefetch_commands(NULL, ids, 4) == -EINVAL);
+	CHECK(p2pdma_store_consume(store, p, mem, 0, 4096) == 4096);
+
 	/* A prefetch into the buffer itself, consumed there. */
 	memset(have, 0, 8192);
 	CHECK(p2pdma_mem_write(mem, 0, have, 8192) == 0);

@@ -24,7 +24,14 @@ pub fn run(
 ) -> Result<()> {
     ns.check(file_offset, mem, mem_offset, len)?;
     let start = Instant::now();
-    let cmds = ns.transfer(dir == Direction::Write, file_offset, mem, mem_offset, len)?;
+    let cmds = ns.transfer(
+        dir == Direction::Write,
+        file_offset,
+        mem,
+        mem_offset,
+        len,
+        None,
+    )?;
     stats.record_ios(cmds);
     stats.record_storage(start.elapsed());
     stats.record_transfer(len as u64, start.elapsed());

@@ -210,6 +210,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
     let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     let mut rng = fastrand::Rng::with_seed(x.seed);
     let mut counts = [0usize; 6];
+    let mut commands = 0;
     for i in 0..x.ops {
         let pick = |m: &BTreeMap<u64, Vec<u8>>, r: &mut fastrand::Rng| -> Option<u64> {
             (!m.is_empty()).then(|| *m.keys().nth(r.usize(..m.len())).unwrap())
@@ -244,9 +245,22 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                 let got = if rng.bool() {
                     store.pread(id, off as u64, n, buf, 0)
                 } else {
-                    store
-                        .pread_prefetch(id, off as u64, n)
-                        .and_then(|p| store.consume_prefetch_pread(p, buf, 0, n))
+                    store.pread_prefetch(id, off as u64, n).and_then(|p| {
+                        while !p.is_done() {
+                            std::thread::yield_now();
+                        }
+                        // Its NVMe commands where the library drives the
+                        // controller, none elsewhere.
+                        let ids = p.commands();
+                        commands += ids.len();
+                        if x.queues.is_some() == ids.is_empty() || ids.iter().any(|c| c.queue == 0)
+                        {
+                            return Err(Error::InvalidArgument(format!(
+                                "op {i}: a prefetch of {n} bytes names the commands {ids:?}"
+                            )));
+                        }
+                        store.consume_prefetch_pread(p, buf, 0, n)
+                    })
                 };
                 got.map_err(|e| e.to_string())?;
                 let mut v = vec![0u8; n];
@@ -307,7 +321,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
             .map_err(|e| format!("putting the region back: {e}"))?;
     }
     println!(
-        "{} operations on {} ({} creates, {} writes, {} reads, {} deletes, {} resizes, {} flushes), {} objects reopened whole; paths {:?}; cache {stats:?}",
+        "{} operations on {} ({} creates, {} writes, {} reads, {} deletes, {} resizes, {} flushes), {} objects reopened whole; prefetches named {commands} NVMe commands; paths {:?}; cache {stats:?}",
         x.ops,
         x.path,
         counts[0],
