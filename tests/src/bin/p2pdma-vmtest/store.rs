@@ -166,6 +166,19 @@ fn check_whole(
     Ok(())
 }
 
+/// The module, and an engine with `path` preferred.
+pub fn module_and_engine(path: PathPref) -> Result<(Arc<Module>, Arc<Engine>), String> {
+    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let engine = Arc::new(Engine::new(
+        Config {
+            path,
+            ..Config::default()
+        },
+        Some(module.clone()),
+    ));
+    Ok((module, engine))
+}
+
 /// Creates the file at `path` with `size` bytes unless something is there.
 pub fn create(path: &str, size: u64) -> Result<(), String> {
     if std::path::Path::new(path).exists() {
@@ -180,14 +193,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
     if x.queues.is_none() {
         create(&x.path, x.size)?;
     }
-    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
-    let engine = Arc::new(Engine::new(
-        Config {
-            path: x.engine_path,
-            ..Config::default()
-        },
-        Some(module.clone()),
-    ));
+    let (module, engine) = module_and_engine(x.engine_path)?;
     let file = device(x, &module)?;
     // On a namespace, what the region held, to put back.
     let saved = match x.queues {
@@ -389,14 +395,7 @@ fn stamped(got: &[u8], st: &[u64; 2]) -> Result<(), String> {
 /// checked on storage.
 pub fn coherence(x: &CoherenceArgs) -> Result<(), String> {
     create(&x.path, x.size)?;
-    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
-    let engine = Arc::new(Engine::new(
-        Config {
-            path: x.engine_path,
-            ..Config::default()
-        },
-        Some(module.clone()),
-    ));
+    let (module, engine) = module_and_engine(x.engine_path)?;
     let file = Arc::new(StorageFile::open_rw(&x.path).map_err(|e| e.to_string())?);
     let backing = Arc::new(EngineBacking::new(engine.clone(), file));
     let plain = Store::format(backing.clone(), 8).map_err(|e| e.to_string())?;
