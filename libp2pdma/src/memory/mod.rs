@@ -6,14 +6,17 @@
 //!   this process, and [`ModuleMemory`];
 //! - [`peer`]: whether a peer can reach the memory, and the DMA addresses it
 //!   must use;
-//! - [`udmabuf`]: host memory made into a dma-buf to import.
+//! - [`udmabuf`]: host memory made into a dma-buf to import;
+//! - [`borrowed`]: host memory a caller lends for the length of a transfer.
 
+pub mod borrowed;
 pub mod device;
 pub mod module;
 pub mod peer;
 pub mod udmabuf;
 
 pub use crate::sys::DmaTarget;
+pub use borrowed::BorrowedHost;
 pub use device::{DeviceMemory, HostMemory, MemoryKind};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};

@@ -105,12 +105,17 @@ impl<T> Ticket<T> {
     }
 
     pub(crate) fn complete(&self, r: Result<T>) {
-        let mut s = self.lock();
-        s.result = Some(r);
-        if let Some(w) = s.waker.take() {
+        let waker = {
+            let mut s = self.lock();
+            s.result = Some(r);
+            self.shared.1.notify_all();
+            s.waker.take()
+        };
+        // Woken outside the lock: a waker may take locks of its own (an
+        // interpreter's), which a thread polling the ticket may hold.
+        if let Some(w) = waker {
             w.wake();
         }
-        self.shared.1.notify_all();
     }
 
     /// Whether the transfer has finished (successfully or not).
@@ -124,6 +129,32 @@ impl<T> Ticket<T> {
     pub fn poll(&self) -> Option<Result<T>> {
         let mut s = self.lock();
         take(&mut s)
+    }
+
+    /// Blocks until the transfer finishes, or `timeout` passes, without
+    /// taking the result; says whether it finished.
+    pub fn wait_done(&self, timeout: Option<std::time::Duration>) -> bool {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut s = self.lock();
+        loop {
+            if s.result.is_some() || s.taken {
+                return true;
+            }
+            s = match deadline {
+                None => self.shared.1.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    self.shared
+                        .1
+                        .wait_timeout(s, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
     }
 
     /// Blocks until the transfer finishes and returns its result.

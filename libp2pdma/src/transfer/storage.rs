@@ -289,7 +289,7 @@ impl StorageFile {
     }
 
     /// The kernel's file, which a namespace this process drives has not.
-    pub(crate) fn fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+    pub fn fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
         self.direct
             .as_ref()
             .map(|f| f.as_fd())

@@ -1,0 +1,100 @@
+"""p2pdma: files and NVMe namespaces into accelerator memory by peer-to-peer
+DMA, from Python.
+
+The shape is KvikIO's, so that switching takes little change::
+
+    import numpy as np
+    import p2pdma
+
+    with p2pdma.File("/data/shard-0") as f:
+        a = np.empty(1 << 20, dtype=np.uint8)
+        f.read(a)                        # blocks, returns the bytes read
+        fut = f.pread(a, file_offset=4096)
+        fut.get()                        # or fut.wait(), or `await fut`
+
+    mem = p2pdma.Memory.accelerator(64 << 20)   # accelerator memory
+    with p2pdma.File("/dev/nvme0n1") as f:
+        f.read(mem)                      # by P2P where the kernel allows it
+        print(f.path_for(mem))           # the path, and why
+
+Buffers are anything with the buffer protocol (``bytearray``, ``memoryview``,
+numpy arrays), anything with DLPack whose memory the CPU addresses (torch CPU
+tensors), and ``p2pdma.Memory`` (accelerator memory, or the host-memory
+device where there is no accelerator). Errors are ``OSError`` subclasses
+(``p2pdma.errors``). ``p2pdma.safetensors.load_file`` loads model weights
+straight into the target memory.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._p2pdma import (
+    BatchFuture,
+    Engine,
+    File,
+    Future,
+    Memory,
+    MemoryView,
+    Shape,
+    __version__,
+    default_engine,
+    doctor,
+    submit_batch,
+)
+from .errors import (
+    ControllerError,
+    EndOfFileError,
+    Error,
+    InvalidArgumentError,
+    ModuleError,
+    NvmeError,
+    PathUnavailableError,
+)
+
+#: KvikIO's name for a file opened for transfers.
+CuFile = File
+
+
+def stats() -> dict:
+    """What each path of the default engine has moved: ``{"p2p": {...},
+    "nvme-cmd": {...}, "bounce": {...}, "queues": {...}}``."""
+    return default_engine().stats()
+
+
+def route(src, dst, src_offset: int = 0, dst_offset: int = 0) -> dict:
+    """The route the default engine takes from ``src`` to ``dst`` (each a
+    ``File``, a ``Memory`` or a buffer): its hops, and why."""
+    return default_engine().route(src, dst, src_offset, dst_offset)
+
+
+def copy(src, dst, size: int, src_offset: int = 0, dst_offset: int = 0, chunk=None) -> dict:
+    """Copies ``size`` bytes from ``src`` to ``dst`` along the default
+    engine's route, stages overlapped."""
+    return default_engine().copy(src, dst, size, src_offset, dst_offset, chunk)
+
+
+__all__ = [
+    "BatchFuture",
+    "ControllerError",
+    "CuFile",
+    "EndOfFileError",
+    "Engine",
+    "Error",
+    "File",
+    "Future",
+    "InvalidArgumentError",
+    "Memory",
+    "MemoryView",
+    "ModuleError",
+    "NvmeError",
+    "PathUnavailableError",
+    "Shape",
+    "__version__",
+    "copy",
+    "default_engine",
+    "doctor",
+    "errors",
+    "route",
+    "stats",
+    "submit_batch",
+]

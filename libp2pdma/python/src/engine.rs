@@ -1,0 +1,273 @@
+//! The transfer engine, its counters, routes, and the doctor.
+//!
+//! One default engine serves every `File` opened without one (KvikIO's
+//! global thread pool); it reads its settings from the environment
+//! (`P2PDMA_PATH`, `P2PDMA_CHUNK`, ... and `P2PDMA_CONFIG`) when first
+//! used. The p2pdma module is opened once, where it is loaded.
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use p2pdma::{
+    transfer::{
+        route::{End, RouteOptions},
+        TransferPath,
+    },
+    AccelSelect, Config, Doctor, Module,
+};
+use pyo3::{
+    prelude::*,
+    sync::PyOnceLock,
+    types::{PyDict, PyList},
+};
+
+use crate::{
+    buffers::{self, Access, Target},
+    errors,
+    file::File,
+};
+
+/// The module, opened on first use; `None` where it is not loaded.
+static MODULE: Mutex<Option<Arc<Module>>> = Mutex::new(None);
+
+/// The p2pdma module, opening it on first use.
+pub fn module(py: Python<'_>) -> PyResult<Arc<Module>> {
+    let mut m = MODULE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = &*m {
+        return Ok(m.clone());
+    }
+    let opened = Arc::new(Module::open().map_err(|e| errors::to_py(py, &e, None, None))?);
+    *m = Some(opened.clone());
+    Ok(opened)
+}
+
+/// The transfer engine: picks the path for each file and memory, moves the
+/// bytes, counts what each path did.
+#[pyclass(frozen, module = "p2pdma")]
+pub struct Engine {
+    pub inner: Arc<p2pdma::Engine>,
+}
+
+static DEFAULT: PyOnceLock<Py<Engine>> = PyOnceLock::new();
+
+/// The engine `File`s use when given none, made from the environment on
+/// first use.
+#[pyfunction]
+pub fn default_engine(py: Python<'_>) -> PyResult<Py<Engine>> {
+    DEFAULT
+        .get_or_try_init(py, || {
+            let config = Config::from_env().map_err(|e| errors::to_py(py, &e, None, None))?;
+            Py::new(py, Engine::with(config, module(py).ok()))
+        })
+        .map(|e| e.clone_ref(py))
+}
+
+impl Engine {
+    fn with(config: Config, module: Option<Arc<Module>>) -> Self {
+        Self {
+            inner: Arc::new(p2pdma::Engine::new(config, module)),
+        }
+    }
+}
+
+fn snapshot(
+    py: Python<'_>,
+    s: p2pdma::transfer::stats::PathSnapshot,
+) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("transfers", s.transfers)?;
+    d.set_item("ios", s.ios)?;
+    d.set_item("module_ios", s.module_ios)?;
+    d.set_item("retries", s.retries)?;
+    d.set_item("storage_seconds", s.storage.as_secs_f64())?;
+    d.set_item("copy_seconds", s.copy.as_secs_f64())?;
+    d.set_item("total_seconds", s.total.as_secs_f64())?;
+    Ok(d)
+}
+
+/// One end of a route, as the Python caller gave it.
+enum Side {
+    Storage(Arc<p2pdma::StorageFile>, PathBuf),
+    Memory(Target),
+}
+
+fn side(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Side> {
+    if let Ok(f) = obj.cast::<File>() {
+        let f = f.get();
+        return Ok(Side::Storage(f.storage(py)?, f.path.clone()));
+    }
+    Ok(Side::Memory(buffers::target(py, obj, access)?))
+}
+
+fn end(s: &Side, offset: usize) -> End<'_> {
+    match s {
+        Side::Storage(f, _) => End::Storage {
+            file: f,
+            offset: offset as u64,
+        },
+        Side::Memory(t) => End::Memory {
+            mem: &*t.mem,
+            offset: t.offset + offset,
+        },
+    }
+}
+
+fn file_of<'a>(a: &'a Side, b: &'a Side) -> Option<&'a std::path::Path> {
+    [a, b].into_iter().find_map(|s| match s {
+        Side::Storage(_, p) => Some(p.as_path()),
+        Side::Memory(_) => None,
+    })
+}
+
+#[pymethods]
+impl Engine {
+    /// An engine with these settings over the environment's (`path`:
+    /// auto, p2p, nvme-cmd, bounce or queues; `chunk`: bytes per I/O;
+    /// `depth`: I/Os in flight; `copy_threads`; and the other keys of
+    /// `P2PDMA_CONFIG` files).
+    #[new]
+    #[pyo3(signature = (**settings))]
+    fn new(py: Python<'_>, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let mut config = Config::from_env().map_err(|e| errors::to_py(py, &e, None, None))?;
+        for (k, v) in settings.into_iter().flat_map(|d| d.iter()) {
+            let key: String = k.extract()?;
+            let value = v.str()?.to_string();
+            config
+                .set(&key, &value)
+                .map_err(|e| errors::to_py(py, &e, None, None))?;
+        }
+        Ok(Self::with(config, module(py).ok()))
+    }
+
+    /// The path setting: auto, p2p, nvme-cmd, bounce or queues.
+    #[getter]
+    fn path(&self) -> &'static str {
+        self.inner.config().path.as_str()
+    }
+
+    /// Whether the p2pdma module is open (accelerator memory and P2P need it).
+    #[getter]
+    fn has_module(&self) -> bool {
+        MODULE.lock().map(|m| m.is_some()).unwrap_or(false)
+    }
+
+    /// What each path has moved since the engine was made: a dict of
+    /// `p2p`, `nvme-cmd`, `bounce`, `queues`, each with `bytes`,
+    /// `transfers`, `ios`, `module_ios`, `retries` and seconds spent.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for p in [
+            TransferPath::P2p,
+            TransferPath::NvmeCmd,
+            TransferPath::Bounce,
+            TransferPath::Queues,
+        ] {
+            d.set_item(
+                p.as_str(),
+                snapshot(py, self.inner.stats().of(p).snapshot())?,
+            )?;
+        }
+        Ok(d)
+    }
+
+    /// The route from `src` to `dst` (each a `File`, a `Memory` or a
+    /// buffer) the engine would take: `{"hops": [...], "reason": ...}`.
+    #[pyo3(signature = (src, dst, src_offset = 0, dst_offset = 0))]
+    fn route<'py>(
+        &self,
+        py: Python<'py>,
+        src: &Bound<'py, PyAny>,
+        dst: &Bound<'py, PyAny>,
+        src_offset: usize,
+        dst_offset: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (a, b) = (side(py, src, Access::Read)?, side(py, dst, Access::Write)?);
+        let r = self
+            .inner
+            .route(end(&a, src_offset), end(&b, dst_offset))
+            .map_err(|e| errors::to_py(py, &e, file_of(&a, &b), None))?;
+        let d = PyDict::new(py);
+        let hops = PyList::empty(py);
+        for h in r.hops() {
+            hops.append(h.to_string())?;
+        }
+        d.set_item("hops", hops)?;
+        d.set_item("reason", r.reason())?;
+        Ok(d)
+    }
+
+    /// Copies `size` bytes from `src` to `dst` along the engine's route
+    /// (storage to memory, memory to storage, memory to memory, storage
+    /// to storage), stages overlapped. Returns what it did.
+    #[pyo3(signature = (src, dst, size, src_offset = 0, dst_offset = 0, chunk = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn copy<'py>(
+        &self,
+        py: Python<'py>,
+        src: &Bound<'py, PyAny>,
+        dst: &Bound<'py, PyAny>,
+        size: usize,
+        src_offset: usize,
+        dst_offset: usize,
+        chunk: Option<usize>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let (a, b) = (side(py, src, Access::Read)?, side(py, dst, Access::Write)?);
+        let engine = self.inner.clone();
+        let opts = RouteOptions {
+            chunk,
+            ..RouteOptions::default()
+        };
+        let r = py
+            .detach(|| {
+                let route = engine.route(end(&a, src_offset), end(&b, dst_offset))?;
+                engine.copy(&route, size, &opts)
+            })
+            .map_err(|e| errors::to_py(py, &e, file_of(&a, &b), None))?;
+        let d = PyDict::new(py);
+        d.set_item("bytes", r.bytes)?;
+        d.set_item(
+            "hops",
+            r.hops.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+        )?;
+        d.set_item("chunk", r.chunk)?;
+        d.set_item("chunks", r.chunks)?;
+        d.set_item("seconds", r.elapsed.as_secs_f64())?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<p2pdma.Engine path={}>", self.inner.config().path.as_str())
+    }
+}
+
+/// The doctor's report on this machine, for `storage` (a file or block
+/// device, optional) and accelerator `accel` (an index or a PCI address;
+/// the first when omitted), as a dict: every check with its status and
+/// detail, the path AUTO would take and why.
+#[pyfunction]
+#[pyo3(signature = (storage = None, accel = None))]
+pub fn doctor<'py>(
+    py: Python<'py>,
+    storage: Option<PathBuf>,
+    accel: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let select = match accel {
+        None => AccelSelect::Auto,
+        Some(a) => match a.extract::<u32>() {
+            Ok(i) => AccelSelect::Index(i),
+            Err(_) => {
+                let s: String = a.extract()?;
+                AccelSelect::Pci(
+                    s.parse()
+                        .map_err(|e: p2pdma::Error| errors::to_py(py, &e, None, None))?,
+                )
+            }
+        },
+    };
+    let report = py.detach(|| Doctor::new().run(storage.as_deref(), select));
+    let json = report.to_json().to_string();
+    py.import("json")?.call_method1("loads", (json,))
+}

@@ -1,0 +1,515 @@
+//! A file or NVMe namespace and its transfers, in the shape of KvikIO's
+//! `CuFile`: `read`/`write` block and return the bytes moved; `pread`/
+//! `pwrite` return a [`Future`]. Reads and writes have `pread`/`pwrite`
+//! semantics: they move every byte asked for or raise, and a read past
+//! the end of the file raises `EndOfFileError` instead of returning a
+//! short count.
+
+use std::{
+    fs::OpenOptions,
+    os::fd::AsRawFd,
+    path::PathBuf,
+    sync::{Arc, RwLock},
+};
+
+use p2pdma::{Direction, Layout, Request, StorageFile, StridedMode};
+use pyo3::{exceptions::PyValueError, prelude::*, types::PyDict};
+
+use crate::{
+    buffers::{self, Access, Target},
+    engine::{default_engine, Engine},
+    errors::{self, Taken},
+    future::{BatchFuture, Future},
+    shape::Shape,
+};
+
+/// A file or block device (an NVMe namespace, a partition) opened for
+/// transfers.
+#[pyclass(frozen, module = "p2pdma")]
+pub struct File {
+    storage: RwLock<Option<Arc<StorageFile>>>,
+    pub engine: Py<Engine>,
+    pub path: PathBuf,
+    flags: String,
+}
+
+fn parse_flags(py: Python<'_>, flags: &str) -> PyResult<(bool, bool, bool)> {
+    // (write, create, truncate), as KvikIO reads "r", "w", "a" and "+".
+    let plus = flags.contains('+');
+    let mode: Vec<char> = flags.chars().filter(|c| *c != '+').collect();
+    match mode.as_slice() {
+        ['r'] => Ok((plus, false, false)),
+        ['w'] => Ok((true, true, true)),
+        ['a'] => Ok((true, true, false)),
+        _ => Err(errors::invalid(
+            py,
+            format!("flags '{flags}': expected r, w or a, with an optional +"),
+        )),
+    }
+}
+
+impl File {
+    /// The open file, or `ValueError` once closed (as Python files do).
+    pub fn storage(&self, _py: Python<'_>) -> PyResult<Arc<StorageFile>> {
+        let s = self.storage.read().unwrap_or_else(|p| p.into_inner());
+        s.clone()
+            .ok_or_else(|| PyValueError::new_err("I/O operation on closed file"))
+    }
+
+    fn engine(&self, py: Python<'_>) -> Arc<p2pdma::Engine> {
+        self.engine.bind(py).get().inner.clone()
+    }
+
+    /// `e` raised about this file, with the path the engine would take
+    /// for `mem` and why.
+    fn fail(
+        &self,
+        py: Python<'_>,
+        e: &p2pdma::Error,
+        file: &StorageFile,
+        mem: &dyn p2pdma::DeviceMemory,
+    ) -> PyErr {
+        let taken = self.engine(py).choose(file, mem).ok().map(|c| Taken {
+            path: c.path.as_str().into(),
+            reason: c.reason,
+        });
+        errors::to_py(py, e, Some(&self.path), taken.as_ref())
+    }
+
+    /// The transfer a call describes: the open file, the memory, where in
+    /// it and how many bytes.
+    fn request(
+        &self,
+        py: Python<'_>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<Request> {
+        let file = self.storage(py)?;
+        let access = match dir {
+            Direction::Read => Access::Write,
+            Direction::Write => Access::Read,
+        };
+        let t: Target = buffers::target(py, buf, access)?;
+        let (mem_offset, len) = t.span(py, buf_offset, size)?;
+        Ok(Request {
+            dir,
+            file,
+            file_offset,
+            mem: t.mem,
+            mem_offset,
+            len,
+        })
+    }
+
+    fn run(&self, py: Python<'_>, req: Request) -> PyResult<usize> {
+        if req.len == 0 {
+            return Ok(0);
+        }
+        let engine = self.engine(py);
+        let r = py.detach(|| match req.dir {
+            Direction::Read => engine.read(
+                &req.file,
+                req.file_offset,
+                &*req.mem,
+                req.mem_offset,
+                req.len,
+            ),
+            Direction::Write => engine.write(
+                &req.file,
+                req.file_offset,
+                &*req.mem,
+                req.mem_offset,
+                req.len,
+            ),
+        });
+        match r {
+            Ok(report) => Ok(report.bytes as usize),
+            Err(e) => Err(self.fail(py, &e, &req.file, &*req.mem)),
+        }
+    }
+
+    fn submit(&self, py: Python<'_>, req: Request) -> PyResult<Future> {
+        let engine = self.engine(py);
+        let context = (self.path.clone(), req.file.clone(), req.mem.clone());
+        let len = req.len;
+        let ticket = match len {
+            0 => None,
+            _ => Some(engine.submit(req)),
+        };
+        Ok(Future::new(ticket, len, engine, context))
+    }
+
+    fn strided(
+        &self,
+        py: Python<'_>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        shape: &Shape,
+        (layout, mode): (Layout, StridedMode),
+        buf_offset: usize,
+    ) -> PyResult<Py<PyDict>> {
+        let file = self.storage(py)?;
+        let access = match dir {
+            Direction::Read => Access::Write,
+            Direction::Write => Access::Read,
+        };
+        let t = buffers::target(py, buf, access)?;
+        let (mem_offset, _) = t.span(py, buf_offset, Some(0))?;
+        let engine = self.engine(py);
+        let s = shape.inner.clone();
+        let r = py.detach(|| match dir {
+            Direction::Read => engine.read_strided(&file, &s, &*t.mem, mem_offset, layout, mode),
+            Direction::Write => engine.write_strided(&file, &s, &*t.mem, mem_offset, layout, mode),
+        });
+        let r = r.map_err(|e| self.fail(py, &e, &file, &*t.mem))?;
+        let d = PyDict::new(py);
+        d.set_item("mode", r.mode.to_string())?;
+        d.set_item("reason", r.reason)?;
+        d.set_item("bytes", r.bytes)?;
+        d.set_item("storage_bytes", r.storage_bytes)?;
+        d.set_item("calls", r.calls)?;
+        d.set_item(
+            "paths",
+            r.paths.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        )?;
+        d.set_item("retried", r.retried)?;
+        Ok(d.unbind())
+    }
+}
+
+#[pymethods]
+impl File {
+    /// Opens `path` (a file, or a block device such as an NVMe namespace or
+    /// a partition). `flags`: `"r"` read, `"r+"` read and write, `"w"`
+    /// create or truncate, `"a"` create if missing; `engine`: the engine
+    /// to use (the default engine when omitted).
+    #[new]
+    #[pyo3(signature = (path, flags = "r", engine = None))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        flags: &str,
+        engine: Option<Py<Engine>>,
+    ) -> PyResult<Self> {
+        let (write, create, truncate) = parse_flags(py, flags)?;
+        let engine = match engine {
+            Some(e) => e,
+            None => default_engine(py)?,
+        };
+        let p = path.clone();
+        let storage = py.detach(move || -> p2pdma::Result<StorageFile> {
+            if create {
+                OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(truncate)
+                    .open(&p)
+                    .map_err(|e| p2pdma::Error::Io {
+                        op: "create",
+                        path: p.clone(),
+                        offset: 0,
+                        len: 0,
+                        source: rustix::io::Errno::from_io_error(&e)
+                            .unwrap_or(rustix::io::Errno::IO),
+                    })?;
+            }
+            match write {
+                true => StorageFile::open_rw(&p),
+                false => StorageFile::open(&p),
+            }
+        });
+        let storage = storage.map_err(|e| errors::to_py(py, &e, Some(&path), None))?;
+        Ok(Self {
+            storage: RwLock::new(Some(Arc::new(storage))),
+            engine,
+            path,
+            flags: flags.into(),
+        })
+    }
+
+    /// Reads `size` bytes (the rest of `buf` when omitted) at `file_offset`
+    /// into `buf` at `buf_offset`; returns the bytes read, always `size`.
+    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    fn read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<usize> {
+        let req = self.request(py, Direction::Read, buf, size, file_offset, buf_offset)?;
+        self.run(py, req)
+    }
+
+    /// Writes `size` bytes of `buf` from `buf_offset` at `file_offset`;
+    /// returns the bytes written, always `size`.
+    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<usize> {
+        let req = self.request(py, Direction::Write, buf, size, file_offset, buf_offset)?;
+        self.run(py, req)
+    }
+
+    /// `read` in the background: returns a `Future` (`wait()`, `get()`,
+    /// `done()`, or `await` it).
+    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    fn pread(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<Future> {
+        let req = self.request(py, Direction::Read, buf, size, file_offset, buf_offset)?;
+        self.submit(py, req)
+    }
+
+    /// `write` in the background: returns a `Future`.
+    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    fn pwrite(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<Future> {
+        let req = self.request(py, Direction::Write, buf, size, file_offset, buf_offset)?;
+        self.submit(py, req)
+    }
+
+    /// Many reads at once: `entries` is a list of `(buf, file_offset)` or
+    /// `(buf, file_offset, size)`; returns a `BatchFuture`. Every entry is
+    /// checked before any is submitted.
+    fn pread_batch(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        entries: &Bound<'_, PyAny>,
+    ) -> PyResult<BatchFuture> {
+        let mut batch = Vec::new();
+        for e in entries.try_iter()? {
+            let e = e?;
+            let (buf, file_offset, size): (Bound<'_, PyAny>, u64, Option<usize>) =
+                match e.extract::<(Bound<'_, PyAny>, u64, Option<usize>)>() {
+                    Ok(t) => t,
+                    Err(_) => {
+                        let (b, o): (Bound<'_, PyAny>, u64) = e.extract()?;
+                        (b, o, None)
+                    }
+                };
+            batch.push((slf.clone(), Direction::Read, buf, file_offset, size));
+        }
+        submit_entries(py, batch)
+    }
+
+    /// Reads the runs of `shape` (a `Shape`) into `buf` from `buf_offset`:
+    /// back to back (`layout="packed"`) or mirroring the file
+    /// (`"strided"`); `mode`: auto, rc, sc or tat. Returns what it did.
+    #[pyo3(signature = (buf, shape, layout = "packed", mode = "auto", buf_offset = 0))]
+    fn read_strided(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        shape: PyRef<'_, Shape>,
+        layout: &str,
+        mode: &str,
+        buf_offset: usize,
+    ) -> PyResult<Py<PyDict>> {
+        let how = strided_how(py, layout, mode)?;
+        self.strided(py, Direction::Read, buf, &shape, how, buf_offset)
+    }
+
+    /// Writes `buf`'s runs to the places `shape` names.
+    #[pyo3(signature = (buf, shape, layout = "packed", mode = "auto", buf_offset = 0))]
+    fn write_strided(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        shape: PyRef<'_, Shape>,
+        layout: &str,
+        mode: &str,
+        buf_offset: usize,
+    ) -> PyResult<Py<PyDict>> {
+        let how = strided_how(py, layout, mode)?;
+        self.strided(py, Direction::Write, buf, &shape, how, buf_offset)
+    }
+
+    /// The path the engine takes between this file and `buf`, and why:
+    /// `(path, reason)`.
+    fn path_for(&self, py: Python<'_>, buf: &Bound<'_, PyAny>) -> PyResult<(String, String)> {
+        let file = self.storage(py)?;
+        let t = buffers::target(py, buf, Access::Read)?;
+        let c = self
+            .engine(py)
+            .choose(&file, &*t.mem)
+            .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))?;
+        Ok((c.path.as_str().into(), c.reason))
+    }
+
+    /// The file's size in bytes now.
+    fn size(&self, py: Python<'_>) -> PyResult<u64> {
+        let file = self.storage(py)?;
+        file.current_size()
+            .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))
+    }
+
+    /// The file's descriptor (`O_DIRECT`).
+    fn fileno(&self, py: Python<'_>) -> PyResult<i32> {
+        let file = self.storage(py)?;
+        let fd = file
+            .fd()
+            .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))?;
+        Ok(fd.as_raw_fd())
+    }
+
+    /// Flushes written data to stable storage (`fdatasync`, or NVMe Flush).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let file = self.storage(py)?;
+        py.detach(|| file.sync())
+            .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))
+    }
+
+    /// The path it was opened with.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// The flags it was opened with.
+    #[getter]
+    fn flags(&self) -> String {
+        self.flags.clone()
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.storage.read().map(|s| s.is_none()).unwrap_or(true)
+    }
+
+    /// Closes the file. Transfers in flight keep it open until they end.
+    fn close(&self) {
+        *self.storage.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        _ty: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) {
+        self.close();
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<p2pdma.File {} flags={}{}>",
+            self.path.display(),
+            self.flags,
+            if self.closed() { " closed" } else { "" }
+        )
+    }
+}
+
+/// A strided call's `layout` and `mode` arguments.
+fn strided_how(py: Python<'_>, layout: &str, mode: &str) -> PyResult<(Layout, StridedMode)> {
+    let layout = match layout {
+        "packed" => Layout::Packed,
+        "strided" => Layout::Strided,
+        other => {
+            return Err(errors::invalid(
+                py,
+                format!("layout '{other}': expected packed or strided"),
+            ))
+        }
+    };
+    let mode = match mode {
+        "auto" => StridedMode::Auto,
+        "rc" => StridedMode::Rc,
+        "sc" => StridedMode::Sc,
+        "tat" => StridedMode::Tat,
+        other => {
+            return Err(errors::invalid(
+                py,
+                format!("mode '{other}': expected auto, rc, sc or tat"),
+            ))
+        }
+    };
+    Ok((layout, mode))
+}
+
+type Entry<'py> = (
+    Bound<'py, File>,
+    Direction,
+    Bound<'py, PyAny>,
+    u64,
+    Option<usize>,
+);
+
+fn submit_entries(py: Python<'_>, entries: Vec<Entry<'_>>) -> PyResult<BatchFuture> {
+    let mut reqs = Vec::with_capacity(entries.len());
+    for (f, dir, buf, file_offset, size) in &entries {
+        reqs.push((
+            f.clone(),
+            f.get().request(py, *dir, buf, *size, *file_offset, 0)?,
+        ));
+    }
+    let mut futures = Vec::with_capacity(reqs.len());
+    for (f, req) in reqs {
+        futures.push(Py::new(py, f.get().submit(py, req)?)?);
+    }
+    Ok(BatchFuture::new(futures))
+}
+
+/// Transfers across files at once: `entries` is a list of `(file, "r" or
+/// "w", buf, file_offset[, size])`; returns a `BatchFuture`. Every entry is
+/// checked before any is submitted.
+#[pyfunction]
+pub fn submit_batch(py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<BatchFuture> {
+    let mut batch = Vec::new();
+    for e in entries.try_iter()? {
+        let e = e?;
+        let t: Vec<Bound<'_, PyAny>> = e.extract()?;
+        if !(4..=5).contains(&t.len()) {
+            return Err(errors::invalid(
+                py,
+                format!(
+                    "a batch entry has {} items: expected (file, 'r' or 'w', buf, file_offset[, size])",
+                    t.len()
+                ),
+            ));
+        }
+        let file = t[0].cast::<File>()?.clone();
+        let dir = match t[1].extract::<String>()?.as_str() {
+            "r" => Direction::Read,
+            "w" => Direction::Write,
+            other => {
+                return Err(errors::invalid(
+                    py,
+                    format!("direction '{other}': expected 'r' or 'w'"),
+                ))
+            }
+        };
+        let size = match t.get(4) {
+            Some(s) => s.extract()?,
+            None => None,
+        };
+        batch.push((file, dir, t[2].clone(), t[3].extract()?, size));
+    }
+    submit_entries(py, batch)
+}

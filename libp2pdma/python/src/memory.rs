@@ -1,0 +1,334 @@
+//! Accelerator memory as a Python object.
+//!
+//! A [`Memory`] is accelerator BAR memory from the module, or the
+//! host-memory device where there is no accelerator. It says where it
+//! lives through DLPack: the host-memory device is `kDLCPU`; BAR memory is
+//! `kDLExtDev` with the accelerator's index, because it is not host memory
+//! and only this library moves data into it. Where the CPU can map the
+//! memory (BAR memory is mapped write-combined, gdrcopy-style), `view()`
+//! gives a [`MemoryView`] that is `kDLCPU`: numpy and torch can read and
+//! write it through the mapping.
+
+use std::sync::Arc;
+
+use dlpark::{
+    ffi::{DLDataType, DLDevice, DLDeviceType, DLManagedTensor, DLManagedTensorVersioned},
+    metadata::Fixed,
+    python::{export_dlpack, DlpackExporter, ExportRequest},
+    DlpackFlags, Managed, ManagedTensorBase,
+};
+use p2pdma::{memory::MemoryKind, DeviceMemory, HostMemory, ModuleMemory};
+use pyo3::prelude::*;
+
+use crate::{
+    buffers::{self, Access},
+    engine, errors,
+};
+
+/// Accelerator memory (or the host-memory device).
+#[pyclass(frozen, module = "p2pdma")]
+pub struct Memory {
+    pub mem: Arc<dyn DeviceMemory>,
+}
+
+/// Where the memory lives, as DLPack says it.
+fn device_of(mem: &dyn DeviceMemory) -> DLDevice {
+    match mem.kind() {
+        MemoryKind::Host => DLDevice::CPU,
+        MemoryKind::ModuleBar { index, .. } => DLDevice {
+            device_type: DLDeviceType::EXTDEV,
+            device_id: index as i32,
+        },
+    }
+}
+
+/// The memory's CPU mapping, if it has one: its first byte and length.
+fn cpu_mapping(mem: &dyn DeviceMemory) -> Option<(*mut u8, usize)> {
+    mem.dma_target().map(|t| (t.ptr, t.len))
+}
+
+#[pymethods]
+impl Memory {
+    /// `size` bytes of zeroed, page-aligned host memory standing in for an
+    /// accelerator (the host-memory device).
+    #[staticmethod]
+    fn host(py: Python<'_>, size: usize) -> PyResult<Self> {
+        if size == 0 {
+            return Err(errors::invalid(py, "size is 0"));
+        }
+        let mem = py
+            .detach(|| HostMemory::new(size))
+            .map_err(|e| errors::to_py(py, &e, None, None))?;
+        Ok(Self { mem: Arc::new(mem) })
+    }
+
+    /// `size` bytes of accelerator `index`'s memory from the p2pdma
+    /// module, its bus address aligned to `align` (0: a page). The bytes
+    /// are zeroed.
+    #[staticmethod]
+    #[pyo3(signature = (size, index = 0, align = 0))]
+    fn accelerator(py: Python<'_>, size: u64, index: u32, align: u64) -> PyResult<Self> {
+        let module = engine::module(py)?;
+        let mem = py
+            .detach(|| ModuleMemory::alloc(module, index, size, align))
+            .map_err(|e| errors::to_py(py, &e, None, None))?;
+        Ok(Self { mem: Arc::new(mem) })
+    }
+
+    /// Size in bytes.
+    #[getter]
+    fn size(&self) -> usize {
+        self.mem.len()
+    }
+
+    fn __len__(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// What the memory is, in words.
+    #[getter]
+    fn kind(&self) -> String {
+        self.mem.kind().to_string()
+    }
+
+    /// `"cpu"` for the host-memory device, `"accel:N"` for accelerator N.
+    #[getter]
+    fn device(&self) -> String {
+        match self.mem.kind() {
+            MemoryKind::Host => "cpu".into(),
+            MemoryKind::ModuleBar { index, .. } => format!("accel:{index}"),
+        }
+    }
+
+    /// Copies `buf` (any buffer or CPU tensor) into the memory at `offset`.
+    #[pyo3(signature = (buf, offset = 0))]
+    fn write(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, offset: usize) -> PyResult<usize> {
+        let src = buffers::target(py, buf, Access::Read)?;
+        copy(py, &*src.mem, src.offset, &*self.mem, offset, src.len)
+    }
+
+    /// Copies the memory at `offset` into `buf`, filling it.
+    #[pyo3(signature = (buf, offset = 0))]
+    fn read(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, offset: usize) -> PyResult<usize> {
+        let dst = buffers::target(py, buf, Access::Write)?;
+        copy(py, &*self.mem, offset, &*dst.mem, dst.offset, dst.len)
+    }
+
+    /// `size` bytes from `offset` as `bytes` (a copy).
+    #[pyo3(signature = (offset = 0, size = None))]
+    fn to_bytes(&self, py: Python<'_>, offset: usize, size: Option<usize>) -> PyResult<Vec<u8>> {
+        let size = size.unwrap_or(self.mem.len().saturating_sub(offset));
+        let mut out = vec![0u8; size];
+        let mem = self.mem.clone();
+        py.detach(|| mem.read_at(offset, &mut out))
+            .map_err(|e| errors::to_py(py, &e, None, None))?;
+        Ok(out)
+    }
+
+    /// A view of `size` bytes from `offset` through the CPU mapping, for
+    /// numpy and torch (`numpy.from_dlpack(mem.view())`); reads and writes
+    /// through it are CPU loads and stores on the memory. Also a target for
+    /// transfers, like the memory itself.
+    #[pyo3(signature = (offset = 0, size = None))]
+    fn view(&self, py: Python<'_>, offset: usize, size: Option<usize>) -> PyResult<MemoryView> {
+        MemoryView::new(py, self.mem.clone(), offset, size)
+    }
+
+    fn __dlpack_device__(&self) -> (u32, i32) {
+        device_of(&*self.mem).into()
+    }
+
+    /// The whole memory as a one-dimensional `uint8` DLPack tensor on its
+    /// own device (see `__dlpack_device__`).
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(u32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let view = MemoryView::new(py, self.mem.clone(), 0, None)?;
+        let export = Export {
+            view: &view,
+            device: device_of(&*self.mem),
+        };
+        let request = ExportRequest::parse(stream, max_version, dl_device, copy)?;
+        export_dlpack(&export, py, request)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<p2pdma.Memory {} bytes of {}>",
+            self.mem.len(),
+            self.mem.kind()
+        )
+    }
+}
+
+fn copy(
+    py: Python<'_>,
+    from: &dyn DeviceMemory,
+    from_offset: usize,
+    to: &dyn DeviceMemory,
+    to_offset: usize,
+    len: usize,
+) -> PyResult<usize> {
+    let r = py.detach(|| -> p2pdma::Result<()> {
+        let mut staged = vec![0u8; len.min(4 << 20)];
+        let mut done = 0;
+        while done < len {
+            let n = staged.len().min(len - done);
+            from.read_at(from_offset + done, &mut staged[..n])?;
+            to.write_at(to_offset + done, &staged[..n])?;
+            done += n;
+        }
+        Ok(())
+    });
+    r.map_err(|e| errors::to_py(py, &e, None, None))?;
+    Ok(len)
+}
+
+/// A range of a [`Memory`] seen through its CPU mapping (`kDLCPU`).
+#[pyclass(frozen, module = "p2pdma")]
+pub struct MemoryView {
+    pub mem: Arc<dyn DeviceMemory>,
+    pub offset: usize,
+    pub len: usize,
+    ptr: usize,
+}
+
+impl MemoryView {
+    fn new(
+        py: Python<'_>,
+        mem: Arc<dyn DeviceMemory>,
+        offset: usize,
+        size: Option<usize>,
+    ) -> PyResult<Self> {
+        let Some((base, mapped)) = cpu_mapping(&*mem) else {
+            return Err(errors::invalid(
+                py,
+                format!("{} has no CPU mapping to view", mem.kind()),
+            ));
+        };
+        let len = size.unwrap_or(mapped.saturating_sub(offset));
+        if offset.checked_add(len).is_none_or(|end| end > mapped) {
+            return Err(errors::invalid(
+                py,
+                format!("{len} bytes at offset {offset} are outside the {mapped}-byte memory"),
+            ));
+        }
+        Ok(Self {
+            mem,
+            offset,
+            len,
+            ptr: base as usize + offset,
+        })
+    }
+}
+
+#[pymethods]
+impl MemoryView {
+    /// Size in bytes.
+    #[getter]
+    fn size(&self) -> usize {
+        self.len
+    }
+
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    /// The viewed memory's offset.
+    #[getter]
+    fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Whether the mapping is write-combined (accelerator BAR memory): CPU
+    /// stores stream, CPU loads are uncached and slow.
+    #[getter]
+    fn write_combined(&self) -> bool {
+        matches!(self.mem.kind(), MemoryKind::ModuleBar { .. })
+    }
+
+    fn __dlpack_device__(&self) -> (u32, i32) {
+        DLDevice::CPU.into()
+    }
+
+    /// The range as a one-dimensional `uint8` DLPack tensor on the CPU.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(u32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let export = Export {
+            view: self,
+            device: DLDevice::CPU,
+        };
+        let request = ExportRequest::parse(stream, max_version, dl_device, copy)?;
+        export_dlpack(&export, py, request)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<p2pdma.MemoryView {} bytes at offset {} of {}>",
+            self.len,
+            self.offset,
+            self.mem.kind()
+        )
+    }
+}
+
+/// One DLPack export of a view, on `device`.
+struct Export<'a> {
+    view: &'a MemoryView,
+    device: DLDevice,
+}
+
+impl Export<'_> {
+    fn tensor<M: ManagedTensorBase>(&self) -> PyResult<Managed<M>> {
+        let len = i64::try_from(self.view.len)
+            .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("the view is too large"))?;
+        let keep = Box::new(self.view.mem.clone());
+        let mut t = Fixed::new([len], [1])
+            .prepare_as::<M>()
+            .map_err(|e| pyo3::exceptions::PyMemoryError::new_err(e.to_string()))?
+            .initialize(keep);
+        t.set_data(self.view.ptr as *mut std::ffi::c_void)
+            .set_dtype(DLDataType::U8)
+            .set_device(self.device);
+        // SAFETY: The data pointer is the mapping of `len` bytes the
+        // context (the memory's Arc) keeps alive; shape and strides
+        // describe exactly those bytes; no flags are claimed.
+        #[allow(unsafe_code)]
+        Ok(unsafe { t.finish() })
+    }
+}
+
+impl DlpackExporter for Export<'_> {
+    fn device(&self) -> DLDevice {
+        self.device
+    }
+
+    fn flags(&self) -> DlpackFlags {
+        DlpackFlags::empty()
+    }
+
+    fn prepare_export(&self, _py: Python<'_>, _request: &ExportRequest<'_>) -> PyResult<()> {
+        Ok(())
+    }
+
+    fn export_legacy(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensor>> {
+        self.tensor()
+    }
+
+    fn export_versioned(&self, _py: Python<'_>) -> PyResult<Managed<DLManagedTensorVersioned>> {
+        self.tensor()
+    }
+}
