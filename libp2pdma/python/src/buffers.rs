@@ -85,7 +85,19 @@ pub fn target(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResul
             len: v.len,
         });
     }
-    match PyUntypedBuffer::get(obj) {
+    // Some exporters (ctypes arrays) give no strides; a memoryview of them
+    // does.
+    let buffer = PyUntypedBuffer::get(obj).or_else(|e| {
+        match py
+            .import("builtins")
+            .and_then(|b| b.getattr("memoryview"))
+            .and_then(|mv| mv.call1((obj,)))
+        {
+            Ok(view) => PyUntypedBuffer::get(&view),
+            Err(_) => Err(e),
+        }
+    });
+    match buffer {
         Ok(buf) => return lend_buffer(py, buf, access),
         Err(e) if !has_dlpack(obj) => {
             return Err(PyTypeError::new_err(format!(
@@ -148,24 +160,31 @@ struct Held {
     _tensor: Mutex<ImportedDlpack>,
 }
 
+/// Refuses memory the CPU does not address, before asking for the tensor.
+fn check_device(py: Python<'_>, obj: &Bound<'_, PyAny>, (kind, id): (u32, i32)) -> PyResult<()> {
+    if kind == DLDeviceType::CPU.0 || kind == DLDeviceType::CUDAHOST.0 {
+        return Ok(());
+    }
+    Err(errors::invalid(
+        py,
+        format!(
+            "the {} lives on DLPack device type {kind} (id {id}), which this build cannot reach: only memory the CPU addresses (kDLCPU, kDLCUDAHost) and p2pdma.Memory are supported",
+            type_name(obj),
+        ),
+    ))
+}
+
 fn lend_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Target> {
+    if let Ok(device) = obj.call_method0("__dlpack_device__") {
+        check_device(py, obj, device.extract()?)?;
+    }
     let imported = dlpark::python::from_dlpack(obj.as_borrowed(), None, None)?;
     let (ptr, len, read_only) = {
         let t = imported
             .validate()
             .map_err(|e| errors::invalid(py, format!("the DLPack tensor is not valid: {e}")))?;
         let device = t.device();
-        if device.device_type != DLDeviceType::CPU && device.device_type != DLDeviceType::CUDAHOST {
-            return Err(errors::invalid(
-                py,
-                format!(
-                    "the {} lives on DLPack device type {} (id {}), which this build cannot reach: only memory the CPU addresses (kDLCPU, kDLCUDAHost) and p2pdma.Memory are supported",
-                    type_name(obj),
-                    device.device_type.0,
-                    device.device_id
-                ),
-            ));
-        }
+        check_device(py, obj, (device.device_type.0, device.device_id))?;
         let compact = t
             .is_compact()
             .map_err(|e| errors::invalid(py, format!("the DLPack tensor's layout: {e}")))?;

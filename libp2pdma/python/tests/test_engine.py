@@ -1,0 +1,102 @@
+"""Engines, their settings and counters, routes, and the doctor."""
+
+import errno
+import os
+
+import numpy as np
+import pytest
+
+import p2pdma
+
+
+def test_the_default_engine_is_one_and_counts(data_file):
+    path, data = data_file
+    e = p2pdma.default_engine()
+    assert e is p2pdma.default_engine()
+    before = p2pdma.stats()["bounce"]
+    with p2pdma.File(path) as f:
+        f.read(bytearray(100000), file_offset=7)
+    after = p2pdma.stats()["bounce"]
+    assert after["bytes"] - before["bytes"] == 100000
+    assert after["transfers"] - before["transfers"] == 1
+    assert set(p2pdma.stats()) == {"p2p", "nvme-cmd", "bounce", "queues"}
+
+
+def test_an_engine_of_its_own_with_settings(data_file):
+    path, data = data_file
+    e = p2pdma.Engine(path="bounce", chunk=65536, depth=4)
+    assert e.path == "bounce"
+    with p2pdma.File(path, engine=e) as f:
+        buf = np.zeros(1 << 20, dtype=np.uint8)
+        f.read(buf, file_offset=3)
+    assert buf.tobytes() == data[3 : 3 + (1 << 20)]
+    s = e.stats()["bounce"]
+    assert s["bytes"] == 1 << 20
+    assert s["ios"] >= 16  # 64 KiB chunks
+    assert e.stats()["p2p"]["bytes"] == 0
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(p2pdma.InvalidArgumentError, match="unknown setting"):
+        p2pdma.Engine(colour="blue")
+    with pytest.raises(p2pdma.InvalidArgumentError, match="unknown path"):
+        p2pdma.Engine(path="teleport")
+    with pytest.raises(p2pdma.InvalidArgumentError):
+        p2pdma.Engine(chunk=1)
+
+
+def test_a_path_that_cannot_serve_says_why(data_file):
+    path, data = data_file
+    e = p2pdma.Engine(path="queues")
+    with p2pdma.File(path, engine=e) as f:
+        with pytest.raises(p2pdma.PathUnavailableError) as exc:
+            f.read(bytearray(4096))
+        assert exc.value.errno == errno.EOPNOTSUPP
+        assert "queues" in str(exc.value)
+    e = p2pdma.Engine(path="nvme-cmd")
+    with p2pdma.File(path, engine=e) as f:
+        with pytest.raises(p2pdma.PathUnavailableError, match="NVMe"):
+            f.read(bytearray(4096))
+
+
+def test_missing_and_forbidden_paths_carry_their_errno(tmp_path):
+    with pytest.raises(p2pdma.Error) as e:
+        p2pdma.File(tmp_path / "missing.bin")
+    assert e.value.errno == errno.ENOENT
+    assert e.value.filename == str(tmp_path / "missing.bin")
+    assert isinstance(e.value, OSError)
+    with pytest.raises(p2pdma.Error) as e:
+        p2pdma.File(tmp_path)
+    assert e.value.errno in (errno.EISDIR, errno.EINVAL)
+    with pytest.raises(p2pdma.InvalidArgumentError):
+        p2pdma.File(tmp_path / "x", flags="rw")
+
+
+def test_routes_and_copies(data_file, tmp_path):
+    path, data = data_file
+    m = p2pdma.Memory.host(1 << 20)
+    with p2pdma.File(path) as f:
+        r = p2pdma.route(f, m)
+        assert r["hops"] and r["reason"]
+        rep = p2pdma.copy(f, m, 1 << 20, src_offset=100)
+        assert rep["bytes"] == 1 << 20
+    assert m.to_bytes() == data[100 : 100 + (1 << 20)]
+    m2 = p2pdma.Memory.host(1 << 20)
+    p2pdma.copy(m, m2, 4096, src_offset=10, dst_offset=20)
+    assert m2.to_bytes(20, 4096) == data[110 : 110 + 4096]
+    out = tmp_path / "copy.bin"
+    out.write_bytes(b"")
+    with p2pdma.File(out, "r+") as g:
+        p2pdma.copy(m, g, 8192)
+    assert out.read_bytes() == data[100 : 100 + 8192]
+
+
+def test_the_doctor_reports_as_a_dict(data_file):
+    path, _ = data_file
+    r = p2pdma.doctor(str(path))
+    assert isinstance(r, dict)
+    assert r["checks"] and all({"name", "status", "detail"} <= set(c) for c in r["checks"])
+    assert r["path"] in ("p2p", "nvme-cmd", "bounce", "queues")
+    assert r["reason"]
+    with pytest.raises(p2pdma.InvalidArgumentError):
+        p2pdma.doctor(accel="not-a-pci-address")
