@@ -92,6 +92,10 @@ test)
 	fi
 	cat "$results/host.txt"
 	count "$results/host.txt"
+	# The Python binding against real files, in a virtual environment kept
+	# in the cache (numpy, torch, safetensors, pytest).
+	"$here/rig/python.sh" test "$results/python.txt" || echo "FAIL python:setup (see above)" >>"$results/python.txt"
+	count "$results/python.txt"
 
 	# A build that fails is a failed check (its error is above), and the
 	# suites that needed it do not run.

@@ -1,0 +1,656 @@
+"""safetensors files straight into the memory that will hold the weights.
+
+A safetensors file is an 8-byte little-endian header length ``N``, ``N``
+bytes of JSON (``{"name": {"dtype": "F32", "shape": [2, 3],
+"data_offsets": [begin, end]}, ..., "__metadata__": {"key": "value"}}``,
+padded with spaces), then the data section: every tensor's bytes, little
+endian, at ``data_offsets`` counted from the end of the header.
+
+``load_file`` works in three steps:
+
+1. **Header.** It reads the length and the JSON with ``File.read`` into a
+   ``bytearray`` and checks all of it before any tensor is touched: the
+   length against the file's size, the JSON (one object, no repeated keys),
+   every entry's dtype, shape and offsets (inside the data section, exactly
+   ``numel * itemsize`` bytes, no two tensors overlapping), and
+   ``__metadata__`` (strings to strings). A malformed file raises
+   ``SafetensorError``, an ``InvalidArgumentError`` (so also a ``ValueError``
+   and an ``OSError`` with errno ``EINVAL``) that names the file and what is
+   wrong; a file that cannot be opened raises the binding's error (errno
+   ``ENOENT`` for a missing file).
+
+2. **One batched transfer.** It allocates the destination of every tensor
+   and submits all the reads at once with ``File.pread_batch``: the engine
+   sees the whole load and keeps its queues full. Tensors over 64 MiB go in
+   as several 64 MiB entries so that progress moves steadily.
+
+3. **Tensors over the bytes.** The destination bytes are reinterpreted in
+   place, ``uint8 -> dtype -> shape``; nothing is copied after the read
+   (the file is little-endian, as the hosts this library runs on are).
+
+Where the bytes land depends on ``device``:
+
+- ``"cpu"``: one ordinary CPU tensor (or numpy array) per tensor; the
+  engine reads into it through host memory.
+- ``"accel:N"``: one ``p2pdma.Memory.accelerator(total, index=N)`` holding
+  every tensor, each starting at a multiple of 64 bytes; the engine moves
+  the bytes into it by peer-to-peer DMA where the platform allows it. The
+  returned tensors view that memory through its CPU mapping (DLPack
+  ``kDLCPU``): to torch they are CPU tensors, but their storage is the
+  accelerator's BAR, mapped write-combined, so CPU reads of them are slow
+  (uncached) and writes stream. They keep the memory alive: it is freed
+  when the last tensor viewing it is.
+- ``"host"``: the same single-allocation layout in ``p2pdma.Memory.host``
+  (the host-memory device), e.g. to exercise that path without an
+  accelerator.
+
+``progress`` shows a ``tqdm`` bar in bytes on stderr, advanced as each entry
+of the batch completes (waited for in order). By default it appears only
+when stderr is a terminal and the load is at least 256 MiB.
+
+``save_file`` writes the format with ``p2pdma.File.write``, laid out as the
+``safetensors`` package lays it out (tensors by dtype alignment, largest
+first, then by name; compact JSON padded with spaces to a multiple of 8),
+so its output is byte-identical to ``safetensors.torch.save_file`` for the
+same tensors, except where that package's own output is not deterministic
+or not valid: see ``save_file``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import struct
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from tqdm import tqdm
+
+from . import File, Memory
+from .errors import InvalidArgumentError
+
+__all__ = ["SafetensorError", "load_file", "numpy_dtypes", "save_file", "torch_dtypes"]
+
+
+class SafetensorError(InvalidArgumentError):
+    """A safetensors file (or a dict of tensors to save) that cannot be
+    used: the message says which file and what is wrong."""
+
+
+#: Largest header the ``safetensors`` package accepts (100 MB).
+MAX_HEADER_SIZE = 100_000_000
+
+#: Largest single entry of the read batch; bigger tensors are split.
+CHUNK = 64 << 20
+
+#: Alignment of each tensor's start within one ``Memory`` ("host", "accel:N").
+ALIGN = 64
+
+#: Loads at least this big get a progress bar by default (on a terminal).
+PROGRESS_THRESHOLD = 256 << 20
+
+# Every dtype of the safetensors format: its size in bits, in the order of
+# safetensors' ``Dtype`` enum (which the writer sorts by, largest first).
+_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+_RANK = {name: i for i, name in enumerate(_BITS)}
+
+# safetensors dtype -> torch dtype attribute (skipped where torch lacks it).
+# F4 is torch's float4_e2m1fn_x2: two 4-bit values per element, so the
+# torch shape has half the file's last dimension.
+_TORCH_NAMES: dict[str, str] = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+    "C64": "complex64",
+    "F8_E5M2": "float8_e5m2",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz",
+    "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E8M0": "float8_e8m0fnu",
+    "F4": "float4_e2m1fn_x2",
+}
+
+# safetensors dtype -> numpy dtype name (numpy has no bfloat16, float8, float4).
+_NUMPY_NAMES: dict[str, str] = {
+    "BOOL": "bool",
+    "U8": "uint8",
+    "I8": "int8",
+    "I16": "int16",
+    "U16": "uint16",
+    "I32": "int32",
+    "U32": "uint32",
+    "I64": "int64",
+    "U64": "uint64",
+    "F16": "float16",
+    "F32": "float32",
+    "F64": "float64",
+    "C64": "complex64",
+}
+
+_torch_types: dict[str, Any] | None = None
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def torch_dtypes() -> dict[str, Any]:
+    """safetensors dtype -> torch dtype, for the dtypes this torch has."""
+    global _torch_types
+    if _torch_types is None:
+        torch = _torch()
+        _torch_types = {
+            code: getattr(torch, name)
+            for code, name in _TORCH_NAMES.items()
+            if getattr(torch, name, None) is not None
+        }
+    return _torch_types
+
+
+def numpy_dtypes() -> dict[str, Any]:
+    """safetensors dtype -> numpy dtype."""
+    import numpy as np
+
+    return {code: np.dtype(name) for code, name in _NUMPY_NAMES.items()}
+
+
+# --------------------------------------------------------------------------
+# Header
+
+
+class _Entry:
+    """One tensor of the header."""
+
+    __slots__ = ("name", "dtype", "shape", "begin", "end")
+
+    def __init__(self, name: str, dtype: str, shape: list[int], begin: int, end: int):
+        self.name = name
+        self.dtype = dtype
+        self.shape = shape
+        self.begin = begin
+        self.end = end
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+def _fail(path: str, msg: str) -> SafetensorError:
+    return SafetensorError(errno.EINVAL, msg, path)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {k!r} appears twice")
+        out[k] = v
+    return out
+
+
+def _no_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not JSON")
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _parse_header(
+    path: str, raw: bytes, data_size: int
+) -> tuple[list[_Entry], dict[str, str] | None]:
+    """The entries of a header (in data order) and its metadata; raises
+    ``SafetensorError`` for anything that does not describe tensors lying
+    inside a data section of ``data_size`` bytes."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _fail(path, f"the header is not UTF-8 ({e})") from None
+    try:
+        header = json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant
+        )
+    except ValueError as e:
+        raise _fail(path, f"the header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise _fail(path, f"the header is a JSON {type(header).__name__}, not an object")
+
+    metadata = header.pop("__metadata__", None)
+    if metadata is not None:
+        if not isinstance(metadata, dict) or not all(
+            isinstance(v, str) for v in metadata.values()
+        ):
+            raise _fail(path, "__metadata__ must be an object of strings to strings")
+
+    entries: list[_Entry] = []
+    for name, info in header.items():
+        where = f"tensor {name!r}"
+        if not isinstance(info, dict):
+            raise _fail(path, f"{where}: its entry is not an object")
+        missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
+        if missing:
+            raise _fail(path, f"{where}: its entry lacks {', '.join(missing)}")
+        dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        if not isinstance(dtype, str):
+            raise _fail(path, f"{where}: dtype {dtype!r} is not a string")
+        if dtype not in _BITS:
+            raise _fail(path, f"{where}: unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise _fail(path, f"{where}: shape {shape!r} is not a list of non-negative integers")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(_is_int(o) and o >= 0 for o in offsets)
+        ):
+            raise _fail(path, f"{where}: data_offsets {offsets!r} is not [begin, end]")
+        begin, end = offsets
+        if begin > end:
+            raise _fail(path, f"{where}: data_offsets [{begin}, {end}] end before they begin")
+        if end > data_size:
+            raise _fail(
+                path,
+                f"{where}: data_offsets [{begin}, {end}] reach past the "
+                f"{data_size}-byte data section",
+            )
+        numel = 1
+        for d in shape:
+            numel *= d
+        bits = numel * _BITS[dtype]
+        if bits % 8:
+            raise _fail(
+                path,
+                f"{where}: {numel} {dtype} elements ({bits} bits) do not fill whole bytes",
+            )
+        if bits // 8 != end - begin:
+            raise _fail(
+                path,
+                f"{where}: shape {shape} of {dtype} is {bits // 8} bytes, "
+                f"but data_offsets [{begin}, {end}] hold {end - begin}",
+            )
+        entries.append(_Entry(name, dtype, shape, begin, end))
+
+    entries.sort(key=lambda e: (e.begin, e.end, e.name))
+    last: _Entry | None = None
+    for e in entries:
+        if e.nbytes == 0:
+            continue
+        if last is not None and e.begin < last.end:
+            raise _fail(
+                path,
+                f"tensors {last.name!r} [{last.begin}, {last.end}] and "
+                f"{e.name!r} [{e.begin}, {e.end}] overlap",
+            )
+        last = e
+    return entries, metadata
+
+
+def _read_header(f: File, path: str) -> tuple[list[_Entry], dict[str, str] | None, int]:
+    """The file's entries, metadata and where its data section starts."""
+    size = f.size()
+    if size < 8:
+        raise _fail(path, f"the file is {size} bytes: too short for a safetensors header")
+    head = bytearray(8)
+    f.read(head, 8, 0)
+    (n,) = struct.unpack("<Q", head)
+    if n == 0:
+        raise _fail(path, "the header length is 0")
+    if n > MAX_HEADER_SIZE:
+        raise _fail(path, f"the header length {n} is over the {MAX_HEADER_SIZE}-byte limit")
+    if 8 + n > size:
+        raise _fail(
+            path, f"the header length {n} reaches past the end of the {size}-byte file"
+        )
+    raw = bytearray(n)
+    f.read(raw, n, 8)
+    entries, metadata = _parse_header(path, bytes(raw), size - 8 - n)
+    return entries, metadata, 8 + n
+
+
+# --------------------------------------------------------------------------
+# Loading
+
+
+def _parse_device(device: str) -> tuple[Literal["cpu", "host", "accel"], int]:
+    if device == "cpu":
+        return "cpu", 0
+    if device == "host":
+        return "host", 0
+    if isinstance(device, str) and device.startswith("accel:"):
+        index = device[len("accel:") :]
+        if index.isdigit() and index.isascii():
+            return "accel", int(index)
+    raise InvalidArgumentError(
+        errno.EINVAL, f"device {device!r}: expected 'cpu', 'host' or 'accel:N'"
+    )
+
+
+def _want_progress(progress: bool | None, total: int) -> bool:
+    if progress is not None:
+        return bool(progress)
+    try:
+        tty = sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return tty and total >= PROGRESS_THRESHOLD
+
+
+def _dtype_table(path: str, entries: list[_Entry], framework: str) -> dict[str, Any]:
+    if framework == "pt":
+        table, what = torch_dtypes(), f"torch {_torch().__version__}"
+    elif framework in ("np", "numpy"):
+        table, what = numpy_dtypes(), "numpy"
+    else:
+        raise InvalidArgumentError(
+            errno.EINVAL, f"framework {framework!r}: expected 'pt' or 'np'"
+        )
+    for e in entries:
+        if e.dtype not in table:
+            raise _fail(path, f"tensor {e.name!r}: dtype {e.dtype} has no {what} equivalent")
+    return table
+
+
+def _as_tensor(raw: Any, e: _Entry, dtype: Any, framework: str) -> Any:
+    """``raw`` (1-D uint8 of ``e.nbytes``) as the tensor ``e`` describes."""
+    shape = list(e.shape)
+    if framework == "pt" and e.dtype == "F4":
+        shape[-1] //= 2  # two F4 values per float4_e2m1fn_x2 element
+    return raw.view(dtype).reshape(shape)
+
+
+def _check_f4(path: str, entries: list[_Entry], framework: str) -> None:
+    if framework != "pt":
+        return
+    for e in entries:
+        if e.dtype == "F4" and (not e.shape or e.shape[-1] % 2):
+            raise _fail(
+                path,
+                f"tensor {e.name!r}: F4 shape {e.shape} needs an even last dimension "
+                "(torch packs two F4 values per element)",
+            )
+
+
+def _pieces(buf_at: Any, nbytes: int, file_offset: int) -> list[tuple[Any, int, int]]:
+    """Batch entries ``(buf, file_offset, size)`` for ``nbytes`` bytes,
+    at most ``CHUNK`` each; ``buf_at(at, n)`` is the destination of ``n``
+    bytes from ``at``."""
+    return [
+        (buf_at(at, min(CHUNK, nbytes - at)), file_offset + at, min(CHUNK, nbytes - at))
+        for at in range(0, nbytes, CHUNK)
+    ]
+
+
+def _destinations(
+    entries: list[_Entry], data_start: int, kind: str, index: int, framework: str
+) -> tuple[list[Any], list[tuple[Any, int, int]]]:
+    """Each entry's destination (1-D uint8, ``nbytes`` long) and the batch
+    of reads that fills them."""
+    if framework == "pt":
+        torch = _torch()
+        empty = lambda n: torch.empty(n, dtype=torch.uint8)  # noqa: E731
+        from_dlpack = torch.from_dlpack
+    else:
+        import numpy as np
+
+        empty = lambda n: np.empty(n, dtype=np.uint8)  # noqa: E731
+        from_dlpack = np.from_dlpack
+
+    raws: list[Any] = []
+    batch: list[tuple[Any, int, int]] = []
+    if kind == "cpu":
+        # One CPU tensor per entry; pieces are slices of it.
+        for e in entries:
+            raw = empty(e.nbytes)
+            raws.append(raw)
+            batch += _pieces(lambda at, n: raw[at : at + n], e.nbytes, data_start + e.begin)
+        return raws, batch
+
+    # One Memory for all, each tensor at a multiple of ALIGN; tensors view
+    # it through its CPU mapping, pieces are views of it.
+    offsets, total = [], 0
+    for e in entries:
+        offsets.append(total)
+        total += -(-e.nbytes // ALIGN) * ALIGN
+    if total == 0:
+        return [empty(0) for _ in entries], batch
+    mem = Memory.host(total) if kind == "host" else Memory.accelerator(total, index=index)
+    for e, off in zip(entries, offsets):
+        if e.nbytes == 0:
+            raws.append(empty(0))
+            continue
+        raws.append(from_dlpack(mem.view(off, e.nbytes)))
+        batch += _pieces(lambda at, n: mem.view(off + at, n), e.nbytes, data_start + e.begin)
+    return raws, batch
+
+
+def load_file(
+    path: str | os.PathLike[str],
+    device: str = "cpu",
+    *,
+    framework: Literal["pt", "np"] = "pt",
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Loads every tensor of the safetensors file ``path``.
+
+    ``device``: ``"cpu"`` (a CPU tensor each), ``"accel:N"`` (all in one
+    allocation of accelerator ``N``'s memory, viewed through its CPU
+    mapping: CPU tensors to torch that alias write-combined accelerator
+    memory, slow to read from the CPU, and keep that memory alive) or
+    ``"host"`` (the same in the host-memory device). ``framework``:
+    ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays; no bfloat16,
+    float8 or float4). ``progress``: a tqdm bar in bytes; ``None`` shows one
+    only on a terminal for loads of 256 MiB or more.
+
+    Returns ``{name: tensor}`` in the order of the data section, bit-for-bit
+    what ``safetensors.torch.load_file`` (or ``safetensors.numpy.load_file``)
+    returns. Raises ``SafetensorError`` (an ``InvalidArgumentError``) for a
+    malformed file, ``InvalidArgumentError`` for a bad argument or a dtype
+    the framework lacks, and the binding's errors (``p2pdma.Error``,
+    ``EndOfFileError``, ``ModuleError``, ...) for failed opens, allocations
+    and transfers.
+    """
+    kind, index = _parse_device(device)
+    path = os.fspath(path)
+    with File(path, "r") as f:
+        entries, _metadata, data_start = _read_header(f, path)
+        table = _dtype_table(path, entries, framework)
+        _check_f4(path, entries, framework)
+        raws, batch = _destinations(entries, data_start, kind, index, framework)
+        if batch:
+            pending = f.pread_batch(batch)
+            total = sum(n for _, _, n in batch)
+            if _want_progress(progress, total):
+                _wait_with_progress(pending, total, path)
+            else:
+                pending.wait()
+    return {
+        e.name: _as_tensor(raw, e, table[e.dtype], framework)
+        for e, raw in zip(entries, raws)
+    }
+
+
+def _wait_with_progress(pending: Any, total: int, path: str) -> None:
+    """Waits for every future of ``pending`` in order, advancing a bar by
+    each one's bytes; raises the first error once all have ended."""
+    first: BaseException | None = None
+    with tqdm(
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        desc=os.path.basename(path),
+        file=sys.stderr,
+    ) as bar:
+        for fut in pending.futures:
+            try:
+                fut.wait()
+            except Exception as e:  # noqa: BLE001 - raised once all end
+                if first is None:
+                    first = e
+                continue
+            bar.update(fut.size)
+    if first is not None:
+        raise first
+
+
+# --------------------------------------------------------------------------
+# Saving
+
+
+def _torch_codes() -> dict[Any, str]:
+    return {dt: code for code, dt in torch_dtypes().items()}
+
+
+def _prepare(name: str, value: Any) -> tuple[str, list[int], Any, int]:
+    """``value`` as (dtype code, header shape, 1-D uint8 bytes, nbytes)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            raise SafetensorError(
+                errno.EINVAL,
+                f"tensor {name!r} is on {value.device}: save_file takes CPU tensors "
+                "(move it with .cpu() first)",
+            )
+        if value.layout != torch.strided:
+            raise SafetensorError(errno.EINVAL, f"tensor {name!r} is not dense ({value.layout})")
+        code = _torch_codes().get(value.dtype)
+        if code is None:
+            raise SafetensorError(errno.EINVAL, f"tensor {name!r}: dtype {value.dtype} has no safetensors equivalent")
+        shape = list(value.shape)
+        if code == "F4":
+            if not shape:
+                raise SafetensorError(
+                    errno.EINVAL, f"tensor {name!r}: a 0-dim float4_e2m1fn_x2 tensor has no F4 shape"
+                )
+            shape[-1] *= 2
+        t = value.detach().contiguous()
+        raw = t.reshape(-1).view(torch.uint8) if t.numel() else None
+        return code, shape, raw, t.numel() * t.element_size()
+    import numpy as np
+
+    if not isinstance(value, np.ndarray):
+        raise SafetensorError(
+            errno.EINVAL,
+            f"tensor {name!r}: a {type(value).__name__} is neither a torch tensor nor a numpy array",
+        )
+    codes = {dt: code for code, dt in numpy_dtypes().items()}
+    code = codes.get(value.dtype.newbyteorder("="))
+    if code is None:
+        raise SafetensorError(errno.EINVAL, f"tensor {name!r}: dtype {value.dtype} has no safetensors equivalent")
+    a = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+    raw = a.reshape(-1).view(np.uint8) if a.size else None
+    return code, list(value.shape), raw, a.nbytes
+
+
+def _json(obj: Any) -> str:
+    # serde_json's compact form: no spaces, UTF-8 kept, control characters
+    # escaped as \n-style or lowercase \u00XX, as Python's encoder does.
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def save_file(
+    tensors: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Writes ``tensors`` (torch CPU tensors or numpy arrays, by name) to
+    ``path`` in safetensors format, with optional string ``metadata``.
+
+    Tensors are made contiguous first; tensors elsewhere than on the CPU,
+    sparse tensors and dtypes safetensors lacks raise ``SafetensorError``.
+    Tensors that share memory are each written in full (the ``safetensors``
+    package refuses them).
+
+    The file is byte-identical to ``safetensors.torch.save_file``'s for the
+    same tensors and metadata, with two exceptions that come from that
+    package: with more than one metadata entry it writes them in the order
+    of a Rust ``HashMap`` (which changes from run to run), where this writes
+    them in ``metadata``'s order; and for no tensors with ``metadata={}`` it
+    writes invalid JSON, where this writes ``{"__metadata__":{}}``. Either
+    way both packages read the file back the same.
+    """
+    path = os.fspath(path)
+    if not isinstance(tensors, Mapping):
+        raise SafetensorError(errno.EINVAL, f"tensors must be a dict of name to tensor, not a {type(tensors).__name__}")
+    if metadata is not None:
+        if not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise SafetensorError(errno.EINVAL, "metadata must be a dict of strings to strings")
+
+    items = []
+    for name, value in tensors.items():
+        if not isinstance(name, str):
+            raise SafetensorError(errno.EINVAL, f"tensor name {name!r} is not a string")
+        if name == "__metadata__":
+            raise SafetensorError(errno.EINVAL, "'__metadata__' cannot name a tensor")
+        items.append((name, *_prepare(name, value)))
+    # safetensors' order: dtype (by its enum, largest first), then name.
+    items.sort(key=lambda it: (-_RANK[it[1]], it[0]))
+
+    parts = []
+    if metadata is not None:
+        parts.append('"__metadata__":' + _json(dict(metadata)))
+    offset = 0
+    layout = []
+    for name, code, shape, raw, nbytes in items:
+        parts.append(
+            _json(name)
+            + ':{"dtype":'
+            + _json(code)
+            + ',"shape":'
+            + _json(shape)
+            + ',"data_offsets":'
+            + _json([offset, offset + nbytes])
+            + "}"
+        )
+        layout.append((raw, offset, nbytes))
+        offset += nbytes
+    try:
+        header = ("{" + ",".join(parts) + "}").encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SafetensorError(errno.EINVAL, f"a name or metadata string is not valid Unicode ({e})") from None
+    header += b" " * (-len(header) % 8)
+    start = 8 + len(header)
+
+    with File(path, "w") as f:
+        f.write(bytearray(struct.pack("<Q", len(header)) + header), file_offset=0)
+        for raw, at, nbytes in layout:
+            if nbytes:
+                f.write(raw, nbytes, start + at)

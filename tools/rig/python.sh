@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The Python binding's environment and tests.
+#
+#   python.sh env        prints the virtual environment's path, making it
+#                        first if the cache has none for
+#                        tools/rig/python-requirements.txt
+#   python.sh test OUT   builds the binding into it (maturin), runs pytest
+#                        on libp2pdma/python/tests and writes one PASS/FAIL
+#                        line per test to OUT
+#
+# The environment lives in the cache, keyed by the Python version and the
+# requirements' hash; only the newest one is kept (torch makes it large).
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
+
+req=$P2PDMA_ROOT/tools/rig/python-requirements.txt
+pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+key=$(sha256sum <"$req" | cut -c1-12)
+venv=$P2PDMA_CACHE/python/venv-$pyver-$key
+
+install_env() {
+	python3 -m venv "$venv"
+	"$venv/bin/pip" install --no-cache-dir --disable-pip-version-check -r "$req"
+}
+
+build_binding() {
+	cd "$P2PDMA_ROOT/libp2pdma/python"
+	VIRTUAL_ENV=$venv PATH="$venv/bin:$PATH" maturin develop --locked
+}
+
+make_env() {
+	[ -f "$venv/.complete" ] && return
+	rm -rf "$venv"
+	mkdir -p "$P2PDMA_CACHE/python"
+	run_logged "python $pyver environment: $(grep -v '^#' "$req" | tr '\n' ' ')" \
+		"$P2PDMA_CACHE/python/pip.log" install_env
+	touch "$venv/.complete"
+	local old
+	for old in "$P2PDMA_CACHE"/python/venv-*; do
+		[ "$old" = "$venv" ] || rm -rf "$old"
+	done
+}
+
+case ${1:-} in
+env)
+	make_env
+	echo "$venv"
+	;;
+test)
+	out=${2:?usage: python.sh test OUT}
+	make_env
+	logs=$(dirname "$out")
+	run_logged "building the Python binding (maturin develop)" "$logs/python-build.log" build_binding
+	log "python tests: pytest libp2pdma/python/tests"
+	rc=0
+	(cd "$P2PDMA_ROOT/libp2pdma/python" &&
+		"$venv/bin/python" -m pytest -q -rA -p no:cacheprovider tests) >"$logs/pytest.log" 2>&1 || rc=$?
+	sed -nE 's/^PASSED (.*)$/PASS python:\1/p; s/^(FAILED|ERROR) (.*)$/FAIL python:\2/p' "$logs/pytest.log" >"$out"
+	if [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
+		echo "FAIL python:pytest exited with status $rc (see $logs/pytest.log)" >>"$out"
+	fi
+	tail -n 1 "$logs/pytest.log" >&2
+	;;
+*)
+	die "usage: python.sh env | test OUT"
+	;;
+esac
