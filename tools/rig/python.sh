@@ -7,6 +7,8 @@
 #   python.sh test OUT   builds the binding into it (maturin), runs pytest
 #                        on libp2pdma/python/tests and writes one PASS/FAIL
 #                        line per test to OUT
+#   python.sh bench ...  builds the binding for release and runs
+#                        libp2pdma/python/bench/bench.py with these arguments
 #
 # The environment lives in the cache, keyed by the Python version and the
 # requirements' hash; only the newest one is kept (torch makes it large).
@@ -25,7 +27,7 @@ install_env() {
 
 build_binding() {
 	cd "$P2PDMA_ROOT/libp2pdma/python"
-	VIRTUAL_ENV=$venv PATH="$venv/bin:$PATH" maturin develop --locked
+	VIRTUAL_ENV=$venv PATH="$venv/bin:$PATH" maturin develop --locked "$@"
 }
 
 make_env() {
@@ -61,7 +63,15 @@ test)
 	fi
 	tail -n 1 "$logs/pytest.log" >&2
 	;;
+bench)
+	shift
+	make_env
+	mkdir -p "$P2PDMA_ROOT/rig-out"
+	run_logged "building the Python binding for release (maturin develop --release)" \
+		"$P2PDMA_ROOT/rig-out/python-build-release.log" build_binding --release
+	"$venv/bin/python" "$P2PDMA_ROOT/libp2pdma/python/bench/bench.py" "$@"
+	;;
 *)
-	die "usage: python.sh env | test OUT"
+	die "usage: python.sh env | test OUT | bench [ARGS]"
 	;;
 esac
