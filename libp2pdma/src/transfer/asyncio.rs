@@ -268,3 +268,50 @@ pub fn submit_strided(
     );
     ticket
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn wait_done_waits_without_taking_and_times_out() {
+        let t: Ticket<u32> = Ticket::new();
+        assert!(!t.wait_done(Some(Duration::from_millis(20))));
+        let done = t.clone();
+        let th = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            done.complete(Ok(7));
+        });
+        assert!(t.wait_done(None));
+        th.join().unwrap();
+        assert!(t.wait_done(Some(Duration::ZERO)));
+        // Waiting took nothing: the result is still there, once.
+        assert_eq!(t.poll().unwrap().unwrap(), 7);
+        assert!(t.poll().unwrap().is_err());
+        assert!(t.wait_done(None));
+    }
+
+    #[test]
+    fn a_waker_runs_after_the_lock_is_released() {
+        struct Probe(Ticket<u32>, std::sync::atomic::AtomicBool);
+        impl std::task::Wake for Probe {
+            fn wake(self: Arc<Self>) {
+                // The ticket's lock must be free here, for whatever the
+                // waker calls (an interpreter's poll of the ticket).
+                let free = self.0.shared.0.try_lock().is_ok();
+                self.1.store(free, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        let t: Ticket<u32> = Ticket::new();
+        let probe = Arc::new(Probe(t.clone(), false.into()));
+        let waker = Waker::from(probe.clone());
+        let mut polled = t.clone();
+        assert!(Pin::new(&mut polled)
+            .poll(&mut TaskContext::from_waker(&waker))
+            .is_pending());
+        t.complete(Ok(1));
+        assert!(probe.1.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}
