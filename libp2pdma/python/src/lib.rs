@@ -3,13 +3,13 @@
 //! The Python package (`python/p2pdma/`) re-exports these classes and adds
 //! what is plain Python (safetensors, the progress bar). The data flows:
 //!
-//! - [`buffers`]: a Python object (buffer protocol, DLPack, or a
-//!   [`memory::Memory`]) becomes the engine's memory, kept alive while a
+//! - `buffers`: a Python object (buffer protocol, DLPack, or a
+//!   `memory::Memory`) becomes the engine's memory, kept alive while a
 //!   transfer uses it;
-//! - [`file`]: a file or namespace and its transfers, KvikIO's `CuFile`
-//!   shape; [`future`]: transfers in flight;
-//! - [`engine`]: the engine, its counters, routes and the doctor;
-//! - [`errors`]: the library's errors as `OSError` subclasses.
+//! - `file`: a file or namespace and its transfers, KvikIO's `CuFile`
+//!   shape; `future`: transfers in flight;
+//! - `engine`: the engine, its counters, routes and the doctor;
+//! - `errors`: the library's errors as `OSError` subclasses.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bench;
