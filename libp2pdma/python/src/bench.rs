@@ -24,7 +24,7 @@ pub fn rust_read_loop(
 ) -> PyResult<f64> {
     let f = file.get();
     let storage = f.storage(py)?;
-    let engine = f.engine.bind(py).get().inner.clone();
+    let engine = f.engine(py)?;
     let t = buffers::target(py, buf, Access::Write)?;
     let (mem_offset, len) = t.span(py, 0, Some(size))?;
     py.detach(|| -> p2pdma::Result<f64> {

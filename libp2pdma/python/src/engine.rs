@@ -19,7 +19,6 @@ use p2pdma::{
 };
 use pyo3::{
     prelude::*,
-    sync::PyOnceLock,
     types::{PyDict, PyList},
 };
 
@@ -47,28 +46,56 @@ pub fn module(py: Python<'_>) -> PyResult<Arc<Module>> {
 /// bytes, counts what each path did.
 #[pyclass(frozen, module = "p2pdma")]
 pub struct Engine {
-    pub inner: Arc<p2pdma::Engine>,
+    inner: Arc<p2pdma::Engine>,
+    /// The process that made it: its worker threads do not survive `fork`.
+    pid: u32,
 }
 
-static DEFAULT: PyOnceLock<Py<Engine>> = PyOnceLock::new();
+/// The default engine, and the process it belongs to.
+static DEFAULT: Mutex<Option<(u32, Py<Engine>)>> = Mutex::new(None);
 
 /// The engine `File`s use when given none, made from the environment on
-/// first use.
+/// first use, and made again in a child process after `fork` (the
+/// parent's worker threads are not there).
 #[pyfunction]
 pub fn default_engine(py: Python<'_>) -> PyResult<Py<Engine>> {
-    DEFAULT
-        .get_or_try_init(py, || {
-            let config = Config::from_env().map_err(|e| errors::to_py(py, &e, None, None))?;
-            Py::new(py, Engine::with(config, module(py).ok()))
-        })
-        .map(|e| e.clone_ref(py))
+    let pid = std::process::id();
+    let mut d = DEFAULT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((owner, e)) = &*d {
+        if *owner == pid {
+            return Ok(e.clone_ref(py));
+        }
+    }
+    let config = Config::from_env().map_err(|e| errors::to_py(py, &e, None, None))?;
+    let engine = Py::new(py, Engine::with(config, module(py).ok()))?;
+    if let Some((_, parents)) = d.replace((pid, engine.clone_ref(py))) {
+        // The parent's engine would join worker threads this process does
+        // not have: it is never dropped here.
+        std::mem::forget(parents);
+    }
+    Ok(engine)
 }
 
 impl Engine {
     fn with(config: Config, module: Option<Arc<Module>>) -> Self {
         Self {
             inner: Arc::new(p2pdma::Engine::new(config, module)),
+            pid: std::process::id(),
         }
+    }
+
+    /// The library's engine, if it belongs to this process.
+    pub fn here(&self, py: Python<'_>) -> PyResult<Arc<p2pdma::Engine>> {
+        if self.pid != std::process::id() {
+            return Err(errors::invalid(
+                py,
+                format!(
+                    "this engine was made in process {} and its worker threads do not survive fork: make a p2pdma.Engine in this process, or use the default engine, which is made again after fork",
+                    self.pid
+                ),
+            ));
+        }
+        Ok(self.inner.clone())
     }
 }
 
@@ -134,6 +161,10 @@ impl Engine {
         let mut config = Config::from_env().map_err(|e| errors::to_py(py, &e, None, None))?;
         for (k, v) in settings.into_iter().flat_map(|d| d.iter()) {
             let key: String = k.extract()?;
+            if v.is_none() {
+                // None leaves the setting as the environment has it.
+                continue;
+            }
             let value = v.str()?.to_string();
             config
                 .set(&key, &value)
@@ -186,7 +217,7 @@ impl Engine {
     ) -> PyResult<Bound<'py, PyDict>> {
         let (a, b) = (side(py, src, Access::Read)?, side(py, dst, Access::Write)?);
         let r = self
-            .inner
+            .here(py)?
             .route(end(&a, src_offset), end(&b, dst_offset))
             .map_err(|e| errors::to_py(py, &e, file_of(&a, &b), None))?;
         let d = PyDict::new(py);
@@ -215,7 +246,7 @@ impl Engine {
         chunk: Option<usize>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let (a, b) = (side(py, src, Access::Read)?, side(py, dst, Access::Write)?);
-        let engine = self.inner.clone();
+        let engine = self.here(py)?;
         let opts = RouteOptions {
             chunk,
             ..RouteOptions::default()

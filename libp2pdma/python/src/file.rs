@@ -13,7 +13,11 @@ use std::{
 };
 
 use p2pdma::{Direction, Layout, Request, StorageFile, StridedMode};
-use pyo3::{exceptions::PyValueError, prelude::*, types::PyDict};
+use pyo3::{
+    exceptions::{PyTypeError, PyValueError},
+    prelude::*,
+    types::{PyDict, PyList, PyTuple},
+};
 
 use crate::{
     buffers::{self, Access, Target},
@@ -28,7 +32,8 @@ use crate::{
 #[pyclass(frozen, module = "p2pdma")]
 pub struct File {
     storage: RwLock<Option<Arc<StorageFile>>>,
-    pub engine: Py<Engine>,
+    /// The engine given at open; `None`: the default engine.
+    engine: Option<Py<Engine>>,
     pub path: PathBuf,
     flags: String,
 }
@@ -56,8 +61,12 @@ impl File {
             .ok_or_else(|| PyValueError::new_err("I/O operation on closed file"))
     }
 
-    fn engine(&self, py: Python<'_>) -> Arc<p2pdma::Engine> {
-        self.engine.bind(py).get().inner.clone()
+    /// The engine this file's transfers run on.
+    pub fn engine(&self, py: Python<'_>) -> PyResult<Arc<p2pdma::Engine>> {
+        match &self.engine {
+            Some(e) => e.bind(py).get().here(py),
+            None => default_engine(py)?.bind(py).get().here(py),
+        }
     }
 
     /// `e` raised about this file, with the path the engine would take
@@ -69,10 +78,14 @@ impl File {
         file: &StorageFile,
         mem: &dyn p2pdma::DeviceMemory,
     ) -> PyErr {
-        let taken = self.engine(py).choose(file, mem).ok().map(|c| Taken {
-            path: c.path.as_str().into(),
-            reason: c.reason,
-        });
+        let taken = self
+            .engine(py)
+            .ok()
+            .and_then(|e| e.choose(file, mem).ok())
+            .map(|c| Taken {
+                path: c.path.as_str().into(),
+                reason: c.reason,
+            });
         errors::to_py(py, e, Some(&self.path), taken.as_ref())
     }
 
@@ -108,7 +121,7 @@ impl File {
         if req.len == 0 {
             return Ok(0);
         }
-        let engine = self.engine(py);
+        let engine = self.engine(py)?;
         let r = py.detach(|| match req.dir {
             Direction::Read => engine.read(
                 &req.file,
@@ -132,7 +145,7 @@ impl File {
     }
 
     fn submit(&self, py: Python<'_>, req: Request) -> PyResult<Future> {
-        let engine = self.engine(py);
+        let engine = self.engine(py)?;
         let context = (self.path.clone(), req.file.clone(), req.mem.clone());
         let len = req.len;
         let ticket = match len {
@@ -158,7 +171,7 @@ impl File {
         };
         let t = buffers::target(py, buf, access)?;
         let (mem_offset, _) = t.span(py, buf_offset, Some(0))?;
-        let engine = self.engine(py);
+        let engine = self.engine(py)?;
         let s = shape.inner.clone();
         let r = py.detach(|| match dir {
             Direction::Read => engine.read_strided(&file, &s, &*t.mem, mem_offset, layout, mode),
@@ -195,10 +208,6 @@ impl File {
         engine: Option<Py<Engine>>,
     ) -> PyResult<Self> {
         let (write, create, truncate) = parse_flags(py, flags)?;
-        let engine = match engine {
-            Some(e) => e,
-            None => default_engine(py)?,
-        };
         let p = path.clone();
         let storage = py.detach(move || -> p2pdma::Result<StorageFile> {
             if create {
@@ -298,16 +307,23 @@ impl File {
         entries: &Bound<'_, PyAny>,
     ) -> PyResult<BatchFuture> {
         let mut batch = Vec::new();
-        for e in entries.try_iter()? {
-            let e = e?;
-            let (buf, file_offset, size): (Bound<'_, PyAny>, u64, Option<usize>) =
-                match e.extract::<(Bound<'_, PyAny>, u64, Option<usize>)>() {
-                    Ok(t) => t,
-                    Err(_) => {
-                        let (b, o): (Bound<'_, PyAny>, u64) = e.extract()?;
-                        (b, o, None)
-                    }
-                };
+        for (i, e) in entries.try_iter()?.enumerate() {
+            let t = entry_items(i, &e?, "(buf, file_offset[, size])")?;
+            if !(2..=3).contains(&t.len()) {
+                return Err(errors::invalid(
+                    py,
+                    format!(
+                        "batch entry {i} has {} items: expected (buf, file_offset[, size])",
+                        t.len()
+                    ),
+                ));
+            }
+            let file_offset = offset_field(i, &t[1])?;
+            let size = match t.get(2) {
+                Some(s) => size_field(i, s)?,
+                None => None,
+            };
+            let buf = t[0].clone();
             batch.push((slf.clone(), Direction::Read, buf, file_offset, size));
         }
         submit_entries(py, batch)
@@ -351,7 +367,7 @@ impl File {
         let file = self.storage(py)?;
         let t = buffers::target(py, buf, Access::Read)?;
         let c = self
-            .engine(py)
+            .engine(py)?
             .choose(&file, &*t.mem)
             .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))?;
         Ok((c.path.as_str().into(), c.reason))
@@ -476,40 +492,89 @@ fn submit_entries(py: Python<'_>, entries: Vec<Entry<'_>>) -> PyResult<BatchFutu
     Ok(BatchFuture::new(futures))
 }
 
+/// The items of batch entry `i`, which must be a tuple or a list shaped
+/// as `what`.
+fn entry_items<'py>(
+    i: usize,
+    e: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if let Ok(t) = e.cast::<PyTuple>() {
+        return Ok(t.iter().collect());
+    }
+    if let Ok(l) = e.cast::<PyList>() {
+        return Ok(l.iter().collect());
+    }
+    Err(PyTypeError::new_err(format!(
+        "batch entry {i}: expected a tuple or list {what}, not a {}",
+        e.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    )))
+}
+
+/// `e`, an error extracting item `name` of batch entry `i`, saying so.
+fn in_entry(i: usize, name: &str, e: PyErr, py: Python<'_>) -> PyErr {
+    PyErr::from_type(
+        e.get_type(py),
+        format!("batch entry {i}: {name}: {}", e.value(py)),
+    )
+}
+
+/// The file offset of batch entry `i`.
+fn offset_field(i: usize, v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    v.extract::<u64>()
+        .map_err(|e| in_entry(i, "file_offset", e, v.py()))
+}
+
+/// The size of batch entry `i` (`None`: the rest of the buffer).
+fn size_field(i: usize, v: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    v.extract::<Option<usize>>()
+        .map_err(|e| in_entry(i, "size", e, v.py()))
+}
+
 /// Transfers across files at once: `entries` is a list of `(file, "r" or
 /// "w", buf, file_offset[, size])`; returns a `BatchFuture`. Every entry is
 /// checked before any is submitted.
 #[pyfunction]
 pub fn submit_batch(py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<BatchFuture> {
     let mut batch = Vec::new();
-    for e in entries.try_iter()? {
-        let e = e?;
-        let t: Vec<Bound<'_, PyAny>> = e.extract()?;
+    for (i, e) in entries.try_iter()?.enumerate() {
+        let t = entry_items(i, &e?, "(file, 'r' or 'w', buf, file_offset[, size])")?;
         if !(4..=5).contains(&t.len()) {
             return Err(errors::invalid(
                 py,
                 format!(
-                    "a batch entry has {} items: expected (file, 'r' or 'w', buf, file_offset[, size])",
+                    "batch entry {i} has {} items: expected (file, 'r' or 'w', buf, file_offset[, size])",
                     t.len()
                 ),
             ));
         }
-        let file = t[0].cast::<File>()?.clone();
+        let file = t[0]
+            .cast::<File>()
+            .map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "batch entry {i}: the first item is not a p2pdma.File"
+                ))
+            })?
+            .clone();
         let dir = match t[1].extract::<String>()?.as_str() {
             "r" => Direction::Read,
             "w" => Direction::Write,
             other => {
                 return Err(errors::invalid(
                     py,
-                    format!("direction '{other}': expected 'r' or 'w'"),
+                    format!("batch entry {i}: direction '{other}': expected 'r' or 'w'"),
                 ))
             }
         };
         let size = match t.get(4) {
-            Some(s) => s.extract()?,
+            Some(s) => size_field(i, s)?,
             None => None,
         };
-        batch.push((file, dir, t[2].clone(), t[3].extract()?, size));
+        let file_offset = offset_field(i, &t[3])?;
+        batch.push((file, dir, t[2].clone(), file_offset, size));
     }
     submit_entries(py, batch)
 }

@@ -10,13 +10,16 @@ use std::{
     path::PathBuf,
     sync::{Arc, Mutex},
     task::{Context, Poll, Wake, Waker},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use p2pdma::{DeviceMemory, StorageFile, Ticket};
 use pyo3::{prelude::*, sync::PyOnceLock, types::PyList};
 
 use crate::errors::{self, Taken};
+
+/// How long a wait sleeps between looks for a signal.
+const SLICE: Duration = Duration::from_millis(50);
 
 /// What a finished transfer gave.
 enum Outcome {
@@ -157,12 +160,23 @@ impl Future {
             t => t.map(Duration::from_secs_f64),
         };
         let ticket = self.ticket.clone().expect("a pending future has a ticket");
-        let done = py.detach(|| ticket.wait_done(timeout));
-        if !done {
-            return Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
-                "the {}-byte transfer is still running",
-                self.len
-            )));
+        let deadline = timeout.map(|t| Instant::now() + t);
+        // Waits in slices, so that a signal (Ctrl-C) is handled meanwhile.
+        loop {
+            let slice = match deadline {
+                None => SLICE,
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+            };
+            if py.detach(|| ticket.wait_done(Some(slice))) {
+                break;
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
+                    "the {}-byte transfer is still running",
+                    self.len
+                )));
+            }
         }
         self.settle(py).expect("a finished transfer has an outcome")
     }

@@ -213,3 +213,84 @@ def test_random_calls_keep_pread_pwrite_semantics(tmp_path, seed):
                     assert bytes(b) == bytes(model[o : o + len(b)])
             assert f.size() == len(model)
     assert path.read_bytes() == bytes(model)
+
+
+def _in_child(fn) -> int:
+    """Runs ``fn`` in a forked child; its exit status (1 on an exception,
+    124 if it does not finish in 60 s)."""
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)
+        code = 1
+        try:
+            fn()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return 124
+    return os.WEXITSTATUS(status)
+
+
+def test_background_transfers_work_after_fork(data_file):
+    """The parent's worker threads are not in a forked child (a DataLoader
+    worker): the default engine is made again there, and an engine of the
+    parent's says so instead of hanging."""
+    path, data = data_file
+    mine = p2pdma.Engine()
+    with p2pdma.File(path) as f:
+        f.pread(bytearray(4096)).wait()  # the default engine's workers run
+
+    def child():
+        with p2pdma.File(path) as g:
+            buf = bytearray(100000)
+            assert g.pread(buf, file_offset=77).wait(timeout=30) == 100000
+            assert bytes(buf) == data[77 : 77 + 100000]
+            assert p2pdma.default_engine() is p2pdma.default_engine()
+        with p2pdma.File(path, engine=mine) as h:
+            with pytest.raises(p2pdma.InvalidArgumentError, match="fork"):
+                h.pread(bytearray(10))
+            with pytest.raises(p2pdma.InvalidArgumentError, match="fork"):
+                h.read(bytearray(10))
+
+    assert _in_child(child) == 0
+    # The parent's engines still work.
+    with p2pdma.File(path, engine=mine) as h:
+        buf = bytearray(10)
+        assert h.pread(buf).wait() == 10 and bytes(buf) == data[:10]
+
+
+def test_a_wait_can_be_interrupted():
+    """A long wait still lets a signal through (Ctrl-C): eight 256 MiB reads
+    in 64 KiB chunks, one at a time, interrupted 50 ms in."""
+    import signal
+
+    fired = []
+
+    def handler(signum, frame):
+        fired.append(signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        import tempfile
+
+        with tempfile.NamedTemporaryFile() as tmp:
+            tmp.write(os.urandom(256 << 20))
+            tmp.flush()
+            with p2pdma.File(tmp.name, engine=p2pdma.Engine(path="bounce", chunk=65536, depth=1)) as f:
+                m = p2pdma.Memory.host(256 << 20)
+                futs = [f.pread(m) for _ in range(8)]
+                signal.setitimer(signal.ITIMER_REAL, 0.05)
+                with pytest.raises(KeyboardInterrupt):
+                    for fu in futs:
+                        fu.wait()
+                for fu in futs:
+                    fu.wait()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert fired

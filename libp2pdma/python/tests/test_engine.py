@@ -100,3 +100,10 @@ def test_the_doctor_reports_as_a_dict(data_file):
     assert r["reason"]
     with pytest.raises(p2pdma.InvalidArgumentError):
         p2pdma.doctor(accel="not-a-pci-address")
+
+
+def test_none_leaves_a_setting_as_it_is(monkeypatch):
+    monkeypatch.setenv("P2PDMA_PATH", "bounce")
+    e = p2pdma.Engine(path=None, cache_dir=None, chunk=None)
+    assert e.path == "bounce"
+    assert p2pdma.Engine(path="auto").path == "auto"

@@ -256,3 +256,21 @@ def test_fileno_is_the_open_file(data_file):
     path, data = data_file
     with p2pdma.File(path) as f:
         assert os.pread(f.fileno(), 0, 0) == b""
+
+
+def test_batch_entries_are_tuples_or_lists_and_errors_name_the_field(data_file):
+    path, data = data_file
+    with p2pdma.File(path) as f:
+        a, b = bytearray(10), bytearray(20)
+        assert f.pread_batch([[a, 5], (b, 100, 20)]).wait() == [10, 20]
+        assert bytes(a) == data[5:15] and bytes(b) == data[100:120]
+        with pytest.raises(TypeError, match="batch entry 1: size"):
+            f.pread_batch([(a, 0), (b, 0, "x")])
+        with pytest.raises(OverflowError, match="batch entry 0: file_offset"):
+            f.pread_batch([(a, -1, 4)])
+        with pytest.raises(ValueError, match="batch entry 0 has 4 items"):
+            f.pread_batch([(a, 0, 1, 2)])
+        with pytest.raises(TypeError, match="batch entry 0"):
+            f.pread_batch([a])
+        with pytest.raises(TypeError, match="not a p2pdma.File"):
+            p2pdma.submit_batch([("not a file", "r", a, 0)])

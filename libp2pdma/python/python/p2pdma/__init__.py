@@ -27,6 +27,8 @@ straight into the target memory.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import errors
 from ._p2pdma import (
     BatchFuture,
@@ -51,23 +53,33 @@ from .errors import (
     PathUnavailableError,
 )
 
+if TYPE_CHECKING:
+    from ._p2pdma import Buffer, CopyReport, EngineStats, RouteInfo
+
 #: KvikIO's name for a file opened for transfers.
 CuFile = File
 
 
-def stats() -> dict:
+def stats() -> EngineStats:
     """What each path of the default engine has moved: ``{"p2p": {...},
     "nvme-cmd": {...}, "bounce": {...}, "queues": {...}}``."""
     return default_engine().stats()
 
 
-def route(src, dst, src_offset: int = 0, dst_offset: int = 0) -> dict:
+def route(src: File | Buffer, dst: File | Buffer, src_offset: int = 0, dst_offset: int = 0) -> RouteInfo:
     """The route the default engine takes from ``src`` to ``dst`` (each a
     ``File``, a ``Memory`` or a buffer): its hops, and why."""
     return default_engine().route(src, dst, src_offset, dst_offset)
 
 
-def copy(src, dst, size: int, src_offset: int = 0, dst_offset: int = 0, chunk=None) -> dict:
+def copy(
+    src: File | Buffer,
+    dst: File | Buffer,
+    size: int,
+    src_offset: int = 0,
+    dst_offset: int = 0,
+    chunk: int | None = None,
+) -> CopyReport:
     """Copies ``size`` bytes from ``src`` to ``dst`` along the default
     engine's route, stages overlapped."""
     return default_engine().copy(src, dst, size, src_offset, dst_offset, chunk)

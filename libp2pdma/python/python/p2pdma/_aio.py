@@ -20,7 +20,9 @@ async def gather(futures) -> list[int]:
     """Awaits every future of a batch; raises the first entry's error after
     all have ended."""
     results = await asyncio.gather(*futures, return_exceptions=True)
+    counts: list[int] = []
     for r in results:
         if isinstance(r, BaseException):
             raise r
-    return results
+        counts.append(r)
+    return counts

@@ -66,7 +66,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from tqdm import tqdm
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 from . import File, Memory
 from .errors import InvalidArgumentError
@@ -306,18 +306,18 @@ def _parse_header(
             )
         entries.append(_Entry(name, dtype, shape, begin, end))
 
-    entries.sort(key=lambda e: (e.begin, e.end, e.name))
+    entries.sort(key=lambda x: (x.begin, x.end, x.name))
     last: _Entry | None = None
-    for e in entries:
-        if e.nbytes == 0:
+    for entry in entries:
+        if entry.nbytes == 0:
             continue
-        if last is not None and e.begin < last.end:
+        if last is not None and entry.begin < last.end:
             raise _fail(
                 path,
                 f"tensors {last.name!r} [{last.begin}, {last.end}] and "
-                f"{e.name!r} [{e.begin}, {e.end}] overlap",
+                f"{entry.name!r} [{entry.begin}, {entry.end}] overlap",
             )
-        last = e
+        last = entry
     return entries, metadata
 
 
