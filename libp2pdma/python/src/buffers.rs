@@ -18,7 +18,10 @@ use std::sync::{Arc, Mutex};
 
 use dlpark::{ffi::DLDeviceType, python::ImportedDlpack};
 use p2pdma::{BorrowedHost, DeviceMemory};
-use pyo3::{buffer::PyUntypedBuffer, exceptions::PyTypeError, prelude::*};
+use pyo3::{
+    buffer::PyUntypedBuffer, exceptions::PyTypeError, ffi, intern, prelude::*, sync::PyOnceLock,
+    types::PyType,
+};
 
 use crate::{
     errors,
@@ -42,28 +45,132 @@ pub struct Target {
 }
 
 impl Target {
-    /// The range a call asks for: `size` bytes (all that is left when
-    /// `None`) from `at` within the target, as an offset in `mem` and a
-    /// length.
+    /// The range a call asks for ([`span`]).
     pub fn span(&self, py: Python<'_>, at: usize, size: Option<usize>) -> PyResult<(usize, usize)> {
-        if at > self.len {
-            return Err(errors::invalid(
-                py,
-                format!("buffer offset {at} is past the buffer's {} bytes", self.len),
-            ));
-        }
-        let len = size.unwrap_or(self.len - at);
-        if len > self.len - at {
-            return Err(errors::invalid(
-                py,
-                format!(
-                    "{len} bytes from offset {at} do not fit in the buffer's {} bytes",
-                    self.len
-                ),
-            ));
-        }
-        Ok((self.offset + at, len))
+        span(py, self.offset, self.len, at, size)
     }
+}
+
+/// Memory for one transfer made while the caller waits: borrowed for the
+/// call only, so lending it allocates nothing.
+pub struct Lent<'a> {
+    pub mem: &'a dyn DeviceMemory,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl Lent<'_> {
+    /// The range a call asks for ([`span`]).
+    pub fn span(&self, py: Python<'_>, at: usize, size: Option<usize>) -> PyResult<(usize, usize)> {
+        span(py, self.offset, self.len, at, size)
+    }
+}
+
+/// The range a call asks for: `size` bytes (all that is left when `None`)
+/// from `at` within a target of `len` bytes at `offset` of its memory, as
+/// an offset in the memory and a length.
+fn span(
+    py: Python<'_>,
+    offset: usize,
+    len: usize,
+    at: usize,
+    size: Option<usize>,
+) -> PyResult<(usize, usize)> {
+    if at > len {
+        return Err(errors::invalid(
+            py,
+            format!("buffer offset {at} is past the buffer's {len} bytes"),
+        ));
+    }
+    let n = size.unwrap_or(len - at);
+    if n > len - at {
+        return Err(errors::invalid(
+            py,
+            format!("{n} bytes from offset {at} do not fit in the buffer's {len} bytes"),
+        ));
+    }
+    Ok((offset + at, n))
+}
+
+/// Runs `f` on `obj` as memory for a transfer the caller waits for. A
+/// contiguous buffer is exported for the call only and released after it,
+/// with no allocation; other objects go through [`target`].
+pub fn with_lent<R>(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    access: Access,
+    f: impl FnOnce(Lent<'_>) -> PyResult<R>,
+) -> PyResult<R> {
+    if !obj.is_instance_of::<Memory>()
+        && !obj.is_instance_of::<MemoryView>()
+        && !is_torch_tensor(py, obj)
+    {
+        let mut view = ffi::Py_buffer::new();
+        if take_contiguous(obj, access, &mut view) {
+            let export = Released(&mut view);
+            let (ptr, len) = (export.0.buf.cast::<u8>(), export.0.len as usize);
+            // SAFETY: The exporter keeps `len` contiguous bytes at `ptr`
+            // (writable unless read-only) until the release, which comes
+            // after the loan is dropped, at the end of this block.
+            let mem = unsafe { BorrowedHost::new(ptr, len, export.0.readonly == 0, Box::new(())) };
+            let r = f(Lent {
+                mem: &mem,
+                offset: 0,
+                len,
+            });
+            drop(mem);
+            drop(export);
+            return r;
+        }
+    }
+    let t = target(py, obj, access)?;
+    f(Lent {
+        mem: &*t.mem,
+        offset: t.offset,
+        len: t.len,
+    })
+}
+
+/// Releases a buffer export when dropped (the GIL is held wherever one
+/// is).
+struct Released<'a>(&'a mut ffi::Py_buffer);
+
+impl Drop for Released<'_> {
+    fn drop(&mut self) {
+        // SAFETY: The export was taken and not released yet; this runs
+        // where the export was taken, with the GIL held.
+        unsafe { ffi::PyBuffer_Release(self.0) };
+    }
+}
+
+/// Takes a contiguous export of `obj` into `view` (writable for
+/// `Access::Write`), with no shape or strides, which keeps the call cheap
+/// (numpy builds no buffer description). Says whether it did; an export
+/// of Python objects is released and refused (the full export says why).
+fn take_contiguous(obj: &Bound<'_, PyAny>, access: Access, view: &mut ffi::Py_buffer) -> bool {
+    let flags = ffi::PyBUF_FORMAT
+        | match access {
+            Access::Write => ffi::PyBUF_WRITABLE,
+            Access::Read => ffi::PyBUF_SIMPLE,
+        };
+    // SAFETY: `obj` is a live object and the GIL is held (through `obj`);
+    // `view` is writable storage for one export.
+    if unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), view, flags) } != 0 {
+        // The full export raises the error that says why.
+        // SAFETY: The GIL is held; the failed call set an error.
+        unsafe { ffi::PyErr_Clear() };
+        return false;
+    }
+    // SAFETY: A format the exporter gives is a NUL-terminated string that
+    // lives as long as the export.
+    let holds_objects = !view.format.is_null()
+        && unsafe { std::ffi::CStr::from_ptr(view.format) }
+            .to_bytes()
+            .contains(&b'O');
+    if holds_objects {
+        drop(Released(view));
+    }
+    !holds_objects
 }
 
 /// `obj` as memory a transfer may use with `access`.
@@ -85,8 +192,18 @@ pub fn target(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResul
             len: v.len,
         });
     }
-    // Some exporters (ctypes arrays) give no strides; a memoryview of them
-    // does.
+    if is_torch_tensor(py, obj) {
+        return lend_torch(py, obj, access);
+    }
+    if let Some(export) = Export::contiguous(obj, access) {
+        return Ok(export.lend());
+    }
+    if learn_torch(py, obj) {
+        return lend_torch(py, obj, access);
+    }
+    // The export with every detail, for the exporters the quick one does
+    // not serve and to say what is wrong. Some (ctypes arrays) give no
+    // strides; a memoryview of them does.
     let buffer = PyUntypedBuffer::get(obj).or_else(|e| {
         match py
             .import("builtins")
@@ -110,6 +227,63 @@ pub fn target(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResul
     lend_dlpack(py, obj, access)
 }
 
+/// `torch.Tensor`, once a tensor has been seen (torch is never imported
+/// here).
+static TORCH_TENSOR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn is_torch_tensor(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
+    TORCH_TENSOR
+        .get(py)
+        .is_some_and(|t| obj.is_instance(t.bind(py)).unwrap_or(false))
+}
+
+/// Whether `obj` is a torch tensor, remembering `torch.Tensor` if so.
+fn learn_torch(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
+    let from_torch = obj.get_type().module().is_ok_and(|m| {
+        m.to_str()
+            .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
+    });
+    if !from_torch {
+        return false;
+    }
+    let Ok(tensor) = py
+        .import("torch")
+        .and_then(|t| t.getattr("Tensor"))
+        .and_then(|t| Ok(t.cast_into::<PyType>()?))
+    else {
+        return false;
+    };
+    let _ = TORCH_TENSOR.set(py, tensor.unbind());
+    is_torch_tensor(py, obj)
+}
+
+/// A torch tensor's memory, read from the tensor itself (`data_ptr`,
+/// `nbytes`): DLPack gives the same answer at several times the cost per
+/// call. Only dense CPU tensors (pinned ones included) qualify; others go
+/// to DLPack, which says what is wrong.
+fn lend_torch(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Target> {
+    let dense_cpu = obj.getattr(intern!(py, "is_cpu"))?.is_truthy()?
+        && !obj.getattr(intern!(py, "is_sparse"))?.is_truthy()?
+        && obj
+            .call_method0(intern!(py, "is_contiguous"))?
+            .is_truthy()?;
+    if !dense_cpu {
+        return lend_dlpack(py, obj, access);
+    }
+    let ptr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
+    let len: usize = obj.getattr(intern!(py, "nbytes"))?.extract()?;
+    let keep = obj.clone().unbind();
+    // SAFETY: A dense contiguous CPU tensor's `nbytes` bytes at
+    // `data_ptr()` stay allocated while the tensor lives, which the loan
+    // ensures by holding it; torch tensors are writable.
+    let mem = unsafe { BorrowedHost::new(ptr as *mut u8, len, true, Box::new(keep)) };
+    Ok(Target {
+        mem: Arc::new(mem),
+        offset: 0,
+        len,
+    })
+}
+
 fn has_dlpack(obj: &Bound<'_, PyAny>) -> bool {
     obj.hasattr("__dlpack__").unwrap_or(false)
 }
@@ -119,6 +293,45 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "object".into())
+}
+
+/// A contiguous buffer export ([`take_contiguous`]) that a transfer in the
+/// background owns.
+struct Export(Box<ffi::Py_buffer>);
+
+// SAFETY: The export is plain data describing memory the exporter keeps
+// until the release, which takes the GIL (below).
+unsafe impl Send for Export {}
+// SAFETY: As for `Send`; nothing mutates the export after it is taken.
+unsafe impl Sync for Export {}
+
+impl Export {
+    fn contiguous(obj: &Bound<'_, PyAny>, access: Access) -> Option<Self> {
+        let mut view = Box::new(ffi::Py_buffer::new());
+        take_contiguous(obj, access, &mut view).then(|| Self(view))
+    }
+
+    fn lend(self) -> Target {
+        let (ptr, len) = (self.0.buf.cast::<u8>(), self.0.len as usize);
+        let writable = self.0.readonly == 0;
+        // SAFETY: The exporter keeps `len` contiguous bytes at `ptr` (and
+        // writable ones when not read-only) until the export is released,
+        // which happens when the loan, which owns it, is dropped.
+        let mem = unsafe { BorrowedHost::new(ptr, len, writable, Box::new(self)) };
+        Target {
+            mem: Arc::new(mem),
+            offset: 0,
+            len,
+        }
+    }
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        // SAFETY: The export was taken and not yet released; the GIL is
+        // held for the release.
+        Python::attach(|_| unsafe { ffi::PyBuffer_Release(&mut *self.0) });
+    }
 }
 
 fn lend_buffer(py: Python<'_>, buf: PyUntypedBuffer, access: Access) -> PyResult<Target> {

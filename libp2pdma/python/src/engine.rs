@@ -7,7 +7,10 @@
 
 use std::{
     path::PathBuf,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex, RwLock,
+    },
 };
 
 use p2pdma::{
@@ -42,57 +45,101 @@ pub fn module(py: Python<'_>) -> PyResult<Arc<Module>> {
     Ok(opened)
 }
 
+/// Forks this process has gone through since the module was loaded (as
+/// seen by the child): an engine's worker threads stay in the process that
+/// made it.
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn forked_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts forks from now on (the module's initialization calls it).
+pub fn watch_forks() {
+    // SAFETY: The handler only increments an atomic, which is
+    // async-signal-safe; registering has no other precondition.
+    unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+}
+
 /// The transfer engine: picks the path for each file and memory, moves the
 /// bytes, counts what each path did.
 #[pyclass(frozen, module = "p2pdma")]
 pub struct Engine {
     inner: Arc<p2pdma::Engine>,
-    /// The process that made it: its worker threads do not survive `fork`.
-    pid: u32,
+    /// `FORKS` when it was made: its worker threads do not survive `fork`.
+    generation: u64,
 }
 
-/// The default engine, and the process it belongs to.
-static DEFAULT: Mutex<Option<(u32, Py<Engine>)>> = Mutex::new(None);
+/// The default engine, with the fork generation it belongs to.
+struct Default {
+    generation: u64,
+    inner: Arc<p2pdma::Engine>,
+    object: Py<Engine>,
+}
+
+static DEFAULT: RwLock<Option<Default>> = RwLock::new(None);
 
 /// The engine `File`s use when given none, made from the environment on
 /// first use, and made again in a child process after `fork` (the
 /// parent's worker threads are not there).
 #[pyfunction]
 pub fn default_engine(py: Python<'_>) -> PyResult<Py<Engine>> {
-    let pid = std::process::id();
-    let mut d = DEFAULT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((owner, e)) = &*d {
-        if *owner == pid {
-            return Ok(e.clone_ref(py));
+    current_default(py).map(|d| d.1)
+}
+
+/// The default engine's library engine, cheaply: what every transfer of a
+/// `File` opened without an engine asks for.
+pub fn default_inner(py: Python<'_>) -> PyResult<Arc<p2pdma::Engine>> {
+    {
+        let d = DEFAULT.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = &*d {
+            if d.generation == FORKS.load(Ordering::Relaxed) {
+                return Ok(d.inner.clone());
+            }
+        }
+    }
+    current_default(py).map(|d| d.0)
+}
+
+fn current_default(py: Python<'_>) -> PyResult<(Arc<p2pdma::Engine>, Py<Engine>)> {
+    let generation = FORKS.load(Ordering::Relaxed);
+    let mut d = DEFAULT.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(d) = &*d {
+        if d.generation == generation {
+            return Ok((d.inner.clone(), d.object.clone_ref(py)));
         }
     }
     let config = Config::from_env().map_err(|e| errors::to_py(py, &e, None, None))?;
-    let engine = Py::new(py, Engine::with(config, module(py).ok()))?;
-    if let Some((_, parents)) = d.replace((pid, engine.clone_ref(py))) {
+    let engine = Engine::with(config, module(py).ok());
+    let inner = engine.inner.clone();
+    let object = Py::new(py, engine)?;
+    let made = Default {
+        generation,
+        inner: inner.clone(),
+        object: object.clone_ref(py),
+    };
+    if let Some(parents) = d.replace(made) {
         // The parent's engine would join worker threads this process does
         // not have: it is never dropped here.
         std::mem::forget(parents);
     }
-    Ok(engine)
+    Ok((inner, object))
 }
 
 impl Engine {
     fn with(config: Config, module: Option<Arc<Module>>) -> Self {
         Self {
             inner: Arc::new(p2pdma::Engine::new(config, module)),
-            pid: std::process::id(),
+            generation: FORKS.load(Ordering::Relaxed),
         }
     }
 
     /// The library's engine, if it belongs to this process.
     pub fn here(&self, py: Python<'_>) -> PyResult<Arc<p2pdma::Engine>> {
-        if self.pid != std::process::id() {
+        if self.generation != FORKS.load(Ordering::Relaxed) {
             return Err(errors::invalid(
                 py,
-                format!(
-                    "this engine was made in process {} and its worker threads do not survive fork: make a p2pdma.Engine in this process, or use the default engine, which is made again after fork",
-                    self.pid
-                ),
+                "this engine was made before the process forked, and its worker threads stayed in the parent: make a p2pdma.Engine in this process, or use the default engine, which is made again after fork",
             ));
         }
         Ok(self.inner.clone())

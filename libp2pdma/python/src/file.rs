@@ -21,7 +21,7 @@ use pyo3::{
 
 use crate::{
     buffers::{self, Access, Target},
-    engine::{default_engine, Engine},
+    engine::{default_inner, Engine},
     errors::{self, Taken},
     future::{BatchFuture, Future},
     shape::Shape,
@@ -65,7 +65,7 @@ impl File {
     pub fn engine(&self, py: Python<'_>) -> PyResult<Arc<p2pdma::Engine>> {
         match &self.engine {
             Some(e) => e.bind(py).get().here(py),
-            None => default_engine(py)?.bind(py).get().here(py),
+            None => default_inner(py),
         }
     }
 
@@ -101,11 +101,7 @@ impl File {
         buf_offset: usize,
     ) -> PyResult<Request> {
         let file = self.storage(py)?;
-        let access = match dir {
-            Direction::Read => Access::Write,
-            Direction::Write => Access::Read,
-        };
-        let t: Target = buffers::target(py, buf, access)?;
+        let t: Target = buffers::target(py, buf, access_for(dir))?;
         let (mem_offset, len) = t.span(py, buf_offset, size)?;
         Ok(Request {
             dir,
@@ -117,31 +113,33 @@ impl File {
         })
     }
 
-    fn run(&self, py: Python<'_>, req: Request) -> PyResult<usize> {
-        if req.len == 0 {
-            return Ok(0);
-        }
+    /// A transfer the caller waits for: the memory is lent for the call
+    /// only.
+    fn now(
+        &self,
+        py: Python<'_>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<usize> {
+        let file = self.storage(py)?;
         let engine = self.engine(py)?;
-        let r = py.detach(|| match req.dir {
-            Direction::Read => engine.read(
-                &req.file,
-                req.file_offset,
-                &*req.mem,
-                req.mem_offset,
-                req.len,
-            ),
-            Direction::Write => engine.write(
-                &req.file,
-                req.file_offset,
-                &*req.mem,
-                req.mem_offset,
-                req.len,
-            ),
-        });
-        match r {
-            Ok(report) => Ok(report.bytes as usize),
-            Err(e) => Err(self.fail(py, &e, &req.file, &*req.mem)),
-        }
+        buffers::with_lent(py, buf, access_for(dir), |t| {
+            let (mem_offset, len) = t.span(py, buf_offset, size)?;
+            if len == 0 {
+                return Ok(0);
+            }
+            let r = py.detach(|| match dir {
+                Direction::Read => engine.read(&file, file_offset, t.mem, mem_offset, len),
+                Direction::Write => engine.write(&file, file_offset, t.mem, mem_offset, len),
+            });
+            match r {
+                Ok(report) => Ok(report.bytes as usize),
+                Err(e) => Err(self.fail(py, &e, &file, t.mem)),
+            }
+        })
     }
 
     fn submit(&self, py: Python<'_>, req: Request) -> PyResult<Future> {
@@ -165,11 +163,7 @@ impl File {
         buf_offset: usize,
     ) -> PyResult<Py<PyDict>> {
         let file = self.storage(py)?;
-        let access = match dir {
-            Direction::Read => Access::Write,
-            Direction::Write => Access::Read,
-        };
-        let t = buffers::target(py, buf, access)?;
+        let t = buffers::target(py, buf, access_for(dir))?;
         let (mem_offset, _) = t.span(py, buf_offset, Some(0))?;
         let engine = self.engine(py)?;
         let s = shape.inner.clone();
@@ -250,8 +244,7 @@ impl File {
         file_offset: u64,
         buf_offset: usize,
     ) -> PyResult<usize> {
-        let req = self.request(py, Direction::Read, buf, size, file_offset, buf_offset)?;
-        self.run(py, req)
+        self.now(py, Direction::Read, buf, size, file_offset, buf_offset)
     }
 
     /// Writes `size` bytes of `buf` from `buf_offset` at `file_offset`;
@@ -265,8 +258,7 @@ impl File {
         file_offset: u64,
         buf_offset: usize,
     ) -> PyResult<usize> {
-        let req = self.request(py, Direction::Write, buf, size, file_offset, buf_offset)?;
-        self.run(py, req)
+        self.now(py, Direction::Write, buf, size, file_offset, buf_offset)
     }
 
     /// `read` in the background: returns a `Future` (`wait()`, `get()`,
@@ -439,6 +431,14 @@ impl File {
             self.flags,
             if self.closed() { " closed" } else { "" }
         )
+    }
+}
+
+/// How a transfer in direction `dir` uses its memory.
+fn access_for(dir: Direction) -> Access {
+    match dir {
+        Direction::Read => Access::Write,
+        Direction::Write => Access::Read,
     }
 }
 

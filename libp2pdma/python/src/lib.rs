@@ -26,6 +26,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _p2pdma(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    engine::watch_forks();
     m.add_class::<engine::Engine>()?;
     m.add_class::<file::File>()?;
     m.add_class::<future::Future>()?;

@@ -120,3 +120,25 @@ def test_accelerator_memory_on_the_gpu_is_refused_until_cuda(data_file):
     with p2pdma.File(data_file[0]) as f:
         with pytest.raises(p2pdma.InvalidArgumentError, match="device type 2"):
             f.read(FakeCuda())
+
+
+def test_torch_views_and_subclasses_land_where_they_point(data_file):
+    path, data = data_file
+    base = torch.zeros(1000, dtype=torch.int32)
+    view = base[100:200]  # a storage offset of 400 bytes
+    param = torch.nn.Parameter(torch.zeros(64, dtype=torch.float64), requires_grad=False)
+    with p2pdma.File(path) as f:
+        assert f.read(view, file_offset=8) == 400
+        assert f.read(param) == 512
+        fut = f.pread(base[500:501], file_offset=12)
+        assert fut.wait() == 4
+    raw = base.numpy().tobytes()
+    assert raw[400:800] == data[8:408]
+    assert raw[2000:2004] == data[12:16]
+    assert raw[:400] == b"\0" * 400 and raw[800:2000] == b"\0" * 1200 and raw[2004:] == b"\0" * (4000 - 2004)
+    assert param.detach().numpy().tobytes() == data[:512]
+    with p2pdma.File(path) as f:
+        with pytest.raises(p2pdma.InvalidArgumentError, match="contiguous"):
+            f.read(base[::2])
+        empty = torch.zeros(0)
+        assert f.read(empty) == 0
