@@ -18,7 +18,7 @@ use dlpark::{
     DlpackFlags, Managed, ManagedTensorBase,
 };
 use p2pdma::{memory::MemoryKind, DeviceMemory, HostMemory, ModuleMemory};
-use pyo3::prelude::*;
+use pyo3::{prelude::*, types::PyDict};
 
 use crate::{
     buffers::{self, Access},
@@ -251,6 +251,19 @@ impl MemoryView {
     #[getter]
     fn write_combined(&self) -> bool {
         matches!(self.mem.kind(), MemoryKind::ModuleBar { .. })
+    }
+
+    /// The view as numpy's array interface (a `uint8` vector at its CPU
+    /// address), for consumers that take that instead of DLPack, and for
+    /// tools that need the address (ctypes, `/proc/self/pagemap`).
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("shape", (self.len,))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.ptr, false))?;
+        d.set_item("version", 3)?;
+        Ok(d)
     }
 
     fn __dlpack_device__(&self) -> (u32, i32) {

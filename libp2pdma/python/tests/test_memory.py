@@ -85,3 +85,14 @@ def test_accelerator_memory_needs_the_module():
     assert m.device.startswith("accel:")
     assert m.__dlpack_device__()[0] == 12  # kDLExtDev: not host memory
     assert np.from_dlpack(m.view()).shape == (1 << 20,)
+
+
+def test_a_views_array_interface_is_its_address():
+    m = p2pdma.Memory.host(8192)
+    m.write(b"abc", offset=4100)
+    v = m.view(4096, 16)
+    ai = v.__array_interface__
+    assert ai["shape"] == (16,) and ai["typestr"] == "|u1" and ai["version"] == 3
+    a = np.asarray(v)  # through the array interface
+    assert a[4:7].tobytes() == b"abc"
+    assert ai["data"][0] == np.from_dlpack(v).ctypes.data

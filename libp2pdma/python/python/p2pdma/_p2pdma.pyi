@@ -663,6 +663,12 @@ class MemoryView:
         """Whether the mapping is write-combined (accelerator BAR memory):
         CPU stores stream, CPU loads are uncached and slow."""
 
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """The view as numpy's array interface (a ``uint8`` vector at its CPU
+        address), for consumers that take that instead of DLPack, and for
+        tools that need the address (ctypes, ``/proc/self/pagemap``)."""
+        ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __dlpack__(
         self,
