@@ -118,6 +118,12 @@ test)
 		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite power --topology switch \
 			2>&1 | tee "$results/vm-power-switch.txt" || true
 		count "$results/vm-power-switch.txt"
+		# The Python binding in the guest: Debian's interpreter and the
+		# binding's wheel in the initramfs, reads into accelerator memory by
+		# P2P checked in the guest and in the BAR's backing file.
+		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite python --topology switch \
+			2>&1 | tee "$results/vm-python-switch.txt" || true
+		count "$results/vm-python-switch.txt"
 		# The switch behind an emulated IOMMU, chosen on the guest's command
 		# line, with the accelerator on its own root port (tools/rig/vm.sh
 		# says why): the kernel refuses P2P there, so the module, engine

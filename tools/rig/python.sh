@@ -7,6 +7,7 @@
 #   python.sh test OUT   builds the binding into it (maturin), runs pytest
 #                        on libp2pdma/python/tests and writes one PASS/FAIL
 #                        line per test to OUT
+#   python.sh wheel DIR  builds the binding's release wheel into DIR
 #   python.sh bench ...  builds the binding for release and runs
 #                        libp2pdma/python/bench/bench.py with these arguments
 #
@@ -28,6 +29,11 @@ install_env() {
 build_binding() {
 	cd "$P2PDMA_ROOT/libp2pdma/python"
 	VIRTUAL_ENV=$venv PATH="$venv/bin:$PATH" maturin develop --locked "$@"
+}
+
+build_wheel() {
+	cd "$P2PDMA_ROOT/libp2pdma/python"
+	PATH="$venv/bin:$PATH" maturin build --release --locked --out "$1"
 }
 
 make_env() {
@@ -62,6 +68,13 @@ test)
 		echo "FAIL python:pytest exited with status $rc (see $logs/pytest.log)" >>"$out"
 	fi
 	tail -n 1 "$logs/pytest.log" >&2
+	;;
+wheel)
+	dir=${2:?usage: python.sh wheel DIR}
+	make_env
+	mkdir -p "$dir"
+	run_logged "building the Python binding's wheel (maturin build --release)" "$dir/build.log" \
+		build_wheel "$dir"
 	;;
 bench)
 	shift

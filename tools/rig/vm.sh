@@ -80,6 +80,11 @@ for b in p2pdma-ctl p2pdma-vmtest p2pdma-dmacheck; do
 	strip "$ir/bin/$b" 2>/dev/null || true
 done
 cp "$P2PDMA_ROOT"/tests/vm/lib.sh "$suite_file" "$ir/suite/"
+# The Python suite carries an interpreter and the binding.
+if [ "$suite" = python ]; then
+	cp "$P2PDMA_ROOT"/tests/vm/python_checks.py "$ir/suite/"
+	"$P2PDMA_ROOT/tools/rig/guest-python.sh" "$ir"
+fi
 mkdir -p "$ir/tests"
 for t in "$P2PDMA_ROOT"/target/guest-tests/*; do
 	cp "$t" "$ir/tests/"
