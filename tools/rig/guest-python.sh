@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Puts a Python interpreter and the p2pdma binding into a guest's initramfs:
 # the host's Debian python3 (dynamically linked, so with its loader and
-# libraries), its standard library without what a test never imports, and
-# the binding's release wheel unpacked into Debian's dist-packages.
+# libraries), its standard library without what a test never imports, the
+# binding's release wheel unpacked into Debian's dist-packages, and numpy
+# and tqdm from the rig's environment (for safetensors with numpy arrays;
+# torch, at 5 GiB, stays out).
 #
 #   guest-python.sh INITRAMFS_DIR
 # shellcheck source=common.sh
@@ -31,6 +33,10 @@ tar -C "$stdlib" -cf - \
 	--exclude='_tkinter*' --exclude='_curses*' --exclude=curses --exclude='_sqlite3*' --exclude=sqlite3 \
 	--exclude='_dbm*' --exclude='_gdbm*' --exclude=dbm --exclude=venv . | tar -C "$ir$stdlib" -xf -
 python3 -m zipfile -e "${wheel[0]}" "$ir/usr/lib/python3/dist-packages/"
+venv=$("$P2PDMA_ROOT/tools/rig/python.sh" env)
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+tar -C "$site" -cf - --exclude=tests --exclude=__pycache__ numpy numpy.libs tqdm |
+	tar -C "$ir/usr/lib/python3/dist-packages" -xf -
 
 # The loader and every library the interpreter, its extension modules and
 # the binding link against.

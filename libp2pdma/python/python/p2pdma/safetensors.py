@@ -21,8 +21,8 @@ endian, at ``data_offsets`` counted from the end of the header.
 
 2. **One batched transfer.** It allocates the destination of every tensor
    and submits all the reads at once with ``File.pread_batch``: the engine
-   sees the whole load and keeps its queues full. Tensors over 64 MiB go in
-   as several 64 MiB entries so that progress moves steadily.
+   sees the whole load and keeps its queues full. Pieces are at most 64
+   MiB, so that progress moves steadily.
 
 3. **Tensors over the bytes.** The destination bytes are reinterpreted in
    place, ``uint8 -> dtype -> shape``; nothing is copied after the read
@@ -32,9 +32,12 @@ Where the bytes land depends on ``device``:
 
 - ``"cpu"``: one ordinary CPU tensor (or numpy array) per tensor; the
   engine reads into it through host memory.
-- ``"accel:N"``: one ``p2pdma.Memory.accelerator(total, index=N)`` holding
-  every tensor, each starting at a multiple of 64 bytes; the engine moves
-  the bytes into it by peer-to-peer DMA where the platform allows it. The
+- ``"accel:N"``: one ``p2pdma.Memory.accelerator(size, index=N)`` holding
+  an image of the data section: every tensor sits at its file offset's
+  place modulo 4 KiB, so the reads (the section in 64 MiB pieces cut at
+  block boundaries) move every block-aligned stretch by peer-to-peer DMA
+  where the platform allows it, and only the section's two ends go
+  through a bounce slot; a tensor is as aligned in memory as in the file. The
   returned tensors view that memory through its CPU mapping (DLPack
   ``kDLCPU``): to torch they are CPU tensors, but their storage is the
   accelerator's BAR, mapped write-combined, so CPU reads of them are slow
@@ -85,8 +88,9 @@ MAX_HEADER_SIZE = 100_000_000
 #: Largest single entry of the read batch; bigger tensors are split.
 CHUNK = 64 << 20
 
-#: Alignment of each tensor's start within one ``Memory`` ("host", "accel:N").
-ALIGN = 64
+#: A tensor's place in one ``Memory`` ("host", "accel:N") is its file
+#: offset's modulo this, so block-aligned stretches go straight to memory.
+BLOCK = 4096
 
 #: Loads at least this big get a progress bar by default (on a terminal).
 PROGRESS_THRESHOLD = 256 << 20
@@ -441,21 +445,30 @@ def _destinations(
             batch += _pieces(lambda at, n: raw[at : at + n], e.nbytes, data_start + e.begin)
         return raws, batch
 
-    # One Memory for all, each tensor at a multiple of ALIGN; tensors view
-    # it through its CPU mapping, pieces are views of it.
-    offsets, total = [], 0
-    for e in entries:
-        offsets.append(total)
-        total += -(-e.nbytes // ALIGN) * ALIGN
-    if total == 0:
+    # One Memory holding an image of the data section: every tensor at its
+    # file offset's place modulo BLOCK, so the storage can DMA each
+    # block-aligned stretch straight into it (P2P into accelerator memory)
+    # and only the two ends of the section go through a bounce slot. The
+    # pieces cover the section in CHUNK steps cut at block boundaries; the
+    # tensors view the memory through its CPU mapping.
+    live = [e for e in entries if e.nbytes]
+    if not live:
         return [empty(0) for _ in entries], batch
-    mem = Memory.host(total) if kind == "host" else Memory.accelerator(total, index=index)
-    for e, off in zip(entries, offsets):
+    first = data_start + min(e.begin for e in live)
+    last = data_start + max(e.end for e in live)
+    phase = first % BLOCK
+    mem_len = phase + (last - first)
+    mem = Memory.host(mem_len) if kind == "host" else Memory.accelerator(mem_len, index=index)
+    for e in entries:
         if e.nbytes == 0:
             raws.append(empty(0))
             continue
-        raws.append(from_dlpack(mem.view(off, e.nbytes)))
-        batch += _pieces(lambda at, n: mem.view(off + at, n), e.nbytes, data_start + e.begin)
+        raws.append(from_dlpack(mem.view(phase + data_start + e.begin - first, e.nbytes)))
+    at = first
+    while at < last:
+        end = min(last, (at - at % BLOCK) + CHUNK)
+        batch.append((mem.view(phase + at - first, end - at), at, end - at))
+        at = end
     return raws, batch
 
 
