@@ -23,10 +23,25 @@ use pyo3::{
     types::PyType,
 };
 
-use crate::{
-    errors,
-    memory::{Memory, MemoryView},
-};
+use crate::errors;
+
+/// Accelerator memory (or the host-memory device); its Python methods are
+/// in `memory`.
+#[pyclass(frozen, module = "p2pdma")]
+pub struct Memory {
+    pub mem: Arc<dyn DeviceMemory>,
+}
+
+/// A range of a [`Memory`] seen through its CPU mapping (`kDLCPU`); its
+/// Python methods are in `memory`.
+#[pyclass(frozen, module = "p2pdma")]
+pub struct MemoryView {
+    pub mem: Arc<dyn DeviceMemory>,
+    pub offset: usize,
+    pub len: usize,
+    /// The CPU address of its first byte.
+    pub ptr: usize,
+}
 
 /// Which way the transfer moves data relative to the object.
 #[derive(Clone, Copy, PartialEq, Eq)]

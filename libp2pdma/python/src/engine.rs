@@ -1,4 +1,4 @@
-//! The transfer engine, its counters, routes, and the doctor.
+//! The transfer engine, its counters, and the doctor.
 //!
 //! One default engine serves every `File` opened without one (KvikIO's
 //! global thread pool); it reads its settings from the environment
@@ -13,23 +13,10 @@ use std::{
     },
 };
 
-use p2pdma::{
-    transfer::{
-        route::{End, RouteOptions},
-        TransferPath,
-    },
-    AccelSelect, Config, Doctor, Module,
-};
-use pyo3::{
-    prelude::*,
-    types::{PyDict, PyList},
-};
+use p2pdma::{transfer::TransferPath, AccelSelect, Config, Doctor, Module};
+use pyo3::{prelude::*, types::PyDict};
 
-use crate::{
-    buffers::{self, Access, Target},
-    errors,
-    file::File,
-};
+use crate::errors;
 
 /// The module, opened on first use; `None` where it is not loaded.
 static MODULE: Mutex<Option<Arc<Module>>> = Mutex::new(None);
@@ -162,40 +149,6 @@ fn snapshot(
     Ok(d)
 }
 
-/// One end of a route, as the Python caller gave it.
-enum Side {
-    Storage(Arc<p2pdma::StorageFile>, PathBuf),
-    Memory(Target),
-}
-
-fn side(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Side> {
-    if let Ok(f) = obj.cast::<File>() {
-        let f = f.get();
-        return Ok(Side::Storage(f.storage(py)?, f.path.clone()));
-    }
-    Ok(Side::Memory(buffers::target(py, obj, access)?))
-}
-
-fn end(s: &Side, offset: usize) -> End<'_> {
-    match s {
-        Side::Storage(f, _) => End::Storage {
-            file: f,
-            offset: offset as u64,
-        },
-        Side::Memory(t) => End::Memory {
-            mem: &*t.mem,
-            offset: t.offset + offset,
-        },
-    }
-}
-
-fn file_of<'a>(a: &'a Side, b: &'a Side) -> Option<&'a std::path::Path> {
-    [a, b].into_iter().find_map(|s| match s {
-        Side::Storage(_, p) => Some(p.as_path()),
-        Side::Memory(_) => None,
-    })
-}
-
 #[pymethods]
 impl Engine {
     /// An engine with these settings over the environment's (`path`:
@@ -248,71 +201,6 @@ impl Engine {
                 snapshot(py, self.inner.stats().of(p).snapshot())?,
             )?;
         }
-        Ok(d)
-    }
-
-    /// The route from `src` to `dst` (each a `File`, a `Memory` or a
-    /// buffer) the engine would take: `{"hops": [...], "reason": ...}`.
-    #[pyo3(signature = (src, dst, src_offset = 0, dst_offset = 0))]
-    fn route<'py>(
-        &self,
-        py: Python<'py>,
-        src: &Bound<'py, PyAny>,
-        dst: &Bound<'py, PyAny>,
-        src_offset: usize,
-        dst_offset: usize,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let (a, b) = (side(py, src, Access::Read)?, side(py, dst, Access::Write)?);
-        let r = self
-            .here(py)?
-            .route(end(&a, src_offset), end(&b, dst_offset))
-            .map_err(|e| errors::to_py(py, &e, file_of(&a, &b), None))?;
-        let d = PyDict::new(py);
-        let hops = PyList::empty(py);
-        for h in r.hops() {
-            hops.append(h.to_string())?;
-        }
-        d.set_item("hops", hops)?;
-        d.set_item("reason", r.reason())?;
-        Ok(d)
-    }
-
-    /// Copies `size` bytes from `src` to `dst` along the engine's route
-    /// (storage to memory, memory to storage, memory to memory, storage
-    /// to storage), stages overlapped. Returns what it did.
-    #[pyo3(signature = (src, dst, size, src_offset = 0, dst_offset = 0, chunk = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn copy<'py>(
-        &self,
-        py: Python<'py>,
-        src: &Bound<'py, PyAny>,
-        dst: &Bound<'py, PyAny>,
-        size: usize,
-        src_offset: usize,
-        dst_offset: usize,
-        chunk: Option<usize>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let (a, b) = (side(py, src, Access::Read)?, side(py, dst, Access::Write)?);
-        let engine = self.here(py)?;
-        let opts = RouteOptions {
-            chunk,
-            ..RouteOptions::default()
-        };
-        let r = py
-            .detach(|| {
-                let route = engine.route(end(&a, src_offset), end(&b, dst_offset))?;
-                engine.copy(&route, size, &opts)
-            })
-            .map_err(|e| errors::to_py(py, &e, file_of(&a, &b), None))?;
-        let d = PyDict::new(py);
-        d.set_item("bytes", r.bytes)?;
-        d.set_item(
-            "hops",
-            r.hops.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
-        )?;
-        d.set_item("chunk", r.chunk)?;
-        d.set_item("chunks", r.chunks)?;
-        d.set_item("seconds", r.elapsed.as_secs_f64())?;
         Ok(d)
     }
 

@@ -3,12 +3,13 @@
 //! The Python package (`python/p2pdma/`) re-exports these classes and adds
 //! what is plain Python (safetensors, the progress bar). The data flows:
 //!
-//! - `buffers`: a Python object (buffer protocol, DLPack, or a
-//!   `memory::Memory`) becomes the engine's memory, kept alive while a
-//!   transfer uses it;
+//! - `buffers`: a Python object (buffer protocol, DLPack, or a `Memory`)
+//!   becomes the engine's memory, kept alive while a transfer uses it;
+//!   `memory`: `Memory`'s Python face (allocation, copies, DLPack);
 //! - `file`: a file or namespace and its transfers, KvikIO's `CuFile`
 //!   shape; `future`: transfers in flight;
-//! - `engine`: the engine, its counters, routes and the doctor;
+//! - `engine`: the engine, its counters and the doctor; `routes`: plans
+//!   and copies from one end to another;
 //! - `errors`: the library's errors as `OSError` subclasses.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -19,6 +20,7 @@ mod errors;
 mod file;
 mod future;
 mod memory;
+mod routes;
 mod shape;
 
 use pyo3::prelude::*;
@@ -37,6 +39,8 @@ fn _p2pdma(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(engine::default_engine, m)?)?;
     m.add_function(wrap_pyfunction!(engine::doctor, m)?)?;
     m.add_function(wrap_pyfunction!(file::submit_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(routes::route, m)?)?;
+    m.add_function(wrap_pyfunction!(routes::copy, m)?)?;
     m.add_function(wrap_pyfunction!(bench::rust_read_loop, m)?)?;
     Ok(())
 }

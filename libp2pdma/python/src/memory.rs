@@ -20,16 +20,11 @@ use dlpark::{
 use p2pdma::{memory::MemoryKind, DeviceMemory, HostMemory, ModuleMemory};
 use pyo3::{prelude::*, types::PyDict};
 
+pub use crate::buffers::{Memory, MemoryView};
 use crate::{
     buffers::{self, Access},
     engine, errors,
 };
-
-/// Accelerator memory (or the host-memory device).
-#[pyclass(frozen, module = "p2pdma")]
-pub struct Memory {
-    pub mem: Arc<dyn DeviceMemory>,
-}
 
 /// Where the memory lives, as DLPack says it.
 fn device_of(mem: &dyn DeviceMemory) -> DLDevice {
@@ -188,15 +183,6 @@ fn copy(
     });
     r.map_err(|e| errors::to_py(py, &e, None, None))?;
     Ok(len)
-}
-
-/// A range of a [`Memory`] seen through its CPU mapping (`kDLCPU`).
-#[pyclass(frozen, module = "p2pdma")]
-pub struct MemoryView {
-    pub mem: Arc<dyn DeviceMemory>,
-    pub offset: usize,
-    pub len: usize,
-    ptr: usize,
 }
 
 impl MemoryView {

@@ -107,3 +107,13 @@ def test_none_leaves_a_setting_as_it_is(monkeypatch):
     e = p2pdma.Engine(path=None, cache_dir=None, chunk=None)
     assert e.path == "bounce"
     assert p2pdma.Engine(path="auto").path == "auto"
+
+
+def test_routes_and_copies_with_an_engine_of_their_own(data_file):
+    path, data = data_file
+    e = p2pdma.Engine(path="bounce")
+    m = p2pdma.Memory.host(1 << 16)
+    with p2pdma.File(path) as f:
+        assert p2pdma.route(f, m, engine=e)["reason"]
+        assert p2pdma.copy(f, m, 1 << 16, src_offset=5, engine=e)["bytes"] == 1 << 16
+    assert m.to_bytes() == data[5 : 5 + (1 << 16)]

@@ -39,8 +39,10 @@ from ._p2pdma import (
     MemoryView,
     Shape,
     __version__,
+    copy,
     default_engine,
     doctor,
+    route,
     submit_batch,
 )
 from .errors import (
@@ -54,7 +56,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from ._p2pdma import Buffer, CopyReport, EngineStats, RouteInfo
+    from ._p2pdma import EngineStats
 
 #: KvikIO's name for a file opened for transfers.
 CuFile = File
@@ -64,25 +66,6 @@ def stats() -> EngineStats:
     """What each path of the default engine has moved: ``{"p2p": {...},
     "nvme-cmd": {...}, "bounce": {...}, "queues": {...}}``."""
     return default_engine().stats()
-
-
-def route(src: File | Buffer, dst: File | Buffer, src_offset: int = 0, dst_offset: int = 0) -> RouteInfo:
-    """The route the default engine takes from ``src`` to ``dst`` (each a
-    ``File``, a ``Memory`` or a buffer): its hops, and why."""
-    return default_engine().route(src, dst, src_offset, dst_offset)
-
-
-def copy(
-    src: File | Buffer,
-    dst: File | Buffer,
-    size: int,
-    src_offset: int = 0,
-    dst_offset: int = 0,
-    chunk: int | None = None,
-) -> CopyReport:
-    """Copies ``size`` bytes from ``src`` to ``dst`` along the default
-    engine's route, stages overlapped."""
-    return default_engine().copy(src, dst, size, src_offset, dst_offset, chunk)
 
 
 __all__ = [

@@ -44,6 +44,8 @@ __all__ = [
     "default_engine",
     "doctor",
     "submit_batch",
+    "route",
+    "copy",
     "rust_read_loop",
 ]
 
@@ -383,30 +385,6 @@ class Engine:
         ``transfers``, ``ios``, ``module_ios``, ``retries`` and seconds
         spent."""
 
-    def route(
-        self,
-        src: File | Buffer,
-        dst: File | Buffer,
-        src_offset: int = 0,
-        dst_offset: int = 0,
-    ) -> RouteInfo:
-        """The route from ``src`` to ``dst`` (each a ``File``, a ``Memory``
-        or a buffer) the engine would take: ``{"hops": [...], "reason":
-        ...}``."""
-
-    def copy(
-        self,
-        src: File | Buffer,
-        dst: File | Buffer,
-        size: int,
-        src_offset: int = 0,
-        dst_offset: int = 0,
-        chunk: int | None = None,
-    ) -> CopyReport:
-        """Copies ``size`` bytes from ``src`` to ``dst`` along the engine's
-        route (storage to memory, memory to storage, memory to memory,
-        storage to storage), stages overlapped. Returns what it did."""
-
 @final
 class File:
     """A file or block device (an NVMe namespace, a partition) opened for
@@ -721,6 +699,31 @@ class Shape:
 
 # ---------------------------------------------------------------------------
 # Functions.
+
+def route(
+    src: File | Buffer,
+    dst: File | Buffer,
+    src_offset: int = 0,
+    dst_offset: int = 0,
+    engine: Engine | None = None,
+) -> RouteInfo:
+    """The route from ``src`` to ``dst`` (each a ``File``, a ``Memory`` or a
+    buffer) that ``engine`` (the default engine when omitted) would take:
+    ``{"hops": [...], "reason": ...}``."""
+
+def copy(
+    src: File | Buffer,
+    dst: File | Buffer,
+    size: int,
+    src_offset: int = 0,
+    dst_offset: int = 0,
+    chunk: int | None = None,
+    engine: Engine | None = None,
+) -> CopyReport:
+    """Copies ``size`` bytes from ``src`` to ``dst`` along the route
+    (storage to memory, memory to storage, memory to memory, storage to
+    storage), stages overlapped, with ``engine`` (the default engine when
+    omitted). Returns what it did."""
 
 def default_engine() -> Engine:
     """The engine ``File``s use when given none, made from the environment
