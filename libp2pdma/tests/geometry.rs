@@ -6,7 +6,6 @@ use std::{
     io::Write,
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU32, Ordering},
     time::Duration,
 };
 
@@ -19,19 +18,10 @@ use p2pdma::{
 };
 use proptest::prelude::*;
 
-static NEXT: AtomicU32 = AtomicU32::new(0);
-
 /// A fresh directory in the target directory (a filesystem with
-/// `O_DIRECT`, unlike tmpfs).
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "geometry-{name}-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// `O_DIRECT`, unlike tmpfs), removed when dropped.
+fn scratch(name: &str) -> tempfile::TempDir {
+    common::scratch_dir(&format!("geometry-{name}"))
 }
 
 fn write_file(path: &Path, data: &[u8]) {
@@ -71,8 +61,8 @@ proptest! {
         let dir = scratch("prop");
         let size = (6 << 20) + 4096;
         let data = pattern(9, 0, size);
-        write_file(&dir.join("f"), &data);
-        let file = StorageFile::open(dir.join("f")).unwrap();
+        write_file(&dir.path().join("f"), &data);
+        let file = StorageFile::open(dir.path().join("f")).unwrap();
         let e = bounce(Some(chunk_kib << 10), Some(depth), Some(threads));
         let mem = HostMemory::new(moff + len + 4096).unwrap();
         mem.write_at(0, &vec![0xEE; mem.len()]).unwrap();
@@ -116,8 +106,8 @@ impl DeviceMemory for SlowMemory {
 fn a_slow_copy_stage_gets_helpers_when_there_are_cores() {
     let dir = scratch("slow");
     let data = pattern(10, 0, 32 << 20);
-    write_file(&dir.join("f"), &data);
-    let file = StorageFile::open(dir.join("f")).unwrap();
+    write_file(&dir.path().join("f"), &data);
+    let file = StorageFile::open(dir.path().join("f")).unwrap();
     let mem = SlowMemory(HostMemory::new(32 << 20).unwrap());
     let e = bounce(Some(1 << 20), Some(4), None);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -171,10 +161,10 @@ fn check_sparse(mem: &HostMemory, len: u64, marks: &[(u64, Vec<u8>)]) {
 fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
     let dir = scratch("learn");
     let size = (geometry::CALIBRATE_MIN + (16 << 20)) as u64;
-    let (path, marks) = sparse(&dir, size);
+    let (path, marks) = sparse(dir.path(), size);
     let file = StorageFile::open(&path).unwrap();
     let facts = file.disk_facts().clone();
-    let cache_dir = dir.join("cache");
+    let cache_dir = dir.path().join("cache");
     let auto = |cache: Option<PathBuf>| {
         Engine::new(
             Config {
@@ -250,7 +240,7 @@ fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
         e5.geometry(&file, size as usize).geometry,
         geometry::from_facts(&facts)
     );
-    let blocked = dir.join("not-a-dir");
+    let blocked = dir.path().join("not-a-dir");
     std::fs::write(&blocked, b"").unwrap();
     let e6 = auto(Some(blocked.join("cache")));
     mem.write_at(0, &vec![0xEE; 1 << 20]).unwrap();
@@ -263,8 +253,8 @@ fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
 fn prepare_sets_up_the_geometry_a_read_uses() {
     let dir = scratch("prepare");
     let data = pattern(11, 0, 8 << 20);
-    write_file(&dir.join("f"), &data);
-    let file = StorageFile::open(dir.join("f")).unwrap();
+    write_file(&dir.path().join("f"), &data);
+    let file = StorageFile::open(dir.path().join("f")).unwrap();
     let e = bounce(None, None, None);
     e.prepare(&file, 0, 8 << 20).unwrap();
     let mem = HostMemory::new(8 << 20).unwrap();

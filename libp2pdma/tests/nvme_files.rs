@@ -13,7 +13,7 @@ use std::{
     fs::File,
     io::Write,
     os::unix::fs::{FileExt, MetadataExt},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 mod common;
@@ -47,10 +47,8 @@ fn sysfs_partition_start(path: &Path) -> u64 {
 
 #[test]
 fn a_file_says_what_it_is_and_nvme_commands_need_a_namespace() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("nvme-files-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("plain.bin");
+    let dir = common::scratch_dir("nvme-files");
+    let path = dir.path().join("plain.bin");
     write_file(&path, &pattern(1, 0, 65536));
     let file = StorageFile::open(&path).unwrap();
     assert!(file.is_file());
@@ -87,14 +85,14 @@ fn a_file_says_what_it_is_and_nvme_commands_need_a_namespace() {
 }
 
 /// The directory to test files on NVMe in, or `None` (said why).
-fn nvme_dir(test: &str) -> Option<PathBuf> {
+fn nvme_dir(test: &str) -> Option<tempfile::TempDir> {
     match std::env::var_os("P2PDMA_TEST_NVME_DIR") {
-        Some(d) => {
-            let d =
-                PathBuf::from(d).join(format!("p2pdma-nvme-files-{}-{test}", std::process::id()));
-            std::fs::create_dir_all(&d).unwrap();
-            Some(d)
-        }
+        Some(d) => Some(
+            tempfile::Builder::new()
+                .prefix(&format!("p2pdma-nvme-files-{test}-"))
+                .tempdir_in(d)
+                .unwrap(),
+        ),
         None => {
             println!("{test}: skipped: set P2PDMA_TEST_NVME_DIR to a directory on ext4 or XFS on an NVMe namespace");
             None
@@ -139,7 +137,7 @@ fn reads_of_written_sparse_and_unsynced_files_by_nvme_commands() {
     let e = engine(PathPref::NvmeCmd);
     // A written file.
     let data = pattern(2, 0, 8 << 20);
-    let path = dir.join("written.bin");
+    let path = dir.path().join("written.bin");
     write_file(&path, &data);
     let mem = HostMemory::new(8 << 20).unwrap();
     let file = open_on_nvme(&path, false, &e, &mem);
@@ -161,7 +159,7 @@ fn reads_of_written_sparse_and_unsynced_files_by_nvme_commands() {
         );
     }
     // A sparse file: data, a hole, an fallocated (unwritten) range, data.
-    let path = dir.join("sparse.bin");
+    let path = dir.path().join("sparse.bin");
     let f = File::create(&path).unwrap();
     let (a, b) = (pattern(3, 0, 1 << 20), pattern(4, 3 << 20, 1 << 20));
     // Size first: writes that extend a file leave XFS's speculative
@@ -181,7 +179,7 @@ fn reads_of_written_sparse_and_unsynced_files_by_nvme_commands() {
     assert_eq!((r.path, r.retried), (TransferPath::NvmeCmd, false));
     assert!(mem_bytes(&mem, 0, 4 << 20) == want, "sparse read");
     // Buffered writes never synced are seen (FIEMAP_FLAG_SYNC).
-    let path = dir.join("unsynced.bin");
+    let path = dir.path().join("unsynced.bin");
     let fresh = pattern(5, 0, 2 << 20);
     std::fs::write(&path, &fresh).unwrap();
     let file = open_on_nvme(&path, false, &e, &mem);
@@ -201,7 +199,7 @@ fn nvme_commands_never_write_files_the_bounce_path_does() {
     let e = engine(PathPref::NvmeCmd);
     let size = 6 << 20;
     let orig = pattern(6, 0, size);
-    let path = dir.join("overwrite.bin");
+    let path = dir.path().join("overwrite.bin");
     write_file(&path, &orig);
     let mem = HostMemory::new(size).unwrap();
     let file = open_on_nvme(&path, true, &e, &mem);

@@ -23,7 +23,7 @@
 use std::{
     fs::{File, OpenOptions},
     os::unix::fs::FileExt,
-    path::{Path, PathBuf},
+    path::Path,
     sync::Arc,
 };
 
@@ -126,7 +126,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 struct Rig {
-    dir: PathBuf,
+    dir: tempfile::TempDir,
     module: Option<Arc<Module>>,
 }
 
@@ -171,8 +171,8 @@ fn run_case(
     initial: usize,
     ops: &[Op],
 ) -> Result<(), TestCaseError> {
-    let real = rig.dir.join(format!("real-{case}.bin"));
-    let shadow_path = rig.dir.join(format!("shadow-{case}.bin"));
+    let real = rig.dir.path().join(format!("real-{case}.bin"));
+    let shadow_path = rig.dir.path().join(format!("shadow-{case}.bin"));
     let start = pattern(case, 0, initial);
     std::fs::write(&real, &start).unwrap();
     std::fs::write(&shadow_path, &start).unwrap();

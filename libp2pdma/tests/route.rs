@@ -304,7 +304,7 @@ fn routes_move_every_byte_where_it_belongs() {
         None,
     );
     runner(40)
-        .run(&case(), |c| run_case(&engine, &dir, &c))
+        .run(&case(), |c| run_case(&engine, dir.path(), &c))
         .unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -312,7 +312,7 @@ fn routes_move_every_byte_where_it_belongs() {
 #[test]
 fn the_planner_explains_its_hops() {
     let dir = model_dir("route-plan");
-    let path = dir.join("f");
+    let path = dir.path().join("f");
     std::fs::File::create(&path)
         .unwrap()
         .write_all_at(&[1; 8192], 0)
@@ -380,7 +380,7 @@ fn msg<T>(r: p2pdma::Result<T>) -> String {
 #[test]
 fn bad_routes_are_refused_and_touch_nothing() {
     let dir = model_dir("route-bad");
-    let path = dir.join("f");
+    let path = dir.path().join("f");
     let data = pattern(9, 0, 1 << 20);
     std::fs::write(&path, &data).unwrap();
     let file = StorageFile::open_rw(&path).unwrap();

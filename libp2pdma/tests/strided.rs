@@ -14,7 +14,7 @@
 //! target's temporary directory, which must allow `O_DIRECT`, so not tmpfs)
 //! and `PROPTEST_CASES` (default 48 for reads, 32 for writes).
 
-use std::{os::unix::fs::FileExt, path::PathBuf, sync::Arc};
+use std::{os::unix::fs::FileExt, sync::Arc};
 
 mod common;
 
@@ -178,7 +178,7 @@ fn run_case(
 #[test]
 fn strided_reads_match_plain_indexing() {
     let dir = model_dir("strided");
-    let path = dir.join("table");
+    let path = dir.path().join("table");
     let data = pattern(SEED, 0, FILE_LEN);
     std::fs::File::create(&path)
         .unwrap()
@@ -271,7 +271,7 @@ fn write_case(
 #[test]
 fn strided_writes_match_plain_indexing() {
     let dir = model_dir("strided-w");
-    let path = dir.join("table");
+    let path = dir.path().join("table");
     let data = pattern(SEED, 0, FILE_LEN);
     let raw = std::fs::OpenOptions::new()
         .read(true)
@@ -308,10 +308,8 @@ fn strided_writes_match_plain_indexing() {
 
 #[test]
 fn strided_reads_check_bounds_before_any_io() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("strided-bounds-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("f");
+    let dir = common::scratch_dir("strided-bounds");
+    let path = dir.path().join("f");
     std::fs::write(&path, pattern(SEED, 0, 1 << 20)).unwrap();
     let file = StorageFile::open(&path).unwrap();
     let engine = Engine::new(Config::default(), None);
@@ -552,7 +550,7 @@ fn batch_case(
 #[test]
 fn strided_batches_match_plain_indexing() {
     let dir = model_dir("strided-batch");
-    let path = dir.join("table");
+    let path = dir.path().join("table");
     let data = pattern(SEED, 0, FILE_LEN);
     std::fs::File::create(&path)
         .unwrap()
@@ -581,7 +579,7 @@ fn strided_batches_match_plain_indexing() {
 #[test]
 fn strided_writes_submitted_land_and_leave_the_gaps() {
     let dir = model_dir("strided-submit-w");
-    let path = dir.join("table");
+    let path = dir.path().join("table");
     let data = pattern(SEED, 0, 8 << 20);
     let raw = std::fs::OpenOptions::new()
         .read(true)

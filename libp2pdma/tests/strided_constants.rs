@@ -84,14 +84,14 @@ fn all_from(reason: &str, what: &str) -> bool {
 #[test]
 fn constants_come_from_config_then_the_store_then_a_measurement_then_defaults() {
     let dir = model_dir("strided-constants");
-    let path = dir.join("table");
+    let path = dir.path().join("table");
     let data = pattern(SEED, 0, LEN);
     std::fs::File::create(&path)
         .unwrap()
         .write_all_at(&data, 0)
         .unwrap();
     let file = StorageFile::open(&path).unwrap();
-    let cache = dir.join("cache");
+    let cache = dir.path().join("cache");
     let Some(dev) = DeviceKey::of(file.disk_facts()) else {
         // Storage without a device number: nothing to key the constants
         // by; AUTO uses the defaults and stores nothing.

@@ -1,7 +1,7 @@
 //! Transfers between real files and the host-memory device, on the bounce
 //! and direct paths, checked byte for byte.
 
-use std::{io::Write, path::PathBuf};
+use std::io::Write;
 
 mod common;
 
@@ -12,15 +12,16 @@ use p2pdma::{
     Error,
 };
 
-fn temp_file(name: &str, data: &[u8]) -> PathBuf {
-    let dir =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("transfer-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    let mut f = std::fs::File::create(&p).unwrap();
+/// A file of `data` in the target directory (a filesystem with `O_DIRECT`),
+/// removed when the returned path is dropped.
+fn temp_file(name: &str, data: &[u8]) -> tempfile::TempPath {
+    let mut f = tempfile::Builder::new()
+        .prefix(&format!("transfer-{name}-"))
+        .tempfile_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
     f.write_all(data).unwrap();
-    f.sync_all().unwrap();
-    p
+    f.as_file().sync_all().unwrap();
+    f.into_temp_path()
 }
 
 /// (file offset, memory offset, length): aligned, unaligned heads and

@@ -85,13 +85,12 @@ fn static_lib() -> &'static Path {
 }
 
 /// A scratch directory in the target directory, a real filesystem with
-/// `O_DIRECT` (unlike tmpfs).
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// `O_DIRECT` (unlike tmpfs), removed when dropped.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("capi-{name}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
 }
 
 /// Compiles C sources into `out` against the header and the static library.
@@ -198,11 +197,11 @@ fn copy_through_memory(bin: &Path, dir: &Path, len: usize, mem_offset: Option<us
 #[test]
 fn copy_example_moves_every_byte() {
     let dir = scratch("copy");
-    let bin = dir.join("copy");
+    let bin = dir.path().join("copy");
     compile(&["examples/copy.c"], &bin);
 
     // Several chunks with a ragged tail, landing at an unaligned offset.
-    let stdout = copy_through_memory(&bin, &dir, (3 << 20) + 12345, None);
+    let stdout = copy_through_memory(&bin, dir.path(), (3 << 20) + 12345, None);
     assert!(stdout.contains("verified: memory against SRC"), "{stdout}");
     assert!(stdout.contains("verified: DST against SRC"), "{stdout}");
     // Without the module, AUTO stages through host memory, and says why.
@@ -211,20 +210,20 @@ fn copy_example_moves_every_byte() {
         assert!(stdout.contains("host-memory device"), "{stdout}");
     }
     // Smaller than a block, and at other offsets.
-    copy_through_memory(&bin, &dir, 100, Some(1));
-    copy_through_memory(&bin, &dir, 4096 * 3, Some(4095));
-    copy_through_memory(&bin, &dir, 65537, Some(0));
+    copy_through_memory(&bin, dir.path(), 100, Some(1));
+    copy_through_memory(&bin, dir.path(), 4096 * 3, Some(4095));
+    copy_through_memory(&bin, dir.path(), 65537, Some(0));
 }
 
 #[test]
 fn copy_example_refuses_bad_input() {
     let dir = scratch("refuse");
-    let bin = dir.join("copy");
+    let bin = dir.path().join("copy");
     compile(&["examples/copy.c"], &bin);
 
     let missing = Command::new(&bin)
-        .arg(dir.join("missing"))
-        .arg(dir.join("out"))
+        .arg(dir.path().join("missing"))
+        .arg(dir.path().join("out"))
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(1), "{}", text(&missing));
@@ -241,9 +240,9 @@ fn copy_example_refuses_bad_input() {
 #[test]
 fn c_callers_get_errors_not_crashes() {
     let dir = scratch("errors");
-    let bin = dir.join("errors");
+    let bin = dir.path().join("errors");
     compile(&["tests/c/errors.c"], &bin);
-    let file = dir.join("data");
+    let file = dir.path().join("data");
     std::fs::write(&file, pattern((1 << 20) + 777, 42)).unwrap();
 
     let out = Command::new(&bin).arg(&file).output().unwrap();
@@ -261,9 +260,9 @@ fn c_callers_get_errors_not_crashes() {
 #[test]
 fn c_strided_transfers_move_the_runs() {
     let dir = scratch("strided");
-    let bin = dir.join("strided");
+    let bin = dir.path().join("strided");
     compile(&["tests/c/strided.c"], &bin);
-    let (src, rw) = (dir.join("src"), dir.join("rw"));
+    let (src, rw) = (dir.path().join("src"), dir.path().join("rw"));
     let data = pattern(4 << 20, 7);
     std::fs::write(&src, &data).unwrap();
     std::fs::write(&rw, &data).unwrap();
@@ -298,9 +297,9 @@ fn c_strided_transfers_move_the_runs() {
 #[test]
 fn c_routes_move_every_byte() {
     let dir = scratch("route");
-    let bin = dir.join("route");
+    let bin = dir.path().join("route");
     compile(&["tests/c/route.c"], &bin);
-    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
     std::fs::write(&src, pattern(4 << 20, 11)).unwrap();
     std::fs::write(&dst, pattern(4 << 20, 12)).unwrap();
 
@@ -319,9 +318,9 @@ fn c_routes_move_every_byte() {
 #[test]
 fn c_store_objects_survive_a_reopen() {
     let dir = scratch("store");
-    let bin = dir.join("store");
+    let bin = dir.path().join("store");
     compile(&["tests/c/store.c"], &bin);
-    let dev = dir.join("store.img");
+    let dev = dir.path().join("store.img");
     std::fs::File::create(&dev)
         .unwrap()
         .set_len(16 << 20)

@@ -16,11 +16,15 @@ fn committed_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include/p2pdma.h")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-header-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A file in the target directory whose name ends in `-NAME`, removed when
+/// the returned path is dropped.
+fn scratch(name: &str) -> tempfile::TempPath {
+    tempfile::Builder::new()
+        .prefix("capi-header-")
+        .suffix(&format!("-{name}"))
+        .tempfile_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
+        .into_temp_path()
 }
 
 /// A unified diff from `diff -u`, or the first differing line where there is

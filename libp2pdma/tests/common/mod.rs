@@ -39,16 +39,28 @@ pub fn mem_bytes(m: &HostMemory, off: usize, len: usize) -> Vec<u8> {
     v
 }
 
-/// A directory for one test's files, `NAME-PID`, made: in
-/// `$P2PDMA_MODEL_DIR` (the VM rig points it at ext4 on NVMe), else in the
-/// target's temporary directory (which must allow `O_DIRECT`).
-pub fn model_dir(name: &str) -> PathBuf {
-    let dir = std::env::var_os("P2PDMA_MODEL_DIR")
+/// A directory for one test's files, `NAME-…`, removed with everything in
+/// it when dropped: in `$P2PDMA_MODEL_DIR` (the VM rig points it at ext4 on
+/// NVMe), else in the target's temporary directory (which must allow
+/// `O_DIRECT`).
+pub fn model_dir(name: &str) -> tempfile::TempDir {
+    let base = std::env::var_os("P2PDMA_MODEL_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
-        .join(format!("{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::Builder::new()
+        .prefix(&format!("{name}-"))
+        .tempdir_in(base)
+        .unwrap()
+}
+
+/// A directory for one test's files in the target's temporary directory
+/// (a filesystem with `O_DIRECT`, unlike tmpfs), removed when dropped.
+pub fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("{name}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
 }
 
 /// A proptest runner for `$PROPTEST_CASES` cases (`default` without it),

@@ -5,7 +5,7 @@
 use std::{
     fs,
     os::unix::fs::{MetadataExt, PermissionsExt},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
     thread,
     time::{Duration, Instant},
@@ -16,13 +16,12 @@ use rustix::process::{kill_process, Pid, Signal};
 const CTL: &str = env!("CARGO_BIN_EXE_p2pdma-ctl");
 
 /// A fresh directory in the target directory (a filesystem with
-/// `O_DIRECT`, unlike tmpfs).
-fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("ctl-copy-{name}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
+/// `O_DIRECT`, unlike tmpfs), removed when dropped.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("ctl-copy-{name}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap()
 }
 
 /// `len` bytes in which no 8-byte word repeats, so that a shifted or
@@ -83,7 +82,11 @@ fn text(out: &Output) -> String {
 #[test]
 fn a_copy_replaces_dst_whole_by_a_rename() {
     let dir = scratch("replace");
-    let (src, dst, old) = (dir.join("src"), dir.join("dst"), dir.join("old-dst"));
+    let (src, dst, old) = (
+        dir.path().join("src"),
+        dir.path().join("dst"),
+        dir.path().join("old-dst"),
+    );
     let data = pattern((3 << 20) + 12345, 1);
     fs::write(&src, &data).unwrap();
     // A longer DST with other bytes, mode 0640, and a second name for it.
@@ -103,10 +106,10 @@ fn a_copy_replaces_dst_whole_by_a_rename() {
     // name, so nobody could have seen DST half written.
     assert_ne!(meta.ino(), fs::metadata(&old).unwrap().ino());
     assert!(fs::read(&old).unwrap() == before, "the old DST was written");
-    assert_eq!(names(&dir), ["dst", "old-dst", "src"]);
+    assert_eq!(names(dir.path()), ["dst", "old-dst", "src"]);
 
     // A new DST gets 0666 less the umask.
-    let fresh = dir.join("fresh");
+    let fresh = dir.path().join("fresh");
     let out = copy("umask 027", &src, &fresh, &["--piece", "1M"])
         .output()
         .unwrap();
@@ -114,13 +117,17 @@ fn a_copy_replaces_dst_whole_by_a_rename() {
     assert!(fs::read(&fresh).unwrap() == data);
     let mode = fs::metadata(&fresh).unwrap().permissions().mode();
     assert_eq!(mode & 0o7777, 0o640);
-    assert_eq!(names(&dir), ["dst", "fresh", "old-dst", "src"]);
+    assert_eq!(names(dir.path()), ["dst", "fresh", "old-dst", "src"]);
 }
 
 #[test]
 fn a_symbolic_link_has_its_target_replaced() {
     let dir = scratch("link");
-    let (src, target, link) = (dir.join("src"), dir.join("target"), dir.join("link"));
+    let (src, target, link) = (
+        dir.path().join("src"),
+        dir.path().join("target"),
+        dir.path().join("link"),
+    );
     let data = pattern(100_000, 3);
     fs::write(&src, &data).unwrap();
     fs::write(&target, b"old").unwrap();
@@ -133,13 +140,17 @@ fn a_symbolic_link_has_its_target_replaced() {
         .file_type()
         .is_symlink());
     assert!(fs::read(&target).unwrap() == data);
-    assert_eq!(names(&dir), ["link", "src", "target"]);
+    assert_eq!(names(dir.path()), ["link", "src", "target"]);
 }
 
 #[test]
 fn a_copy_failing_mid_way_leaves_dst_as_it_was_and_no_temporary() {
     let dir = scratch("midway");
-    let (src, dst, absent) = (dir.join("src"), dir.join("dst"), dir.join("absent"));
+    let (src, dst, absent) = (
+        dir.path().join("src"),
+        dir.path().join("dst"),
+        dir.path().join("absent"),
+    );
     let data = pattern(4 << 20, 4);
     fs::write(&src, &data).unwrap();
     let before = pattern(10_000, 5);
@@ -158,13 +169,13 @@ fn a_copy_failing_mid_way_leaves_dst_as_it_was_and_no_temporary() {
         assert!(log.contains("File too large"), "{log}");
     }
     assert!(fs::read(&dst).unwrap() == before, "DST was changed");
-    assert_eq!(names(&dir), ["dst", "src"]);
+    assert_eq!(names(dir.path()), ["dst", "src"]);
 }
 
 #[test]
 fn a_source_truncated_mid_copy_leaves_no_dst_and_no_temporary() {
     let dir = scratch("truncated");
-    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
     fs::write(&src, pattern(32 << 20, 6)).unwrap();
 
     // Small pieces make the copy take thousands of transfers. As soon as
@@ -178,7 +189,7 @@ fn a_source_truncated_mid_copy_leaves_no_dst_and_no_temporary() {
     let pid = Pid::from_child(&child);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if names(&dir).len() > 1 {
+        if names(dir.path()).len() > 1 {
             kill_process(pid, Signal::STOP).unwrap();
             break;
         }
@@ -189,7 +200,7 @@ fn a_source_truncated_mid_copy_leaves_no_dst_and_no_temporary() {
         assert!(Instant::now() < deadline, "no temporary appeared");
         thread::sleep(Duration::from_micros(200));
     }
-    let during = names(&dir);
+    let during = names(dir.path());
     let temp = during.iter().find(|n| n.as_str() != "src").unwrap().clone();
     assert!(
         temp.starts_with(".dst.p2pdma-") && temp.ends_with(".tmp"),
@@ -206,23 +217,23 @@ fn a_source_truncated_mid_copy_leaves_no_dst_and_no_temporary() {
     let log = text(&out);
     assert_eq!(out.status.code(), Some(1), "{log}");
     assert!(log.contains("past its end"), "{log}");
-    assert_eq!(names(&dir), ["src"]);
+    assert_eq!(names(dir.path()), ["src"]);
 }
 
 #[test]
 fn a_copy_refused_up_front_touches_nothing() {
     let dir = scratch("refused");
-    let (src, dst) = (dir.join("src"), dir.join("dst"));
+    let (src, dst) = (dir.path().join("src"), dir.path().join("dst"));
     fs::write(&src, pattern(8192, 7)).unwrap();
     fs::write(&dst, b"keep").unwrap();
     let out = copy("", &src, &dst, &["--len", "8193"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert_eq!(fs::read(&dst).unwrap(), b"keep");
-    let out = copy("", &src, &dir, &[]).output().unwrap();
+    let out = copy("", &src, dir.path(), &[]).output().unwrap();
     let log = text(&out);
     assert_eq!(out.status.code(), Some(1), "{log}");
     assert!(log.contains("is a directory"), "{log}");
-    assert_eq!(names(&dir), ["dst", "src"]);
+    assert_eq!(names(dir.path()), ["dst", "src"]);
 }
 
 /// The first bytes of a shape's runs (`base`, then `(stride, count)`
@@ -240,7 +251,7 @@ fn runs(base: usize, dims: &[(usize, usize)]) -> Vec<usize> {
 #[test]
 fn a_shape_copies_its_runs_in_every_mode_and_layout() {
     let dir = scratch("shape");
-    let src = dir.join("src");
+    let src = dir.path().join("src");
     let data = pattern(4 << 20, 11);
     fs::write(&src, &data).unwrap();
     let (base, run, dims) = (4097, 600, [(1000, 7), (300_000, 3)]);
@@ -260,7 +271,7 @@ fn a_shape_copies_its_runs_in_every_mode_and_layout() {
         ("strided", "tat"),
         ("strided", "rc"),
     ] {
-        let dst = dir.join(format!("dst-{layout}-{mode}"));
+        let dst = dir.path().join(format!("dst-{layout}-{mode}"));
         let out = copy(
             "",
             &src,
@@ -319,7 +330,7 @@ fn a_shape_copies_its_runs_in_every_mode_and_layout() {
         &["--shape", "run=4", "--layout", "diagonal"],
         &["--shape", "run=4", "--mode", "rc"],
     ] {
-        let dst = dir.join("never");
+        let dst = dir.path().join("never");
         let out = copy("", &src, &dst, args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -331,9 +342,9 @@ fn a_shape_copies_its_runs_in_every_mode_and_layout() {
         assert!(!dst.exists(), "{args:?} left {}", dst.display());
     }
     assert!(
-        names(&dir).iter().all(|n| !n.contains(".tmp")),
+        names(dir.path()).iter().all(|n| !n.contains(".tmp")),
         "{:?}",
-        names(&dir)
+        names(dir.path())
     );
     let _ = fs::remove_dir_all(&dir);
 }
