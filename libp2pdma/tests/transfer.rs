@@ -15,6 +15,7 @@ use p2pdma::{
 /// A file of `data` in the target directory (a filesystem with `O_DIRECT`),
 /// removed when the returned path is dropped.
 fn temp_file(name: &str, data: &[u8]) -> tempfile::TempPath {
+    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let mut f = tempfile::Builder::new()
         .prefix(&format!("transfer-{name}-"))
         .tempfile_in(env!("CARGO_TARGET_TMPDIR"))

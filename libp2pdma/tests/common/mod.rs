@@ -57,6 +57,8 @@ pub fn model_dir(name: &str) -> tempfile::TempDir {
 /// A directory for one test's files in the target's temporary directory
 /// (a filesystem with `O_DIRECT`, unlike tmpfs), removed when dropped.
 pub fn scratch_dir(name: &str) -> tempfile::TempDir {
+    // Made where it is missing: the VM's guest runs these tests too.
+    std::fs::create_dir_all(env!("CARGO_TARGET_TMPDIR")).unwrap();
     tempfile::Builder::new()
         .prefix(&format!("{name}-"))
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
