@@ -9,14 +9,8 @@
 
 use std::path::Path;
 
-use p2pdma::Error;
+use p2pdma::{Error, PathChoice};
 use pyo3::{prelude::*, sync::PyOnceLock, types::PyModule};
-
-/// The path the engine took, or would take, and why.
-pub struct Taken {
-    pub path: String,
-    pub reason: String,
-}
 
 static CLASSES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
@@ -47,20 +41,25 @@ fn class_of(e: &Error) -> (&'static str, i32) {
 }
 
 /// `e` as a Python exception about `file`, with the path `taken`.
-pub fn to_py(py: Python<'_>, e: &Error, file: Option<&Path>, taken: Option<&Taken>) -> PyErr {
+pub fn to_py(py: Python<'_>, e: &Error, file: Option<&Path>, taken: Option<&PathChoice>) -> PyErr {
     match build(py, e, file, taken) {
         Ok(err) => err,
         Err(err) => err,
     }
 }
 
-fn build(py: Python<'_>, e: &Error, file: Option<&Path>, taken: Option<&Taken>) -> PyResult<PyErr> {
+fn build(
+    py: Python<'_>,
+    e: &Error,
+    file: Option<&Path>,
+    taken: Option<&PathChoice>,
+) -> PyResult<PyErr> {
     let (name, errno) = class_of(e);
     let class = classes(py)?.getattr(name)?;
     let filename = file.map(|p| p.to_string_lossy().into_owned());
     let exc = class.call1((errno, e.to_string(), filename))?;
-    exc.setattr("transfer_path", taken.map(|t| t.path.clone()))?;
-    exc.setattr("reason", taken.map(|t| t.reason.clone()))?;
+    exc.setattr("transfer_path", taken.map(|t| t.path.as_str()))?;
+    exc.setattr("reason", taken.map(|t| t.reason.as_str()))?;
     exc.setattr("nvme_status", e.nvme_status().map(|s| s.to_string()))?;
     Ok(PyErr::from_value(exc))
 }

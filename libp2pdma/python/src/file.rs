@@ -22,7 +22,7 @@ use pyo3::{
 use crate::{
     buffers::{self, Access, Target},
     engine::{default_inner, Engine},
-    errors::{self, Taken},
+    errors,
     future::{BatchFuture, Future},
     shape::Shape,
 };
@@ -78,14 +78,7 @@ impl File {
         file: &StorageFile,
         mem: &dyn p2pdma::DeviceMemory,
     ) -> PyErr {
-        let taken = self
-            .engine(py)
-            .ok()
-            .and_then(|e| e.choose(file, mem).ok())
-            .map(|c| Taken {
-                path: c.path.as_str().into(),
-                reason: c.reason,
-            });
+        let taken = self.engine(py).ok().and_then(|e| e.choose(file, mem).ok());
         errors::to_py(py, e, Some(&self.path), taken.as_ref())
     }
 

@@ -16,7 +16,7 @@ use std::{
 use p2pdma::{DeviceMemory, StorageFile, Ticket};
 use pyo3::{prelude::*, sync::PyOnceLock, types::PyList};
 
-use crate::errors::{self, Taken};
+use crate::errors;
 
 /// How long a wait sleeps between looks for a signal.
 const SLICE: Duration = Duration::from_millis(50);
@@ -78,10 +78,7 @@ impl Future {
             Ok(rep) => Outcome::Done(rep.bytes as usize),
             Err(e) => {
                 let (path, file, mem) = &self.context;
-                let taken = self.engine.choose(file, &**mem).ok().map(|c| Taken {
-                    path: c.path.as_str().into(),
-                    reason: c.reason,
-                });
+                let taken = self.engine.choose(file, &**mem).ok();
                 Outcome::Failed(errors::to_py(py, &e, Some(path), taken.as_ref()))
             }
         }

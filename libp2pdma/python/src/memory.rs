@@ -17,7 +17,10 @@ use dlpark::{
     python::{export_dlpack, DlpackExporter, ExportRequest},
     DlpackFlags, Managed, ManagedTensorBase,
 };
-use p2pdma::{memory::MemoryKind, DeviceMemory, HostMemory, ModuleMemory};
+use p2pdma::{
+    memory::{copy_through_host, MemoryKind},
+    DeviceMemory, HostMemory, ModuleMemory,
+};
 use pyo3::{prelude::*, types::PyDict};
 
 pub use crate::buffers::{Memory, MemoryView};
@@ -170,18 +173,8 @@ fn copy(
     to_offset: usize,
     len: usize,
 ) -> PyResult<usize> {
-    let r = py.detach(|| -> p2pdma::Result<()> {
-        let mut staged = vec![0u8; len.min(4 << 20)];
-        let mut done = 0;
-        while done < len {
-            let n = staged.len().min(len - done);
-            from.read_at(from_offset + done, &mut staged[..n])?;
-            to.write_at(to_offset + done, &staged[..n])?;
-            done += n;
-        }
-        Ok(())
-    });
-    r.map_err(|e| errors::to_py(py, &e, None, None))?;
+    py.detach(|| copy_through_host(from, from_offset, to, to_offset, len))
+        .map_err(|e| errors::to_py(py, &e, None, None))?;
     Ok(len)
 }
 

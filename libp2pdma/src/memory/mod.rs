@@ -17,7 +17,7 @@ pub mod udmabuf;
 
 pub use crate::sys::DmaTarget;
 pub use borrowed::BorrowedHost;
-pub use device::{DeviceMemory, HostMemory, MemoryKind};
+pub use device::{copy_through_host, DeviceMemory, HostMemory, MemoryKind};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
 pub use udmabuf::Udmabuf;

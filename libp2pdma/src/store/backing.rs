@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    memory::{DeviceMemory, MemoryKind},
+    memory::{copy_through_host, DeviceMemory, MemoryKind},
     queues::Issued,
     transfer::{
         End, Engine, HopKind, Report, Request, RouteOptions, StorageFile, Ticket, TransferPath,
@@ -75,21 +75,8 @@ pub trait Backing: Send + Sync {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        cpu_copy(src, src_offset, dst, dst_offset, len)
+        copy_through_host(src, src_offset, dst, dst_offset, len)
     }
-}
-
-/// `len` bytes from `src` to `dst` by the CPU, through one host buffer.
-fn cpu_copy(
-    src: &dyn DeviceMemory,
-    src_offset: usize,
-    dst: &dyn DeviceMemory,
-    dst_offset: usize,
-    len: usize,
-) -> Result<()> {
-    let mut buf = vec![0u8; len];
-    src.read_at(src_offset, &mut buf)?;
-    dst.write_at(dst_offset, &buf)
 }
 
 /// A store on a file, block device or NVMe namespace, through the transfer
@@ -312,7 +299,7 @@ impl Backing for EngineBacking {
             }
         };
         if cpu_only && len <= PAGE_COPY {
-            return cpu_copy(src, src_offset, dst, dst_offset, len);
+            return copy_through_host(src, src_offset, dst, dst_offset, len);
         }
         let route = match route {
             Some(r) => r,
