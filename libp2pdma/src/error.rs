@@ -140,6 +140,20 @@ pub enum Error {
         /// for a controller in use, `EIO` for one that failed.
         source: Errno,
     },
+    /// A CUDA driver call failed.
+    #[error("{op} failed: {name}")]
+    Cuda {
+        /// The driver function.
+        op: &'static str,
+        /// Its `CUresult` (`u32::MAX` when the driver lacks the function).
+        code: u32,
+        /// The status's name and text, as the driver gives them.
+        name: String,
+    },
+    /// CUDA cannot be used in this process: no driver library, no device,
+    /// or a driver too old.
+    #[error("CUDA is not available: {0}")]
+    CudaUnavailable(String),
     /// The requested transfer path cannot serve this transfer.
     #[error("the {path} path cannot be used: {reason}")]
     PathUnavailable {
@@ -170,6 +184,8 @@ impl Error {
             | Error::Short { .. }
             | Error::EndOfFile { .. }
             | Error::Panicked(_)
+            | Error::Cuda { .. }
+            | Error::CudaUnavailable(_)
             | Error::PathUnavailable { .. } => None,
         }
     }
@@ -230,6 +246,8 @@ impl Error {
             | Error::Short { .. }
             | Error::EndOfFile { .. }
             | Error::Controller { .. }
+            | Error::Cuda { .. }
+            | Error::CudaUnavailable(_)
             | Error::Panicked(_) => false,
         }
     }

@@ -37,6 +37,10 @@ fn device_of(mem: &dyn DeviceMemory) -> DLDevice {
             device_type: DLDeviceType::EXTDEV,
             device_id: index as i32,
         },
+        MemoryKind::Cuda { ordinal, .. } => DLDevice {
+            device_type: DLDeviceType::CUDA,
+            device_id: ordinal,
+        },
     }
 }
 
@@ -89,12 +93,14 @@ impl Memory {
         self.mem.kind().to_string()
     }
 
-    /// `"cpu"` for the host-memory device, `"accel:N"` for accelerator N.
+    /// `"cpu"` for the host-memory device, `"accel:N"` for accelerator N,
+    /// `"cuda:N"` for CUDA device N.
     #[getter]
     fn device(&self) -> String {
         match self.mem.kind() {
             MemoryKind::Host => "cpu".into(),
             MemoryKind::ModuleBar { index, .. } => format!("accel:{index}"),
+            MemoryKind::Cuda { ordinal, .. } => format!("cuda:{ordinal}"),
         }
     }
 

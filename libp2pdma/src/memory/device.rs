@@ -11,15 +11,16 @@
 //!   memory standing in for an accelerator on machines without one, so that
 //!   every API and the bounce pipeline run anywhere.
 //!
-//! A GPU whose memory is exported as a dma-buf fits the same trait: copies
-//! through the vendor's copy engine, and a DMA target where it can be mapped.
+//! GPU memory fits the same trait ([`CudaMemory`](super::CudaMemory)):
+//! copies through the GPU's copy engine out of host memory page-locked for
+//! it ([`Stager`]), and a dma-buf peers import ([`DeviceMemory::dmabuf`]).
 
-use std::{fmt, sync::Arc};
+use std::{fmt, os::fd::BorrowedFd, sync::Arc};
 
 use crate::{
     error::check_range,
     sys::{DmaTarget, HostBuffer},
-    Error, Module, Result,
+    Error, Module, PciAddress, Result,
 };
 
 /// What kind of memory a backend holds.
@@ -32,6 +33,13 @@ pub enum MemoryKind {
         /// Its PCI address.
         pci: crate::PciAddress,
     },
+    /// Device memory of CUDA device `ordinal`.
+    Cuda {
+        /// The device's ordinal.
+        ordinal: i32,
+        /// Its PCI address, when the driver gives one.
+        pci: Option<PciAddress>,
+    },
     /// Host memory standing in for an accelerator.
     Host,
 }
@@ -42,6 +50,10 @@ impl fmt::Display for MemoryKind {
             MemoryKind::ModuleBar { index, pci } => {
                 write!(f, "accelerator {index} ({pci}) BAR memory")
             }
+            MemoryKind::Cuda { ordinal, pci } => match pci {
+                Some(pci) => write!(f, "CUDA device {ordinal} ({pci}) memory"),
+                None => write!(f, "CUDA device {ordinal} memory"),
+            },
             MemoryKind::Host => f.write_str("host-memory device"),
         }
     }
@@ -89,6 +101,59 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     /// the memory itself ([`Module::block_io`](crate::Module::block_io)).
     fn module_allocation(&self) -> Option<(&Arc<Module>, u64)> {
         None
+    }
+
+    /// What page-locks the host memory the bounce path stages this
+    /// memory's copies through, for memory whose copies a device's DMA
+    /// engine makes (a GPU's); `None` where the CPU copies.
+    fn stager(&self) -> Option<&'static dyn Stager> {
+        None
+    }
+
+    /// The memory as a dma-buf its driver exported, for a peer to import
+    /// ([`Module::dmabuf_import`]), and where byte 0 of the memory lies in
+    /// it.
+    fn dmabuf(&self) -> Option<(BorrowedFd<'_>, u64)> {
+        None
+    }
+}
+
+/// Page-locks host memory for a device's copy engine.
+pub trait Stager: Send + Sync + fmt::Debug {
+    /// The copy engine's name: host memory pinned once for it serves every
+    /// memory with the same stager.
+    fn name(&self) -> &'static str;
+
+    /// Page-locks `buf` until the pin is dropped (the pin keeps it alive).
+    fn pin(&self, buf: Arc<HostBuffer>) -> Result<StagingPin>;
+}
+
+/// Host memory page-locked for a copy engine; unpinned when dropped.
+pub struct StagingPin {
+    name: &'static str,
+    _guard: Box<dyn Send + Sync>,
+}
+
+impl fmt::Debug for StagingPin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StagingPin")
+            .field("for", &self.name)
+            .finish()
+    }
+}
+
+impl StagingPin {
+    /// A pin for the stager `name`, undone by dropping `guard`.
+    pub fn new(name: &'static str, guard: Box<dyn Send + Sync>) -> Self {
+        Self {
+            name,
+            _guard: guard,
+        }
+    }
+
+    /// The stager's name.
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 }
 

@@ -7,9 +7,12 @@
 //! - [`peer`]: whether a peer can reach the memory, and the DMA addresses it
 //!   must use;
 //! - [`udmabuf`]: host memory made into a dma-buf to import;
-//! - [`borrowed`]: host memory a caller lends for the length of a transfer.
+//! - [`borrowed`]: host memory a caller lends for the length of a transfer;
+//! - [`cuda`]: GPU memory through the CUDA driver, its copy engine and its
+//!   dma-bufs.
 
 pub mod borrowed;
+pub mod cuda;
 pub mod device;
 pub mod module;
 pub mod peer;
@@ -17,7 +20,8 @@ pub mod udmabuf;
 
 pub use crate::sys::DmaTarget;
 pub use borrowed::BorrowedHost;
-pub use device::{copy_through_host, DeviceMemory, HostMemory, MemoryKind};
+pub use cuda::{CudaMemory, CudaStager};
+pub use device::{copy_through_host, DeviceMemory, HostMemory, MemoryKind, Stager, StagingPin};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
 pub use udmabuf::Udmabuf;

@@ -999,8 +999,9 @@ impl Controller {
 
     /// Makes `len` bytes at `offset` of `mem` reachable by the controller
     /// for `access`: accelerator memory through `DMA_MAP`, host memory
-    /// through `PIN_USER`. The range is widened to whole pages for the
-    /// kernel; payloads ([`Mapped::payload`]) count from `offset` and stay
+    /// through `PIN_USER`, memory its driver exports as a dma-buf (a GPU's)
+    /// through `DMABUF_IMPORT` of the whole dma-buf. The range is widened to
+    /// whole pages for the kernel; payloads ([`Mapped::payload`]) count from `offset` and stay
     /// inside `len`. Unmapped when the result is dropped, which the borrow
     /// of any scope using it prevents while its commands run.
     pub fn map<'m>(
@@ -1046,6 +1047,9 @@ impl Controller {
         }
         let start = offset / PAGE * PAGE;
         let end = round_page(offset + len).min(round_page(mem.len()));
+        // Where the mapping's first byte lies in `mem`'s terms: the range's
+        // first page, or (a dma-buf, imported whole) the dma-buf's start.
+        let mut skip = offset - start;
         let map = match (mem.module_allocation(), mem.kind()) {
             (Some((module, handle)), MemoryKind::ModuleBar { .. }) => module.dma_map_access(
                 handle,
@@ -1067,12 +1071,20 @@ impl Controller {
                     access,
                 )?
             }
-            (None, kind) => {
-                return Err(Error::PathUnavailable {
-                    path: "queues",
-                    reason: format!("{kind} was not allocated from the module"),
-                })
-            }
+            (_, kind) => match mem.dmabuf() {
+                Some((fd, at)) => {
+                    skip = at as usize + offset;
+                    self.module.dmabuf_import(fd, Peer::Pci(self.pci))?
+                }
+                None => {
+                    return Err(Error::PathUnavailable {
+                        path: "queues",
+                        reason: format!(
+                            "{kind} was not allocated from the module and exports no dma-buf"
+                        ),
+                    })
+                }
+            },
         };
         let module = match mem.module_allocation() {
             Some((m, _)) if matches!(mem.kind(), MemoryKind::ModuleBar { .. }) => m.clone(),
@@ -1089,12 +1101,12 @@ impl Controller {
             }));
         }
         let segs = match Segments::new(&map.segs) {
-            Some(s) if s.len() >= (end - start) as u64 => s,
+            Some(s) if s.len() >= (skip + len) as u64 => s,
             _ => {
                 return Err(unmap(Error::InvalidArgument(format!(
                     "the module mapped {:x?} for {} bytes",
                     map.segs,
-                    end - start
+                    skip + len
                 ))))
             }
         };
@@ -1104,7 +1116,7 @@ impl Controller {
             segs,
             pci: self.pci,
             access,
-            skip: offset - start,
+            skip,
             len,
             _owner: owner,
             _mem: PhantomData,

@@ -91,13 +91,22 @@ pub struct Namespace {
 /// Memory mapped for the controller for as long as it is registered; the
 /// mapping owns the memory, so its address is not reused meanwhile.
 struct Registered {
-    /// The memory's CPU address and length, which name it.
+    /// The memory's CPU address and length, which name it (for memory the
+    /// CPU does not map, a dma-buf's: the memory object's own address).
     key: (usize, usize),
     mapped: Arc<Mapped<'static>>,
 }
 
 fn key_of(mem: &dyn DeviceMemory) -> Option<(usize, usize)> {
-    mem.dma_target().map(|t| (t.ptr as usize, t.len))
+    match mem.dma_target() {
+        Some(t) => Some((t.ptr as usize, t.len)),
+        None => mem.dmabuf().map(|_| {
+            (
+                mem as *const dyn DeviceMemory as *const () as usize,
+                mem.len(),
+            )
+        }),
+    }
 }
 
 impl fmt::Debug for Namespace {

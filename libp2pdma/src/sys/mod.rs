@@ -12,8 +12,10 @@
 //! - [`wc`]: copies to and from write-combined memory;
 //! - `uring`: io_uring rings for file I/O and NVMe passthrough;
 //! - [`file`](mod@file): a file's extents and page-cache state;
-//! - [`vfio`]: the VFIO ioctls that drive a PCI function from user space.
+//! - [`vfio`]: the VFIO ioctls that drive a PCI function from user space;
+//! - [`cuda`]: the CUDA driver, loaded at run time.
 
+pub mod cuda;
 pub mod file;
 pub mod mapping;
 pub mod p2pdma;

@@ -13,6 +13,7 @@
 use std::{
     marker::PhantomData,
     os::fd::{AsRawFd, BorrowedFd},
+    sync::Arc,
 };
 
 use io_uring::{opcode, types, IoUring};
@@ -28,7 +29,10 @@ use crate::{
 pub(crate) struct Context {
     ring: IoUring,
     /// The slots, back to back: slot `i` is `[i * chunk, (i + 1) * chunk)`.
-    slots: HostBuffer,
+    slots: Arc<HostBuffer>,
+    /// The slots page-locked for device copy engines, by engine name: each
+    /// guard undoes its pin when the context drops.
+    pins: Vec<(&'static str, Box<dyn Send + Sync>)>,
     chunk: usize,
     depth: usize,
     pinned: bool,
@@ -63,7 +67,8 @@ impl Context {
         let bytes = chunk
             .checked_mul(nslots)
             .ok_or_else(|| Error::InvalidArgument("bounce ring too large".into()))?;
-        let slots = HostBuffer::new(bytes).map_err(Error::sys("allocate the bounce slots"))?;
+        let slots =
+            Arc::new(HostBuffer::new(bytes).map_err(Error::sys("allocate the bounce slots"))?);
         // Register the slots with the ring: the kernel pins them once, here,
         // instead of on every I/O. Without the memlock limit for it, plain
         // reads and writes still work.
@@ -81,6 +86,7 @@ impl Context {
         Ok(Self {
             ring,
             slots,
+            pins: Vec::new(),
             chunk,
             depth,
             pinned,
@@ -103,6 +109,22 @@ impl Context {
     /// Whether the slots are registered (pinned) with the ring.
     pub(crate) fn pinned(&self) -> bool {
         self.pinned
+    }
+
+    /// The slots' memory, for a copy engine to page-lock.
+    pub(crate) fn slot_memory(&self) -> Arc<HostBuffer> {
+        self.slots.clone()
+    }
+
+    /// Whether the slots are page-locked for the copy engine `name`.
+    pub(crate) fn pinned_for(&self, name: &str) -> bool {
+        self.pins.iter().any(|(n, _)| *n == name)
+    }
+
+    /// Keeps `guard`, the slots' pin for the copy engine `name`, as long as
+    /// the context.
+    pub(crate) fn keep_pin(&mut self, name: &'static str, guard: Box<dyn Send + Sync>) {
+        self.pins.push((name, guard));
     }
 
     /// The NVMe-command ring, `depth` entries, made on first use.

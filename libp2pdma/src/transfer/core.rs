@@ -360,6 +360,9 @@ impl Core {
                     ),
                 }
             }
+            MemoryKind::Cuda { ordinal, .. } if mem.dmabuf().is_some() => format!(
+                "CUDA device {ordinal}'s memory imported for the controller as a dma-buf (DMABUF_IMPORT) where the kernel allows, host staging otherwise"
+            ),
             k => format!("through host staging buffers ({k} cannot be mapped for the controller)"),
         };
         PathChoice {
@@ -381,6 +384,14 @@ impl Core {
                 return PathChoice {
                     path: TransferPath::Bounce,
                     reason: "P2P not possible: the memory is the host-memory device, not accelerator memory; staging through host memory (bounce pipeline)".into(),
+                }
+            }
+            MemoryKind::Cuda { ordinal, .. } => {
+                return PathChoice {
+                    path: TransferPath::Bounce,
+                    reason: format!(
+                        "P2P by O_DIRECT not possible: CUDA device {ordinal}'s memory has no CPU mapping of P2P pages for the block layer (P2P into it runs on the queues path, which imports its dma-buf); staging through host memory page-locked for CUDA, the GPU's copy engine moving each chunk (bounce pipeline)"
+                    ),
                 }
             }
         };
@@ -682,6 +693,7 @@ impl Core {
             .config
             .geometry(len, file.block, self.device_geometry(file).0);
         let mut ctx = self.context(chunk, depth)?;
+        stage_for(&mut ctx, mem);
         let ring_pinned = ctx.pinned();
         let (threads, most) = self.copy_threads(chunk);
         let threads = AtomicUsize::new(threads);
@@ -773,5 +785,21 @@ impl Core {
                 1
             },
         })
+    }
+}
+
+/// Page-locks `ctx`'s slots for `mem`'s copy engine, once per context, when
+/// it has one (a GPU's): its copies out of and into the slots then run by
+/// DMA. Where the engine refuses (a locked-memory limit), copies still run,
+/// through the driver's own staging.
+fn stage_for(ctx: &mut Context, mem: &dyn DeviceMemory) {
+    let Some(stager) = mem.stager() else {
+        return;
+    };
+    if ctx.pinned_for(stager.name()) {
+        return;
+    }
+    if let Ok(pin) = stager.pin(ctx.slot_memory()) {
+        ctx.keep_pin(stager.name(), Box::new(pin));
     }
 }

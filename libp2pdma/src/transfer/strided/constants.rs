@@ -10,7 +10,7 @@ use std::{
 
 use super::pack::{measure_placement, shared};
 use crate::{
-    memory::{DeviceMemory, HostMemory, MemoryKind, ModuleMemory},
+    memory::{CudaMemory, DeviceMemory, HostMemory, MemoryKind, ModuleMemory},
     transfer::{
         calibrate::measure,
         core::Core,
@@ -35,6 +35,7 @@ pub(crate) fn scratch_like(
 ) -> Result<Box<dyn DeviceMemory>> {
     match mem.kind() {
         MemoryKind::Host => Ok(Box::new(HostMemory::new(len)?)),
+        MemoryKind::Cuda { ordinal, .. } => Ok(Box::new(CudaMemory::alloc(ordinal, len)?)),
         MemoryKind::ModuleBar { index, .. } => {
             let module = match (&core.module, mem.module_allocation()) {
                 (Some(m), _) => m.clone(),

@@ -311,12 +311,14 @@ impl fmt::Display for Key {
     }
 }
 
-/// The name of a kind of memory in the cache: `host`, or `accel PCI`
-/// (accelerator memory is recognised by its device's PCI address).
+/// The name of a kind of memory in the cache: `host`, `accel PCI` or
+/// `cuda PCI` (device memory is recognised by its device's PCI address).
 pub fn memory_name(kind: &MemoryKind) -> String {
     match kind {
         MemoryKind::Host => "host".into(),
         MemoryKind::ModuleBar { pci, .. } => format!("accel {pci}"),
+        MemoryKind::Cuda { pci: Some(pci), .. } => format!("cuda {pci}"),
+        MemoryKind::Cuda { ordinal, pci: None } => format!("cuda {ordinal}"),
     }
 }
 

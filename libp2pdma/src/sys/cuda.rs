@@ -1,0 +1,613 @@
+//! The CUDA driver, loaded at run time through `cudarc`: nothing of CUDA is
+//! needed to build the library, and a machine without a GPU gets an error
+//! saying so, never a crash.
+//!
+//! `cudarc`'s raw functions panic when the driver library or one of its
+//! symbols is missing. [`driver`] looks for the library first, without
+//! loading a symbol, and every call here runs under `catch_unwind`, so a
+//! driver too old for a function is an [`Error::Cuda`] too.
+//!
+//! The driver is the one the dynamic loader finds (`libcuda.so`,
+//! `libcuda.so.1`, ...), or the library [`use_library`] or the
+//! `P2PDMA_CUDA_DRIVER` environment variable names, loaded first so that
+//! `cudarc` finds it by its soname.
+//!
+//! Every call that needs a context runs inside [`Context::enter`], which
+//! pushes the device's primary context on the calling thread and pops it
+//! after, so the caller's own context (a framework's) is left as it was.
+#![allow(unsafe_code)]
+
+use std::{
+    ffi::{c_char, c_int, c_void, CStr, CString},
+    os::{
+        fd::{FromRawFd, OwnedFd},
+        unix::ffi::OsStrExt,
+    },
+    panic::{catch_unwind, AssertUnwindSafe},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, OnceLock},
+};
+
+use cudarc::driver::sys as cu;
+
+use crate::{Error, Result};
+
+pub use cu::{CUdeviceptr, CUresult};
+
+/// The environment variable naming the driver library to load.
+pub const DRIVER_ENV: &str = "P2PDMA_CUDA_DRIVER";
+
+/// Oldest driver API this library uses: 11.7, the first with dma-buf
+/// export (`cuMemGetHandleForAddressRange`).
+pub const MIN_DRIVER_VERSION: i32 = 11070;
+
+/// The loaded, initialized driver.
+#[derive(Debug)]
+pub struct Driver {
+    /// `cuDriverGetVersion`: 1000 × major + 10 × minor.
+    pub version: i32,
+    /// The library loaded ahead of the loader's search, if one was named.
+    pub library: Option<PathBuf>,
+    contexts: Mutex<Vec<Option<Arc<Context>>>>,
+}
+
+static CHOSEN: Mutex<Option<PathBuf>> = Mutex::new(None);
+static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
+
+/// Loads the driver from `path` instead of the loader's search. Must come
+/// before the first use of CUDA in the process; afterwards it is refused.
+pub fn use_library(path: impl AsRef<Path>) -> Result<()> {
+    if DRIVER.get().is_some() {
+        return Err(Error::InvalidArgument(
+            "the CUDA driver is already loaded in this process".into(),
+        ));
+    }
+    *CHOSEN.lock().unwrap_or_else(|p| p.into_inner()) = Some(path.as_ref().to_path_buf());
+    Ok(())
+}
+
+/// The driver, loaded and initialized on first use; why not, when it
+/// cannot be (no library, no device, a driver too old).
+pub fn driver() -> Result<&'static Driver> {
+    DRIVER
+        .get_or_init(load)
+        .as_ref()
+        .map_err(|why| Error::CudaUnavailable(why.clone()))
+}
+
+/// Whether a driver library can be found, without initializing it.
+pub fn library_present() -> bool {
+    if DRIVER.get().is_some_and(|d| d.is_ok()) {
+        return true;
+    }
+    chosen().is_some_and(|p| p.exists())
+        // SAFETY: Only opens and closes the candidate libraries.
+        || unsafe { cu::is_culib_present() }
+}
+
+fn chosen() -> Option<PathBuf> {
+    let named = CHOSEN.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    named.or_else(|| std::env::var_os(DRIVER_ENV).map(PathBuf::from))
+}
+
+fn load() -> std::result::Result<Driver, String> {
+    let library = chosen();
+    if let Some(path) = &library {
+        preload(path)?;
+    } else if !unsafe { cu::is_culib_present() } {
+        // SAFETY (above): only opens and closes the candidate libraries.
+        return Err("no CUDA driver library (libcuda.so.1) found".into());
+    }
+    let describe = |e: Error| e.to_string();
+    // SAFETY: cuInit takes flags 0.
+    call("cuInit", || unsafe { cu::cuInit(0) }).map_err(describe)?;
+    let mut version: c_int = 0;
+    // SAFETY: The pointer is to a live int.
+    call("cuDriverGetVersion", || unsafe {
+        cu::cuDriverGetVersion(&mut version)
+    })
+    .map_err(describe)?;
+    if version < MIN_DRIVER_VERSION {
+        return Err(format!(
+            "the CUDA driver's API is {}, older than {} (dma-buf export)",
+            version_string(version),
+            version_string(MIN_DRIVER_VERSION)
+        ));
+    }
+    Ok(Driver {
+        version,
+        library,
+        contexts: Mutex::new(Vec::new()),
+    })
+}
+
+/// Loads `path` with its symbols global, leaked: `cudarc`'s own `dlopen`
+/// by name then finds this library by its soname.
+fn preload(path: &Path) -> std::result::Result<(), String> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| format!("{} has a NUL byte", path.display()))?;
+    // SAFETY: A NUL-terminated path; the handle is never closed.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if h.is_null() {
+        // SAFETY: dlerror returns a NUL-terminated string or null.
+        let why = unsafe { libc::dlerror() };
+        let why = if why.is_null() {
+            "unknown error".into()
+        } else {
+            // SAFETY: Non-null, NUL-terminated, read before the next dl call.
+            unsafe { CStr::from_ptr(why) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        return Err(format!(
+            "cannot load the CUDA driver {}: {why}",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// `12080` as `12.8`.
+pub fn version_string(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+/// Runs one driver call, turning a panic in `cudarc` (a missing symbol)
+/// and an error status into [`Error::Cuda`].
+pub fn call(op: &'static str, f: impl FnOnce() -> CUresult) -> Result<()> {
+    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| Error::Cuda {
+        op,
+        code: u32::MAX,
+        name: panic_text(&p),
+    })?;
+    check(op, r)
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "the driver call panicked".into())
+}
+
+/// [`Error::Cuda`] for an error status.
+pub fn check(op: &'static str, r: CUresult) -> Result<()> {
+    if r == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(Error::Cuda {
+        op,
+        code: r as u32,
+        name: error_name(r),
+    })
+}
+
+/// The status's name and text, as the driver gives them.
+fn error_name(r: CUresult) -> String {
+    let mut name: *const c_char = std::ptr::null();
+    let mut text: *const c_char = std::ptr::null();
+    let got = |p: *const c_char| {
+        // SAFETY: The driver returns static NUL-terminated strings.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    // SAFETY: Out-pointers to live locals.
+    let n = catch_unwind(AssertUnwindSafe(|| unsafe {
+        cu::cuGetErrorName(r, &mut name)
+    }));
+    // SAFETY: As above.
+    let t = catch_unwind(AssertUnwindSafe(|| unsafe {
+        cu::cuGetErrorString(r, &mut text)
+    }));
+    match (n, t) {
+        (Ok(CUresult::CUDA_SUCCESS), Ok(CUresult::CUDA_SUCCESS)) => match (got(name), got(text)) {
+            (Some(n), Some(t)) => format!("{n}: {t}"),
+            (Some(n), None) => n,
+            _ => format!("CUresult {}", r as u32),
+        },
+        _ => format!("CUresult {}", r as u32),
+    }
+}
+
+/// A device's primary context, retained once per process and kept (as
+/// the CUDA runtime does).
+#[derive(Debug)]
+pub struct Context {
+    ordinal: i32,
+    device: cu::CUdevice,
+    ctx: cu::CUcontext,
+}
+
+// SAFETY: A CUDA context handle is usable from any thread (each thread
+// makes it current before use, through `enter`).
+unsafe impl Send for Context {}
+// SAFETY: As above; the handle itself is never mutated.
+unsafe impl Sync for Context {}
+
+/// A context made current on this thread; the previous one comes back when
+/// it is dropped.
+pub struct Entered<'a> {
+    _ctx: &'a Context,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let mut old: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: Pops what `enter` pushed on this thread.
+        let _ = call("cuCtxPopCurrent", || unsafe {
+            cu::cuCtxPopCurrent_v2(&mut old)
+        });
+    }
+}
+
+impl Context {
+    /// Device `ordinal`'s primary context.
+    pub fn primary(ordinal: i32) -> Result<Arc<Context>> {
+        let d = driver()?;
+        let count = device_count()?;
+        if ordinal < 0 || ordinal >= count {
+            return Err(Error::InvalidArgument(format!(
+                "no CUDA device {ordinal} ({count} present)"
+            )));
+        }
+        let mut all = d.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        if all.len() < count as usize {
+            all.resize(count as usize, None);
+        }
+        if let Some(c) = &all[ordinal as usize] {
+            return Ok(c.clone());
+        }
+        let mut device: cu::CUdevice = 0;
+        // SAFETY: Out-pointer to a live local.
+        call("cuDeviceGet", || unsafe {
+            cu::cuDeviceGet(&mut device, ordinal)
+        })?;
+        let mut ctx: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: As above.
+        call("cuDevicePrimaryCtxRetain", || unsafe {
+            cu::cuDevicePrimaryCtxRetain(&mut ctx, device)
+        })?;
+        let c = Arc::new(Context {
+            ordinal,
+            device,
+            ctx,
+        });
+        all[ordinal as usize] = Some(c.clone());
+        Ok(c)
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// Makes the context current on this thread until the guard drops.
+    pub fn enter(&self) -> Result<Entered<'_>> {
+        // SAFETY: A retained context.
+        call("cuCtxPushCurrent", || unsafe {
+            cu::cuCtxPushCurrent_v2(self.ctx)
+        })?;
+        Ok(Entered { _ctx: self })
+    }
+
+    /// An integer attribute of the device.
+    pub fn attribute(&self, attr: cu::CUdevice_attribute) -> Result<i32> {
+        device_attribute(self.device, attr)
+    }
+}
+
+fn device_attribute(dev: cu::CUdevice, attr: cu::CUdevice_attribute) -> Result<i32> {
+    let mut v: c_int = 0;
+    // SAFETY: Out-pointer to a live local.
+    call("cuDeviceGetAttribute", || unsafe {
+        cu::cuDeviceGetAttribute(&mut v, attr, dev)
+    })?;
+    Ok(v)
+}
+
+/// How many CUDA devices the driver sees.
+pub fn device_count() -> Result<i32> {
+    driver()?;
+    let mut n: c_int = 0;
+    // SAFETY: Out-pointer to a live local.
+    call("cuDeviceGetCount", || unsafe {
+        cu::cuDeviceGetCount(&mut n)
+    })?;
+    Ok(n)
+}
+
+/// What the driver says about one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceFacts {
+    /// Its ordinal.
+    pub ordinal: i32,
+    /// Its name.
+    pub name: String,
+    /// Its memory, in bytes.
+    pub total_memory: u64,
+    /// Its PCI address, `dddd:bb:dd.f`.
+    pub pci: String,
+    /// Whether it exports its memory as dma-bufs.
+    pub dma_buf: bool,
+    /// Whether it supports GPUDirect RDMA (peers reaching its memory).
+    pub rdma: bool,
+}
+
+/// Facts of device `ordinal`.
+pub fn device_facts(ordinal: i32) -> Result<DeviceFacts> {
+    driver()?;
+    let mut dev: cu::CUdevice = 0;
+    // SAFETY: Out-pointer to a live local.
+    call("cuDeviceGet", || unsafe {
+        cu::cuDeviceGet(&mut dev, ordinal)
+    })?;
+    let mut name = [0 as c_char; 256];
+    // SAFETY: The buffer holds 256 chars, and the length says so.
+    call("cuDeviceGetName", || unsafe {
+        cu::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev)
+    })?;
+    let mut bus = [0 as c_char; 64];
+    // SAFETY: As above.
+    call("cuDeviceGetPCIBusId", || unsafe {
+        cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, dev)
+    })?;
+    let mut total: usize = 0;
+    // SAFETY: Out-pointer to a live local.
+    call("cuDeviceTotalMem", || unsafe {
+        cu::cuDeviceTotalMem_v2(&mut total, dev)
+    })?;
+    use cu::CUdevice_attribute as A;
+    let text = |b: &[c_char]| {
+        // SAFETY: The driver NUL-terminates within the buffer; the last
+        // byte is NUL from the zeroed buffer in any case.
+        unsafe { CStr::from_ptr(b.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    Ok(DeviceFacts {
+        ordinal,
+        name: text(&name),
+        total_memory: total as u64,
+        pci: text(&bus).to_lowercase(),
+        dma_buf: device_attribute(dev, A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)? != 0,
+        rdma: device_attribute(dev, A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED)? != 0,
+    })
+}
+
+/// Where a pointer lives, by the driver's unified addressing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pointer {
+    /// Device memory of device `ordinal`: the allocation holding it is
+    /// `[base, base + size)`.
+    Device {
+        /// The device.
+        ordinal: i32,
+        /// Start of the allocation.
+        base: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// Page-locked host memory the driver knows (allocated or registered).
+    Host,
+    /// Memory the driver does not know (ordinary host memory).
+    Unknown,
+}
+
+/// What the driver knows of `ptr`.
+pub fn pointer(ptr: u64) -> Result<Pointer> {
+    driver()?;
+    use cu::CUpointer_attribute as P;
+    let mut ty: u32 = 0;
+    // SAFETY: MEMORY_TYPE writes an unsigned int.
+    let r = catch_unwind(AssertUnwindSafe(|| unsafe {
+        cu::cuPointerGetAttribute(
+            (&mut ty as *mut u32).cast::<c_void>(),
+            P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr,
+        )
+    }))
+    .map_err(|p| Error::Cuda {
+        op: "cuPointerGetAttribute",
+        code: u32::MAX,
+        name: panic_text(&p),
+    })?;
+    if r == CUresult::CUDA_ERROR_INVALID_VALUE {
+        return Ok(Pointer::Unknown);
+    }
+    check("cuPointerGetAttribute", r)?;
+    if ty == cu::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+        return Ok(Pointer::Host);
+    }
+    if ty != cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+        return Err(Error::InvalidArgument(format!(
+            "{ptr:#x} is CUDA memory of type {ty}, neither device nor host memory"
+        )));
+    }
+    let mut ordinal: c_int = 0;
+    // SAFETY: DEVICE_ORDINAL writes an int.
+    call("cuPointerGetAttribute", || unsafe {
+        cu::cuPointerGetAttribute(
+            (&mut ordinal as *mut c_int).cast::<c_void>(),
+            P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr,
+        )
+    })?;
+    let mut base: u64 = 0;
+    let mut size: usize = 0;
+    // SAFETY: Out-pointers to live locals.
+    call("cuMemGetAddressRange", || unsafe {
+        cu::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
+    })?;
+    Ok(Pointer::Device {
+        ordinal,
+        base,
+        size: size as u64,
+    })
+}
+
+/// `len` bytes of device memory, in the context (which must be current).
+pub fn mem_alloc(_in: &Entered<'_>, len: usize) -> Result<CUdeviceptr> {
+    let mut p: CUdeviceptr = 0;
+    // SAFETY: Out-pointer to a live local; a context is current.
+    call("cuMemAlloc", || unsafe { cu::cuMemAlloc_v2(&mut p, len) })?;
+    Ok(p)
+}
+
+/// Frees what [`mem_alloc`] gave.
+///
+/// # Safety
+/// `p` came from `mem_alloc` and nothing uses it any more.
+pub unsafe fn mem_free(_in: &Entered<'_>, p: CUdeviceptr) -> Result<()> {
+    // SAFETY: The caller's.
+    call("cuMemFree", || unsafe { cu::cuMemFree_v2(p) })
+}
+
+/// Sets `len` bytes at `p` to `value`.
+///
+/// # Safety
+/// `[p, p + len)` is device memory of the current context.
+pub unsafe fn memset(_in: &Entered<'_>, p: CUdeviceptr, value: u8, len: usize) -> Result<()> {
+    // SAFETY: The caller's.
+    call("cuMemsetD8", || unsafe { cu::cuMemsetD8_v2(p, value, len) })
+}
+
+/// A stream of the current context, destroyed when dropped.
+#[derive(Debug)]
+pub struct Stream(cu::CUstream);
+
+// SAFETY: Streams are usable from any thread with the context current.
+unsafe impl Send for Stream {}
+
+impl Stream {
+    /// A non-blocking stream (no implicit ordering with the legacy default
+    /// stream, which other users' work may be on).
+    pub fn new(_in: &Entered<'_>) -> Result<Self> {
+        let mut s: cu::CUstream = std::ptr::null_mut();
+        // SAFETY: Out-pointer to a live local.
+        call("cuStreamCreate", || unsafe {
+            cu::cuStreamCreate(&mut s, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(Self(s))
+    }
+
+    /// Copies `src` to device memory at `dst` on the stream and waits for
+    /// it.
+    ///
+    /// # Safety
+    /// `[dst, dst + src.len())` is device memory nothing else writes.
+    pub unsafe fn copy_to_device(&self, dst: CUdeviceptr, src: &[u8]) -> Result<()> {
+        // SAFETY: The caller's for the device side; `src` is live until the
+        // synchronize below.
+        call("cuMemcpyHtoDAsync", || unsafe {
+            cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), self.0)
+        })?;
+        self.synchronize()
+    }
+
+    /// Copies device memory at `src` into `dst` on the stream and waits.
+    ///
+    /// # Safety
+    /// `[src, src + dst.len())` is device memory.
+    pub unsafe fn copy_from_device(&self, dst: &mut [u8], src: CUdeviceptr) -> Result<()> {
+        // SAFETY: The caller's for the device side; `dst` is live and ours
+        // until the synchronize below.
+        call("cuMemcpyDtoHAsync", || unsafe {
+            cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, dst.len(), self.0)
+        })?;
+        self.synchronize()
+    }
+
+    /// Waits for the stream's work.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: A live stream.
+        call("cuStreamSynchronize", || unsafe {
+            cu::cuStreamSynchronize(self.0)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: The stream is ours and idle (every copy synchronizes).
+        let _ = call("cuStreamDestroy", || unsafe {
+            cu::cuStreamDestroy_v2(self.0)
+        });
+    }
+}
+
+/// Page-locks `[ptr, ptr + len)` for every context (`PORTABLE`), so that
+/// copies between it and device memory run by DMA at full speed.
+///
+/// # Safety
+/// The range stays mapped until [`host_unregister`].
+pub unsafe fn host_register(_in: &Entered<'_>, ptr: *mut u8, len: usize) -> Result<()> {
+    // SAFETY: The caller's.
+    call("cuMemHostRegister", || unsafe {
+        cu::cuMemHostRegister_v2(ptr.cast(), len, cu::CU_MEMHOSTREGISTER_PORTABLE)
+    })
+}
+
+/// Ends [`host_register`].
+///
+/// # Safety
+/// `ptr` was registered and no copy uses it.
+pub unsafe fn host_unregister(_in: &Entered<'_>, ptr: *mut u8) -> Result<()> {
+    // SAFETY: The caller's.
+    call("cuMemHostUnregister", || unsafe {
+        cu::cuMemHostUnregister(ptr.cast())
+    })
+}
+
+/// `[ptr, ptr + len)` of device memory as a dma-buf (page-aligned, inside
+/// one allocation).
+pub fn export_dmabuf(_in: &Entered<'_>, ptr: CUdeviceptr, len: usize) -> Result<OwnedFd> {
+    let mut fd: c_int = -1;
+    // SAFETY: DMA_BUF_FD writes an int.
+    call("cuMemGetHandleForAddressRange", || unsafe {
+        cu::cuMemGetHandleForAddressRange(
+            (&mut fd as *mut c_int).cast::<c_void>(),
+            ptr,
+            len,
+            cu::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    })?;
+    if fd < 0 {
+        return Err(Error::InvalidArgument(
+            "cuMemGetHandleForAddressRange gave no file descriptor".into(),
+        ));
+    }
+    // SAFETY: The driver handed us a new descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A function the stream runs on a driver thread once the work queued on
+/// it before has finished (`cuLaunchHostFunc`); later work waits for it.
+/// `stream` is a `CUstream` from a caller (null: the legacy default
+/// stream). The function must not call CUDA.
+///
+/// # Safety
+/// `stream` is a live stream of `ctx`'s device, and `data` stays valid
+/// until `f` has run.
+pub unsafe fn launch_host_func(
+    _in: &Entered<'_>,
+    stream: *mut c_void,
+    f: unsafe extern "C" fn(*mut c_void),
+    data: *mut c_void,
+) -> Result<()> {
+    // SAFETY: The caller's.
+    call("cuLaunchHostFunc", || unsafe {
+        cu::cuLaunchHostFunc(stream.cast(), Some(f), data)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_read_as_major_minor() {
+        assert_eq!(version_string(12080), "12.8");
+        assert_eq!(version_string(11070), "11.7");
+        assert_eq!(version_string(13000), "13.0");
+    }
+}
