@@ -41,6 +41,10 @@ fn device_of(mem: &dyn DeviceMemory) -> DLDevice {
             device_type: DLDeviceType::CUDA,
             device_id: ordinal,
         },
+        MemoryKind::Dmabuf => DLDevice {
+            device_type: DLDeviceType::EXTDEV,
+            device_id: -1,
+        },
     }
 }
 
@@ -101,6 +105,7 @@ impl Memory {
             MemoryKind::Host => "cpu".into(),
             MemoryKind::ModuleBar { index, .. } => format!("accel:{index}"),
             MemoryKind::Cuda { ordinal, .. } => format!("cuda:{ordinal}"),
+            MemoryKind::Dmabuf => "dmabuf".into(),
         }
     }
 

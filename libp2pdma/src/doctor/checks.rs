@@ -16,7 +16,8 @@ use super::{
     report::{bytes, Check, Status},
 };
 use crate::{
-    discovery::{StorageTarget, TargetKind},
+    discovery::{CudaFacts, StorageTarget, TargetKind},
+    sys::cuda::version_string,
     Accelerator,
 };
 
@@ -257,4 +258,80 @@ pub(super) fn nvme_passthrough_check(
             ),
         ),
     }
+}
+
+/// GPU memory through CUDA: the driver and its devices, and whether a peer
+/// (an NVMe controller this process drives) can reach the memory by P2P
+/// through the dma-buf the driver exports, which the module imports.
+pub(super) fn gpu_memory_check(
+    cuda: &Result<CudaFacts, String>,
+    module: bool,
+    kconfig: Option<&KernelConfig>,
+) -> Check {
+    const NAME: &str = "gpu memory";
+    let facts = match cuda {
+        Ok(f) => f,
+        Err(why) => {
+            return Check::new(
+                NAME,
+                Status::Skip,
+                format!("{why}: no GPU memory through CUDA here"),
+            )
+        }
+    };
+    if facts.devices.is_empty() {
+        return Check::new(NAME, Status::Skip, "the CUDA driver sees no device");
+    }
+    let devices: Vec<String> = facts
+        .devices
+        .iter()
+        .map(|d| {
+            let pci = d.pci.map(|p| format!(" ({p})")).unwrap_or_default();
+            format!(
+                "{} {}{pci}, {}, dma-buf export {}",
+                d.ordinal,
+                d.name,
+                bytes(d.total_memory),
+                if d.dma_buf { "yes" } else { "no" }
+            )
+        })
+        .collect();
+    let kernel = facts
+        .kernel_driver
+        .as_deref()
+        .unwrap_or("no /proc/driver/nvidia/version");
+    let mut detail = format!(
+        "CUDA driver {} ({kernel}); GPU {}; copies by the GPU's copy engine through page-locked host slots",
+        version_string(facts.driver_version),
+        devices.join("; GPU ")
+    );
+    let p2pdma = kconfig.map(|c| c.enabled("CONFIG_PCI_P2PDMA"));
+    let mut missing = Vec::new();
+    if !facts.devices.iter().any(|d| d.dma_buf) {
+        missing.push("a GPU that exports dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)");
+    }
+    if !facts.open_kernel_module() {
+        missing.push(
+            "NVIDIA's open kernel module (its dma-buf exporter gives peers the GPU's memory)",
+        );
+    }
+    if !module {
+        missing.push("the p2pdma module (DMABUF_IMPORT)");
+    }
+    match p2pdma {
+        Some(false) => missing.push("a kernel with CONFIG_PCI_P2PDMA"),
+        None => missing.push("a kernel config that can be read (CONFIG_PCI_P2PDMA)"),
+        Some(true) => {}
+    }
+    let status = if missing.is_empty() {
+        detail.push_str("; P2P into GPU memory: the queues path (an NVMe controller this process drives through VFIO) imports its dma-buf for the controller, where the PCIe topology allows");
+        Status::Ok
+    } else {
+        detail.push_str(&format!(
+            "; no P2P into GPU memory, which needs {}: storage reaches it through the bounce path",
+            missing.join(", ")
+        ));
+        Status::Warn
+    };
+    Check::new(NAME, status, detail)
 }

@@ -15,6 +15,7 @@ use rustix::{
 };
 
 use crate::{
+    discovery::gpus,
     discovery::DEVICE_NODE,
     discovery::{
         acs_bits, acs_control, acs_path, common_upstream, pci::PCI_ACS_REDIRECT, NvmePath,
@@ -25,7 +26,10 @@ use crate::{
 };
 
 use super::{
-    checks::{kernel_config_check, nvme_passthrough_check, p2p_memory_check, storage_check},
+    checks::{
+        gpu_memory_check, kernel_config_check, nvme_passthrough_check, p2p_memory_check,
+        storage_check,
+    },
     kconfig::{KernelConfig, BOOT_ROOT, MAX_KCONFIG},
     report::{bytes, Check, Report, Status},
 };
@@ -170,6 +174,11 @@ impl Doctor {
         let (nvme_cmd, passthrough) = nvme_passthrough_check(target.as_ref(), io_uring);
         checks.push(passthrough);
         checks.push(self.queues_check());
+        checks.push(gpu_memory_check(
+            &gpus::cuda(&self.topology),
+            module.is_some(),
+            kconfig.as_ref().ok(),
+        ));
 
         let path = choose_path(&PathFacts {
             module: module.is_some(),

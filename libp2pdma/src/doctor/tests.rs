@@ -188,7 +188,8 @@ fn without_the_module_the_doctor_still_examines_storage_and_pci() {
             "iommu",
             "acs",
             "nvme passthrough",
-            "nvme queues"
+            "nvme queues",
+            "gpu memory"
         ]
     );
     let get = |n: &str| r.check(n).unwrap().clone();
@@ -625,7 +626,10 @@ fn the_doctor_on_this_host_reports_bounce_without_the_module() {
     let r = Doctor::new().run(Some(&manifest), AccelSelect::Auto);
     let _ = r.to_string();
     let _ = r.to_json();
-    assert_eq!(r.checks.len(), 11);
+    assert_eq!(r.checks.len(), 12);
+    if !crate::sys::cuda::library_present() {
+        assert_eq!(r.check("gpu memory").unwrap().status, Status::Skip);
+    }
     if !std::path::Path::new(DEVICE_NODE).exists() {
         assert_eq!(r.path.path, TransferPath::Bounce);
         assert!(r.path.reason.contains("module"), "{}", r.path.reason);
@@ -636,4 +640,58 @@ fn the_doctor_on_this_host_reports_bounce_without_the_module() {
         let r = Doctor::new().run(Some(std::path::Path::new(p)), AccelSelect::Index(u32::MAX));
         assert_eq!(r.path.path, TransferPath::Bounce);
     }
+}
+
+#[test]
+fn gpu_memory_says_what_p2p_into_it_needs() {
+    use super::checks::gpu_memory_check;
+    use crate::discovery::{CudaDevice, CudaFacts};
+    let kc = KernelConfig::parse("/boot/config", "CONFIG_PCI_P2PDMA=y\n");
+    let no_p2p = KernelConfig::parse("/boot/config", "# CONFIG_PCI_P2PDMA is not set\n");
+    let facts = |dma_buf: bool, open: bool| CudaFacts {
+        driver_version: 13000,
+        library: None,
+        kernel_driver: Some(if open {
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64 580.159.04".into()
+        } else {
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module 580.159.04".into()
+        }),
+        devices: vec![CudaDevice {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            total_memory: 80 << 30,
+            pci: "0000:00:06.0".parse().ok(),
+            dma_buf,
+            rdma: true,
+        }],
+    };
+    let c = gpu_memory_check(&Ok(facts(true, true)), true, Some(&kc));
+    assert_eq!(c.status, Status::Ok, "{}", c.detail);
+    assert!(c.detail.contains("CUDA driver 13.0"), "{}", c.detail);
+    assert!(
+        c.detail
+            .contains("GPU 0 NVIDIA H100 80GB HBM3 (0000:00:06.0), 80 GiB, dma-buf export yes"),
+        "{}",
+        c.detail
+    );
+    assert!(c.detail.contains("imports its dma-buf"), "{}", c.detail);
+    for (f, module, k, says) in [
+        (facts(false, true), true, Some(&kc), "exports dma-bufs"),
+        (facts(true, false), true, Some(&kc), "open kernel module"),
+        (facts(true, true), false, Some(&kc), "p2pdma module"),
+        (facts(true, true), true, Some(&no_p2p), "CONFIG_PCI_P2PDMA"),
+        (facts(true, true), true, None, "kernel config"),
+    ] {
+        let c = gpu_memory_check(&Ok(f), module, k);
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+        assert!(c.detail.contains(says), "{says}: {}", c.detail);
+        assert!(c.detail.contains("bounce path"), "{}", c.detail);
+    }
+    let c = gpu_memory_check(
+        &Err("CUDA is not available: no driver".into()),
+        true,
+        Some(&kc),
+    );
+    assert_eq!(c.status, Status::Skip);
+    assert!(c.detail.contains("no driver"), "{}", c.detail);
 }

@@ -10,7 +10,8 @@
 //!   controller (`DMABUF_IMPORT`): the queues path's commands then DMA into
 //!   GPU memory directly;
 //! - by the CPU, where the driver lets the dma-buf be mapped
-//!   ([`DmabufMapping`](super::dmabuf::DmabufMapping)).
+//!   ([`CudaMemory::cpu_mapping`], over
+//!   [`DmabufMapping`](super::dmabuf::DmabufMapping)).
 //!
 //! The driver is loaded at run time ([`crate::sys::cuda`]); without one,
 //! every constructor returns [`Error::CudaUnavailable`].
@@ -26,7 +27,10 @@ use std::{
 use crate::{
     discovery::PciAddress,
     error::check_range,
-    memory::device::{DeviceMemory, MemoryKind, Stager, StagingPin},
+    memory::{
+        device::{DeviceMemory, MemoryKind, Stager, StagingPin},
+        dmabuf::DmabufMapping,
+    },
     sys::{
         cuda::{self, Context, Pointer, Stream},
         HostBuffer,
@@ -204,6 +208,20 @@ impl CudaMemory {
         }
     }
 
+    /// The memory mapped for the CPU through its dma-buf, gdrcopy-style,
+    /// where the driver allows the mapping: small copies then cost a CPU
+    /// copy over PCIe, no driver call and no DMA set-up.
+    pub fn cpu_mapping(&self) -> Result<CpuMapping<'_>> {
+        let (fd, at) = self.export_dmabuf()?;
+        let map = DmabufMapping::map(fd, self.span)?;
+        Ok(CpuMapping {
+            fd,
+            map,
+            at: at as usize,
+            len: self.len,
+        })
+    }
+
     /// Runs `f` with a stream of this memory's, the context current.
     fn with_stream<T>(&self, f: impl FnOnce(&Stream) -> Result<T>) -> Result<T> {
         let e = self.ctx.enter()?;
@@ -281,6 +299,29 @@ impl DeviceMemory for CudaMemory {
 
     fn dmabuf(&self) -> Option<(BorrowedFd<'_>, u64)> {
         self.export_dmabuf().ok()
+    }
+}
+
+/// A [`CudaMemory`] mapped for the CPU ([`CudaMemory::cpu_mapping`]).
+#[derive(Debug)]
+pub struct CpuMapping<'a> {
+    fd: BorrowedFd<'a>,
+    map: DmabufMapping,
+    at: usize,
+    len: usize,
+}
+
+impl CpuMapping<'_> {
+    /// Copies `src` into the memory at `offset`.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        check_range(offset, src.len(), self.len)?;
+        self.map.write_at(self.fd, self.at + offset, src)
+    }
+
+    /// Copies the memory at `offset` into `dst`.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        check_range(offset, dst.len(), self.len)?;
+        self.map.read_at(self.fd, self.at + offset, dst)
     }
 }
 

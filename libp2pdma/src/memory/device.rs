@@ -40,6 +40,8 @@ pub enum MemoryKind {
         /// Its PCI address, when the driver gives one.
         pci: Option<PciAddress>,
     },
+    /// Memory another driver exported as a dma-buf, reached through it.
+    Dmabuf,
     /// Host memory standing in for an accelerator.
     Host,
 }
@@ -54,6 +56,7 @@ impl fmt::Display for MemoryKind {
                 Some(pci) => write!(f, "CUDA device {ordinal} ({pci}) memory"),
                 None => write!(f, "CUDA device {ordinal} memory"),
             },
+            MemoryKind::Dmabuf => f.write_str("dma-buf memory"),
             MemoryKind::Host => f.write_str("host-memory device"),
         }
     }

@@ -8,20 +8,24 @@
 //!   must use;
 //! - [`udmabuf`]: host memory made into a dma-buf to import;
 //! - [`borrowed`]: host memory a caller lends for the length of a transfer;
+//! - [`dmabuf`]: memory another driver exported as a dma-buf, mapped for
+//!   the CPU (gdrcopy-style) and imported for peers;
 //! - [`cuda`]: GPU memory through the CUDA driver, its copy engine and its
 //!   dma-bufs.
 
 pub mod borrowed;
 pub mod cuda;
 pub mod device;
+pub mod dmabuf;
 pub mod module;
 pub mod peer;
 pub mod udmabuf;
 
 pub use crate::sys::DmaTarget;
 pub use borrowed::BorrowedHost;
-pub use cuda::{CudaMemory, CudaStager};
+pub use cuda::{CpuMapping, CudaMemory, CudaStager};
 pub use device::{copy_through_host, DeviceMemory, HostMemory, MemoryKind, Stager, StagingPin};
+pub use dmabuf::{DmabufMapping, DmabufMemory};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
 pub use udmabuf::Udmabuf;

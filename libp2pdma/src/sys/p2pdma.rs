@@ -398,6 +398,47 @@ pub fn udmabuf_create(
     }
 }
 
+/// `struct dma_buf_sync`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DmaBufSyncArg {
+    flags: u64,
+}
+
+/// `DMA_BUF_IOCTL_SYNC`, `_IOW('b', 0, struct dma_buf_sync)`.
+const DMA_BUF_IOCTL_SYNC: Opcode = rustix::ioctl::opcode::write::<DmaBufSyncArg>(b'b', 0);
+
+/// Which CPU access a [`dmabuf_sync`] brackets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmabufAccess {
+    /// The CPU reads.
+    Read,
+    /// The CPU writes.
+    Write,
+}
+
+/// `DMA_BUF_IOCTL_SYNC`: the start (`end` false) or the end of CPU access
+/// to a mapped dma-buf, which lets the exporter flush or invalidate caches.
+#[doc(alias = "DMA_BUF_IOCTL_SYNC")]
+pub fn dmabuf_sync(dmabuf: impl AsFd, access: DmabufAccess, end: bool) -> Result<(), Errno> {
+    const READ: u64 = 1;
+    const WRITE: u64 = 2;
+    const END: u64 = 4;
+    let flags = match access {
+        DmabufAccess::Read => READ,
+        DmabufAccess::Write => WRITE,
+    } | if end { END } else { 0 };
+    // SAFETY: DMA_BUF_IOCTL_SYNC reads one u64 of flags, this layout.
+    unsafe {
+        ioctl(
+            dmabuf,
+            rustix::ioctl::Setter::<{ DMA_BUF_IOCTL_SYNC }, DmaBufSyncArg>::new(DmaBufSyncArg {
+                flags,
+            }),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -360,8 +360,8 @@ impl Core {
                     ),
                 }
             }
-            MemoryKind::Cuda { ordinal, .. } if mem.dmabuf().is_some() => format!(
-                "CUDA device {ordinal}'s memory imported for the controller as a dma-buf (DMABUF_IMPORT) where the kernel allows, host staging otherwise"
+            k @ (MemoryKind::Cuda { .. } | MemoryKind::Dmabuf) if mem.dmabuf().is_some() => format!(
+                "{k} imported for the controller as a dma-buf (DMABUF_IMPORT) where the kernel allows, host staging otherwise"
             ),
             k => format!("through host staging buffers ({k} cannot be mapped for the controller)"),
         };
@@ -384,6 +384,12 @@ impl Core {
                 return PathChoice {
                     path: TransferPath::Bounce,
                     reason: "P2P not possible: the memory is the host-memory device, not accelerator memory; staging through host memory (bounce pipeline)".into(),
+                }
+            }
+            MemoryKind::Dmabuf => {
+                return PathChoice {
+                    path: TransferPath::Bounce,
+                    reason: "P2P by O_DIRECT not possible: dma-buf memory has no CPU mapping of P2P pages for the block layer (P2P into it runs on the queues path, which imports the dma-buf); staging through host memory (bounce pipeline)".into(),
                 }
             }
             MemoryKind::Cuda { ordinal, .. } => {

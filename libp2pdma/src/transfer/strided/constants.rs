@@ -34,7 +34,7 @@ pub(crate) fn scratch_like(
     len: usize,
 ) -> Result<Box<dyn DeviceMemory>> {
     match mem.kind() {
-        MemoryKind::Host => Ok(Box::new(HostMemory::new(len)?)),
+        MemoryKind::Host | MemoryKind::Dmabuf => Ok(Box::new(HostMemory::new(len)?)),
         MemoryKind::Cuda { ordinal, .. } => Ok(Box::new(CudaMemory::alloc(ordinal, len)?)),
         MemoryKind::ModuleBar { index, .. } => {
             let module = match (&core.module, mem.module_allocation()) {

@@ -316,6 +316,7 @@ impl fmt::Display for Key {
 pub fn memory_name(kind: &MemoryKind) -> String {
     match kind {
         MemoryKind::Host => "host".into(),
+        MemoryKind::Dmabuf => "dmabuf".into(),
         MemoryKind::ModuleBar { pci, .. } => format!("accel {pci}"),
         MemoryKind::Cuda { pci: Some(pci), .. } => format!("cuda {pci}"),
         MemoryKind::Cuda { ordinal, pci: None } => format!("cuda {ordinal}"),
