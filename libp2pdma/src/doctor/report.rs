@@ -208,7 +208,7 @@ pub(super) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut unit = 0;
     let mut v = n;
-    while unit + 1 < UNITS.len() && v >= 1024 && v % 1024 == 0 {
+    while unit + 1 < UNITS.len() && v >= 1024 && v.is_multiple_of(1024) {
         v /= 1024;
         unit += 1;
     }

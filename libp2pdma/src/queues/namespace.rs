@@ -516,7 +516,7 @@ impl Namespace {
                 s.host.read_at(skip, &mut buf[..n])?;
                 mem.write_at(mem_offset + done, &buf[..n])?;
             } else {
-                let partial = skip != 0 || (at + n as u64) % bs != 0;
+                let partial = skip != 0 || !(at + n as u64).is_multiple_of(bs);
                 let locks = if partial {
                     Some(self.lock_blocks(b0 / bs, b1 / bs))
                 } else {

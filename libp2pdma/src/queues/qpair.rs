@@ -946,7 +946,7 @@ mod tests {
                 fetched.push((cid, status_for(slba)));
                 head = (head + 1) % entries;
             }
-            if !fetched.is_empty() && rng.u64(..) % 3 != 0 {
+            if !fetched.is_empty() && !rng.u64(..).is_multiple_of(3) {
                 let cq_head = bar.read32(nvme::doorbell(1, true, 4))?;
                 if (cq_tail + 1) % entries != cq_head {
                     let i = (rng.u64(..) % fetched.len() as u64) as usize;
@@ -972,7 +972,7 @@ mod tests {
                 }
             }
             if let Some(fd) = irq {
-                if owed && (fetched.is_empty() || rng.u64(..) % 2 == 0) {
+                if owed && (fetched.is_empty() || rng.u64(..).is_multiple_of(2)) {
                     rustix::io::write(fd, &1u64.to_ne_bytes()).map_err(|e| e.to_string())?;
                     owed = false;
                 }
@@ -1087,8 +1087,12 @@ mod tests {
                                     ..Default::default()
                                 };
                                 let t = loop {
-                                    match q.submit(&cmd, Some(&d), (None, 0), rng.u64(..) % 3 != 0)
-                                    {
+                                    match q.submit(
+                                        &cmd,
+                                        Some(&d),
+                                        (None, 0),
+                                        !rng.u64(..).is_multiple_of(3),
+                                    ) {
                                         Ok(t) => break t,
                                         Err(WaitError::Full) => match flight.pop_front() {
                                             Some(f) => check(f),

@@ -291,7 +291,7 @@ fn sound(c: &Case, range: usize, ns_blocks: u64) -> bool {
         && bytes == c.len as u64
         && c.len <= c.max_transfer
         && c.slba + u64::from(c.blocks) <= ns_blocks
-        && (c.skip + c.offset) % 4 == 0
+        && (c.skip + c.offset).is_multiple_of(4)
         && direction
 }
 

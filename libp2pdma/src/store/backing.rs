@@ -118,7 +118,7 @@ impl EngineBacking {
         let fits = offset
             .checked_add(len)
             .is_some_and(|end| end <= file.size());
-        if !fits || offset % 4096 != 0 || len % 4096 != 0 {
+        if !fits || !offset.is_multiple_of(4096) || !len.is_multiple_of(4096) {
             return Err(crate::Error::InvalidArgument(format!(
                 "a store region of {len} bytes at {offset} of {} ({} bytes; both multiples of 4 KiB)",
                 file.path().display(),

@@ -400,7 +400,7 @@ impl Store {
         }
         let kept_blocks = keep.div_ceil(BLOCK);
         self.zero(new.start + kept_blocks, new.end())?;
-        if keep % BLOCK != 0 {
+        if !keep.is_multiple_of(BLOCK) {
             self.zero_bytes(new.start * BLOCK + keep, BLOCK - keep % BLOCK)?;
         }
         Ok(())

@@ -272,7 +272,7 @@ impl Pending {
         }
         self.done += r as usize;
         let next = self.offset + self.done as u64;
-        if r > 0 && self.done < self.len && next % align == 0 {
+        if r > 0 && self.done < self.len && next.is_multiple_of(align) {
             Step::More
         } else {
             Step::Done(Ok(self.done))
@@ -757,7 +757,7 @@ impl<'a> NvmeSession<'a> {
         tag: u64,
     ) -> Result<()> {
         let lba = 1u64 << self.lba_shift;
-        if offset % lba != 0 || len as u64 % lba != 0 || len == 0 {
+        if !offset.is_multiple_of(lba) || !(len as u64).is_multiple_of(lba) || len == 0 {
             return Err(Error::InvalidArgument(format!(
                 "NVMe command of {len} bytes at {offset} is not in whole {lba}-byte blocks"
             )));

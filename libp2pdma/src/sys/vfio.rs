@@ -603,7 +603,7 @@ impl Bar {
     }
 
     fn reg(&self, offset: usize) -> Result<*mut u32, String> {
-        if offset % 4 != 0 || offset.checked_add(4).is_none_or(|end| end > self.len) {
+        if !offset.is_multiple_of(4) || offset.checked_add(4).is_none_or(|end| end > self.len) {
             return Err(format!(
                 "register {offset:#x} is not a dword of the {}-byte BAR",
                 self.len

@@ -208,7 +208,7 @@ fn parse_line(line: &str) -> Option<(DeviceKey, Learned)> {
     let depth: usize = depth.parse().ok()?;
     let rate: f64 = rate.parse().ok()?;
     let ok = (4096..=MAX_CHUNK).contains(&chunk)
-        && chunk % 4096 == 0
+        && chunk.is_multiple_of(4096)
         && (1..=MAX_DEPTH).contains(&depth)
         && rate.is_finite()
         && rate >= 0.0;

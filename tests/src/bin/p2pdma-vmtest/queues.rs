@@ -11,14 +11,14 @@ use std::{
 
 use clap::{Args, ValueEnum};
 use p2pdma::{
-    memory::{DeviceMemory, HostMemory, ModuleMemory},
+    memory::{DeviceMemory, DmabufMemory, HostMemory, ModuleMemory},
     nvme::admin,
     queues::{claim, AdminCommand, Command, Controller, InitOptions, IoCommand},
     transfer::{
         Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions, Shape,
         StorageFile, StridedMode, TransferPath, Via,
     },
-    Error, Module, PciAddress, PeerAccess,
+    Error, MapType, Module, PciAddress, PeerAccess, Udmabuf,
 };
 use p2pdma_tests::fill_image;
 
@@ -611,6 +611,8 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     );
     println!("handle reads and an unaligned write are right");
 
+    dmabuf_memory(x, &engine, &file, &ns)?;
+
     // Asynchronous requests from the engine's workers, all at once, each
     // into its own megabyte.
     let disjoint: Vec<Request> = (0..8u64)
@@ -743,6 +745,107 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
 }
 
 /// A number in `0..n` (0 when `n` is 0).
+/// Memory a driver exported as a dma-buf (a GPU's, on a real machine; a
+/// udmabuf here): AUTO chooses the queues path and says the dma-buf is
+/// imported; the controller's mapping of it is `DMABUF_IMPORT`'s; reads land
+/// the image's bytes, checked through the memfd behind the udmabuf (not the
+/// memory's own copies) and through the dma-buf's CPU mapping; a write from
+/// it reads back right; registered, it is mapped once.
+fn dmabuf_memory(
+    x: &QueuesArgs,
+    engine: &Engine,
+    file: &StorageFile,
+    ns: &Namespace,
+) -> Result<(), String> {
+    let err = |e: Error| e.to_string();
+    let len = (4 * M) as usize;
+    let u = Udmabuf::create(len as u64).map_err(err)?;
+    let memfd = u.memfd().try_clone_to_owned().map_err(|e| e.to_string())?;
+    let mem: Arc<dyn DeviceMemory> = Arc::new(DmabufMemory::from_udmabuf(u).map_err(err)?);
+    let h = engine.handle(file, mem.as_ref()).map_err(err)?;
+    if h.path() != TransferPath::Queues || !h.reason().contains("DMABUF_IMPORT") {
+        return Err(format!(
+            "AUTO for dma-buf memory: {}: {}",
+            h.path(),
+            h.reason()
+        ));
+    }
+    println!("{}: {}: {}", mem.kind(), h.path(), h.reason());
+    let mapped = ns
+        .controller()
+        .map(mem.as_ref(), 4096, 8192, PeerAccess::WriteOnly)
+        .map_err(err)?;
+    if mapped.mapping().map_type == MapType::NotSupported {
+        return Err("the controller's dma-buf mapping says not-supported".into());
+    }
+    println!(
+        "dma-buf mapped for the controller: {} ({} segments)",
+        mapped.mapping().map_type,
+        mapped.mapping().segs.len()
+    );
+    drop(mapped);
+    let by_memfd = |at: usize, n: usize| -> Result<Vec<u8>, String> {
+        let mut got = vec![0u8; n];
+        rustix::io::pread(&memfd, &mut got, at as u64).map_err(|e| e.to_string())?;
+        Ok(got)
+    };
+    for (off, n, moff) in [
+        (0, len, 0),
+        (5 * M + 17, 1_000_001, 4095),
+        (9 * M, 4096, 8192),
+    ] {
+        let r = h.read(off, moff, n).map_err(err)?;
+        if r.path != TransferPath::Queues {
+            return Err(format!("a read into dma-buf memory went by {}", r.path));
+        }
+        if let Some(i) = first_diff(&image(x.image_pattern_offset, off, n), &by_memfd(moff, n)?) {
+            return Err(format!(
+                "a read into dma-buf memory: byte {i} of {n} differs (memfd)"
+            ));
+        }
+        compare(
+            x,
+            "a read into dma-buf memory (its mapping)",
+            mem.as_ref(),
+            moff,
+            off,
+            n,
+        )?;
+    }
+    // A write from it, read back into host memory.
+    let (w_off, w_len, w_pat) = (61 * M + 512, (M + 4099) as usize, 33 * M + 5);
+    mem.write_at(100, &image(0, w_pat, w_len)).map_err(err)?;
+    if first_diff(&image(0, w_pat, w_len), &by_memfd(100, w_len)?).is_some() {
+        return Err("a CPU write through the dma-buf mapping did not reach the memfd".into());
+    }
+    h.write(w_off, 100, w_len).map_err(err)?;
+    ns.flush().map_err(err)?;
+    let host = HostMemory::new(w_len).map_err(err)?;
+    engine.read(file, w_off, &host, 0, w_len).map_err(err)?;
+    let mut got = vec![0u8; w_len];
+    host.read_at(0, &mut got).map_err(err)?;
+    if let Some(i) = first_diff(&image(0, w_pat, w_len), &got) {
+        return Err(format!(
+            "a write from dma-buf memory read back wrong at byte {i}"
+        ));
+    }
+    println!(
+        "@@RESULT nvme-write image=vfio.img nvme_offset={w_off} pattern_offset={w_pat} len={w_len}"
+    );
+    // Registered: mapped once, reads still right.
+    ns.register(mem.clone()).map_err(err)?;
+    let (off, n) = (17 * M + 3, 777_777);
+    h.read(off, 9, n).map_err(err)?;
+    if first_diff(&image(x.image_pattern_offset, off, n), &by_memfd(9, n)?).is_some() {
+        return Err("a read into registered dma-buf memory differs".into());
+    }
+    if !ns.unregister(mem.as_ref()) {
+        return Err("the dma-buf memory was not registered".into());
+    }
+    println!("dma-buf memory: reads, a write and a registered read are right");
+    Ok(())
+}
+
 fn below(rng: &mut fastrand::Rng, n: u64) -> u64 {
     rng.u64(0..n.max(1))
 }

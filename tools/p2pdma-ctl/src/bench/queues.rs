@@ -448,7 +448,7 @@ pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let pci: PciAddress = bdf.parse().map_err(|e: p2pdma::Error| e.to_string())?;
     let (block, _) = kernel_devices(&bdf, a.nsid)?;
     let bs = logical_block_size(&block)?;
-    if bs == 0 || IO as u64 % bs != 0 {
+    if bs == 0 || !(IO as u64).is_multiple_of(bs) {
         return Err(format!(
             "{}: {bs}-byte blocks do not divide the {IO}-byte reads",
             block.display()

@@ -198,7 +198,7 @@ impl Ctx {
         // by 0 to 490 us.
         let delay = |i: u32, of_free: bool| -> u64 {
             let d = u64::from((i / 2) % 50) * 10;
-            if (i % 2 == 0) == of_free {
+            if i.is_multiple_of(2) == of_free {
                 d
             } else {
                 0

@@ -556,7 +556,7 @@ impl Ctx {
                     }
                 }
             }
-            if unbinding && (k % 8 == 0 || held.len() >= MAX_HELD || done) {
+            if unbinding && (k.is_multiple_of(8) || held.len() >= MAX_HELD || done) {
                 let before = held.len();
                 held.retain(|(i, m)| probe(*i, m));
                 log.held.fetch_sub((before - held.len()) as u64, SeqCst);
