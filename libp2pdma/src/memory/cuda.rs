@@ -92,18 +92,16 @@ impl CudaMemory {
         let ctx = Context::primary(ordinal)?;
         let ptr = {
             let e = ctx.enter()?;
-            let ptr = cuda::mem_alloc(&e, span)?;
-            // New memory holds whatever the device's last user left: zeroed,
-            // as host memory from the kernel is.
-            // SAFETY: The whole allocation, just made.
-            if let Err(err) = unsafe { cuda::memset(&e, ptr, 0, span) } {
-                // SAFETY: Ours, unused.
-                let _ = unsafe { cuda::mem_free(&e, ptr) };
-                return Err(err);
-            }
-            ptr
+            cuda::mem_alloc(&e, span)?
         };
-        Ok(Self::build(ctx, ptr, len, ptr, span, Owner::Allocated))
+        let mem = Self::build(ctx, ptr, len, ptr, span, Owner::Allocated);
+        // New memory holds whatever the device's last user left: zeroed,
+        // as host memory from the kernel is, on a stream waited for (a
+        // plain cuMemsetD8 runs on the legacy stream, which the memory's
+        // own non-blocking streams do not wait for).
+        // SAFETY: The whole allocation, just made; freed by `mem` on error.
+        mem.with_stream(|s| unsafe { s.memset(ptr, 0, span) })?;
+        Ok(mem)
     }
 
     /// The `len` bytes of device memory at `ptr`, which the caller owns
@@ -111,7 +109,10 @@ impl CudaMemory {
     /// must keep the memory alive (the tensor itself).
     ///
     /// The driver is asked what `ptr` is: it must be device memory, and
-    /// `[ptr, ptr + len)` must lie inside one allocation.
+    /// `[ptr, ptr + len)` must lie inside one allocation. The memory's
+    /// copies run on streams of its own: work the caller queued on its
+    /// streams is not waited for, so the caller synchronizes first (as
+    /// with cuFile).
     pub fn lend(ptr: u64, len: usize, keep: impl Send + Sync + 'static) -> Result<Self> {
         if len == 0 {
             return Err(Error::InvalidArgument("lent CUDA memory of 0 bytes".into()));

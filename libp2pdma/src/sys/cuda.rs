@@ -431,11 +431,25 @@ pub fn pointer(ptr: u64) -> Result<Pointer> {
             ptr,
         )
     })?;
+    // The allocation's range, by attribute: unlike cuMemGetAddressRange,
+    // it needs no current context.
     let mut base: u64 = 0;
+    // SAFETY: RANGE_START_ADDR writes a CUdeviceptr.
+    call("cuPointerGetAttribute", || unsafe {
+        cu::cuPointerGetAttribute(
+            (&mut base as *mut u64).cast::<c_void>(),
+            P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            ptr,
+        )
+    })?;
     let mut size: usize = 0;
-    // SAFETY: Out-pointers to live locals.
-    call("cuMemGetAddressRange", || unsafe {
-        cu::cuMemGetAddressRange_v2(&mut base, &mut size, ptr)
+    // SAFETY: RANGE_SIZE writes a size_t.
+    call("cuPointerGetAttribute", || unsafe {
+        cu::cuPointerGetAttribute(
+            (&mut size as *mut usize).cast::<c_void>(),
+            P::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            ptr,
+        )
     })?;
     Ok(Pointer::Device {
         ordinal,
@@ -459,15 +473,6 @@ pub fn mem_alloc(_in: &Entered<'_>, len: usize) -> Result<CUdeviceptr> {
 pub unsafe fn mem_free(_in: &Entered<'_>, p: CUdeviceptr) -> Result<()> {
     // SAFETY: The caller's.
     call("cuMemFree", || unsafe { cu::cuMemFree_v2(p) })
-}
-
-/// Sets `len` bytes at `p` to `value`.
-///
-/// # Safety
-/// `[p, p + len)` is device memory of the current context.
-pub unsafe fn memset(_in: &Entered<'_>, p: CUdeviceptr, value: u8, len: usize) -> Result<()> {
-    // SAFETY: The caller's.
-    call("cuMemsetD8", || unsafe { cu::cuMemsetD8_v2(p, value, len) })
 }
 
 /// A stream of the current context, destroyed when dropped.
@@ -512,6 +517,18 @@ impl Stream {
         // until the synchronize below.
         call("cuMemcpyDtoHAsync", || unsafe {
             cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, dst.len(), self.0)
+        })?;
+        self.synchronize()
+    }
+
+    /// Sets `len` bytes at `dst` to `value` on the stream and waits.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` is device memory nothing else uses.
+    pub unsafe fn memset(&self, dst: CUdeviceptr, value: u8, len: usize) -> Result<()> {
+        // SAFETY: The caller's.
+        call("cuMemsetD8Async", || unsafe {
+            cu::cuMemsetD8Async(dst, value, len, self.0)
         })?;
         self.synchronize()
     }

@@ -1,0 +1,375 @@
+/*
+ * cufile.h: the cuFile API as libp2pdma's libcufile.so.0 implements it.
+ *
+ * Written for this project from NVIDIA's documented cuFile API (the cuFile
+ * API Reference Guide and the libcufile-dev manual pages): the types have
+ * the documented layouts (x86_64 and aarch64 Linux, LP64), the error and
+ * flag numbers their documented values, and the functions the documented
+ * prototypes, so that a program built against NVIDIA's header runs with
+ * this library and the other way round. It needs no CUDA header.
+ *
+ * Return conventions:
+ *  - most calls return a CUfileError_t by value: .err is CU_FILE_SUCCESS
+ *    or a CUfileOpError, .cu_err the CUresult when .err is
+ *    CU_FILE_CUDA_DRIVER_ERROR;
+ *  - cuFileRead/cuFileWrite return the bytes moved, -1 with errno set for
+ *    storage and system errors, or -CUfileOpError (IS_CUFILE_ERR);
+ *  - a batch event's ret is the bytes moved, or for CUFILE_FAILED the
+ *    negated error (-errno or -CUfileOpError) in a size_t;
+ *  - a stream operation's byte count is the bytes moved, -1 for a storage
+ *    error, or -CUfileOpError.
+ *
+ * Every call is thread-safe.
+ */
+#ifndef P2PDMA_CUFILE_H
+#define P2PDMA_CUFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+/* CUDA's types, by their ABI: a stream is an opaque pointer, a CUresult an
+ * int-sized enumeration. Include <cuda.h> before this header to use its
+ * definitions instead. */
+#ifndef __cuda_cuda_h__
+typedef struct CUstream_st *CUstream;
+typedef int CUresult;
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+#define CUFILEOP_BASE_ERR 5000
+
+typedef enum CUfileOpError {
+  CU_FILE_SUCCESS = 0,
+  CU_FILE_DRIVER_NOT_INITIALIZED = 5001,
+  CU_FILE_DRIVER_INVALID_PROPS = 5002,
+  CU_FILE_DRIVER_UNSUPPORTED_LIMIT = 5003,
+  CU_FILE_DRIVER_VERSION_MISMATCH = 5004,
+  CU_FILE_DRIVER_VERSION_READ_ERROR = 5005,
+  CU_FILE_DRIVER_CLOSING = 5006,
+  CU_FILE_PLATFORM_NOT_SUPPORTED = 5007,
+  CU_FILE_IO_NOT_SUPPORTED = 5008,
+  CU_FILE_DEVICE_NOT_SUPPORTED = 5009,
+  CU_FILE_NVFS_DRIVER_ERROR = 5010,
+  CU_FILE_CUDA_DRIVER_ERROR = 5011,
+  CU_FILE_CUDA_POINTER_INVALID = 5012,
+  CU_FILE_CUDA_MEMORY_TYPE_INVALID = 5013,
+  CU_FILE_CUDA_POINTER_RANGE_ERROR = 5014,
+  CU_FILE_CUDA_CONTEXT_MISMATCH = 5015,
+  CU_FILE_INVALID_MAPPING_SIZE = 5016,
+  CU_FILE_INVALID_MAPPING_RANGE = 5017,
+  CU_FILE_INVALID_FILE_TYPE = 5018,
+  CU_FILE_INVALID_FILE_OPEN_FLAG = 5019,
+  CU_FILE_DIO_NOT_SET = 5020,
+  CU_FILE_INVALID_VALUE = 5022,
+  CU_FILE_MEMORY_ALREADY_REGISTERED = 5023,
+  CU_FILE_MEMORY_NOT_REGISTERED = 5024,
+  CU_FILE_PERMISSION_DENIED = 5025,
+  CU_FILE_DRIVER_ALREADY_OPEN = 5026,
+  CU_FILE_HANDLE_NOT_REGISTERED = 5027,
+  CU_FILE_HANDLE_ALREADY_REGISTERED = 5028,
+  CU_FILE_DEVICE_NOT_FOUND = 5029,
+  CU_FILE_INTERNAL_ERROR = 5030,
+  CU_FILE_GETNEWFD_FAILED = 5031,
+  CU_FILE_NVFS_SETUP_ERROR = 5033,
+  CU_FILE_IO_DISABLED = 5034,
+  CU_FILE_BATCH_SUBMIT_FAILED = 5035,
+  CU_FILE_GPU_MEMORY_PINNING_FAILED = 5036,
+  CU_FILE_BATCH_FULL = 5037,
+  CU_FILE_ASYNC_NOT_SUPPORTED = 5038,
+  CU_FILE_INTERNAL_BATCH_SETUP_ERROR = 5039,
+  CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR = 5040,
+  CU_FILE_INTERNAL_BATCH_GETSTATUS_ERROR = 5041,
+  CU_FILE_INTERNAL_BATCH_CANCEL_ERROR = 5042,
+  CU_FILE_NOMEM_ERROR = 5043,
+  CU_FILE_IO_ERROR = 5044,
+  CU_FILE_INTERNAL_BUF_REGISTER_ERROR = 5045,
+  CU_FILE_HASH_OPR_ERROR = 5046,
+  CU_FILE_INVALID_CONTEXT_ERROR = 5047,
+  CU_FILE_NVFS_INTERNAL_DRIVER_ERROR = 5048,
+  CU_FILE_BATCH_NOCOMPAT_ERROR = 5049,
+  /* A sentinel whose value differs between cuFile versions: do not rely
+   * on it. */
+  CU_FILE_IO_MAX_ERROR = 5050
+} CUfileOpError;
+
+typedef struct CUfileError {
+  CUfileOpError err; /* CU_FILE_SUCCESS or the error */
+  CUresult cu_err;   /* with CU_FILE_CUDA_DRIVER_ERROR: the CUDA status */
+} CUfileError_t;
+
+/* A few words on a CUfileOpError. Ours, not NVIDIA's wording. */
+static inline const char *cufileop_status_error(CUfileOpError status)
+{
+  switch (status) {
+  case CU_FILE_SUCCESS: return "success";
+  case CU_FILE_DRIVER_NOT_INITIALIZED: return "the cuFile driver could not be started";
+  case CU_FILE_DRIVER_INVALID_PROPS: return "invalid driver property";
+  case CU_FILE_DRIVER_UNSUPPORTED_LIMIT: return "driver property out of range";
+  case CU_FILE_DRIVER_VERSION_MISMATCH: return "driver version mismatch";
+  case CU_FILE_DRIVER_VERSION_READ_ERROR: return "cannot read the driver version";
+  case CU_FILE_DRIVER_CLOSING: return "the driver is closing";
+  case CU_FILE_PLATFORM_NOT_SUPPORTED: return "platform not supported";
+  case CU_FILE_IO_NOT_SUPPORTED: return "I/O not supported on this file";
+  case CU_FILE_DEVICE_NOT_SUPPORTED: return "GPU not supported";
+  case CU_FILE_NVFS_DRIVER_ERROR: return "kernel driver error";
+  case CU_FILE_CUDA_DRIVER_ERROR: return "CUDA driver error";
+  case CU_FILE_CUDA_POINTER_INVALID: return "invalid device pointer";
+  case CU_FILE_CUDA_MEMORY_TYPE_INVALID: return "memory type not supported";
+  case CU_FILE_CUDA_POINTER_RANGE_ERROR: return "range leaves the pointer's allocation";
+  case CU_FILE_CUDA_CONTEXT_MISMATCH: return "CUDA context mismatch";
+  case CU_FILE_INVALID_MAPPING_SIZE: return "beyond the largest pinned size";
+  case CU_FILE_INVALID_MAPPING_RANGE: return "beyond the mapped size";
+  case CU_FILE_INVALID_FILE_TYPE: return "file type not supported";
+  case CU_FILE_INVALID_FILE_OPEN_FLAG: return "file open flags not supported";
+  case CU_FILE_DIO_NOT_SET: return "file not opened with O_DIRECT";
+  case CU_FILE_INVALID_VALUE: return "invalid argument";
+  case CU_FILE_MEMORY_ALREADY_REGISTERED: return "memory already registered";
+  case CU_FILE_MEMORY_NOT_REGISTERED: return "memory not registered";
+  case CU_FILE_PERMISSION_DENIED: return "permission denied";
+  case CU_FILE_DRIVER_ALREADY_OPEN: return "driver already open";
+  case CU_FILE_HANDLE_NOT_REGISTERED: return "file handle not registered";
+  case CU_FILE_HANDLE_ALREADY_REGISTERED: return "file descriptor already registered";
+  case CU_FILE_DEVICE_NOT_FOUND: return "GPU not found";
+  case CU_FILE_INTERNAL_ERROR: return "internal error";
+  case CU_FILE_GETNEWFD_FAILED: return "no new file descriptor";
+  case CU_FILE_NVFS_SETUP_ERROR: return "kernel driver setup failed";
+  case CU_FILE_IO_DISABLED: return "I/O disabled on this file by configuration";
+  case CU_FILE_BATCH_SUBMIT_FAILED: return "batch submission failed";
+  case CU_FILE_GPU_MEMORY_PINNING_FAILED: return "GPU memory pinning failed";
+  case CU_FILE_BATCH_FULL: return "batch full";
+  case CU_FILE_ASYNC_NOT_SUPPORTED: return "stream operations not supported";
+  case CU_FILE_INTERNAL_BATCH_SETUP_ERROR: return "batch setup failed, try again";
+  case CU_FILE_INTERNAL_BATCH_SUBMIT_ERROR: return "batch submission failed, try again";
+  case CU_FILE_INTERNAL_BATCH_GETSTATUS_ERROR: return "batch status failed, try again";
+  case CU_FILE_INTERNAL_BATCH_CANCEL_ERROR: return "batch cancel failed, try again";
+  case CU_FILE_NOMEM_ERROR: return "out of memory, try again";
+  case CU_FILE_IO_ERROR: return "I/O error";
+  case CU_FILE_INTERNAL_BUF_REGISTER_ERROR: return "buffer registration failed";
+  case CU_FILE_HASH_OPR_ERROR: return "hash table error";
+  case CU_FILE_INVALID_CONTEXT_ERROR: return "invalid context";
+  case CU_FILE_NVFS_INTERNAL_DRIVER_ERROR: return "kernel driver internal error";
+  case CU_FILE_BATCH_NOCOMPAT_ERROR: return "batch needs compatibility mode";
+  case CU_FILE_IO_MAX_ERROR: break;
+  }
+  return "unknown cuFile error";
+}
+
+/* Whether a cuFileRead/cuFileWrite result is a cuFile error (rather than
+ * -1 with errno, or a byte count). */
+#define IS_CUFILE_ERR(err) (abs((err)) > CUFILEOP_BASE_ERR)
+#define CUFILE_ERRSTR(err) cufileop_status_error((CUfileOpError)abs((err)))
+#define IS_CUDA_ERR(status) ((status).err == CU_FILE_CUDA_DRIVER_ERROR)
+#define CU_FILE_CUDA_ERR(status) ((status).cu_err)
+
+/* ---------------------------------------------------------------- driver */
+
+/* Bit numbers in CUfileDrvProps_t.nvfs.dstatusflags. */
+typedef enum CUfileDriverStatusFlags {
+  CU_FILE_LUSTRE_SUPPORTED = 0,
+  CU_FILE_WEKAFS_SUPPORTED = 1,
+  CU_FILE_NFS_SUPPORTED = 2,
+  CU_FILE_GPFS_SUPPORTED = 3,
+  CU_FILE_NVME_SUPPORTED = 4,
+  CU_FILE_NVMEOF_SUPPORTED = 5,
+  CU_FILE_SCSI_SUPPORTED = 6,
+  CU_FILE_SCALEFLUX_CSD_SUPPORTED = 7,
+  CU_FILE_NVMESH_SUPPORTED = 8,
+  CU_FILE_BEEGFS_SUPPORTED = 9,
+  CU_FILE_NVME_P2P_SUPPORTED = 11,
+  CU_FILE_SCATEFS_SUPPORTED = 12
+} CUfileDriverStatusFlags_t;
+
+/* Bit numbers in CUfileDrvProps_t.nvfs.dcontrolflags. */
+typedef enum CUfileDriverControlFlags {
+  CU_FILE_USE_POLL_MODE = 0,
+  CU_FILE_ALLOW_COMPAT_MODE = 1
+} CUfileDriverControlFlags_t;
+
+/* Bit numbers in CUfileDrvProps_t.fflags. */
+typedef enum CUfileFeatureFlags {
+  CU_FILE_DYN_ROUTING_SUPPORTED = 0,
+  CU_FILE_BATCH_IO_SUPPORTED = 1,
+  CU_FILE_STREAMS_SUPPORTED = 2,
+  CU_FILE_PARALLEL_IO_SUPPORTED = 3
+} CUfileFeatureFlags_t;
+
+typedef struct CUfileDrvProps {
+  struct {
+    unsigned int major_version;
+    unsigned int minor_version;
+    size_t poll_thresh_size;   /* KB */
+    size_t max_direct_io_size; /* KB */
+    unsigned int dstatusflags;
+    unsigned int dcontrolflags;
+  } nvfs;
+  unsigned int fflags;
+  unsigned int max_device_cache_size;      /* KB */
+  unsigned int per_buffer_cache_size;      /* KB */
+  unsigned int max_device_pinned_mem_size; /* KB */
+  unsigned int max_batch_io_size;
+  unsigned int max_batch_io_timeout_msecs;
+} CUfileDrvProps_t;
+
+/* Opens the driver; counted, each open wants one close. Optional: the
+ * first handle or buffer registration, read or write starts it too. */
+CUfileError_t cuFileDriverOpen(void);
+/* Ends one open. Programs built against this header call it by the name
+ * cuFileDriverClose; the library also exports the legacy
+ * cuFileDriverClose, which ends every open at once. */
+CUfileError_t cuFileDriverClose_v2(void);
+#define cuFileDriverClose cuFileDriverClose_v2
+/* Opens not closed yet. */
+long cuFileUseCount(void);
+CUfileError_t cuFileDriverGetProperties(CUfileDrvProps_t *props);
+CUfileError_t cuFileDriverSetPollMode(bool poll, size_t poll_threshold_size);
+CUfileError_t cuFileDriverSetMaxDirectIOSize(size_t max_direct_io_size);
+CUfileError_t cuFileDriverSetMaxCacheSize(size_t max_cache_size);
+CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size);
+/* 1000 * major + 10 * minor of the cuFile API implemented. */
+CUfileError_t cuFileGetVersion(int *version);
+
+/* ----------------------------------------------------------------- files */
+
+typedef void *CUfileHandle_t;
+
+enum CUfileFileHandleType {
+  CU_FILE_HANDLE_TYPE_OPAQUE_FD = 1,    /* a Linux file descriptor */
+  CU_FILE_HANDLE_TYPE_OPAQUE_WIN32 = 2, /* not supported */
+  CU_FILE_HANDLE_TYPE_USERSPACE_FS = 3  /* not supported */
+};
+
+struct sockaddr;
+typedef struct sockaddr sockaddr_t;
+
+typedef struct cufileRDMAInfo {
+  int version;
+  int desc_len;
+  const char *desc_str;
+} cufileRDMAInfo_t;
+
+/* For user-space filesystems, which this library does not support. */
+typedef struct CUfileFSOps {
+  const char *(*fs_type)(void *handle);
+  int (*getRDMADeviceList)(void *handle, sockaddr_t **hostaddrs);
+  int (*getRDMADevicePriority)(void *handle, char *, size_t, long long,
+                               sockaddr_t *hostaddr);
+  ssize_t (*read)(void *handle, char *, size_t, long long, cufileRDMAInfo_t *);
+  ssize_t (*write)(void *handle, const char *, size_t, long long,
+                   cufileRDMAInfo_t *);
+} CUfileFSOps_t;
+
+typedef struct CUfileDescr_t {
+  enum CUfileFileHandleType type;
+  union {
+    int fd;
+    void *handle;
+  } handle;
+  const CUfileFSOps_t *fs_ops; /* NULL */
+} CUfileDescr_t;
+
+CUfileError_t cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr);
+void cuFileHandleDeregister(CUfileHandle_t fh);
+
+/* --------------------------------------------------------------- buffers */
+
+/* cuFileBufRegister flags (accepted, no effect). */
+#define CU_FILE_RDMA_REGISTER 1
+#define CU_FILE_RDMA_RELAXED_ORDERING (1 << 1)
+
+CUfileError_t cuFileBufRegister(const void *bufPtr_base, size_t length,
+                                int flags);
+CUfileError_t cuFileBufDeregister(const void *bufPtr_base);
+
+/* ------------------------------------------------------- synchronous I/O */
+
+ssize_t cuFileRead(CUfileHandle_t fh, void *bufPtr_base, size_t size,
+                   off_t file_offset, off_t bufPtr_offset);
+ssize_t cuFileWrite(CUfileHandle_t fh, const void *bufPtr_base, size_t size,
+                    off_t file_offset, off_t bufPtr_offset);
+
+/* --------------------------------------------------------------- batches */
+
+typedef void *CUfileBatchHandle_t;
+
+typedef enum CUfileOpcode { CUFILE_READ = 0, CUFILE_WRITE = 1 } CUfileOpcode_t;
+
+typedef enum CUFILEStatus_enum {
+  CUFILE_WAITING = 0x01,
+  CUFILE_PENDING = 0x02,
+  CUFILE_INVALID = 0x04,
+  CUFILE_CANCELED = 0x08,
+  CUFILE_COMPLETE = 0x10,
+  CUFILE_TIMEOUT = 0x20,
+  CUFILE_FAILED = 0x40
+} CUfileStatus_t;
+
+typedef enum cufileBatchMode { CUFILE_BATCH = 1 } CUfileBatchMode_t;
+
+typedef struct CUfileIOParams {
+  CUfileBatchMode_t mode; /* first, always CUFILE_BATCH */
+  union {
+    struct {
+      void *devPtr_base; /* the buffer, device or host memory */
+      off_t file_offset;
+      off_t devPtr_offset;
+      size_t size;
+    } batch;
+  } u;
+  CUfileHandle_t fh;
+  CUfileOpcode_t opcode;
+  void *cookie;
+} CUfileIOParams_t;
+
+typedef struct CUfileIOEvents {
+  void *cookie;
+  CUfileStatus_t status;
+  size_t ret; /* bytes moved, or the negated error */
+} CUfileIOEvents_t;
+
+CUfileError_t cuFileBatchIOSetUp(CUfileBatchHandle_t *batch_idp, unsigned nr);
+CUfileError_t cuFileBatchIOSubmit(CUfileBatchHandle_t batch_idp, unsigned nr,
+                                  CUfileIOParams_t *iocbp, unsigned int flags);
+CUfileError_t cuFileBatchIOGetStatus(CUfileBatchHandle_t batch_idp,
+                                     unsigned min_nr, unsigned *nr,
+                                     CUfileIOEvents_t *iocbp,
+                                     struct timespec *timeout);
+CUfileError_t cuFileBatchIOCancel(CUfileBatchHandle_t batch_idp);
+void cuFileBatchIODestroy(CUfileBatchHandle_t batch_idp);
+
+/* --------------------------------------------------------------- streams */
+
+/* cuFileStreamRegister flags: promises that parameters do not change
+ * (accepted; this library reads them when the stream runs in any case). */
+#define CU_FILE_STREAM_FIXED_BUF_OFFSET 1
+#define CU_FILE_STREAM_FIXED_FILE_OFFSET 2
+#define CU_FILE_STREAM_FIXED_FILE_SIZE 4
+#define CU_FILE_STREAM_PAGE_ALIGNED_INPUTS 8
+
+CUfileError_t cuFileReadAsync(CUfileHandle_t fh, void *bufPtr_base,
+                              size_t *size_p, off_t *file_offset_p,
+                              off_t *bufPtr_offset_p, ssize_t *bytes_read_p,
+                              CUstream stream);
+CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base,
+                               size_t *size_p, off_t *file_offset_p,
+                               off_t *bufPtr_offset_p,
+                               ssize_t *bytes_written_p, CUstream stream);
+CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags);
+CUfileError_t cuFileStreamDeregister(CUstream stream);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* P2PDMA_CUFILE_H */

@@ -1,0 +1,267 @@
+//! GPU memory through the CUDA driver: `CudaMemory`'s copies and checks,
+//! and the engine's bounce path into and out of it through host slots
+//! page-locked for CUDA, every byte checked against the file.
+//!
+//! The tests run against the machine's driver where `P2PDMA_CUDA_REAL=1`
+//! (a GPU machine), and otherwise against the host-memory driver of
+//! `tests/cuda-emu`, whose counters then show how the bytes moved: by
+//! asynchronous copies out of page-locked memory, registered once, never
+//! from a thread without a context.
+
+use std::{
+    ffi::CString,
+    io::Write,
+    os::unix::ffi::OsStrExt,
+    sync::{Arc, Mutex, MutexGuard, OnceLock},
+};
+
+use cuda_emu::{Stats, StatsFns};
+use p2pdma::{
+    memory::{CudaMemory, DeviceMemory, MemoryKind},
+    sys::cuda,
+    transfer::{Config, Direction, Engine, PathPref, Request, StorageFile, TransferPath},
+    Error,
+};
+
+/// The emulator's counters, when the tests run on it.
+static EMU: OnceLock<Option<StatsFns>> = OnceLock::new();
+/// The tests that read the counters run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn setup() -> (Option<StatsFns>, MutexGuard<'static, ()>) {
+    let emu = *EMU.get_or_init(|| {
+        if std::env::var_os("P2PDMA_CUDA_REAL").is_some() {
+            return None;
+        }
+        let lib = cuda_emu::library();
+        cuda::use_library(lib).unwrap();
+        cuda::driver().unwrap();
+        let c = CString::new(lib.as_os_str().as_bytes()).unwrap();
+        // SAFETY: The driver loaded this library above; NOLOAD only finds it.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+        assert!(!h.is_null(), "the emulator is not the loaded driver");
+        // SAFETY: Symbols of the emulator, which is never unloaded.
+        unsafe {
+            let get = libc::dlsym(h, cuda_emu::GET_STATS.as_ptr());
+            let reset = libc::dlsym(h, cuda_emu::RESET_STATS.as_ptr());
+            assert!(!get.is_null() && !reset.is_null());
+            Some(StatsFns::new(
+                std::mem::transmute::<*mut libc::c_void, cuda_emu::GetStatsFn>(get),
+                std::mem::transmute::<*mut libc::c_void, cuda_emu::ResetStatsFn>(reset),
+            ))
+        }
+    });
+    (emu, SERIAL.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn stats(emu: Option<StatsFns>) -> Option<Stats> {
+    emu.map(|s| s.read().unwrap())
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.u8(..)).collect()
+}
+
+fn read_all(mem: &dyn DeviceMemory, offset: usize, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    mem.read_at(offset, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn allocations_are_zeroed_copy_both_ways_and_check_ranges() {
+    let (_emu, _g) = setup();
+    let len = (3 << 20) + 5;
+    let mem = CudaMemory::alloc(0, len).unwrap();
+    assert!(matches!(mem.kind(), MemoryKind::Cuda { ordinal: 0, .. }));
+    assert_eq!(mem.len(), len);
+    assert!(read_all(&mem, 0, len).iter().all(|&b| b == 0), "not zeroed");
+    let data = pattern(1, (1 << 20) + 3);
+    mem.write_at(4097, &data).unwrap();
+    assert!(read_all(&mem, 4097, data.len()) == data);
+    assert!(read_all(&mem, 0, 4097).iter().all(|&b| b == 0));
+    for (off, n) in [(len - 2, 3), (usize::MAX, 1), (len + 1, 0)] {
+        assert!(
+            matches!(
+                mem.write_at(off, &vec![1; n]),
+                Err(Error::OutOfBounds { .. })
+            ),
+            "{off}+{n}"
+        );
+    }
+    assert!(read_all(&mem, len - 2, 2).iter().all(|&b| b == 0));
+    assert!(CudaMemory::alloc(0, 0).is_err());
+    let e = CudaMemory::alloc(99, 4096).unwrap_err();
+    assert!(e.to_string().contains("no CUDA device 99"), "{e}");
+}
+
+#[test]
+fn lent_memory_is_checked_with_the_driver() {
+    let (_emu, _g) = setup();
+    let owner = CudaMemory::alloc(0, 1 << 20).unwrap();
+    let base = owner.device_ptr();
+    let lent = CudaMemory::lend(base + 4096, 8192, ()).unwrap();
+    let data = pattern(2, 8192);
+    lent.write_at(0, &data).unwrap();
+    assert!(
+        read_all(&owner, 4096, 8192) == data,
+        "the loan is not the owner's memory"
+    );
+    assert!(matches!(
+        CudaMemory::lend(base + (1 << 20) - 4096, 8192, ()),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let host = vec![0u8; 4096];
+    let e = CudaMemory::lend(host.as_ptr() as u64, 4096, ()).unwrap_err();
+    assert!(e.to_string().contains("not CUDA device memory"), "{e}");
+    assert!(CudaMemory::lend(base, 0, ()).is_err());
+}
+
+fn file_with(data: &[u8]) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(data).unwrap();
+    f.flush().unwrap();
+    f
+}
+
+#[test]
+fn the_engine_reads_and_writes_gpu_memory_through_page_locked_slots() {
+    let (emu, _g) = setup();
+    let data = pattern(3, (9 << 20) + 123);
+    let f = file_with(&data);
+    let file = StorageFile::open_rw(f.path()).unwrap();
+    let engine = Engine::new(Config::default(), None);
+    let mem = CudaMemory::alloc(0, 10 << 20).unwrap();
+    let choice = engine.choose(&file, &mem).unwrap();
+    assert_eq!(choice.path, TransferPath::Bounce);
+    assert!(choice.reason.contains("page-locked"), "{}", choice.reason);
+
+    let before = stats(emu);
+    let cases = [
+        (0u64, 0usize, data.len()),
+        (4095, 3, (2 << 20) + 1),
+        (7 << 20, 1 << 20, 12_345),
+    ];
+    for (off, moff, len) in cases {
+        let r = engine.read(&file, off, &mem, moff, len).unwrap();
+        assert_eq!((r.path, r.bytes), (TransferPath::Bounce, len as u64));
+        let got = read_all(&mem, moff, len);
+        let want = &data[off as usize..off as usize + len];
+        let i = got.iter().zip(want).position(|(a, b)| a != b);
+        assert!(i.is_none(), "read {off}+{len} differs at byte {i:?}");
+    }
+    if let (Some(b), Some(a)) = (before, stats(emu)) {
+        let d = a.since(&b);
+        // Each chunk moved by an asynchronous copy out of page-locked
+        // slots, registered once for the ring, never from a thread that
+        // had no context.
+        assert!(d.htod.async_calls > 0, "{d:?}");
+        assert_eq!(
+            d.htod.pageable_calls, 0,
+            "a copy from pageable memory: {d:?}"
+        );
+        assert!(d.host_register >= 1, "{d:?}");
+        assert_eq!(d.no_context, 0, "{d:?}");
+    }
+    // The same shape again: its ring's slots are already page-locked.
+    let before = stats(emu);
+    engine.read(&file, 100, &mem, 0, data.len() - 100).unwrap();
+    if let (Some(b), Some(a)) = (before, stats(emu)) {
+        let d = a.since(&b);
+        assert_eq!(d.host_register, 0, "registered again: {d:?}");
+        assert_eq!(d.htod.pageable_calls, 0, "{d:?}");
+    }
+    assert!(read_all(&mem, 0, data.len() - 100) == data[100..]);
+
+    // Writes: from GPU memory to the file, pwrite semantics.
+    let src = pattern(4, (5 << 20) + 77);
+    mem.write_at(9, &src).unwrap();
+    let before = stats(emu);
+    engine.write(&file, 1001, &mem, 9, src.len()).unwrap();
+    if let (Some(b), Some(a)) = (before, stats(emu)) {
+        let d = a.since(&b);
+        assert!(d.dtoh.async_calls > 0, "{d:?}");
+        assert_eq!(d.no_context, 0, "{d:?}");
+    }
+    let on_disk = std::fs::read(f.path()).unwrap();
+    assert_eq!(on_disk.len(), data.len());
+    assert!(on_disk[..1001] == data[..1001]);
+    assert!(on_disk[1001..1001 + src.len()] == src[..]);
+    assert!(on_disk[1001 + src.len()..] == data[1001 + src.len()..]);
+
+    // Past the end: an error, nothing partial.
+    let e = engine
+        .read(&file, data.len() as u64 - 10, &mem, 0, 20)
+        .unwrap_err();
+    assert!(matches!(e, Error::EndOfFile { .. }), "{e}");
+}
+
+#[test]
+fn many_transfers_at_once_from_the_engines_workers() {
+    let (emu, _g) = setup();
+    let data = pattern(5, 16 << 20);
+    let f = file_with(&data);
+    let file = Arc::new(StorageFile::open(f.path()).unwrap());
+    let mut config = Config::default();
+    config.path = PathPref::Bounce;
+    let engine = Engine::new(config, None);
+    let mem: Arc<dyn DeviceMemory> = Arc::new(CudaMemory::alloc(0, 16 << 20).unwrap());
+    let before = stats(emu);
+    let reqs: Vec<Request> = (0..16u64)
+        .map(|i| Request {
+            dir: Direction::Read,
+            file: file.clone(),
+            file_offset: (i * 977_777) % (8 << 20),
+            mem: mem.clone(),
+            mem_offset: (i as usize) << 20,
+            len: 700_000 + i as usize * 13,
+        })
+        .collect();
+    for t in engine.submit_batch(reqs.clone()) {
+        t.wait().unwrap();
+    }
+    for r in &reqs {
+        let got = read_all(mem.as_ref(), r.mem_offset, r.len);
+        let at = r.file_offset as usize;
+        assert!(
+            got == data[at..at + r.len],
+            "request at {} differs",
+            r.file_offset
+        );
+    }
+    if let (Some(b), Some(a)) = (before, stats(emu)) {
+        assert_eq!(a.since(&b).no_context, 0);
+    }
+}
+
+#[test]
+fn dma_buf_export_works_or_says_why() {
+    let (_emu, _g) = setup();
+    let mem = CudaMemory::alloc(0, 1 << 20).unwrap();
+    match mem.export_dmabuf() {
+        Ok((_, at)) => {
+            assert_eq!(at, 0);
+            assert!(mem.dmabuf().is_some());
+            // Where the exporter lets it be mapped: the CPU's copies land
+            // where the driver's copies read.
+            if let Ok(map) = mem.cpu_mapping() {
+                let data = pattern(6, 10_000);
+                map.write_at(333, &data).unwrap();
+                assert!(read_all(&mem, 333, data.len()) == data);
+                let mut back = vec![0u8; data.len()];
+                map.read_at(333, &mut back).unwrap();
+                assert!(back == data);
+            }
+        }
+        Err(e) => {
+            assert!(matches!(e, Error::PathUnavailable { .. }), "{e}");
+            assert!(
+                e.to_string().contains("cuMemGetHandleForAddressRange"),
+                "{e}"
+            );
+            assert!(mem.dmabuf().is_none());
+            assert!(mem.cpu_mapping().is_err());
+        }
+    }
+}
