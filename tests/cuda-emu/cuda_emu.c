@@ -18,12 +18,13 @@
  *
  * Deliberately strict, so that a caller's mistakes fail here and not first
  * on a real GPU:
- * - everything but cuDriverGetVersion and the error strings needs cuInit(0);
- * - allocations, copies, memsets, streams, events, host allocation and
- *   registration, dma-buf export and cuMemGetAddressRange need a current
- *   context on the calling thread (contexts are current per thread, as in
- *   CUDA): a worker thread the caller forgot to bind gets
- *   CUDA_ERROR_INVALID_CONTEXT;
+ * - everything but cuDriverGetVersion, the error strings and the
+ *   statistics needs cuInit(0);
+ * - allocations, copies, memsets, stream calls, event creation and
+ *   recording, host allocation and registration, dma-buf export and
+ *   cuMemGetAddressRange need a current context on the calling thread
+ *   (contexts are current per thread, as in CUDA): a worker thread the
+ *   caller forgot to bind gets CUDA_ERROR_INVALID_CONTEXT;
  * - releasing the last reference to a primary context destroys it: its
  *   streams, its device memory and its non-portable page-locked memory go;
  * - fresh device memory is filled with 0xA5, never zeroed;
@@ -37,7 +38,8 @@
  * - async copies run later, unless their host side is pageable memory: then
  *   the call returns once the copy is done, as documented;
  * - the legacy NULL stream waits for the blocking streams of its context and
- *   they wait for it; non-blocking streams wait for nothing;
+ *   they wait for it; non-blocking streams wait for nothing (the per-thread
+ *   default stream handle is taken as the legacy NULL stream);
  * - work queued on a stream of another context than the current one is
  *   refused (CUDA_ERROR_INVALID_HANDLE);
  * - host functions run on the stream's worker, and a CUDA call made from one
@@ -96,6 +98,7 @@ struct udmabuf_create {
 #endif
 
 _Static_assert(sizeof(struct udmabuf_create) == 24, "udmabuf_create layout");
+_Static_assert(UDMABUF_CREATE == 0x40187542u, "UDMABUF_CREATE is _IOW('u', 0x42, 24 bytes)");
 
 #define CUEMU_API __attribute__((visibility("default")))
 

@@ -56,6 +56,10 @@ static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
 
 /// Loads the driver from `path` instead of the loader's search. Must come
 /// before the first use of CUDA in the process; afterwards it is refused.
+///
+/// The library is loaded first and `cudarc` then finds it by its soname,
+/// unless the loader finds a `libcuda.so` first (a toolkit's link to
+/// another driver): put `path`'s directory first on `LD_LIBRARY_PATH` there.
 pub fn use_library(path: impl AsRef<Path>) -> Result<()> {
     if DRIVER.get().is_some() {
         return Err(Error::InvalidArgument(
