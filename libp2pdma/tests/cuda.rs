@@ -203,8 +203,10 @@ fn many_transfers_at_once_from_the_engines_workers() {
     let data = pattern(5, 16 << 20);
     let f = file_with(&data);
     let file = Arc::new(StorageFile::open(f.path()).unwrap());
-    let mut config = Config::default();
-    config.path = PathPref::Bounce;
+    let config = Config {
+        path: PathPref::Bounce,
+        ..Config::default()
+    };
     let engine = Engine::new(config, None);
     let mem: Arc<dyn DeviceMemory> = Arc::new(CudaMemory::alloc(0, 16 << 20).unwrap());
     let before = stats(emu);

@@ -112,7 +112,7 @@ static inline const char *cufileop_status_error(CUfileOpError status)
 {
   switch (status) {
   case CU_FILE_SUCCESS: return "success";
-  case CU_FILE_DRIVER_NOT_INITIALIZED: return "the cuFile driver could not be started";
+  case CU_FILE_DRIVER_NOT_INITIALIZED: return "the cuFile driver is not initialized";
   case CU_FILE_DRIVER_INVALID_PROPS: return "invalid driver property";
   case CU_FILE_DRIVER_UNSUPPORTED_LIMIT: return "driver property out of range";
   case CU_FILE_DRIVER_VERSION_MISMATCH: return "driver version mismatch";

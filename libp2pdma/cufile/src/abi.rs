@@ -144,7 +144,8 @@ pub mod stream_flags {
     /// Every input is page aligned.
     pub const PAGE_ALIGNED_INPUTS: u32 = 8;
     /// Every flag.
-    pub const ALL: u32 = FIXED_BUF_OFFSET | FIXED_FILE_OFFSET | FIXED_FILE_SIZE | PAGE_ALIGNED_INPUTS;
+    pub const ALL: u32 =
+        FIXED_BUF_OFFSET | FIXED_FILE_OFFSET | FIXED_FILE_SIZE | PAGE_ALIGNED_INPUTS;
 }
 
 /// Bit numbers of `CUfileDrvProps_t.nvfs.dstatusflags`.
@@ -322,9 +323,18 @@ mod tests {
         assert_eq!(size_of::<CUfileIOParams>(), 64);
         assert_eq!(offset_of!(CUfileIOParams, u), 8);
         assert_eq!(size_of::<BatchParams>(), 32);
-        assert_eq!(offset_of!(CUfileIOParams, u) + offset_of!(BatchParams, file_offset), 16);
-        assert_eq!(offset_of!(CUfileIOParams, u) + offset_of!(BatchParams, buf_offset), 24);
-        assert_eq!(offset_of!(CUfileIOParams, u) + offset_of!(BatchParams, size), 32);
+        assert_eq!(
+            offset_of!(CUfileIOParams, u) + offset_of!(BatchParams, file_offset),
+            16
+        );
+        assert_eq!(
+            offset_of!(CUfileIOParams, u) + offset_of!(BatchParams, buf_offset),
+            24
+        );
+        assert_eq!(
+            offset_of!(CUfileIOParams, u) + offset_of!(BatchParams, size),
+            32
+        );
         assert_eq!(offset_of!(CUfileIOParams, fh), 40);
         assert_eq!(offset_of!(CUfileIOParams, opcode), 48);
         assert_eq!(offset_of!(CUfileIOParams, cookie), 56);
@@ -376,6 +386,9 @@ mod tests {
             assert!(value == 0 || value > BASE_ERR);
         }
         assert_eq!(stream_flags::ALL, 15);
-        assert_eq!((status::COMPLETE, status::FAILED, status::CANCELED), (0x10, 0x40, 0x08));
+        assert_eq!(
+            (status::COMPLETE, status::FAILED, status::CANCELED),
+            (0x10, 0x40, 0x08)
+        );
     }
 }

@@ -159,7 +159,10 @@ unsafe fn check(p: &CUfileIOParams) -> Res<Checked> {
 /// # Safety
 /// `batch_idp` is NULL or writable for a handle.
 #[no_mangle]
-pub unsafe extern "C" fn cuFileBatchIOSetUp(batch_idp: *mut *mut c_void, nr: c_uint) -> CUfileError {
+pub unsafe extern "C" fn cuFileBatchIOSetUp(
+    batch_idp: *mut *mut c_void,
+    nr: c_uint,
+) -> CUfileError {
     guard(|| {
         if batch_idp.is_null() || nr == 0 || nr > driver::MAX_BATCH {
             return Err(Fail::INVALID);
@@ -369,10 +372,7 @@ mod tests {
             tv_sec: s,
             tv_nsec: ns,
         };
-        assert_eq!(
-            timeout_of(&t(1, 500)),
-            Ok(Some(Duration::new(1, 500)))
-        );
+        assert_eq!(timeout_of(&t(1, 500)), Ok(Some(Duration::new(1, 500))));
         assert_eq!(timeout_of(&t(-1, 0)), Err(Fail::INVALID));
         assert_eq!(timeout_of(&t(0, 1_000_000_000)), Err(Fail::INVALID));
     }
@@ -387,7 +387,10 @@ mod tests {
                 cuFileBatchIOSetUp(&mut id, driver::MAX_BATCH + 1).err,
                 op::INVALID_VALUE
             );
-            assert_eq!(cuFileBatchIOSetUp(std::ptr::null_mut(), 1).err, op::INVALID_VALUE);
+            assert_eq!(
+                cuFileBatchIOSetUp(std::ptr::null_mut(), 1).err,
+                op::INVALID_VALUE
+            );
             assert_eq!(cuFileBatchIOSetUp(&mut id, 4), CUfileError::SUCCESS);
             let mut nr = 4;
             let mut ev = [CUfileIOEvents {

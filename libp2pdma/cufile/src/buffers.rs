@@ -18,10 +18,9 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use cudarc::driver::sys as cu;
 use p2pdma::{
     memory::{BorrowedHost, CudaMemory},
-    sys::cuda,
+    sys::cuda::{self, Pointer},
     DeviceMemory, Error,
 };
 
@@ -43,68 +42,23 @@ pub enum Place {
     },
 }
 
-/// What `ptr` is, by the CUDA driver when there is one.
-///
-/// The driver is asked directly (`cuPointerGetAttribute`, which needs no
-/// current context), not through [`cuda::pointer`]: that one also asks for
-/// the allocation's range, which needs a current context, and the threads
-/// that call cuFile (a C program's own, this library's stream workers)
-/// may have none. The memory object is then made in the device's primary
-/// context ([`wrap`]).
+/// What `ptr` is, by the CUDA driver when there is one. The driver's
+/// answers need no current context: the threads that call cuFile (a C
+/// program's own, this library's stream workers) may have none.
 pub fn classify(ptr: usize) -> Res<Place> {
     if !driver::cuda() {
         return Ok(Place::Host);
     }
-    use cu::{CUmemorytype as M, CUpointer_attribute as A};
-    let mut ty: u32 = 0;
-    // SAFETY: MEMORY_TYPE writes an unsigned int.
-    let known = unsafe {
-        attribute(
-            A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            ptr,
-            (&mut ty as *mut u32).cast(),
-        )
-    }?;
-    if !known || ty == M::CU_MEMORYTYPE_HOST as u32 {
+    match cuda::pointer(ptr as u64) {
+        Ok(Pointer::Device { ordinal, .. }) => Ok(Place::Device { ordinal }),
         // Page-locked host memory, or memory the driver does not know:
         // ordinary host memory.
-        return Ok(Place::Host);
+        Ok(Pointer::Host | Pointer::Unknown) => Ok(Place::Host),
+        Err(Error::CudaUnavailable(_)) => Ok(Place::Host),
+        // Managed memory and the other kinds the engine cannot address.
+        Err(Error::InvalidArgument(_)) => Err(Fail::cu(op::CUDA_MEMORY_TYPE_INVALID)),
+        Err(e) => Err(e.into()),
     }
-    if ty != M::CU_MEMORYTYPE_DEVICE as u32 {
-        return Err(Fail::cu(op::CUDA_MEMORY_TYPE_INVALID));
-    }
-    let mut ordinal: c_int = -1;
-    // SAFETY: DEVICE_ORDINAL writes an int.
-    let known = unsafe {
-        attribute(
-            A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            ptr,
-            (&mut ordinal as *mut c_int).cast(),
-        )
-    }?;
-    match known {
-        true => Ok(Place::Device { ordinal }),
-        false => Err(Fail::cu(op::CUDA_POINTER_INVALID)),
-    }
-}
-
-/// `cuPointerGetAttribute` of `attr` into `data`; `false` when the driver
-/// does not know the pointer (`CUDA_ERROR_INVALID_VALUE`).
-///
-/// # Safety
-/// `data` is writable for what `attr` writes; the driver is loaded.
-unsafe fn attribute(attr: cu::CUpointer_attribute, ptr: usize, data: *mut c_void) -> Res<bool> {
-    let r = std::panic::catch_unwind(|| {
-        // SAFETY: The caller's.
-        unsafe { cu::cuPointerGetAttribute(data, attr, ptr as u64) }
-    })
-    // A driver without the function: cudarc panics, caught here.
-    .map_err(|_| Fail::cu(op::CUDA_DRIVER_ERROR))?;
-    if r == cu::CUresult::CUDA_ERROR_INVALID_VALUE {
-        return Ok(false);
-    }
-    cuda::check("cuPointerGetAttribute", r).map_err(Fail::from)?;
-    Ok(true)
 }
 
 /// A memory object for `len` bytes at `ptr`, which the caller keeps valid
@@ -116,19 +70,11 @@ unsafe fn attribute(attr: cu::CUpointer_attribute, ptr: usize, data: *mut c_void
 /// writable when `writable`) while the returned object lives.
 unsafe fn wrap(ptr: usize, len: usize, writable: bool) -> Res<Arc<dyn DeviceMemory>> {
     match classify(ptr)? {
-        Place::Device { ordinal } => {
-            // The driver's questions about the allocation need a current
-            // context: the device's primary one, for the length of them.
-            let ctx = cuda::Context::primary(ordinal).map_err(Fail::from)?;
-            let entered = ctx.enter().map_err(Fail::from)?;
-            let lent = CudaMemory::lend(ptr as u64, len, ());
-            drop(entered);
-            match lent {
-                Ok(m) => Ok(Arc::new(m)),
-                Err(Error::OutOfBounds { .. }) => Err(Fail::cu(op::CUDA_POINTER_RANGE_ERROR)),
-                Err(e) => Err(e.into()),
-            }
-        }
+        Place::Device { .. } => match CudaMemory::lend(ptr as u64, len, ()) {
+            Ok(m) => Ok(Arc::new(m)),
+            Err(Error::OutOfBounds { .. }) => Err(Fail::cu(op::CUDA_POINTER_RANGE_ERROR)),
+            Err(e) => Err(e.into()),
+        },
         // SAFETY: The caller's.
         Place::Host => Ok(Arc::new(unsafe {
             BorrowedHost::new(ptr as *mut u8, len, writable, Box::new(()))
@@ -252,8 +198,7 @@ pub extern "C" fn cuFileBufDeregister(bufPtr_base: *const c_void) -> CUfileError
         drop(b);
         // The memory object is dropped outside the lock: a CUDA one talks
         // to the driver on the way out.
-        gone.map(drop)
-            .ok_or(Fail::cu(op::MEMORY_NOT_REGISTERED))
+        gone.map(drop).ok_or(Fail::cu(op::MEMORY_NOT_REGISTERED))
     })
 }
 
@@ -287,9 +232,15 @@ mod tests {
             // Inside a region, not at its base: the region, at that offset.
             let (_, off) = resolve(at(4196), 4, 16, true).unwrap();
             assert_eq!(off, 104);
-            assert_eq!(resolve(at(4096), 100, 3997, true).unwrap_err(), Fail::INVALID);
+            assert_eq!(
+                resolve(at(4096), 100, 3997, true).unwrap_err(),
+                Fail::INVALID
+            );
             assert_eq!(resolve(at(4096), -1, 1, true).unwrap_err(), Fail::INVALID);
-            assert_eq!(resolve(std::ptr::null(), 0, 1, true).unwrap_err(), Fail::INVALID);
+            assert_eq!(
+                resolve(std::ptr::null(), 0, 1, true).unwrap_err(),
+                Fail::INVALID
+            );
         }
         for o in [0, 4096, 8192] {
             assert_eq!(cuFileBufDeregister(at(o)), CUfileError::SUCCESS);

@@ -100,7 +100,11 @@ fn properties(s: Settings) -> CUfileDrvProps {
             // Transfers the P2P path cannot serve go through host memory,
             // which is what cuFile calls compatibility mode.
             dcontrolflags: bit(dcontrol::ALLOW_COMPAT_MODE)
-                | if s.poll { bit(dcontrol::USE_POLL_MODE) } else { 0 },
+                | if s.poll {
+                    bit(dcontrol::USE_POLL_MODE)
+                } else {
+                    0
+                },
         },
         fflags: bit(feature::BATCH_IO) | bit(feature::STREAMS),
         max_device_cache_size: s.max_cache_kb,

@@ -236,7 +236,13 @@ mod tests {
             err: op::CUDA_DRIVER_ERROR,
             cu_err: 1,
         };
-        assert_eq!(cuda.status(), CUfileError { err: 5011, cu_err: 1 });
+        assert_eq!(
+            cuda.status(),
+            CUfileError {
+                err: 5011,
+                cu_err: 1
+            }
+        );
     }
 
     #[test]

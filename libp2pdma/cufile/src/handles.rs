@@ -195,7 +195,10 @@ mod tests {
             register(HANDLE_TYPE_OPAQUE_WIN32, 0).unwrap_err(),
             Fail::cu(op::INVALID_FILE_TYPE)
         );
-        assert_eq!(register(HANDLE_TYPE_OPAQUE_FD, -1).unwrap_err(), Fail::INVALID);
+        assert_eq!(
+            register(HANDLE_TYPE_OPAQUE_FD, -1).unwrap_err(),
+            Fail::INVALID
+        );
     }
 
     #[test]
@@ -203,7 +206,10 @@ mod tests {
         let mut fds = [0; 2];
         // SAFETY: Out-array of two ints.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        assert_eq!(inspect(fds[0]).unwrap_err(), Fail::cu(op::INVALID_FILE_TYPE));
+        assert_eq!(
+            inspect(fds[0]).unwrap_err(),
+            Fail::cu(op::INVALID_FILE_TYPE)
+        );
         for fd in fds {
             // SAFETY: Ours.
             unsafe { libc::close(fd) };

@@ -19,7 +19,10 @@
 //! reaches C. No export lets a panic unwind into C.
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
-#![expect(non_snake_case, reason = "the exports' parameters carry cuFile's names")]
+#![expect(
+    non_snake_case,
+    reason = "the exports' parameters carry cuFile's names"
+)]
 
 pub mod abi;
 pub mod batch;

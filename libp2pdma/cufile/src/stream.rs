@@ -13,6 +13,14 @@
 //! functions on other streams of the process wait meanwhile; transfers on
 //! one stream never overlap.
 //!
+//! CUDA asks host functions not to wait for CUDA work that is not ordered
+//! before them. This one waits for the engine's copies, which run on the
+//! memory's own non-blocking streams: they wait for no other stream and no
+//! host function, so the wait ends. A host function that only released a
+//! waiting stream (`cuStreamWaitValue32` on a flag the worker sets) would
+//! keep to the letter of the rule; `p2pdma::sys::cuda` has no such call
+//! yet.
+//!
 //! A NULL stream makes the call synchronous: the transfer runs before the
 //! call returns. Without a CUDA driver only the NULL stream can be used;
 //! any other is `CU_FILE_ASYNC_NOT_SUPPORTED`.

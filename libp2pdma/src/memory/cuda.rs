@@ -3,7 +3,7 @@
 //! tensor's), reached three ways:
 //!
 //! - by the GPU's copy engine, for the bounce path: `cuMemcpyHtoDAsync` and
-//!   `cuMemcpyDtoHAsync` on a stream of the memory's own, out of and into
+//!   `cuMemcpyDtoHAsync` on a stream from the device's pool, out of and into
 //!   host slots page-locked for CUDA once ([`CudaStager`]);
 //! - by peers, as a dma-buf the driver exports
 //!   (`cuMemGetHandleForAddressRange`) and the module imports for a
@@ -21,7 +21,7 @@
 use std::{
     fmt,
     os::fd::{AsFd, BorrowedFd, OwnedFd},
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, OnceLock},
 };
 
 use crate::{
@@ -59,7 +59,6 @@ pub struct CudaMemory {
     span: usize,
     owner: Owner,
     pci: Option<PciAddress>,
-    streams: Mutex<Vec<Stream>>,
     dmabuf: OnceLock<std::result::Result<OwnedFd, String>>,
 }
 
@@ -72,10 +71,6 @@ impl fmt::Debug for CudaMemory {
             .field("lent", &matches!(self.owner, Owner::Lent(_)))
             .finish()
     }
-}
-
-fn pci_of(ordinal: i32) -> Option<PciAddress> {
-    cuda::device_facts(ordinal).ok()?.pci.parse().ok()
 }
 
 impl CudaMemory {
@@ -163,7 +158,7 @@ impl CudaMemory {
     }
 
     fn build(ctx: Arc<Context>, ptr: u64, len: usize, lo: u64, span: usize, owner: Owner) -> Self {
-        let pci = pci_of(ctx.ordinal());
+        let pci = ctx.pci().and_then(|p| p.parse().ok());
         Self {
             ctx,
             ptr,
@@ -172,7 +167,6 @@ impl CudaMemory {
             span,
             owner,
             pci,
-            streams: Mutex::new(Vec::new()),
             dmabuf: OnceLock::new(),
         }
     }
@@ -223,23 +217,9 @@ impl CudaMemory {
         })
     }
 
-    /// Runs `f` with a stream of this memory's, the context current.
+    /// Runs `f` with a stream of the device's, the context current.
     fn with_stream<T>(&self, f: impl FnOnce(&Stream) -> Result<T>) -> Result<T> {
-        let e = self.ctx.enter()?;
-        let s = self.streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let s = match s {
-            Some(s) => s,
-            None => Stream::new(&e)?,
-        };
-        let r = f(&s);
-        if r.is_ok() {
-            self.streams
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(s);
-        }
-        drop(e);
-        r
+        self.ctx.with_stream(f)
     }
 }
 
@@ -248,10 +228,6 @@ impl Drop for CudaMemory {
         let Ok(e) = self.ctx.enter() else {
             return;
         };
-        self.streams
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
         if matches!(self.owner, Owner::Allocated) {
             // SAFETY: Allocated here; no copy runs (we are being dropped) and
             // an exported dma-buf keeps its own reference to the pages.

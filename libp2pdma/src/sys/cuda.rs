@@ -219,6 +219,10 @@ pub struct Context {
     ordinal: i32,
     device: cu::CUdevice,
     ctx: cu::CUcontext,
+    /// Streams of this context no copy uses, for the next one.
+    streams: Mutex<Vec<Stream>>,
+    /// The device's PCI address, asked once.
+    pci: OnceLock<Option<String>>,
 }
 
 // SAFETY: A CUDA context handle is usable from any thread (each thread
@@ -274,6 +278,8 @@ impl Context {
             ordinal,
             device,
             ctx,
+            streams: Mutex::new(Vec::new()),
+            pci: OnceLock::new(),
         });
         all[ordinal as usize] = Some(c.clone());
         Ok(c)
@@ -291,6 +297,45 @@ impl Context {
             cu::cuCtxPushCurrent_v2(self.ctx)
         })?;
         Ok(Entered { _ctx: self })
+    }
+
+    /// Runs `f` with the context current and an idle stream of its own,
+    /// which goes back to the context's pool after (streams are made once
+    /// and reused: making one costs a driver call).
+    pub fn with_stream<T>(&self, f: impl FnOnce(&Stream) -> Result<T>) -> Result<T> {
+        let e = self.enter()?;
+        let idle = self.streams.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let s = match idle {
+            Some(s) => s,
+            None => Stream::new(&e)?,
+        };
+        let r = f(&s);
+        if r.is_ok() {
+            // A stream whose work failed is dropped, not reused.
+            self.streams
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(s);
+        }
+        drop(e);
+        r
+    }
+
+    /// The device's PCI address (`dddd:bb:dd.f`), asked once.
+    pub fn pci(&self) -> Option<&str> {
+        self.pci
+            .get_or_init(|| {
+                let mut bus = [0 as c_char; 64];
+                // SAFETY: The buffer holds 64 chars, and the length says so.
+                call("cuDeviceGetPCIBusId", || unsafe {
+                    cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, self.device)
+                })
+                .ok()?;
+                // SAFETY: NUL-terminated by the driver within the zeroed buffer.
+                let text = unsafe { CStr::from_ptr(bus.as_ptr()) };
+                Some(text.to_string_lossy().to_lowercase())
+            })
+            .as_deref()
     }
 
     /// An integer attribute of the device.
