@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# What a machine with an NVIDIA GPU runs, built here.
+#
+#   tools/gpu.sh pack DIR   builds into DIR (glibc binaries, stripped): the
+#                           CUDA backend's tests, the small-copy bench,
+#                           p2pdma-ctl, libcufile.so.0 and its C test, the
+#                           Python wheel with KvikIO's and pytest's wheels, the
+#                           binding's CUDA tests, and DIR/run.sh, which runs
+#                           them there (docs/gpu.md)
+#
+# The GPU machine needs no compiler and no network: PyTorch and CuPy come
+# from its own Python, everything else from DIR.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+die() {
+	echo "gpu.sh: $*" >&2
+	exit 1
+}
+
+# The path of the test or example executable cargo built, from its JSON.
+built() {
+	python3 -c '
+import json, sys
+kind, name = sys.argv[1], sys.argv[2]
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") \
+            and m["target"]["name"] == name and kind in m["target"]["kind"]:
+        print(m["executable"])
+' "$1" "$2"
+}
+
+pack() {
+	local out=$1
+	mkdir -p "$out"/{bin,lib,wheels,tests}
+	out=$(cd "$out" && pwd)
+	cd "$root"
+	cargo build --release --locked -p p2pdma-ctl -p p2pdma-cufile
+	install -m755 target/release/p2pdma-ctl "$out/bin/"
+	install -m755 target/release/libcufile.so "$out/lib/libcufile.so.0"
+	ln -sf libcufile.so.0 "$out/lib/libcufile.so"
+	local exe
+	exe=$(cargo test --release --locked -p libp2pdma --test cuda --no-run --message-format=json | built test cuda)
+	[ -n "$exe" ] || die "no test executable for libp2pdma's cuda tests"
+	install -m755 "$exe" "$out/bin/cuda-tests"
+	exe=$(cargo build --release --locked -p libp2pdma --example gpu_small_copies --message-format=json |
+		built example gpu_small_copies)
+	[ -n "$exe" ] || die "no executable for the gpu_small_copies example"
+	install -m755 "$exe" "$out/bin/gpu-small-copies"
+	${CC:-cc} -O2 -Wall -Wextra -Werror -I libp2pdma/cufile/include \
+		libp2pdma/cufile/tests/c/cufile_test.c -ldl -o "$out/bin/cufile-test"
+	strip "$out"/bin/* "$out/lib/libcufile.so.0"
+	tools/rig/python.sh wheel "$out/wheels"
+	python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$out/wheels" \
+		--python-version 3.11 --platform manylinux_2_28_x86_64 \
+		kvikio-cu12 libkvikio-cu12 pytest iniconfig pluggy packaging
+	cp libp2pdma/python/tests/test_cuda.py libp2pdma/python/tests/cuda_helpers.py "$out/tests/"
+	[ -f libp2pdma/python/tests/conftest.py ] && cp libp2pdma/python/tests/conftest.py "$out/tests/"
+	install -m755 tools/gpu/run.sh "$out/run.sh"
+	cp tools/gpu/bench.py "$out/"
+	du -sh "$out"
+}
+
+case ${1:-} in
+pack) pack "${2:?usage: gpu.sh pack DIR}" ;;
+*) die "usage: gpu.sh pack DIR" ;;
+esac
