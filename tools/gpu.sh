@@ -55,7 +55,7 @@ pack() {
 	python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$out/wheels" \
 		--python-version 3.11 --platform manylinux_2_28_x86_64 \
 		kvikio-cu12 libkvikio-cu12 pytest iniconfig pluggy packaging
-	cp libp2pdma/python/tests/test_cuda.py libp2pdma/python/tests/cuda_helpers.py "$out/tests/"
+	cp libp2pdma/python/tests/{test_cuda.py,cuda_helpers.py,cuda_emu_checks.py} "$out/tests/"
 	[ -f libp2pdma/python/tests/conftest.py ] && cp libp2pdma/python/tests/conftest.py "$out/tests/"
 	install -m755 tools/gpu/run.sh "$out/run.sh"
 	cp tools/gpu/bench.py "$out/"

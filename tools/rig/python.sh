@@ -4,7 +4,8 @@
 #   python.sh env        prints the virtual environment's path, making it
 #                        first if the cache has none for
 #                        tools/rig/python-requirements.txt
-#   python.sh test OUT   builds the binding into it (maturin), runs pytest
+#   python.sh test OUT   builds the binding into it (maturin) and the
+#                        emulated CUDA driver (tests/cuda-emu), runs pytest
 #                        on libp2pdma/python/tests and writes one PASS/FAIL
 #                        line per test to OUT
 #   python.sh wheel DIR  builds the binding's release wheel into DIR
@@ -29,6 +30,12 @@ install_env() {
 build_binding() {
 	cd "$P2PDMA_ROOT/libp2pdma/python"
 	VIRTUAL_ENV=$venv PATH="$venv/bin:$PATH" maturin develop --locked "$@"
+}
+
+# The emulated CUDA driver's path (tests/cuda-emu), for tests/test_cuda.py.
+cuda_emu_path() {
+	cd "$P2PDMA_ROOT"
+	cargo run -q --locked -p cuda-emu --bin cuda-emu-path
 }
 
 build_wheel() {
@@ -59,6 +66,14 @@ test)
 	make_env
 	logs=$(dirname "$out")
 	run_logged "building the Python binding (maturin develop)" "$logs/python-build.log" build_binding
+	# An empty path tells the tests the emulated driver could not be built:
+	# they skip, saying so, and the rest runs.
+	if emu=$(cuda_emu_path 2>"$logs/cuda-emu-build.log"); then
+		export P2PDMA_TEST_CUDA_EMU=$emu
+	else
+		log "the emulated CUDA driver could not be built (see $logs/cuda-emu-build.log)"
+		export P2PDMA_TEST_CUDA_EMU=
+	fi
 	log "python tests: pytest libp2pdma/python/tests"
 	rc=0
 	(cd "$P2PDMA_ROOT/libp2pdma/python" &&

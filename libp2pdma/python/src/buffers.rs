@@ -8,39 +8,57 @@
 //!    arrays): host memory lent for the transfer;
 //! 3. an object with DLPack (`__dlpack__`: torch tensors, and anything else
 //!    that speaks it) whose memory the CPU addresses: host memory lent the
-//!    same way.
+//!    same way; or whose memory is CUDA device memory (`kDLCUDA`): device
+//!    memory lent ([`cuda`](crate::cuda));
+//! 4. an object with `__cuda_array_interface__` (CuPy, numba): device
+//!    memory lent the same way.
+//!
+//! torch tensors on the CPU or a CUDA device are read directly (`data_ptr`,
+//! `nbytes`), which costs less than DLPack per call.
 //!
 //! Lent memory travels with what keeps it alive (the `Py_buffer`, the
-//! DLPack capsule's tensor), so a transfer still in flight when the caller
-//! lets go of the object writes into live memory.
+//! DLPack capsule's tensor, the object), so a transfer still in flight
+//! when the caller lets go of the object writes into live memory.
 
 use std::sync::{Arc, Mutex};
 
-use dlpark::{ffi::DLDeviceType, python::ImportedDlpack};
+use dlpark::{
+    ffi::DLDeviceType,
+    python::{DlpackStream, ImportRequest, ImportedDlpack},
+};
 use p2pdma::{BorrowedHost, DeviceMemory};
 use pyo3::{
     buffer::PyUntypedBuffer, exceptions::PyTypeError, ffi, intern, prelude::*, sync::PyOnceLock,
     types::PyType,
 };
 
-use crate::errors;
+use crate::{
+    cuda::{self, ConsumerStream, Order},
+    errors,
+};
 
-/// Accelerator memory (or the host-memory device); its Python methods are
-/// in `memory`.
+/// Accelerator memory, CUDA device memory or the host-memory device; its
+/// Python methods are in `memory`.
 #[pyclass(frozen, module = "p2pdma")]
 pub struct Memory {
     pub mem: Arc<dyn DeviceMemory>,
+    /// The device address of byte 0 of CUDA memory, which has no CPU
+    /// address: what its DLPack export points at.
+    pub device_ptr: Option<u64>,
 }
 
-/// A range of a [`Memory`] seen through its CPU mapping (`kDLCPU`); its
-/// Python methods are in `memory`.
+/// A range of a [`Memory`]: through its CPU mapping (`kDLCPU`), or on the
+/// device for CUDA memory (`kDLCUDA`); its Python methods are in `memory`.
 #[pyclass(frozen, module = "p2pdma")]
 pub struct MemoryView {
     pub mem: Arc<dyn DeviceMemory>,
     pub offset: usize,
     pub len: usize,
-    /// The CPU address of its first byte.
+    /// The address of its first byte: the CPU's, or the device's for CUDA
+    /// memory.
     pub ptr: usize,
+    /// The CUDA device whose address `ptr` is; `None`: a CPU address.
+    pub cuda: Option<i32>,
 }
 
 /// Which way the transfer moves data relative to the object.
@@ -229,17 +247,20 @@ pub fn target(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResul
             Err(_) => Err(e),
         }
     });
-    match buffer {
+    let e = match buffer {
         Ok(buf) => return lend_buffer(py, buf, access),
-        Err(e) if !has_dlpack(obj) => {
-            return Err(PyTypeError::new_err(format!(
-                "a {} is not memory p2pdma can use: it has neither the buffer protocol nor DLPack ({e})",
-                type_name(obj)
-            )))
-        }
-        Err(_) => {}
+        Err(e) => e,
+    };
+    if has_dlpack(obj) {
+        return lend_dlpack(py, obj, access);
     }
-    lend_dlpack(py, obj, access)
+    if let Some(cai) = cuda::interface_of(obj)? {
+        return lend_cuda_interface(py, obj, &cai, access);
+    }
+    Err(PyTypeError::new_err(format!(
+        "a {} is not memory p2pdma can use: it has neither the buffer protocol, DLPack nor __cuda_array_interface__ ({e})",
+        type_name(obj)
+    )))
 }
 
 /// `torch.Tensor`, once a tensor has been seen (torch is never imported
@@ -274,20 +295,41 @@ fn learn_torch(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
 
 /// A torch tensor's memory, read from the tensor itself (`data_ptr`,
 /// `nbytes`): DLPack gives the same answer at several times the cost per
-/// call. Only dense CPU tensors (pinned ones included) qualify; others go
-/// to DLPack, which says what is wrong.
+/// call. Only dense CPU tensors (pinned ones included) and dense CUDA
+/// tensors qualify; others go to DLPack, which says what is wrong.
 fn lend_torch(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Target> {
-    let dense_cpu = obj.getattr(intern!(py, "is_cpu"))?.is_truthy()?
+    let on_cpu = obj.getattr(intern!(py, "is_cpu"))?.is_truthy()?;
+    let on_cuda = !on_cpu && obj.getattr(intern!(py, "is_cuda"))?.is_truthy()?;
+    let dense = (on_cpu || on_cuda)
         && !obj.getattr(intern!(py, "is_sparse"))?.is_truthy()?
         && obj
             .call_method0(intern!(py, "is_contiguous"))?
             .is_truthy()?;
-    if !dense_cpu {
+    if !dense {
         return lend_dlpack(py, obj, access);
     }
     let ptr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
     let len: usize = obj.getattr(intern!(py, "nbytes"))?.extract()?;
     let keep = obj.clone().unbind();
+    if on_cuda {
+        // The tensor's pending work is on torch's current stream of its
+        // device; `cuda_stream` is 0 for the default (legacy) stream.
+        let ordinal: i32 = obj
+            .getattr(intern!(py, "device"))?
+            .getattr(intern!(py, "index"))?
+            .extract()?;
+        let stream: usize = py
+            .import(intern!(py, "torch.cuda"))?
+            .call_method1(intern!(py, "current_stream"), (ordinal,))?
+            .getattr(intern!(py, "cuda_stream"))?
+            .extract()?;
+        let mem = cuda::lend(py, ptr as u64, len, Order::Stream(stream), keep)?;
+        return Ok(Target {
+            mem,
+            offset: 0,
+            len,
+        });
+    }
     // SAFETY: A dense contiguous CPU tensor's `nbytes` bytes at
     // `data_ptr()` stay allocated while the tensor lives, which the loan
     // ensures by holding it; torch tensors are writable.
@@ -388,26 +430,48 @@ struct Held {
     _tensor: Mutex<ImportedDlpack>,
 }
 
-/// Refuses memory the CPU does not address, before asking for the tensor.
+/// Refuses memory that is neither addressed by the CPU nor CUDA device
+/// memory, before asking for the tensor.
 fn check_device(py: Python<'_>, obj: &Bound<'_, PyAny>, (kind, id): (u32, i32)) -> PyResult<()> {
-    if kind == DLDeviceType::CPU.0 || kind == DLDeviceType::CUDAHOST.0 {
+    let kind = DLDeviceType(kind);
+    if [
+        DLDeviceType::CPU,
+        DLDeviceType::CUDAHOST,
+        DLDeviceType::CUDA,
+    ]
+    .contains(&kind)
+    {
         return Ok(());
+    }
+    let what = type_name(obj);
+    if kind == DLDeviceType::CUDAMANAGED {
+        return Err(errors::invalid(
+            py,
+            format!(
+                "the {what} is CUDA managed memory (kDLCUDAManaged, device {id}), which p2pdma does not take: the driver moves its pages between the host and the GPU; pass device memory (kDLCUDA) or host memory"
+            ),
+        ));
     }
     Err(errors::invalid(
         py,
         format!(
-            "the {} lives on DLPack device type {kind} (id {id}), which this build cannot reach: only memory the CPU addresses (kDLCPU, kDLCUDAHost) and p2pdma.Memory are supported",
-            type_name(obj),
+            "the {what} lives on DLPack device type {} (id {id}), which this build cannot reach: only memory the CPU addresses (kDLCPU, kDLCUDAHost), CUDA device memory (kDLCUDA) and p2pdma.Memory are supported",
+            kind.0,
         ),
     ))
 }
 
 fn lend_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResult<Target> {
-    if let Ok(device) = obj.call_method0("__dlpack_device__") {
-        check_device(py, obj, device.extract()?)?;
+    let request = ImportRequest::new(obj.as_borrowed())?;
+    // Capsules and producers without __dlpack_device__ say it on import.
+    let device = request.device().ok();
+    if let Some(d) = device {
+        check_device(py, obj, (d.device_type.0, d.device_id))?;
     }
-    let imported = dlpark::python::from_dlpack(obj.as_borrowed(), None, None)?;
-    let (ptr, len, read_only) = {
+    let on_cuda = device.is_some_and(|d| d.device_type == DLDeviceType::CUDA);
+    let consumer = ConsumerStream::default();
+    let imported = request.import(on_cuda.then_some(&consumer as &dyn DlpackStream), None)?;
+    let (ptr, len, read_only, on_cuda) = {
         let t = imported
             .validate()
             .map_err(|e| errors::invalid(py, format!("the DLPack tensor is not valid: {e}")))?;
@@ -422,19 +486,37 @@ fn lend_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResu
                 "the tensor is not contiguous: pass a contiguous tensor, or describe the layout with a Shape",
             ));
         }
-        // SAFETY: The descriptor was validated; the pointer is only used
-        // as an address for the loan below.
-        #[allow(unsafe_code)]
-        let ptr = unsafe { t.offset_bytes_ptr() }
-            .map_err(|e| errors::invalid(py, format!("the DLPack tensor's data: {e}")))?;
         let read_only = imported.flags().contains(dlpark::DlpackFlags::READ_ONLY);
-        (ptr.cast_mut(), t.num_bytes(), read_only)
+        let on_cuda = device.device_type == DLDeviceType::CUDA;
+        let ptr = if on_cuda {
+            // A device address: never dereferenced here.
+            (t.data_ptr() as u64).wrapping_add(t.byte_offset()) as *mut u8
+        } else {
+            // SAFETY: The descriptor was validated; the pointer is only
+            // used as an address for the loan below.
+            #[allow(unsafe_code)]
+            let ptr = unsafe { t.offset_bytes_ptr() }
+                .map_err(|e| errors::invalid(py, format!("the DLPack tensor's data: {e}")))?;
+            ptr.cast_mut()
+        };
+        (ptr, t.num_bytes(), read_only, on_cuda)
     };
     if access == Access::Write && read_only {
         return Err(errors::invalid(
             py,
             "the tensor is read-only: nothing can be read into it",
         ));
+    }
+    if on_cuda {
+        let keep = Held {
+            _tensor: Mutex::new(imported),
+        };
+        let mem = cuda::lend(py, ptr as u64, len, consumer.order(), keep)?;
+        return Ok(Target {
+            mem,
+            offset: 0,
+            len,
+        });
     }
     // SAFETY: The producer keeps the tensor's `len` bytes at `ptr` until
     // the managed tensor is deleted, which happens when the loan, which
@@ -455,5 +537,28 @@ fn lend_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResu
         mem: Arc::new(mem),
         offset: 0,
         len,
+    })
+}
+
+/// An object's `__cuda_array_interface__` memory, lent with the object.
+fn lend_cuda_interface(
+    py: Python<'_>,
+    obj: &Bound<'_, PyAny>,
+    cai: &Bound<'_, PyAny>,
+    access: Access,
+) -> PyResult<Target> {
+    let what = type_name(obj);
+    let i = cuda::interface(py, &what, cai)?;
+    if access == Access::Write && i.readonly {
+        return Err(errors::invalid(
+            py,
+            format!("the {what}'s CUDA array is read-only: nothing can be read into it"),
+        ));
+    }
+    let mem = cuda::lend(py, i.ptr, i.len, i.order, obj.clone().unbind())?;
+    Ok(Target {
+        mem,
+        offset: 0,
+        len: i.len,
     })
 }

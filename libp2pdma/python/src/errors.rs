@@ -4,8 +4,9 @@
 //! can see in Python); this file picks one for each [`p2pdma::Error`] and
 //! fills in what it carries: `errno`, `strerror` (the library's message),
 //! `filename` (the file or namespace), `transfer_path` and `reason` (the
-//! path the engine took or would take for this pair, and why), and for an
-//! NVMe error `nvme_status`.
+//! path the engine took or would take for this pair, and why), for an
+//! NVMe error `nvme_status`, and for a CUDA driver error `cuda_call` and
+//! `cuda_code`.
 
 use std::path::Path;
 
@@ -27,6 +28,10 @@ fn class_of(e: &Error) -> (&'static str, i32) {
     const EOPNOTSUPP: i32 = 95;
     const EPROTO: i32 = 71;
     const EIO: i32 = 5;
+    const ENOMEM: i32 = 12;
+    const ENODEV: i32 = 19;
+    /// `CUDA_ERROR_OUT_OF_MEMORY`.
+    const CUDA_OUT_OF_MEMORY: u32 = 2;
     let errno = e.errno().map(|n| n.raw_os_error());
     match e {
         Error::EndOfFile { .. } | Error::Short { .. } => ("EndOfFileError", ERANGE),
@@ -36,6 +41,12 @@ fn class_of(e: &Error) -> (&'static str, i32) {
         Error::Open { .. } => ("ModuleError", errno.unwrap_or(EIO)),
         Error::AbiMismatch { .. } => ("ModuleError", EPROTO),
         Error::Controller { .. } => ("ControllerError", errno.unwrap_or(EIO)),
+        Error::CudaUnavailable(_) => ("CudaUnavailableError", ENODEV),
+        Error::Cuda {
+            code: CUDA_OUT_OF_MEMORY,
+            ..
+        } => ("CudaError", ENOMEM),
+        Error::Cuda { .. } => ("CudaError", EIO),
         _ => ("Error", errno.unwrap_or(EIO)),
     }
 }
@@ -61,6 +72,11 @@ fn build(
     exc.setattr("transfer_path", taken.map(|t| t.path.as_str()))?;
     exc.setattr("reason", taken.map(|t| t.reason.as_str()))?;
     exc.setattr("nvme_status", e.nvme_status().map(|s| s.to_string()))?;
+    if let Error::Cuda { op, code, .. } = e {
+        exc.setattr("cuda_call", *op)?;
+        // u32::MAX: the driver lacks the function; there is no status.
+        exc.setattr("cuda_code", (*code != u32::MAX).then_some(*code))?;
+    }
     Ok(PyErr::from_value(exc))
 }
 

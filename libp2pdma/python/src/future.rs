@@ -117,18 +117,30 @@ fn complete_fn(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 impl Wake for LoopWaker {
     fn wake(self: Arc<Self>) {
         Python::attach(|py| {
-            let f = self.future.bind(py);
-            let awaiters = std::mem::take(&mut f.get().state().awaiters);
-            let Ok(complete) = complete_fn(py) else {
-                return;
-            };
-            for (event_loop, aio) in awaiters {
-                // A closed loop refuses; its awaiter is gone with it.
-                let _ = event_loop
-                    .bind(py)
-                    .call_method1("call_soon_threadsafe", (complete, aio.bind(py), f));
-            }
+            self.notify(py);
+            // The waker's reference to the future goes while the GIL is
+            // held: dropped without it, PyO3 would defer it to the next
+            // call into the binding, and the future would keep its memory
+            // (a lent tensor, which its producer wants back) until then.
+            drop(self);
         });
+    }
+}
+
+impl LoopWaker {
+    /// Schedules the completion of every asyncio future awaiting ours.
+    fn notify(&self, py: Python<'_>) {
+        let f = self.future.bind(py);
+        let awaiters = std::mem::take(&mut f.get().state().awaiters);
+        let Ok(complete) = complete_fn(py) else {
+            return;
+        };
+        for (event_loop, aio) in awaiters {
+            // A closed loop refuses; its awaiter is gone with it.
+            let _ = event_loop
+                .bind(py)
+                .call_method1("call_soon_threadsafe", (complete, aio.bind(py), f));
+        }
     }
 }
 

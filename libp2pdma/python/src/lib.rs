@@ -3,9 +3,11 @@
 //! The Python package (`python/p2pdma/`) re-exports these classes and adds
 //! what is plain Python (safetensors, the progress bar). The data flows:
 //!
-//! - `buffers`: a Python object (buffer protocol, DLPack, or a `Memory`)
-//!   becomes the engine's memory, kept alive while a transfer uses it;
-//!   `memory`: `Memory`'s Python face (allocation, copies, DLPack);
+//! - `buffers`: a Python object (buffer protocol, DLPack, CUDA array
+//!   interface, or a `Memory`) becomes the engine's memory, kept alive
+//!   while a transfer uses it; `cuda`: CUDA device memory lent by an
+//!   object, and the producer's stream waited for; `memory`: `Memory`'s
+//!   Python face (allocation, copies, DLPack);
 //! - `file`: a file or namespace and its transfers, KvikIO's `CuFile`
 //!   shape; `future`: transfers in flight;
 //! - `engine`: the engine, its counters and the doctor; `routes`: plans
@@ -15,6 +17,7 @@
 
 mod bench;
 mod buffers;
+mod cuda;
 mod engine;
 mod errors;
 mod file;

@@ -1,13 +1,16 @@
 //! Accelerator memory as a Python object.
 //!
-//! A [`Memory`] is accelerator BAR memory from the module, or the
-//! host-memory device where there is no accelerator. It says where it
-//! lives through DLPack: the host-memory device is `kDLCPU`; BAR memory is
-//! `kDLExtDev` with the accelerator's index, because it is not host memory
-//! and only this library moves data into it. Where the CPU can map the
-//! memory (BAR memory is mapped write-combined, gdrcopy-style), `view()`
-//! gives a [`MemoryView`] that is `kDLCPU`: numpy and torch can read and
-//! write it through the mapping.
+//! A [`Memory`] is accelerator BAR memory from the module, CUDA device
+//! memory, or the host-memory device where there is no accelerator. It
+//! says where it lives through DLPack: the host-memory device is `kDLCPU`;
+//! BAR memory is `kDLExtDev` with the accelerator's index, because it is
+//! not host memory and only this library moves data into it; CUDA memory
+//! is `kDLCUDA` with the device's ordinal (and has
+//! `__cuda_array_interface__`), so torch and CuPy take it as their own.
+//! Where the CPU can map the memory (BAR memory is mapped write-combined,
+//! gdrcopy-style), `view()` gives a [`MemoryView`] that is `kDLCPU`: numpy
+//! and torch can read and write it through the mapping; a view of CUDA
+//! memory is a range on the device (`kDLCUDA`).
 
 use std::sync::Arc;
 
@@ -18,10 +21,10 @@ use dlpark::{
     DlpackFlags, Managed, ManagedTensorBase,
 };
 use p2pdma::{
-    memory::{copy_through_host, MemoryKind},
+    memory::{copy_through_host, CudaMemory, MemoryKind},
     DeviceMemory, HostMemory, ModuleMemory,
 };
-use pyo3::{prelude::*, types::PyDict};
+use pyo3::{exceptions::PyAttributeError, prelude::*, types::PyDict};
 
 pub use crate::buffers::{Memory, MemoryView};
 use crate::{
@@ -43,7 +46,7 @@ fn device_of(mem: &dyn DeviceMemory) -> DLDevice {
         },
         MemoryKind::Dmabuf => DLDevice {
             device_type: DLDeviceType::EXTDEV,
-            device_id: -1,
+            device_id: 0,
         },
     }
 }
@@ -51,6 +54,20 @@ fn device_of(mem: &dyn DeviceMemory) -> DLDevice {
 /// The memory's CPU mapping, if it has one: its first byte and length.
 fn cpu_mapping(mem: &dyn DeviceMemory) -> Option<(*mut u8, usize)> {
     mem.dma_target().map(|t| (t.ptr, t.len))
+}
+
+/// A one-dimensional `uint8` CUDA array interface (version 3) of `len`
+/// bytes at device address `ptr`. No stream: the memory has no work
+/// pending, every copy into it having been waited for.
+fn cuda_interface(py: Python<'_>, ptr: usize, len: usize) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("shape", (len,))?;
+    d.set_item("typestr", "|u1")?;
+    d.set_item("data", (ptr, false))?;
+    d.set_item("strides", py.None())?;
+    d.set_item("stream", py.None())?;
+    d.set_item("version", 3)?;
+    Ok(d)
 }
 
 #[pymethods]
@@ -65,7 +82,10 @@ impl Memory {
         let mem = py
             .detach(|| HostMemory::new(size))
             .map_err(|e| errors::to_py(py, &e, None, None))?;
-        Ok(Self { mem: Arc::new(mem) })
+        Ok(Self {
+            mem: Arc::new(mem),
+            device_ptr: None,
+        })
     }
 
     /// `size` bytes of accelerator `index`'s memory from the p2pdma
@@ -78,7 +98,29 @@ impl Memory {
         let mem = py
             .detach(|| ModuleMemory::alloc(module, index, size, align))
             .map_err(|e| errors::to_py(py, &e, None, None))?;
-        Ok(Self { mem: Arc::new(mem) })
+        Ok(Self {
+            mem: Arc::new(mem),
+            device_ptr: None,
+        })
+    }
+
+    /// `size` bytes of zeroed device memory on CUDA device `ordinal`
+    /// (`cuMemAlloc` in the device's primary context, the one torch and
+    /// CuPy use). Raises `CudaUnavailableError` where there is no CUDA
+    /// driver or device.
+    #[staticmethod]
+    #[pyo3(signature = (size, ordinal = 0))]
+    fn cuda(py: Python<'_>, size: usize, ordinal: i32) -> PyResult<Self> {
+        if size == 0 {
+            return Err(errors::invalid(py, "size is 0"));
+        }
+        let mem = py
+            .detach(|| CudaMemory::alloc(ordinal, size))
+            .map_err(|e| errors::to_py(py, &e, None, None))?;
+        Ok(Self {
+            device_ptr: Some(mem.device_ptr()),
+            mem: Arc::new(mem),
+        })
     }
 
     /// Size in bytes.
@@ -109,7 +151,8 @@ impl Memory {
         }
     }
 
-    /// Copies `buf` (any buffer or CPU tensor) into the memory at `offset`.
+    /// Copies `buf` (any buffer or tensor, on the CPU or a CUDA device)
+    /// into the memory at `offset`.
     #[pyo3(signature = (buf, offset = 0))]
     fn write(&self, py: Python<'_>, buf: &Bound<'_, PyAny>, offset: usize) -> PyResult<usize> {
         let src = buffers::target(py, buf, Access::Read)?;
@@ -134,13 +177,27 @@ impl Memory {
         Ok(out)
     }
 
-    /// A view of `size` bytes from `offset` through the CPU mapping, for
-    /// numpy and torch (`numpy.from_dlpack(mem.view())`); reads and writes
-    /// through it are CPU loads and stores on the memory. Also a target for
-    /// transfers, like the memory itself.
+    /// A view of `size` bytes from `offset`: through the CPU mapping, for
+    /// numpy and torch (`numpy.from_dlpack(mem.view())`), where reads and
+    /// writes are CPU loads and stores on the memory; for CUDA memory, a
+    /// range on the device (`torch.from_dlpack(mem.view(...))` is a CUDA
+    /// tensor). Also a target for transfers, like the memory itself.
     #[pyo3(signature = (offset = 0, size = None))]
     fn view(&self, py: Python<'_>, offset: usize, size: Option<usize>) -> PyResult<MemoryView> {
-        MemoryView::new(py, self.mem.clone(), offset, size)
+        MemoryView::new(py, self.mem.clone(), self.device_ptr, offset, size)
+    }
+
+    /// CUDA memory as a one-dimensional `uint8` array of the CUDA array
+    /// interface (CuPy, numba); other memory has none (`AttributeError`).
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match self.device_ptr {
+            Some(ptr) => cuda_interface(py, ptr as usize, self.mem.len()),
+            None => Err(PyAttributeError::new_err(format!(
+                "{} is not CUDA memory: it has no __cuda_array_interface__",
+                self.mem.kind()
+            ))),
+        }
     }
 
     fn __dlpack_device__(&self) -> (u32, i32) {
@@ -158,7 +215,7 @@ impl Memory {
         dl_device: Option<(u32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
-        let view = MemoryView::new(py, self.mem.clone(), 0, None)?;
+        let view = MemoryView::new(py, self.mem.clone(), self.device_ptr, 0, None)?;
         let export = Export {
             view: &view,
             device: device_of(&*self.mem),
@@ -190,17 +247,26 @@ fn copy(
 }
 
 impl MemoryView {
+    /// A view of `mem` through its CPU mapping, or on the device at
+    /// `device_ptr` for CUDA memory without one.
     fn new(
         py: Python<'_>,
         mem: Arc<dyn DeviceMemory>,
+        device_ptr: Option<u64>,
         offset: usize,
         size: Option<usize>,
     ) -> PyResult<Self> {
-        let Some((base, mapped)) = cpu_mapping(&*mem) else {
-            return Err(errors::invalid(
-                py,
-                format!("{} has no CPU mapping to view", mem.kind()),
-            ));
+        let (base, mapped, cuda) = match (cpu_mapping(&*mem), device_ptr, mem.kind()) {
+            (Some((base, mapped)), _, _) => (base as usize, mapped, None),
+            (None, Some(ptr), MemoryKind::Cuda { ordinal, .. }) => {
+                (ptr as usize, mem.len(), Some(ordinal))
+            }
+            _ => {
+                return Err(errors::invalid(
+                    py,
+                    format!("{} has no CPU mapping to view", mem.kind()),
+                ))
+            }
         };
         let len = size.unwrap_or(mapped.saturating_sub(offset));
         if offset.checked_add(len).is_none_or(|end| end > mapped) {
@@ -213,7 +279,8 @@ impl MemoryView {
             mem,
             offset,
             len,
-            ptr: base as usize + offset,
+            ptr: base + offset,
+            cuda,
         })
     }
 }
@@ -245,9 +312,15 @@ impl MemoryView {
 
     /// The view as numpy's array interface (a `uint8` vector at its CPU
     /// address), for consumers that take that instead of DLPack, and for
-    /// tools that need the address (ctypes, `/proc/self/pagemap`).
+    /// tools that need the address (ctypes, `/proc/self/pagemap`). A view
+    /// of CUDA memory has none (`AttributeError`).
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.cuda.is_some() {
+            return Err(PyAttributeError::new_err(
+                "a view of CUDA memory has no CPU address: use __cuda_array_interface__ or DLPack",
+            ));
+        }
         let d = PyDict::new(py);
         d.set_item("shape", (self.len,))?;
         d.set_item("typestr", "|u1")?;
@@ -256,11 +329,25 @@ impl MemoryView {
         Ok(d)
     }
 
-    fn __dlpack_device__(&self) -> (u32, i32) {
-        DLDevice::CPU.into()
+    /// A view of CUDA memory as a one-dimensional `uint8` array of the CUDA
+    /// array interface (CuPy, numba, and for the device address); views
+    /// through the CPU mapping have none (`AttributeError`).
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.cuda.is_none() {
+            return Err(PyAttributeError::new_err(
+                "a view through the CPU mapping has no __cuda_array_interface__: use __array_interface__ or DLPack",
+            ));
+        }
+        cuda_interface(py, self.ptr, self.len)
     }
 
-    /// The range as a one-dimensional `uint8` DLPack tensor on the CPU.
+    fn __dlpack_device__(&self) -> (u32, i32) {
+        self.device().into()
+    }
+
+    /// The range as a one-dimensional `uint8` DLPack tensor: on the CPU, or
+    /// on the CUDA device for a view of CUDA memory.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
         &self,
@@ -272,7 +359,7 @@ impl MemoryView {
     ) -> PyResult<Py<PyAny>> {
         let export = Export {
             view: self,
-            device: DLDevice::CPU,
+            device: self.device(),
         };
         let request = ExportRequest::parse(stream, max_version, dl_device, copy)?;
         export_dlpack(&export, py, request)
@@ -285,6 +372,19 @@ impl MemoryView {
             self.offset,
             self.mem.kind()
         )
+    }
+}
+
+impl MemoryView {
+    /// Where the view's address lives, as DLPack says it.
+    fn device(&self) -> DLDevice {
+        match self.cuda {
+            Some(ordinal) => DLDevice {
+                device_type: DLDeviceType::CUDA,
+                device_id: ordinal,
+            },
+            None => DLDevice::CPU,
+        }
     }
 }
 
@@ -306,8 +406,9 @@ impl Export<'_> {
         t.set_data(self.view.ptr as *mut std::ffi::c_void)
             .set_dtype(DLDataType::U8)
             .set_device(self.device);
-        // SAFETY: The data pointer is the mapping of `len` bytes the
-        // context (the memory's Arc) keeps alive; shape and strides
+        // SAFETY: The data pointer is the mapping (or, on a CUDA device,
+        // the device address) of `len` bytes the context (the memory's
+        // Arc) keeps alive; shape and strides
         // describe exactly those bytes; no flags are claimed.
         #[allow(unsafe_code)]
         Ok(unsafe { t.finish() })
@@ -323,7 +424,12 @@ impl DlpackExporter for Export<'_> {
         DlpackFlags::empty()
     }
 
-    fn prepare_export(&self, _py: Python<'_>, _request: &ExportRequest<'_>) -> PyResult<()> {
+    fn prepare_export(&self, _py: Python<'_>, request: &ExportRequest<'_>) -> PyResult<()> {
+        if self.device.device_type == DLDeviceType::CUDA {
+            // The consumer's stream needs no wait: nothing is pending on
+            // the memory. The argument is still checked (0 is refused).
+            request.cuda_stream()?;
+        }
         Ok(())
     }
 

@@ -109,17 +109,26 @@ def test_sizes_and_offsets_outside_the_buffer_are_refused(data_file):
     assert buf == bytearray(b"\x11" * 100)
 
 
-def test_accelerator_memory_on_the_gpu_is_refused_until_cuda(data_file):
-    class FakeCuda:
+def test_memory_of_devices_it_cannot_reach_is_refused_before_export(data_file):
+    asked = []
+
+    class Elsewhere:
+        def __init__(self, device):
+            self.device = device
+
         def __dlpack_device__(self):
-            return (2, 0)
+            return self.device
 
         def __dlpack__(self, **kw):
+            asked.append(kw)
             raise BufferError("not here")
 
     with p2pdma.File(data_file[0]) as f:
-        with pytest.raises(p2pdma.InvalidArgumentError, match="device type 2"):
-            f.read(FakeCuda())
+        with pytest.raises(p2pdma.InvalidArgumentError, match="device type 10"):
+            f.read(Elsewhere((10, 0)))  # ROCm
+        with pytest.raises(p2pdma.InvalidArgumentError, match="managed"):
+            f.read(Elsewhere((13, 0)))  # kDLCUDAManaged
+    assert asked == []
 
 
 def test_torch_views_and_subclasses_land_where_they_point(data_file):

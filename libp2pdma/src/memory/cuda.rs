@@ -11,7 +11,7 @@
 //!   GPU memory directly;
 //! - by the CPU, where the driver lets the dma-buf be mapped
 //!   ([`CudaMemory::cpu_mapping`], over
-//!   [`DmabufMapping`](super::dmabuf::DmabufMapping)).
+//!   [`DmabufMapping`]).
 //!
 //! The driver is loaded at run time ([`crate::sys::cuda`]); without one,
 //! every constructor returns [`Error::CudaUnavailable`].

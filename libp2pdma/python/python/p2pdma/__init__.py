@@ -17,12 +17,18 @@ The shape is KvikIO's, so that switching takes little change::
         f.read(mem)                      # by P2P where the kernel allows it
         print(f.path_for(mem))           # the path, and why
 
+    t = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    with p2pdma.File("/data/shard-0") as f:
+        f.read(t)                        # straight into GPU memory
+
 Buffers are anything with the buffer protocol (``bytearray``, ``memoryview``,
 numpy arrays), anything with DLPack whose memory the CPU addresses (torch CPU
-tensors), and ``p2pdma.Memory`` (accelerator memory, or the host-memory
-device where there is no accelerator). Errors are ``OSError`` subclasses
-(``p2pdma.errors``). ``p2pdma.safetensors.load_file`` loads model weights
-straight into the target memory.
+tensors), CUDA device memory (torch and CuPy GPU tensors, through DLPack or
+``__cuda_array_interface__``), and ``p2pdma.Memory`` (accelerator memory,
+CUDA memory, or the host-memory device where there is no accelerator).
+Errors are ``OSError`` subclasses (``p2pdma.errors``).
+``p2pdma.safetensors.load_file`` loads model weights straight into the
+target memory.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ from ._p2pdma import (
 )
 from .errors import (
     ControllerError,
+    CudaError,
+    CudaUnavailableError,
     EndOfFileError,
     Error,
     InvalidArgumentError,
@@ -72,6 +80,8 @@ __all__ = [
     "BatchFuture",
     "ControllerError",
     "CuFile",
+    "CudaError",
+    "CudaUnavailableError",
     "EndOfFileError",
     "Engine",
     "Error",

@@ -3,8 +3,9 @@
 The Python package (``p2pdma``) re-exports these classes and adds what is
 plain Python (safetensors, the progress bar). The data flows:
 
-- buffers: a Python object (buffer protocol, DLPack, or a ``Memory``)
-  becomes the engine's memory, kept alive while a transfer uses it;
+- buffers: a Python object (buffer protocol, DLPack, the CUDA array
+  interface, or a ``Memory``) becomes the engine's memory, kept alive while
+  a transfer uses it;
 - ``File``: a file or namespace and its transfers, KvikIO's ``CuFile``
   shape; ``Future``/``BatchFuture``: transfers in flight;
 - ``Engine``: the engine, its counters, routes and the doctor;
@@ -14,8 +15,9 @@ plain Python (safetensors, the progress bar). The data flows:
 Every class is final (none can be subclassed) and immutable from Python.
 
 The aliases (``Buffer``, ``StrPath``, ...), the ``TypedDict`` shapes of the
-dicts the binding returns and ``SupportsDLPack`` exist only for type
-checkers: import them under ``if typing.TYPE_CHECKING:``.
+dicts the binding returns, ``SupportsDLPack`` and
+``SupportsCudaArrayInterface`` exist only for type checkers: import them
+under ``if typing.TYPE_CHECKING:``.
 """
 
 import os
@@ -57,20 +59,40 @@ __version__: str
 @type_check_only
 class SupportsDLPack(Protocol):
     """An object that exports its memory through DLPack (``__dlpack__``):
-    torch tensors, numpy arrays, and anything else that speaks it. Only
-    memory the CPU addresses (``kDLCPU``, ``kDLCUDAHost``) is accepted at
-    run time; where the object has ``__dlpack_device__``, the device is
-    checked before the tensor is asked for. The tensor must be contiguous
-    (and writable to be read into)."""
+    torch tensors, numpy arrays, CuPy arrays, and anything else that speaks
+    it. Memory the CPU addresses (``kDLCPU``, ``kDLCUDAHost``) and CUDA
+    device memory (``kDLCUDA``) are accepted at run time; CUDA managed
+    memory (``kDLCUDAManaged``) and other devices are refused. Where the
+    object has ``__dlpack_device__``, the device is checked before the
+    tensor is asked for; for ``kDLCUDA`` the producer is asked to order its
+    work before the legacy default stream (``stream=1``), which is waited
+    for. The tensor must be contiguous (and writable to be read into)."""
 
     def __dlpack__(self, /) -> Any: ...
 
-Buffer: TypeAlias = _BufferProtocol | SupportsDLPack | Memory | MemoryView
+@type_check_only
+class SupportsCudaArrayInterface(Protocol):
+    """An object that describes CUDA device memory with
+    ``__cuda_array_interface__`` (versions 2 and 3: CuPy, numba, PyCUDA):
+    contiguous (``strides`` ``None`` or C order), not masked, not read-only
+    to be read into. A ``stream`` it names is waited for before the
+    memory is used."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+Buffer: TypeAlias = (
+    _BufferProtocol | SupportsDLPack | SupportsCudaArrayInterface | Memory | MemoryView
+)
 """Memory a transfer moves data into or out of, in order of preference: a
 ``Memory`` or ``MemoryView`` (the engine sees the memory itself, so P2P is
 possible); an object with the buffer protocol (``bytearray``,
 ``memoryview``, numpy arrays), C-contiguous, holding no Python objects; an
-object with DLPack whose memory the CPU addresses (torch CPU tensors)."""
+object with DLPack whose memory the CPU addresses (torch CPU tensors) or
+that lives on a CUDA device (torch and CuPy GPU tensors); an object with
+``__cuda_array_interface__`` (numba). CUDA memory needs the CUDA driver
+(``CudaUnavailableError`` otherwise), which the binding asks what the
+pointer is: host memory passed off as device memory is refused."""
 
 StrPath: TypeAlias = str | os.PathLike[str]
 """A path: a ``str`` or an ``os.PathLike`` giving one (``bytes`` paths are
@@ -561,13 +583,16 @@ class BatchFuture:
 
 @final
 class Memory:
-    """Accelerator memory (or the host-memory device).
+    """Accelerator memory, CUDA device memory, or the host-memory device.
 
     It says where it lives through DLPack: the host-memory device is
     ``kDLCPU``; accelerator BAR memory is ``kDLExtDev`` with the
-    accelerator's index. Where the CPU can map the memory, ``view()`` gives
-    a ``MemoryView`` that is ``kDLCPU``. Made by ``Memory.host`` or
-    ``Memory.accelerator``; it has no constructor."""
+    accelerator's index; CUDA memory is ``kDLCUDA`` with the device's
+    ordinal (``torch.from_dlpack(mem)`` is a CUDA tensor), and has
+    ``__cuda_array_interface__``. Where the CPU can map the memory,
+    ``view()`` gives a ``MemoryView`` that is ``kDLCPU``; a view of CUDA
+    memory is a range on the device. Made by ``Memory.host``,
+    ``Memory.accelerator`` or ``Memory.cuda``; it has no constructor."""
 
     @staticmethod
     def host(size: int) -> Memory:
@@ -579,6 +604,13 @@ class Memory:
         """``size`` bytes of accelerator ``index``'s memory from the p2pdma
         module, its bus address aligned to ``align`` (0: a page). The bytes
         are zeroed."""
+
+    @staticmethod
+    def cuda(size: int, ordinal: int = 0) -> Memory:
+        """``size`` bytes of zeroed device memory on CUDA device ``ordinal``
+        (``cuMemAlloc`` in the device's primary context, the one torch and
+        CuPy use). Raises ``CudaUnavailableError`` where there is no CUDA
+        driver or device."""
 
     @property
     def size(self) -> int:
@@ -592,11 +624,11 @@ class Memory:
     @property
     def device(self) -> str:
         """``"cpu"`` for the host-memory device, ``"accel:N"`` for
-        accelerator N."""
+        accelerator N, ``"cuda:N"`` for CUDA device N."""
 
     def write(self, buf: Buffer, offset: int = 0) -> int:
-        """Copies ``buf`` (any buffer or CPU tensor) into the memory at
-        ``offset``."""
+        """Copies ``buf`` (any buffer or tensor, on the CPU or a CUDA device)
+        into the memory at ``offset``."""
 
     def read(self, buf: Buffer, offset: int = 0) -> int:
         """Copies the memory at ``offset`` into ``buf``, filling it."""
@@ -605,10 +637,18 @@ class Memory:
         """``size`` bytes from ``offset`` as ``bytes`` (a copy)."""
 
     def view(self, offset: int = 0, size: int | None = None) -> MemoryView:
-        """A view of ``size`` bytes from ``offset`` through the CPU mapping,
-        for numpy and torch (``numpy.from_dlpack(mem.view())``); reads and
-        writes through it are CPU loads and stores on the memory. Also a
-        target for transfers, like the memory itself."""
+        """A view of ``size`` bytes from ``offset``: through the CPU mapping,
+        for numpy and torch (``numpy.from_dlpack(mem.view())``), where reads
+        and writes are CPU loads and stores on the memory; for CUDA memory,
+        a range on the device (``torch.from_dlpack(mem.view(...))`` is a
+        CUDA tensor). Also a target for transfers, like the memory
+        itself."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA memory as a one-dimensional ``uint8`` array of the CUDA array
+        interface (CuPy, numba); other memory has none
+        (``AttributeError``)."""
 
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __dlpack__(
@@ -624,8 +664,9 @@ class Memory:
 
 @final
 class MemoryView:
-    """A range of a ``Memory`` seen through its CPU mapping (``kDLCPU``).
-    Made by ``Memory.view``; it has no constructor."""
+    """A range of a ``Memory``: seen through its CPU mapping (``kDLCPU``),
+    or on the device for CUDA memory (``kDLCUDA``). Made by
+    ``Memory.view``; it has no constructor."""
 
     @property
     def size(self) -> int:
@@ -645,7 +686,14 @@ class MemoryView:
     def __array_interface__(self) -> dict[str, Any]:
         """The view as numpy's array interface (a ``uint8`` vector at its CPU
         address), for consumers that take that instead of DLPack, and for
-        tools that need the address (ctypes, ``/proc/self/pagemap``)."""
+        tools that need the address (ctypes, ``/proc/self/pagemap``). A
+        view of CUDA memory has none (``AttributeError``)."""
+        ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """A view of CUDA memory as a one-dimensional ``uint8`` array of the
+        CUDA array interface (CuPy, numba, and for the device address);
+        views through the CPU mapping have none (``AttributeError``)."""
         ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __dlpack__(
@@ -656,8 +704,8 @@ class MemoryView:
         dl_device: tuple[int, int] | None = None,
         copy: bool | None = None,
     ) -> CapsuleType:
-        """The range as a one-dimensional ``uint8`` DLPack tensor on the
-        CPU."""
+        """The range as a one-dimensional ``uint8`` DLPack tensor: on the
+        CPU, or on the CUDA device for a view of CUDA memory."""
 
 @final
 class Shape:

@@ -7,7 +7,9 @@ Every error of a transfer is an ``OSError`` (``p2pdma.Error``) that carries:
 - ``transfer_path`` and ``reason``: the path the engine took (or would take)
   between that file and that memory, and why ("bounce", "P2P not possible:
   ..."); ``None`` when no transfer was involved;
-- ``nvme_status``: the controller's status, for ``NvmeError``.
+- ``nvme_status``: the controller's status, for ``NvmeError``;
+- ``cuda_call`` and ``cuda_code``: the driver function and its ``CUresult``,
+  for ``CudaError``.
 
 Bad arguments are ``InvalidArgumentError``, which is also a ``ValueError``;
 objects that are not memory at all raise ``TypeError``.
@@ -54,6 +56,23 @@ class ControllerError(Error):
     use."""
 
 
+class CudaError(Error):
+    """A CUDA driver call failed: ``cuda_call`` names the function and
+    ``cuda_code`` is its ``CUresult`` (``None`` when the driver lacks the
+    function); the message has the status's name and text. errno is
+    ``ENOMEM`` for ``CUDA_ERROR_OUT_OF_MEMORY``, ``EIO`` otherwise."""
+
+    cuda_call: str | None = None
+    cuda_code: int | None = None
+
+
+class CudaUnavailableError(CudaError):
+    """CUDA cannot be used in this process (errno ``ENODEV``): no driver
+    library (``libcuda.so.1``, or the one ``P2PDMA_CUDA_DRIVER`` names), no
+    device, or a driver older than 11.7. Raised for CUDA memory (a GPU
+    tensor, ``Memory.cuda``) before anything is moved."""
+
+
 __all__ = [
     "Error",
     "InvalidArgumentError",
@@ -62,4 +81,6 @@ __all__ = [
     "NvmeError",
     "ModuleError",
     "ControllerError",
+    "CudaError",
+    "CudaUnavailableError",
 ]

@@ -46,6 +46,15 @@ Where the bytes land depends on ``device``:
 - ``"host"``: the same single-allocation layout in ``p2pdma.Memory.host``
   (the host-memory device), e.g. to exercise that path without an
   accelerator.
+- ``"cuda"``, ``"cuda:N"``: the same single-allocation layout in
+  ``p2pdma.Memory.cuda`` on CUDA device ``N`` (torch's current device for
+  ``"cuda"``), and torch CUDA tensors over it (``torch.from_dlpack`` of
+  views of that memory). The bytes come by the GPU's copy engine out of
+  page-locked bounce slots, or by P2P where a library-driven namespace
+  imports the GPU's dma-buf. Needs ``framework="pt"`` and torch with CUDA
+  (``torch.cuda.is_available()``); ``CudaUnavailableError`` otherwise. The
+  memory is the library's own allocation, not torch's caching allocator's:
+  it is freed when the last tensor viewing it is.
 
 ``progress`` shows a ``tqdm`` bar in bytes on stderr, advanced as each entry
 of the batch completes (waited for in order). By default it appears only
@@ -72,7 +81,7 @@ from typing import Any, Literal
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from . import File, Memory
-from .errors import InvalidArgumentError
+from .errors import CudaUnavailableError, InvalidArgumentError
 
 __all__ = ["SafetensorError", "load_file", "numpy_dtypes", "save_file", "torch_dtypes"]
 
@@ -351,18 +360,62 @@ def _read_header(f: File, path: str) -> tuple[list[_Entry], dict[str, str] | Non
 # Loading
 
 
-def _parse_device(device: str) -> tuple[Literal["cpu", "host", "accel"], int]:
+def _parse_device(device: str) -> tuple[Literal["cpu", "host", "accel", "cuda"], int | None]:
+    """The kind of memory ``device`` names and its index (``None``: the
+    current CUDA device)."""
     if device == "cpu":
         return "cpu", 0
     if device == "host":
         return "host", 0
-    if isinstance(device, str) and device.startswith("accel:"):
-        index = device[len("accel:") :]
-        if index.isdigit() and index.isascii():
-            return "accel", int(index)
+    if device == "cuda":
+        return "cuda", None
+    if isinstance(device, str):
+        accel, cuda = _index(device, "accel:"), _index(device, "cuda:")
+        if accel is not None:
+            return "accel", accel
+        if cuda is not None:
+            return "cuda", cuda
     raise InvalidArgumentError(
-        errno.EINVAL, f"device {device!r}: expected 'cpu', 'host' or 'accel:N'"
+        errno.EINVAL,
+        f"device {device!r}: expected 'cpu', 'host', 'accel:N', 'cuda' or 'cuda:N'",
     )
+
+
+def _index(device: str, prefix: str) -> int | None:
+    """N of ``device`` if it is ``prefix`` then N in decimal digits."""
+    if not device.startswith(prefix):
+        return None
+    n = device[len(prefix) :]
+    return int(n) if n.isdigit() and n.isascii() else None
+
+
+def _cuda_ordinal(device: str, index: int | None, framework: str) -> int:
+    """The CUDA device a load into ``device`` goes to; raises unless torch
+    with CUDA can hold the tensors."""
+    if framework != "pt":
+        raise InvalidArgumentError(
+            errno.EINVAL,
+            f"device {device!r} gives torch CUDA tensors, and numpy arrays live on "
+            "the CPU: use framework='pt'",
+        )
+    try:
+        torch = _torch()
+    except ImportError as e:
+        raise CudaUnavailableError(
+            errno.ENODEV, f"device {device!r} needs torch with CUDA, and torch cannot be imported ({e})"
+        ) from None
+    if not torch.cuda.is_available():
+        raise CudaUnavailableError(
+            errno.ENODEV,
+            f"device {device!r} needs torch with CUDA: torch.cuda.is_available() is False "
+            f"(torch {torch.__version__})",
+        )
+    return int(torch.cuda.current_device()) if index is None else index
+
+
+def _cuda_tensor(view: Any) -> Any:
+    """A torch CUDA ``uint8`` tensor over ``view``, a range of CUDA memory."""
+    return _torch().from_dlpack(view)
 
 
 def _want_progress(progress: bool | None, total: int) -> bool:
@@ -425,7 +478,12 @@ def _destinations(
 ) -> tuple[list[Any], list[tuple[Any, int, int]]]:
     """Each entry's destination (1-D uint8, ``nbytes`` long) and the batch
     of reads that fills them."""
-    if framework == "pt":
+    from_dlpack: Any
+    if kind == "cuda":
+        torch = _torch()
+        empty = lambda n: torch.empty(n, dtype=torch.uint8, device=f"cuda:{index}")  # noqa: E731
+        from_dlpack = _cuda_tensor
+    elif framework == "pt":
         torch = _torch()
         empty = lambda n: torch.empty(n, dtype=torch.uint8)  # noqa: E731
         from_dlpack = torch.from_dlpack
@@ -458,7 +516,12 @@ def _destinations(
     last = data_start + max(e.end for e in live)
     phase = first % BLOCK
     mem_len = phase + (last - first)
-    mem = Memory.host(mem_len) if kind == "host" else Memory.accelerator(mem_len, index=index)
+    if kind == "host":
+        mem = Memory.host(mem_len)
+    elif kind == "cuda":
+        mem = Memory.cuda(mem_len, index)
+    else:
+        mem = Memory.accelerator(mem_len, index=index)
     for e in entries:
         if e.nbytes == 0:
             raws.append(empty(0))
@@ -484,8 +547,11 @@ def load_file(
     ``device``: ``"cpu"`` (a CPU tensor each), ``"accel:N"`` (all in one
     allocation of accelerator ``N``'s memory, viewed through its CPU
     mapping: CPU tensors to torch that alias write-combined accelerator
-    memory, slow to read from the CPU, and keep that memory alive) or
-    ``"host"`` (the same in the host-memory device). ``framework``:
+    memory, slow to read from the CPU, and keep that memory alive),
+    ``"host"`` (the same in the host-memory device), or ``"cuda"`` /
+    ``"cuda:N"`` (all in one allocation of CUDA device memory, as torch
+    CUDA tensors that keep it alive; needs ``framework="pt"`` and torch
+    with CUDA, ``CudaUnavailableError`` otherwise). ``framework``:
     ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays; no bfloat16,
     float8 or float4). ``progress``: a tqdm bar in bytes; ``None`` shows one
     only on a terminal for loads of 256 MiB or more.
@@ -498,7 +564,8 @@ def load_file(
     ``EndOfFileError``, ``ModuleError``, ...) for failed opens, allocations
     and transfers.
     """
-    kind, index = _parse_device(device)
+    kind, parsed = _parse_device(device)
+    index = _cuda_ordinal(device, parsed, framework) if kind == "cuda" else (parsed or 0)
     path = os.fspath(path)
     with File(path, "r") as f:
         entries, _metadata, data_start = _read_header(f, path)
@@ -554,10 +621,10 @@ def _prepare(name: str, value: Any) -> tuple[str, list[int], Any, int]:
     """``value`` as (dtype code, header shape, 1-D uint8 bytes, nbytes)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
-        if value.device.type != "cpu":
+        if value.device.type not in ("cpu", "cuda"):
             raise SafetensorError(
                 errno.EINVAL,
-                f"tensor {name!r} is on {value.device}: save_file takes CPU tensors "
+                f"tensor {name!r} is on {value.device}: save_file takes CPU and CUDA tensors "
                 "(move it with .cpu() first)",
             )
         if value.layout != torch.strided:
@@ -602,11 +669,14 @@ def save_file(
     path: str | os.PathLike[str],
     metadata: Mapping[str, str] | None = None,
 ) -> None:
-    """Writes ``tensors`` (torch CPU tensors or numpy arrays, by name) to
-    ``path`` in safetensors format, with optional string ``metadata``.
+    """Writes ``tensors`` (torch tensors on the CPU or a CUDA device, or
+    numpy arrays, by name) to ``path`` in safetensors format, with optional
+    string ``metadata``.
 
-    Tensors are made contiguous first; tensors elsewhere than on the CPU,
-    sparse tensors and dtypes safetensors lacks raise ``SafetensorError``.
+    Tensors are made contiguous first; CUDA tensors are written from GPU
+    memory by the engine, with no copy to a CPU tensor first. Tensors on
+    other devices, sparse tensors and dtypes safetensors lacks raise
+    ``SafetensorError``.
     Tensors that share memory are each written in full (the ``safetensors``
     package refuses them).
 
