@@ -1,6 +1,7 @@
 //! Shared pieces of the integration test programs.
 #![deny(unsafe_code)]
 
+pub mod cargo;
 pub mod dmamem;
 pub mod nvme;
 

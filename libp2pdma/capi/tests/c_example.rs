@@ -2,11 +2,8 @@
 //! against the committed header and this crate's static library, runs them
 //! on files in the target directory, and checks the bytes that came out.
 //!
-//! Cargo does not build a `cdylib`/`staticlib`-only library for its own
-//! integration tests, so the first test to need it runs `cargo build -p
-//! p2pdma-capi --lib` with this test's profile, target and target directory
-//! (the outer cargo has released its lock by then, and the build only
-//! relinks what changed).
+//! The first test to need the static library builds it
+//! ([`p2pdma_tests::cargo::build_libs`]).
 
 use std::{
     path::{Path, PathBuf},
@@ -37,46 +34,10 @@ fn workspace_root() -> PathBuf {
 fn static_lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        // The test runs from <target-dir>/[<triple>/]<profile-dir>/deps/.
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-        let profile = profile_dir
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned();
-        let triple = env!("P2PDMA_CAPI_TARGET");
-        let above = profile_dir.parent().unwrap();
-        let explicit_target = above.file_name().is_some_and(|n| n == triple);
-        let target_dir = if explicit_target {
-            above.parent().unwrap()
-        } else {
-            above
-        };
-
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(workspace_root())
-            .args(["build", "--locked", "-p", "p2pdma-capi", "--lib"])
-            .env("CARGO_TARGET_DIR", target_dir);
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            other => {
-                cmd.args(["--profile", other]);
-            }
-        }
-        if explicit_target {
-            cmd.args(["--target", triple]);
-        }
-        let out = cmd.output().expect("running cargo");
-        assert!(
-            out.status.success(),
-            "building the C library failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let profile_dir = p2pdma_tests::cargo::build_libs(
+            &workspace_root(),
+            "p2pdma-capi",
+            env!("P2PDMA_CAPI_TARGET"),
         );
         let lib = profile_dir.join("libp2pdma.a");
         assert!(lib.is_file(), "{} was not built", lib.display());

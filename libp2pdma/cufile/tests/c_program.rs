@@ -32,46 +32,10 @@ fn workspace_root() -> PathBuf {
 fn library_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        // The test runs from <target-dir>/[<triple>/]<profile-dir>/deps/.
-        let exe = std::env::current_exe().unwrap();
-        let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-        let profile = profile_dir
-            .file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .to_owned();
-        let triple = env!("P2PDMA_CUFILE_TARGET");
-        let above = profile_dir.parent().unwrap();
-        let explicit_target = above.file_name().is_some_and(|n| n == triple);
-        let target_dir = if explicit_target {
-            above.parent().unwrap()
-        } else {
-            above
-        };
-
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(workspace_root())
-            .args(["build", "--locked", "-p", "p2pdma-cufile", "--lib"])
-            .env("CARGO_TARGET_DIR", target_dir);
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            other => {
-                cmd.args(["--profile", other]);
-            }
-        }
-        if explicit_target {
-            cmd.args(["--target", triple]);
-        }
-        let out = cmd.output().expect("running cargo");
-        assert!(
-            out.status.success(),
-            "building the shared library failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let profile_dir = p2pdma_tests::cargo::build_libs(
+            &workspace_root(),
+            "p2pdma-cufile",
+            env!("P2PDMA_CUFILE_TARGET"),
         );
         let lib = profile_dir.join("libcufile.so");
         assert!(lib.is_file(), "{} was not built", lib.display());
