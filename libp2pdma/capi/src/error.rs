@@ -92,6 +92,7 @@ impl From<Error> for Failure {
             (None, Error::AbiMismatch { .. }) => libc::EPROTO,
             (None, Error::OutOfBounds { .. } | Error::InvalidArgument(_)) => libc::EINVAL,
             (None, Error::PathUnavailable { .. }) => libc::EOPNOTSUPP,
+            (None, Error::CudaUnavailable(_)) => libc::ENODEV,
             (None, _) => libc::EIO,
         };
         Self {
@@ -337,6 +338,28 @@ mod tests {
         let rc = status("g", || panic!("boom"));
         assert_eq!(rc, ERR_INTERNAL);
         assert_eq!(p2pdma_last_nvme_status(), 0);
+    }
+
+    #[test]
+    fn cuda_errors_say_whether_cuda_is_there() {
+        let rc = status("p2pdma_read", || {
+            Err(Failure::from(Error::CudaUnavailable("no driver".into())))
+        });
+        assert_eq!(rc, -libc::ENODEV);
+        assert!(
+            last().contains("CUDA is not available: no driver"),
+            "{}",
+            last()
+        );
+        let rc = status("p2pdma_read", || {
+            Err(Failure::from(Error::Cuda {
+                op: "cuMemcpyHtoDAsync",
+                code: 700,
+                name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+            }))
+        });
+        assert_eq!(rc, -libc::EIO);
+        assert!(last().contains("cuMemcpyHtoDAsync"), "{}", last());
     }
 
     #[test]
