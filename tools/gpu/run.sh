@@ -33,8 +33,8 @@ venv() {
 	local v=$work/venv
 	if [ ! -x "$v/bin/python" ]; then
 		python3 -m venv --system-site-packages "$v" || return 1
-		"$v/bin/pip" install --quiet --no-index --find-links "$here/wheels" \
-			p2pdma kvikio-cu12 libkvikio-cu12 pytest || return 1
+		"$v/bin/pip" install --quiet --no-index --no-deps --find-links "$here/wheels" \
+			p2pdma kvikio-cu12 libkvikio-cu12 pytest iniconfig pluggy packaging || return 1
 	fi
 	echo "$v/bin/python"
 }
