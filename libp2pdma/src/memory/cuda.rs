@@ -225,12 +225,16 @@ impl CudaMemory {
 
 impl Drop for CudaMemory {
     fn drop(&mut self) {
+        // The dma-buf goes first: nothing can reach the memory through it
+        // once it is freed.
+        drop(self.dmabuf.take());
         let Ok(e) = self.ctx.enter() else {
             return;
         };
         if matches!(self.owner, Owner::Allocated) {
-            // SAFETY: Allocated here; no copy runs (we are being dropped) and
-            // an exported dma-buf keeps its own reference to the pages.
+            // SAFETY: Allocated here; no copy runs (we are being dropped),
+            // our dma-buf is closed, and no controller maps it (a mapping
+            // borrows or owns the memory it maps).
             let _ = unsafe { cuda::mem_free(&e, self.ptr) };
         }
     }
