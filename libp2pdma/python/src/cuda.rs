@@ -115,6 +115,12 @@ pub fn wait_for_stream(py: Python<'_>, ordinal: i32, stream: usize) -> PyResult<
     let s = Arc::new(Signal::default());
     {
         let entered = ctx.enter().map_err(fail)?;
+        // An idle stream (the common case: the producer synchronized, or
+        // queued nothing) costs one query, not a host function and a wait.
+        // SAFETY: As for `launch_host_func` below.
+        if unsafe { driver::stream_idle(&entered, stream as *mut c_void) }.map_err(fail)? {
+            return Ok(());
+        }
         let data = Arc::into_raw(s.clone()).cast_mut().cast::<c_void>();
         // SAFETY: `stream` is a stream of this device's primary context
         // (the producer's: torch and CuPy use primary contexts) or a

@@ -646,6 +646,28 @@ pub fn export_dmabuf(_in: &Entered<'_>, ptr: CUdeviceptr, len: usize) -> Result<
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Whether every operation queued on `stream` (a caller's `CUstream`; null:
+/// the legacy default stream) has completed (`cuStreamQuery`).
+///
+/// # Safety
+/// `stream` is a live stream of `ctx`'s device, or a default-stream handle.
+pub unsafe fn stream_idle(_in: &Entered<'_>, stream: *mut c_void) -> Result<bool> {
+    // SAFETY: The caller's.
+    let r = catch_unwind(AssertUnwindSafe(|| unsafe {
+        cu::cuStreamQuery(stream.cast())
+    }))
+    .map_err(|p| Error::Cuda {
+        op: "cuStreamQuery",
+        code: u32::MAX,
+        name: panic_text(&p),
+    })?;
+    if r == CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check("cuStreamQuery", r)?;
+    Ok(true)
+}
+
 /// A function the stream runs on a driver thread once the work queued on
 /// it before has finished (`cuLaunchHostFunc`); later work waits for it.
 /// `stream` is a `CUstream` from a caller (null: the legacy default
