@@ -62,7 +62,7 @@ impl DmabufMapping {
     /// Copies `src` into the mapping at `offset`, inside a write sync.
     pub fn write_at(&self, dmabuf: BorrowedFd<'_>, offset: usize, src: &[u8]) -> Result<()> {
         check_range(offset, src.len(), self.len())?;
-        bracket(dmabuf, DmabufAccess::Write, || {
+        bracket(dmabuf, || {
             self.map
                 .write_at(offset, src)
                 .map_err(Error::sys("copy into the dma-buf mapping"))
@@ -72,7 +72,7 @@ impl DmabufMapping {
     /// Copies the mapping at `offset` into `dst`, inside a read sync.
     pub fn read_at(&self, dmabuf: BorrowedFd<'_>, offset: usize, dst: &mut [u8]) -> Result<()> {
         check_range(offset, dst.len(), self.len())?;
-        bracket(dmabuf, DmabufAccess::Read, || {
+        bracket(dmabuf, || {
             self.map
                 .read_at(offset, dst)
                 .map_err(Error::sys("copy from the dma-buf mapping"))
@@ -80,12 +80,14 @@ impl DmabufMapping {
     }
 }
 
-/// Runs `f` between the start and the end of CPU access `access`.
-fn bracket(
-    dmabuf: BorrowedFd<'_>,
-    access: DmabufAccess,
-    f: impl FnOnce() -> Result<()>,
-) -> Result<()> {
+/// Runs `f` between the start and the end of CPU access, announced as
+/// reading and writing whatever `f` does: an exporter may map its memory
+/// for the CPU once, for the first access's direction, and sync every
+/// later access against that mapping (udmabuf does), so a read after a
+/// write would sync in a direction the mapping was not made for, which
+/// the DMA API forbids. Both directions match every access.
+fn bracket(dmabuf: BorrowedFd<'_>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let access = DmabufAccess::ReadWrite;
     sys::dmabuf_sync(dmabuf, access, false).map_err(Error::ioctl("DMA_BUF_IOCTL_SYNC start"))?;
     let r = f();
     let end =

@@ -415,6 +415,8 @@ pub enum DmabufAccess {
     Read,
     /// The CPU writes.
     Write,
+    /// The CPU reads and writes.
+    ReadWrite,
 }
 
 /// `DMA_BUF_IOCTL_SYNC`: the start (`end` false) or the end of CPU access
@@ -427,6 +429,7 @@ pub fn dmabuf_sync(dmabuf: impl AsFd, access: DmabufAccess, end: bool) -> Result
     let flags = match access {
         DmabufAccess::Read => READ,
         DmabufAccess::Write => WRITE,
+        DmabufAccess::ReadWrite => READ | WRITE,
     } | if end { END } else { 0 };
     // SAFETY: DMA_BUF_IOCTL_SYNC reads one u64 of flags, this layout.
     unsafe {
