@@ -159,12 +159,18 @@ pub fn version_string(v: i32) -> String {
 /// Runs one driver call, turning a panic in `cudarc` (a missing symbol)
 /// and an error status into [`Error::Cuda`].
 pub fn call(op: &'static str, f: impl FnOnce() -> CUresult) -> Result<()> {
-    let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| Error::Cuda {
+    check(op, status(op, f)?)
+}
+
+/// Runs one driver call and returns its status as it is (for the calls
+/// whose statuses mean more than success or failure), a panic in `cudarc`
+/// (a missing symbol) turned into [`Error::Cuda`].
+fn status(op: &'static str, f: impl FnOnce() -> CUresult) -> Result<CUresult> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| Error::Cuda {
         op,
         code: u32::MAX,
         name: panic_text(&p),
-    })?;
-    check(op, r)
+    })
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -195,13 +201,13 @@ fn error_name(r: CUresult) -> String {
         (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     };
     // SAFETY: Out-pointers to live locals.
-    let n = catch_unwind(AssertUnwindSafe(|| unsafe {
+    let n = status("cuGetErrorName", || unsafe {
         cu::cuGetErrorName(r, &mut name)
-    }));
+    });
     // SAFETY: As above.
-    let t = catch_unwind(AssertUnwindSafe(|| unsafe {
+    let t = status("cuGetErrorString", || unsafe {
         cu::cuGetErrorString(r, &mut text)
-    }));
+    });
     match (n, t) {
         (Ok(CUresult::CUDA_SUCCESS), Ok(CUresult::CUDA_SUCCESS)) => match (got(name), got(text)) {
             (Some(n), Some(t)) => format!("{n}: {t}"),
@@ -445,66 +451,47 @@ pub enum Pointer {
 pub fn pointer(ptr: u64) -> Result<Pointer> {
     driver()?;
     use cu::CUpointer_attribute as P;
+    // One call for all four: unlike cuPointerGetAttribute, it takes memory
+    // the driver does not know as no error (type 0), and unlike
+    // cuMemGetAddressRange it needs no current context.
     let mut ty: u32 = 0;
-    // SAFETY: MEMORY_TYPE writes an unsigned int.
-    let r = catch_unwind(AssertUnwindSafe(|| unsafe {
-        cu::cuPointerGetAttribute(
-            (&mut ty as *mut u32).cast::<c_void>(),
-            P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            ptr,
-        )
-    }))
-    .map_err(|p| Error::Cuda {
-        op: "cuPointerGetAttribute",
-        code: u32::MAX,
-        name: panic_text(&p),
-    })?;
-    if r == CUresult::CUDA_ERROR_INVALID_VALUE {
-        return Ok(Pointer::Unknown);
-    }
-    check("cuPointerGetAttribute", r)?;
-    if ty == cu::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
-        return Ok(Pointer::Host);
-    }
-    if ty != cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
-        return Err(Error::InvalidArgument(format!(
-            "{ptr:#x} is CUDA memory of type {ty}, neither device nor host memory"
-        )));
-    }
     let mut ordinal: c_int = 0;
-    // SAFETY: DEVICE_ORDINAL writes an int.
-    call("cuPointerGetAttribute", || unsafe {
-        cu::cuPointerGetAttribute(
-            (&mut ordinal as *mut c_int).cast::<c_void>(),
-            P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-            ptr,
-        )
-    })?;
-    // The allocation's range, by attribute: unlike cuMemGetAddressRange,
-    // it needs no current context.
     let mut base: u64 = 0;
-    // SAFETY: RANGE_START_ADDR writes a CUdeviceptr.
-    call("cuPointerGetAttribute", || unsafe {
-        cu::cuPointerGetAttribute(
-            (&mut base as *mut u64).cast::<c_void>(),
-            P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            ptr,
-        )
-    })?;
     let mut size: usize = 0;
-    // SAFETY: RANGE_SIZE writes a size_t.
-    call("cuPointerGetAttribute", || unsafe {
-        cu::cuPointerGetAttribute(
-            (&mut size as *mut usize).cast::<c_void>(),
-            P::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    let mut attrs = [
+        P::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        P::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut c_void; 4] = [
+        (&mut ty as *mut u32).cast(),
+        (&mut ordinal as *mut c_int).cast(),
+        (&mut base as *mut u64).cast(),
+        (&mut size as *mut usize).cast(),
+    ];
+    // SAFETY: Each data pointer is a live local of the attribute's type
+    // (unsigned int, int, CUdeviceptr, size_t).
+    call("cuPointerGetAttributes", || unsafe {
+        cu::cuPointerGetAttributes(
+            attrs.len() as u32,
+            attrs.as_mut_ptr(),
+            data.as_mut_ptr(),
             ptr,
         )
     })?;
-    Ok(Pointer::Device {
-        ordinal,
-        base,
-        size: size as u64,
-    })
+    match ty {
+        0 => Ok(Pointer::Unknown),
+        t if t == cu::CUmemorytype::CU_MEMORYTYPE_HOST as u32 => Ok(Pointer::Host),
+        t if t == cu::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 => Ok(Pointer::Device {
+            ordinal,
+            base,
+            size: size as u64,
+        }),
+        t => Err(Error::InvalidArgument(format!(
+            "{ptr:#x} is CUDA memory of type {t}, neither device nor host memory"
+        ))),
+    }
 }
 
 /// `len` bytes of device memory, in the context (which must be current).
@@ -653,13 +640,8 @@ pub fn export_dmabuf(_in: &Entered<'_>, ptr: CUdeviceptr, len: usize) -> Result<
 /// `stream` is a live stream of `ctx`'s device, or a default-stream handle.
 pub unsafe fn stream_idle(_in: &Entered<'_>, stream: *mut c_void) -> Result<bool> {
     // SAFETY: The caller's.
-    let r = catch_unwind(AssertUnwindSafe(|| unsafe {
+    let r = status("cuStreamQuery", || unsafe {
         cu::cuStreamQuery(stream.cast())
-    }))
-    .map_err(|p| Error::Cuda {
-        op: "cuStreamQuery",
-        code: u32::MAX,
-        name: panic_text(&p),
     })?;
     if r == CUresult::CUDA_ERROR_NOT_READY {
         return Ok(false);
