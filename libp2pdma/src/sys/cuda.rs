@@ -257,18 +257,20 @@ impl Context {
     /// Device `ordinal`'s primary context.
     pub fn primary(ordinal: i32) -> Result<Arc<Context>> {
         let d = driver()?;
+        let mut all = d.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        // A context already retained costs no driver call (this runs for
+        // every buffer lent).
+        if let Some(Some(c)) = usize::try_from(ordinal).ok().and_then(|i| all.get(i)) {
+            return Ok(c.clone());
+        }
         let count = device_count()?;
         if ordinal < 0 || ordinal >= count {
             return Err(Error::InvalidArgument(format!(
                 "no CUDA device {ordinal} ({count} present)"
             )));
         }
-        let mut all = d.contexts.lock().unwrap_or_else(|p| p.into_inner());
         if all.len() < count as usize {
             all.resize(count as usize, None);
-        }
-        if let Some(c) = &all[ordinal as usize] {
-            return Ok(c.clone());
         }
         let mut device: cu::CUdevice = 0;
         // SAFETY: Out-pointer to a live local.
@@ -330,17 +332,7 @@ impl Context {
     /// The device's PCI address (`dddd:bb:dd.f`), asked once.
     pub fn pci(&self) -> Option<&str> {
         self.pci
-            .get_or_init(|| {
-                let mut bus = [0 as c_char; 64];
-                // SAFETY: The buffer holds 64 chars, and the length says so.
-                call("cuDeviceGetPCIBusId", || unsafe {
-                    cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, self.device)
-                })
-                .ok()?;
-                // SAFETY: NUL-terminated by the driver within the zeroed buffer.
-                let text = unsafe { CStr::from_ptr(bus.as_ptr()) };
-                Some(text.to_string_lossy().to_lowercase())
-            })
+            .get_or_init(|| pci_bus_id(self.device).ok())
             .as_deref()
     }
 
@@ -357,6 +349,18 @@ fn device_attribute(dev: cu::CUdevice, attr: cu::CUdevice_attribute) -> Result<i
         cu::cuDeviceGetAttribute(&mut v, attr, dev)
     })?;
     Ok(v)
+}
+
+/// The device's PCI address, `dddd:bb:dd.f` in lower case.
+fn pci_bus_id(dev: cu::CUdevice) -> Result<String> {
+    let mut bus = [0 as c_char; 64];
+    // SAFETY: The buffer holds 64 chars, and the length says so.
+    call("cuDeviceGetPCIBusId", || unsafe {
+        cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, dev)
+    })?;
+    // SAFETY: NUL-terminated by the driver within the zeroed buffer.
+    let text = unsafe { CStr::from_ptr(bus.as_ptr()) };
+    Ok(text.to_string_lossy().to_lowercase())
 }
 
 /// How many CUDA devices the driver sees.
@@ -400,11 +404,6 @@ pub fn device_facts(ordinal: i32) -> Result<DeviceFacts> {
     call("cuDeviceGetName", || unsafe {
         cu::cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, dev)
     })?;
-    let mut bus = [0 as c_char; 64];
-    // SAFETY: As above.
-    call("cuDeviceGetPCIBusId", || unsafe {
-        cu::cuDeviceGetPCIBusId(bus.as_mut_ptr(), bus.len() as c_int, dev)
-    })?;
     let mut total: usize = 0;
     // SAFETY: Out-pointer to a live local.
     call("cuDeviceTotalMem", || unsafe {
@@ -422,7 +421,7 @@ pub fn device_facts(ordinal: i32) -> Result<DeviceFacts> {
         ordinal,
         name: text(&name),
         total_memory: total as u64,
-        pci: text(&bus).to_lowercase(),
+        pci: pci_bus_id(dev)?,
         dma_buf: device_attribute(dev, A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)? != 0,
         rdma: device_attribute(dev, A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED)? != 0,
     })
