@@ -58,7 +58,7 @@ pack() {
 	cp libp2pdma/python/tests/{test_cuda.py,cuda_helpers.py,cuda_emu_checks.py} "$out/tests/"
 	[ -f libp2pdma/python/tests/conftest.py ] && cp libp2pdma/python/tests/conftest.py "$out/tests/"
 	install -m755 tools/gpu/run.sh "$out/run.sh"
-	cp tools/gpu/bench.py "$out/"
+	cp libp2pdma/python/bench/{gpu.py,storage.py} "$out/"
 	du -sh "$out"
 }
 

@@ -6,7 +6,7 @@
 #                        library's C test on host and GPU memory, KvikIO on
 #                        top of the cuFile library, the binding's CUDA tests,
 #                        and the small-copy bench; one PASS/FAIL line each
-#   run.sh bench [ARGS]  bench.py: a large file into GPU memory and 4 KiB
+#   run.sh bench [ARGS]  gpu.py (libp2pdma/python/bench): a large file into GPU memory and 4 KiB
 #                        random reads, ours against KvikIO (compat mode),
 #                        a plain read plus a copy, and fio
 #
@@ -97,7 +97,7 @@ check) check ;;
 bench)
 	shift
 	py=$(venv) || exit 1
-	"$py" "$here/bench.py" --dir "$work" "$@"
+	"$py" "$here/gpu.py" --dir "$work" "$@"
 	;;
 *)
 	echo "usage: run.sh check | bench [ARGS]" >&2

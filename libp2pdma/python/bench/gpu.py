@@ -22,8 +22,6 @@ import argparse
 import json
 import os
 import random
-import shutil
-import subprocess
 import time
 
 os.environ.setdefault("KVIKIO_COMPAT_MODE", "ON")
@@ -32,21 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import p2pdma  # noqa: E402
-
-
-def drop_caches(path: str) -> str:
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return "drop_caches"
-    except OSError:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-        return "fadvise"
+from storage import drop_caches, fio_best  # noqa: E402
 
 
 def make_file(path: str, size: int) -> None:
@@ -156,24 +140,6 @@ def small(path: str, calls: int, reps: int, cold: bool) -> dict:
     except Exception as e:  # noqa: BLE001
         r["kvikio_skipped"] = f"{type(e).__name__}: {e}"
     return r
-
-
-def fio_best(path: str) -> dict:
-    if not shutil.which("fio"):
-        return {"skipped": "fio is not installed"}
-    results = []
-    for bs, depth, jobs in (("1M", 32, 1), ("4M", 64, 1), ("16M", 16, 1), ("1M", 16, 4)):
-        drop_caches(path)
-        out = subprocess.run(
-            ["fio", "--name=seq", f"--filename={path}", "--rw=read", f"--bs={bs}", "--direct=1",
-             "--ioengine=io_uring", f"--iodepth={depth}", f"--numjobs={jobs}", "--group_reporting",
-             "--output-format=json"],
-            capture_output=True, text=True, check=True,
-        )
-        job = json.loads(out.stdout)["jobs"][0]["read"]
-        results.append((job["bw_bytes"] / (1 << 30), f"{bs} direct io_uring depth {depth} x{jobs}"))
-    gib_s, settings = max(results)
-    return {"gib_s": gib_s, "settings": settings}
 
 
 def main() -> int:
