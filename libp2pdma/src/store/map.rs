@@ -1,6 +1,12 @@
 //! The object map: every object's id, extent and size, and the allocator
 //! that hands out extents. The free space is what no object holds, so the
 //! map alone is persisted and space freed by a commit is reused after it.
+//!
+//! The allocator never hands out, and a resize never writes, a byte that
+//! the map gives to a live object or that a caller says is held (bytes
+//! reads without the map's lock are still reading): so a crash before the
+//! next commit finds every committed object's bytes where they were, and a
+//! read in flight finds the bytes it started on.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +17,10 @@ use crate::{Error, Result};
 const HEADER: usize = 16;
 /// Bytes of one object's entry: id, first block, blocks, size.
 const ENTRY: usize = 32;
+
+/// Byte ranges `[start, end)` of the device that must not be written or
+/// handed out: what reads in flight without the map's lock are reading.
+pub type Held = [(u64, u64)];
 
 /// Where an object lives and how large it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,7 +81,17 @@ impl Map {
 
     /// The most objects a map region of `blocks` blocks holds.
     pub fn capacity(blocks: u64) -> u64 {
-        (blocks * BLOCK).saturating_sub(HEADER as u64) / ENTRY as u64
+        blocks.saturating_mul(BLOCK).saturating_sub(HEADER as u64) / ENTRY as u64
+    }
+
+    /// Blocks of a map region with room for `max_objects` objects, if that
+    /// is a number of bytes at all.
+    pub fn region_blocks(max_objects: u64) -> Option<u64> {
+        max_objects
+            .max(1)
+            .checked_mul(ENTRY as u64)?
+            .checked_add(HEADER as u64)
+            .map(|b| b.div_ceil(BLOCK))
     }
 
     /// Object `id`'s extent.
@@ -107,31 +127,31 @@ impl Map {
         self.end - self.data_start - used
     }
 
-    /// The first free run of `blocks` blocks (first fit), skipping the
-    /// extent of `except`.
-    fn find(&self, blocks: u64, except: Option<u64>) -> Option<u64> {
+    /// The first run of `blocks` blocks (first fit) that no object holds
+    /// and no byte of `held` lies in.
+    fn find(&self, blocks: u64, held: &Held) -> Option<u64> {
         let mut taken: Vec<(u64, u64)> = self
             .objects
-            .iter()
-            .filter(|(id, _)| Some(**id) != except)
-            .map(|(_, e)| (e.start, e.end()))
+            .values()
+            .map(|e| (e.start, e.end()))
+            .chain(held.iter().map(|&(s, e)| (s / BLOCK, e.div_ceil(BLOCK))))
             .collect();
         taken.sort_unstable();
         let mut at = self.data_start;
         for (s, e) in taken {
-            if s >= at + blocks {
-                return Some(at);
+            if s >= at.checked_add(blocks)? {
+                break;
             }
             at = at.max(e);
         }
-        (self.end >= at + blocks).then_some(at)
+        (self.end >= at.checked_add(blocks)?).then_some(at)
     }
 
-    /// Adds an object of `size` bytes at the first free run that holds it;
-    /// its id and extent.
-    pub fn create(&mut self, size: u64) -> Result<(u64, Extent)> {
+    /// Adds an object of `size` bytes at the first free run that holds it
+    /// and no byte of `held`; its id and extent.
+    pub fn create(&mut self, size: u64, held: &Held) -> Result<(u64, Extent)> {
         let blocks = blocks_for(size);
-        let start = self.find(blocks, None).ok_or_else(|| self.no_room(size))?;
+        let start = self.find(blocks, held).ok_or_else(|| self.no_room(size))?;
         let id = self.next_id;
         self.next_id += 1;
         let e = Extent {
@@ -151,21 +171,20 @@ impl Map {
     /// Object `id` at `size` bytes: in place when its own blocks or the free
     /// blocks after them hold it, else at a new extent (whose bytes the
     /// caller copies before committing). The old extent and the new one.
-    pub fn resize(&mut self, id: u64, size: u64) -> Result<(Extent, Extent)> {
+    ///
+    /// What the caller writes before the commit (a new extent; in place,
+    /// the bytes from the old size to the new one) is free in this map, past
+    /// the object's committed size, and outside `held`: the old extent stays
+    /// whole until the commit, whatever happens before it.
+    pub fn resize(&mut self, id: u64, size: u64, held: &Held) -> Result<(Extent, Extent)> {
         let old = self.get(id).ok_or_else(|| no_object(id))?;
         let blocks = blocks_for(size);
-        let grows_in_place = blocks <= old.blocks
-            || self
-                .objects
-                .iter()
-                .filter(|(other, _)| **other != id)
-                .all(|(_, e)| e.end() <= old.start || e.start >= old.start + blocks)
-                && old.start + blocks <= self.end;
-        let start = if grows_in_place {
+        let start = if self.fits_in_place(id, &old, size, held) {
             old.start
         } else {
-            self.find(blocks, Some(id))
-                .ok_or_else(|| self.no_room(size))?
+            // The object's own extent counts as taken: it is what a crash
+            // before the commit keeps.
+            self.find(blocks, held).ok_or_else(|| self.no_room(size))?
         };
         let new = Extent {
             start,
@@ -174,6 +193,34 @@ impl Map {
         };
         self.objects.insert(id, new);
         Ok((old, new))
+    }
+
+    /// Whether `old` can become `size` bytes where it is: its own blocks
+    /// hold it, or the blocks after them are free, and the bytes a grow
+    /// zeros (from its size on) are not held.
+    fn fits_in_place(&self, id: u64, old: &Extent, size: u64, held: &Held) -> bool {
+        if size <= old.size {
+            return true;
+        }
+        let blocks = blocks_for(size);
+        let Some(new_end) = old.start.checked_add(blocks) else {
+            return false;
+        };
+        let room = blocks <= old.blocks
+            || new_end <= self.end
+                && self
+                    .objects
+                    .iter()
+                    .filter(|(other, _)| **other != id)
+                    .all(|(_, e)| e.end() <= old.start || e.start >= new_end);
+        // The bytes a grow writes: zeros from the old size to the new one
+        // in the old blocks, and the new blocks whole.
+        let written = if blocks <= old.blocks {
+            (old.start * BLOCK + old.size, old.start * BLOCK + size)
+        } else {
+            (old.start * BLOCK + old.size, new_end * BLOCK)
+        };
+        room && held.iter().all(|&(s, e)| e <= written.0 || s >= written.1)
     }
 
     fn no_room(&self, size: u64) -> Error {
@@ -265,25 +312,146 @@ mod tests {
     #[test]
     fn freed_space_is_reused_first_fit() {
         let mut m = Map::new(10, 100);
-        let (a, ea) = m.create(3 * BLOCK).unwrap();
-        let (b, eb) = m.create(1).unwrap();
-        let (_, ec) = m.create(2 * BLOCK + 1).unwrap();
+        let (a, ea) = m.create(3 * BLOCK, &[]).unwrap();
+        let (b, eb) = m.create(1, &[]).unwrap();
+        let (_, ec) = m.create(2 * BLOCK + 1, &[]).unwrap();
         assert_eq!((ea.start, eb.start, ec.start), (10, 13, 14));
         m.delete(a).unwrap();
-        let (_, ed) = m.create(2 * BLOCK).unwrap();
+        let (_, ed) = m.create(2 * BLOCK, &[]).unwrap();
         assert_eq!(ed.start, 10);
         assert!(m.delete(a).is_err());
-        let (old, new) = m.resize(b, 3 * BLOCK).unwrap();
+        let (old, new) = m.resize(b, 3 * BLOCK, &[]).unwrap();
         assert_eq!((old.start, new.start, new.blocks), (13, 17, 3));
-        assert!(m.create(200 * BLOCK).is_err());
+        assert!(m.create(200 * BLOCK, &[]).is_err());
         assert_eq!(m.free_blocks(), 90 - 2 - 3 - 3);
+    }
+
+    /// What a resize of `id` from `before` to `after` writes before its
+    /// commit: the new extent when it moved, else the bytes a grow zeros.
+    fn written(before: &Map, after: &Map, id: u64) -> Option<(u64, u64)> {
+        let (old, new) = (before.get(id)?, after.get(id)?);
+        if new.start != old.start {
+            Some((new.start * BLOCK, new.end() * BLOCK))
+        } else if new.size > old.size {
+            let end = if new.blocks <= old.blocks {
+                old.start * BLOCK + new.size
+            } else {
+                new.end() * BLOCK
+            };
+            Some((old.start * BLOCK + old.size, end))
+        } else {
+            None
+        }
+    }
+
+    #[test]
+    fn a_grow_that_moves_never_lands_on_its_own_blocks() {
+        // P, X (two blocks each) and Y; P deleted: first fit over P's hole
+        // and X's own blocks would overwrite X before the commit.
+        let mut m = Map::new(10, 100);
+        let (p, _) = m.create(2 * BLOCK, &[]).unwrap();
+        let (x, ex) = m.create(2 * BLOCK, &[]).unwrap();
+        m.create(BLOCK, &[]).unwrap();
+        m.delete(p).unwrap();
+        let before = m.clone();
+        let (_, new) = m.resize(x, 4 * BLOCK, &[]).unwrap();
+        assert!(
+            new.start >= ex.end() || new.end() <= ex.start,
+            "{new:?} over {ex:?}"
+        );
+        assert_eq!(new.start, 15);
+        assert!(written(&before, &m, x).is_some());
+    }
+
+    #[test]
+    fn held_bytes_are_neither_handed_out_nor_written() {
+        let mut m = Map::new(10, 100);
+        let (a, ea) = m.create(3 * BLOCK, &[]).unwrap();
+        let (b, eb) = m.create(BLOCK / 2, &[]).unwrap();
+        m.delete(a).unwrap();
+        // A read of A's middle block is in flight.
+        let held = [((ea.start + 1) * BLOCK + 10, (ea.start + 1) * BLOCK + 20)];
+        let (_, ec) = m.create(BLOCK, &held).unwrap();
+        assert_eq!(ec.start, ea.start);
+        let (_, ed) = m.create(2 * BLOCK, &held).unwrap();
+        assert!(ed.start >= ea.start + 2, "{ed:?}");
+        // B shrank while a read of its second half was in flight: growing
+        // it again would zero what that read reads, so it moves.
+        m.resize(b, 100, &[]).unwrap();
+        let held = [(eb.start * BLOCK + 200, eb.start * BLOCK + 300)];
+        let before = m.clone();
+        let (_, nb) = m.resize(b, 1000, &held).unwrap();
+        assert_ne!(nb.start, eb.start);
+        let w = written(&before, &m, b).unwrap();
+        assert!(w.1 <= held[0].0 || w.0 >= held[0].1);
+        // Unheld, it grows where it is.
+        let mut m = before;
+        assert_eq!(m.resize(b, 1000, &[]).unwrap().1.start, eb.start);
+    }
+
+    #[test]
+    fn region_sizes_that_overflow_are_refused() {
+        assert_eq!(Map::region_blocks(1), Some(1));
+        assert_eq!(Map::region_blocks(127), Some(1));
+        assert_eq!(Map::region_blocks(128), Some(2));
+        for n in [1u64 << 59, (1 << 59) + 1, 3 << 59, u64::MAX] {
+            assert_eq!(Map::region_blocks(n), None, "{n}");
+        }
+        assert!(Map::region_blocks(u64::MAX / 64).is_some());
+    }
+
+    proptest::proptest! {
+        /// Random creates, deletes and resizes with random bytes held: no
+        /// resize or create writes, before its commit, a byte that the map
+        /// before it gives to a live object or that is held, and the map
+        /// stays sound.
+        #[test]
+        fn nothing_committed_or_held_is_written_before_a_commit(
+            ops in proptest::collection::vec((0u8..3, 0usize..64, 1u64..12 * BLOCK, proptest::option::of((0u64..60 * BLOCK, 1u64..3 * BLOCK))), 1..80)
+        ) {
+            let mut m = Map::new(10, 60);
+            for (kind, k, size, hold) in ops {
+                let held: Vec<(u64, u64)> = hold.map(|(s, n)| (10 * BLOCK + s, 10 * BLOCK + s + n)).into_iter().collect();
+                let ids: Vec<u64> = m.objects.keys().copied().collect();
+                let before = m.clone();
+                let w = match kind {
+                    0 => match m.create(size, &held) {
+                        Ok((_, e)) => Some((e.start * BLOCK, e.end() * BLOCK)),
+                        Err(_) => None,
+                    },
+                    1 if !ids.is_empty() => {
+                        m.delete(ids[k % ids.len()]).unwrap();
+                        None
+                    }
+                    _ if !ids.is_empty() => {
+                        let id = ids[k % ids.len()];
+                        match m.resize(id, size, &held) {
+                            Ok(_) => written(&before, &m, id),
+                            Err(_) => None,
+                        }
+                    }
+                    _ => None,
+                };
+                if let Some((ws, we)) = w {
+                    for (id, e) in &before.objects {
+                        let (s, end) = (e.start * BLOCK, e.start * BLOCK + e.size);
+                        proptest::prop_assert!(we <= s || ws >= end, "wrote {ws}..{we} over object {id} {e:?}");
+                    }
+                    for &(s, e) in &held {
+                        proptest::prop_assert!(we <= s || ws >= e, "wrote {ws}..{we} over held {s}..{e}");
+                    }
+                }
+                let (b, _) = m.encode();
+                proptest::prop_assert_eq!(Map::decode(&b, 10, 60), Some(m.clone()));
+            }
+        }
     }
 
     #[test]
     fn maps_round_trip_and_refuse_unsound_ones() {
         let mut m = Map::new(10, 100);
         for s in [5, BLOCK, 3 * BLOCK + 7] {
-            m.create(s).unwrap();
+            m.create(s, &[]).unwrap();
         }
         let (b, crc) = m.encode();
         assert_eq!(crc, checksum(&b));

@@ -1,10 +1,7 @@
 //! The object store: objects on a device, created, resized, deleted, read
 //! and written by many threads at once, their map kept through crashes.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Condvar, Mutex, RwLock},
-};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::{
     backing::Backing,
@@ -22,41 +19,34 @@ use crate::{
 /// Bytes zeroed per write when an object gets new blocks.
 const ZERO_CHUNK: usize = 1 << 20;
 
-/// Objects with reads in flight that do not hold the map's lock (prefetches):
-/// an object is not deleted, shrunk or moved while it has some, so such a
-/// read never lands another object's bytes.
+/// Byte ranges of the device that reads in flight without the map's lock
+/// (prefetches) are reading. Nothing the store writes before a commit, and
+/// no extent it hands out, touches them: an object deleted, shrunk or moved
+/// under a prefetch keeps the bytes that prefetch reads until it is
+/// consumed or dropped (as an unlinked file keeps its blocks while it is
+/// open), and no metadata call waits for a prefetch.
 #[derive(Default)]
-struct Pins {
-    count: Mutex<HashMap<u64, usize>>,
-    released: Condvar,
-}
+struct Holds(Mutex<Vec<(u64, u64)>>);
 
-impl Pins {
-    fn pin(&self, id: u64) {
-        *self.lock().entry(id).or_default() += 1;
+impl Holds {
+    fn hold(&self, range: (u64, u64)) {
+        self.lock().push(range);
     }
 
-    fn unpin(&self, id: u64) {
-        let mut c = self.lock();
-        if let Some(n) = c.get_mut(&id) {
-            *n -= 1;
-            if *n == 0 {
-                c.remove(&id);
-            }
-        }
-        self.released.notify_all();
-    }
-
-    /// Waits until `id` has no read in flight.
-    fn wait_unpinned(&self, id: u64) {
-        let mut c = self.lock();
-        while c.contains_key(&id) {
-            c = self.released.wait(c).unwrap_or_else(|p| p.into_inner());
+    fn release(&self, range: (u64, u64)) {
+        let mut h = self.lock();
+        if let Some(i) = h.iter().position(|r| *r == range) {
+            h.swap_remove(i);
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, usize>> {
-        self.count.lock().unwrap_or_else(|p| p.into_inner())
+    /// What is held now.
+    fn now(&self) -> Vec<(u64, u64)> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, u64)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -80,7 +70,7 @@ struct State {
 pub struct Store {
     backing: Arc<dyn Backing>,
     state: RwLock<State>,
-    pins: Arc<Pins>,
+    holds: Arc<Holds>,
     cache: Option<PageCache>,
 }
 
@@ -105,7 +95,9 @@ pub struct Prefetch {
     dest_offset: usize,
     ticket: Option<Ticket>,
     commands: Option<Arc<Issued>>,
-    pins: Arc<Pins>,
+    /// The device bytes it reads, held until it is consumed or dropped.
+    held: Option<(u64, u64)>,
+    holds: Arc<Holds>,
 }
 
 impl std::fmt::Debug for Prefetch {
@@ -146,7 +138,9 @@ impl Drop for Prefetch {
         if let Some(t) = self.ticket.take() {
             let _ = t.wait();
         }
-        self.pins.unpin(self.id);
+        if let Some(r) = self.held.take() {
+            self.holds.release(r);
+        }
     }
 }
 
@@ -160,7 +154,13 @@ impl Store {
     /// `max_objects` objects; what was on the device before is gone.
     pub fn format(backing: Arc<dyn Backing>, max_objects: u64) -> Result<Self> {
         let device_blocks = backing.len() / BLOCK;
-        let map_blocks = (16 + 32 * max_objects.max(1)).div_ceil(BLOCK);
+        let too_many = || {
+            Error::InvalidArgument(format!(
+                "a store for {max_objects} objects needs more than {} bytes",
+                backing.len()
+            ))
+        };
+        let map_blocks = Map::region_blocks(max_objects).ok_or_else(too_many)?;
         let sb = Superblock {
             generation: 1,
             total_blocks: device_blocks,
@@ -168,12 +168,7 @@ impl Store {
             map_len: 0,
             map_crc: 0,
         };
-        sb.fits(device_blocks).map_err(|_| {
-            Error::InvalidArgument(format!(
-                "a store for {max_objects} objects needs more than {} bytes",
-                backing.len()
-            ))
-        })?;
+        sb.fits(device_blocks).map_err(|_| too_many())?;
         let store = Self {
             backing,
             state: RwLock::new(State {
@@ -183,7 +178,7 @@ impl Store {
                     ..sb
                 },
             }),
-            pins: Arc::default(),
+            holds: Arc::default(),
             cache: None,
         };
         // Generation 1 goes to slot 1; slot 0 is cleared so that no older
@@ -237,7 +232,7 @@ impl Store {
         Ok(Self {
             backing,
             state: RwLock::new(State { map, sb }),
-            pins: Arc::default(),
+            holds: Arc::default(),
             cache: None,
         })
     }
@@ -344,19 +339,19 @@ impl Store {
     pub fn pcreate(&self, n_bytes: u64) -> Result<u64> {
         let mut s = self.write_state();
         let mut map = s.map.clone();
-        let (id, e) = map.create(n_bytes)?;
+        let (id, e) = map.create(n_bytes, &self.holds.now())?;
         self.zero(e.start, e.end())?;
         self.commit(&mut s, map)?;
         Ok(id)
     }
 
-    /// Deletes object `id`; its space is reused by later objects. Committed
-    /// when it returns.
+    /// Deletes object `id`; its space is reused by later objects, but
+    /// what prefetches in flight read of it only once they are consumed or
+    /// dropped. Committed when it returns; it does not wait for them.
     pub fn delete(&self, id: u64) -> Result<()> {
         let mut s = self.write_state();
         let mut map = s.map.clone();
         map.delete(id)?;
-        self.pins.wait_unpinned(id);
         if let Some(c) = &self.cache {
             c.invalidate(id, 0);
         }
@@ -364,12 +359,14 @@ impl Store {
     }
 
     /// Resizes object `id` to `n_bytes`: bytes past the old size read as
-    /// zeros, bytes past the new size are gone. Committed when it returns.
+    /// zeros, bytes past the new size are gone. Committed when it returns:
+    /// until then, nothing the object held is written (a grow that moves it
+    /// copies to blocks nothing else holds), and prefetches in flight keep
+    /// reading the bytes they started on; it does not wait for them.
     pub fn resize(&self, id: u64, n_bytes: u64) -> Result<()> {
         let mut s = self.write_state();
         let mut map = s.map.clone();
-        let (old, new) = map.resize(id, n_bytes)?;
-        self.pins.wait_unpinned(id);
+        let (old, new) = map.resize(id, n_bytes, &self.holds.now())?;
         if let Some(c) = &self.cache {
             c.write_back_dirty(self.backing.as_ref(), &s.map, Some(id))?;
             c.invalidate(id, 0);
@@ -553,8 +550,9 @@ impl Store {
 
     /// Starts reading `n` bytes at `offset` of object `id`; the read runs
     /// while the caller computes, and [`consume_prefetch_pread`] hands the
-    /// bytes over. The object is not deleted, shrunk or moved until the
-    /// read is consumed or dropped.
+    /// bytes over: the object's bytes as they were when it started, even if
+    /// the object is deleted, shrunk or moved meanwhile (their blocks are
+    /// reused only once the read is consumed or dropped).
     ///
     /// [`consume_prefetch_pread`]: Store::consume_prefetch_pread
     pub fn pread_prefetch(&self, id: u64, offset: u64, n: usize) -> Result<Prefetch> {
@@ -589,7 +587,7 @@ impl Store {
     }
 
     /// Starts the read of a prefetch (its range checked under `s`), the
-    /// object pinned until it is consumed or dropped.
+    /// bytes it reads held until it is consumed or dropped.
     fn prefetch(
         &self,
         s: std::sync::RwLockReadGuard<'_, State>,
@@ -599,7 +597,10 @@ impl Store {
         dest: Arc<dyn DeviceMemory>,
         dest_offset: usize,
     ) -> Result<Prefetch> {
-        self.pins.pin(id);
+        let held = (n > 0).then_some((at, at + n as u64));
+        if let Some(r) = held {
+            self.holds.hold(r);
+        }
         let mut p = Prefetch {
             id,
             len: n,
@@ -607,7 +608,8 @@ impl Store {
             dest_offset,
             ticket: None,
             commands: None,
-            pins: self.pins.clone(),
+            held,
+            holds: self.holds.clone(),
         };
         drop(s);
         if n > 0 {

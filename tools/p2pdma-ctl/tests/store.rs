@@ -75,3 +75,27 @@ fn a_file_goes_in_and_comes_out_the_same() {
     assert!(json(&out)["objects"].as_array().unwrap().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn object_counts_whose_map_size_overflows_are_refused_and_leave_the_store() {
+    let dir = std::env::temp_dir().join(format!("p2pdma-ctl-store-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dev = dir.join("store.img");
+    std::fs::File::create(&dev)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let (ok, out, err) = ctl(&dev, &["format", "--max-objects", "16"]);
+    assert!(ok, "{out}{err}");
+    // 16 + 32 n wraps around for these: a map of one block would do.
+    for n in [1u64 << 59, (1 << 59) + 1, 3 << 59, u64::MAX] {
+        let (ok, out, err) = ctl(&dev, &["format", "--max-objects", &n.to_string()]);
+        assert!(!ok, "{n} objects formatted: {out}");
+        assert!(err.contains(&format!("a store for {n} objects")), "{err}");
+    }
+    // The refused formats wrote nothing: the store is still there.
+    let (ok, out, err) = ctl(&dev, &["ls"]);
+    assert!(ok, "{out}{err}");
+    assert!(json(&out)["objects"].as_array().unwrap().is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -155,6 +155,17 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_mem_read(mem, 0, have, 4096) == 0);
 	CHECK(memcmp(have, page, 4096) == 0);
 	p2pdma_store_close(store);
+
+	/* Object counts whose map size overflows: refused, the store kept. */
+	const uint64_t huge[] = { 1ull << 59, (1ull << 59) + 1, 3ull << 59, UINT64_MAX };
+	for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+		store = NULL;
+		CHECK(p2pdma_store_open(engine, file, 1, huge[i], &store) == -EINVAL);
+		CHECK(store == NULL);
+	}
+	CHECK(p2pdma_store_open(engine, file, 0, 0, &store) == 0);
+	CHECK(p2pdma_store_size(store, a) == OBJ);
+	p2pdma_store_close(store);
 	p2pdma_mem_free(frames[0]);
 	p2pdma_mem_free(frames[1]);
 	p2pdma_mem_free(mem);
