@@ -14,7 +14,7 @@ use std::{
 
 use p2pdma::{memory::MemoryKind, Direction, Layout, Request, StorageFile, StridedMode};
 use pyo3::{
-    exceptions::{PyTypeError, PyValueError},
+    exceptions::PyTypeError,
     prelude::*,
     types::{PyDict, PyList, PyTuple},
 };
@@ -57,12 +57,14 @@ fn open_options(py: Python<'_>, flags: &str) -> PyResult<OpenOptions> {
             .create(true)
             .truncate(true)
             .mode(0o644),
-        Some(b'a') => return Err(errors::invalid(
-            py,
-            format!(
+        Some(b'a') => {
+            return Err(errors::invalid(
+                py,
+                format!(
                 "flags '{flags}': open flag 'a' isn't supported (as in KvikIO): use 'r+' or 'w'"
             ),
-        )),
+            ))
+        }
         _ => {
             return Err(errors::invalid(
                 py,
@@ -74,11 +76,11 @@ fn open_options(py: Python<'_>, flags: &str) -> PyResult<OpenOptions> {
 }
 
 impl File {
-    /// The open file, or `ValueError` once closed (as Python files do).
-    pub fn storage(&self, _py: Python<'_>) -> PyResult<Arc<StorageFile>> {
+    /// The open file, or `ClosedFileError` once closed: a `ValueError`, as
+    /// Python's files raise, and a `RuntimeError`, as KvikIO's do.
+    pub fn storage(&self, py: Python<'_>) -> PyResult<Arc<StorageFile>> {
         let s = self.storage.read().unwrap_or_else(|p| p.into_inner());
-        s.clone()
-            .ok_or_else(|| PyValueError::new_err("I/O operation on closed file"))
+        s.clone().ok_or_else(|| errors::closed(py))
     }
 
     /// The engine this file's transfers run on.
@@ -159,7 +161,7 @@ impl File {
     /// `raw_read_async`/`raw_write_async`): the work queued on it so far
     /// is waited for, then the transfer runs to its end, so work queued
     /// on the stream after the call sees it done.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(clippy::too_many_arguments)]
     fn in_stream_order(
         &self,
         py: Python<'_>,

@@ -342,7 +342,7 @@ def test_permission_denied_is_permission_error(tmp_path):
     assert path.read_bytes() == b"secret"
 
 
-CLASSES = [getattr(p2pdma.errors, n) for n in p2pdma.errors.__all__]
+CLASSES = [c for c in (getattr(p2pdma.errors, n) for n in p2pdma.errors.__all__) if issubclass(c, p2pdma.Error)]
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -357,3 +357,28 @@ def test_every_error_class_takes_the_built_in_class_of_its_errno(cls):
         back = pickle.loads(pickle.dumps(e))
         assert type(back) is type(e) and back.args == e.args and back.filename == e.filename
     assert isinstance(p2pdma.errors.InvalidArgumentError(errno.EINVAL, "x"), ValueError)
+
+
+def test_a_read_past_the_end_raises_what_kvikio_raises(file64k):
+    # KvikIO: "POSIX error on pread: EOF", a RuntimeError.
+    path, data = file64k
+    with CuFile(path) as f:
+        buf = bytearray(100)
+        with pytest.raises(RuntimeError):
+            f.read(buf, 100, len(data) - 50)
+        with pytest.raises(RuntimeError):
+            f.pread(buf, 100, len(data) + 1).get()
+        with pytest.raises(p2pdma.EndOfFileError):
+            f.read(buf, 100, len(data) - 50)
+
+
+def test_a_closed_file_raises_what_python_and_kvikio_raise(file64k):
+    path, _ = file64k
+    f = CuFile(path)
+    f.close()
+    assert f.closed
+    for call in (lambda: f.read(bytearray(1)), lambda: f.pwrite(b"x"), f.fileno, f.open_flags, lambda: f.raw_read(bytearray(1))):
+        with pytest.raises(ValueError, match="closed file"):
+            call()
+        with pytest.raises(RuntimeError):
+            call()

@@ -53,6 +53,7 @@ from ._p2pdma import (
     submit_batch,
 )
 from .errors import (
+    ClosedFileError,
     ControllerError,
     CudaError,
     CudaUnavailableError,
@@ -79,6 +80,7 @@ def stats() -> EngineStats:
 
 __all__ = [
     "BatchFuture",
+    "ClosedFileError",
     "ControllerError",
     "CuFile",
     "CudaError",

@@ -104,6 +104,11 @@ class CudaUnavailableError(CudaError):
     tensor, ``Memory.cuda``) before anything is moved."""
 
 
+class ClosedFileError(ValueError, RuntimeError):
+    """An operation on a closed file: a ``ValueError``, as Python's files
+    raise, and a ``RuntimeError``, as KvikIO's closed files raise."""
+
+
 _BY_ERRNO: dict[tuple[type[Error], int], type[Error]] = {}
 
 
@@ -134,6 +139,7 @@ def _with_errno(cls: type[Error], number: int) -> type[Error]:
 
 
 __all__ = [
+    "ClosedFileError",
     "Error",
     "InvalidArgumentError",
     "EndOfFileError",
