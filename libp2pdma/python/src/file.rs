@@ -42,12 +42,16 @@ pub struct File {
 /// What KvikIO's `open_fd_parse_flags` makes of `flags`, as `open(2)`
 /// flags: `"r"` `O_RDONLY`, `"r+"` `O_RDWR`, `"w"` `O_WRONLY|O_CREAT|
 /// O_TRUNC`, `"w+"` `O_RDWR|O_CREAT|O_TRUNC`; the first character is the
-/// mode, a `+` second adds the other direction, the rest is ignored. `"a"`
-/// is refused, as KvikIO refuses it: a positional write in append mode
-/// would land at the end of the file, not where it was asked to. A file it
-/// creates gets KvikIO's permissions, 0644 less the umask.
+/// mode, a `+` second adds the other direction. KvikIO ignores what
+/// follows; here only `b` and `t` may follow (as in `"rb"`, `"w+b"`), and
+/// anything else is refused rather than ignored: `"rw"` or `"rb+"` would
+/// open read-only there. `"a"` is refused, as KvikIO refuses it: a
+/// positional write in append mode would land at the end of the file, not
+/// where it was asked to. A file it creates gets KvikIO's permissions, 0644
+/// less the umask.
 fn open_options(py: Python<'_>, flags: &str) -> PyResult<OpenOptions> {
     let plus = flags.as_bytes().get(1) == Some(&b'+');
+    let rest = flags.get(1 + usize::from(plus)..).unwrap_or("");
     let mut o = OpenOptions::new();
     match flags.as_bytes().first() {
         Some(b'r') => o.read(true).write(plus),
@@ -57,14 +61,12 @@ fn open_options(py: Python<'_>, flags: &str) -> PyResult<OpenOptions> {
             .create(true)
             .truncate(true)
             .mode(0o644),
-        Some(b'a') => {
-            return Err(errors::invalid(
-                py,
-                format!(
+        Some(b'a') => return Err(errors::invalid(
+            py,
+            format!(
                 "flags '{flags}': open flag 'a' isn't supported (as in KvikIO): use 'r+' or 'w'"
             ),
-            ))
-        }
+        )),
         _ => {
             return Err(errors::invalid(
                 py,
@@ -72,6 +74,15 @@ fn open_options(py: Python<'_>, flags: &str) -> PyResult<OpenOptions> {
             ))
         }
     };
+    if !rest.chars().all(|c| c == 'b' || c == 't') {
+        return Err(errors::invalid(
+            py,
+            format!(
+                "flags '{flags}': expected r, r+, w or w+ (then b or t): KvikIO reads \
+                 only the first character and a '+' second, and would ignore '{rest}'"
+            ),
+        ));
+    }
     Ok(o)
 }
 

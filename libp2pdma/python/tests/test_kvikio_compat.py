@@ -200,6 +200,8 @@ MODES = {
     "w": (os.O_WRONLY, True, True),
     "w+": (os.O_RDWR, True, True),
     "rb": (os.O_RDONLY, False, False),
+    "r+b": (os.O_RDWR, False, False),
+    "wb": (os.O_WRONLY, True, True),
     "w+b": (os.O_RDWR, True, True),
 }
 
@@ -230,7 +232,7 @@ def test_open_modes_mean_what_they_mean_in_kvikio(tmp_path, flags):
             CuFile(missing, flags)
 
 
-@pytest.mark.parametrize("flags", ["a", "a+", "", "x", "+r"])
+@pytest.mark.parametrize("flags", ["a", "a+", "", "x", "+r", "rw", "rb+", "wr"])
 def test_flags_kvikio_refuses_are_refused(tmp_path, flags):
     path = tmp_path / "f.bin"
     path.write_bytes(b"keep")
