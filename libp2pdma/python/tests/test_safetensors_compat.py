@@ -339,6 +339,8 @@ def same(got, want, framework, what):
         assert got.tobytes() == want.tobytes(), what
 
 
+# torch warns of list indexes, for the package's slices as for ours.
+@pytest.mark.filterwarnings("ignore:Using a non-tuple sequence for multidimensional indexing")
 @pytest.mark.parametrize("framework", ["np", "pt"])
 @pytest.mark.parametrize("device", ["cpu", "host"])
 def test_safe_open_serves_what_safetensors_serves(model, framework, device):
