@@ -61,12 +61,14 @@ fn open_options(py: Python<'_>, flags: &str) -> PyResult<OpenOptions> {
             .create(true)
             .truncate(true)
             .mode(0o644),
-        Some(b'a') => return Err(errors::invalid(
-            py,
-            format!(
+        Some(b'a') => {
+            return Err(errors::invalid(
+                py,
+                format!(
                 "flags '{flags}': open flag 'a' isn't supported (as in KvikIO): use 'r+' or 'w'"
             ),
-        )),
+            ))
+        }
         _ => {
             return Err(errors::invalid(
                 py,
