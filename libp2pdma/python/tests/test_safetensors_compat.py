@@ -160,6 +160,9 @@ def mutations(rng, tensors, data):
     yield "sub-byte dtype, half a byte", pack(obj(items + [("f4", info("F4", [3], len(data), len(data) + 2))]), data + b"\x12\x34")
     yield "F6, whole bytes", pack(obj(items + [("f6", info("F6_E2M3", [4], len(data), len(data) + 3))]), data + b"abc")
     yield "NaN in the header", pack(obj(items + [("x", "NaN")]), data)
+    for depth in (124, 125, 126):  # serde_json nests 127 deep at most
+        deep = info(c, s, b, e)[:-1] + ', "x": ' + "[" * depth + "]" * depth + "}"
+        yield f"a member {depth} arrays deep", with_(deep)
     yield "lone surrogate in a name", pack(obj(items).replace(json.dumps(n).encode(), b'"\\ud800"', 1), data)
 
 
