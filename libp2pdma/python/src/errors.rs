@@ -11,7 +11,11 @@
 use std::path::Path;
 
 use p2pdma::{Error, PathChoice};
-use pyo3::{prelude::*, sync::PyOnceLock, types::PyModule};
+use pyo3::{
+    prelude::*,
+    sync::PyOnceLock,
+    types::{PyModule, PyType},
+};
 
 static CLASSES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
@@ -83,4 +87,13 @@ fn build(
 /// An error about an argument, before any library call.
 pub fn invalid(py: Python<'_>, msg: impl Into<String>) -> PyErr {
     to_py(py, &Error::InvalidArgument(msg.into()), None, None)
+}
+
+/// An operation on a closed file (`ClosedFileError`).
+pub fn closed(py: Python<'_>) -> PyErr {
+    let class = classes(py).and_then(|m| m.getattr("ClosedFileError"));
+    match class.and_then(|c| Ok(c.cast_into::<PyType>()?)) {
+        Ok(c) => PyErr::from_type(c, "I/O operation on closed file"),
+        Err(e) => e,
+    }
 }

@@ -7,23 +7,24 @@
 
 use std::{
     fs::OpenOptions,
-    os::fd::AsRawFd,
+    os::{fd::AsRawFd, unix::fs::OpenOptionsExt},
     path::PathBuf,
     sync::{Arc, RwLock},
 };
 
-use p2pdma::{Direction, Layout, Request, StorageFile, StridedMode};
+use p2pdma::{memory::MemoryKind, Direction, Layout, Request, StorageFile, StridedMode};
 use pyo3::{
-    exceptions::{PyTypeError, PyValueError},
+    exceptions::PyTypeError,
     prelude::*,
     types::{PyDict, PyList, PyTuple},
 };
 
 use crate::{
     buffers::{self, Access, Target},
+    cuda,
     engine::{default_inner, Engine},
     errors,
-    future::{BatchFuture, Future},
+    future::{BatchFuture, Future, StreamFuture},
     shape::Shape,
 };
 
@@ -38,27 +39,61 @@ pub struct File {
     flags: String,
 }
 
-fn parse_flags(py: Python<'_>, flags: &str) -> PyResult<(bool, bool, bool)> {
-    // (write, create, truncate), as KvikIO reads "r", "w", "a" and "+".
-    let plus = flags.contains('+');
-    let mode: Vec<char> = flags.chars().filter(|c| *c != '+').collect();
-    match mode.as_slice() {
-        ['r'] => Ok((plus, false, false)),
-        ['w'] => Ok((true, true, true)),
-        ['a'] => Ok((true, true, false)),
-        _ => Err(errors::invalid(
+/// What KvikIO's `open_fd_parse_flags` makes of `flags`, as `open(2)`
+/// flags: `"r"` `O_RDONLY`, `"r+"` `O_RDWR`, `"w"` `O_WRONLY|O_CREAT|
+/// O_TRUNC`, `"w+"` `O_RDWR|O_CREAT|O_TRUNC`; the first character is the
+/// mode, a `+` second adds the other direction. KvikIO ignores what
+/// follows; here only `b` and `t` may follow (as in `"rb"`, `"w+b"`), and
+/// anything else is refused rather than ignored: `"rw"` or `"rb+"` would
+/// open read-only there. `"a"` is refused, as KvikIO refuses it: a
+/// positional write in append mode would land at the end of the file, not
+/// where it was asked to. A file it creates gets KvikIO's permissions, 0644
+/// less the umask.
+fn open_options(py: Python<'_>, flags: &str) -> PyResult<OpenOptions> {
+    let plus = flags.as_bytes().get(1) == Some(&b'+');
+    let rest = flags.get(1 + usize::from(plus)..).unwrap_or("");
+    let mut o = OpenOptions::new();
+    match flags.as_bytes().first() {
+        Some(b'r') => o.read(true).write(plus),
+        Some(b'w') => o
+            .read(plus)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644),
+        Some(b'a') => {
+            return Err(errors::invalid(
+                py,
+                format!(
+                "flags '{flags}': open flag 'a' isn't supported (as in KvikIO): use 'r+' or 'w'"
+            ),
+            ))
+        }
+        _ => {
+            return Err(errors::invalid(
+                py,
+                format!("flags '{flags}': unknown file open flag: expected r, r+, w or w+"),
+            ))
+        }
+    };
+    if !rest.chars().all(|c| c == 'b' || c == 't') {
+        return Err(errors::invalid(
             py,
-            format!("flags '{flags}': expected r, w or a, with an optional +"),
-        )),
+            format!(
+                "flags '{flags}': expected r, r+, w or w+ (then b or t): KvikIO reads \
+                 only the first character and a '+' second, and would ignore '{rest}'"
+            ),
+        ));
     }
+    Ok(o)
 }
 
 impl File {
-    /// The open file, or `ValueError` once closed (as Python files do).
-    pub fn storage(&self, _py: Python<'_>) -> PyResult<Arc<StorageFile>> {
+    /// The open file, or `ClosedFileError` once closed: a `ValueError`, as
+    /// Python's files raise, and a `RuntimeError`, as KvikIO's do.
+    pub fn storage(&self, py: Python<'_>) -> PyResult<Arc<StorageFile>> {
         let s = self.storage.read().unwrap_or_else(|p| p.into_inner());
-        s.clone()
-            .ok_or_else(|| PyValueError::new_err("I/O operation on closed file"))
+        s.clone().ok_or_else(|| errors::closed(py))
     }
 
     /// The engine this file's transfers run on.
@@ -135,6 +170,36 @@ impl File {
         })
     }
 
+    /// A transfer in the order of CUDA stream `stream` (KvikIO's
+    /// `raw_read_async`/`raw_write_async`): the work queued on it so far
+    /// is waited for, then the transfer runs to its end, so work queued
+    /// on the stream after the call sees it done.
+    #[expect(clippy::too_many_arguments)]
+    fn in_stream_order(
+        &self,
+        py: Python<'_>,
+        dir: Direction,
+        buf: &Bound<'_, PyAny>,
+        stream: usize,
+        size: Option<usize>,
+        file_offset: u64,
+        buf_offset: usize,
+    ) -> PyResult<StreamFuture> {
+        let t = buffers::target(py, buf, access_for(dir))?;
+        let ordinal = match t.mem.kind() {
+            MemoryKind::Cuda { ordinal, .. } => ordinal,
+            _ if t.len == 0 => return Ok(StreamFuture::done(0)),
+            _ => return Err(errors::invalid(
+                py,
+                "raw_read_async and raw_write_async take CUDA device memory only (as in KvikIO): \
+                     use read, write, pread or pwrite for other memory",
+            )),
+        };
+        cuda::wait_for_stream(py, ordinal, stream)?;
+        let n = self.now(py, dir, buf, size, file_offset, buf_offset)?;
+        Ok(StreamFuture::done(n))
+    }
+
     fn submit(&self, py: Python<'_>, req: Request) -> PyResult<Future> {
         let engine = self.engine(py)?;
         let context = (self.path.clone(), req.file.clone(), req.mem.clone());
@@ -182,105 +247,162 @@ impl File {
 
 #[pymethods]
 impl File {
-    /// Opens `path` (a file, or a block device such as an NVMe namespace or
-    /// a partition). `flags`: `"r"` read, `"r+"` read and write, `"w"`
-    /// create or truncate, `"a"` create if missing; `engine`: the engine
-    /// to use (the default engine when omitted).
+    /// Opens `file` (a path to a file, or to a block device such as an
+    /// NVMe namespace or a partition) as KvikIO's `CuFile(file, flags)`
+    /// does: `flags` `"r"`, `"r+"`, `"w"` (create or truncate, write
+    /// only) or `"w+"`. `engine`: the engine to use (the default engine
+    /// when omitted).
     #[new]
-    #[pyo3(signature = (path, flags = "r", engine = None))]
+    #[pyo3(signature = (file, flags = "r", *, engine = None))]
     fn open(
         py: Python<'_>,
-        path: PathBuf,
+        file: PathBuf,
         flags: &str,
         engine: Option<Py<Engine>>,
     ) -> PyResult<Self> {
-        let (write, create, truncate) = parse_flags(py, flags)?;
-        let p = path.clone();
-        let storage = py.detach(move || -> p2pdma::Result<StorageFile> {
-            if create {
-                OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(truncate)
-                    .open(&p)
-                    .map_err(|e| p2pdma::Error::Io {
-                        op: "create",
-                        path: p.clone(),
-                        offset: 0,
-                        len: 0,
-                        source: rustix::io::Errno::from_io_error(&e)
-                            .unwrap_or(rustix::io::Errno::IO),
-                    })?;
-            }
-            match write {
-                true => StorageFile::open_rw(&p),
-                false => StorageFile::open(&p),
-            }
-        });
-        let storage = storage.map_err(|e| errors::to_py(py, &e, Some(&path), None))?;
+        let options = open_options(py, flags)?;
+        let p = file.clone();
+        let storage = py.detach(move || StorageFile::open_options(&p, &options));
+        let storage = storage.map_err(|e| errors::to_py(py, &e, Some(&file), None))?;
         Ok(Self {
             storage: RwLock::new(Some(Arc::new(storage))),
             engine,
-            path,
+            path: file,
             flags: flags.into(),
         })
     }
 
     /// Reads `size` bytes (the rest of `buf` when omitted) at `file_offset`
-    /// into `buf` at `buf_offset`; returns the bytes read, always `size`.
-    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    /// into `buf` (at `buf_offset`); returns the bytes read, always `size`.
+    /// `task_size` is accepted for KvikIO's programs: the engine cuts
+    /// transfers itself (`Engine(chunk=...)`).
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None, *, buf_offset = 0))]
     fn read(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         size: Option<usize>,
         file_offset: u64,
+        task_size: Option<usize>,
         buf_offset: usize,
     ) -> PyResult<usize> {
+        let _ = task_size;
         self.now(py, Direction::Read, buf, size, file_offset, buf_offset)
     }
 
-    /// Writes `size` bytes of `buf` from `buf_offset` at `file_offset`;
+    /// Writes `size` bytes of `buf` (from `buf_offset`) at `file_offset`;
     /// returns the bytes written, always `size`.
-    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None, *, buf_offset = 0))]
     fn write(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         size: Option<usize>,
         file_offset: u64,
+        task_size: Option<usize>,
         buf_offset: usize,
     ) -> PyResult<usize> {
+        let _ = task_size;
         self.now(py, Direction::Write, buf, size, file_offset, buf_offset)
     }
 
     /// `read` in the background: returns a `Future` (`wait()`, `get()`,
     /// `done()`, or `await` it).
-    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None, *, buf_offset = 0))]
     fn pread(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         size: Option<usize>,
         file_offset: u64,
+        task_size: Option<usize>,
         buf_offset: usize,
     ) -> PyResult<Future> {
+        let _ = task_size;
         let req = self.request(py, Direction::Read, buf, size, file_offset, buf_offset)?;
         self.submit(py, req)
     }
 
     /// `write` in the background: returns a `Future`.
-    #[pyo3(signature = (buf, size = None, file_offset = 0, buf_offset = 0))]
+    #[pyo3(signature = (buf, size = None, file_offset = 0, task_size = None, *, buf_offset = 0))]
     fn pwrite(
         &self,
         py: Python<'_>,
         buf: &Bound<'_, PyAny>,
         size: Option<usize>,
         file_offset: u64,
+        task_size: Option<usize>,
         buf_offset: usize,
     ) -> PyResult<Future> {
+        let _ = task_size;
         let req = self.request(py, Direction::Write, buf, size, file_offset, buf_offset)?;
         self.submit(py, req)
+    }
+
+    /// KvikIO's `raw_read`: `size` bytes at `file_offset` into `buf` at
+    /// `dev_offset`, in one call; returns the bytes read. Takes any memory
+    /// `read` takes.
+    #[pyo3(signature = (buf, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_read(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<usize> {
+        self.now(py, Direction::Read, buf, size, file_offset, dev_offset)
+    }
+
+    /// KvikIO's `raw_write`: `size` bytes of `buf` from `dev_offset` at
+    /// `file_offset`; returns the bytes written.
+    #[pyo3(signature = (buf, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_write(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<usize> {
+        self.now(py, Direction::Write, buf, size, file_offset, dev_offset)
+    }
+
+    /// KvikIO's `raw_read_async`: the read in the order of `raw_stream` (a
+    /// `CUstream` handle of `buf`'s device; 0 the legacy default stream).
+    /// The work queued on the stream before the call is waited for, then
+    /// the data is read; it has landed when the call returns, so work
+    /// queued after it sees the data. Returns a `StreamFuture` whose
+    /// `check_bytes_done()` gives the bytes read. CUDA memory only, as in
+    /// KvikIO.
+    #[pyo3(signature = (buf, raw_stream, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_read_async(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        raw_stream: usize,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<StreamFuture> {
+        let dir = Direction::Read;
+        self.in_stream_order(py, dir, buf, raw_stream, size, file_offset, dev_offset)
+    }
+
+    /// KvikIO's `raw_write_async`: the write in the order of `raw_stream`,
+    /// as `raw_read_async`.
+    #[pyo3(signature = (buf, raw_stream, size = None, file_offset = 0, dev_offset = 0))]
+    fn raw_write_async(
+        &self,
+        py: Python<'_>,
+        buf: &Bound<'_, PyAny>,
+        raw_stream: usize,
+        size: Option<usize>,
+        file_offset: u64,
+        dev_offset: usize,
+    ) -> PyResult<StreamFuture> {
+        let dir = Direction::Write;
+        self.in_stream_order(py, dir, buf, raw_stream, size, file_offset, dev_offset)
     }
 
     /// Many reads at once: `entries` is a list of `(buf, file_offset)` or
@@ -365,13 +487,42 @@ impl File {
             .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))
     }
 
-    /// The file's descriptor (`O_DIRECT`).
+    /// The file's descriptor, opened with the flags given and without
+    /// `O_DIRECT`, as KvikIO's: `os.pread`, `os.fstat` and the like work
+    /// on it. (The transfers use a second descriptor with `O_DIRECT`.)
     fn fileno(&self, py: Python<'_>) -> PyResult<i32> {
         let file = self.storage(py)?;
         let fd = file
-            .fd()
+            .buffered_fd()
             .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))?;
         Ok(fd.as_raw_fd())
+    }
+
+    /// The flags of `fileno()`'s descriptor (`fcntl(F_GETFL)`, see
+    /// `open(2)`), as KvikIO's `open_flags()`.
+    fn open_flags(&self, py: Python<'_>) -> PyResult<i32> {
+        let file = self.storage(py)?;
+        let fd = file
+            .buffered_fd()
+            .map_err(|e| errors::to_py(py, &e, Some(&self.path), None))?;
+        let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| {
+            let e = p2pdma::Error::Io {
+                op: "fcntl(F_GETFL)",
+                path: self.path.clone(),
+                offset: 0,
+                len: 0,
+                source: e,
+            };
+            errors::to_py(py, &e, Some(&self.path), None)
+        })?;
+        Ok(flags.bits() as i32)
+    }
+
+    /// Whether transfers with this file can use direct I/O: true for a
+    /// kernel file (opened with `O_DIRECT` too), false for a namespace this
+    /// process drives (which has no kernel file and needs none).
+    fn is_direct_io_supported(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.storage(py)?.fd().is_ok())
     }
 
     /// Flushes written data to stable storage (`fdatasync`, or NVMe Flush).
@@ -410,10 +561,11 @@ impl File {
 
     fn __exit__(
         &self,
-        _ty: Option<&Bound<'_, PyAny>>,
-        _value: Option<&Bound<'_, PyAny>>,
-        _tb: Option<&Bound<'_, PyAny>>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc_val: Option<&Bound<'_, PyAny>>,
+        exc_tb: Option<&Bound<'_, PyAny>>,
     ) {
+        let _ = (exc_type, exc_val, exc_tb);
         self.close();
     }
 

@@ -305,3 +305,30 @@ impl BatchFuture {
             .unbind())
     }
 }
+
+/// KvikIO's `IOFutureStream`: what `raw_read_async` and `raw_write_async`
+/// return. The transfer has ended in the stream's order when the call
+/// returns, so `check_bytes_done()` only gives the count.
+#[pyclass(frozen, module = "p2pdma")]
+pub struct StreamFuture {
+    bytes: usize,
+}
+
+impl StreamFuture {
+    /// A transfer of `bytes` that has ended.
+    pub fn done(bytes: usize) -> Self {
+        Self { bytes }
+    }
+}
+
+#[pymethods]
+impl StreamFuture {
+    /// The bytes moved (the transfer has ended, in the stream's order).
+    fn check_bytes_done(&self) -> usize {
+        self.bytes
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<p2pdma.StreamFuture {} bytes done>", self.bytes)
+    }
+}

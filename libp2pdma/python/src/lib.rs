@@ -36,6 +36,7 @@ fn _p2pdma(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<file::File>()?;
     m.add_class::<future::Future>()?;
     m.add_class::<future::BatchFuture>()?;
+    m.add_class::<future::StreamFuture>()?;
     m.add_class::<memory::Memory>()?;
     m.add_class::<memory::MemoryView>()?;
     m.add_class::<shape::Shape>()?;

@@ -339,3 +339,74 @@ def test_safetensors_image_into_cuda_memory(cu, tmp_path, monkeypatch):
         assert cu.dtoh(ptr, end - begin) == raw[8 + hlen + begin : 8 + hlen + end], name
         # The image keeps each tensor at its file offset's place in a page.
         assert (ptr - (8 + hlen + begin)) % 4096 == 0
+
+
+def test_kvikio_raw_calls_in_stream_order(cu, dev, tmp_path, data_file):
+    """KvikIO's raw_write_async/raw_read_async (positional, as a KvikIO
+    program calls them): the work queued on the stream before the call
+    lands first, and the data has landed when the future is checked."""
+    path, data = data_file
+    n = 1 << 20
+    payload = os.urandom(n)
+    host = ctypes.c_void_p()
+    cu.check(cu.lib.cuMemAllocHost_v2(ctypes.byref(host), n), "cuMemAllocHost")
+    ctypes.memmove(host, payload, n)
+    stream = ctypes.c_void_p()
+    cu.check(cu.lib.cuStreamCreate(ctypes.byref(stream), 0), "cuStreamCreate")
+    slow = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(lambda _: time.sleep(0.2))
+    cu.lib.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    out = tmp_path / "raw.bin"
+    try:
+        cu.check(cu.lib.cuLaunchHostFunc(stream, slow, None), "cuLaunchHostFunc")
+        cu.check(cu.lib.cuMemcpyHtoDAsync_v2(dev.ptr + 100, host, n, stream), "cuMemcpyHtoDAsync")
+        with p2pdma.CuFile(out, "w") as g:
+            fut = g.raw_write_async(dev.cai(), stream.value, n, 0, 100)
+            assert fut.check_bytes_done() == n
+            assert g.raw_write(dev.cai(), 4096, n, 100) == 4096
+        assert out.read_bytes() == payload + payload[:4096]
+        with p2pdma.CuFile(path, "r") as f:
+            fut = f.raw_read_async(dev.cai(), stream.value, 5000, 77, 3)
+            assert fut.check_bytes_done() == 5000
+            assert dev.bytes(3, 5000) == data[77:5077]
+            assert f.raw_read(dev.cai(), size=1000, file_offset=9, dev_offset=N - 1000) == 1000
+            assert dev.bytes(N - 1000) == data[9:1009]
+            # KvikIO's fourth positional argument of read is task_size.
+            assert f.read(dev.cai(), 4096, 0, 4096) == 4096
+            assert dev.bytes(0, 4096) == data[:4096]
+            # The legacy default stream too.
+            assert f.raw_read_async(buf=dev.cai(), raw_stream=0, size=10, file_offset=1).check_bytes_done() == 10
+            assert dev.bytes(0, 10) == data[1:11]
+    finally:
+        cu.check(cu.lib.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        cu.check(cu.lib.cuStreamDestroy_v2(stream), "cuStreamDestroy")
+        cu.check(cu.lib.cuMemFreeHost(host), "cuMemFreeHost")
+
+
+def test_safetensors_safe_open_into_cuda_memory(cu, tmp_path, monkeypatch):
+    """safe_open(device="cuda:0") reads each tensor on demand into CUDA
+    memory, through load_file's path; without torch's CUDA the tensors are
+    left as views of the memory, and checked byte by byte."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    from p2pdma import safetensors as ps
+
+    arrays = {
+        "a": np.arange(1000, dtype=np.float32),
+        "b": np.frombuffer(os.urandom(3 * 4099 * 2), dtype=np.int16).reshape(3, 4099),
+    }
+    path = tmp_path / "w.safetensors"
+    ps.save_file(arrays, path)
+    raw = path.read_bytes()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + hlen])
+    monkeypatch.setattr(ps, "_cuda_ordinal", lambda device, index, framework: 0)
+    monkeypatch.setattr(ps, "_cuda_tensor", lambda view: view)
+    monkeypatch.setattr(ps, "_as_tensor", lambda view, e, dtype, framework: view)
+    with ps.safe_open(path, framework="pt", device="cuda:0") as f:
+        assert f.keys() == ["a", "b"]
+        for name in ("b", "a"):
+            view = f.get_tensor(name)
+            begin, end = header[name]["data_offsets"]
+            assert view.__dlpack_device__() == (KDLCUDA, 0)
+            ptr = view.__cuda_array_interface__["data"][0]
+            assert cu.dtoh(ptr, end - begin) == raw[8 + hlen + begin : 8 + hlen + end], name

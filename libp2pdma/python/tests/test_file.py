@@ -58,12 +58,12 @@ def test_write_has_pwrite_semantics(tmp_path):
     assert got == bytes(want)
 
 
-def test_w_creates_and_truncates_and_a_keeps(tmp_path):
+def test_w_creates_and_truncates_and_r_plus_keeps(tmp_path):
     path = tmp_path / "new.bin"
     with p2pdma.File(path, "w") as f:
         f.write(b"hello world")
     assert path.read_bytes() == b"hello world"
-    with p2pdma.File(path, "a") as f:
+    with p2pdma.File(path, "r+") as f:
         f.write(b"HELLO", file_offset=0)
     assert path.read_bytes() == b"HELLO world"
     with p2pdma.File(path, "w") as f:

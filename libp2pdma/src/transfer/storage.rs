@@ -97,19 +97,19 @@ impl StorageFile {
     }
 
     pub(crate) fn open_with(path: impl AsRef<Path>, write: bool) -> Result<Self> {
+        Self::open_options(path, std::fs::OpenOptions::new().read(true).write(write))
+    }
+
+    /// Opens `path` as `options` say (access mode, creation, truncation,
+    /// permissions of a new file), twice, as KvikIO's `FileHandle` does:
+    /// once as it is, for partial blocks of writes and
+    /// [`StorageFile::buffered_fd`], then with `O_DIRECT` added, for the
+    /// transfers. A file opened only for writing (`O_WRONLY`) takes writes
+    /// only. A directory is refused with `EISDIR`, as Python's `open`
+    /// refuses it. `options` must set no custom flags: `O_DIRECT` is the
+    /// one this adds.
+    pub fn open_options(path: impl AsRef<Path>, options: &std::fs::OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let direct = std::fs::OpenOptions::new()
-            .read(true)
-            .write(write)
-            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
-            .open(&path)
-            .map_err(|e| Error::Io {
-                op: "open with O_DIRECT",
-                path: path.clone(),
-                offset: 0,
-                len: 0,
-                source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
-            })?;
         let io = |op, e: std::io::Error| Error::Io {
             op,
             path: path.clone(),
@@ -117,13 +117,23 @@ impl StorageFile {
             len: 0,
             source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
         };
-        let meta = direct.metadata().map_err(|e| io("stat", e))?;
-        let buffered = std::fs::OpenOptions::new()
-            .read(true)
-            .write(write)
-            .open(&path)
-            .map_err(|e| io("open", e))?;
+        let buffered = options.open(&path).map_err(|e| io("open", e))?;
         let same = buffered.metadata().map_err(|e| io("stat", e))?;
+        if same.is_dir() {
+            return Err(Error::Io {
+                op: "open",
+                path: path.clone(),
+                offset: 0,
+                len: 0,
+                source: rustix::io::Errno::ISDIR,
+            });
+        }
+        let direct = options
+            .clone()
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(&path)
+            .map_err(|e| io("open with O_DIRECT", e))?;
+        let meta = direct.metadata().map_err(|e| io("stat", e))?;
         if (same.dev(), same.ino()) != (meta.dev(), meta.ino()) {
             return Err(Error::InvalidArgument(format!(
                 "{} was replaced while it was being opened",
@@ -291,6 +301,16 @@ impl StorageFile {
     /// The kernel's file, which a namespace this process drives has not.
     pub fn fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
         self.direct
+            .as_ref()
+            .map(|f| f.as_fd())
+            .ok_or_else(|| self.no_kernel_file())
+    }
+
+    /// The kernel's file opened without `O_DIRECT` (as KvikIO's
+    /// `FileHandle::fd` is): ordinary `pread`/`pwrite` at any offset and
+    /// length work on it.
+    pub fn buffered_fd(&self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        self.buffered
             .as_ref()
             .map(|f| f.as_fd())
             .ok_or_else(|| self.no_kernel_file())

@@ -44,6 +44,7 @@ from ._p2pdma import (
     Memory,
     MemoryView,
     Shape,
+    StreamFuture,
     __version__,
     copy,
     default_engine,
@@ -52,6 +53,7 @@ from ._p2pdma import (
     submit_batch,
 )
 from .errors import (
+    ClosedFileError,
     ControllerError,
     CudaError,
     CudaUnavailableError,
@@ -78,6 +80,7 @@ def stats() -> EngineStats:
 
 __all__ = [
     "BatchFuture",
+    "ClosedFileError",
     "ControllerError",
     "CuFile",
     "CudaError",
@@ -94,6 +97,7 @@ __all__ = [
     "NvmeError",
     "PathUnavailableError",
     "Shape",
+    "StreamFuture",
     "__version__",
     "copy",
     "default_engine",

@@ -43,6 +43,7 @@ __all__ = [
     "Memory",
     "MemoryView",
     "Shape",
+    "StreamFuture",
     "default_engine",
     "doctor",
     "submit_batch",
@@ -417,31 +418,37 @@ class File:
     ``EndOfFileError`` instead of returning a short count. A ``File`` cannot
     be pickled: open it again in another process."""
 
-    def __new__(cls, path: StrPath, flags: str = "r", engine: Engine | None = None) -> Self:
-        """Opens ``path`` (a file, or a block device such as an NVMe
-        namespace or a partition). ``flags``: ``"r"`` read, ``"r+"`` read
-        and write, ``"w"`` create or truncate, ``"a"`` create if missing;
-        ``engine``: the engine to use (the default engine when omitted)."""
+    def __new__(cls, file: StrPath, flags: str = "r", *, engine: Engine | None = None) -> Self:
+        """Opens ``file`` (a path to a file, or to a block device such as an
+        NVMe namespace or a partition) as KvikIO's ``CuFile(file, flags)``
+        does: ``flags`` ``"r"``, ``"r+"``, ``"w"`` (create or truncate,
+        write only) or ``"w+"``. ``engine``: the engine to use (the default
+        engine when omitted)."""
 
     def read(
         self,
         buf: Buffer,
         size: int | None = None,
         file_offset: int = 0,
+        task_size: int | None = None,
+        *,
         buf_offset: int = 0,
     ) -> int:
         """Reads ``size`` bytes (the rest of ``buf`` when omitted) at
-        ``file_offset`` into ``buf`` at ``buf_offset``; returns the bytes
-        read, always ``size``."""
+        ``file_offset`` into ``buf`` (at ``buf_offset``); returns the bytes
+        read, always ``size``. ``task_size`` is accepted for KvikIO's
+        programs: the engine cuts transfers itself (``Engine(chunk=...)``)."""
 
     def write(
         self,
         buf: Buffer,
         size: int | None = None,
         file_offset: int = 0,
+        task_size: int | None = None,
+        *,
         buf_offset: int = 0,
     ) -> int:
-        """Writes ``size`` bytes of ``buf`` from ``buf_offset`` at
+        """Writes ``size`` bytes of ``buf`` (from ``buf_offset``) at
         ``file_offset``; returns the bytes written, always ``size``."""
 
     def pread(
@@ -449,6 +456,8 @@ class File:
         buf: Buffer,
         size: int | None = None,
         file_offset: int = 0,
+        task_size: int | None = None,
+        *,
         buf_offset: int = 0,
     ) -> Future:
         """``read`` in the background: returns a ``Future`` (``wait()``,
@@ -459,9 +468,56 @@ class File:
         buf: Buffer,
         size: int | None = None,
         file_offset: int = 0,
+        task_size: int | None = None,
+        *,
         buf_offset: int = 0,
     ) -> Future:
         """``write`` in the background: returns a ``Future``."""
+
+    def raw_read(
+        self,
+        buf: Buffer,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> int:
+        """KvikIO's ``raw_read``: ``size`` bytes at ``file_offset`` into
+        ``buf`` at ``dev_offset``, in one call; returns the bytes read."""
+
+    def raw_write(
+        self,
+        buf: Buffer,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> int:
+        """KvikIO's ``raw_write``: ``size`` bytes of ``buf`` from
+        ``dev_offset`` at ``file_offset``; returns the bytes written."""
+
+    def raw_read_async(
+        self,
+        buf: Buffer,
+        raw_stream: int,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> StreamFuture:
+        """KvikIO's ``raw_read_async``: the read in the order of
+        ``raw_stream`` (a ``CUstream`` of ``buf``'s device, 0 the legacy
+        default stream): the stream's queued work is waited for, then the
+        data is read, and it has landed when the call returns. CUDA memory
+        only, as in KvikIO."""
+
+    def raw_write_async(
+        self,
+        buf: Buffer,
+        raw_stream: int,
+        size: int | None = None,
+        file_offset: int = 0,
+        dev_offset: int = 0,
+    ) -> StreamFuture:
+        """KvikIO's ``raw_write_async``: the write in the order of
+        ``raw_stream``, as ``raw_read_async``."""
 
     def pread_batch(self, entries: Iterable[ReadEntry]) -> BatchFuture:
         """Many reads at once: ``entries`` is a list of ``(buf,
@@ -499,7 +555,15 @@ class File:
         """The file's size in bytes now."""
 
     def fileno(self) -> int:
-        """The file's descriptor (``O_DIRECT``)."""
+        """The file's descriptor, opened with the flags given and without
+        ``O_DIRECT``, as KvikIO's: ``os.pread`` and the like work on it."""
+
+    def open_flags(self) -> int:
+        """The flags of ``fileno()``'s descriptor (``fcntl(F_GETFL)``, see
+        ``open(2)``)."""
+
+    def is_direct_io_supported(self) -> bool:
+        """Whether transfers with this file can use direct I/O."""
 
     def sync(self) -> None:
         """Flushes written data to stable storage (``fdatasync``, or NVMe
@@ -524,10 +588,19 @@ class File:
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
-        _ty: type[BaseException] | None,
-        _value: BaseException | None,
-        _tb: TracebackType | None,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
     ) -> None: ...
+
+@final
+class StreamFuture:
+    """KvikIO's ``IOFutureStream``: what ``raw_read_async`` and
+    ``raw_write_async`` return. Made by the binding only."""
+
+    def check_bytes_done(self) -> int:
+        """The bytes moved (the transfer has ended, in the stream's
+        order)."""
 
 @final
 class Future:

@@ -13,17 +13,48 @@ Every error of a transfer is an ``OSError`` (``p2pdma.Error``) that carries:
 
 Bad arguments are ``InvalidArgumentError``, which is also a ``ValueError``;
 objects that are not memory at all raise ``TypeError``.
+
+An error is also what Python and KvikIO would raise for the same failure:
+
+- its errno picks the built-in ``OSError`` subclass, as ``OSError(errno,
+  ...)`` itself does: a missing file is a ``FileNotFoundError``, a denied
+  open a ``PermissionError``, a directory an ``IsADirectoryError``, and so
+  on. The instance's class is derived from both (``Error`` and
+  ``FileNotFoundError``, say), so ``except p2pdma.Error`` and ``except
+  FileNotFoundError`` both catch it; it keeps its class's name.
+- every ``Error`` is a ``RuntimeError``, which is what KvikIO raises for a
+  failed open, read or write (its C++ exceptions arrive in Python as
+  ``RuntimeError``), and an ``InvalidArgumentError`` a ``ValueError``, as
+  KvikIO's argument errors are.
 """
 
 from __future__ import annotations
 
+from typing import Any
 
-class Error(OSError):
+
+class Error(OSError, RuntimeError):
     """A p2pdma operation failed."""
 
     transfer_path: str | None = None
     reason: str | None = None
     nvme_status: str | None = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Error:
+        # OSError(errno, ...) returns the built-in subclass for errno; a
+        # subclass of OSError is left as it is, so this does the same for
+        # ours.
+        if len(args) >= 2 and isinstance(args[0], int):
+            cls = _with_errno(cls, args[0])
+        return super().__new__(cls, *args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError's (with the filename), naming the class pickle can find:
+        # the one made for an errno is made again from the errno.
+        reduced = super().__reduce__()
+        assert isinstance(reduced, tuple)
+        made, args, *rest = reduced
+        return (type(self).__dict__.get("_errno_of", made), args, *rest)
 
 
 class InvalidArgumentError(Error, ValueError):
@@ -73,7 +104,42 @@ class CudaUnavailableError(CudaError):
     tensor, ``Memory.cuda``) before anything is moved."""
 
 
+class ClosedFileError(ValueError, RuntimeError):
+    """An operation on a closed file: a ``ValueError``, as Python's files
+    raise, and a ``RuntimeError``, as KvikIO's closed files raise."""
+
+
+_BY_ERRNO: dict[tuple[type[Error], int], type[Error]] = {}
+
+
+def _with_errno(cls: type[Error], number: int) -> type[Error]:
+    """``cls``, or the class derived from ``cls`` and the built-in
+    ``OSError`` subclass for errno ``number`` (``FileNotFoundError`` for
+    ``ENOENT``), made once per pair."""
+    if "_errno_of" in cls.__dict__:
+        cls = cls.__dict__["_errno_of"]
+    builtin = type(OSError(number, ""))
+    if builtin is OSError or issubclass(cls, builtin):
+        return cls
+    key = (cls, number)
+    made = _BY_ERRNO.get(key)
+    if made is None:
+        made = type(
+            cls.__name__,
+            (cls, builtin),
+            {
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+                "__doc__": cls.__doc__,
+                "_errno_of": cls,
+            },
+        )
+        _BY_ERRNO[key] = made
+    return made
+
+
 __all__ = [
+    "ClosedFileError",
     "Error",
     "InvalidArgumentError",
     "EndOfFileError",

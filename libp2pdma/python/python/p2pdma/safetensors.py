@@ -83,12 +83,32 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from . import File, Memory
 from .errors import CudaUnavailableError, InvalidArgumentError
 
-__all__ = ["SafetensorError", "load_file", "numpy_dtypes", "save_file", "torch_dtypes"]
+__all__ = [
+    "SafetensorError",
+    "load_file",
+    "numpy_dtypes",
+    "safe_open",
+    "save_file",
+    "torch_dtypes",
+]
 
 
-class SafetensorError(InvalidArgumentError):
-    """A safetensors file (or a dict of tensors to save) that cannot be
-    used: the message says which file and what is wrong."""
+def _reference_error() -> tuple[type[Exception], ...]:
+    """The ``safetensors`` package's ``SafetensorError``, where it is
+    installed: a program that catches it catches ours."""
+    try:
+        from safetensors import SafetensorError as reference
+    except ImportError:
+        return ()
+    return (reference,)
+
+
+class SafetensorError(InvalidArgumentError, *_reference_error()):  # type: ignore[misc]
+    """A safetensors file (or a dict of tensors to save, or an argument)
+    that cannot be used: the message says which file and what is wrong; a
+    malformed header is refused with the reason the ``safetensors``
+    package gives. Where that package is installed, this is also its
+    ``safetensors.SafetensorError``."""
 
 
 #: Largest header the ``safetensors`` package accepts (100 MB).
@@ -229,108 +249,227 @@ def _fail(path: str, msg: str) -> SafetensorError:
     return SafetensorError(errno.EINVAL, msg, path)
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"key {k!r} appears twice")
-        out[k] = v
-    return out
+def _refuse(path: str, reason: str, detail: str = "") -> SafetensorError:
+    """The reference's refusal of a header, in its words (``reason`` is its
+    ``SafeTensorError``'s text), with what is wrong in this file."""
+    msg = f"Error while deserializing header: {reason}"
+    return _fail(path, f"{msg} ({detail})" if detail else msg)
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """A JSON object's members in order, repeated keys kept."""
+
+
+#: serde_json's nesting limit, which the reference parses the header with:
+#: an array or object nested deeper is refused.
+_MAX_DEPTH = 127
+
+_U64 = 1 << 64
+
+
+def _int(text: str) -> Any:
+    # serde_json reads -0 as a float, which no count or offset may be.
+    n = int(text)
+    return -0.0 if n == 0 and text.startswith("-") else n
 
 
 def _no_constant(token: str) -> Any:
     raise ValueError(f"{token} is not JSON")
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+def _json_value(text: str) -> Any:
+    return json.loads(
+        text, object_pairs_hook=_Pairs, parse_constant=_no_constant, parse_int=_int
+    )
+
+
+def _kind(v: Any) -> str:
+    """What serde_json calls a value of this kind in its type errors."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return f"boolean `{str(v).lower()}`"
+    if isinstance(v, int):
+        return f"integer `{v}`"
+    if isinstance(v, float):
+        return f"floating point `{v}`"
+    if isinstance(v, str):
+        return f"string {json.dumps(v)}"
+    return "map" if isinstance(v, _Pairs) else "sequence"
+
+
+def _check_strings_and_depth(v: Any, depth: int = 0) -> str | None:
+    """What serde_json refuses anywhere in a value Python's json reads: a
+    string with a lone surrogate (not Unicode), nesting past its limit."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"the string {v!r} has a lone surrogate, which is not Unicode"
+        return None
+    if isinstance(v, list):
+        if depth + 1 > _MAX_DEPTH:
+            return f"recursion limit exceeded (nesting deeper than {_MAX_DEPTH})"
+        for item in v:
+            for x in item if isinstance(v, _Pairs) else (item,):
+                bad = _check_strings_and_depth(x, depth + 1)
+                if bad:
+                    return bad
+    return None
+
+
+def _usize(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _U64
+
+
+def _tensor_info(name: str, v: Any) -> tuple[Any, Any, Any]:
+    """An entry as the reference's ``TensorInfo`` reads it: an object with
+    ``dtype``, ``shape`` and ``data_offsets`` (other members ignored, none
+    of those three twice), or the three in a list of three; raises
+    ``ValueError`` with serde_json's kind of complaint otherwise."""
+    where = f"tensor {name!r}"
+    if isinstance(v, _Pairs):
+        fields: dict[str, Any] = {}
+        for k, x in v:
+            if k in ("dtype", "shape", "data_offsets"):
+                if k in fields:
+                    raise ValueError(f"{where}: duplicate field `{k}`")
+                fields[k] = x
+        for k in ("dtype", "shape", "data_offsets"):
+            if k not in fields:
+                raise ValueError(f"{where}: missing field `{k}`")
+        dtype, shape, offsets = fields["dtype"], fields["shape"], fields["data_offsets"]
+    elif isinstance(v, list):
+        if len(v) != 3:
+            raise ValueError(f"{where}: invalid length {len(v)}, expected struct TensorInfo with 3 elements")
+        dtype, shape, offsets = v
+    else:
+        raise ValueError(f"{where}: invalid type: {_kind(v)}, expected struct TensorInfo")
+    if not isinstance(dtype, str):
+        raise ValueError(f"{where}: dtype: invalid type: {_kind(dtype)}, expected a dtype name")
+    if dtype not in _BITS:
+        raise ValueError(f"{where}: unknown dtype {dtype!r} (unknown variant)")
+    if not isinstance(shape, list) or isinstance(shape, _Pairs):
+        raise ValueError(f"{where}: shape: invalid type: {_kind(shape)}, expected a sequence")
+    for d in shape:
+        if not _usize(d):
+            raise ValueError(f"{where}: shape {shape!r}: invalid type: {_kind(d)}, expected usize")
+    if not isinstance(offsets, list) or isinstance(offsets, _Pairs):
+        raise ValueError(f"{where}: data_offsets: invalid type: {_kind(offsets)}, expected a tuple of size 2")
+    if len(offsets) != 2:
+        raise ValueError(f"{where}: data_offsets: invalid length {len(offsets)}, expected 2 elements")
+    for o in offsets:
+        if not _usize(o):
+            raise ValueError(f"{where}: data_offsets {offsets!r}: invalid type: {_kind(o)}, expected usize")
+    return dtype, shape, offsets
+
+
+def _header_json(path: str, raw: bytes) -> tuple[dict[str, tuple[Any, Any, Any]], dict[str, str] | None]:
+    """The header as the reference's JSON parsing reads it: tensors by name
+    (a name given twice keeps its last entry, as a map does) and the
+    metadata; raises its "invalid UTF-8" or "invalid JSON" refusal."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _refuse(path, "invalid UTF-8 in header", str(e)) from None
+    try:
+        header = _json_value(text)
+    except (ValueError, RecursionError) as e:
+        raise _refuse(path, "invalid JSON in header", str(e)) from None
+    try:
+        bad = _check_strings_and_depth(header)
+        if bad:
+            raise ValueError(bad)
+        if not isinstance(header, _Pairs):
+            raise ValueError(f"invalid type: {_kind(header)}, expected a map")
+        metadata: dict[str, str] | None = None
+        seen_metadata = False
+        tensors: dict[str, tuple[Any, Any, Any]] = {}
+        for name, v in header:
+            if name == "__metadata__":
+                if seen_metadata:
+                    raise ValueError("duplicate field `__metadata__`")
+                seen_metadata = True
+                if v is None:
+                    continue
+                if not isinstance(v, _Pairs):
+                    raise ValueError(f"__metadata__: invalid type: {_kind(v)}, expected a map")
+                metadata = {}
+                for k, x in v:
+                    if not isinstance(x, str):
+                        raise ValueError(f"__metadata__[{k!r}]: invalid type: {_kind(x)}, expected a string")
+                    metadata[k] = x
+                continue
+            tensors.pop(name, None)
+            tensors[name] = _tensor_info(name, v)
+    except ValueError as e:
+        raise _refuse(path, "invalid JSON in header", str(e)) from None
+    return tensors, metadata
 
 
 def _parse_header(
     path: str, raw: bytes, data_size: int
 ) -> tuple[list[_Entry], dict[str, str] | None]:
-    """The entries of a header (in data order) and its metadata; raises
-    ``SafetensorError`` for anything that does not describe tensors lying
-    inside a data section of ``data_size`` bytes."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _fail(path, f"the header is not UTF-8 ({e})") from None
-    try:
-        header = json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant
-        )
-    except ValueError as e:
-        raise _fail(path, f"the header is not valid JSON ({e})") from None
-    if not isinstance(header, dict):
-        raise _fail(path, f"the header is a JSON {type(header).__name__}, not an object")
-
-    metadata = header.pop("__metadata__", None)
-    if metadata is not None:
-        if not isinstance(metadata, dict) or not all(
-            isinstance(v, str) for v in metadata.values()
-        ):
-            raise _fail(path, "__metadata__ must be an object of strings to strings")
-
+    """The entries of a header, in the order of their data, and its
+    metadata. Refuses, with the reference's reason, every header the
+    ``safetensors`` package refuses (``SafeTensors::read_metadata``): JSON
+    it cannot read as tensors and metadata, then tensors that do not lie
+    back to back from offset 0 (a gap, an overlap, an end before its
+    begin: "invalid offset"), a shape whose size overflows, a size that is
+    not whole bytes, offsets that do not hold the shape's bytes, and a
+    data section the tensors do not cover exactly (trailing bytes:
+    "incomplete metadata")."""
+    tensors, metadata = _header_json(path, raw)
+    # Sorted by offsets, as the reference sorts them (a stable sort).
+    ordered = sorted(tensors.items(), key=lambda kv: (kv[1][2][0], kv[1][2][1]))
     entries: list[_Entry] = []
-    for name, info in header.items():
-        where = f"tensor {name!r}"
-        if not isinstance(info, dict):
-            raise _fail(path, f"{where}: its entry is not an object")
-        missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
-        if missing:
-            raise _fail(path, f"{where}: its entry lacks {', '.join(missing)}")
-        dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-        if not isinstance(dtype, str):
-            raise _fail(path, f"{where}: dtype {dtype!r} is not a string")
-        if dtype not in _BITS:
-            raise _fail(path, f"{where}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
-            raise _fail(path, f"{where}: shape {shape!r} is not a list of non-negative integers")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(_is_int(o) and o >= 0 for o in offsets)
-        ):
-            raise _fail(path, f"{where}: data_offsets {offsets!r} is not [begin, end]")
-        begin, end = offsets
-        if begin > end:
-            raise _fail(path, f"{where}: data_offsets [{begin}, {end}] end before they begin")
-        if end > data_size:
-            raise _fail(
+    start = 0
+    for name, (dtype, shape, (begin, end)) in ordered:
+        if begin != start or end < begin:
+            what = "a gap" if begin > start else "an overlap" if begin < start else "its end before its begin"
+            raise _refuse(
                 path,
-                f"{where}: data_offsets [{begin}, {end}] reach past the "
-                f"{data_size}-byte data section",
+                f"invalid offset for tensor `{name}`",
+                f"data_offsets [{begin}, {end}], where the tensors before it end at {start}: {what}",
             )
+        start = end
         numel = 1
         for d in shape:
             numel *= d
+            if numel >= _U64:
+                raise _refuse(
+                    path,
+                    "overflow computing buffer size from shape and/or element type",
+                    f"tensor {name!r}: shape {shape}",
+                )
         bits = numel * _BITS[dtype]
-        if bits % 8:
-            raise _fail(
+        if bits >= _U64:
+            raise _refuse(
                 path,
-                f"{where}: {numel} {dtype} elements ({bits} bits) do not fill whole bytes",
+                "overflow computing buffer size from shape and/or element type",
+                f"tensor {name!r}: shape {shape} of {dtype}",
+            )
+        if bits % 8:
+            raise _refuse(
+                path,
+                "The slice is slicing for subbytes dtypes, and the slice does not end "
+                "up at a byte boundary, this is invalid.",
+                f"tensor {name!r}: {numel} {dtype} elements are {bits} bits, not whole bytes",
             )
         if bits // 8 != end - begin:
-            raise _fail(
+            raise _refuse(
                 path,
-                f"{where}: shape {shape} of {dtype} is {bits // 8} bytes, "
+                "invalid shape, data type, or offset for tensor",
+                f"tensor {name!r}: shape {shape} of {dtype} is {bits // 8} bytes, "
                 f"but data_offsets [{begin}, {end}] hold {end - begin}",
             )
-        entries.append(_Entry(name, dtype, shape, begin, end))
-
-    entries.sort(key=lambda x: (x.begin, x.end, x.name))
-    last: _Entry | None = None
-    for entry in entries:
-        if entry.nbytes == 0:
-            continue
-        if last is not None and entry.begin < last.end:
-            raise _fail(
-                path,
-                f"tensors {last.name!r} [{last.begin}, {last.end}] and "
-                f"{entry.name!r} [{entry.begin}, {entry.end}] overlap",
-            )
-        last = entry
+        entries.append(_Entry(name, dtype, list(shape), begin, end))
+    if start != data_size:
+        raise _refuse(
+            path,
+            "incomplete metadata, file not fully covered",
+            f"the tensors end at {start} of a {data_size}-byte data section",
+        )
     return entries, metadata
 
 
@@ -338,17 +477,15 @@ def _read_header(f: File, path: str) -> tuple[list[_Entry], dict[str, str] | Non
     """The file's entries, metadata and where its data section starts."""
     size = f.size()
     if size < 8:
-        raise _fail(path, f"the file is {size} bytes: too short for a safetensors header")
+        raise _refuse(path, "header too small", f"the file is {size} bytes")
     head = bytearray(8)
     f.read(head, 8, 0)
     (n,) = struct.unpack("<Q", head)
-    if n == 0:
-        raise _fail(path, "the header length is 0")
     if n > MAX_HEADER_SIZE:
-        raise _fail(path, f"the header length {n} is over the {MAX_HEADER_SIZE}-byte limit")
+        raise _refuse(path, "header too large", f"length {n}, over {MAX_HEADER_SIZE}")
     if 8 + n > size:
-        raise _fail(
-            path, f"the header length {n} reaches past the end of the {size}-byte file"
+        raise _refuse(
+            path, "invalid header length", f"length {n} reaches past the end of the {size}-byte file"
         )
     raw = bytearray(n)
     f.read(raw, n, 8)
@@ -375,7 +512,7 @@ def _parse_device(device: str) -> tuple[Literal["cpu", "host", "accel", "cuda"],
             return "accel", accel
         if cuda is not None:
             return "cuda", cuda
-    raise InvalidArgumentError(
+    raise SafetensorError(
         errno.EINVAL,
         f"device {device!r}: expected 'cpu', 'host', 'accel:N', 'cuda' or 'cuda:N'",
     )
@@ -393,7 +530,7 @@ def _cuda_ordinal(device: str, index: int | None, framework: str) -> int:
     """The CUDA device a load into ``device`` goes to; raises unless torch
     with CUDA can hold the tensors."""
     if framework != "pt":
-        raise InvalidArgumentError(
+        raise SafetensorError(
             errno.EINVAL,
             f"device {device!r} gives torch CUDA tensors, and numpy arrays live on "
             "the CPU: use framework='pt'",
@@ -428,15 +565,25 @@ def _want_progress(progress: bool | None, total: int) -> bool:
     return tty and total >= PROGRESS_THRESHOLD
 
 
+def _framework(framework: str) -> Literal["pt", "np"]:
+    """``framework`` as ``"pt"`` or ``"np"`` (the ``safetensors``
+    package's names for them included)."""
+    if framework in ("pt", "torch", "pytorch"):
+        return "pt"
+    if framework in ("np", "numpy"):
+        return "np"
+    raise SafetensorError(
+        errno.EINVAL,
+        f"framework {framework!r}: p2pdma.safetensors gives torch tensors ('pt') "
+        "or numpy arrays ('np')",
+    )
+
+
 def _dtype_table(path: str, entries: list[_Entry], framework: str) -> dict[str, Any]:
     if framework == "pt":
         table, what = torch_dtypes(), f"torch {_torch().__version__}"
-    elif framework in ("np", "numpy"):
-        table, what = numpy_dtypes(), "numpy"
     else:
-        raise InvalidArgumentError(
-            errno.EINVAL, f"framework {framework!r}: expected 'pt' or 'np'"
-        )
+        table, what = numpy_dtypes(), "numpy"
     for e in entries:
         if e.dtype not in table:
             raise _fail(path, f"tensor {e.name!r}: dtype {e.dtype} has no {what} equivalent")
@@ -537,9 +684,9 @@ def _destinations(
 
 def load_file(
     path: str | os.PathLike[str],
-    device: str = "cpu",
+    device: str | int = "cpu",
     *,
-    framework: Literal["pt", "np"] = "pt",
+    framework: Literal["pt", "torch", "pytorch", "np", "numpy"] = "pt",
     progress: bool | None = None,
 ) -> dict[str, Any]:
     """Loads every tensor of the safetensors file ``path``.
@@ -564,25 +711,50 @@ def load_file(
     ``EndOfFileError``, ``ModuleError``, ...) for failed opens, allocations
     and transfers.
     """
-    kind, parsed = _parse_device(device)
-    index = _cuda_ordinal(device, parsed, framework) if kind == "cuda" else (parsed or 0)
+    framework = _framework(framework)
+    kind, index = _target(device, framework)
     path = os.fspath(path)
     with File(path, "r") as f:
         entries, _metadata, data_start = _read_header(f, path)
-        table = _dtype_table(path, entries, framework)
-        _check_f4(path, entries, framework)
-        raws, batch = _destinations(entries, data_start, kind, index, framework)
-        if batch:
-            pending = f.pread_batch(batch)
-            total = sum(n for _, _, n in batch)
-            if _want_progress(progress, total):
-                _wait_with_progress(pending, total, path)
-            else:
-                pending.wait()
-    return {
-        e.name: _as_tensor(raw, e, table[e.dtype], framework)
-        for e, raw in zip(entries, raws)
-    }
+        tensors = _load(f, path, entries, data_start, (kind, index), framework, progress)
+    return {e.name: t for e, t in zip(entries, tensors)}
+
+
+def _target(device: str | int, framework: str) -> tuple[str, int]:
+    """The kind of memory ``device`` names and its index (the CUDA device
+    for ``"cuda"``); an int is a CUDA device, as in ``safetensors``."""
+    if isinstance(device, str):
+        name = device
+    else:
+        name = repr(device) if isinstance(device, bool) else f"cuda:{device}"
+    kind, parsed = _parse_device(name)
+    if kind == "cuda":
+        return kind, _cuda_ordinal(name, parsed, framework)
+    return kind, parsed or 0
+
+
+def _load(
+    f: File,
+    path: str,
+    entries: list[_Entry],
+    data_start: int,
+    target: tuple[str, int],
+    framework: str,
+    progress: bool | None = None,
+) -> list[Any]:
+    """The tensors ``entries`` describe, read from ``f`` into ``target``
+    (``_target``) in one batched transfer."""
+    table = _dtype_table(path, entries, framework)
+    _check_f4(path, entries, framework)
+    raws, batch = _destinations(entries, data_start, target[0], target[1], framework)
+    if batch:
+        pending = f.pread_batch(batch)
+        total = sum(n for _, _, n in batch)
+        if _want_progress(progress, total):
+            _wait_with_progress(pending, total, path)
+        else:
+            pending.wait()
+    return [_as_tensor(raw, e, table[e.dtype], framework) for e, raw in zip(entries, raws)]
 
 
 def _wait_with_progress(pending: Any, total: int, path: str) -> None:
@@ -607,6 +779,255 @@ def _wait_with_progress(pending: Any, total: int, path: str) -> None:
             bar.update(fut.size)
     if first is not None:
         raise first
+
+
+# --------------------------------------------------------------------------
+# Opening lazily
+
+
+class safe_open:  # noqa: N801 - the safetensors package's name
+    """A safetensors file opened for reading tensors one at a time, as the
+    ``safetensors`` package's ``safe_open``: ``keys()`` (sorted),
+    ``offset_keys()`` (in the order of the data), ``metadata()``,
+    ``get_tensor(name)``, ``get_tensors()``, ``get_slice(name)``, and a
+    context manager that closes it.
+
+    Opening reads and checks the header only, refusing every file the
+    ``safetensors`` package refuses, with its reason; each tensor is read
+    when asked for, through the engine, straight into ``device``'s
+    memory, as ``load_file`` reads it: ``"cpu"``, ``"host"``,
+    ``"accel:N"``, ``"cuda"``, ``"cuda:N"`` or ``N`` (CUDA device ``N``).
+    ``framework``: ``"pt"`` (torch tensors) or ``"np"`` (numpy arrays).
+    ``backend`` is accepted for the ``safetensors`` package's programs:
+    either way the engine reads the bytes.
+    """
+
+    def __init__(
+        self,
+        filename: str | os.PathLike[str],
+        framework: str,
+        device: str | int = "cpu",
+        *,
+        backend: Literal["mmap", "pread"] = "mmap",
+    ) -> None:
+        if backend not in ("mmap", "pread"):
+            raise SafetensorError(errno.EINVAL, f"backend {backend!r}: expected 'mmap' or 'pread'")
+        self._framework = _framework(framework)
+        if self._framework == "np" and (
+            isinstance(device, int) or (isinstance(device, str) and device.startswith("cuda"))
+        ):
+            raise SafetensorError(
+                errno.EINVAL,
+                f"device {device!r} is not supported for framework numpy: numpy arrays live "
+                "on the CPU ('cpu', 'host', 'accel:N')",
+            )
+        self._target = _target(device, self._framework)
+        path = os.fspath(filename)
+        f = File(path, "r")
+        try:
+            entries, self._metadata, self._start = _read_header(f, path)
+        except BaseException:
+            f.close()
+            raise
+        self._file: File | None = f
+        self._path = path
+        self._entries = {e.name: e for e in entries}
+
+    def _open(self) -> File:
+        if self._file is None:
+            raise SafetensorError("File is closed")
+        return self._file
+
+    def _entry(self, name: str) -> _Entry:
+        self._open()
+        e = self._entries.get(name)
+        if e is None:
+            raise SafetensorError(f"File does not contain tensor {name}")
+        return e
+
+    def _read(self, entries: list[_Entry], file: File | None = None) -> list[Any]:
+        f = file if file is not None else self._open()
+        return _load(f, self._path, entries, self._start, self._target, self._framework)
+
+    def keys(self) -> list[str]:
+        """The tensors' names, sorted."""
+        self._open()
+        return sorted(self._entries)
+
+    def offset_keys(self) -> list[str]:
+        """The tensors' names in the order of their data."""
+        self._open()
+        return list(self._entries)
+
+    def metadata(self) -> dict[str, str] | None:
+        """The header's ``__metadata__``, or ``None``."""
+        self._open()
+        return None if self._metadata is None else dict(self._metadata)
+
+    def get_tensor(self, name: str) -> Any:
+        """The tensor ``name``, read now into the device's memory."""
+        return self._read([self._entry(name)])[0]
+
+    def get_tensors(self) -> dict[str, Any]:
+        """Every tensor, in the order of their data, read in one batched
+        transfer."""
+        self._open()
+        entries = list(self._entries.values())
+        return {e.name: t for e, t in zip(entries, self._read(entries))}
+
+    def get_slice(self, name: str) -> TensorSlice:
+        """The tensor ``name`` to slice (``get_slice(name)[1:3, ::2]``):
+        only the rows the first index selects are read."""
+        return TensorSlice(self, self._entry(name))
+
+    def __enter__(self) -> safe_open:
+        return self
+
+    def __exit__(self, _exc_type: Any, _exc_value: Any, _traceback: Any) -> None:
+        # The file stays open for the slices taken from it, as the
+        # package's mapping does, and closes with the last of them.
+        self._file = None
+
+
+class TensorSlice:
+    """A tensor of a ``safe_open`` file, not read yet: the ``safetensors``
+    package's ``PySafeSlice`` (``get_shape()``, ``get_dtype()``, and
+    indexing, which reads what it selects). Indexing follows the
+    framework's rules for ``"pt"`` (torch's), and for ``"np"`` the
+    package's: ints, slices with a positive step and no negative bounds,
+    one ellipsis."""
+
+    def __init__(self, owner: safe_open, entry: _Entry) -> None:
+        self._owner = owner
+        self._file = owner._open()
+        self._entry = entry
+
+    def get_shape(self) -> list[int]:
+        """The whole tensor's shape."""
+        return list(self._entry.shape)
+
+    def get_dtype(self) -> str:
+        """The whole tensor's dtype, as the file names it (``"F32"``)."""
+        return self._entry.dtype
+
+    def __getitem__(self, index: Any) -> Any:
+        e = self._entry
+        if self._owner._framework == "np":
+            index = _np_index(index, e.shape)
+        rows = _first_rows(index, e)
+        if rows is None:
+            part = e
+        else:
+            (lo, hi), index = rows
+            row = (e.end - e.begin) // e.shape[0] if e.shape[0] else 0
+            part = _Entry(e.name, e.dtype, [hi - lo, *e.shape[1:]], e.begin + lo * row, e.begin + hi * row)
+        got = self._owner._read([part], self._file)[0][index]
+        if self._owner._framework == "np":
+            import numpy as np
+
+            # An element is a 0-d array there, not a numpy scalar.
+            got = np.asarray(got)
+        return got
+
+
+def _np_index(index: Any, shape: list[int]) -> tuple[Any, ...]:
+    """``index`` as the ``safetensors`` package takes it for numpy arrays:
+    ints (negative ones counted from the end, bools as ints), slices with a
+    positive step, non-negative bounds and no bound past the dimension, one
+    ellipsis, and an empty list for no rows; refused otherwise, as that
+    package refuses it."""
+    import numpy as np
+
+    if isinstance(index, list):
+        if index:
+            raise SafetensorError("Non empty lists are not implemented")
+        index = (slice(0, 0),)
+    items = index if isinstance(index, tuple) else (index,)
+    out: list[Any] = []
+    for i, it in enumerate(items):
+        if it is Ellipsis:
+            if any(x is Ellipsis for x in out):
+                raise SafetensorError("Only one ellipsis (...) is allowed in slice index")
+            out.append(it)
+        elif isinstance(it, (int, np.integer)):
+            out.append(int(it))
+        elif isinstance(it, slice):
+            out.append(it)
+        else:
+            raise SafetensorError(
+                f"Unsupported slice index at position {i}: expected slice, int, or ellipsis"
+            )
+    given = [x for x in out if x is not Ellipsis]
+    if len(given) > len(shape):
+        raise SafetensorError(
+            f"Error during slicing {index!r} with shape {shape}: more slicing indexes "
+            "than dimensions in tensor"
+        )
+    if Ellipsis in out:
+        # An ellipsis stands for a whole slice of each dimension it covers,
+        # and those are checked as slices there.
+        at = out.index(Ellipsis)
+        given = out[:at] + [slice(None)] * (len(shape) - len(given)) + out[at + 1 :]
+    for d, x in enumerate(given):
+        size = shape[d]
+        if isinstance(x, int):
+            at = x + size if x < 0 else x
+            if at < 0:
+                raise SafetensorError(f"Invalid index {x} for dimension {d} of size {size}")
+            if at >= size:
+                raise SafetensorError(
+                    f"index {at} out of bounds for tensor dimension #{d} of size {size}"
+                )
+            continue
+        if x.step is not None and (not isinstance(x.step, int) or x.step <= 0):
+            raise SafetensorError(f"Slice step must be a positive integer, got {x.step}")
+        for bound in (x.start, x.stop):
+            if bound is not None and not isinstance(bound, (int, np.integer)):
+                raise TypeError(f"slice bound {bound!r} is not an integer")
+            if bound is not None and bound < 0:
+                raise OverflowError("can't convert negative int to unsigned")
+        start = 0 if x.start is None else x.start
+        if start >= size:
+            # So even a whole slice of an empty dimension is refused there.
+            raise SafetensorError(f"index {start} out of bounds for tensor dimension #{d} of size {size}")
+        if x.stop is not None and x.stop > size:
+            raise SafetensorError(f"index {x.stop - 1} out of bounds for tensor dimension #{d} of size {size}")
+        if x.start is not None and x.stop is not None and x.start > x.stop:
+            raise SafetensorError(f"slice {x.start}:{x.stop} of dimension #{d} ends before it begins")
+    return tuple(out)
+
+
+def _first_rows(index: Any, e: _Entry) -> tuple[tuple[int, int], Any] | None:
+    """The rows ``[lo, hi)`` of ``e``'s first dimension that ``index``
+    selects, and ``index`` for a tensor of those rows only; ``None`` where
+    the whole tensor is read (the first index is not a plain int or slice
+    of a positive step, or rows are not whole bytes)."""
+    import numpy as np
+
+    if not e.shape or (e.end - e.begin) % max(e.shape[0], 1):
+        return None
+    items = index if isinstance(index, tuple) else (index,)
+    if not items:
+        return None
+    first, rest = items[0], items[1:]
+    size = e.shape[0]
+    if isinstance(first, (int, np.integer)) and not isinstance(first, (bool, np.bool_)):
+        at = int(first) + size if first < 0 else int(first)
+        if not 0 <= at < size:
+            return None
+        return (at, at + 1), (0, *rest)
+    if isinstance(first, slice):
+        try:
+            start, stop, step = first.indices(size)
+        except (TypeError, ValueError):
+            return None
+        if step <= 0:
+            return None
+        picked = range(start, stop, step)
+        if not picked:
+            return (0, 0), (slice(0, 0), *rest)
+        return (picked[0], picked[-1] + 1), (slice(0, None, step), *rest)
+    return None
 
 
 # --------------------------------------------------------------------------
