@@ -22,9 +22,15 @@ pyver=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 key=$(sha256sum <"$req" | cut -c1-12)
 venv=$P2PDMA_CACHE/python/venv-$pyver-$key
 
+# Lines of the requirements marked "# no-deps" are installed in a second
+# step without their dependencies.
 install_env() {
 	python3 -m venv "$venv"
-	"$venv/bin/pip" install --no-cache-dir --disable-pip-version-check -r "$req"
+	local pip=("$venv/bin/pip" install --no-cache-dir --disable-pip-version-check)
+	"${pip[@]}" -r <(grep -v '#[[:space:]]*no-deps' "$req")
+	local nodeps
+	mapfile -t nodeps < <(sed -nE 's/^([^#[:space:]]+)[[:space:]]*#[[:space:]]*no-deps.*$/\1/p' "$req")
+	[ "${#nodeps[@]}" -eq 0 ] || "${pip[@]}" --no-deps "${nodeps[@]}"
 }
 
 build_binding() {
