@@ -224,7 +224,9 @@ impl Params {
             self.p2p[crate::abi::dstatus::NVME as usize] = bit;
             self.p2p[crate::abi::dstatus::NVMEOF as usize] = bit;
         }
-        stats::set_level(self.sizes[size::PROFILE_STATS] as i32);
+        if self.sizes_set[size::PROFILE_STATS] {
+            stats::set_level(self.sizes[size::PROFILE_STATS] as i32);
+        }
     }
 
     /// The logging level's rank in [`LEVELS`].
