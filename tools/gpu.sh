@@ -36,9 +36,12 @@ pack() {
 	mkdir -p "$out"/{bin,lib,wheels,tests}
 	out=$(cd "$out" && pwd)
 	cd "$root"
-	cargo build --release --locked -p p2pdma-ctl -p p2pdma-cufile
+	cargo build --release --locked -p p2pdma-ctl
 	install -m755 target/release/p2pdma-ctl "$out/bin/"
-	install -m755 target/release/libcufile.so "$out/lib/libcufile.so.0"
+	# libcufile.so.0 as it ships: linked against glibc 2.17 (docs/decisions.md).
+	tools/rig/release.sh libs "$out/lib"
+	rm -f "$out/lib/libp2pdma.a"
+	mv -f "$out/lib/libcufile.so" "$out/lib/libcufile.so.0"
 	ln -sf libcufile.so.0 "$out/lib/libcufile.so"
 	local exe
 	exe=$(cargo test --release --locked -p libp2pdma --test cuda --no-run --message-format=json | built test cuda)
@@ -50,7 +53,7 @@ pack() {
 	install -m755 "$exe" "$out/bin/gpu-small-copies"
 	${CC:-cc} -O2 -Wall -Wextra -Werror -I libp2pdma/cufile/include \
 		libp2pdma/cufile/tests/c/cufile_test.c -ldl -o "$out/bin/cufile-test"
-	strip "$out"/bin/* "$out/lib/libcufile.so.0"
+	strip "$out"/bin/* "$out/lib/libcufile.so.0" "$out/lib/libp2pdma.so"
 	tools/rig/python.sh wheel "$out/wheels"
 	python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$out/wheels" \
 		--python-version 3.11 --platform manylinux_2_28_x86_64 \

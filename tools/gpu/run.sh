@@ -48,7 +48,10 @@ kvikio_on_ours() {
 	echo '{}' >"$work/cufile.json"
 	CUFILE_ENV_PATH_JSON=$work/cufile.json KVIKIO_COMPAT_MODE=off \
 		LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$py" - "$work/kvikio.bin" <<'PY'
-import os, sys
+import ctypes, os, sys
+# cuda-pathfinder (KvikIO's loader) prefers a libcufile of NVIDIA's from
+# site-packages unless one of that soname is loaded: load ours first.
+ctypes.CDLL(os.environ["LD_LIBRARY_PATH"].split(":")[0] + "/libcufile.so.0", mode=ctypes.RTLD_GLOBAL)
 import cupy, numpy as np, kvikio, kvikio.defaults
 path = sys.argv[1]
 data = np.random.default_rng(7).integers(0, 256, (64 << 20) + 4099, dtype=np.uint8)

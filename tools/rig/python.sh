@@ -10,6 +10,7 @@
 #                        on libp2pdma/python/tests and writes one PASS/FAIL
 #                        line per test to OUT
 #   python.sh wheel DIR  builds the binding's release wheel into DIR
+#                        (manylinux_2_17, linked by zig)
 #   python.sh bench ...  builds the binding for release and runs
 #                        libp2pdma/python/bench/bench.py with these arguments
 #
@@ -64,7 +65,10 @@ for line in sys.stdin:
 
 build_wheel() {
 	cd "$P2PDMA_ROOT/libp2pdma/python"
-	PATH="$venv/bin:$PATH" maturin build --release --locked --out "$1"
+	# Linked by zig against glibc 2.17: a manylinux_2_17 (manylinux2014)
+	# wheel (docs/decisions.md).
+	PATH="$venv/bin:$PATH" maturin build --release --locked --zig \
+		--compatibility manylinux_2_17 --out "$1"
 }
 
 make_env() {
