@@ -289,7 +289,7 @@ fn staged(p: &Params) -> Res<()> {
 /// Checks a size parameter's value against its range.
 pub fn check_size(i: usize, value: usize) -> Res<usize> {
     let (min, max) = SIZES[i].1;
-    if value < min || value > max || (KB_ALIGNED.contains(&i) && value % 4 != 0) {
+    if value < min || value > max || (KB_ALIGNED.contains(&i) && !value.is_multiple_of(4)) {
         return Err(Fail::INVALID);
     }
     Ok(value)
@@ -478,7 +478,7 @@ unsafe fn slabs_in(
         )
     };
     let ascending = s.windows(2).all(|w| w[0] < w[1]);
-    if !ascending || s.iter().any(|&kb| kb == 0 || kb % 4 != 0) || c.contains(&0) {
+    if !ascending || s.iter().any(|&kb| kb == 0 || !kb.is_multiple_of(4)) || c.contains(&0) {
         return Err(Fail::INVALID);
     }
     Ok(s.into_iter().zip(c).collect())

@@ -291,7 +291,7 @@ fn snapshot() -> CUfileStatsLevel3 {
     };
     let mut l3 = s.l3;
     let secs = s.since.elapsed().as_secs_f64().max(1e-6);
-    let per = |n: u64, us: u64| if us == 0 { 0 } else { n * 1_000_000 / us };
+    let per = |n: u64, us: u64| n.saturating_mul(1_000_000).checked_div(us).unwrap_or(0);
     let avg = |sum: u64, n: u64| sum.checked_div(n).unwrap_or(0);
     let b = &mut l3.detailed.basic;
     let (r, w) = (
