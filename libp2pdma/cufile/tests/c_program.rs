@@ -322,3 +322,21 @@ fn c_program_moves_every_byte_through_emulated_device_memory() {
         assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");
     }
 }
+
+#[test]
+fn without_compatibility_mode_device_memory_moves_by_p2p_or_not_at_all() {
+    let emu = cuda_emu::library();
+    let stdout = run_program(
+        "no-compat",
+        &[Path::new("--no-compat"), emu],
+        &[("P2PDMA_CUDA_DRIVER", emu)],
+        60,
+    );
+    for line in [
+        "ok   the engine runs P2P only",
+        "ok   device: a read P2P cannot serve fails (-5008), nothing lands",
+        "ok   host memory still reads by direct I/O (1048576)",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");
+    }
+}

@@ -1806,6 +1806,61 @@ static void test_cuda(struct files *f, const char *libcuda)
 	free(h);
 }
 
+/* With compatibility mode disallowed before the open, the engine runs P2P
+ * only: the properties say so, its log says so, and a read into device
+ * memory this machine cannot do by P2P fails instead of going through host
+ * memory; host memory still takes direct I/O. */
+static void test_no_compat(const char *dir, const char *data_path, const char *libcuda)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CUdeviceptr dptr;
+	CUfileDrvProps_t props;
+	CUfileDescr_t d;
+	CUfileHandle_t fh;
+	char path[4200];
+	unsigned char *buf = malloc(MIB);
+	int fd = open(data_path, O_RDONLY);
+	ssize_t got;
+
+	if (!buf || fd < 0)
+		die("set up the no-compat test");
+	snprintf(path, sizeof(path), "%s/cufile.log", dir);
+	CHECK_OK(p_cuFileSetParameterBool(CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE, false),
+		 "disallow compatibility mode");
+	CHECK_OK(p_cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "INFO"), "log at INFO");
+	CHECK_OK(p_cuFileSetParameterString(CUFILE_PARAM_ENV_LOGFILE_PATH, path), "the log file");
+	CHECK_OK(p_cuFileDriverOpen(), "open");
+	CHECK_OK(p_cuFileDriverGetProperties(&props), "properties");
+	CHECK(!(props.nvfs.dcontrolflags & (1u << CU_FILE_ALLOW_COMPAT_MODE)),
+	      "the properties do not allow compatibility mode (%#x)", props.nvfs.dcontrolflags);
+	CHECK(file_has(path, "driver open: path p2p"), "the engine runs P2P only");
+	memset(&d, 0, sizeof(d));
+	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+	d.handle.fd = fd;
+	CHECK_OK(p_cuFileHandleRegister(&fh, &d), "register the file");
+	load_cuda(libcuda);
+	CU(cu.init(0));
+	CU(cu.device_get(&dev, 0));
+	CU(cu.primary_retain(&ctx, dev));
+	CU(cu.set_current(ctx));
+	CU(cu.alloc(&dptr, MIB));
+	memset(buf, 0x5a, MIB);
+	CU(cu.htod(dptr, buf, MIB));
+	got = p_cuFileRead(fh, (void *)(uintptr_t)dptr, MIB, 0, 0);
+	CU(cu.dtoh(buf, dptr, MIB));
+	CHECK(got < 0 && buf[0] == 0x5a && buf[MIB - 1] == 0x5a,
+	      "device: a read P2P cannot serve fails (%zd), nothing lands", got);
+	got = p_cuFileRead(fh, buf, MIB, 0, 0);
+	CHECK(got == (ssize_t)MIB && differs(buf, DATA_SEED, 0, MIB) == -1,
+	      "host memory still reads by direct I/O (%zd)", got);
+	CU(cu.free(dptr));
+	p_cuFileHandleDeregister(fh);
+	CHECK_OK(p_cuFileDriverClose(), "close");
+	close(fd);
+	free(buf);
+}
+
 /* -------------------------------------------------------------------- main */
 
 static void make_file(const char *path, uint64_t seed, size_t len)
@@ -1830,8 +1885,15 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && strcmp(argv[2], "--cuda") == 0)
 		libcuda = argv[3];
-	else if (argc != 2) {
-		fprintf(stderr, "usage: cufile_test DIR [--cuda LIBCUDA]\n");
+	else if (argc == 4 && strcmp(argv[2], "--no-compat") == 0) {
+		snprintf(f.data_path, sizeof(f.data_path), "%s/data", argv[1]);
+		make_file(f.data_path, DATA_SEED, MIB);
+		load();
+		test_no_compat(argv[1], f.data_path, argv[3]);
+		printf("cufile: %d passed, %d failed\n", passed, failed);
+		return failed ? 1 : 0;
+	} else if (argc != 2) {
+		fprintf(stderr, "usage: cufile_test DIR [--cuda LIBCUDA | --no-compat LIBCUDA]\n");
 		return 2;
 	}
 	memset(&f, 0, sizeof(f));
