@@ -98,6 +98,9 @@ def test_kvikio_moves_every_byte_through_libcufile(tmp_path):
     assert r["cufile_loaded"] == [os.path.realpath(lib / "libcufile.so.0")], r["cufile_loaded"]
     assert r["libcuda_loaded"] == [os.path.realpath(lib / "libcuda.so.1")], r["libcuda_loaded"]
     assert r["compat_mode"] == 0 and not r["compat_preferred"]
+    # What KvikIO asks the driver, answered by this library.
+    assert r["driver"] == {"version": [1, 20], "is_gds_available": True, "major_version": 1,
+                           "allow_compat_mode": True, "poll_mode": False}, r["driver"]
 
     # Every byte, each way.
     for case in ("device_read", "device_write", "pinned_raw_read", "pinned_raw_write",
@@ -143,6 +146,7 @@ def _child(lib: Path, work: Path) -> dict:
     import numpy as np
 
     import kvikio
+    import kvikio.cufile_driver
     import kvikio.defaults
 
     def ck(rc, what):
@@ -195,6 +199,9 @@ def _child(lib: Path, work: Path) -> dict:
         "compat_mode": int(kvikio.defaults.get("compat_mode")),
         "compat_preferred": bool(kvikio.defaults.is_compat_mode_preferred()),
     }
+    drv = kvikio.cufile_driver
+    res["driver"] = {"version": list(drv.libcufile_version())}
+    res["driver"].update({k: drv.get(k) for k in ("is_gds_available", "major_version", "allow_compat_mode", "poll_mode")})
     mon = kvikio.SummaryMonitor()
 
     def same(case: str, moved: int, got: bytes, expect: bytes) -> None:
