@@ -487,15 +487,18 @@ typedef struct cufileRDMAInfo {
   const char *desc_str;
 } cufileRDMAInfo_t;
 
-/* For user-space filesystems, which this library does not support. */
+/* For user-space filesystems, which this library does not support. The
+ * offsets are loff_t, spelled __loff_t (what glibc's <sys/types.h> defines
+ * it as) so that strict C builds have it too. */
 typedef struct CUfileFSOps {
-  const char *(*fs_type)(void *handle);
-  int (*getRDMADeviceList)(void *handle, sockaddr_t **hostaddrs);
-  int (*getRDMADevicePriority)(void *handle, char *, size_t, long long,
-                               sockaddr_t *hostaddr);
-  ssize_t (*read)(void *handle, char *, size_t, long long, cufileRDMAInfo_t *);
-  ssize_t (*write)(void *handle, const char *, size_t, long long,
-                   cufileRDMAInfo_t *);
+  const char *(*fs_type)(const void *handle);
+  int (*getRDMADeviceList)(const void *handle, sockaddr_t **hostaddrs);
+  int (*getRDMADevicePriority)(const void *handle, char *, size_t, __loff_t,
+                               const sockaddr_t *hostaddr);
+  ssize_t (*read)(const void *handle, char *, size_t, __loff_t,
+                  const cufileRDMAInfo_t *);
+  ssize_t (*write)(const void *handle, const char *, size_t, __loff_t,
+                   const cufileRDMAInfo_t *);
 } CUfileFSOps_t;
 
 typedef struct CUfileDescr_t {
