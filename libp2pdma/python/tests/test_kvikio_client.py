@@ -254,7 +254,7 @@ def _child(lib: Path, work: Path) -> dict:
     maps = Path("/proc/self/maps").read_text().splitlines()
     paths = sorted({line.split()[-1] for line in maps if line.split()[-1].startswith("/")})
     res["cufile_loaded"] = [x for x in paths if Path(x).name.startswith("libcufile")]
-    res["libcuda_loaded"] = [x for x in paths if Path(x).name.startswith("libcuda")]
+    res["libcuda_loaded"] = [x for x in paths if Path(x).name.startswith("libcuda.so")]
     return res
 
 
