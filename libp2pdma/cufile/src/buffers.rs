@@ -185,7 +185,10 @@ pub unsafe extern "C" fn cuFileBufRegister(
     let status = guard(|| unsafe { register(bufPtr_base, length, flags) });
     let ok = status.err == op::SUCCESS;
     stats::call(stats::Call::BufRegister, ok);
-    let gpu = registered(bufPtr_base as usize).and_then(|(_, _, m)| stats::gpu_of(m.kind()));
+    // A failed registration's memory is not known to be a GPU's.
+    let gpu = registered(bufPtr_base as usize)
+        .filter(|_| ok)
+        .and_then(|(_, _, m)| stats::gpu_of(m.kind()));
     stats::gpu_buffer(gpu, true, ok, length);
     status
 }

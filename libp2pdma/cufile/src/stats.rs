@@ -148,28 +148,24 @@ pub fn io(write: bool, asked: usize, result: &Res<Moved>, took: Duration) {
             return;
         };
         let p = &mut s.l3.per_gpu_stats[g];
+        // Nothing moved (a read at the end of the file) took no path.
         let direct = matches!(
             m.path,
             Some(TransferPath::P2p | TransferPath::NvmeCmd | TransferPath::Queues)
         );
+        let bounce = m.path == Some(TransferPath::Bounce);
         if write {
             p.writes_bytes += bytes;
             p.write_duration_us += us;
             p.n_total_writes += 1;
-            if direct {
-                p.n_p2p_writes += 1;
-            } else {
-                p.n_posix_writes += 1;
-            }
+            p.n_p2p_writes += u64::from(direct);
+            p.n_posix_writes += u64::from(bounce);
         } else {
             p.read_bytes += bytes;
             p.read_duration_us += us;
             p.n_total_reads += 1;
-            if direct {
-                p.n_p2p_reads += 1;
-            } else {
-                p.n_posix_reads += 1;
-            }
+            p.n_p2p_reads += u64::from(direct);
+            p.n_posix_reads += u64::from(bounce);
         }
     });
 }
