@@ -27,6 +27,10 @@
  *   caller forgot to bind gets CUDA_ERROR_INVALID_CONTEXT;
  * - releasing the last reference to a primary context destroys it: its
  *   streams, its device memory and its non-portable page-locked memory go;
+ * - a context from cuCtxCreate owns the memory and streams made in it, which
+ *   cuCtxDestroy frees; the device's NULL stream serves each of its contexts;
+ * - cuMemcpyBatchAsync checks every copy before it queues any, and refuses
+ *   the legacy NULL stream, as documented;
  * - fresh device memory is filled with 0xA5, never zeroed;
  * - a device range must lie inside one live allocation (or page-locked host
  *   memory, which unified addressing maps for the device) for its whole
