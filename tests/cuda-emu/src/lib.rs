@@ -4,8 +4,9 @@
 //! The build compiles `cuda_emu.c` into a `libcuda.so.1` ([`library`]) that
 //! exports the driver API functions cudarc loads (`cuInit`, `cuMemAlloc_v2`,
 //! `cuMemcpyHtoDAsync_v2`, ...) and those KvikIO looks up at start
-//! (`cuCtxCreate_v2`, `cuCtxDestroy_v2`, `cuMemcpyBatchAsync`). Device memory is host memory behind
-//! addresses the CPU cannot dereference, streams are worker threads that
+//! (`cuCtxCreate_v2`, `cuCtxDestroy_v2`, `cuMemcpyBatchAsync`). Device
+//! memory is host memory behind addresses the CPU cannot dereference,
+//! streams are worker threads that
 //! run each operation after a delay, and the emulator is strict where the
 //! driver is (a current context per thread, ranges inside one allocation,
 //! asynchronous work that needs synchronizing): the header of `cuda_emu.c`
