@@ -6,9 +6,8 @@
 //! `cuMemcpyHtoDAsync_v2`, ...) and those KvikIO looks up at start
 //! (`cuCtxCreate_v2`, `cuCtxDestroy_v2`, `cuMemcpyBatchAsync`). Device
 //! memory is host memory behind addresses the CPU cannot dereference,
-//! streams are worker threads that
-//! run each operation after a delay, and the emulator is strict where the
-//! driver is (a current context per thread, ranges inside one allocation,
+//! streams are worker threads that run each operation after a delay, and
+//! the emulator is strict where the driver is (a current context per thread, ranges inside one allocation,
 //! asynchronous work that needs synchronizing): the header of `cuda_emu.c`
 //! lists what it checks.
 //!
