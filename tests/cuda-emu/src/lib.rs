@@ -7,9 +7,9 @@
 //! (`cuCtxCreate_v2`, `cuCtxDestroy_v2`, `cuMemcpyBatchAsync`). Device
 //! memory is host memory behind addresses the CPU cannot dereference,
 //! streams are worker threads that run each operation after a delay, and
-//! the emulator is strict where the driver is (a current context per thread, ranges inside one allocation,
-//! asynchronous work that needs synchronizing): the header of `cuda_emu.c`
-//! lists what it checks.
+//! the emulator is strict where the driver is (a current context per
+//! thread, ranges inside one allocation, asynchronous work that needs
+//! synchronizing): the header of `cuda_emu.c` lists what it checks.
 //!
 //! A test points the code under test at [`library`] (or puts
 //! [`library_dir`] first on `LD_LIBRARY_PATH`), configures the emulated
