@@ -3,7 +3,7 @@
 #
 #   tools/gpu.sh pack DIR   builds into DIR (glibc binaries, stripped): the
 #                           CUDA backend's tests, the small-copy bench,
-#                           p2pdma-ctl, libcufile.so.0 and its C test, the
+#                           p2pdma-ctl, libcufile.so.0 and its C tests, the
 #                           Python wheel with KvikIO's and pytest's wheels, the
 #                           binding's CUDA tests, and DIR/run.sh, which runs
 #                           them there (docs/gpu.md)
@@ -36,9 +36,12 @@ pack() {
 	mkdir -p "$out"/{bin,lib,wheels,tests}
 	out=$(cd "$out" && pwd)
 	cd "$root"
-	cargo build --release --locked -p p2pdma-ctl -p p2pdma-cufile
+	cargo build --release --locked -p p2pdma-ctl
 	install -m755 target/release/p2pdma-ctl "$out/bin/"
-	install -m755 target/release/libcufile.so "$out/lib/libcufile.so.0"
+	# libcufile.so.0 as it ships: linked against glibc 2.17 (docs/decisions.md).
+	tools/rig/release.sh libs "$out/lib"
+	rm -f "$out/lib/libp2pdma.a"
+	mv -f "$out/lib/libcufile.so" "$out/lib/libcufile.so.0"
 	ln -sf libcufile.so.0 "$out/lib/libcufile.so"
 	local exe
 	exe=$(cargo test --release --locked -p libp2pdma --test cuda --no-run --message-format=json | built test cuda)
@@ -50,12 +53,14 @@ pack() {
 	install -m755 "$exe" "$out/bin/gpu-small-copies"
 	${CC:-cc} -O2 -Wall -Wextra -Werror -I libp2pdma/cufile/include \
 		libp2pdma/cufile/tests/c/cufile_test.c -ldl -o "$out/bin/cufile-test"
-	strip "$out"/bin/* "$out/lib/libcufile.so.0"
+	${CC:-cc} -O2 -Wall -Wextra -Werror -I libp2pdma/cufile/include \
+		libp2pdma/cufile/tests/c/link_all.c -L "$out/lib" -lcufile -o "$out/bin/cufile-link-all"
+	strip "$out"/bin/* "$out/lib/libcufile.so.0" "$out/lib/libp2pdma.so"
 	tools/rig/python.sh wheel "$out/wheels"
 	python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$out/wheels" \
 		--python-version 3.11 --platform manylinux_2_28_x86_64 \
-		kvikio-cu12 libkvikio-cu12 pytest iniconfig pluggy packaging
-	cp libp2pdma/python/tests/{test_cuda.py,cuda_helpers.py,cuda_emu_checks.py} "$out/tests/"
+		kvikio-cu12==26.10.0 libkvikio-cu12==26.10.0 rapids-logger==0.3.0 pytest iniconfig pluggy packaging
+	cp libp2pdma/python/tests/{test_cuda.py,cuda_helpers.py,cuda_emu_checks.py,test_kvikio_client.py} "$out/tests/"
 	[ -f libp2pdma/python/tests/conftest.py ] && cp libp2pdma/python/tests/conftest.py "$out/tests/"
 	install -m755 tools/gpu/run.sh "$out/run.sh"
 	cp libp2pdma/python/bench/{gpu.py,storage.py} "$out/"

@@ -96,6 +96,10 @@ test)
 	# in the cache (numpy, torch, safetensors, pytest).
 	"$here/rig/python.sh" test "$results/python.txt" || echo "FAIL python:setup (see above)" >>"$results/python.txt"
 	count "$results/python.txt"
+	# The shipped shared libraries and wheel, built as they ship (zig, glibc
+	# 2.17): the glibc versions they need, at most NVIDIA's libcufile's.
+	"$here/rig/release.sh" test "$results/release.txt" || echo "FAIL release:setup (see above)" >>"$results/release.txt"
+	count "$results/release.txt"
 
 	# A build that fails is a failed check (its error is above), and the
 	# suites that needed it do not run.

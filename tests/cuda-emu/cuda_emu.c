@@ -3,7 +3,7 @@
  *
  * The tests of libp2pdma's CUDA backend load this library in place of
  * NVIDIA's driver on machines without a GPU. It implements the part of the
- * CUDA 12.8 driver API the backend and cudarc's safe layer use, under the
+ * CUDA 12.8 driver API the backend, cudarc's safe layer and KvikIO use, under the
  * names cudarc resolves with dlsym (cuMemAlloc_v2, cuMemcpyHtoDAsync_v2,
  * ...), with "device" memory kept in host memory:
  *
@@ -27,6 +27,10 @@
  *   caller forgot to bind gets CUDA_ERROR_INVALID_CONTEXT;
  * - releasing the last reference to a primary context destroys it: its
  *   streams, its device memory and its non-portable page-locked memory go;
+ * - a context from cuCtxCreate owns the memory and streams made in it, which
+ *   cuCtxDestroy frees; the device's NULL stream serves each of its contexts;
+ * - cuMemcpyBatchAsync checks every copy before it queues any, and refuses
+ *   the legacy NULL stream, as documented;
  * - fresh device memory is filled with 0xA5, never zeroed;
  * - a device range must lie inside one live allocation (or page-locked host
  *   memory, which unified addressing maps for the device) for its whole
@@ -254,10 +258,15 @@ struct pci {
 	unsigned domain, bus, dev, fn;
 };
 
-/* A primary context; there is one per device. */
+/*
+ * A context: each device's primary one, or one cuCtxCreate made (kept,
+ * destroyed, on g.created so that a stale handle reads as destroyed).
+ */
 struct cuemu_ctx {
 	int ordinal;
 	unsigned refs; /* retains; 0: not created, or destroyed */
+	bool created;  /* by cuCtxCreate, not a primary context */
+	struct cuemu_ctx *next;
 };
 
 /* A free range of a device's memory; the free list is sorted by offset. */
@@ -270,6 +279,7 @@ struct extent {
 struct dalloc {
 	uint64_t off, size, len, id;
 	unsigned sync_memops;
+	struct cuemu_ctx *ctx; /* the context it was made in, which owns it */
 	struct dalloc *next;
 };
 
@@ -347,6 +357,7 @@ static struct {
 	bool udmabuf;
 	char udmabuf_path[256];
 	struct hrange *hosts;
+	struct cuemu_ctx *created; /* contexts from cuCtxCreate, live or destroyed */
 	struct cuemu_stream *streams;
 	struct cuemu_event *events;
 	uint64_t next_id;
@@ -431,6 +442,9 @@ static struct cuemu_ctx *ctx_check(CUcontext c)
 {
 	for (int i = 0; i < g.ndev; i++)
 		if (c == &g.dev[i].ctx)
+			return c;
+	for (struct cuemu_ctx *x = g.created; x; x = x->next)
+		if (c == x)
 			return c;
 	return NULL;
 }
@@ -560,7 +574,8 @@ static uint64_t heap_free_bytes(const struct device *d)
 }
 
 /* Allocates; *len: the bytes reserved (the asked size rounded up). */
-static CUresult alloc_device(struct device *d, size_t size, CUdeviceptr *out, uint64_t *len)
+static CUresult alloc_device(struct device *d, struct cuemu_ctx *ctx, size_t size, CUdeviceptr *out,
+			     uint64_t *len)
 {
 	uint64_t align = size >= HUGE_ALIGN ? HUGE_ALIGN : SMALL_ALIGN;
 	struct dalloc *a;
@@ -571,7 +586,7 @@ static CUresult alloc_device(struct device *d, size_t size, CUdeviceptr *out, ui
 	a = malloc(sizeof(*a));
 	if (!a)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*a = (struct dalloc){ .size = size, .len = align_up(size, align) };
+	*a = (struct dalloc){ .size = size, .len = align_up(size, align), .ctx = ctx };
 	if (!heap_take(d, a->len, align, &off)) {
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -941,7 +956,9 @@ static CUresult stream_for_work(struct cuemu_ctx *ctx, CUstream h, struct cuemu_
 {
 	CUresult rc = stream_get(ctx, h, out);
 
-	if (rc == CUDA_SUCCESS && (*out)->ctx != ctx)
+	/* The device's NULL stream serves each of its contexts. */
+	if (rc == CUDA_SUCCESS && (*out)->ctx != ctx &&
+	    !((*out)->legacy && ctx_device((*out)->ctx) == ctx_device(ctx)))
 		rc = CUDA_ERROR_INVALID_HANDLE;
 	return rc;
 }
@@ -1326,8 +1343,11 @@ static void ctx_teardown(struct cuemu_ctx *ctx)
 		}
 	}
 	wait_ctx(ctx);
-	while (d->allocs)
-		alloc_release(d, d->allocs);
+	for (struct dalloc *a = d->allocs, *next; a; a = next) {
+		next = a->next;
+		if (a->ctx == ctx)
+			alloc_release(d, a);
+	}
 	while (*pp) {
 		struct hrange *h = *pp;
 		if (h->ctx != ctx || (h->flags & CU_MEMHOSTALLOC_PORTABLE)) {
@@ -1445,6 +1465,61 @@ CUEMU_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 	return leave(CUDA_SUCCESS);
 }
 
+/*
+ * A new context on dev, current on the calling thread (pushed), with its
+ * own streams and memory, which cuCtxDestroy frees.
+ */
+CUEMU_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	struct device *d;
+	struct cuemu_ctx *c;
+	CUresult rc = enter_device(dev, &d);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	/* CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX */
+	if (!pctx || (flags & ~0x1fu))
+		return leave(CUDA_ERROR_INVALID_VALUE);
+	if (tls_ctx.depth == CTX_STACK_MAX)
+		return leave(CUDA_ERROR_OUT_OF_MEMORY);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return leave(CUDA_ERROR_OUT_OF_MEMORY);
+	*c = (struct cuemu_ctx){ .ordinal = d->ctx.ordinal, .refs = 1, .created = true,
+				 .next = g.created };
+	g.created = c;
+	tls_ctx.v[tls_ctx.depth++] = c;
+	*pctx = c;
+	return leave(CUDA_SUCCESS);
+}
+
+/*
+ * Destroys a context cuCtxCreate made: waits for its streams, frees its
+ * memory, and takes it off the calling thread's stack. A primary context is
+ * CUDA_ERROR_INVALID_CONTEXT (it goes with its last release).
+ */
+CUEMU_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	struct cuemu_ctx *c;
+	CUresult rc = enter(NEED_INIT, NULL);
+	int i, j;
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	c = ctx_check(ctx);
+	if (!c || !c->created)
+		return leave(CUDA_ERROR_INVALID_CONTEXT);
+	if (!c->refs)
+		return leave(CUDA_ERROR_CONTEXT_IS_DESTROYED);
+	ctx_teardown(c);
+	c->refs = 0;
+	for (i = j = 0; i < tls_ctx.depth; i++)
+		if (tls_ctx.v[i] != c)
+			tls_ctx.v[j++] = tls_ctx.v[i];
+	tls_ctx.depth = j;
+	return leave(CUDA_SUCCESS);
+}
+
 CUEMU_API CUresult cuCtxGetDevice(CUdevice *device)
 {
 	struct cuemu_ctx *ctx;
@@ -1484,7 +1559,7 @@ CUEMU_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 	if (!dptr || !size)
 		return leave(CUDA_ERROR_INVALID_VALUE);
 	d = ctx_device(ctx);
-	rc = alloc_device(d, size, dptr, &len);
+	rc = alloc_device(d, ctx, size, dptr, &len);
 	unlock();
 	/* Only the caller knows the new pointer: fill it without the lock. */
 	if (rc == CUDA_SUCCESS)
@@ -1885,6 +1960,93 @@ static CUresult copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, 
 	return leave(copy_queue(s, &c, c.pageable && c.dir != DTOD ? PAGEABLE : ASYNC));
 }
 
+/* CUmemcpyAttributes (CUDA 12.8): the order the source may be read in, and
+ * location hints. */
+typedef struct {
+	int type, id;
+} CUmemLocation;
+
+typedef struct {
+	int srcAccessOrder; /* 1 STREAM, 2 DURING_API_CALL, 3 ANY; 0 is invalid */
+	CUmemLocation srcLocHint, dstLocHint;
+	unsigned int flags; /* CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE */
+} CUmemcpyAttributes;
+
+_Static_assert(sizeof(CUmemcpyAttributes) == 24, "CUmemcpyAttributes");
+
+/*
+ * count copies queued on h in order, each as cuMemcpyAsync would queue it
+ * (the direction from the addresses). Every argument and every range is
+ * checked before any copy is queued: on an error nothing is, and *fail_idx
+ * is the copy at fault, or SIZE_MAX for an error of the call as a whole.
+ * The attributes apply from attrs_idxs[i] to the next one; the first must
+ * start at copy 0, as documented. The legacy NULL stream is refused.
+ */
+static CUresult copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+			   CUmemcpyAttributes *attrs, size_t *attrs_idxs, size_t num_attrs,
+			   size_t *fail_idx, CUstream h)
+{
+	struct cuemu_ctx *ctx;
+	struct cuemu_stream *s;
+	struct copy *c;
+	CUresult rc;
+
+	if (fail_idx)
+		*fail_idx = SIZE_MAX;
+	rc = enter(NEED_CTX, &ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!dsts || !srcs || !sizes || !count || !attrs || !attrs_idxs || !num_attrs ||
+	    num_attrs > count || attrs_idxs[0] != 0 || !h || h == CU_STREAM_LEGACY)
+		return leave(CUDA_ERROR_INVALID_VALUE);
+	for (size_t i = 0; i < num_attrs; i++) {
+		if ((i && attrs_idxs[i] <= attrs_idxs[i - 1]) || attrs_idxs[i] >= count ||
+		    attrs[i].srcAccessOrder < 1 || attrs[i].srcAccessOrder > 3 || attrs[i].flags > 1)
+			return leave(CUDA_ERROR_INVALID_VALUE);
+	}
+	rc = stream_for_work(ctx, h, &s);
+	if (rc != CUDA_SUCCESS)
+		return leave(rc);
+	c = calloc(count, sizeof(*c));
+	if (!c)
+		return leave(CUDA_ERROR_OUT_OF_MEMORY);
+	for (size_t i = 0; i < count; i++) {
+		c[i].n = sizes[i];
+		if (!sizes[i])
+			continue;
+		c[i].dir = classify(dsts[i], srcs[i]);
+		rc = copy_resolve(&c[i], dsts[i], srcs[i]);
+		if (rc != CUDA_SUCCESS) {
+			if (fail_idx)
+				*fail_idx = i;
+			free(c);
+			return leave(rc);
+		}
+	}
+	for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++)
+		if (c[i].n)
+			rc = copy_queue(s, &c[i],
+					c[i].pageable && c[i].dir != DTOD ? PAGEABLE : ASYNC);
+	free(c);
+	return leave(rc);
+}
+
+/* CUDA 12.8's signature, the one KvikIO's CUDA 12 build looks up. */
+CUEMU_API CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+				      size_t count, CUmemcpyAttributes *attrs, size_t *attrsIdxs,
+				      size_t numAttrs, size_t *failIdx, CUstream hStream)
+{
+	return copy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream);
+}
+
+/* CUDA 13's, without the failing index. */
+CUEMU_API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+					 size_t count, CUmemcpyAttributes *attrs,
+					 size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+{
+	return copy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, NULL, hStream);
+}
+
 #define UNIFIED (-1)
 
 static CUdeviceptr host_ptr(const void *p)
@@ -2183,7 +2345,7 @@ static bool ptr_lookup(CUdeviceptr p, struct ptr_info *pi)
 		struct dalloc *al = alloc_at(d, a - d->base);
 		if (!al)
 			return false;
-		*pi = (struct ptr_info){ CU_MEMORYTYPE_DEVICE, &d->ctx, d->ctx.ordinal, p,
+		*pi = (struct ptr_info){ CU_MEMORYTYPE_DEVICE, al->ctx, d->ctx.ordinal, p,
 					 d->base + al->off, NULL, al->size, al->id, al->sync_memops, al };
 		return true;
 	}

@@ -3,8 +3,9 @@
 # this directory, against the machine's own CUDA driver.
 #
 #   run.sh check         the doctor, the CUDA backend's tests, the cuFile
-#                        library's C test on host and GPU memory, KvikIO on
-#                        top of the cuFile library, the binding's CUDA tests,
+#                        library's C tests on host and GPU memory, KvikIO on
+#                        top of the cuFile library (and the rig's KvikIO
+#                        client test), the binding's CUDA tests,
 #                        and the small-copy bench; one PASS/FAIL line each
 #   run.sh bench [ARGS]  gpu.py (libp2pdma/python/bench): a large file into GPU memory and 4 KiB
 #                        random reads, ours against KvikIO (compat mode),
@@ -34,7 +35,7 @@ venv() {
 	if [ ! -x "$v/bin/python" ]; then
 		python3 -m venv --system-site-packages "$v" || return 1
 		"$v/bin/pip" install --quiet --no-index --no-deps --find-links "$here/wheels" \
-			p2pdma kvikio-cu12 libkvikio-cu12 pytest iniconfig pluggy packaging || return 1
+			p2pdma kvikio-cu12 libkvikio-cu12 rapids-logger pytest iniconfig pluggy packaging || return 1
 	fi
 	echo "$v/bin/python"
 }
@@ -48,7 +49,10 @@ kvikio_on_ours() {
 	echo '{}' >"$work/cufile.json"
 	CUFILE_ENV_PATH_JSON=$work/cufile.json KVIKIO_COMPAT_MODE=off \
 		LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$py" - "$work/kvikio.bin" <<'PY'
-import os, sys
+import ctypes, os, sys
+# cuda-pathfinder (KvikIO's loader) prefers a libcufile of NVIDIA's from
+# site-packages unless one of that soname is loaded: load ours first.
+ctypes.CDLL(os.environ["LD_LIBRARY_PATH"].split(":")[0] + "/libcufile.so.0", mode=ctypes.RTLD_GLOBAL)
 import cupy, numpy as np, kvikio, kvikio.defaults
 path = sys.argv[1]
 data = np.random.default_rng(7).integers(0, 256, (64 << 20) + 4099, dtype=np.uint8)
@@ -79,10 +83,18 @@ check() {
 	mkdir -p "$work/cufile"
 	step cufile-host env LD_LIBRARY_PATH="$here/lib" "$here/bin/cufile-test" "$work/cufile"
 	step cufile-gpu env LD_LIBRARY_PATH="$here/lib" "$here/bin/cufile-test" "$work/cufile" --cuda libcuda.so.1
+	mkdir -p "$work/cufile-nc"
+	step cufile-no-compat env LD_LIBRARY_PATH="$here/lib" "$here/bin/cufile-test" "$work/cufile-nc" --no-compat libcuda.so.1
+	step cufile-link-all env LD_LIBRARY_PATH="$here/lib" "$here/bin/cufile-link-all"
 	step small-copies "$here/bin/gpu-small-copies"
 	local py
 	if py=$(venv); then
 		step kvikio-on-libcufile kvikio_on_ours "$py"
+		# The rig's KvikIO client test, with the machine's driver for the
+		# emulated one (its scratch files on a disk that takes O_DIRECT).
+		step kvikio-client-test env P2PDMA_TEST_CUFILE="$here/lib" \
+			P2PDMA_TEST_CUDA_EMU="$(ldconfig -p | awk '/libcuda.so.1 /{print $NF; exit}')" \
+			"$py" -m pytest -q -p no:cacheprovider --basetemp="$work/pytest" "$here/tests/test_kvikio_client.py"
 		step python-cuda-tests env P2PDMA_TEST_REAL_CUDA=1 "$py" -m pytest -q -rs "$here/tests/test_cuda.py"
 	else
 		echo "FAIL python-environment"

@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/types.h>
 #include <time.h>
@@ -185,14 +186,18 @@ typedef enum CUfileDriverStatusFlags {
   CU_FILE_SCALEFLUX_CSD_SUPPORTED = 7,
   CU_FILE_NVMESH_SUPPORTED = 8,
   CU_FILE_BEEGFS_SUPPORTED = 9,
-  CU_FILE_NVME_P2P_SUPPORTED = 11,
-  CU_FILE_SCATEFS_SUPPORTED = 12
+  CU_FILE_NVME_P2P_SUPPORTED = 11, /* deprecated */
+  CU_FILE_SCATEFS_SUPPORTED = 12,
+  CU_FILE_VIRTIOFS_SUPPORTED = 13,
+  CU_FILE_MAX_TARGET_TYPES /* one past the last */
 } CUfileDriverStatusFlags_t;
 
 /* Bit numbers in CUfileDrvProps_t.nvfs.dcontrolflags. */
 typedef enum CUfileDriverControlFlags {
   CU_FILE_USE_POLL_MODE = 0,
-  CU_FILE_ALLOW_COMPAT_MODE = 1
+  CU_FILE_ALLOW_COMPAT_MODE = 1,
+  CU_FILE_POSIX_IO_MODE = 2,
+  CU_FILE_FALLBACK_IO_MODE = 4
 } CUfileDriverControlFlags_t;
 
 /* Bit numbers in CUfileDrvProps_t.fflags. */
@@ -200,8 +205,24 @@ typedef enum CUfileFeatureFlags {
   CU_FILE_DYN_ROUTING_SUPPORTED = 0,
   CU_FILE_BATCH_IO_SUPPORTED = 1,
   CU_FILE_STREAMS_SUPPORTED = 2,
-  CU_FILE_PARALLEL_IO_SUPPORTED = 3
+  CU_FILE_PARALLEL_IO_SUPPORTED = 3,
+  CU_FILE_P2P_SUPPORTED = 4 /* PCI P2PDMA */
 } CUfileFeatureFlags_t;
+
+/* Bit numbers of the P2P modes cuFileDriverGetP2PFlags reports per
+ * filesystem or device type, and the masks cuFileDriverSetP2PFlags takes. */
+typedef enum CUfileP2PFlags {
+  CUFILE_P2PDMA = 0,        /* PCI P2PDMA */
+  CUFILE_NVFS = 1,          /* nvidia-fs (never, in this library) */
+  CUFILE_DMABUF = 2,        /* dma-buf */
+  CUFILE_C2C = 3,           /* chip to chip (aarch64) */
+  CUFILE_NVIDIA_PEERMEM = 4 /* IBM Spectrum Scale and WekaFS only */
+} CUfileP2PFlags_t;
+
+#define CU_FILE_P2P_FLAG_PCI_P2PDMA ((CUfileP2PFlags_t)(1 << CUFILE_P2PDMA))
+#define CU_FILE_P2P_FLAG_NVFS ((CUfileP2PFlags_t)(1 << CUFILE_NVFS))
+#define CU_FILE_P2P_FLAG_DMABUF ((CUfileP2PFlags_t)(1 << CUFILE_DMABUF))
+#define CU_FILE_P2P_FLAG_C2C ((CUfileP2PFlags_t)(1 << CUFILE_C2C))
 
 typedef struct CUfileDrvProps {
   struct {
@@ -238,6 +259,215 @@ CUfileError_t cuFileDriverSetMaxPinnedMemSize(size_t max_pinned_size);
 /* 1000 * major + 10 * minor of the cuFile API implemented. */
 CUfileError_t cuFileGetVersion(int *version);
 
+/* The P2P modes of a filesystem or device type: CU_FILE_P2P_FLAG_PCI_P2PDMA
+ * for NVMe (CU_FILE_NVME_SUPPORTED, CU_FILE_NVMEOF_SUPPORTED) unless
+ * cleared, nothing for the others. Setting takes
+ * CU_FILE_P2P_FLAG_PCI_P2PDMA (x86_64) or CU_FILE_P2P_FLAG_C2C (aarch64)
+ * or 0; other flags are CU_FILE_INVALID_VALUE. */
+CUfileError_t cuFileDriverGetP2PFlags(CUfileDriverStatusFlags_t status_flag,
+                                      CUfileP2PFlags_t *p2p_flags);
+CUfileError_t cuFileDriverSetP2PFlags(CUfileDriverStatusFlags_t status_flag,
+                                      CUfileP2PFlags_t p2p_flags);
+/* The size of GPU gpuIndex's BAR1 aperture (the one P2P DMA reaches), KB. */
+CUfileError_t cuFileGetBARSizeInKB(int gpuIndex, size_t *barSize);
+/* Writes the PCIe topology the library sees, as JSON, to filename. */
+CUfileError_t cuFileExportPCIeTopology(const char *filename);
+
+/* ------------------------------------------------------------ parameters */
+
+/* Set before the driver opens (CU_FILE_DRIVER_ALREADY_OPEN after: the
+ * driver opens on cuFileDriverOpen or on first use), read at any time: the
+ * staged value before the open, the value in force after. */
+typedef enum CUFileSizeTConfigParameter_t {
+  CUFILE_PARAM_PROFILE_STATS,                  /* the statistics level, 0-3 */
+  CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH,   /* chunks in flight */
+  CUFILE_PARAM_EXECUTION_MAX_IO_THREADS,       /* copy threads */
+  CUFILE_PARAM_EXECUTION_MIN_IO_THRESHOLD_SIZE_KB,
+  CUFILE_PARAM_EXECUTION_MAX_REQUEST_PARALLELISM,
+  CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB, /* the chunk, per I/O */
+  CUFILE_PARAM_PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB,
+  CUFILE_PARAM_PROPERTIES_PER_BUFFER_CACHE_SIZE_KB,
+  CUFILE_PARAM_PROPERTIES_MAX_DEVICE_PINNED_MEM_SIZE_KB,
+  CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE,        /* most entries per batch */
+  CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB,
+  CUFILE_PARAM_PROPERTIES_BATCH_IO_TIMEOUT_MS
+} CUFileSizeTConfigParameter_t;
+
+typedef enum CUFileBoolConfigParameter_t {
+  CUFILE_PARAM_PROPERTIES_USE_POLL_MODE,
+  CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE, /* false: P2P or fail */
+  CUFILE_PARAM_FORCE_COMPAT_MODE,            /* true: always through host memory */
+  CUFILE_PARAM_FS_MISC_API_CHECK_AGGRESSIVE,
+  CUFILE_PARAM_EXECUTION_PARALLEL_IO,
+  CUFILE_PARAM_PROFILE_NVTX, /* deprecated */
+  CUFILE_PARAM_PROPERTIES_ALLOW_SYSTEM_MEMORY,
+  CUFILE_PARAM_USE_PCIP2PDMA,
+  CUFILE_PARAM_PREFER_IO_URING,
+  CUFILE_PARAM_FORCE_ODIRECT_MODE,
+  CUFILE_PARAM_SKIP_TOPOLOGY_DETECTION,
+  CUFILE_PARAM_STREAM_MEMOPS_BYPASS
+} CUFileBoolConfigParameter_t;
+
+typedef enum CUFileStringConfigParameter_t {
+  CUFILE_PARAM_LOGGING_LEVEL, /* ERROR, WARN, NOTICE, INFO, DEBUG or TRACE */
+  CUFILE_PARAM_ENV_LOGFILE_PATH,
+  CUFILE_PARAM_LOG_DIR
+} CUFileStringConfigParameter_t;
+
+typedef enum CUFileArrayConfigParameter_t {
+  CUFILE_PARAM_POSIX_POOL_SLAB_SIZE_KB,
+  CUFILE_PARAM_POSIX_POOL_SLAB_COUNT,
+  CUFILE_PARAM_GPU_BOUNCE_BUFFER_SLAB_SIZE_KB,
+  CUFILE_PARAM_GPU_BOUNCE_BUFFER_SLAB_COUNT
+} CUFileArrayConfigParameter_t;
+
+CUfileError_t cuFileGetParameterSizeT(CUFileSizeTConfigParameter_t param,
+                                      size_t *value);
+CUfileError_t cuFileGetParameterBool(CUFileBoolConfigParameter_t param,
+                                     bool *value);
+/* Copies the value with its NUL into desc_str if len holds it, else
+ * CU_FILE_INVALID_VALUE. */
+CUfileError_t cuFileGetParameterString(CUFileStringConfigParameter_t param,
+                                       char *desc_str, int len);
+CUfileError_t cuFileGetParameterMinMaxValue(CUFileSizeTConfigParameter_t param,
+                                            size_t *min_value,
+                                            size_t *max_value);
+CUfileError_t cuFileSetParameterSizeT(CUFileSizeTConfigParameter_t param,
+                                      size_t value);
+CUfileError_t cuFileSetParameterBool(CUFileBoolConfigParameter_t param,
+                                     bool value);
+CUfileError_t cuFileSetParameterString(CUFileStringConfigParameter_t param,
+                                       const char *desc_str);
+/* Slab arrays: len pairs of a size in KB (multiples of 4, ascending) and
+ * a count; the getters want len equal to the number of slabs set. */
+CUfileError_t cuFileSetParameterPosixPoolSlabArray(const size_t *size_values,
+                                                   const size_t *count_values,
+                                                   int len);
+CUfileError_t cuFileGetParameterPosixPoolSlabArray(size_t *size_values,
+                                                   size_t *count_values,
+                                                   int len);
+CUfileError_t cuFileSetParameterGpuBounceBufferSlabArray(
+    const size_t *size_values, const size_t *count_values, int len);
+CUfileError_t cuFileGetParameterGpuBounceBufferSlabArray(size_t *size_values,
+                                                         size_t *count_values,
+                                                         int len);
+
+/* ------------------------------------------------------------ statistics */
+
+/* 0 (off, the default), 1 (counters), 2 (and size histograms), 3 (and per
+ * GPU). Counting runs from the level's setting, or cuFileStatsStart, to
+ * cuFileStatsStop. */
+CUfileError_t cuFileSetStatsLevel(int level);
+CUfileError_t cuFileGetStatsLevel(int *level);
+CUfileError_t cuFileStatsStart(void);
+CUfileError_t cuFileStatsStop(void);
+CUfileError_t cuFileStatsReset(void);
+
+#define CUFILE_GPU_UUID_LEN 16
+
+typedef struct CUfileOpCounter {
+  uint64_t ok;
+  uint64_t err;
+} CUfileOpCounter_t;
+
+typedef struct CUfileStatsLevel1 {
+  CUfileOpCounter_t read_ops;
+  CUfileOpCounter_t write_ops;
+  CUfileOpCounter_t hdl_register_ops;
+  CUfileOpCounter_t hdl_deregister_ops;
+  CUfileOpCounter_t buf_register_ops;
+  CUfileOpCounter_t buf_deregister_ops;
+  uint64_t read_bytes;
+  uint64_t write_bytes;
+  uint64_t read_bw_bytes_per_sec;
+  uint64_t write_bw_bytes_per_sec;
+  uint64_t read_lat_avg_us;
+  uint64_t write_lat_avg_us;
+  uint64_t read_ops_per_sec;
+  uint64_t write_ops_per_sec;
+  uint64_t read_lat_sum_us;
+  uint64_t write_lat_sum_us;
+  CUfileOpCounter_t batch_submit_ops;
+  CUfileOpCounter_t batch_complete_ops;
+  CUfileOpCounter_t batch_setup_ops;
+  CUfileOpCounter_t batch_cancel_ops;
+  CUfileOpCounter_t batch_destroy_ops;
+  CUfileOpCounter_t batch_enqueued_ops;
+  CUfileOpCounter_t batch_posix_enqueued_ops;
+  CUfileOpCounter_t batch_processed_ops;
+  CUfileOpCounter_t batch_posix_processed_ops;
+  CUfileOpCounter_t batch_nvfs_submit_ops;
+  CUfileOpCounter_t batch_p2p_submit_ops;
+  CUfileOpCounter_t batch_aio_submit_ops;
+  CUfileOpCounter_t batch_iouring_submit_ops;
+  CUfileOpCounter_t batch_mixed_io_submit_ops;
+  CUfileOpCounter_t batch_total_submit_ops;
+  uint64_t batch_read_bytes;
+  uint64_t batch_write_bytes;
+  uint64_t batch_read_bw_bytes;
+  uint64_t batch_write_bw_bytes;
+  uint64_t batch_submit_lat_avg_us;
+  uint64_t batch_completion_lat_avg_us;
+  uint64_t batch_submit_ops_per_sec;
+  uint64_t batch_complete_ops_per_sec;
+  uint64_t batch_submit_lat_sum_us;
+  uint64_t batch_completion_lat_sum_us;
+  uint64_t last_batch_read_bytes;
+  uint64_t last_batch_write_bytes;
+} CUfileStatsLevel1_t;
+
+/* Bucket i of a histogram counts transfers of [2^i, 2^(i+1)) KB (bucket 0
+ * also those under 1 KB, bucket 31 everything from 2^31 KB). */
+typedef struct CUfileStatsLevel2 {
+  CUfileStatsLevel1_t basic;
+  uint64_t read_size_kb_hist[32];
+  uint64_t write_size_kb_hist[32];
+} CUfileStatsLevel2_t;
+
+typedef struct CUfilePerGpuStats {
+  char uuid[CUFILE_GPU_UUID_LEN];
+  uint64_t read_bytes;
+  uint64_t read_bw_bytes_per_sec;
+  uint64_t read_utilization;
+  uint64_t read_duration_us;
+  uint64_t n_total_reads;
+  uint64_t n_p2p_reads;
+  uint64_t n_nvfs_reads;
+  uint64_t n_posix_reads;
+  uint64_t n_unaligned_reads;
+  uint64_t n_dr_reads;
+  uint64_t n_sparse_regions;
+  uint64_t n_inline_regions;
+  uint64_t n_reads_err;
+  uint64_t writes_bytes;
+  uint64_t write_bw_bytes_per_sec;
+  uint64_t write_utilization;
+  uint64_t write_duration_us;
+  uint64_t n_total_writes;
+  uint64_t n_p2p_writes;
+  uint64_t n_nvfs_writes;
+  uint64_t n_posix_writes;
+  uint64_t n_unaligned_writes;
+  uint64_t n_dr_writes;
+  uint64_t n_writes_err;
+  uint64_t n_mmap;
+  uint64_t n_mmap_ok;
+  uint64_t n_mmap_err;
+  uint64_t n_mmap_free;
+  uint64_t reg_bytes;
+} CUfilePerGpuStats_t;
+
+typedef struct CUfileStatsLevel3 {
+  CUfileStatsLevel2_t detailed;
+  uint32_t num_gpus;
+  CUfilePerGpuStats_t per_gpu_stats[16];
+} CUfileStatsLevel3_t;
+
+/* CU_FILE_INVALID_VALUE for NULL or a level below the structure's. */
+CUfileError_t cuFileGetStatsL1(CUfileStatsLevel1_t *stats);
+CUfileError_t cuFileGetStatsL2(CUfileStatsLevel2_t *stats);
+CUfileError_t cuFileGetStatsL3(CUfileStatsLevel3_t *stats);
+
 /* ----------------------------------------------------------------- files */
 
 typedef void *CUfileHandle_t;
@@ -257,15 +487,18 @@ typedef struct cufileRDMAInfo {
   const char *desc_str;
 } cufileRDMAInfo_t;
 
-/* For user-space filesystems, which this library does not support. */
+/* For user-space filesystems, which this library does not support. The
+ * offsets are loff_t, spelled __loff_t (what glibc's <sys/types.h> defines
+ * it as) so that strict C builds have it too. */
 typedef struct CUfileFSOps {
-  const char *(*fs_type)(void *handle);
-  int (*getRDMADeviceList)(void *handle, sockaddr_t **hostaddrs);
-  int (*getRDMADevicePriority)(void *handle, char *, size_t, long long,
-                               sockaddr_t *hostaddr);
-  ssize_t (*read)(void *handle, char *, size_t, long long, cufileRDMAInfo_t *);
-  ssize_t (*write)(void *handle, const char *, size_t, long long,
-                   cufileRDMAInfo_t *);
+  const char *(*fs_type)(const void *handle);
+  int (*getRDMADeviceList)(const void *handle, sockaddr_t **hostaddrs);
+  int (*getRDMADevicePriority)(const void *handle, char *, size_t, __loff_t,
+                               const sockaddr_t *hostaddr);
+  ssize_t (*read)(const void *handle, char *, size_t, __loff_t,
+                  const cufileRDMAInfo_t *);
+  ssize_t (*write)(const void *handle, const char *, size_t, __loff_t,
+                   const cufileRDMAInfo_t *);
 } CUfileFSOps_t;
 
 typedef struct CUfileDescr_t {
@@ -365,6 +598,20 @@ CUfileError_t cuFileWriteAsync(CUfileHandle_t fh, void *bufPtr_base,
                                ssize_t *bytes_written_p, CUstream stream);
 CUfileError_t cuFileStreamRegister(CUstream stream, unsigned flags);
 CUfileError_t cuFileStreamDeregister(CUstream stream);
+
+/* ----------------------------------------------------- scatter and gather */
+
+typedef struct CUfileIOVec {
+  void *base; /* device or host memory */
+  size_t len;
+} CUfileIOVec_t;
+
+/* preadv/pwritev on a registered handle: the buffers in order, from
+ * file_offset on; flags must be 0. Returns as cuFileRead/cuFileWrite. */
+ssize_t cuFileReadv(CUfileHandle_t fh, const CUfileIOVec_t *iov, size_t iovcnt,
+                    off_t file_offset, unsigned flags);
+ssize_t cuFileWritev(CUfileHandle_t fh, const CUfileIOVec_t *iov,
+                     size_t iovcnt, off_t file_offset, unsigned flags);
 
 #pragma GCC visibility pop
 

@@ -87,6 +87,8 @@ pub mod op {
     pub const BATCH_FULL: u32 = 5037;
     /// Stream operations are not supported.
     pub const ASYNC_NOT_SUPPORTED: u32 = 5038;
+    /// An internal error of a batch's setup.
+    pub const INTERNAL_BATCH_SETUP_ERROR: u32 = 5039;
     /// The last value of the 13.x header (a sentinel, not an error).
     pub const IO_MAX_ERROR: u32 = 5050;
 }
@@ -148,10 +150,33 @@ pub mod stream_flags {
         FIXED_BUF_OFFSET | FIXED_FILE_OFFSET | FIXED_FILE_SIZE | PAGE_ALIGNED_INPUTS;
 }
 
-/// Bit numbers of `CUfileDrvProps_t.nvfs.dstatusflags`.
+/// Bit numbers of `CUfileDrvProps_t.nvfs.dstatusflags`, also the
+/// filesystem and device types of the P2P flags
+/// (`CUfileDriverStatusFlags_t`).
 pub mod dstatus {
     /// `CU_FILE_NVME_SUPPORTED`.
     pub const NVME: u32 = 4;
+    /// `CU_FILE_NVMEOF_SUPPORTED`.
+    pub const NVMEOF: u32 = 5;
+    /// `CU_FILE_NVME_P2P_SUPPORTED`, deprecated.
+    pub const NVME_P2P: u32 = 11;
+    /// `CU_FILE_MAX_TARGET_TYPES`: one past the last type.
+    pub const MAX_TARGET_TYPES: u32 = 14;
+}
+
+/// Bit numbers of `CUfileP2PFlags_t` (the `CU_FILE_P2P_FLAG_*` masks are
+/// `1 << n`).
+pub mod p2p {
+    /// `CUFILE_P2PDMA`: PCI P2PDMA.
+    pub const P2PDMA: u32 = 0;
+    /// `CUFILE_NVFS`: nvidia-fs.
+    pub const NVFS: u32 = 1;
+    /// `CUFILE_DMABUF`: dma-buf.
+    pub const DMABUF: u32 = 2;
+    /// `CUFILE_C2C`: chip to chip.
+    pub const C2C: u32 = 3;
+    /// `CUFILE_NVIDIA_PEERMEM`.
+    pub const NVIDIA_PEERMEM: u32 = 4;
 }
 
 /// Bit numbers of `CUfileDrvProps_t.nvfs.dcontrolflags`.
@@ -168,6 +193,8 @@ pub mod feature {
     pub const BATCH_IO: u32 = 1;
     /// `CU_FILE_STREAMS_SUPPORTED`.
     pub const STREAMS: u32 = 2;
+    /// `CU_FILE_P2P_SUPPORTED`: PCI P2PDMA.
+    pub const P2P: u32 = 4;
 }
 
 /// `CUfileError_t`: returned by value.
@@ -292,6 +319,145 @@ pub struct CUfileIOEvents {
     pub ret: size_t,
 }
 
+/// `CUfileIOVec_t`: one buffer of `cuFileReadv`/`cuFileWritev`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CUfileIOVec {
+    /// Device or host memory.
+    pub base: *mut c_void,
+    /// Bytes.
+    pub len: size_t,
+}
+
+/// `CUfileOpCounter_t`: successes and failures of one kind of call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CUfileOpCounter {
+    /// Calls that succeeded.
+    pub ok: u64,
+    /// Calls that failed.
+    pub err: u64,
+}
+
+/// `CUfileStatsLevel1_t`: counters of calls and bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[expect(missing_docs, reason = "the fields are the header's, named as there")]
+pub struct CUfileStatsLevel1 {
+    pub read_ops: CUfileOpCounter,
+    pub write_ops: CUfileOpCounter,
+    pub hdl_register_ops: CUfileOpCounter,
+    pub hdl_deregister_ops: CUfileOpCounter,
+    pub buf_register_ops: CUfileOpCounter,
+    pub buf_deregister_ops: CUfileOpCounter,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_bw_bytes_per_sec: u64,
+    pub write_bw_bytes_per_sec: u64,
+    pub read_lat_avg_us: u64,
+    pub write_lat_avg_us: u64,
+    pub read_ops_per_sec: u64,
+    pub write_ops_per_sec: u64,
+    pub read_lat_sum_us: u64,
+    pub write_lat_sum_us: u64,
+    pub batch_submit_ops: CUfileOpCounter,
+    pub batch_complete_ops: CUfileOpCounter,
+    pub batch_setup_ops: CUfileOpCounter,
+    pub batch_cancel_ops: CUfileOpCounter,
+    pub batch_destroy_ops: CUfileOpCounter,
+    pub batch_enqueued_ops: CUfileOpCounter,
+    pub batch_posix_enqueued_ops: CUfileOpCounter,
+    pub batch_processed_ops: CUfileOpCounter,
+    pub batch_posix_processed_ops: CUfileOpCounter,
+    pub batch_nvfs_submit_ops: CUfileOpCounter,
+    pub batch_p2p_submit_ops: CUfileOpCounter,
+    pub batch_aio_submit_ops: CUfileOpCounter,
+    pub batch_iouring_submit_ops: CUfileOpCounter,
+    pub batch_mixed_io_submit_ops: CUfileOpCounter,
+    pub batch_total_submit_ops: CUfileOpCounter,
+    pub batch_read_bytes: u64,
+    pub batch_write_bytes: u64,
+    pub batch_read_bw_bytes: u64,
+    pub batch_write_bw_bytes: u64,
+    pub batch_submit_lat_avg_us: u64,
+    pub batch_completion_lat_avg_us: u64,
+    pub batch_submit_ops_per_sec: u64,
+    pub batch_complete_ops_per_sec: u64,
+    pub batch_submit_lat_sum_us: u64,
+    pub batch_completion_lat_sum_us: u64,
+    pub last_batch_read_bytes: u64,
+    pub last_batch_write_bytes: u64,
+}
+
+/// Buckets of the size histograms of [`CUfileStatsLevel2`].
+pub const HIST_BUCKETS: usize = 32;
+
+/// `CUfileStatsLevel2_t`: level 1 and the transfer sizes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CUfileStatsLevel2 {
+    /// Level 1.
+    pub basic: CUfileStatsLevel1,
+    /// Reads by size: bucket i counts `[2^i, 2^(i+1))` KB.
+    pub read_size_kb_hist: [u64; HIST_BUCKETS],
+    /// Writes by size.
+    pub write_size_kb_hist: [u64; HIST_BUCKETS],
+}
+
+/// `CUFILE_GPU_UUID_LEN`.
+pub const GPU_UUID_LEN: usize = 16;
+/// GPUs of [`CUfileStatsLevel3`].
+pub const MAX_GPUS: usize = 16;
+
+/// `CUfilePerGpuStats_t`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[expect(missing_docs, reason = "the fields are the header's, named as there")]
+pub struct CUfilePerGpuStats {
+    pub uuid: [u8; GPU_UUID_LEN],
+    pub read_bytes: u64,
+    pub read_bw_bytes_per_sec: u64,
+    pub read_utilization: u64,
+    pub read_duration_us: u64,
+    pub n_total_reads: u64,
+    pub n_p2p_reads: u64,
+    pub n_nvfs_reads: u64,
+    pub n_posix_reads: u64,
+    pub n_unaligned_reads: u64,
+    pub n_dr_reads: u64,
+    pub n_sparse_regions: u64,
+    pub n_inline_regions: u64,
+    pub n_reads_err: u64,
+    pub writes_bytes: u64,
+    pub write_bw_bytes_per_sec: u64,
+    pub write_utilization: u64,
+    pub write_duration_us: u64,
+    pub n_total_writes: u64,
+    pub n_p2p_writes: u64,
+    pub n_nvfs_writes: u64,
+    pub n_posix_writes: u64,
+    pub n_unaligned_writes: u64,
+    pub n_dr_writes: u64,
+    pub n_writes_err: u64,
+    pub n_mmap: u64,
+    pub n_mmap_ok: u64,
+    pub n_mmap_err: u64,
+    pub n_mmap_free: u64,
+    pub reg_bytes: u64,
+}
+
+/// `CUfileStatsLevel3_t`: level 2 and each GPU's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CUfileStatsLevel3 {
+    /// Level 2.
+    pub detailed: CUfileStatsLevel2,
+    /// GPUs the CUDA driver sees (at most [`MAX_GPUS`] are reported).
+    pub num_gpus: u32,
+    /// By device ordinal.
+    pub per_gpu_stats: [CUfilePerGpuStats; MAX_GPUS],
+}
+
 #[cfg(test)]
 mod tests {
     use std::mem::{align_of, offset_of, size_of};
@@ -352,6 +518,28 @@ mod tests {
             assert_eq!(a, 8);
         }
         assert_eq!(align_of::<CUfileError>(), 4);
+
+        // cuFile 1.14 to 1.20: scatter and gather, statistics.
+        assert_eq!(size_of::<CUfileIOVec>(), 16);
+        assert_eq!(offset_of!(CUfileIOVec, len), 8);
+        assert_eq!(size_of::<CUfileOpCounter>(), 16);
+        assert_eq!(size_of::<CUfileStatsLevel1>(), 512);
+        assert_eq!(offset_of!(CUfileStatsLevel1, read_bytes), 96);
+        assert_eq!(offset_of!(CUfileStatsLevel1, batch_submit_ops), 176);
+        assert_eq!(offset_of!(CUfileStatsLevel1, batch_total_submit_ops), 400);
+        assert_eq!(offset_of!(CUfileStatsLevel1, batch_read_bytes), 416);
+        assert_eq!(offset_of!(CUfileStatsLevel1, last_batch_write_bytes), 504);
+        assert_eq!(size_of::<CUfileStatsLevel2>(), 1024);
+        assert_eq!(offset_of!(CUfileStatsLevel2, read_size_kb_hist), 512);
+        assert_eq!(offset_of!(CUfileStatsLevel2, write_size_kb_hist), 768);
+        assert_eq!(size_of::<CUfilePerGpuStats>(), 248);
+        assert_eq!(offset_of!(CUfilePerGpuStats, read_bytes), 16);
+        assert_eq!(offset_of!(CUfilePerGpuStats, writes_bytes), 120);
+        assert_eq!(offset_of!(CUfilePerGpuStats, reg_bytes), 240);
+        assert_eq!(size_of::<CUfileStatsLevel3>(), 5000);
+        assert_eq!(offset_of!(CUfileStatsLevel3, num_gpus), 1024);
+        assert_eq!(offset_of!(CUfileStatsLevel3, per_gpu_stats), 1032);
+        assert_eq!(align_of::<CUfileStatsLevel3>(), 8);
     }
 
     #[test]

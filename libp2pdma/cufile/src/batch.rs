@@ -28,7 +28,7 @@ use crate::{
     },
     buffers, driver,
     errors::{guard, guard_value, Fail, Res},
-    io,
+    io, stats,
 };
 
 /// How long `cuFileBatchIOGetStatus` sleeps on one transfer before it
@@ -46,6 +46,10 @@ enum State {
 struct Entry {
     cookie: usize,
     state: State,
+    /// Whether it writes (for the statistics).
+    write: bool,
+    /// When it was submitted.
+    since: Instant,
 }
 
 impl Entry {
@@ -57,9 +61,17 @@ impl Entry {
         let Some(result) = ticket.poll() else {
             return false;
         };
+        let len = *len;
+        let took = self.since.elapsed();
         self.state = match result {
-            Ok(_) => State::Ended(status::COMPLETE, *len as isize),
-            Err(e) => State::Ended(status::FAILED, Fail::from(e).negated()),
+            Ok(_) => {
+                stats::batch_entry(self.write, true, len as u64, took);
+                State::Ended(status::COMPLETE, len as isize)
+            }
+            Err(e) => {
+                stats::batch_entry(self.write, false, 0, took);
+                State::Ended(status::FAILED, Fail::from(e).negated())
+            }
         };
         true
     }
@@ -104,6 +116,7 @@ fn drain(b: &Mutex<Batch>) {
 /// What one checked entry will do.
 struct Checked {
     cookie: usize,
+    write: bool,
     /// The request, or `None` for a read at or after the end of the file.
     request: Option<Request>,
 }
@@ -134,6 +147,7 @@ unsafe fn check(p: &CUfileIOParams) -> Res<Checked> {
     if len == 0 {
         return Ok(Checked {
             cookie,
+            write: matches!(dir, Direction::Write),
             request: None,
         });
     }
@@ -142,6 +156,7 @@ unsafe fn check(p: &CUfileIOParams) -> Res<Checked> {
     let (mem, mem_offset) = unsafe { buffers::resolve(b.buf_base, b.buf_offset, b.size, read) }?;
     Ok(Checked {
         cookie,
+        write: matches!(dir, Direction::Write),
         request: Some(Request {
             dir,
             file: entry.file.clone(),
@@ -163,8 +178,8 @@ pub unsafe extern "C" fn cuFileBatchIOSetUp(
     batch_idp: *mut *mut c_void,
     nr: c_uint,
 ) -> CUfileError {
-    guard(|| {
-        if batch_idp.is_null() || nr == 0 || nr > driver::MAX_BATCH {
+    let status = guard(|| {
+        if batch_idp.is_null() || nr == 0 || nr > driver::max_batch() {
             return Err(Fail::INVALID);
         }
         driver::engine()?;
@@ -185,7 +200,9 @@ pub unsafe extern "C" fn cuFileBatchIOSetUp(
         // SAFETY: Non-null and writable by the caller's contract.
         unsafe { batch_idp.write_unaligned(id as *mut c_void) };
         Ok(())
-    })
+    });
+    stats::call(stats::Call::BatchSetup, status.err == op::SUCCESS);
+    status
 }
 
 /// Submits `nr` entries: all are checked first (mode `CUFILE_BATCH`,
@@ -204,7 +221,9 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
     iocbp: *mut CUfileIOParams,
     flags: c_uint,
 ) -> CUfileError {
-    guard(|| {
+    let start = Instant::now();
+    let mut asked = (0u64, 0u64);
+    let status = guard(|| {
         let batch = lookup(batch_idp)?;
         let nr = nr as usize;
         if iocbp.is_null() || flags != 0 || nr == 0 || nr > lock(&batch).capacity {
@@ -227,6 +246,11 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
             let state = match c.request {
                 Some(req) => {
                     let len = req.len;
+                    if c.write {
+                        asked.1 += len as u64;
+                    } else {
+                        asked.0 += len as u64;
+                    }
                     State::Running(engine.submit(req), len)
                 }
                 None => State::Ended(status::COMPLETE, 0),
@@ -234,10 +258,21 @@ pub unsafe extern "C" fn cuFileBatchIOSubmit(
             b.entries.push_back(Entry {
                 cookie: c.cookie,
                 state,
+                write: c.write,
+                since: start,
             });
         }
         Ok(())
-    })
+    });
+    let ok = status.err == op::SUCCESS;
+    stats::batch_submit(
+        ok,
+        if ok { nr as u64 } else { 0 },
+        asked.0,
+        asked.1,
+        start.elapsed(),
+    );
+    status
 }
 
 /// The timeout as a duration: `None` waits for ever.
@@ -338,11 +373,13 @@ pub unsafe extern "C" fn cuFileBatchIOGetStatus(
 /// events stay for GetStatus and say how each ended.
 #[no_mangle]
 pub extern "C" fn cuFileBatchIOCancel(batch_idp: *mut c_void) -> CUfileError {
-    guard(|| {
+    let status = guard(|| {
         let batch = lookup(batch_idp)?;
         drain(&batch);
         Ok(())
-    })
+    });
+    stats::call(stats::Call::BatchCancel, status.err == op::SUCCESS);
+    status
 }
 
 /// Frees the batch, after waiting for its running entries to end. An
@@ -355,6 +392,7 @@ pub extern "C" fn cuFileBatchIODestroy(batch_idp: *mut c_void) {
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
             .and_then(|m| m.remove(&(batch_idp as usize)));
+        stats::call(stats::Call::BatchDestroy, gone.is_some());
         if let Some(b) = gone {
             drain(&b);
         }
@@ -384,7 +422,7 @@ mod tests {
         unsafe {
             assert_eq!(cuFileBatchIOSetUp(&mut id, 0).err, op::INVALID_VALUE);
             assert_eq!(
-                cuFileBatchIOSetUp(&mut id, driver::MAX_BATCH + 1).err,
+                cuFileBatchIOSetUp(&mut id, driver::max_batch() + 1).err,
                 op::INVALID_VALUE
             );
             assert_eq!(

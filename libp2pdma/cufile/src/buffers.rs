@@ -28,6 +28,7 @@ use crate::{
     abi::{op, CUfileError, RDMA_REGISTER, RDMA_RELAXED_ORDERING},
     driver,
     errors::{guard, Fail, Res},
+    stats,
 };
 
 /// Where a pointer lives.
@@ -181,7 +182,15 @@ pub unsafe extern "C" fn cuFileBufRegister(
     flags: c_int,
 ) -> CUfileError {
     // SAFETY: The caller's.
-    guard(|| unsafe { register(bufPtr_base, length, flags) })
+    let status = guard(|| unsafe { register(bufPtr_base, length, flags) });
+    let ok = status.err == op::SUCCESS;
+    stats::call(stats::Call::BufRegister, ok);
+    // A failed registration's memory is not known to be a GPU's.
+    let gpu = registered(bufPtr_base as usize)
+        .filter(|_| ok)
+        .and_then(|(_, _, m)| stats::gpu_of(m.kind()));
+    stats::gpu_buffer(gpu, true, ok, length);
+    status
 }
 
 /// Forgets a registered buffer. Transfers running with it keep their
@@ -196,9 +205,11 @@ pub extern "C" fn cuFileBufDeregister(bufPtr_base: *const c_void) -> CUfileError
         let mut b = BUFFERS.write().unwrap_or_else(|p| p.into_inner());
         let gone = b.remove(&(bufPtr_base as usize));
         drop(b);
+        stats::call(stats::Call::BufDeregister, gone.is_some());
         // The memory object is dropped outside the lock: a CUDA one talks
         // to the driver on the way out.
-        gone.map(drop).ok_or(Fail::cu(op::MEMORY_NOT_REGISTERED))
+        gone.map(|r| stats::gpu_buffer(stats::gpu_of(r.mem.kind()), false, true, 0))
+            .ok_or(Fail::cu(op::MEMORY_NOT_REGISTERED))
     })
 }
 

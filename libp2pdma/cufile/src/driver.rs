@@ -21,53 +21,53 @@ use p2pdma::{sys::cuda, Config, Engine, Module};
 use crate::{
     abi::{dcontrol, dstatus, feature, op, CUfileDrvProps, CUfileError, NvfsProps},
     errors::{guard, guard_value, Fail, Res},
+    params::{self, flag, size, Params},
 };
 
-/// `cuFileGetVersion`: the API of cuFile 1.8 (CUDA 12.3), the newest whose
-/// every call this library has. KvikIO wants 1060 for batches and 1070 for
-/// streams.
-pub const VERSION: c_int = 1080;
+/// `cuFileGetVersion`: the API of cuFile 1.20 (CUDA 13), every call of
+/// whose header this library has. KvikIO wants 1060 for batches and 1070
+/// for streams.
+pub const VERSION: c_int = 1200;
 
 /// The version `cuFileDriverGetProperties` gives as the nvfs interface's:
 /// libp2pdma's interface, 1.0. KvikIO takes 0.0 as "no GPUDirect Storage".
 const NVFS_VERSION: (u32, u32) = (1, 0);
 
-/// Most entries of one batch (`max_batch_io_size`), as NVIDIA's default
-/// `io_batchsize`.
-pub const MAX_BATCH: u32 = 128;
-
-/// What the setters change, reported back by `cuFileDriverGetProperties`.
-/// The engine chooses its own chunk sizes and staging; these are kept so
-/// that a caller reads back what it set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Settings {
-    poll: bool,
-    poll_thresh_kb: usize,
-    max_direct_io_kb: usize,
-    max_cache_kb: u32,
-    max_pinned_kb: u32,
+/// Most entries of one batch (`max_batch_io_size`): the
+/// `CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE` parameter, 128 by default as
+/// NVIDIA's `io_batchsize`.
+pub fn max_batch() -> u32 {
+    params::lock().sizes[size::IO_BATCHSIZE] as u32
 }
 
-const DEFAULTS: Settings = Settings {
-    poll: false,
-    poll_thresh_kb: 4,
-    max_direct_io_kb: 16 << 10,
-    max_cache_kb: 128 << 10,
-    max_pinned_kb: 32 << 20,
-};
-
-static SETTINGS: Mutex<Settings> = Mutex::new(DEFAULTS);
 static OPENS: Mutex<c_long> = Mutex::new(0);
 static ENGINE: OnceLock<std::result::Result<Engine, String>> = OnceLock::new();
 static CUDA: OnceLock<bool> = OnceLock::new();
 
 /// The process's engine, started on first use: the configuration from the
-/// environment (`P2PDMA_*`, `/etc/p2pdma.conf`), and the p2pdma module
-/// where it is loaded.
+/// environment (`P2PDMA_*`, `/etc/p2pdma.conf`) with the cuFile
+/// parameters set before it over it, and the p2pdma module where it is
+/// loaded. Starting is the driver's open for the parameters: they are
+/// fixed from then on.
 pub fn engine() -> Res<&'static Engine> {
     let e = ENGINE.get_or_init(|| {
-        let config = Config::from_env().map_err(|e| e.to_string())?;
+        let mut p = params::lock();
+        let mut config = Config::from_env().map_err(|e| e.to_string())?;
+        p.configure(&mut config);
+        p.open();
         let module = Module::open().ok().map(Arc::new);
+        params::log(
+            &p,
+            "INFO",
+            &format!(
+                "driver open: path {} chunk {} depth {} copy threads {} module {}",
+                config.path.as_str(),
+                opt(config.chunk),
+                opt(config.depth),
+                opt(config.copy_threads),
+                if module.is_some() { "loaded" } else { "absent" },
+            ),
+        );
         Ok(Engine::new(config, module))
     });
     e.as_ref().map_err(|why| {
@@ -75,6 +75,11 @@ pub fn engine() -> Res<&'static Engine> {
         SAID.get_or_init(|| eprintln!("libcufile (p2pdma): cannot start the engine: {why}"));
         Fail::cu(op::DRIVER_NOT_INITIALIZED)
     })
+}
+
+/// A setting for the log: its value, or "auto".
+fn opt(v: Option<usize>) -> String {
+    v.map_or_else(|| "auto".into(), |v| v.to_string())
 }
 
 /// Whether a CUDA driver is loaded and initialized in this process (asked
@@ -87,31 +92,42 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The properties for the current settings.
-fn properties(s: Settings) -> CUfileDrvProps {
+/// The properties for the current parameters.
+fn properties(p: &Params) -> CUfileDrvProps {
     let bit = |b: u32| 1u32 << b;
+    let kb32 = |i: usize| p.sizes[i].min(u32::MAX as usize) as u32;
+    let direct = !p.flags[flag::FORCE_COMPAT_MODE];
     CUfileDrvProps {
         nvfs: NvfsProps {
             major_version: NVFS_VERSION.0,
             minor_version: NVFS_VERSION.1,
-            poll_thresh_size: s.poll_thresh_kb,
-            max_direct_io_size: s.max_direct_io_kb,
+            poll_thresh_size: p.sizes[size::POLLTHRESHOLD_SIZE_KB],
+            max_direct_io_size: p.sizes[size::MAX_DIRECT_IO_SIZE_KB],
             dstatusflags: bit(dstatus::NVME),
             // Transfers the P2P path cannot serve go through host memory,
             // which is what cuFile calls compatibility mode.
-            dcontrolflags: bit(dcontrol::ALLOW_COMPAT_MODE)
-                | if s.poll {
-                    bit(dcontrol::USE_POLL_MODE)
-                } else {
-                    0
-                },
+            dcontrolflags: if p.flags[flag::ALLOW_COMPAT_MODE] {
+                bit(dcontrol::ALLOW_COMPAT_MODE)
+            } else {
+                0
+            } | if p.flags[flag::USE_POLL_MODE] {
+                bit(dcontrol::USE_POLL_MODE)
+            } else {
+                0
+            },
         },
-        fflags: bit(feature::BATCH_IO) | bit(feature::STREAMS),
-        max_device_cache_size: s.max_cache_kb,
-        per_buffer_cache_size: 1024,
-        max_device_pinned_mem_size: s.max_pinned_kb,
-        max_batch_io_size: MAX_BATCH,
-        max_batch_io_timeout_msecs: 5,
+        fflags: bit(feature::BATCH_IO)
+            | bit(feature::STREAMS)
+            | if direct && p.flags[flag::USE_PCIP2PDMA] {
+                bit(feature::P2P)
+            } else {
+                0
+            },
+        max_device_cache_size: kb32(size::MAX_DEVICE_CACHE_SIZE_KB),
+        per_buffer_cache_size: kb32(size::PER_BUFFER_CACHE_SIZE_KB),
+        max_device_pinned_mem_size: kb32(size::MAX_DEVICE_PINNED_MEM_SIZE_KB),
+        max_batch_io_size: p.sizes[size::IO_BATCHSIZE] as u32,
+        max_batch_io_timeout_msecs: kb32(size::BATCH_IO_TIMEOUT_MS),
     }
 }
 
@@ -180,7 +196,7 @@ pub unsafe extern "C" fn cuFileDriverGetProperties(props: *mut CUfileDrvProps) -
             return Err(Fail::INVALID);
         }
         engine()?;
-        let p = properties(*lock(&SETTINGS));
+        let p = properties(&params::lock());
         // SAFETY: Non-null, and writable for the struct by the caller's
         // contract; `write_unaligned` asks nothing of its alignment.
         unsafe { props.write_unaligned(p) };
@@ -194,9 +210,9 @@ pub unsafe extern "C" fn cuFileDriverGetProperties(props: *mut CUfileDrvProps) -
 pub extern "C" fn cuFileDriverSetPollMode(poll: bool, poll_threshold_size: size_t) -> CUfileError {
     guard(|| {
         engine()?;
-        let mut s = lock(&SETTINGS);
-        s.poll = poll;
-        s.poll_thresh_kb = poll_threshold_size;
+        let mut p = params::lock();
+        p.flags[flag::USE_POLL_MODE] = poll;
+        p.sizes[size::POLLTHRESHOLD_SIZE_KB] = poll_threshold_size;
         Ok(())
     })
 }
@@ -206,7 +222,8 @@ pub extern "C" fn cuFileDriverSetPollMode(poll: bool, poll_threshold_size: size_
 pub extern "C" fn cuFileDriverSetMaxDirectIOSize(max_direct_io_size: size_t) -> CUfileError {
     guard(|| {
         engine()?;
-        lock(&SETTINGS).max_direct_io_kb = size_kb(max_direct_io_size, usize::MAX / 1024)?;
+        params::lock().sizes[size::MAX_DIRECT_IO_SIZE_KB] =
+            size_kb(max_direct_io_size, usize::MAX / 1024)?;
         Ok(())
     })
 }
@@ -216,7 +233,8 @@ pub extern "C" fn cuFileDriverSetMaxDirectIOSize(max_direct_io_size: size_t) -> 
 pub extern "C" fn cuFileDriverSetMaxCacheSize(max_cache_size: size_t) -> CUfileError {
     guard(|| {
         engine()?;
-        lock(&SETTINGS).max_cache_kb = size_kb(max_cache_size, u32::MAX as usize)? as u32;
+        params::lock().sizes[size::MAX_DEVICE_CACHE_SIZE_KB] =
+            size_kb(max_cache_size, u32::MAX as usize)?;
         Ok(())
     })
 }
@@ -226,7 +244,8 @@ pub extern "C" fn cuFileDriverSetMaxCacheSize(max_cache_size: size_t) -> CUfileE
 pub extern "C" fn cuFileDriverSetMaxPinnedMemSize(max_pinned_size: size_t) -> CUfileError {
     guard(|| {
         engine()?;
-        lock(&SETTINGS).max_pinned_kb = size_kb(max_pinned_size, u32::MAX as usize)? as u32;
+        params::lock().sizes[size::MAX_DEVICE_PINNED_MEM_SIZE_KB] =
+            size_kb(max_pinned_size, u32::MAX as usize)?;
         Ok(())
     })
 }
@@ -253,19 +272,23 @@ mod tests {
 
     #[test]
     fn properties_say_what_kvikio_looks_for() {
-        let p = properties(DEFAULTS);
+        let mut params = Params::default();
+        let p = properties(&params);
         assert!(p.nvfs.major_version != 0 || p.nvfs.minor_version != 0);
         assert_ne!(p.fflags & (1 << feature::BATCH_IO), 0);
         assert_ne!(p.fflags & (1 << feature::STREAMS), 0);
         assert_ne!(p.nvfs.dcontrolflags & (1 << dcontrol::ALLOW_COMPAT_MODE), 0);
         assert_eq!(p.nvfs.dcontrolflags & (1 << dcontrol::USE_POLL_MODE), 0);
-        assert_eq!(p.max_batch_io_size, MAX_BATCH);
+        assert_eq!(p.max_batch_io_size, 128);
         assert!(p.nvfs.max_direct_io_size >= 4 && p.per_buffer_cache_size > 0);
-        let polled = properties(Settings {
-            poll: true,
-            ..DEFAULTS
-        });
+        params.flags[flag::USE_POLL_MODE] = true;
+        params.flags[flag::ALLOW_COMPAT_MODE] = false;
+        let polled = properties(&params);
         assert_ne!(polled.nvfs.dcontrolflags & 1, 0);
+        assert_eq!(
+            polled.nvfs.dcontrolflags & (1 << dcontrol::ALLOW_COMPAT_MODE),
+            0
+        );
         const { assert!(VERSION >= 1070) };
     }
 

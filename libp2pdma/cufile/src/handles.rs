@@ -23,6 +23,7 @@ use crate::{
     },
     driver,
     errors::{guard, guard_value, Fail, Res},
+    stats,
 };
 
 /// A registered file.
@@ -146,7 +147,7 @@ pub unsafe extern "C" fn cuFileHandleRegister(
     fh: *mut *mut c_void,
     descr: *mut CUfileDescr,
 ) -> CUfileError {
-    guard(|| {
+    let status = guard(|| {
         if fh.is_null() || descr.is_null() {
             return Err(Fail::INVALID);
         }
@@ -159,7 +160,9 @@ pub unsafe extern "C" fn cuFileHandleRegister(
         // SAFETY: Non-null and writable by the caller's contract.
         unsafe { fh.write_unaligned(handle as *mut c_void) };
         Ok(())
-    })
+    });
+    stats::call(stats::Call::HandleRegister, status.err == op::SUCCESS);
+    status
 }
 
 /// Forgets a registered file. Transfers already running with it finish;
@@ -168,11 +171,12 @@ pub unsafe extern "C" fn cuFileHandleRegister(
 pub extern "C" fn cuFileHandleDeregister(fh: *mut c_void) {
     guard_value((), || {
         let mut files = FILES.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = files.as_mut() {
-            if let Some(e) = t.by_handle.remove(&(fh as usize)) {
-                t.by_fd.remove(&e.fd);
-            }
-        }
+        let gone = files
+            .as_mut()
+            .and_then(|t| Some((t.by_handle.remove(&(fh as usize))?, t)))
+            .map(|(e, t)| t.by_fd.remove(&e.fd));
+        drop(files);
+        stats::call(stats::Call::HandleDeregister, gone.is_some());
     })
 }
 

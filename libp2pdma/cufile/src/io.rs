@@ -6,15 +6,17 @@
 //! Every call is independent: many threads may read and write through the
 //! same handle at once (KvikIO splits a transfer over a thread pool).
 
-use std::ffi::c_void;
+use std::{ffi::c_void, time::Instant};
 
 use libc::off_t;
 use p2pdma::{DeviceMemory, Direction, Error};
 
 use crate::{
+    abi::CUfileIOVec,
     buffers, driver,
     errors::{guard_ssize, Fail, Res},
     handles::{self, FileEntry},
+    stats::{self, Moved},
 };
 
 /// How often a read is redone when the file shrinks under it.
@@ -28,16 +30,23 @@ pub fn read(
     mem: &dyn DeviceMemory,
     mem_offset: usize,
     len: usize,
-) -> Res<usize> {
+) -> Res<Moved> {
     let engine = driver::engine()?;
+    let gpu = stats::gpu_of(mem.kind());
     for _ in 0..SHRINK_RETRIES {
         let size = entry.file.current_size().map_err(Fail::from)?;
         let n = clamp(size, file_offset, len);
         if n == 0 {
-            return Ok(0);
+            return Ok(Moved { gpu, ..Moved::NONE });
         }
         match engine.read(&entry.file, file_offset, mem, mem_offset, n) {
-            Ok(_) => return Ok(n),
+            Ok(r) => {
+                return Ok(Moved {
+                    bytes: n,
+                    path: Some(r.path),
+                    gpu,
+                })
+            }
             // The file shrank between its size and the read: again, with
             // the new size.
             Err(Error::EndOfFile { .. } | Error::Short { .. }) => continue,
@@ -59,11 +68,15 @@ pub fn write(
     mem: &dyn DeviceMemory,
     mem_offset: usize,
     len: usize,
-) -> Res<usize> {
-    driver::engine()?
+) -> Res<Moved> {
+    let r = driver::engine()?
         .write(&entry.file, file_offset, mem, mem_offset, len)
         .map_err(Fail::from)?;
-    Ok(len)
+    Ok(Moved {
+        bytes: len,
+        path: Some(r.path),
+        gpu: stats::gpu_of(mem.kind()),
+    })
 }
 
 /// The checks every transfer makes on what C passes, in cuFile's order:
@@ -99,19 +112,85 @@ pub unsafe fn transfer(
     size: usize,
     file_offset: off_t,
     buf_offset: off_t,
-) -> Res<usize> {
+) -> Res<Moved> {
     let (entry, file_offset) = check(fh, buf, size, file_offset, buf_offset)?;
     if size == 0 {
-        return Ok(0);
+        return Ok(Moved::NONE);
     }
     let read = matches!(dir, Direction::Read);
     // SAFETY: The caller's; the memory object is dropped before return
     // (the transfer is synchronous).
     let (mem, at) = unsafe { buffers::resolve(buf, buf_offset, size, read) }?;
-    match dir {
+    let r = match dir {
         Direction::Read => self::read(&entry, file_offset, mem.as_ref(), at, size),
         Direction::Write => self::write(&entry, file_offset, mem.as_ref(), at, size),
+    };
+    if r.is_err() {
+        stats::io_error_on(!read, stats::gpu_of(mem.kind()));
     }
+    r
+}
+
+/// Runs one transfer of `size` bytes asked for, counting it in the
+/// statistics.
+pub fn counted(dir: Direction, size: usize, f: impl FnOnce() -> Res<Moved>) -> Res<usize> {
+    let start = Instant::now();
+    let r = f();
+    stats::io(matches!(dir, Direction::Write), size, &r, start.elapsed());
+    r.map(|m| m.bytes)
+}
+
+/// One vectored transfer: the buffers in order, from `file_offset` on. A
+/// read stops at the end of the file; an error after some bytes moved
+/// returns those bytes, as `preadv` does.
+///
+/// # Safety
+/// `iov` is NULL or readable for `iovcnt` entries, each buffer valid for
+/// its length (writable for a read).
+pub unsafe fn vectored(
+    dir: Direction,
+    fh: *mut c_void,
+    iov: *const CUfileIOVec,
+    iovcnt: usize,
+    file_offset: off_t,
+    flags: u32,
+) -> Res<Moved> {
+    handles::lookup(fh)?;
+    if flags != 0 || file_offset < 0 || (iov.is_null() && iovcnt > 0) {
+        return Err(Fail::INVALID);
+    }
+    // SAFETY: Readable for `iovcnt` entries by the caller's contract.
+    let v: Vec<CUfileIOVec> = (0..iovcnt)
+        .map(|i| unsafe { iov.add(i).read_unaligned() })
+        .collect();
+    let total = v
+        .iter()
+        .try_fold(0usize, |t, e| t.checked_add(e.len))
+        .filter(|&t| t <= isize::MAX as usize)
+        .ok_or(Fail::INVALID)?;
+    if v.iter().any(|e| e.base.is_null() && e.len > 0)
+        || (file_offset as u64).checked_add(total as u64).is_none()
+    {
+        return Err(Fail::INVALID);
+    }
+    let mut moved = Moved::NONE;
+    let mut at = file_offset;
+    for e in v.iter().filter(|e| e.len > 0) {
+        // SAFETY: The caller's, for this entry.
+        match unsafe { transfer(dir, fh, e.base, e.len, at, 0) } {
+            Ok(m) => {
+                let short = m.bytes < e.len;
+                at += m.bytes as off_t;
+                moved.add(m);
+                if short {
+                    break;
+                }
+            }
+            Err(f) if moved.bytes == 0 => return Err(f),
+            Err(_) => break,
+        }
+    }
+    Ok(moved)
 }
 
 /// Reads `size` bytes at `file_offset` of the file into the buffer at
@@ -134,17 +213,19 @@ pub unsafe extern "C" fn cuFileRead(
     bufPtr_offset: off_t,
 ) -> isize {
     guard_ssize(|| {
-        // SAFETY: The caller's.
-        unsafe {
-            transfer(
-                Direction::Read,
-                fh,
-                bufPtr_base,
-                size,
-                file_offset,
-                bufPtr_offset,
-            )
-        }
+        counted(Direction::Read, size, || {
+            // SAFETY: The caller's.
+            unsafe {
+                transfer(
+                    Direction::Read,
+                    fh,
+                    bufPtr_base,
+                    size,
+                    file_offset,
+                    bufPtr_offset,
+                )
+            }
+        })
     })
 }
 
@@ -163,17 +244,80 @@ pub unsafe extern "C" fn cuFileWrite(
     bufPtr_offset: off_t,
 ) -> isize {
     guard_ssize(|| {
+        counted(Direction::Write, size, || {
+            // SAFETY: The caller's.
+            unsafe {
+                transfer(
+                    Direction::Write,
+                    fh,
+                    bufPtr_base,
+                    size,
+                    file_offset,
+                    bufPtr_offset,
+                )
+            }
+        })
+    })
+}
+
+/// The total length of a vector C passes, for the statistics (0 when it
+/// cannot be read).
+///
+/// # Safety
+/// As for [`vectored`].
+unsafe fn asked(iov: *const CUfileIOVec, iovcnt: usize) -> usize {
+    if iov.is_null() || iovcnt > 1 << 20 {
+        return 0;
+    }
+    // SAFETY: The caller's.
+    (0..iovcnt)
+        .map(|i| unsafe { iov.add(i).read_unaligned() }.len)
+        .fold(0usize, usize::saturating_add)
+}
+
+/// Reads from `file_offset` into the `iovcnt` buffers of `iov` in order,
+/// as `preadv` does: the bytes read, fewer at the end of the file. `flags`
+/// must be 0. Errors as for [`cuFileRead`].
+///
+/// # Safety
+/// `iov` is NULL or readable for `iovcnt` entries, each buffer writable
+/// for its length.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileReadv(
+    fh: *mut c_void,
+    iov: *const CUfileIOVec,
+    iovcnt: usize,
+    file_offset: off_t,
+    flags: u32,
+) -> isize {
+    guard_ssize(|| {
         // SAFETY: The caller's.
-        unsafe {
-            transfer(
-                Direction::Write,
-                fh,
-                bufPtr_base,
-                size,
-                file_offset,
-                bufPtr_offset,
-            )
-        }
+        counted(Direction::Read, unsafe { asked(iov, iovcnt) }, || unsafe {
+            vectored(Direction::Read, fh, iov, iovcnt, file_offset, flags)
+        })
+    })
+}
+
+/// Writes the `iovcnt` buffers of `iov` in order from `file_offset` on, as
+/// `pwritev` does: the bytes written. `flags` must be 0. Errors as for
+/// [`cuFileWrite`].
+///
+/// # Safety
+/// `iov` is NULL or readable for `iovcnt` entries, each buffer readable
+/// for its length.
+#[no_mangle]
+pub unsafe extern "C" fn cuFileWritev(
+    fh: *mut c_void,
+    iov: *const CUfileIOVec,
+    iovcnt: usize,
+    file_offset: off_t,
+    flags: u32,
+) -> isize {
+    guard_ssize(|| {
+        // SAFETY: The caller's.
+        counted(Direction::Write, unsafe { asked(iov, iovcnt) }, || unsafe {
+            vectored(Direction::Write, fh, iov, iovcnt, file_offset, flags)
+        })
     })
 }
 

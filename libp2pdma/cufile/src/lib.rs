@@ -11,7 +11,10 @@
 //! - [`driver`]: open, close, properties, settings, version;
 //! - [`handles`]: file descriptors registered as files of the engine;
 //! - [`buffers`]: device and host memory, registered or not;
-//! - [`io`]: synchronous reads and writes;
+//! - [`io`]: synchronous reads and writes, plain and vectored;
+//! - [`params`]: the configuration parameters, staged until the open;
+//! - [`stats`]: the statistics calls and their counters;
+//! - [`platform`]: P2P flags, a GPU's BAR size, the PCIe topology;
 //! - [`batch`]: batches of transfers in the background;
 //! - [`stream`]: transfers ordered on CUDA streams.
 //!
@@ -31,6 +34,9 @@ pub mod driver;
 pub mod errors;
 pub mod handles;
 pub mod io;
+pub mod params;
+pub mod platform;
+pub mod stats;
 pub mod stream;
 
 pub use batch::{
@@ -44,5 +50,19 @@ pub use driver::{
     cuFileDriverSetPollMode, cuFileGetVersion, cuFileUseCount,
 };
 pub use handles::{cuFileHandleDeregister, cuFileHandleRegister};
-pub use io::{cuFileRead, cuFileWrite};
+pub use io::{cuFileRead, cuFileReadv, cuFileWrite, cuFileWritev};
+pub use params::{
+    cuFileGetParameterBool, cuFileGetParameterGpuBounceBufferSlabArray,
+    cuFileGetParameterMinMaxValue, cuFileGetParameterPosixPoolSlabArray, cuFileGetParameterSizeT,
+    cuFileGetParameterString, cuFileSetParameterBool, cuFileSetParameterGpuBounceBufferSlabArray,
+    cuFileSetParameterPosixPoolSlabArray, cuFileSetParameterSizeT, cuFileSetParameterString,
+};
+pub use platform::{
+    cuFileDriverGetP2PFlags, cuFileDriverSetP2PFlags, cuFileExportPCIeTopology,
+    cuFileGetBARSizeInKB,
+};
+pub use stats::{
+    cuFileGetStatsL1, cuFileGetStatsL2, cuFileGetStatsL3, cuFileGetStatsLevel, cuFileSetStatsLevel,
+    cuFileStatsReset, cuFileStatsStart, cuFileStatsStop,
+};
 pub use stream::{cuFileReadAsync, cuFileStreamDeregister, cuFileStreamRegister, cuFileWriteAsync};

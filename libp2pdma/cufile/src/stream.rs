@@ -70,17 +70,19 @@ impl Op {
                     (self.buf_offset_p as *const off_t).read_unaligned(),
                 )
             };
-            // SAFETY: The caller's, as for the synchronous calls.
-            unsafe {
-                io::transfer(
-                    self.dir,
-                    self.fh as *mut c_void,
-                    self.buf as *const c_void,
-                    size,
-                    file_offset,
-                    buf_offset,
-                )
-            }
+            io::counted(self.dir, size, || {
+                // SAFETY: The caller's, as for the synchronous calls.
+                unsafe {
+                    io::transfer(
+                        self.dir,
+                        self.fh as *mut c_void,
+                        self.buf as *const c_void,
+                        size,
+                        file_offset,
+                        buf_offset,
+                    )
+                }
+            })
         };
         let bytes = match result {
             Ok(n) => n as isize,

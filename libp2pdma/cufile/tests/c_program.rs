@@ -1,10 +1,16 @@
-//! The library from C, as KvikIO loads it: builds `libcufile.so` (with a
+//! The library from C, as KvikIO loads it and as programs link to it.
+//!
+//! Builds `libcufile.so` (with a
 //! `libcufile.so.0` link beside it), compiles `tests/c/cufile_test.c`
 //! against `include/cufile.h` alone, and runs it with `LD_LIBRARY_PATH`
 //! pointing at the library, once with host memory only and once with the
 //! CUDA emulator (`tests/cuda-emu`) as the driver, moving data into and out
 //! of device memory. The C program checks every byte against its own
 //! reference and every error code; here its report is read.
+//!
+//! Beside it, `cufile-1.20-symbols.txt` lists the functions of cuFile
+//! 1.20's header: each must be defined in the library (`nm -D`), and
+//! `tests/c/link_all.c`, linked to all of them, must load and run.
 //!
 //! Cargo does not build a `cdylib` for its own integration tests, so the
 //! first test to need it runs `cargo build -p p2pdma-cufile --lib` with
@@ -185,9 +191,86 @@ fn run_program(name: &str, args: &[&Path], env: &[(&str, &Path)], min: usize) ->
     stdout
 }
 
+/// The functions of cuFile 1.20's header.
+fn functions_1_20() -> Vec<String> {
+    let list =
+        std::fs::read_to_string(Path::new(MANIFEST_DIR).join("tests/cufile-1.20-symbols.txt"))
+            .unwrap();
+    let names: Vec<String> = list
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+        .collect();
+    assert_eq!(names.len(), 50, "cuFile 1.20 declares 50 functions");
+    names
+}
+
+#[test]
+fn the_library_defines_every_function_of_cufile_1_20() {
+    let lib = library_dir().join("libcufile.so");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .unwrap_or_else(|e| panic!("running nm: {e}"));
+    assert!(out.status.success(), "nm failed: {}", text(&out));
+    let nm = String::from_utf8_lossy(&out.stdout);
+    let defined: std::collections::HashSet<&str> = nm
+        .lines()
+        .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [_, "T", name] => Some(name),
+            _ => None,
+        })
+        .collect();
+    let missing: Vec<String> = functions_1_20()
+        .into_iter()
+        .filter(|f| !defined.contains(f.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "libcufile.so lacks {missing:?}");
+}
+
+#[test]
+fn a_program_linked_to_every_function_loads_and_runs() {
+    let src = Path::new(MANIFEST_DIR).join("tests/c/link_all.c");
+    let code = std::fs::read_to_string(&src).unwrap();
+    for f in functions_1_20() {
+        assert!(
+            code.contains(&format!("ENTRY({f}),")),
+            "link_all.c does not link {f}"
+        );
+    }
+    let dir = scratch("link");
+    let bin = dir.path().join("link_all");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let lib_dir = library_dir();
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(Path::new(MANIFEST_DIR).join("include"))
+        .arg(&src)
+        .arg("-L")
+        .arg(lib_dir)
+        .args(["-lcufile", "-o"])
+        .arg(&bin)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} failed on link_all.c:\n{}",
+        text(&out)
+    );
+    let mut cmd = Command::new(&bin);
+    cmd.env("LD_LIBRARY_PATH", lib_dir);
+    let out = run(cmd);
+    assert!(out.status.success(), "link_all failed:\n{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "linked 50 entry points, version 1200"
+    );
+}
+
 #[test]
 fn c_program_moves_every_byte_through_host_memory() {
-    let stdout = run_program("host", &[], &[], 200);
+    let stdout = run_program("host", &[], &[], 400);
     // The parts that must have run, by the lines that say so.
     for line in [
         "ok   dlsym cuFileDriverClose_v2",
@@ -198,6 +281,15 @@ fn c_program_moves_every_byte_through_host_memory() {
         "ok   the file holds every write (pread)",
         "ok   the batch writes are in the file",
         "ok   it read before returning (100000 bytes)",
+        "ok   the engine runs with the staged chunk, depth and threads",
+        "ok   a size parameter once the driver is open: 5026",
+        "ok   cuFileReadv: 3 buffers (registered, not, inside one) from 12345: 63295 of 63295 bytes",
+        "ok   the file holds the gathered write",
+        "ok   read bytes: 201000 of 201000",
+        "ok   size histograms:",
+        "ok   only the read after the start counted",
+        "ok   NVMe: PCI P2PDMA",
+        "ok   the topology is written as JSON",
     ] {
         assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");
     }
@@ -211,7 +303,7 @@ fn c_program_moves_every_byte_through_emulated_device_memory() {
         "cuda",
         &[Path::new("--cuda"), emu],
         &[("P2PDMA_CUDA_DRIVER", emu)],
-        240,
+        450,
     );
     let device = stdout
         .lines()
@@ -224,6 +316,26 @@ fn c_program_moves_every_byte_through_emulated_device_memory() {
         "ok   device: it wrote what the copy before it put in device memory",
         "ok   the emulated driver copied the reads into device memory",
         "ok   no driver call lacked a current context (0 refused)",
+        "ok   device: cuFileReadv into two device ranges: 75000 of 75000",
+        "ok   device: GPU 0 counted the read (75000 bytes",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");
+    }
+}
+
+#[test]
+fn without_compatibility_mode_device_memory_moves_by_p2p_or_not_at_all() {
+    let emu = cuda_emu::library();
+    let stdout = run_program(
+        "no-compat",
+        &[Path::new("--no-compat"), emu],
+        &[("P2PDMA_CUDA_DRIVER", emu)],
+        60,
+    );
+    for line in [
+        "ok   the engine runs P2P only",
+        "ok   device: a read P2P cannot serve fails (-5008), nothing lands",
+        "ok   host memory still reads by direct I/O (1048576)",
     ] {
         assert!(stdout.contains(line), "missing {line:?}:\n{stdout}");
     }

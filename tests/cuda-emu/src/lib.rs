@@ -3,12 +3,13 @@
 //!
 //! The build compiles `cuda_emu.c` into a `libcuda.so.1` ([`library`]) that
 //! exports the driver API functions cudarc loads (`cuInit`, `cuMemAlloc_v2`,
-//! `cuMemcpyHtoDAsync_v2`, ...). Device memory is host memory behind
-//! addresses the CPU cannot dereference, streams are worker threads that
-//! run each operation after a delay, and the emulator is strict where the
-//! driver is (a current context per thread, ranges inside one allocation,
-//! asynchronous work that needs synchronizing): the header of `cuda_emu.c`
-//! lists what it checks.
+//! `cuMemcpyHtoDAsync_v2`, ...) and those KvikIO looks up at start
+//! (`cuCtxCreate_v2`, `cuCtxDestroy_v2`, `cuMemcpyBatchAsync`). Device
+//! memory is host memory behind addresses the CPU cannot dereference,
+//! streams are worker threads that run each operation after a delay, and
+//! the emulator is strict where the driver is (a current context per
+//! thread, ranges inside one allocation, asynchronous work that needs
+//! synchronizing): the header of `cuda_emu.c` lists what it checks.
 //!
 //! A test points the code under test at [`library`] (or puts
 //! [`library_dir`] first on `LD_LIBRARY_PATH`), configures the emulated

@@ -78,6 +78,19 @@ const MIB: usize = 1 << 20;
 const PAGE: usize = 4096;
 
 type Ptr = u64;
+
+/// `CUmemcpyAttributes` (CUDA 12.8).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct MemcpyAttributes {
+    src_access_order: c_int,
+    src_loc_hint: [c_int; 2],
+    dst_loc_hint: [c_int; 2],
+    flags: c_uint,
+}
+
+/// `CU_MEMCPY_SRC_ACCESS_ORDER_STREAM`.
+const ORDER_STREAM: c_int = 1;
 type Handle = *mut c_void;
 type HostFn = Option<unsafe extern "C" fn(*mut c_void)>;
 
@@ -128,6 +141,10 @@ api! {
     cuCtxPushCurrent_v2(Handle);
     cuCtxPopCurrent_v2(*mut Handle);
     cuCtxGetDevice(*mut c_int);
+    cuCtxCreate_v2(*mut Handle, c_uint, c_int);
+    cuCtxDestroy_v2(Handle);
+    cuMemcpyBatchAsync(*mut Ptr, *mut Ptr, *mut usize, usize, *mut MemcpyAttributes, *mut usize, usize, *mut usize, Handle);
+    cuMemcpyBatchAsync_v2(*mut Ptr, *mut Ptr, *mut usize, usize, *mut MemcpyAttributes, *mut usize, usize, Handle);
     cuCtxSynchronize();
     cuMemAlloc_v2(*mut Ptr, usize);
     cuMemFree_v2(Ptr);
@@ -536,6 +553,10 @@ fn exports_the_names_cudarc_loads() {
         "cuCtxPopCurrent",
         "cuCtxPopCurrent_v2",
         "cuCtxGetDevice",
+        "cuCtxCreate_v2",
+        "cuCtxDestroy_v2",
+        "cuMemcpyBatchAsync",
+        "cuMemcpyBatchAsync_v2",
         "cuCtxSynchronize",
         "cuMemAlloc_v2",
         "cuMemFree_v2",
@@ -959,9 +980,204 @@ fn the_last_release_destroys_the_primary_context() {
     emu.free(emu.alloc(4096));
 }
 
+#[test]
+fn created_contexts_own_their_memory_and_streams() {
+    let (emu, primary) = Emu::started();
+    let kept = emu.alloc(MIB);
+    emu.htod(kept, &[9, 8, 7]);
+
+    let mut ctx: Handle = null_mut();
+    assert_eq!(cu!(emu, cuCtxCreate_v2(&mut ctx, 0, 0)), SUCCESS);
+    assert!(
+        !ctx.is_null() && ctx != primary,
+        "a new context, not the primary one"
+    );
+    let mut cur: Handle = null_mut();
+    assert_eq!(cu!(emu, cuCtxGetCurrent(&mut cur)), SUCCESS);
+    assert_eq!(cur, ctx, "current on the creating thread");
+    let mut dev = -1;
+    assert_eq!(cu!(emu, cuCtxGetDevice(&mut dev)), SUCCESS);
+    assert_eq!(dev, 0);
+
+    // Its memory works, and belongs to it.
+    let mine = emu.alloc(MIB);
+    let data = pattern(11, 5000);
+    emu.htod(mine, &data);
+    assert_eq!(emu.dtoh(mine, data.len()), data);
+    let (rc, owner) = emu.ptr_attr::<usize>(PTR_CONTEXT, mine);
+    assert_eq!((rc, owner), (SUCCESS, ctx as usize));
+    let s = emu.stream(0);
+    assert_eq!(emu.stat().live_device_allocs, 2);
+
+    // Destroying it frees its memory and streams, pops it, and leaves the
+    // primary context's alone.
+    assert_eq!(cu!(emu, cuCtxDestroy_v2(ctx)), SUCCESS);
+    assert_eq!(emu.stat().live_device_allocs, 1);
+    assert_eq!(cu!(emu, cuCtxGetCurrent(&mut cur)), SUCCESS);
+    assert_eq!(cur, primary, "the context below it is current again");
+    assert_eq!(emu.dtoh(kept, 3), [9, 8, 7]);
+    assert_eq!(cu!(emu, cuMemFree_v2(mine)), INVALID_VALUE);
+    assert_eq!(cu!(emu, cuStreamQuery(s)), INVALID_HANDLE);
+    assert_eq!(cu!(emu, cuCtxDestroy_v2(ctx)), CONTEXT_IS_DESTROYED);
+    assert_eq!(cu!(emu, cuCtxSetCurrent(ctx)), SUCCESS, "a stale handle");
+    let mut q = 0;
+    assert_eq!(cu!(emu, cuMemAlloc_v2(&mut q, 4096)), CONTEXT_IS_DESTROYED);
+    emu.bind(primary);
+
+    // Bad arguments; the primary context is not cuCtxDestroy's.
+    assert_eq!(cu!(emu, cuCtxCreate_v2(null_mut(), 0, 0)), INVALID_VALUE);
+    assert_eq!(cu!(emu, cuCtxCreate_v2(&mut ctx, 0, 7)), INVALID_DEVICE);
+    assert_eq!(cu!(emu, cuCtxCreate_v2(&mut ctx, 1 << 8, 0)), INVALID_VALUE);
+    assert_eq!(cu!(emu, cuCtxDestroy_v2(primary)), INVALID_CONTEXT);
+    assert_eq!(cu!(emu, cuCtxDestroy_v2(0x1234 as Handle)), INVALID_CONTEXT);
+    emu.free(kept);
+}
+
 // ---------------------------------------------------------------------------
 // Device memory
 // ---------------------------------------------------------------------------
+
+#[test]
+fn batched_copies_run_in_stream_order() {
+    let (emu, _ctx) = Emu::started();
+    let s = emu.stream(STREAM_NON_BLOCKING);
+    let n = 32 << 10;
+    let dev = emu.alloc(4 * n);
+    let (src, dst) = (emu.pinned(n), emu.pinned(2 * n));
+    let data = pattern(21, n);
+    src.write(&data);
+    dst.write(&vec![0; 2 * n]);
+
+    // Host to device, device to device, device to host: one batch, in order.
+    let host = |p: *mut c_void| p as Ptr;
+    let mut dsts = [
+        dev,
+        dev + 2 * n as u64,
+        host(dst.addr()),
+        host(dst.addr()) + n as u64,
+    ];
+    let mut srcs = [host(src.addr()), dev, dev + 2 * n as u64, dev + 100];
+    let mut sizes = [n, n, n, 0];
+    let mut attrs = [MemcpyAttributes {
+        src_access_order: ORDER_STREAM,
+        ..Default::default()
+    }];
+    let mut idx = [0usize];
+    let mut fail = 0usize;
+    let gate = Gate::default();
+    emu.host_fn(s, gate_wait, &gate);
+    assert_eq!(
+        cu!(
+            emu,
+            cuMemcpyBatchAsync(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                4,
+                attrs.as_mut_ptr(),
+                idx.as_mut_ptr(),
+                1,
+                &mut fail,
+                s
+            )
+        ),
+        SUCCESS
+    );
+    assert_eq!(fail, usize::MAX);
+    settle();
+    assert_eq!(dst.read(), vec![0; 2 * n], "queued behind the gate");
+    gate.open();
+    emu.sync(s);
+    let got = dst.read();
+    assert_eq!(&got[..n], &data[..], "every byte through device memory");
+    assert_eq!(&got[n..], &vec![0; n][..], "a zero-size copy moves nothing");
+    let st = emu.stat();
+    assert_eq!(
+        (st.htod.async_bytes, st.dtoh.async_bytes),
+        (n as u64, n as u64)
+    );
+
+    // Nothing is queued when one copy is bad: the failing index says which.
+    sizes = [n, 4 * n + 1, n, 0];
+    dst.write(&vec![0; 2 * n]);
+    let call = |sizes: &mut [usize; 4],
+                idx: &mut [usize],
+                attrs: &mut [MemcpyAttributes],
+                nattr,
+                stream,
+                fail: &mut usize| {
+        let (mut d, mut s) = (dsts, srcs);
+        cu!(
+            emu,
+            cuMemcpyBatchAsync(
+                d.as_mut_ptr(),
+                s.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                4,
+                attrs.as_mut_ptr(),
+                idx.as_mut_ptr(),
+                nattr,
+                fail,
+                stream
+            )
+        )
+    };
+    assert_eq!(
+        call(&mut sizes, &mut idx, &mut attrs, 1, s, &mut fail),
+        INVALID_VALUE
+    );
+    assert_eq!(fail, 1);
+    emu.sync(s);
+    assert_eq!(
+        dst.read(),
+        vec![0; 2 * n],
+        "the good copies were not queued"
+    );
+
+    // The call's own arguments: no failing copy.
+    sizes = [n, n, n, 0];
+    let legacy = 1usize as Handle;
+    assert_eq!(
+        call(&mut sizes, &mut idx, &mut attrs, 1, legacy, &mut fail),
+        INVALID_VALUE
+    );
+    assert_eq!(fail, usize::MAX, "the legacy NULL stream is refused");
+    assert_eq!(
+        call(&mut sizes, &mut idx, &mut attrs, 0, s, &mut fail),
+        INVALID_VALUE
+    );
+    let mut late = [1usize];
+    assert_eq!(
+        call(&mut sizes, &mut late, &mut attrs, 1, s, &mut fail),
+        INVALID_VALUE
+    );
+    let mut bad = [MemcpyAttributes::default()];
+    assert_eq!(
+        call(&mut sizes, &mut idx, &mut bad, 1, s, &mut fail),
+        INVALID_VALUE
+    );
+
+    // CUDA 13's form, without the failing index.
+    dst.write(&vec![0; 2 * n]);
+    assert_eq!(
+        cu!(
+            emu,
+            cuMemcpyBatchAsync_v2(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                3,
+                attrs.as_mut_ptr(),
+                idx.as_mut_ptr(),
+                1,
+                s
+            )
+        ),
+        SUCCESS
+    );
+    emu.sync(s);
+    assert_eq!(&dst.read()[..n], &data[..]);
+}
 
 #[test]
 fn allocations_are_aligned_and_not_zeroed() {

@@ -188,6 +188,32 @@ FN(cuFileReadAsync);
 FN(cuFileWriteAsync);
 FN(cuFileStreamRegister);
 FN(cuFileStreamDeregister);
+/* cuFile 1.14 to 1.20. */
+FN(cuFileGetParameterSizeT);
+FN(cuFileGetParameterBool);
+FN(cuFileGetParameterString);
+FN(cuFileGetParameterMinMaxValue);
+FN(cuFileSetParameterSizeT);
+FN(cuFileSetParameterBool);
+FN(cuFileSetParameterString);
+FN(cuFileSetParameterPosixPoolSlabArray);
+FN(cuFileGetParameterPosixPoolSlabArray);
+FN(cuFileSetParameterGpuBounceBufferSlabArray);
+FN(cuFileGetParameterGpuBounceBufferSlabArray);
+FN(cuFileSetStatsLevel);
+FN(cuFileGetStatsLevel);
+FN(cuFileStatsStart);
+FN(cuFileStatsStop);
+FN(cuFileStatsReset);
+FN(cuFileGetStatsL1);
+FN(cuFileGetStatsL2);
+FN(cuFileGetStatsL3);
+FN(cuFileDriverGetP2PFlags);
+FN(cuFileDriverSetP2PFlags);
+FN(cuFileGetBARSizeInKB);
+FN(cuFileExportPCIeTopology);
+FN(cuFileReadv);
+FN(cuFileWritev);
 /* The legacy symbol, as ctypes and cudarc look it up. */
 static CUfileError_t (*p_legacy_close)(void);
 
@@ -243,6 +269,31 @@ static void load(void)
 	LOAD(cuFileWriteAsync);
 	LOAD(cuFileStreamRegister);
 	LOAD(cuFileStreamDeregister);
+	LOAD(cuFileGetParameterSizeT);
+	LOAD(cuFileGetParameterBool);
+	LOAD(cuFileGetParameterString);
+	LOAD(cuFileGetParameterMinMaxValue);
+	LOAD(cuFileSetParameterSizeT);
+	LOAD(cuFileSetParameterBool);
+	LOAD(cuFileSetParameterString);
+	LOAD(cuFileSetParameterPosixPoolSlabArray);
+	LOAD(cuFileGetParameterPosixPoolSlabArray);
+	LOAD(cuFileSetParameterGpuBounceBufferSlabArray);
+	LOAD(cuFileGetParameterGpuBounceBufferSlabArray);
+	LOAD(cuFileSetStatsLevel);
+	LOAD(cuFileGetStatsLevel);
+	LOAD(cuFileStatsStart);
+	LOAD(cuFileStatsStop);
+	LOAD(cuFileStatsReset);
+	LOAD(cuFileGetStatsL1);
+	LOAD(cuFileGetStatsL2);
+	LOAD(cuFileGetStatsL3);
+	LOAD(cuFileDriverGetP2PFlags);
+	LOAD(cuFileDriverSetP2PFlags);
+	LOAD(cuFileGetBARSizeInKB);
+	LOAD(cuFileExportPCIeTopology);
+	LOAD(cuFileReadv);
+	LOAD(cuFileWritev);
 	CHECK(strcmp(STR(cuFileDriverClose), "cuFileDriverClose_v2") == 0,
 	      "the header maps cuFileDriverClose to cuFileDriverClose_v2");
 	s = symbol(lib, "cuFileDriverClose");
@@ -268,6 +319,22 @@ _Static_assert(offsetof(CUfileIOParams_t, opcode) == 48, "CUfileIOParams_t.opcod
 _Static_assert(offsetof(CUfileIOParams_t, cookie) == 56, "CUfileIOParams_t.cookie");
 _Static_assert(sizeof(CUfileIOEvents_t) == 24, "CUfileIOEvents_t");
 _Static_assert(offsetof(CUfileIOEvents_t, ret) == 16, "CUfileIOEvents_t.ret");
+_Static_assert(sizeof(CUfileIOVec_t) == 16 && offsetof(CUfileIOVec_t, len) == 8, "CUfileIOVec_t");
+_Static_assert(sizeof(CUfileStatsLevel1_t) == 512, "CUfileStatsLevel1_t");
+_Static_assert(offsetof(CUfileStatsLevel1_t, read_bytes) == 96, "read_bytes");
+_Static_assert(offsetof(CUfileStatsLevel1_t, batch_submit_ops) == 176, "batch_submit_ops");
+_Static_assert(offsetof(CUfileStatsLevel1_t, last_batch_write_bytes) == 504, "last_batch_write");
+_Static_assert(sizeof(CUfileStatsLevel2_t) == 1024, "CUfileStatsLevel2_t");
+_Static_assert(offsetof(CUfileStatsLevel2_t, write_size_kb_hist) == 768, "write hist");
+_Static_assert(sizeof(CUfilePerGpuStats_t) == 248, "CUfilePerGpuStats_t");
+_Static_assert(offsetof(CUfilePerGpuStats_t, reg_bytes) == 240, "reg_bytes");
+_Static_assert(sizeof(CUfileStatsLevel3_t) == 5000, "CUfileStatsLevel3_t");
+_Static_assert(offsetof(CUfileStatsLevel3_t, per_gpu_stats) == 1032, "per_gpu_stats");
+_Static_assert(CUFILE_PARAM_PROPERTIES_BATCH_IO_TIMEOUT_MS == 11 &&
+		       CUFILE_PARAM_STREAM_MEMOPS_BYPASS == 11 && CUFILE_PARAM_LOG_DIR == 2 &&
+		       CUFILE_PARAM_GPU_BOUNCE_BUFFER_SLAB_COUNT == 3 &&
+		       CU_FILE_MAX_TARGET_TYPES == 14 && CU_FILE_P2P_FLAG_C2C == 8,
+	       "cuFile 1.20 enumerations");
 _Static_assert(CU_FILE_INVALID_VALUE == 5022 && CU_FILE_HANDLE_NOT_REGISTERED == 5027 &&
 		       CU_FILE_ASYNC_NOT_SUPPORTED == 5038 && CU_FILE_BATCH_FULL == 5037,
 	       "CUfileOpError values");
@@ -309,7 +376,7 @@ static void test_driver(void)
 	CHECK_ERR(p_legacy_close(), CU_FILE_DRIVER_NOT_INITIALIZED, "legacy close when closed");
 
 	CHECK_OK(p_cuFileGetVersion(&version), "cuFileGetVersion");
-	CHECK(version >= 1070, "version %d has batches and streams for KvikIO", version);
+	CHECK(version == 1200, "version %d: cuFile 1.20's API", version);
 	CHECK_ERR(p_cuFileGetVersion(NULL), CU_FILE_INVALID_VALUE, "cuFileGetVersion(NULL)");
 
 	/* Everything below runs with the driver closed: it starts on first
@@ -349,6 +416,276 @@ static void test_driver(void)
 	CHECK_ERR(p_cuFileDriverSetMaxPinnedMemSize((size_t)1 << 40),
 		  CU_FILE_DRIVER_UNSUPPORTED_LIMIT, "a pinned size past 32 bits of KB");
 	CHECK(p_cuFileUseCount() == 0, "first use did not count as an open");
+}
+
+
+/* -------------------------------------------------------------- parameters */
+
+static size_t get_size(CUFileSizeTConfigParameter_t p)
+{
+	size_t v = (size_t)-1;
+	CHECK_OK(p_cuFileGetParameterSizeT(p, &v), "cuFileGetParameterSizeT");
+	return v;
+}
+
+static bool get_bool(CUFileBoolConfigParameter_t p)
+{
+	bool v = false;
+	CHECK_OK(p_cuFileGetParameterBool(p, &v), "cuFileGetParameterBool");
+	return v;
+}
+
+/* Before anything opens the driver: defaults, ranges, staging, refusals. */
+static void test_params_staged(const char *dir)
+{
+	size_t lo, hi, sz[4], ct[4];
+	char str[64], log_path[4200];
+	bool b;
+	int level = -1;
+
+	CHECK(get_size(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB) == 16384 &&
+		      get_size(CUFILE_PARAM_PROPERTIES_IO_BATCHSIZE) == 128 &&
+		      get_size(CUFILE_PARAM_PROFILE_STATS) == 0 &&
+		      get_size(CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB) == 4,
+	      "size parameters start at cuFile's defaults");
+	CHECK(get_bool(CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE) &&
+		      !get_bool(CUFILE_PARAM_FORCE_COMPAT_MODE) &&
+		      !get_bool(CUFILE_PARAM_PROPERTIES_USE_POLL_MODE) &&
+		      get_bool(CUFILE_PARAM_USE_PCIP2PDMA),
+	      "bool parameters start at the defaults");
+	CHECK_OK(p_cuFileGetParameterString(CUFILE_PARAM_LOGGING_LEVEL, str, sizeof(str)),
+		 "get the logging level");
+	CHECK(strcmp(str, "ERROR") == 0, "the logging level starts at ERROR (%s)", str);
+	for (int p = CUFILE_PARAM_PROFILE_STATS; p <= CUFILE_PARAM_PROPERTIES_BATCH_IO_TIMEOUT_MS;
+	     p++) {
+		size_t v = get_size((CUFileSizeTConfigParameter_t)p);
+		CHECK_OK(p_cuFileGetParameterMinMaxValue((CUFileSizeTConfigParameter_t)p, &lo, &hi),
+			 "cuFileGetParameterMinMaxValue");
+		CHECK(lo <= v && v <= hi, "parameter %d: %zu in [%zu, %zu]", p, v, lo, hi);
+	}
+
+	/* Bad arguments: documented errors, no crash. */
+	CHECK_ERR(p_cuFileGetParameterSizeT((CUFileSizeTConfigParameter_t)12, &lo),
+		  CU_FILE_INVALID_VALUE, "an unknown size parameter");
+	CHECK_ERR(p_cuFileGetParameterSizeT((CUFileSizeTConfigParameter_t)-1, &lo),
+		  CU_FILE_INVALID_VALUE, "a negative size parameter");
+	CHECK_ERR(p_cuFileGetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, NULL),
+		  CU_FILE_INVALID_VALUE, "cuFileGetParameterSizeT(NULL)");
+	CHECK_ERR(p_cuFileGetParameterBool((CUFileBoolConfigParameter_t)12, &b),
+		  CU_FILE_INVALID_VALUE, "an unknown bool parameter");
+	CHECK_ERR(p_cuFileGetParameterBool(CUFILE_PARAM_FORCE_COMPAT_MODE, NULL),
+		  CU_FILE_INVALID_VALUE, "cuFileGetParameterBool(NULL)");
+	CHECK_ERR(p_cuFileGetParameterString((CUFileStringConfigParameter_t)3, str, sizeof(str)),
+		  CU_FILE_INVALID_VALUE, "an unknown string parameter");
+	CHECK_ERR(p_cuFileGetParameterString(CUFILE_PARAM_LOGGING_LEVEL, str, 5),
+		  CU_FILE_INVALID_VALUE, "a buffer without room for the NUL");
+	CHECK_ERR(p_cuFileGetParameterString(CUFILE_PARAM_LOGGING_LEVEL, NULL, 10),
+		  CU_FILE_INVALID_VALUE, "cuFileGetParameterString(NULL)");
+	CHECK_ERR(p_cuFileGetParameterMinMaxValue(CUFILE_PARAM_PROFILE_STATS, NULL, &hi),
+		  CU_FILE_INVALID_VALUE, "cuFileGetParameterMinMaxValue(NULL)");
+	CHECK_ERR(p_cuFileSetParameterSizeT(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB, 6),
+		  CU_FILE_INVALID_VALUE, "a direct I/O size that is not a multiple of 4 KB");
+	CHECK_ERR(p_cuFileSetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, 4), CU_FILE_INVALID_VALUE,
+		  "a statistics level past 3");
+	CHECK_ERR(p_cuFileSetParameterSizeT((CUFileSizeTConfigParameter_t)99, 1),
+		  CU_FILE_INVALID_VALUE, "setting an unknown parameter");
+	CHECK_ERR(p_cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "LOUD"),
+		  CU_FILE_INVALID_VALUE, "an unknown logging level");
+	CHECK_ERR(p_cuFileSetParameterString(CUFILE_PARAM_LOG_DIR, NULL), CU_FILE_INVALID_VALUE,
+		  "cuFileSetParameterString(NULL)");
+	CHECK(get_size(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB) == 16384,
+	      "a refused value leaves the parameter as it was");
+
+	/* Staged: the engine starts with these (checked in its log below). */
+	CHECK_OK(p_cuFileSetParameterSizeT(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB, 256),
+		 "stage a 256 KB direct I/O size (the engine's chunk)");
+	CHECK_OK(p_cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH, 3),
+		 "stage a queue depth of 3");
+	CHECK_OK(p_cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, 2),
+		 "stage 2 I/O threads");
+	CHECK_OK(p_cuFileSetParameterSizeT(CUFILE_PARAM_PROFILE_STATS, 2), "stage stats level 2");
+	CHECK_OK(p_cuFileSetParameterBool(CUFILE_PARAM_PROPERTIES_USE_POLL_MODE, true),
+		 "stage poll mode");
+	CHECK_OK(p_cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "info"),
+		 "stage logging level info");
+	snprintf(log_path, sizeof(log_path), "%s/cufile.log", dir);
+	CHECK_OK(p_cuFileSetParameterString(CUFILE_PARAM_ENV_LOGFILE_PATH, log_path),
+		 "stage the log file");
+	CHECK(get_size(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB) == 256 &&
+		      get_size(CUFILE_PARAM_EXECUTION_MAX_IO_QUEUE_DEPTH) == 3 &&
+		      get_size(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS) == 2 &&
+		      get_bool(CUFILE_PARAM_PROPERTIES_USE_POLL_MODE),
+	      "staged values read back");
+	CHECK_OK(p_cuFileGetParameterString(CUFILE_PARAM_LOGGING_LEVEL, str, sizeof(str)),
+		 "get the logging level");
+	CHECK(strcmp(str, "INFO") == 0, "the level reads back as INFO (%s)", str);
+	CHECK_OK(p_cuFileGetParameterString(CUFILE_PARAM_ENV_LOGFILE_PATH, log_path, sizeof(log_path)),
+		 "get the log file");
+	CHECK(strstr(log_path, "/cufile.log") != NULL, "it reads back (%s)", log_path);
+
+	/* Slab arrays. */
+	CHECK_OK(p_cuFileGetParameterPosixPoolSlabArray(sz, ct, 3), "the default POSIX slabs");
+	CHECK(sz[0] == 4 && sz[1] == 1024 && sz[2] == 16384 && ct[0] == 128 && ct[1] == 64 &&
+		      ct[2] == 64,
+	      "cuFile's default POSIX pool: 4 KB x128, 1 MB x64, 16 MB x64");
+	CHECK_ERR(p_cuFileGetParameterPosixPoolSlabArray(sz, ct, 2), CU_FILE_INVALID_VALUE,
+		  "a length that is not the number of slabs");
+	{
+		size_t s2[2] = { 64, 2048 }, c2[2] = { 8, 4 }, bad[2] = { 2048, 64 };
+		size_t odd[1] = { 6 }, zero[1] = { 0 };
+		CHECK_OK(p_cuFileSetParameterPosixPoolSlabArray(s2, c2, 2), "stage 2 POSIX slabs");
+		memset(sz, 0, sizeof(sz));
+		CHECK_OK(p_cuFileGetParameterPosixPoolSlabArray(sz, ct, 2), "read them");
+		CHECK(sz[0] == 64 && sz[1] == 2048 && ct[0] == 8 && ct[1] == 4,
+		      "POSIX slabs read back");
+		CHECK_ERR(p_cuFileSetParameterPosixPoolSlabArray(bad, c2, 2), CU_FILE_INVALID_VALUE,
+			  "slabs out of order");
+		CHECK_ERR(p_cuFileSetParameterPosixPoolSlabArray(odd, c2, 1), CU_FILE_INVALID_VALUE,
+			  "a slab that is not a multiple of 4 KB");
+		CHECK_ERR(p_cuFileSetParameterPosixPoolSlabArray(s2, zero, 1), CU_FILE_INVALID_VALUE,
+			  "a slab count of 0");
+		CHECK_ERR(p_cuFileSetParameterPosixPoolSlabArray(NULL, c2, 2), CU_FILE_INVALID_VALUE,
+			  "NULL sizes");
+		CHECK_ERR(p_cuFileSetParameterPosixPoolSlabArray(s2, c2, 0), CU_FILE_INVALID_VALUE,
+			  "no slabs");
+		CHECK_ERR(p_cuFileSetParameterGpuBounceBufferSlabArray(s2, c2, -1),
+			  CU_FILE_INVALID_VALUE, "a negative length");
+		CHECK_OK(p_cuFileGetParameterGpuBounceBufferSlabArray(sz, ct, 1),
+			 "the default GPU bounce slabs");
+		CHECK(sz[0] == 1024 && ct[0] == 64, "1 MB x64 (%zu x%zu)", sz[0], ct[0]);
+		CHECK_OK(p_cuFileSetParameterGpuBounceBufferSlabArray(s2, c2, 2),
+			 "stage 2 GPU bounce slabs");
+		CHECK_OK(p_cuFileGetParameterGpuBounceBufferSlabArray(sz, ct, 2), "read them");
+		CHECK(sz[1] == 2048 && ct[1] == 4, "GPU bounce slabs read back");
+		CHECK_ERR(p_cuFileGetParameterGpuBounceBufferSlabArray(NULL, ct, 2),
+			  CU_FILE_INVALID_VALUE, "cuFileGetParameterGpuBounceBufferSlabArray(NULL)");
+	}
+
+	/* The statistics level's own calls. */
+	CHECK_ERR(p_cuFileSetStatsLevel(4), CU_FILE_INVALID_VALUE, "cuFileSetStatsLevel(4)");
+	CHECK_ERR(p_cuFileSetStatsLevel(-1), CU_FILE_INVALID_VALUE, "cuFileSetStatsLevel(-1)");
+	CHECK_ERR(p_cuFileGetStatsLevel(NULL), CU_FILE_INVALID_VALUE, "cuFileGetStatsLevel(NULL)");
+	CHECK_OK(p_cuFileGetStatsLevel(&level), "cuFileGetStatsLevel");
+	CHECK(level == 0, "statistics start off (level %d)", level);
+}
+
+/* Whether the file at `path` holds `text`. */
+static int file_has(const char *path, const char *text)
+{
+	char buf[65536];
+	FILE *fp = fopen(path, "r");
+	size_t n;
+
+	if (!fp)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	return strstr(buf, text) != NULL;
+}
+
+/* Once the driver is open: values in force, and every setter refused. */
+static void test_params_open(const char *dir)
+{
+	CUfileDrvProps_t props;
+	char path[4200];
+	size_t one[1] = { 4 };
+	int level = -1;
+
+	CHECK(p_cuFileUseCount() == 0, "(the driver opened through use)");
+	CHECK_ERR(p_cuFileSetParameterSizeT(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS, 4),
+		  CU_FILE_DRIVER_ALREADY_OPEN, "a size parameter once the driver is open");
+	CHECK_ERR(p_cuFileSetParameterBool(CUFILE_PARAM_FORCE_COMPAT_MODE, true),
+		  CU_FILE_DRIVER_ALREADY_OPEN, "a bool parameter once open");
+	CHECK_ERR(p_cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "ERROR"),
+		  CU_FILE_DRIVER_ALREADY_OPEN, "a string parameter once open");
+	CHECK_ERR(p_cuFileSetParameterPosixPoolSlabArray(one, one, 1), CU_FILE_DRIVER_ALREADY_OPEN,
+		  "POSIX slabs once open");
+	CHECK_ERR(p_cuFileSetParameterGpuBounceBufferSlabArray(one, one, 1),
+		  CU_FILE_DRIVER_ALREADY_OPEN, "GPU bounce slabs once open");
+	CHECK(get_size(CUFILE_PARAM_EXECUTION_MAX_IO_THREADS) == 2 &&
+		      !get_bool(CUFILE_PARAM_FORCE_COMPAT_MODE),
+	      "a refused setter changes nothing");
+
+	/* The values in force: the driver's setters change them at run time. */
+	CHECK_OK(p_cuFileDriverGetProperties(&props), "properties");
+	CHECK(get_size(CUFILE_PARAM_PROPERTIES_MAX_DIRECT_IO_SIZE_KB) == props.nvfs.max_direct_io_size &&
+		      get_size(CUFILE_PARAM_POLLTHRESHOLD_SIZE_KB) == props.nvfs.poll_thresh_size &&
+		      get_size(CUFILE_PARAM_PROPERTIES_MAX_DEVICE_CACHE_SIZE_KB) ==
+			      props.max_device_cache_size &&
+		      get_bool(CUFILE_PARAM_PROPERTIES_USE_POLL_MODE) ==
+			      !!(props.nvfs.dcontrolflags & (1u << CU_FILE_USE_POLL_MODE)),
+	      "parameters and properties agree (direct I/O %zu KB)", props.nvfs.max_direct_io_size);
+	CHECK(props.fflags & (1u << CU_FILE_P2P_SUPPORTED), "PCI P2PDMA is a feature");
+	CHECK(get_size(CUFILE_PARAM_PROFILE_STATS) == 2, "the staged statistics level is in force");
+	CHECK_OK(p_cuFileGetStatsLevel(&level), "cuFileGetStatsLevel");
+	CHECK(level == 2, "statistics at level %d", level);
+
+	/* The engine started with the staged settings, as its log says. */
+	snprintf(path, sizeof(path), "%s/cufile.log", dir);
+	CHECK(file_has(path, "driver open: path auto chunk 262144 depth 3 copy threads 2"),
+	      "the engine runs with the staged chunk, depth and threads (%s)", path);
+}
+
+/* ---------------------------------------------------------- P2P, BAR, PCIe */
+
+static void test_platform(const char *dir, int gpus)
+{
+	CUfileP2PFlags_t fl = (CUfileP2PFlags_t)-7;
+	size_t bar = 0;
+	char path[4200];
+	CUfileError_t e;
+
+	CHECK_OK(p_cuFileDriverGetP2PFlags(CU_FILE_NVME_SUPPORTED, &fl), "NVMe's P2P flags");
+	CHECK(fl == CU_FILE_P2P_FLAG_PCI_P2PDMA, "NVMe: PCI P2PDMA (%#x)", (unsigned)fl);
+	CHECK_OK(p_cuFileDriverGetP2PFlags(CU_FILE_LUSTRE_SUPPORTED, &fl), "Lustre's P2P flags");
+	CHECK(fl == 0, "Lustre: none (%#x)", (unsigned)fl);
+	CHECK_ERR(p_cuFileDriverGetP2PFlags(CU_FILE_MAX_TARGET_TYPES, &fl), CU_FILE_INVALID_VALUE,
+		  "P2P flags of CU_FILE_MAX_TARGET_TYPES");
+	CHECK_ERR(p_cuFileDriverGetP2PFlags(CU_FILE_NVME_SUPPORTED, NULL), CU_FILE_INVALID_VALUE,
+		  "cuFileDriverGetP2PFlags(NULL)");
+	CHECK_ERR(p_cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, CU_FILE_P2P_FLAG_NVFS),
+		  CU_FILE_INVALID_VALUE, "NVFS cannot be set");
+	CHECK_ERR(p_cuFileDriverSetP2PFlags(CU_FILE_NVME_SUPPORTED, CU_FILE_P2P_FLAG_DMABUF),
+		  CU_FILE_INVALID_VALUE, "DMABUF cannot be set");
+	CHECK_ERR(p_cuFileDriverSetP2PFlags((CUfileDriverStatusFlags_t)-1,
+					    CU_FILE_P2P_FLAG_PCI_P2PDMA),
+		  CU_FILE_INVALID_VALUE, "an unknown type");
+#if defined(__aarch64__)
+	const CUfileP2PFlags_t mine = CU_FILE_P2P_FLAG_C2C;
+#else
+	const CUfileP2PFlags_t mine = CU_FILE_P2P_FLAG_PCI_P2PDMA;
+#endif
+	CHECK_OK(p_cuFileDriverSetP2PFlags(CU_FILE_LUSTRE_SUPPORTED, mine),
+		 "set the architecture's P2P flag on Lustre");
+	CHECK_OK(p_cuFileDriverGetP2PFlags(CU_FILE_LUSTRE_SUPPORTED, &fl), "read it back");
+	CHECK(fl == mine, "Lustre's flags read back (%#x)", (unsigned)fl);
+	CHECK_OK(p_cuFileDriverSetP2PFlags(CU_FILE_LUSTRE_SUPPORTED, (CUfileP2PFlags_t)0),
+		 "clear them");
+
+	CHECK_ERR(p_cuFileGetBARSizeInKB(0, NULL), CU_FILE_INVALID_VALUE,
+		  "cuFileGetBARSizeInKB(NULL)");
+	CHECK_ERR(p_cuFileGetBARSizeInKB(-1, &bar), CU_FILE_INVALID_VALUE, "GPU -1");
+	CHECK_ERR(p_cuFileGetBARSizeInKB(gpus, &bar), CU_FILE_INVALID_VALUE,
+		  "the GPU after the last");
+	if (gpus > 0) {
+		/* A real GPU's BAR1 is in sysfs; an emulated one's is not. */
+		e = p_cuFileGetBARSizeInKB(0, &bar);
+		CHECK((e.err == CU_FILE_SUCCESS && bar > 0 && bar % 4 == 0) ||
+			      e.err == CU_FILE_INVALID_VALUE,
+		      "GPU 0's BAR1: %d, %zu KB", (int)e.err, bar);
+	}
+
+	snprintf(path, sizeof(path), "%s/topology.json", dir);
+	CHECK_OK(p_cuFileExportPCIeTopology(path), "cuFileExportPCIeTopology");
+	CHECK(file_has(path, "\"pci_devices\": [") && file_has(path, "\"gpus\": [") &&
+		      file_has(path, "\"nvme\": ["),
+	      "the topology is written as JSON");
+	CHECK_ERR(p_cuFileExportPCIeTopology(NULL), CU_FILE_INVALID_VALUE,
+		  "cuFileExportPCIeTopology(NULL)");
+	CHECK_ERR(p_cuFileExportPCIeTopology(""), CU_FILE_INVALID_VALUE, "an empty file name");
+	CHECK_ERR(p_cuFileExportPCIeTopology("/nonexistent/dir/topology.json"),
+		  CU_FILE_INVALID_VALUE, "a file that cannot be written");
 }
 
 /* ------------------------------------------------------------------- files */
@@ -940,6 +1277,163 @@ static void test_async_null_stream(struct files *f, struct bufs *b)
 	}
 }
 
+
+/* ------------------------------------------------ scatter, gather, stats */
+
+static void test_vectored(struct files *f, struct bufs *b)
+{
+	CUfileIOVec_t iov[3];
+	size_t lens[3] = { 1000, 3 * 4096 + 7, 50000 }, total = 0;
+	unsigned char *bases[3] = { b->loose, b->odd + 5, b->aligned + 4096 };
+	off_t at = 12345;
+	ssize_t got;
+	int same = 1;
+
+	for (int i = 0; i < 3; i++) {
+		memset(bases[i], 0, lens[i]);
+		iov[i] = (CUfileIOVec_t){ bases[i], lens[i] };
+		total += lens[i];
+	}
+	got = p_cuFileReadv(f->direct, iov, 3, at, 0);
+	for (int i = 0; i < 3; i++) {
+		same &= differs(bases[i], DATA_SEED, (uint64_t)at, lens[i]) == -1;
+		at += (off_t)lens[i];
+	}
+	CHECK(got == (ssize_t)total && same,
+	      "cuFileReadv: 3 buffers (registered, not, inside one) from 12345: %zd of %zu bytes",
+	      got, total);
+
+	/* preadv's end of file: the last buffer half full, then nothing. */
+	iov[0] = (CUfileIOVec_t){ b->loose, 4000 };
+	iov[1] = (CUfileIOVec_t){ b->odd, 4000 };
+	got = p_cuFileReadv(f->plain, iov, 2, FSIZE - 5000, 0);
+	CHECK(got == 5000 && differs(b->loose, DATA_SEED, FSIZE - 5000, 4000) == -1 &&
+		      differs(b->odd, DATA_SEED, FSIZE - 1000, 1000) == -1,
+	      "cuFileReadv across the end of the file: %zd of 5000", got);
+	CHECK(p_cuFileReadv(f->plain, iov, 2, FSIZE, 0) == 0, "cuFileReadv at the end: 0");
+	CHECK(p_cuFileReadv(f->plain, iov, 0, 0, 0) == 0, "cuFileReadv of no buffers: 0");
+	CHECK(p_cuFileReadv(f->plain, iov, 2, 0, 1) == -CU_FILE_INVALID_VALUE,
+	      "cuFileReadv with flags: -CU_FILE_INVALID_VALUE");
+	CHECK(p_cuFileReadv(f->plain, NULL, 2, 0, 0) == -CU_FILE_INVALID_VALUE,
+	      "cuFileReadv(NULL): -CU_FILE_INVALID_VALUE");
+	CHECK(p_cuFileReadv(f->plain, iov, 2, -1, 0) == -CU_FILE_INVALID_VALUE,
+	      "cuFileReadv at a negative offset: -CU_FILE_INVALID_VALUE");
+	CHECK(p_cuFileReadv((CUfileHandle_t)(uintptr_t)0x4242, iov, 2, 0, 0) ==
+		      -CU_FILE_HANDLE_NOT_REGISTERED,
+	      "cuFileReadv on an unknown handle: -CU_FILE_HANDLE_NOT_REGISTERED");
+	iov[1].base = NULL;
+	CHECK(p_cuFileReadv(f->plain, iov, 2, 0, 0) == -CU_FILE_INVALID_VALUE,
+	      "cuFileReadv into a NULL buffer: -CU_FILE_INVALID_VALUE");
+
+	/* Writes land in order, contiguously. */
+	fill(b->loose, 77, 0, 3000);
+	fill(b->odd, 78, 0, 70000);
+	iov[0] = (CUfileIOVec_t){ b->loose, 3000 };
+	iov[1] = (CUfileIOVec_t){ b->odd, 70000 };
+	got = p_cuFileWritev(f->rw, iov, 2, 3 * MIB + 11, 0);
+	shadow_write(b->loose, 3 * MIB + 11, 3000);
+	shadow_write(b->odd, 3 * MIB + 11 + 3000, 70000);
+	CHECK(got == 73000, "cuFileWritev: 2 buffers, %zd of 73000 bytes", got);
+	CHECK(file_matches_shadow(f->rw_path), "the file holds the gathered write");
+	CHECK(p_cuFileWritev(f->rw, iov, 2, 0, 7) == -CU_FILE_INVALID_VALUE,
+	      "cuFileWritev with flags: -CU_FILE_INVALID_VALUE");
+	CHECK(p_cuFileWritev(f->plain, NULL, 1, 0, 0) == -CU_FILE_INVALID_VALUE,
+	      "cuFileWritev(NULL): -CU_FILE_INVALID_VALUE");
+}
+
+static void test_stats(const char *dir, struct files *f, struct bufs *b, int gpus)
+{
+	CUfileStatsLevel1_t l1;
+	CUfileStatsLevel2_t l2;
+	static CUfileStatsLevel3_t l3;
+	CUfileIOVec_t iov[2] = { { b->loose, 70000 }, { b->odd, 30000 } };
+	CUfileIOParams_t io[2];
+	struct expect want[2];
+	CUfileBatchHandle_t batch;
+	CUfileHandle_t h;
+	char path[4200];
+	int fd;
+
+	CHECK_ERR(p_cuFileGetStatsL3(&l3), CU_FILE_INVALID_VALUE, "level 3 statistics at level 2");
+	CHECK_ERR(p_cuFileGetStatsL1(NULL), CU_FILE_INVALID_VALUE, "cuFileGetStatsL1(NULL)");
+	CHECK_OK(p_cuFileStatsReset(), "cuFileStatsReset");
+	CHECK_OK(p_cuFileGetStatsL1(&l1), "cuFileGetStatsL1");
+	CHECK(l1.read_ops.ok == 0 && l1.read_bytes == 0 && l1.write_bytes == 0 &&
+		      l1.batch_submit_ops.ok == 0,
+	      "a reset counts from zero");
+
+	/* Known transfers, and what they must add. */
+	CHECK(p_cuFileRead(f->direct, b->loose, 100000, 7, 0) == 100000, "read 100000 bytes");
+	CHECK(p_cuFileRead(f->plain, b->loose, 5000, FSIZE - 1000, 0) == 1000,
+	      "read 1000 bytes at the end");
+	CHECK(p_cuFileReadv(f->plain, iov, 2, 0, 0) == 100000, "readv 100000 bytes");
+	CHECK(p_cuFileRead((CUfileHandle_t)(uintptr_t)0x4242, b->loose, 10, 0, 0) ==
+		      -CU_FILE_HANDLE_NOT_REGISTERED,
+	      "a failing read");
+	fill(b->loose, 79, 0, 50000);
+	CHECK(p_cuFileWrite(f->rw, b->loose, 50000, 123, 0) == 50000, "write 50000 bytes");
+	shadow_write(b->loose, 123, 50000);
+	fd = dup(f->plain_fd);
+	CHECK_OK(reg_fd(&h, CU_FILE_HANDLE_TYPE_OPAQUE_FD, fd), "register a handle");
+	p_cuFileHandleDeregister(h);
+	close(fd);
+	CHECK_OK(p_cuFileBufRegister(b->loose_mem, 8192, 0), "register a buffer");
+	CHECK_OK(p_cuFileBufDeregister(b->loose_mem), "deregister it");
+	CHECK_OK(p_cuFileBatchIOSetUp(&batch, 2), "set up a batch");
+	entry(&io[0], f->direct, 0, b->loose, 0, 8192, 4096, 0);
+	entry(&io[1], f->plain, 0, b->odd, 0, 3000, 777, 1);
+	want[0] = (struct expect){ 0, 8192, b->loose, 4096, 0 };
+	want[1] = (struct expect){ 0, 3000, b->odd, 777, 0 };
+	CHECK_OK(p_cuFileBatchIOSubmit(batch, 2, io, 0), "submit 2 reads");
+	collect("the counted batch", batch, 2, want, 2);
+	p_cuFileBatchIODestroy(batch);
+
+	CHECK_OK(p_cuFileGetStatsL2(&l2), "cuFileGetStatsL2");
+	l1 = l2.basic;
+	CHECK(l1.read_ops.ok == 3 && l1.read_ops.err == 1, "read calls: %llu ok, %llu failed",
+	      (unsigned long long)l1.read_ops.ok, (unsigned long long)l1.read_ops.err);
+	CHECK(l1.read_bytes == 201000, "read bytes: %llu of 201000",
+	      (unsigned long long)l1.read_bytes);
+	CHECK(l1.write_ops.ok == 1 && l1.write_bytes == 50000, "written: %llu calls, %llu bytes",
+	      (unsigned long long)l1.write_ops.ok, (unsigned long long)l1.write_bytes);
+	CHECK(l1.hdl_register_ops.ok == 1 && l1.hdl_deregister_ops.ok == 1 &&
+		      l1.buf_register_ops.ok == 1 && l1.buf_deregister_ops.ok == 1,
+	      "one handle and one buffer registered and deregistered");
+	CHECK(l1.batch_setup_ops.ok == 1 && l1.batch_submit_ops.ok == 1 &&
+		      l1.batch_enqueued_ops.ok == 2 && l1.batch_complete_ops.ok == 2 &&
+		      l1.batch_destroy_ops.ok == 1,
+	      "the batch: set up, submitted, 2 entries complete, destroyed");
+	CHECK(l1.batch_read_bytes == 11192 && l1.last_batch_read_bytes == 11192,
+	      "batch bytes: %llu", (unsigned long long)l1.batch_read_bytes);
+	CHECK(l1.read_lat_avg_us * 4 <= l1.read_lat_sum_us + 4 && l1.read_ops_per_sec > 0,
+	      "averages and rates from the sums");
+	/* 100000 bytes = 97 KB: bucket 6 [64, 128); the readv's 100000 too;
+	 * 1000 (asked 5000: 4 KB) bucket 2. */
+	CHECK(l2.read_size_kb_hist[6] == 2 && l2.read_size_kb_hist[2] == 1 &&
+		      l2.write_size_kb_hist[5] == 1,
+	      "size histograms: reads [6]=%llu [2]=%llu, writes [5]=%llu",
+	      (unsigned long long)l2.read_size_kb_hist[6], (unsigned long long)l2.read_size_kb_hist[2],
+	      (unsigned long long)l2.write_size_kb_hist[5]);
+
+	/* Stopped, nothing counts; started again, it does. */
+	CHECK_OK(p_cuFileStatsStop(), "cuFileStatsStop");
+	CHECK(p_cuFileRead(f->direct, b->loose, 4096, 0, 0) == 4096, "a read while stopped");
+	CHECK_OK(p_cuFileStatsStart(), "cuFileStatsStart");
+	CHECK(p_cuFileRead(f->direct, b->loose, 4096, 0, 0) == 4096, "a read once started");
+	CHECK_OK(p_cuFileGetStatsL1(&l1), "cuFileGetStatsL1");
+	CHECK(l1.read_ops.ok == 4 && l1.read_bytes == 205096,
+	      "only the read after the start counted (%llu calls, %llu bytes)",
+	      (unsigned long long)l1.read_ops.ok, (unsigned long long)l1.read_bytes);
+
+	CHECK_OK(p_cuFileSetStatsLevel(3), "statistics level 3");
+	CHECK_OK(p_cuFileGetStatsL3(&l3), "cuFileGetStatsL3");
+	CHECK(l3.num_gpus == (uint32_t)gpus && l3.detailed.basic.read_bytes == 205096,
+	      "level 3: %u GPUs, the same counters", l3.num_gpus);
+	CHECK(file_matches_shadow(f->rw_path), "the file holds the counted write");
+	snprintf(path, sizeof(path), "%s/cufile.log", dir);
+	CHECK(!file_has(path, "ERROR"), "nothing logged an error");
+}
+
 /* --------------------------------------------------------------------- CUDA */
 
 typedef int CUdevice;
@@ -1272,6 +1766,29 @@ static void test_cuda(struct files *f, const char *libcuda)
 	CHECK_OK(p_cuFileStreamDeregister(s), "deregister the stream");
 	CU(cu.stream_destroy(s));
 
+	/* Scatter into device memory, counted on GPU 0. */
+	{
+		CUfileIOVec_t iov[2] = { { (void *)(uintptr_t)d2, 5000 },
+					 { (void *)(uintptr_t)(d2 + 8192), 70000 } };
+		static CUfileStatsLevel3_t l3;
+		ssize_t got;
+
+		CHECK_OK(p_cuFileStatsReset(), "reset the statistics");
+		got = p_cuFileReadv(f->direct, iov, 2, 999, 0);
+		CHECK(got == 75000 && device_holds(d2, DATA_SEED, 999, 5000) &&
+			      device_holds(d2 + 8192, DATA_SEED, 5999, 70000),
+		      "device: cuFileReadv into two device ranges: %zd of 75000", got);
+		CHECK_OK(p_cuFileGetStatsL3(&l3), "cuFileGetStatsL3");
+		CHECK(l3.num_gpus == 1 && l3.per_gpu_stats[0].read_bytes == 75000 &&
+			      l3.per_gpu_stats[0].n_total_reads == 1 &&
+			      l3.per_gpu_stats[0].n_p2p_reads + l3.per_gpu_stats[0].n_posix_reads == 1 &&
+			      l3.detailed.basic.read_bytes == 75000,
+		      "device: GPU 0 counted the read (%llu bytes, %llu P2P, %llu through host memory)",
+		      (unsigned long long)l3.per_gpu_stats[0].read_bytes,
+		      (unsigned long long)l3.per_gpu_stats[0].n_p2p_reads,
+		      (unsigned long long)l3.per_gpu_stats[0].n_posix_reads);
+	}
+
 	if (stats && emu_stats(&after)) {
 		CHECK(after.htod.async_bytes + after.htod.sync_bytes >
 			      before.htod.async_bytes + before.htod.sync_bytes + 8 * MIB,
@@ -1287,6 +1804,61 @@ static void test_cuda(struct files *f, const char *libcuda)
 	CU(cu.free(d1));
 	CU(cu.free(d2));
 	free(h);
+}
+
+/* With compatibility mode disallowed before the open, the engine runs P2P
+ * only: the properties say so, its log says so, and a read into device
+ * memory this machine cannot do by P2P fails instead of going through host
+ * memory; host memory still takes direct I/O. */
+static void test_no_compat(const char *dir, const char *data_path, const char *libcuda)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CUdeviceptr dptr;
+	CUfileDrvProps_t props;
+	CUfileDescr_t d;
+	CUfileHandle_t fh;
+	char path[4200];
+	unsigned char *buf = malloc(MIB);
+	int fd = open(data_path, O_RDONLY);
+	ssize_t got;
+
+	if (!buf || fd < 0)
+		die("set up the no-compat test");
+	snprintf(path, sizeof(path), "%s/cufile.log", dir);
+	CHECK_OK(p_cuFileSetParameterBool(CUFILE_PARAM_PROPERTIES_ALLOW_COMPAT_MODE, false),
+		 "disallow compatibility mode");
+	CHECK_OK(p_cuFileSetParameterString(CUFILE_PARAM_LOGGING_LEVEL, "INFO"), "log at INFO");
+	CHECK_OK(p_cuFileSetParameterString(CUFILE_PARAM_ENV_LOGFILE_PATH, path), "the log file");
+	CHECK_OK(p_cuFileDriverOpen(), "open");
+	CHECK_OK(p_cuFileDriverGetProperties(&props), "properties");
+	CHECK(!(props.nvfs.dcontrolflags & (1u << CU_FILE_ALLOW_COMPAT_MODE)),
+	      "the properties do not allow compatibility mode (%#x)", props.nvfs.dcontrolflags);
+	CHECK(file_has(path, "driver open: path p2p"), "the engine runs P2P only");
+	memset(&d, 0, sizeof(d));
+	d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+	d.handle.fd = fd;
+	CHECK_OK(p_cuFileHandleRegister(&fh, &d), "register the file");
+	load_cuda(libcuda);
+	CU(cu.init(0));
+	CU(cu.device_get(&dev, 0));
+	CU(cu.primary_retain(&ctx, dev));
+	CU(cu.set_current(ctx));
+	CU(cu.alloc(&dptr, MIB));
+	memset(buf, 0x5a, MIB);
+	CU(cu.htod(dptr, buf, MIB));
+	got = p_cuFileRead(fh, (void *)(uintptr_t)dptr, MIB, 0, 0);
+	CU(cu.dtoh(buf, dptr, MIB));
+	CHECK(got < 0 && buf[0] == 0x5a && buf[MIB - 1] == 0x5a,
+	      "device: a read P2P cannot serve fails (%zd), nothing lands", got);
+	got = p_cuFileRead(fh, buf, MIB, 0, 0);
+	CHECK(got == (ssize_t)MIB && differs(buf, DATA_SEED, 0, MIB) == -1,
+	      "host memory still reads by direct I/O (%zd)", got);
+	CU(cu.free(dptr));
+	p_cuFileHandleDeregister(fh);
+	CHECK_OK(p_cuFileDriverClose(), "close");
+	close(fd);
+	free(buf);
 }
 
 /* -------------------------------------------------------------------- main */
@@ -1313,8 +1885,15 @@ int main(int argc, char **argv)
 
 	if (argc == 4 && strcmp(argv[2], "--cuda") == 0)
 		libcuda = argv[3];
-	else if (argc != 2) {
-		fprintf(stderr, "usage: cufile_test DIR [--cuda LIBCUDA]\n");
+	else if (argc == 4 && strcmp(argv[2], "--no-compat") == 0) {
+		snprintf(f.data_path, sizeof(f.data_path), "%s/data", argv[1]);
+		make_file(f.data_path, DATA_SEED, MIB);
+		load();
+		test_no_compat(argv[1], f.data_path, argv[3]);
+		printf("cufile: %d passed, %d failed\n", passed, failed);
+		return failed ? 1 : 0;
+	} else if (argc != 2) {
+		fprintf(stderr, "usage: cufile_test DIR [--cuda LIBCUDA | --no-compat LIBCUDA]\n");
 		return 2;
 	}
 	memset(&f, 0, sizeof(f));
@@ -1331,7 +1910,10 @@ int main(int argc, char **argv)
 
 	load();
 	test_header();
+	test_params_staged(argv[1]);
 	test_driver();
+	test_params_open(argv[1]);
+	test_platform(argv[1], libcuda ? 1 : 0);
 	test_handles(argv[1], &f);
 	test_buffers(&b);
 	test_reads(&f, &b);
@@ -1339,6 +1921,8 @@ int main(int argc, char **argv)
 	test_writes(&f, &b);
 	test_threads(&f, &b);
 	test_batch(&f, &b);
+	test_vectored(&f, &b);
+	test_stats(argv[1], &f, &b, libcuda ? 1 : 0);
 	test_async_null_stream(&f, &b);
 	if (libcuda)
 		test_cuda(&f, libcuda);
