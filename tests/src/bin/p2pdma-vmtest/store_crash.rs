@@ -1,10 +1,18 @@
 //! The store killed mid-update: a child process runs an update-heavy
 //! sequence (creates, writes through a write-back cache in accelerator
-//! memory, resizes, deletes, flushes) and says on a pipe when each
-//! operation begins and returns; the parent kills it with SIGKILL at a
-//! random point, reopens the store and checks it against what had
-//! returned: the map of the last returned operation (or of the one in
-//! flight, had it committed), and every byte that was durable.
+//! memory, resizes, deletes, flushes, with prefetches held in flight
+//! across them) and says on a pipe when each operation begins and returns;
+//! the parent kills it with SIGKILL at a random point, reopens the store and
+//! checks it against what had returned: the map of the last returned
+//! operation (or of the one in flight, had it committed), and every byte
+//! that was durable. The store is small and objects are deleted often, so
+//! its free space is fragmented and grows move objects into holes beside
+//! their own blocks. A child also checks each prefetch it consumes against
+//! what the object held when the prefetch started, and stops with an error
+//! when one differs.
+//!
+//! With `--memory host` it runs without the module: the cache and buffers
+//! in host memory, the store's file read and written on the bounce path.
 
 use std::{
     collections::BTreeMap,
@@ -16,8 +24,8 @@ use std::{
 
 use clap::Args;
 use p2pdma::{
-    memory::{DeviceMemory, ModuleMemory},
-    store::{EngineBacking, PageCache, Store, WritePolicy},
+    memory::{DeviceMemory, HostMemory},
+    store::{EngineBacking, PageCache, Prefetch, Store, WritePolicy},
     transfer::{Config, Engine, PathPref, StorageFile},
     Module,
 };
@@ -27,9 +35,14 @@ pub struct CrashArgs {
     /// The store's file (created at `--size`).
     #[arg(long)]
     path: String,
-    /// Bytes of the store's file.
-    #[arg(long, default_value_t = 24 << 20)]
+    /// Bytes of the store's file: small, so that its free space is
+    /// fragmented.
+    #[arg(long, default_value_t = 6 << 20)]
     size: u64,
+    /// Where the cache and the buffers live: `accel` (the module's
+    /// accelerator memory) or `host` (no module needed).
+    #[arg(long, default_value = "accel")]
+    memory: String,
     /// The engine's path preference.
     #[arg(long, default_value = "auto")]
     engine_path: PathPref,
@@ -163,17 +176,30 @@ fn apply(m: &mut Model, op: &Op, id: Option<u64>) {
     }
 }
 
-fn accel_memory(module: &Arc<Module>, len: usize) -> Result<ModuleMemory, String> {
-    crate::store::accel_memory_on(module, 0, len)
+/// The module, unless the run is in host memory.
+fn module(x: &CrashArgs) -> Result<Option<Arc<Module>>, String> {
+    match x.memory.as_str() {
+        "host" => Ok(None),
+        "accel" => Ok(Some(Arc::new(Module::open().map_err(|e| e.to_string())?))),
+        m => Err(format!("--memory {m}: host or accel")),
+    }
 }
 
-fn engine(x: &CrashArgs, module: &Arc<Module>) -> Arc<Engine> {
+/// `len` bytes of accelerator memory, or of host memory without a module.
+fn memory(module: &Option<Arc<Module>>, len: usize) -> Result<Arc<dyn DeviceMemory>, String> {
+    Ok(match module {
+        Some(m) => Arc::new(crate::store::accel_memory_on(m, 0, len)?),
+        None => Arc::new(HostMemory::new(len).map_err(|e| e.to_string())?),
+    })
+}
+
+fn engine(x: &CrashArgs, module: &Option<Arc<Module>>) -> Arc<Engine> {
     Arc::new(Engine::new(
         Config {
             path: x.engine_path,
             ..Config::default()
         },
-        Some(module.clone()),
+        module.clone(),
     ))
 }
 
@@ -182,24 +208,49 @@ fn backing(x: &CrashArgs, engine: &Arc<Engine>) -> Result<Arc<EngineBacking>, St
     Ok(Arc::new(EngineBacking::new(engine.clone(), file)))
 }
 
+/// A prefetch the child holds: the object's bytes when it started, and
+/// which of them the child wrote since (not checked).
+struct Held {
+    p: Prefetch,
+    id: u64,
+    off: usize,
+    want: Vec<u8>,
+    raced: Vec<bool>,
+}
+
+/// Consumes `h` and checks its bytes.
+fn consume(store: &Store, h: Held, buf: &dyn DeviceMemory) -> Result<(), String> {
+    let n = h.want.len();
+    store
+        .consume_prefetch_pread(h.p, buf, 0, n)
+        .map_err(|e| format!("consuming a prefetch of object {}: {e}", h.id))?;
+    let mut got = vec![0u8; n];
+    buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
+    match (0..n).find(|&i| !h.raced[i] && got[i] != h.want[i]) {
+        Some(i) => Err(format!(
+            "a prefetch of object {} at {} read byte {i} as {:#x}, not {:#x}",
+            h.id, h.off, got[i], h.want[i]
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The child: a fresh store, a write-back cache of six pages in
 /// accelerator memory, and updates until it is killed; `B op` before each
-/// operation and `E [id]` when it returns, on stdout.
+/// operation and `E [id]` when it returns, on stdout. Up to three
+/// prefetches are held across other operations.
 fn child(x: &CrashArgs) -> Result<(), String> {
-    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let module = module(x)?;
     let engine = engine(x, &module);
-    let cache = PageCache::new(
-        Arc::new(accel_memory(&module, 6 * 4096)?),
-        4096,
-        WritePolicy::WriteBack,
-    )
-    .map_err(|e| e.to_string())?;
+    let cache = PageCache::new(memory(&module, 6 * 4096)?, 4096, WritePolicy::WriteBack)
+        .map_err(|e| e.to_string())?;
     let store = Store::format(backing(x, &engine)?, 64)
         .map_err(|e| e.to_string())?
         .with_cache(cache);
-    let buf = accel_memory(&module, MAX)?;
+    let buf = memory(&module, MAX)?;
     let mut rng = fastrand::Rng::with_seed(x.seed);
     let mut model = Model::new();
+    let mut held: Vec<Held> = Vec::new();
     let out = std::io::stdout();
     let p = &x.prefix;
     {
@@ -211,12 +262,47 @@ fn child(x: &CrashArgs) -> Result<(), String> {
     for i in 0u64.. {
         let ids: Vec<u64> = model.keys().copied().collect();
         let pick = |rng: &mut fastrand::Rng| ids[rng.usize(..ids.len())];
-        let op = match rng.u8(..10) {
+        let op = match rng.u8(..12) {
             _ if ids.is_empty() => Op::Create(rng.u64(1..MAX as u64)),
-            0 if ids.len() < 40 => Op::Create(rng.u64(1..MAX as u64)),
-            1 => Op::Resize(pick(&mut rng), rng.u64(1..MAX as u64)),
-            2 if ids.len() > 4 => Op::Delete(pick(&mut rng)),
-            3 => Op::Flush,
+            0 if ids.len() < 40 => Op::Create(rng.u64(1..MAX as u64 / 4)),
+            // Grows, most of them: into holes beside the object's blocks.
+            1 | 2 => {
+                let id = pick(&mut rng);
+                let size = model[&id].data.len() as u64;
+                let grow = (size + rng.u64(1..=size.max(4096))).min(MAX as u64);
+                Op::Resize(
+                    id,
+                    if rng.u8(..4) == 0 {
+                        rng.u64(1..MAX as u64)
+                    } else {
+                        grow
+                    },
+                )
+            }
+            3 if ids.len() > 3 => Op::Delete(pick(&mut rng)),
+            4 => Op::Flush,
+            5 if held.len() < 3 => {
+                let id = pick(&mut rng);
+                let size = model[&id].data.len();
+                let n = rng.usize(1..=size);
+                let off = rng.usize(..=size - n);
+                let p = store
+                    .pread_prefetch(id, off as u64, n)
+                    .map_err(|e| format!("prefetch of object {id}: {e}"))?;
+                held.push(Held {
+                    p,
+                    id,
+                    off,
+                    want: model[&id].data[off..off + n].to_vec(),
+                    raced: vec![false; n],
+                });
+                continue;
+            }
+            6 if !held.is_empty() => {
+                let h = held.swap_remove(rng.usize(..held.len()));
+                consume(&store, h, buf.as_ref())?;
+                continue;
+            }
             _ => {
                 let id = pick(&mut rng);
                 let size = model[&id].data.len();
@@ -230,24 +316,53 @@ fn child(x: &CrashArgs) -> Result<(), String> {
                 }
             }
         };
+        if let Op::Write { id, off, n, .. } = op {
+            for h in held.iter_mut().filter(|h| h.id == id) {
+                for j in off.max(h.off)..(off + n).min(h.off + h.want.len()) {
+                    h.raced[j - h.off] = true;
+                }
+            }
+        }
         {
             let mut o = out.lock();
             writeln!(o, "{p}B {}", op.line()).map_err(|e| e.to_string())?;
             o.flush().map_err(|e| e.to_string())?;
         }
         let err = |e: p2pdma::Error| format!("{}: {e}", op.line());
+        let full = |e: &p2pdma::Error| e.to_string().contains("no free run");
         let id = match op {
-            Op::Create(n) => Some(store.pcreate(n).map_err(err)?),
+            // A full store refuses a create or a grow and changes nothing.
+            Op::Create(n) => match store.pcreate(n) {
+                Err(e) if full(&e) => {
+                    let mut o = out.lock();
+                    writeln!(o, "{p}E FULL")
+                        .and_then(|()| o.flush())
+                        .map_err(|e| e.to_string())?;
+                    continue;
+                }
+                r => Some(r.map_err(err)?),
+            },
             Op::Write { id, off, n, seed } => {
                 buf.write_at(0, &bytes(seed, n))
                     .map_err(|e| e.to_string())?;
-                store.pwrite(id, off as u64, n, &buf, 0).map_err(err)?;
+                store
+                    .pwrite(id, off as u64, n, buf.as_ref(), 0)
+                    .map_err(err)?;
                 None
             }
-            Op::Resize(id, n) => {
-                store.resize(id, n).map_err(err)?;
-                None
-            }
+            Op::Resize(id, n) => match store.resize(id, n) {
+                Err(e) if full(&e) => {
+                    let mut o = out.lock();
+                    writeln!(o, "{p}E FULL")
+                        .and_then(|()| o.flush())
+                        .map_err(|e| e.to_string())?;
+                    continue;
+                }
+                r => {
+                    r.map_err(err)?;
+                    None
+                }
+            },
             Op::Delete(id) => {
                 store.delete(id).map_err(err)?;
                 None
@@ -271,7 +386,7 @@ fn child(x: &CrashArgs) -> Result<(), String> {
 
 /// Checks the store on `x.path` against `m`: the same objects, and every
 /// byte not written since it was last durable as it was then.
-fn same(store: &Store, m: &Model, buf: &ModuleMemory) -> Result<(), String> {
+fn same(store: &Store, m: &Model, buf: &dyn DeviceMemory) -> Result<(), String> {
     for (id, o) in m {
         let n = o.data.len();
         store.pread(*id, 0, n, buf, 0).map_err(|e| e.to_string())?;
@@ -315,7 +430,9 @@ impl Replay {
         }
         if let Some(rest) = line.strip_prefix('E') {
             let op = self.flight.take().ok_or("E without B")?;
-            apply(&mut self.model, &op, rest.trim().parse().ok());
+            if rest.trim() != "FULL" {
+                apply(&mut self.model, &op, rest.trim().parse().ok());
+            }
         }
         Ok(false)
     }
@@ -323,7 +440,7 @@ impl Replay {
     /// Checks the store on `x.path`, reopened, against what had returned:
     /// the map as the last returned operation left it, or as the one in
     /// flight would have, and every durable byte.
-    fn check(&self, x: &CrashArgs, module: &Arc<Module>) -> Result<(), String> {
+    fn check(&self, x: &CrashArgs, module: &Option<Arc<Module>>) -> Result<(), String> {
         let (model, flight) = (&self.model, &self.flight);
         let engine = engine(x, module);
         let store =
@@ -333,7 +450,7 @@ impl Replay {
             .iter()
             .map(|o| (o.id, o.size))
             .collect();
-        let buf = accel_memory(module, MAX)?;
+        let buf = memory(module, MAX)?;
         let mut choices = vec![model.clone()];
         if let Some(op) = flight {
             let mut after = model.clone();
@@ -350,7 +467,7 @@ impl Replay {
                 choices.iter().map(sizes).collect::<Vec<_>>()
             ));
         };
-        same(&store, m, &buf).map_err(|e| format!("died during {flight:?}: {e}"))
+        same(&store, m, buf.as_ref()).map_err(|e| format!("died during {flight:?}: {e}"))
     }
 
     /// When the child died, in words.
@@ -368,23 +485,49 @@ impl Replay {
 
 /// One run: the child killed at a random point; the recovered store
 /// checked. What it was doing when it died.
-fn run_once(x: &CrashArgs, seed: u64, module: &Arc<Module>) -> Result<&'static str, String> {
+fn run_once(
+    x: &CrashArgs,
+    seed: u64,
+    module: &Option<Arc<Module>>,
+) -> Result<&'static str, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(["store-crash", "--child", "--path", &x.path])
         .args(["--size", &x.size.to_string(), "--seed", &seed.to_string()])
         .args(["--engine-path", &x.engine_path.to_string()])
+        .args(["--memory", &x.memory])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("spawn: {e}"))?;
     let mut rng = fastrand::Rng::with_seed(seed ^ 0xC4A5);
-    let kill_at = rng.usize(3..120);
+    let kill_at = rng.usize(3..200);
     let lines = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    // Lines come through a thread, so that a child that stops answering (a
+    // store call waiting for something only it could release) is found.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let mut replay = Replay::default();
     let (mut begun, mut killed) = (0, false);
-    for line in lines.lines() {
-        let line = line.map_err(|e| e.to_string())?;
+    loop {
+        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => line.map_err(|e| e.to_string())?,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the child said nothing for a minute after {begun} operations, in {:?}",
+                    replay.flight
+                ));
+            }
+        };
         if replay.line(&line)? {
             begun += 1;
             if begun == kill_at && !killed {
@@ -413,7 +556,7 @@ pub fn run(x: &CrashArgs) -> Result<(), String> {
     if x.child {
         return child(x);
     }
-    let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
+    let module = module(x)?;
     if let Some(log) = &x.check_log {
         let text = std::fs::read_to_string(log).map_err(|e| format!("{log}: {e}"))?;
         let mut replay = Replay::default();
