@@ -47,9 +47,11 @@ fn objects_on_a_file_survive_a_reopen() {
     store.flush().unwrap();
     let (gone, _) = written.remove(1);
     store.delete(gone).unwrap();
+    let map = store.get_object_map();
+    drop(store);
 
     let again = Store::initialize(backing(&path)).unwrap();
-    assert_eq!(again.get_object_map(), store.get_object_map());
+    assert_eq!(again.get_object_map(), map);
     for (id, bytes) in &written {
         let mem = HostMemory::new(bytes.len()).unwrap();
         again.pread(*id, 0, bytes.len(), &mem, 0).unwrap();
@@ -129,4 +131,103 @@ fn a_store_on_a_region_never_touches_the_bytes_around_it() {
     out.read_at(0, &mut got).unwrap();
     assert_eq!(got, bytes);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Whether `r` is the refusal of a store another open holds.
+fn busy<T>(r: p2pdma::Result<T>) -> bool {
+    matches!(r, Err(e) if e.errno() == Some(rustix::io::Errno::BUSY))
+}
+
+#[test]
+fn one_open_store_per_range_of_a_file_in_this_process_and_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.img");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let store = Store::format(backing(&path), 16).unwrap();
+    let id = store.pcreate(10_000).unwrap();
+    // A second open of the file, in this process: refused (after a wait),
+    // for reopening and for formatting, and the store is left as it was.
+    let start = std::time::Instant::now();
+    assert!(busy(Store::initialize(backing(&path))));
+    assert!(start.elapsed() >= p2pdma::store::CLAIM_WAIT);
+    assert!(busy(Store::format(backing(&path), 16)));
+    // The same open claiming the store twice: refused at once.
+    let engine = Arc::new(Engine::new(Config::default(), None));
+    let file = Arc::new(StorageFile::open_rw(&path).unwrap());
+    let first = Store::initialize(Arc::new(EngineBacking::new(engine.clone(), file.clone())));
+    assert!(busy(first));
+    drop(store);
+    let first =
+        Store::initialize(Arc::new(EngineBacking::new(engine.clone(), file.clone()))).unwrap();
+    let start = std::time::Instant::now();
+    assert!(busy(Store::initialize(Arc::new(EngineBacking::new(
+        engine.clone(),
+        file.clone()
+    )))));
+    assert!(start.elapsed() < p2pdma::store::CLAIM_WAIT);
+    assert_eq!(first.size(id).unwrap(), 10_000);
+    // Closed, the next open takes it, in another process as well.
+    drop(first);
+    {
+        // A child holding an OFD lock over the store's first byte stands
+        // for another process with the store open: nothing opens it.
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import fcntl,os,struct,sys,time\n\
+                 fd=os.open(sys.argv[1],os.O_RDWR)\n\
+                 fcntl.fcntl(fd,37,struct.pack('hhqqi4x',fcntl.F_WRLCK,0,0,1,0))\n\
+                 print('locked',flush=True)\n\
+                 time.sleep(60)",
+            ])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "locked");
+        assert!(busy(Store::initialize(backing(&path))));
+        // Killed, its file is closed and its claim gone.
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let again = Store::initialize(backing(&path)).unwrap();
+    assert_eq!(again.size(id).unwrap(), 10_000);
+}
+
+#[test]
+fn stores_on_disjoint_regions_of_one_file_open_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("disk.img");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let engine = Arc::new(Engine::new(Config::default(), None));
+    let file = Arc::new(StorageFile::open_rw(&path).unwrap());
+    let region =
+        |o, l| Arc::new(EngineBacking::region(engine.clone(), file.clone(), o, l).unwrap());
+    let a = Store::format(region(0, 4 << 20), 16).unwrap();
+    let b = Store::format(region(4 << 20, 4 << 20), 16).unwrap();
+    // Another open of the file: its regions are taken.
+    let other = Arc::new(StorageFile::open_rw(&path).unwrap());
+    let start = std::time::Instant::now();
+    assert!(busy(Store::initialize(Arc::new(
+        EngineBacking::region(engine.clone(), other.clone(), 4 << 20, 4 << 20).unwrap()
+    ))));
+    assert!(start.elapsed() >= p2pdma::store::CLAIM_WAIT);
+    drop(b);
+    let b = Store::initialize(Arc::new(
+        EngineBacking::region(engine.clone(), other, 4 << 20, 4 << 20).unwrap(),
+    ))
+    .unwrap();
+    assert_eq!((a.get_object_map().len(), b.get_object_map().len()), (0, 0));
 }

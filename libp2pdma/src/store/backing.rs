@@ -15,6 +15,9 @@ use crate::{
 /// The largest copy between memories moved in one chunk (a cache page).
 const PAGE_COPY: usize = 2 << 20;
 
+/// How long [`EngineBacking::claim`] waits for another holder of its range.
+pub const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A read started by [`Backing::read_async`].
 pub struct Started {
     /// Its ticket, to wait for it with.
@@ -63,6 +66,17 @@ pub trait Backing: Send + Sync {
 
     /// Makes every write that returned durable.
     fn flush(&self) -> Result<()>;
+
+    /// Claims the device for one store at a time, waiting (a while) for
+    /// the writes of an earlier holder that died to land first: a store
+    /// that opened while a dead process's commit was still in flight could
+    /// see it land over its own. Nothing to claim by default.
+    fn claim(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Gives the claim back.
+    fn unclaim(&self) {}
 
     /// Copies `len` bytes from `src` at `src_offset` to `dst` at
     /// `dst_offset`: a page from one accelerator's cache to another's. By
@@ -158,6 +172,35 @@ impl EngineBacking {
 impl Backing for EngineBacking {
     fn len(&self) -> u64 {
         self.len
+    }
+
+    /// Claims the store's range of the file ([`StorageFile::claim`]),
+    /// waiting up to [`CLAIM_WAIT`] for another holder to let go: a
+    /// process that has the store open, or one that died whose I/O is
+    /// still in flight. `EBUSY` after that.
+    fn claim(&self) -> Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            match self.file.claim(self.base, self.len, true) {
+                Err(e) if e.errno() == Some(rustix::io::Errno::AGAIN) => {
+                    if start.elapsed() >= CLAIM_WAIT {
+                        return Err(crate::Error::Io {
+                            op: "opening the store (another open of it holds it: a process that has it open, or the I/O of one that died, still in flight)",
+                            path: self.file.path().to_path_buf(),
+                            offset: self.base,
+                            len: self.len,
+                            source: rustix::io::Errno::BUSY,
+                        });
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn unclaim(&self) {
+        let _ = self.file.claim(self.base, self.len, false);
     }
 
     fn read(

@@ -22,7 +22,7 @@ pub mod objects;
 #[cfg(test)]
 mod tests;
 
-pub use backing::{Backing, EngineBacking, Started};
+pub use backing::{Backing, EngineBacking, Started, CLAIM_WAIT};
 pub use cache::{CacheStats, PageCache, WritePolicy};
 pub use map::ObjectInfo;
 pub use objects::{Prefetch, Store};

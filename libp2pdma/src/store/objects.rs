@@ -124,12 +124,14 @@ impl Prefetch {
 }
 
 impl Drop for Store {
-    /// Writes the cache's dirty pages back (not durably: that is `flush`'s).
+    /// Writes the cache's dirty pages back (not durably: that is `flush`'s),
+    /// and gives the device's claim back.
     fn drop(&mut self) {
         if let Some(c) = &self.cache {
             let s = self.state.read().unwrap_or_else(|p| p.into_inner());
             let _ = c.write_back_dirty(self.backing.as_ref(), &s.map, None);
         }
+        self.backing.unclaim();
     }
 }
 
@@ -151,7 +153,9 @@ fn region_bytes(len: usize) -> usize {
 
 impl Store {
     /// Makes an empty store on `backing` with room in its map for
-    /// `max_objects` objects; what was on the device before is gone.
+    /// `max_objects` objects; what was on the device before is gone. The
+    /// device is claimed first ([`Backing::claim`]): one open store at a
+    /// time.
     pub fn format(backing: Arc<dyn Backing>, max_objects: u64) -> Result<Self> {
         let device_blocks = backing.len() / BLOCK;
         let too_many = || {
@@ -169,6 +173,7 @@ impl Store {
             map_crc: 0,
         };
         sb.fits(device_blocks).map_err(|_| too_many())?;
+        backing.claim()?;
         let store = Self {
             backing,
             state: RwLock::new(State {
@@ -194,8 +199,19 @@ impl Store {
     }
 
     /// Opens the store on `backing`: the newest commit whose superblock and
-    /// map both check.
+    /// map both check. The device is claimed first ([`Backing::claim`]):
+    /// one open store at a time, and none before the writes of a holder
+    /// that died have landed.
     pub fn initialize(backing: Arc<dyn Backing>) -> Result<Self> {
+        backing.claim()?;
+        let opened = Self::read_newest(backing.clone());
+        if opened.is_err() {
+            backing.unclaim();
+        }
+        opened
+    }
+
+    fn read_newest(backing: Arc<dyn Backing>) -> Result<Self> {
         let device_blocks = backing.len() / BLOCK;
         let head = HostMemory::new(2 * BLOCK as usize)?;
         backing.read(0, &head, 0, 2 * BLOCK as usize)?;

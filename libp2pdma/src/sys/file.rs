@@ -1,6 +1,7 @@
 //! The file system calls the transfer paths make beyond read and write:
 //! `FS_IOC_FIEMAP` (a file's extents), `FS_IOC_FSGETXATTR`,
-//! `sync_file_range` and `mincore` (what of a range is in the page cache).
+//! `sync_file_range`, `mincore` (what of a range is in the page cache) and
+//! open-file-description locks.
 #![allow(unsafe_code)]
 
 use std::os::fd::BorrowedFd;
@@ -93,6 +94,29 @@ pub fn write_back(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), Errno
     // SAFETY: Plain integers and a borrowed, open descriptor; the kernel
     // reads no memory of ours.
     match unsafe { libc::sync_file_range(fd.as_raw_fd(), offset, len, flags) } {
+        0 => Ok(()),
+        _ => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)),
+    }
+}
+
+/// Takes (`lock`) or drops a write lock on bytes `[offset, offset + len)`
+/// of `fd`'s file, without waiting (`F_OFD_SETLK`): `EAGAIN` when another
+/// open file description holds a lock over them. The lock belongs to the
+/// open file description, not to a process: it lasts until dropped or
+/// until the description's last reference goes, and an I/O still in
+/// flight holds one (an io_uring request keeps its file until it
+/// completes, also after the process that submitted it died).
+pub fn ofd_lock(fd: BorrowedFd<'_>, offset: u64, len: u64, lock: bool) -> Result<(), Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `flock` is plain integers, for which zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = if lock { libc::F_WRLCK } else { libc::F_UNLCK } as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = i64::try_from(offset).map_err(|_| Errno::INVAL)?;
+    fl.l_len = i64::try_from(len).map_err(|_| Errno::INVAL)?;
+    // SAFETY: A borrowed, open descriptor and a `flock` that lives across
+    // the call; the kernel reads it and, for this command, writes nothing.
+    match unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &mut fl) } {
         0 => Ok(()),
         _ => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)),
     }

@@ -23,6 +23,10 @@ use crate::{
     Error, Result,
 };
 
+/// Where [`StorageFile::claim`] locks the file description without
+/// `O_DIRECT`: this far past the range claimed.
+pub const CLAIM_SHADOW: u64 = 1 << 62;
+
 /// A file or block device opened for transfers.
 #[derive(Debug)]
 pub struct StorageFile {
@@ -60,6 +64,8 @@ pub struct StorageFile {
     /// The namespace's generic device, opened read-only (0) and read-write
     /// (1) by the first NVMe-command transfer that needs it.
     pub(crate) generic: Mutex<[Option<Arc<File>>; 2]>,
+    /// The ranges claimed through this open ([`StorageFile::claim`]).
+    claims: Mutex<Vec<(u64, u64)>>,
 }
 
 /// What a path choice depends on besides the file: the engine's
@@ -183,6 +189,7 @@ impl StorageFile {
             fs,
             choices: Mutex::new(Vec::new()),
             generic: Mutex::new([None, None]),
+            claims: Mutex::new(Vec::new()),
         })
     }
 
@@ -210,6 +217,7 @@ impl StorageFile {
             fs: None,
             choices: Mutex::new(Vec::new()),
             generic: Mutex::new([None, None]),
+            claims: Mutex::new(Vec::new()),
             queues: Some(ns),
         }
     }
@@ -304,6 +312,64 @@ impl StorageFile {
             .as_ref()
             .map(|f| f.as_fd())
             .ok_or_else(|| self.no_kernel_file())
+    }
+
+    /// Claims bytes `[offset, offset + len)` of the file for this opener
+    /// alone, or gives the claim back (`claim` false): a write lock on them
+    /// on each of its kernel files (the `O_DIRECT` one on the range itself,
+    /// the other on the same range past [`CLAIM_SHADOW`], so that the two
+    /// do not conflict), without waiting. `EAGAIN` while another open of
+    /// the file holds a claim over them: another process, or one that died
+    /// and whose I/O is still in flight (its requests keep the file, and
+    /// the lock with it, until they complete); `EBUSY` for a range this
+    /// open has claimed already. A namespace this process drives takes
+    /// claims only against itself: the controller is this process's alone.
+    pub fn claim(&self, offset: u64, len: u64, claim: bool) -> Result<()> {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        let end = offset.saturating_add(len);
+        if claim && claims.iter().any(|&(s, e)| s < end && offset < e) {
+            return Err(Error::Io {
+                op: "claiming (this open of the file has claimed the range already)",
+                path: self.path.clone(),
+                offset,
+                len,
+                source: rustix::io::Errno::BUSY,
+            });
+        }
+        self.lock_range(offset, len, claim)?;
+        if claim {
+            claims.push((offset, end));
+        } else if let Some(i) = claims.iter().position(|&r| r == (offset, end)) {
+            claims.swap_remove(i);
+        }
+        Ok(())
+    }
+
+    fn lock_range(&self, offset: u64, len: u64, claim: bool) -> Result<()> {
+        let err = |source| Error::Io {
+            op: if claim { "claiming" } else { "giving back" },
+            path: self.path.clone(),
+            offset,
+            len,
+            source,
+        };
+        let shadow = offset
+            .checked_add(CLAIM_SHADOW)
+            .ok_or_else(|| err(rustix::io::Errno::INVAL))?;
+        if let Some(f) = &self.direct {
+            crate::sys::file::ofd_lock(f.as_fd(), offset, len, claim).map_err(err)?;
+        }
+        if let Some(f) = &self.buffered {
+            if let Err(e) = crate::sys::file::ofd_lock(f.as_fd(), shadow, len, claim) {
+                if claim {
+                    if let Some(d) = &self.direct {
+                        let _ = crate::sys::file::ofd_lock(d.as_fd(), offset, len, false);
+                    }
+                }
+                return Err(err(e));
+            }
+        }
+        Ok(())
     }
 
     /// The kernel's file opened without `O_DIRECT` (as KvikIO's
