@@ -329,18 +329,13 @@ fn child(x: &CrashArgs) -> Result<(), String> {
             o.flush().map_err(|e| e.to_string())?;
         }
         let err = |e: p2pdma::Error| format!("{}: {e}", op.line());
+        // A full store refuses a create or a grow and changes nothing:
+        // `None` then, else `Some` of the id a create made.
         let full = |e: &p2pdma::Error| e.to_string().contains("no free run");
         let id = match op {
-            // A full store refuses a create or a grow and changes nothing.
             Op::Create(n) => match store.pcreate(n) {
-                Err(e) if full(&e) => {
-                    let mut o = out.lock();
-                    writeln!(o, "{p}E FULL")
-                        .and_then(|()| o.flush())
-                        .map_err(|e| e.to_string())?;
-                    continue;
-                }
-                r => Some(r.map_err(err)?),
+                Err(e) if full(&e) => None,
+                r => Some(Some(r.map_err(err)?)),
             },
             Op::Write { id, off, n, seed } => {
                 buf.write_at(0, &bytes(seed, n))
@@ -348,35 +343,32 @@ fn child(x: &CrashArgs) -> Result<(), String> {
                 store
                     .pwrite(id, off as u64, n, buf.as_ref(), 0)
                     .map_err(err)?;
-                None
+                Some(None)
             }
             Op::Resize(id, n) => match store.resize(id, n) {
-                Err(e) if full(&e) => {
-                    let mut o = out.lock();
-                    writeln!(o, "{p}E FULL")
-                        .and_then(|()| o.flush())
-                        .map_err(|e| e.to_string())?;
-                    continue;
-                }
+                Err(e) if full(&e) => None,
                 r => {
                     r.map_err(err)?;
-                    None
+                    Some(None)
                 }
             },
             Op::Delete(id) => {
                 store.delete(id).map_err(err)?;
-                None
+                Some(None)
             }
             Op::Flush => {
                 store.flush().map_err(err)?;
-                None
+                Some(None)
             }
         };
-        apply(&mut model, &op, id);
+        if let Some(id) = id {
+            apply(&mut model, &op, id);
+        }
         let mut o = out.lock();
         match id {
-            Some(id) => writeln!(o, "{p}E {id}"),
-            None => writeln!(o, "{p}E"),
+            Some(Some(id)) => writeln!(o, "{p}E {id}"),
+            Some(None) => writeln!(o, "{p}E"),
+            None => writeln!(o, "{p}E FULL"),
         }
         .and_then(|()| o.flush())
         .map_err(|e| e.to_string())?;
