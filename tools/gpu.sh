@@ -59,7 +59,15 @@ pack() {
 	tools/rig/python.sh wheel "$out/wheels"
 	python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$out/wheels" \
 		--python-version 3.11 --platform manylinux_2_28_x86_64 \
-		kvikio-cu12==26.10.0 libkvikio-cu12==26.10.0 rapids-logger==0.3.0 pytest iniconfig pluggy packaging
+		kvikio-cu12==26.10.0 libkvikio-cu12==26.10.0 rapids-logger==0.3.0 cuda-pathfinder==1.9.1 \
+		pytest iniconfig pluggy packaging pygments tqdm
+	# numpy for KvikIO and the tests, for the Python the GPU machine has
+	# (3.12 on the lent ones) and the rig's.
+	local v
+	for v in 3.11 3.12; do
+		python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$out/wheels" \
+			--python-version "$v" --platform manylinux_2_28_x86_64 numpy==2.4.6
+	done
 	cp libp2pdma/python/tests/{test_cuda.py,cuda_helpers.py,cuda_emu_checks.py,test_kvikio_client.py} "$out/tests/"
 	[ -f libp2pdma/python/tests/conftest.py ] && cp libp2pdma/python/tests/conftest.py "$out/tests/"
 	install -m755 tools/gpu/run.sh "$out/run.sh"

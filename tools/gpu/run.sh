@@ -35,14 +35,16 @@ venv() {
 	if [ ! -x "$v/bin/python" ]; then
 		python3 -m venv --system-site-packages "$v" || return 1
 		"$v/bin/pip" install --quiet --no-index --no-deps --find-links "$here/wheels" \
-			p2pdma kvikio-cu12 libkvikio-cu12 rapids-logger pytest iniconfig pluggy packaging || return 1
+			p2pdma kvikio-cu12 libkvikio-cu12 rapids-logger cuda-pathfinder numpy pytest iniconfig \
+			pluggy packaging pygments tqdm || return 1
 	fi
 	echo "$v/bin/python"
 }
 
 # KvikIO with compat mode off, on top of this directory's libcufile.so.0:
-# a file read into a CuPy array through cuFileRead, checked against the
-# file's bytes.
+# a file read into GPU memory (a CuPy array, a PyTorch tensor, or memory
+# from the driver itself where the machine has neither) through cuFileRead,
+# checked against the file's bytes.
 kvikio_on_ours() {
 	local py=$1
 	mkdir -p /run/udev 2>/dev/null
@@ -53,16 +55,59 @@ import ctypes, os, sys
 # cuda-pathfinder (KvikIO's loader) prefers a libcufile of NVIDIA's from
 # site-packages unless one of that soname is loaded: load ours first.
 ctypes.CDLL(os.environ["LD_LIBRARY_PATH"].split(":")[0] + "/libcufile.so.0", mode=ctypes.RTLD_GLOBAL)
-import cupy, numpy as np, kvikio, kvikio.defaults
+import numpy as np, kvikio, kvikio.defaults
+def cupy_memory():
+    import cupy
+    return lambda n: cupy.empty(n, dtype=cupy.uint8), cupy.asnumpy, cupy.asarray
+
+def torch_memory():
+    import torch
+    return (lambda n: torch.empty(n, dtype=torch.uint8, device="cuda"),
+            lambda t: t.cpu().numpy(), lambda a: torch.from_numpy(a).cuda())
+
+def driver_memory():
+    cu = ctypes.CDLL("libcuda.so.1")
+    def ok(r):
+        assert r == 0, f"CUDA error {r}"
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    ok(cu.cuInit(0))
+    ok(cu.cuDeviceGet(ctypes.byref(dev), 0))
+    ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev))
+    ok(cu.cuCtxSetCurrent(ctx))
+    class Dev:
+        def __init__(self, n):
+            p = ctypes.c_uint64()
+            ok(cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(n)))
+            self.n, self.ptr = n, p.value
+            self.__cuda_array_interface__ = {
+                "shape": (n,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+    def to_host(d):
+        a = np.empty(d.n, dtype=np.uint8)
+        ok(cu.cuMemcpyDtoH_v2(a.ctypes.data_as(ctypes.c_void_p), ctypes.c_uint64(d.ptr),
+                              ctypes.c_size_t(d.n)))
+        return a
+    def to_gpu(a):
+        d = Dev(a.size)
+        ok(cu.cuMemcpyHtoD_v2(ctypes.c_uint64(d.ptr), a.ctypes.data_as(ctypes.c_void_p),
+                              ctypes.c_size_t(a.size)))
+        return d
+    return Dev, to_host, to_gpu
+
+for kind in (cupy_memory, torch_memory, driver_memory):
+    try:
+        empty, to_host, to_gpu = kind()
+        break
+    except ImportError:
+        pass
 path = sys.argv[1]
 data = np.random.default_rng(7).integers(0, 256, (64 << 20) + 4099, dtype=np.uint8)
 data.tofile(path)
-buf = cupy.empty(data.size, dtype=cupy.uint8)
+buf = empty(data.size)
 with kvikio.CuFile(path, "r") as f:
     n = f.read(buf)
 assert n == data.size, (n, data.size)
-assert (cupy.asnumpy(buf) == data).all(), "bytes differ"
-out = cupy.asarray(data[::-1].copy())
+assert (to_host(buf) == data).all(), "bytes differ"
+out = to_gpu(data[::-1].copy())
 with kvikio.CuFile(path + ".w", "w") as f:
     assert f.write(out) == data.size
 assert (np.fromfile(path + ".w", dtype=np.uint8) == data[::-1]).all(), "written bytes differ"
@@ -81,7 +126,8 @@ check() {
 	step doctor-sees-the-gpu grep -q "gpu memory.*CUDA driver" "$work/doctor.txt"
 	step cuda-tests env P2PDMA_CUDA_REAL=1 "$here/bin/cuda-tests" --test-threads=1
 	mkdir -p "$work/cufile"
-	step cufile-host env LD_LIBRARY_PATH="$here/lib" "$here/bin/cufile-test" "$work/cufile"
+	step cufile-host env LD_LIBRARY_PATH="$here/lib" CUFILE_TEST_GPUS="$(nvidia-smi -L | grep -c '^GPU')" \
+		"$here/bin/cufile-test" "$work/cufile"
 	step cufile-gpu env LD_LIBRARY_PATH="$here/lib" "$here/bin/cufile-test" "$work/cufile" --cuda libcuda.so.1
 	mkdir -p "$work/cufile-nc"
 	step cufile-no-compat env LD_LIBRARY_PATH="$here/lib" "$here/bin/cufile-test" "$work/cufile-nc" --no-compat libcuda.so.1
