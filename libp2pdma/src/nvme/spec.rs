@@ -257,14 +257,29 @@ pub struct IdNs {
 }
 
 impl IdNs {
-    /// From the 4 KiB IDENTIFY NAMESPACE data.
+    /// From the IDENTIFY NAMESPACE data. The format in use is FLBAS bits
+    /// 3:0, with bits 6:5 above them where a namespace has more than 16
+    /// formats; it must be one of the NLBAF + 1 the namespace has, and the
+    /// data must hold its descriptor.
     pub fn decode(d: &[u8]) -> Result<Self, String> {
-        if d.len() < 192 {
+        if d.len() < 132 {
             return Err(format!("{} bytes of IDENTIFY NAMESPACE data", d.len()));
         }
         let nsze = u64::from_le_bytes(d[0..8].try_into().map_err(|_| "short")?);
-        let f = usize::from(d[26] & 0xf);
-        let lbaf = &d[128 + 4 * f..132 + 4 * f];
+        let (nlbaf, flbas) = (usize::from(d[25]), d[26]);
+        let f = usize::from(flbas & 0xf) | usize::from((flbas >> 5) & 0x3) << 4;
+        if f > nlbaf {
+            return Err(format!(
+                "LBA format {f} in use (FLBAS {flbas:#04x}), but the namespace has {} formats",
+                nlbaf + 1
+            ));
+        }
+        let lbaf = d.get(128 + 4 * f..132 + 4 * f).ok_or_else(|| {
+            format!(
+                "{} bytes of IDENTIFY NAMESPACE data do not hold LBA format {f}",
+                d.len()
+            )
+        })?;
         let lbads = lbaf[2];
         if !(9..=16).contains(&lbads) {
             return Err(format!("LBA format {f}: LBADS {lbads}"));
@@ -337,7 +352,8 @@ mod tests {
 
         let mut n = vec![0u8; PAGE];
         n[0..8].copy_from_slice(&131072u64.to_le_bytes());
-        // Format 1 in use: 4 KiB blocks with 8 bytes of metadata.
+        // Format 1 of 2 in use: 4 KiB blocks with 8 bytes of metadata.
+        n[25] = 1;
         n[26] = 1;
         n[128 + 2] = 9;
         n[132..136].copy_from_slice(&[8, 0, 12, 0]);
@@ -345,6 +361,42 @@ mod tests {
         assert_eq!((ns.nsze, ns.block_size, ns.metadata), (131072, 4096, 8));
         n[134] = 3;
         assert!(IdNs::decode(&n).is_err());
+        // One format only: format 1 is not there.
+        n[134] = 12;
+        n[25] = 0;
+        assert!(IdNs::decode(&n).is_err());
+    }
+
+    proptest::proptest! {
+        /// Any number of formats, any one in use (FLBAS bits 3:0 and 6:5,
+        /// with bit 4 and 7 set at random): the descriptor decoded is the
+        /// one in use, and a format past NLBAF, or one the data does not
+        /// hold, is an error.
+        #[test]
+        fn the_format_in_use_is_the_whole_index(
+            nlbaf in 0usize..64,
+            f in 0usize..64,
+            extended in proptest::bool::ANY,
+            bit7 in proptest::bool::ANY,
+            formats in proptest::collection::vec((0u16..64, 9u8..=16), 64),
+            len in proptest::sample::select(vec![PAGE, 384, 200]),
+        ) {
+            let mut n = vec![0u8; PAGE];
+            n[0..8].copy_from_slice(&1000u64.to_le_bytes());
+            n[25] = nlbaf as u8;
+            n[26] = (f & 0xf) as u8 | ((f >> 4) as u8) << 5 | u8::from(extended) << 4 | u8::from(bit7) << 7;
+            for (i, (ms, lbads)) in formats.iter().enumerate() {
+                n[128 + 4 * i..130 + 4 * i].copy_from_slice(&ms.to_le_bytes());
+                n[130 + 4 * i] = *lbads;
+            }
+            let got = IdNs::decode(&n[..len]);
+            if f > nlbaf || 132 + 4 * f > len {
+                proptest::prop_assert!(got.is_err(), "format {f} of {} decoded: {got:?}", nlbaf + 1);
+            } else {
+                let (ms, lbads) = formats[f];
+                proptest::prop_assert_eq!(got, Ok(IdNs { nsze: 1000, block_size: 1 << lbads, metadata: ms }));
+            }
+        }
     }
 
     #[test]
