@@ -16,7 +16,7 @@ use std::{
 
 use super::{
     claim::{self, IommuMode},
-    qpair::{Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
+    qpair::{AbortOnUnwind, Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
     registers,
 };
 use crate::{
@@ -1381,7 +1381,11 @@ impl Drop for Controller {
             // SAFETY: Dropped once, here; nothing uses it afterwards.
             unsafe { ManuallyDrop::drop(&mut self.mem) };
         } else {
-            eprintln!(
+            // Said as far as standard error takes it: a panic here would
+            // unwind out of the drop.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "p2pdma: the NVMe controller {} could not be stopped ({}); its queue memory stays allocated until the process ends",
                 self.bdf,
                 self.health.failure().unwrap_or_default()
@@ -1495,6 +1499,9 @@ impl<'s, 'env> Scope<'s, 'env> {
     /// process when a failed controller that could not be stopped may still
     /// move the scope's memory.
     fn end(&self) {
+        // The scope's memory goes back when this returns: a panic on the
+        // way must not return there early.
+        let _guard = AbortOnUnwind("the end of a submission scope");
         if self.outstanding.load(Ordering::Acquire) > 0 {
             for q in &self.ctrl.io {
                 for t in q.unconsumed(self.id) {

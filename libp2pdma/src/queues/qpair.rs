@@ -232,11 +232,36 @@ impl Health {
     /// before the module frees the memory) keeps the DMA inside it.
     pub(crate) fn release_or_abort(&self, what: &str) {
         if self.failed.load(Ordering::Acquire) && !self.stopped() {
-            eprintln!(
+            abort(format_args!(
                 "p2pdma: {what}: a failed NVMe controller could not be stopped ({}); ending the process so that it writes no released memory",
                 self.failure().unwrap_or_default()
-            );
-            std::process::abort();
+            ));
+        }
+    }
+}
+
+/// Says why on standard error, as far as it can, and ends the process. It
+/// cannot unwind: a write error (standard error closed, a dead pipe) is
+/// ignored, where `eprintln!` would panic, and unwinding back to the caller
+/// would let it release memory a controller may still write.
+pub(crate) fn abort(why: std::fmt::Arguments<'_>) -> ! {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{why}");
+    std::process::abort()
+}
+
+/// Ends the process if it is dropped while the thread unwinds: held where
+/// code must finish before memory a controller was given goes back (the
+/// end of a submission scope).
+pub(crate) struct AbortOnUnwind(pub(crate) &'static str);
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            abort(format_args!(
+                "p2pdma: a panic in {}: commands may still move the memory it guards; ending the process",
+                self.0
+            ));
         }
     }
 }
@@ -861,6 +886,67 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::{collections::HashSet, sync::atomic::AtomicBool};
+
+    /// Runs test `name` of this binary in a child process with `env` set
+    /// and its standard error a pipe closed at once; how the child ended.
+    fn in_child_without_stderr(name: &str, env: &str) -> std::process::ExitStatus {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(env, "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        child.wait().unwrap()
+    }
+
+    /// A controller that failed and that nothing stops: `CSTS.RDY` stays 1,
+    /// and there is no device to reset.
+    fn unstoppable() -> Health {
+        let bar = Arc::new(Bar::anonymous(0x2000));
+        bar.write32(crate::nvme::spec::reg::CSTS, 1).unwrap();
+        let h = Health::new(Stopper {
+            bar,
+            ready_timeout: Duration::from_millis(10),
+            device: None,
+        });
+        h.fail("a test".into());
+        assert!(!h.stopped());
+        h
+    }
+
+    #[test]
+    fn an_unstoppable_controller_ends_the_process_even_with_standard_error_gone() {
+        use std::os::unix::process::ExitStatusExt;
+        if std::env::var_os("P2PDMA_TEST_ABORT_CHILD").is_some() {
+            // The pipe's reader is gone before this runs.
+            std::thread::sleep(Duration::from_millis(50));
+            unstoppable().release_or_abort("a test");
+            return;
+        }
+        let status = in_child_without_stderr(
+            "queues::qpair::tests::an_unstoppable_controller_ends_the_process_even_with_standard_error_gone",
+            "P2PDMA_TEST_ABORT_CHILD",
+        );
+        assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}");
+    }
+
+    #[test]
+    fn a_panic_under_abort_on_unwind_ends_the_process() {
+        use std::os::unix::process::ExitStatusExt;
+        if std::env::var_os("P2PDMA_TEST_UNWIND_CHILD").is_some() {
+            let _guard = AbortOnUnwind("a test");
+            panic!("unwinding through the guard");
+        }
+        let status = in_child_without_stderr(
+            "queues::qpair::tests::a_panic_under_abort_on_unwind_ends_the_process",
+            "P2PDMA_TEST_UNWIND_CHILD",
+        );
+        assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}");
+        // Without a panic, it does nothing.
+        drop(AbortOnUnwind("a test"));
+    }
 
     const BLOCK: usize = 512;
 
