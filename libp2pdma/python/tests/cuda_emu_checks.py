@@ -310,6 +310,22 @@ def test_pointers_that_are_not_device_memory_are_refused(cu, dev, data_file):
     assert host == bytearray(8192)
 
 
+def _saved_for_emulated_cuda(ps, arrays, tmp_path, monkeypatch):
+    """`arrays` saved with the binding's safetensors module `ps`, whose
+    loads to "cuda:0" then leave each tensor as the view of its CUDA memory
+    (torch's CUDA stood in for): the file's path, its bytes, its header's
+    length and its header."""
+    path = tmp_path / "w.safetensors"
+    ps.save_file(arrays, path)
+    raw = path.read_bytes()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + hlen])
+    monkeypatch.setattr(ps, "_cuda_ordinal", lambda device, index, framework: 0)
+    monkeypatch.setattr(ps, "_cuda_tensor", lambda view: view)
+    monkeypatch.setattr(ps, "_as_tensor", lambda view, e, dtype, framework: view)
+    return path, raw, hlen, header
+
+
 def test_safetensors_image_into_cuda_memory(cu, tmp_path, monkeypatch):
     """load_file(device="cuda:0") without torch's CUDA: the tensors are left
     as the views of the one allocation, and checked byte by byte."""
@@ -324,14 +340,7 @@ def test_safetensors_image_into_cuda_memory(cu, tmp_path, monkeypatch):
         "b": np.frombuffer(os.urandom(3 * 4099 * 2), dtype=np.int16).reshape(3, 4099),
         "c": np.frombuffer(os.urandom(8 * 77), dtype=np.float64),
     }
-    path = tmp_path / "w.safetensors"
-    ps.save_file(arrays, path)
-    raw = path.read_bytes()
-    (hlen,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + hlen])
-    monkeypatch.setattr(ps, "_cuda_ordinal", lambda device, index, framework: 0)
-    monkeypatch.setattr(ps, "_cuda_tensor", lambda view: view)
-    monkeypatch.setattr(ps, "_as_tensor", lambda view, e, dtype, framework: view)
+    path, raw, hlen, header = _saved_for_emulated_cuda(ps, arrays, tmp_path, monkeypatch)
     got = ps.load_file(path, "cuda:0")
     assert set(got) == set(arrays)
     for name, view in got.items():
@@ -397,14 +406,7 @@ def test_safetensors_safe_open_into_cuda_memory(cu, tmp_path, monkeypatch):
         "a": np.arange(1000, dtype=np.float32),
         "b": np.frombuffer(os.urandom(3 * 4099 * 2), dtype=np.int16).reshape(3, 4099),
     }
-    path = tmp_path / "w.safetensors"
-    ps.save_file(arrays, path)
-    raw = path.read_bytes()
-    (hlen,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + hlen])
-    monkeypatch.setattr(ps, "_cuda_ordinal", lambda device, index, framework: 0)
-    monkeypatch.setattr(ps, "_cuda_tensor", lambda view: view)
-    monkeypatch.setattr(ps, "_as_tensor", lambda view, e, dtype, framework: view)
+    path, raw, hlen, header = _saved_for_emulated_cuda(ps, arrays, tmp_path, monkeypatch)
     with ps.safe_open(path, framework="pt", device="cuda:0") as f:
         assert f.keys() == ["a", "b"]
         for name in ("b", "a"):
