@@ -181,7 +181,7 @@ impl Backing for EngineBacking {
     fn claim(&self) -> Result<()> {
         let start = std::time::Instant::now();
         loop {
-            match self.file.claim(self.base, self.len, true) {
+            match self.file.claim(self.base, self.len) {
                 Err(e) if e.errno() == Some(rustix::io::Errno::AGAIN) => {
                     if start.elapsed() >= CLAIM_WAIT {
                         return Err(crate::Error::Io {
@@ -200,7 +200,7 @@ impl Backing for EngineBacking {
     }
 
     fn unclaim(&self) {
-        let _ = self.file.claim(self.base, self.len, false);
+        let _ = self.file.unclaim(self.base, self.len);
     }
 
     fn read(

@@ -315,19 +315,19 @@ impl StorageFile {
     }
 
     /// Claims bytes `[offset, offset + len)` of the file for this opener
-    /// alone, or gives the claim back (`claim` false): a write lock on them
-    /// on each of its kernel files (the `O_DIRECT` one on the range itself,
-    /// the other on the same range past [`CLAIM_SHADOW`], so that the two
-    /// do not conflict), without waiting. `EAGAIN` while another open of
-    /// the file holds a claim over them: another process, or one that died
-    /// and whose I/O is still in flight (its requests keep the file, and
-    /// the lock with it, until they complete); `EBUSY` for a range this
-    /// open has claimed already. A namespace this process drives takes
-    /// claims only against itself: the controller is this process's alone.
-    pub fn claim(&self, offset: u64, len: u64, claim: bool) -> Result<()> {
+    /// alone: a write lock on them on each of its kernel files (the
+    /// `O_DIRECT` one on the range itself, the other on the same range past
+    /// [`CLAIM_SHADOW`], so that the two do not conflict), without waiting.
+    /// `EAGAIN` while another open of the file holds a claim over them:
+    /// another process, or one that died and whose I/O is still in flight
+    /// (its requests keep the file, and the lock with it, until they
+    /// complete); `EBUSY` for a range this open has claimed already. A
+    /// namespace this process drives takes claims only against itself: the
+    /// controller is this process's alone.
+    pub fn claim(&self, offset: u64, len: u64) -> Result<()> {
         let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
         let end = offset.saturating_add(len);
-        if claim && claims.iter().any(|&(s, e)| s < end && offset < e) {
+        if claims.iter().any(|&(s, e)| s < end && offset < e) {
             return Err(Error::Io {
                 op: "claiming (this open of the file has claimed the range already)",
                 path: self.path.clone(),
@@ -336,10 +336,18 @@ impl StorageFile {
                 source: rustix::io::Errno::BUSY,
             });
         }
-        self.lock_range(offset, len, claim)?;
-        if claim {
-            claims.push((offset, end));
-        } else if let Some(i) = claims.iter().position(|&r| r == (offset, end)) {
+        self.lock_range(offset, len, true)?;
+        claims.push((offset, end));
+        Ok(())
+    }
+
+    /// Gives back the claim [`StorageFile::claim`] took on `[offset,
+    /// offset + len)`.
+    pub fn unclaim(&self, offset: u64, len: u64) -> Result<()> {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        self.lock_range(offset, len, false)?;
+        let range = (offset, offset.saturating_add(len));
+        if let Some(i) = claims.iter().position(|&r| r == range) {
             claims.swap_remove(i);
         }
         Ok(())
