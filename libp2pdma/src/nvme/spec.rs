@@ -50,6 +50,12 @@ pub mod admin {
     pub const GET_LOG_PAGE: u8 = 0x02;
     /// Get Features.
     pub const GET_FEATURES: u8 = 0x0a;
+    /// Firmware Commit.
+    pub const FIRMWARE_COMMIT: u8 = 0x10;
+    /// Device Self-test.
+    pub const DEVICE_SELF_TEST: u8 = 0x14;
+    /// Keep Alive.
+    pub const KEEP_ALIVE: u8 = 0x18;
     /// Namespace Management.
     pub const NAMESPACE_MANAGEMENT: u8 = 0x0d;
     /// Firmware Image Download.
@@ -73,6 +79,9 @@ pub mod admin {
     /// Feature Identifier of the Host Memory Buffer: host memory the
     /// controller keeps using.
     pub const FEATURE_HOST_MEMORY_BUFFER: u32 = 0x0d;
+    /// The Changed Namespace List log page, whose reading clears the
+    /// Namespace Attribute Changed event unless the read retains it.
+    pub const LOG_CHANGED_NAMESPACES: u32 = 0x04;
 }
 
 /// NVM command set opcodes.
@@ -225,6 +234,25 @@ pub struct IdCtrl {
     pub rtd3e: u32,
     /// Controller ID.
     pub cntlid: u16,
+    /// Controller Multi-Path I/O and Namespace Sharing Capabilities: bit 1
+    /// says the subsystem may hold more than one controller.
+    pub cmic: u8,
+    /// Optional Asynchronous Events Supported: bit 8 is the Namespace
+    /// Attribute Notices.
+    pub oaes: u32,
+}
+
+impl IdCtrl {
+    /// Whether the subsystem may have controllers besides this one, through
+    /// which namespaces can change.
+    pub fn multi_controller(&self) -> bool {
+        self.cmic & 2 != 0
+    }
+
+    /// Whether the controller reports Namespace Attribute Changed events.
+    pub fn namespace_notices(&self) -> bool {
+        self.oaes & 1 << 8 != 0
+    }
 }
 
 impl IdCtrl {
@@ -241,6 +269,8 @@ impl IdCtrl {
             nn: u32::from_le_bytes([d[516], d[517], d[518], d[519]]),
             rtd3e: u32::from_le_bytes([d[88], d[89], d[90], d[91]]),
             cntlid: u16::from_le_bytes([d[78], d[79]]),
+            cmic: d[76],
+            oaes: u32::from_le_bytes([d[92], d[93], d[94], d[95]]),
         })
     }
 }

@@ -9,13 +9,15 @@ use std::{
     panic::{catch_unwind, resume_unwind, AssertUnwindSafe},
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
-        Arc, RwLock,
+        Arc,
     },
     time::{Duration, Instant},
 };
 
+pub use super::facts::NamespaceInfo;
 use super::{
     claim::{self, IommuMode},
+    facts::{Facts, RescanError, Snapshot},
     qpair::{AbortOnUnwind, Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
     registers,
 };
@@ -24,7 +26,7 @@ use crate::{
         peer::{DmaMapping, MapType, PeerAccess},
         DeviceMemory, MemoryKind, ModuleMemory,
     },
-    nvme::{self, admin, io, Command, Completion, DataPtr, IdCtrl, IdNs, Segments, PAGE},
+    nvme::{self, admin, io, Command, Completion, DataPtr, IdCtrl, Segments, PAGE},
     sys::vfio,
     Error, Module, PciAddress, Peer, Result,
 };
@@ -73,26 +75,6 @@ impl Default for InitOptions {
             timeout: Duration::from_secs(30),
             interrupts: true,
         }
-    }
-}
-
-/// A namespace of the controller, from IDENTIFY NAMESPACE.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NamespaceInfo {
-    /// Namespace id.
-    pub nsid: u32,
-    /// Size in logical blocks.
-    pub blocks: u64,
-    /// Logical block size in bytes.
-    pub block_size: u32,
-    /// Metadata bytes per block (namespaces with metadata are not served).
-    pub metadata: u16,
-}
-
-impl NamespaceInfo {
-    /// Size in bytes.
-    pub fn size(&self) -> u64 {
-        self.blocks.saturating_mul(u64::from(self.block_size))
     }
 }
 
@@ -319,17 +301,39 @@ pub(crate) fn build_io(
     ))
 }
 
-/// The bytes an admin command moves, where this library knows them from
-/// the command itself (`None`: it moves none); `Err` with the reason for a
-/// command that moves data of a size it does not know.
-fn admin_data_len(cmd: &AdminCommand<'_>) -> std::result::Result<Option<usize>, String> {
+/// The bytes an admin command that [`Controller::admin`] takes moves
+/// (`None`: none), or why it does not take the command. An allow list:
+/// the commands whose data size this library knows from the command and
+/// that neither manage the queues, give the controller memory beyond the
+/// command's life, change the namespaces commands are checked against, nor
+/// hide the events that announce namespace changes.
+pub(crate) fn admin_data_len(cmd: &AdminCommand<'_>) -> std::result::Result<Option<usize>, String> {
     let numd = |lo: u32, hi: u32| ((hi & 0xffff) << 16 | lo >> 16) as usize * 4 + 4;
+    let raw = "; Controller::admin_raw takes it";
+    let set = cmd.opcode == admin::SET_FEATURES;
     Ok(match cmd.opcode {
         admin::IDENTIFY => Some(PAGE),
-        admin::GET_LOG_PAGE => Some(numd(cmd.cdw[0], cmd.cdw[1])),
-        admin::FIRMWARE_DOWNLOAD => Some((cmd.cdw[0] as usize + 1) * 4),
-        admin::SECURITY_SEND | admin::SECURITY_RECEIVE => Some(cmd.cdw[1] as usize),
+        admin::GET_LOG_PAGE => {
+            let retain = cmd.cdw[0] & 1 << 15 != 0;
+            if cmd.cdw[0] & 0xff == admin::LOG_CHANGED_NAMESPACES && !retain {
+                return Err(format!(
+                    "reading the Changed Namespace List without Retain Asynchronous Event (CDW10 bit 15) takes the event that tells this library its namespaces changed{raw}"
+                ));
+            }
+            Some(numd(cmd.cdw[0], cmd.cdw[1]))
+        }
         admin::GET_FEATURES | admin::SET_FEATURES => match cmd.cdw[0] & 0xff {
+            admin::FEATURE_NUM_QUEUES if set => {
+                return Err("it changes the queues this library set up".into())
+            }
+            admin::FEATURE_ASYNC_EVENT_CONFIG if set => {
+                return Err(format!(
+                    "it can turn off the notices that tell this library its namespaces changed{raw}"
+                ))
+            }
+            admin::FEATURE_HOST_MEMORY_BUFFER if set => {
+                return Err("the Host Memory Buffer gives the controller memory to use for good".into())
+            }
             // LBA Range Type, Host Memory Buffer attributes.
             0x03 | 0x0d => Some(PAGE),
             // Autonomous Power State Transition.
@@ -344,14 +348,35 @@ fn admin_data_len(cmd: &AdminCommand<'_>) -> std::result::Result<Option<usize>, 
             0x01 | 0x02 | 0x04..=0x0b | 0x0f | 0x11 | 0x80 => None,
             fid => {
                 return Err(format!(
-                    "feature {fid:#04x} may move data of a size this library does not know; Controller::admin_raw takes it"
+                    "feature {fid:#04x} may move data of a size this library does not know{raw}"
                 ))
             }
         },
-        op if op & 3 == 0 => None,
+        admin::FIRMWARE_DOWNLOAD => Some((cmd.cdw[0] as usize + 1) * 4),
+        admin::SECURITY_SEND | admin::SECURITY_RECEIVE => Some(cmd.cdw[1] as usize),
+        admin::FIRMWARE_COMMIT | admin::DEVICE_SELF_TEST | admin::KEEP_ALIVE => None,
+        admin::DELETE_IO_SQ
+        | admin::CREATE_IO_SQ
+        | admin::DELETE_IO_CQ
+        | admin::CREATE_IO_CQ
+        | admin::ABORT => return Err("it manages the queues this library set up".into()),
+        admin::DOORBELL_BUFFER_CONFIG => {
+            return Err("it gives the controller memory to write for good".into())
+        }
+        admin::FORMAT_NVM
+        | admin::SANITIZE
+        | admin::NAMESPACE_MANAGEMENT
+        | admin::NAMESPACE_ATTACHMENT => {
+            return Err("it changes namespaces that commands are checked against".into())
+        }
+        admin::ASYNC_EVENT_REQUEST => {
+            return Err(format!(
+                "its completion would take an event this library waits for (namespace changes among them){raw}"
+            ))
+        }
         op => {
             return Err(format!(
-                "admin opcode {op:#04x} moves data whose size this library does not know; Controller::admin_raw takes it"
+                "admin opcode {op:#04x} is not one whose data this library knows{raw}"
             ))
         }
     })
@@ -413,9 +438,8 @@ fn round_page(n: usize) -> usize {
 /// The Asynchronous Event Request kept outstanding.
 struct Events {
     aer: Option<Ticket>,
-    /// When a scope last looked for an event.
+    /// When the last look for an event was.
     checked: Instant,
-    namespace_changes: u64,
 }
 
 /// Scope ids: 0 is none.
@@ -438,7 +462,7 @@ pub struct Controller {
     admin: QueuePair,
     io: Vec<QueuePair>,
     ident: IdCtrl,
-    namespaces: RwLock<Arc<[NamespaceInfo]>>,
+    facts: Facts,
     max_transfer: usize,
     timeout: Duration,
     next: AtomicUsize,
@@ -581,7 +605,7 @@ impl Controller {
             admin,
             io: Vec::new(),
             ident: IdCtrl::default(),
-            namespaces: RwLock::new(Arc::from(Vec::new())),
+            facts: Facts::default(),
             max_transfer: MAX_COMMAND_BYTES,
             timeout: opts.timeout,
             next: AtomicUsize::new(0),
@@ -589,7 +613,6 @@ impl Controller {
             events: std::sync::Mutex::new(Events {
                 aer: None,
                 checked: Instant::now(),
-                namespace_changes: 0,
             }),
             func,
         };
@@ -597,6 +620,13 @@ impl Controller {
         let mut page = vec![0u8; PAGE];
         ctrl.identify(1, 0, &mut page)?;
         ctrl.ident = IdCtrl::decode(&page).map_err(io_err)?;
+        if ctrl.ident.multi_controller() && !ctrl.ident.namespace_notices() {
+            return Err(Self::error(
+                &bdf,
+                "its subsystem may hold other controllers, through which its namespaces can change, and it announces no namespace changes (OAES bit 8 clear): commands could be checked against a namespace's old format",
+                rustix::io::Errno::NOTSUP,
+            ));
+        }
         if ctrl.ident.mdts > 0 {
             let mdts = caps.mps_min.checked_shl(u32::from(ctrl.ident.mdts));
             ctrl.max_transfer = mdts.unwrap_or(usize::MAX).min(MAX_COMMAND_BYTES);
@@ -638,14 +668,26 @@ impl Controller {
             ctrl.io.push(qp);
         }
         ctrl.interrupts = vectors.map(|v| v.len());
-        // Namespace Attribute Notices on (where the controller has them),
-        // and an Asynchronous Event Request outstanding to bring them.
-        let _ = ctrl.admin_command(&Command {
-            opcode: admin::SET_FEATURES,
-            cdw: [admin::FEATURE_ASYNC_EVENT_CONFIG, 1 << 8, 0, 0, 0, 0],
-            ..Default::default()
-        });
-        ctrl.arm_event()?;
+        // Namespace Attribute Notices on, and an Asynchronous Event Request
+        // outstanding to bring them. Without them, namespaces change only
+        // through this controller's own admin commands, which
+        // `Controller::admin` refuses.
+        if ctrl.ident.namespace_notices() {
+            ctrl.admin_command(&Command {
+                opcode: admin::SET_FEATURES,
+                cdw: [admin::FEATURE_ASYNC_EVENT_CONFIG, 1 << 8, 0, 0, 0, 0],
+                ..Default::default()
+            })
+            .map_err(|e| {
+                Self::error(
+                    &bdf,
+                    format!("turning Namespace Attribute Notices on: {e}"),
+                    rustix::io::Errno::NOTSUP,
+                )
+            })?;
+        }
+        let aer = ctrl.arm_event()?;
+        ctrl.events.get_mut().unwrap_or_else(|p| p.into_inner()).aer = Some(aer);
         Ok(Arc::new(ctrl))
     }
 
@@ -748,26 +790,32 @@ impl Controller {
         }
     }
 
-    /// IDENTIFY with `cns` for `nsid` into the controller's own IDENTIFY
-    /// page, copied to `out`.
-    fn identify(&self, cns: u8, nsid: u32, out: &mut [u8]) -> Result<()> {
-        let bus = Segments::new(&self.map.segs)
+    /// The bus address of the controller's own IDENTIFY page.
+    fn identify_page(&self) -> Result<u64> {
+        Segments::new(&self.map.segs)
             .and_then(|s| s.contiguous(Layout::identify() as u64, PAGE as u64))
-            .ok_or_else(|| self.failed("the IDENTIFY page is not contiguous".into()))?;
-        self.admin_command(&Command {
-            opcode: admin::IDENTIFY,
-            nsid,
-            prp1: bus,
-            cdw: [u32::from(cns), 0, 0, 0, 0, 0],
-            ..Default::default()
-        })?;
-        self.mem.read_at(Layout::identify(), out)
+            .ok_or_else(|| self.failed("the IDENTIFY page is not contiguous".into()))
+    }
+
+    /// IDENTIFY with `cns` for `nsid` into the controller's own IDENTIFY
+    /// page, copied to `out` before any other command uses the page.
+    fn identify(&self, cns: u8, nsid: u32, out: &mut [u8]) -> Result<()> {
+        let bus = self.identify_page()?;
+        self.facts.with_page(|| {
+            self.admin_command(&Command {
+                opcode: admin::IDENTIFY,
+                nsid,
+                prp1: bus,
+                cdw: [u32::from(cns), 0, 0, 0, 0, 0],
+                ..Default::default()
+            })?;
+            self.mem.read_at(Layout::identify(), out)
+        })
     }
 
     /// Submits the Asynchronous Event Request kept outstanding.
-    fn arm_event(&self) -> Result<()> {
-        let t = self
-            .admin
+    fn arm_event(&self) -> Result<Ticket> {
+        self.admin
             .submit(
                 &Command {
                     opcode: admin::ASYNC_EVENT_REQUEST,
@@ -777,15 +825,18 @@ impl Controller {
                 (Some(Instant::now() + self.timeout), 0),
                 true,
             )
-            .map_err(|e| self.wait_error(e, "Asynchronous Event Request"))?;
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).aer = Some(t);
-        Ok(())
+            .map_err(|e| self.wait_error(e, "Asynchronous Event Request"))
     }
 
     /// Handles the asynchronous event the controller reported, if it
-    /// reported one (looking at most every [`EVENT_CHECK`]): its log page
-    /// is read (which clears it), a Namespace Attribute Changed notice
-    /// reads the namespaces again, and the request is submitted anew.
+    /// reported one (looking at most every [`EVENT_CHECK`], when a scope
+    /// opens and when a command is submitted): its log page is read (which
+    /// lets the controller report the next event of its kind), a Namespace
+    /// Attribute Changed notice marks the namespaces stale, and the request
+    /// is submitted anew. Stale namespaces are read again, here and on
+    /// every later look until that succeeds; a request the controller
+    /// ended without an event, or one that could not be submitted, is
+    /// submitted again.
     fn check_events(&self) {
         let Ok(mut ev) = self.events.try_lock() else {
             return;
@@ -794,98 +845,97 @@ impl Controller {
             return;
         }
         ev.checked = Instant::now();
-        let Some(t) = ev.aer.take() else {
-            return;
-        };
-        if !self.admin.done(&t) {
-            ev.aer = Some(t);
-            return;
+        let mut event = None;
+        match ev.aer.take() {
+            Some(t) if !self.admin.done(&t) => ev.aer = Some(t),
+            Some(t) => match self.admin.wait(&t, Instant::now()) {
+                Ok(c) if c.sct() == 0 && c.sc() == 0 => event = Some(c),
+                _ => {}
+            },
+            None => {}
         }
-        let c = match self.admin.wait(&t, Instant::now()) {
-            Ok(c) if c.sct() == 0 && c.sc() == 0 => c,
-            // Aborted or refused: no event, and no request any more.
-            _ => return,
-        };
-        drop(ev);
-        let (kind, info, log) = (
-            c.result & 7,
-            (c.result >> 8) & 0xff,
-            (c.result >> 16) & 0xff,
-        );
-        // The log page of the event, read whole up to a page: reading it
-        // lets the controller report the next event of its kind.
-        let bytes = match log {
-            0x01 => 64,
-            0x02 | 0x03 => 512,
-            _ => PAGE,
-        };
-        let _ = self.read_log(log as u8, bytes);
-        if kind == 2 && info == 0 && self.rescan().is_ok() {
-            self.events
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .namespace_changes += 1;
+        if let Some(c) = event {
+            let (kind, info, log) = (
+                c.result & 7,
+                (c.result >> 8) & 0xff,
+                (c.result >> 16) & 0xff,
+            );
+            if kind == 2 && info == 0 {
+                self.facts.announce();
+            }
+            // The log page of the event, read whole up to a page.
+            let bytes = match log {
+                0x01 => 64,
+                0x02 | 0x03 => 512,
+                _ => PAGE,
+            };
+            let _ = self.read_log(log as u8, bytes);
         }
-        let _ = self.arm_event();
+        if self.facts.stale() {
+            let _ = self.rescan_stale();
+        }
+        if ev.aer.is_none() {
+            ev.aer = self.arm_event().ok();
+        }
     }
 
     /// Get Log Page `lid`, `bytes` of it, into the controller's own page.
     fn read_log(&self, lid: u8, bytes: usize) -> Result<()> {
-        let bus = Segments::new(&self.map.segs)
-            .and_then(|s| s.contiguous(Layout::identify() as u64, PAGE as u64))
-            .ok_or_else(|| self.failed("the IDENTIFY page is not contiguous".into()))?;
+        let bus = self.identify_page()?;
         let numd = (bytes / 4 - 1) as u32;
-        self.admin_command(&Command {
-            opcode: admin::GET_LOG_PAGE,
-            nsid: u32::MAX,
-            prp1: bus,
-            cdw: [
-                (numd & 0xffff) << 16 | u32::from(lid),
-                numd >> 16,
-                0,
-                0,
-                0,
-                0,
-            ],
-            ..Default::default()
+        self.facts.with_page(|| {
+            self.admin_command(&Command {
+                opcode: admin::GET_LOG_PAGE,
+                nsid: u32::MAX,
+                prp1: bus,
+                cdw: [
+                    (numd & 0xffff) << 16 | u32::from(lid),
+                    numd >> 16,
+                    0,
+                    0,
+                    0,
+                    0,
+                ],
+                ..Default::default()
+            })
+            .map(|_| ())
         })
-        .map(|_| ())
     }
 
-    /// Namespace Attribute Changed notices handled so far: each read the
-    /// namespaces again.
+    /// Namespace Attribute Changed notices that the namespaces published
+    /// so far reflect: each was followed by reading the namespaces again.
     pub fn namespace_changes(&self) -> u64 {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .namespace_changes
+        self.facts.current().changes
     }
 
     /// Reads the active namespaces and their formats again (IDENTIFY):
-    /// commands are checked against what this last found. A Namespace
-    /// Attribute Changed notice from the controller does this by itself,
-    /// noticed when a scope opens.
+    /// scopes opened afterwards check their commands against what this
+    /// finds. A Namespace Attribute Changed notice from the controller does
+    /// this by itself, noticed when a scope opens or a command is
+    /// submitted.
     pub fn rescan(&self) -> Result<()> {
-        let mut page = vec![0u8; PAGE];
-        self.identify(2, 0, &mut page)?;
-        let nsids: Vec<u32> = page
-            .chunks_exact(4)
-            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-            .take_while(|&n| n != 0)
-            .collect();
-        let mut found = Vec::with_capacity(nsids.len());
-        for nsid in nsids {
-            self.identify(0, nsid, &mut page)?;
-            let ns = IdNs::decode(&page).map_err(|e| self.failed(e))?;
-            found.push(NamespaceInfo {
-                nsid,
-                blocks: ns.nsze,
-                block_size: ns.block_size,
-                metadata: ns.metadata,
-            });
-        }
-        *self.namespaces.write().unwrap_or_else(|p| p.into_inner()) = Arc::from(found);
-        Ok(())
+        let r = self
+            .facts
+            .rescan(|cns, nsid, out| self.identify(cns, nsid, out));
+        self.rescanned(r).map(|_| ())
+    }
+
+    /// [`Controller::rescan`] where the controller announced a change that
+    /// the published namespaces do not reflect.
+    fn rescan_stale(&self) -> Result<Snapshot> {
+        let r = self
+            .facts
+            .rescan_stale(|cns, nsid, out| self.identify(cns, nsid, out));
+        self.rescanned(r)
+    }
+
+    fn rescanned(&self, r: std::result::Result<Snapshot, RescanError<Error>>) -> Result<Snapshot> {
+        r.map_err(|e| match e {
+            RescanError::Identify(e) => e,
+            RescanError::Decode { nsid, why } => {
+                self.failed(format!("IDENTIFY NAMESPACE of namespace {nsid}: {why}"))
+            }
+        })
     }
 
     fn create_queue(&self, qp: &QueuePair, vector: Option<usize>) -> Result<()> {
@@ -924,20 +974,12 @@ impl Controller {
 
     /// Its active namespaces, as last identified.
     pub fn namespaces(&self) -> Arc<[NamespaceInfo]> {
-        self.namespaces
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.facts.current().namespaces
     }
 
     /// Namespace `nsid`, if active.
     pub fn namespace_info(&self, nsid: u32) -> Option<NamespaceInfo> {
-        self.namespaces
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|n| n.nsid == nsid)
-            .cloned()
+        self.facts.current().get(nsid).cloned()
     }
 
     /// I/O queue pairs.
@@ -1139,6 +1181,7 @@ impl Controller {
         self.check_events();
         let scope = Scope {
             ctrl: self,
+            facts: self.facts.current(),
             id: NEXT_SCOPE.fetch_add(1, Ordering::Relaxed),
             outstanding: AtomicUsize::new(0),
             _scope: PhantomData,
@@ -1152,23 +1195,29 @@ impl Controller {
         }
     }
 
-    /// Runs an admin command that this library does not build itself (a
-    /// log page, a feature, a vendor command without data), with the PRPs
-    /// of its payload, and waits up to `timeout` (the controller's own when
-    /// `None`). One that takes longer is aborted as I/O commands are: its
-    /// error says whether the controller aborted it, and when the abort
-    /// does not end it, the controller is stopped. An error status is an
-    /// error.
+    /// Runs an admin command that this library does not build itself, with
+    /// the PRPs of its payload, and waits up to `timeout` (the controller's
+    /// own when `None`). One that takes longer is aborted as I/O commands
+    /// are: its error says whether the controller aborted it, and when the
+    /// abort does not end it, the controller is stopped. An error status is
+    /// an error.
     ///
-    /// Refused: the commands that manage the queues this controller was set
-    /// up with (create, delete, abort) or give it memory beyond one
-    /// command's life (Doorbell Buffer Config, the Host Memory Buffer
-    /// feature); those that change namespaces under the queues (Format
-    /// NVM, Sanitize, Namespace Management and Attachment: the driver's
-    /// checks rest on the namespaces' sizes and formats); and those that
-    /// move data of a size this library does not know from the command
-    /// (see [`Controller::admin_raw`]). A payload must hold exactly the
-    /// bytes the command moves, in the direction its opcode says.
+    /// Taken: the commands whose data size this library knows from the
+    /// command itself: IDENTIFY, Get Log Page (the Changed Namespace List
+    /// only with Retain Asynchronous Event), Get and Set Features of the
+    /// features it knows, Firmware Image Download and Commit, Device
+    /// Self-test, Keep Alive, Security Send and Receive. Refused among
+    /// them: Set Features of the Number of Queues, the Host Memory Buffer
+    /// (memory the controller keeps) and the Asynchronous Event
+    /// Configuration (it can turn off the notices that announce namespace
+    /// changes). Every other opcode is refused: those that manage the
+    /// queues this controller was set up with, give it memory beyond one
+    /// command's life, change namespaces under the queues (Format NVM,
+    /// Sanitize, Namespace Management and Attachment), take the events the
+    /// library waits for (Asynchronous Event Request), and vendor
+    /// commands; [`Controller::admin_raw`] runs them. A payload must hold
+    /// exactly the bytes the command moves, in the direction its opcode
+    /// says.
     pub fn admin(&self, cmd: &AdminCommand<'_>, timeout: Option<Duration>) -> Result<Completion> {
         let refuse = |why: &str| {
             Err(Error::InvalidArgument(format!(
@@ -1176,29 +1225,6 @@ impl Controller {
                 cmd.opcode, self.bdf
             )))
         };
-        match cmd.opcode {
-            admin::DELETE_IO_SQ
-            | admin::CREATE_IO_SQ
-            | admin::DELETE_IO_CQ
-            | admin::CREATE_IO_CQ
-            | admin::ABORT => return refuse("it manages the queues this library set up"),
-            admin::DOORBELL_BUFFER_CONFIG => {
-                return refuse("it gives the controller memory to write for good")
-            }
-            admin::SET_FEATURES if cmd.cdw[0] & 0xff == admin::FEATURE_HOST_MEMORY_BUFFER => {
-                return refuse("the Host Memory Buffer gives the controller memory to use for good")
-            }
-            admin::SET_FEATURES if cmd.cdw[0] & 0xff == admin::FEATURE_NUM_QUEUES => {
-                return refuse("it changes the queues this library set up")
-            }
-            admin::FORMAT_NVM
-            | admin::SANITIZE
-            | admin::NAMESPACE_MANAGEMENT
-            | admin::NAMESPACE_ATTACHMENT => {
-                return refuse("it changes namespaces that commands are checked against")
-            }
-            _ => {}
-        }
         let expect = match admin_data_len(cmd) {
             Ok(n) => n,
             Err(why) => return refuse(&why),
@@ -1256,8 +1282,15 @@ impl Controller {
     /// mapped for this controller (PRPs, and any PRP list they point at,
     /// built for exactly the bytes the command moves), which stays mapped
     /// and is not otherwise used until this returns; it must give the
-    /// controller no memory to use after its completion; and it must not
-    /// change the queues this controller was set up with.
+    /// controller no memory to use after its completion; it must not
+    /// change the queues this controller was set up with; it must not keep
+    /// from this library the events that announce namespace changes (an
+    /// Asynchronous Event Request, a read of the Changed Namespace List
+    /// that does not retain the event, an Asynchronous Event Configuration
+    /// without Namespace Attribute Notices); and a command that changes a
+    /// namespace's size or format must have no command for that namespace
+    /// in flight on any queue, and be followed by [`Controller::rescan`]
+    /// before the next.
     pub unsafe fn admin_raw(&self, cmd: &Command, timeout: Option<Duration>) -> Result<Completion> {
         let r = self.admin_with(cmd, None, timeout);
         self.health.release_or_abort("an admin command's memory");
@@ -1397,6 +1430,9 @@ impl Drop for Controller {
 /// Where commands are submitted: see [`Controller::scope`].
 pub struct Scope<'s, 'env: 's> {
     ctrl: &'env Controller,
+    /// The namespaces its commands are checked against: those published
+    /// when it opened.
+    facts: Snapshot,
     id: u64,
     /// Commands submitted and not yet consumed through their `Pending`.
     outstanding: AtomicUsize,
@@ -1472,8 +1508,8 @@ impl<'s, 'env> Scope<'s, 'env> {
         if ctrl.io.is_empty() {
             return Err(ctrl.failed("no I/O queue".into()));
         }
-        let ns = ctrl.namespace_info(cmd.nsid);
-        let (raw, prps) = build_io(cmd, ns.as_ref(), ctrl.max_transfer, ctrl.pci)?;
+        let ns = self.namespace(cmd.nsid)?;
+        let (raw, prps) = build_io(cmd, ns, ctrl.max_transfer, ctrl.pci)?;
         let q = &ctrl.io[queue % ctrl.io.len()];
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         let t = match q.submit(&raw, prps.as_ref(), (deadline, self.id), ring) {
@@ -1493,6 +1529,39 @@ impl<'s, 'env> Scope<'s, 'env> {
             offset: cmd.slba.saturating_mul(bs),
             len: u64::from(cmd.blocks) * bs,
         })
+    }
+
+    /// Namespace `nsid` as the scope knows it (`None`: not active), after
+    /// looking for the controller's events. Stale namespaces are read again
+    /// first, and a command is refused while that fails; one for a
+    /// namespace that changed since the scope opened is refused.
+    fn namespace(&self, nsid: u32) -> Result<Option<&NamespaceInfo>> {
+        let ctrl = self.ctrl;
+        ctrl.check_events();
+        let mine = self.facts.get(nsid);
+        if ctrl.facts.stale() {
+            ctrl.rescan_stale().map_err(|e| {
+                Controller::error(
+                    &ctrl.bdf,
+                    format!("the controller announced a namespace change, and reading the namespaces again failed: {e}"),
+                    rustix::io::Errno::STALE,
+                )
+            })?;
+        }
+        if ctrl.facts.generation() != self.facts.generation {
+            let now = ctrl.facts.current();
+            if now.get(nsid) != mine {
+                return Err(Controller::error(
+                    &ctrl.bdf,
+                    format!(
+                        "namespace {nsid} changed while this scope was open (then {mine:?}, now {:?}): commands in a new scope use what it is now",
+                        now.get(nsid)
+                    ),
+                    rustix::io::Errno::STALE,
+                ));
+            }
+        }
+        Ok(mine)
     }
 
     /// Waits for every command of the scope that nobody consumed; ends the

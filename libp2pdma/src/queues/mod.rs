@@ -43,6 +43,7 @@
 
 pub mod claim;
 mod controller;
+mod facts;
 mod namespace;
 mod qpair;
 pub mod registers;

@@ -20,7 +20,9 @@ use std::{
 use proptest::{prelude::*, strategy::ValueTree};
 
 use super::{
-    controller::{build_io, vector_plan, IoCommand, Mapped, NamespaceInfo},
+    controller::{
+        admin_data_len, build_io, vector_plan, AdminCommand, IoCommand, Mapped, NamespaceInfo,
+    },
     qpair::{Health, Place, QueuePair, Stopper},
 };
 use crate::{
@@ -505,5 +507,78 @@ fn no_two_queues_share_an_interrupt_vector() {
                 assert_eq!(plan, vec![None; queues]);
             }
         }
+    }
+}
+
+/// What the safe admin filter may take, written as the specification's
+/// data sizes: `Some(bytes)` for a command it takes (`None` bytes: no
+/// data), `None` for one it must refuse.
+fn allowed(opcode: u8, cdw: &[u32; 6]) -> Option<Option<usize>> {
+    let fid = cdw[0] & 0xff;
+    let feature = |set: bool| -> Option<Option<usize>> {
+        match fid {
+            0x07 | 0x0b | 0x0d if set => None,
+            0x03 | 0x0d => Some(Some(4096)),
+            0x0c => Some(Some(256)),
+            0x0e => Some(Some(8)),
+            0x10 => Some(Some(512)),
+            0x81 => Some(Some(if cdw[1] & 1 == 1 { 16 } else { 8 })),
+            0x01 | 0x02 | 0x04..=0x0b | 0x0f | 0x11 | 0x80 => Some(None),
+            _ => None,
+        }
+    };
+    match opcode {
+        0x06 => Some(Some(4096)),
+        0x02 if fid == 0x04 && cdw[0] & 0x8000 == 0 => None,
+        0x02 => Some(Some(
+            ((cdw[1] as usize & 0xffff) << 16 | cdw[0] as usize >> 16) * 4 + 4,
+        )),
+        0x0a => feature(false),
+        0x09 => feature(true),
+        0x11 => Some(Some((cdw[0] as usize + 1) * 4)),
+        0x81 | 0x82 => Some(Some(cdw[1] as usize)),
+        0x10 | 0x14 | 0x18 => Some(None),
+        _ => None,
+    }
+}
+
+proptest! {
+    /// Every admin command the safe filter takes is on the allow list with
+    /// the size the specification gives it; everything else, the
+    /// Asynchronous Event Request, notices turned off and vendor commands
+    /// among them, is refused.
+    #[test]
+    fn the_safe_admin_filter_takes_only_the_allow_list(
+        opcode in prop_oneof![any::<u8>(), Just(0x0cu8), Just(0x09), Just(0x0a), Just(0x02), 0xc0u8..=0xff],
+        fid in prop_oneof![any::<u8>(), Just(0x0bu8), Just(0x04), Just(0x07), Just(0x0d)],
+        rest in any::<[u32; 6]>(),
+    ) {
+        let mut cdw = rest;
+        cdw[0] = cdw[0] & !0xff | u32::from(fid);
+        let cmd = AdminCommand { opcode, nsid: 1, cdw, data: None };
+        let got = admin_data_len(&cmd);
+        match allowed(opcode, &cdw) {
+            Some(bytes) => prop_assert_eq!(got.clone(), Ok(bytes), "{:#04x} {:x?}", opcode, cdw),
+            None => prop_assert!(got.is_err(), "{:#04x} {:x?} taken: {:?}", opcode, cdw, got),
+        }
+    }
+}
+
+#[test]
+fn events_and_vendor_commands_are_refused_by_the_safe_filter() {
+    let refused = |opcode: u8, cdw0: u32| {
+        let cmd = AdminCommand {
+            opcode,
+            nsid: 0,
+            cdw: [cdw0, 0, 0, 0, 0, 0],
+            data: None,
+        };
+        admin_data_len(&cmd).unwrap_err()
+    };
+    assert!(refused(nvme::admin::ASYNC_EVENT_REQUEST, 0).contains("admin_raw"));
+    assert!(refused(nvme::admin::SET_FEATURES, 0x0b).contains("notices"));
+    assert!(refused(nvme::admin::GET_LOG_PAGE, 0x04).contains("Retain"));
+    for vendor in 0xc0..=0xff {
+        assert!(refused(vendor, 0).contains("admin_raw"));
     }
 }
