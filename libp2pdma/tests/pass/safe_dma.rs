@@ -2,8 +2,8 @@
 //! from the module (or host memory, or memory that lends its DMA side from
 //! memory it owns), mapped for a controller this process drives, given to
 //! a command as a payload; block I/O on an allocation the caller owns; a
-//! mapping released by handing it back. Type-checked here and run only
-//! where there is a module to open.
+//! mapping released by handing it back. Compiled and linked here; `main`
+//! does not call it, which would take a module and a spare controller.
 #![forbid(unsafe_code)]
 
 use std::{fs::File, sync::Arc};
