@@ -2,8 +2,10 @@
 //!
 //! The transfer engines see accelerator memory only through
 //! [`DeviceMemory`]: its size, copies in and out (the bounce path's device
-//! stage), and, where the CPU can map it, a [`DmaTarget`] that storage can DMA
-//! into directly (the P2P path). Two backends exist:
+//! stage), and, for memory devices may reach, its [`DmaMemory`]: where the
+//! CPU can map it, a [`DmaTarget`] that storage can DMA into directly (the
+//! P2P path). `DmaMemory` is an `unsafe` trait: its answers become DMA
+//! targets, so safe code cannot give them. Two backends exist:
 //!
 //! - [`ModuleMemory`](super::ModuleMemory): BAR memory allocated from the p2pdma kernel module,
 //!   the real P2P target;
@@ -13,7 +15,7 @@
 //!
 //! GPU memory fits the same trait ([`CudaMemory`](super::CudaMemory)):
 //! copies through the GPU's copy engine out of host memory page-locked for
-//! it ([`Stager`]), and a dma-buf peers import ([`DeviceMemory::dmabuf`]).
+//! it ([`Stager`]), and a dma-buf peers import ([`DmaMemory::dmabuf`]).
 
 use std::{fmt, os::fd::BorrowedFd, sync::Arc};
 
