@@ -62,8 +62,8 @@ pub use discovery::{Accelerator, Module, PciAddress, StorageTarget, Topology};
 pub use doctor::{AccelSelect, Doctor, Report};
 pub use error::{Error, Result};
 pub use memory::{
-    Allocation, BorrowedHost, DeviceMapping, DeviceMemory, DmaMapping, HandleState, HostMemory,
-    MapType, ModuleMemory, P2pQuery, Peer, PeerAccess, Udmabuf,
+    Allocation, BorrowedHost, DeviceMapping, DeviceMemory, DmaMapping, DmaMemory, HandleState,
+    HostMemory, MapType, ModuleMemory, P2pQuery, Peer, PeerAccess, Udmabuf,
 };
 pub use sys::HostBuffer;
 pub use transfer::{

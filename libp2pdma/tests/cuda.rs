@@ -101,21 +101,27 @@ fn lent_memory_is_checked_with_the_driver() {
     let (_emu, _g) = setup();
     let owner = CudaMemory::alloc(0, 1 << 20).unwrap();
     let base = owner.device_ptr();
-    let lent = CudaMemory::lend(base + 4096, 8192, ()).unwrap();
+    // SAFETY: Pages of `owner`, which outlives the loan; nothing else uses
+    // them.
+    let lent = unsafe { CudaMemory::lend(base + 4096, 8192, ()) }.unwrap();
     let data = pattern(2, 8192);
     lent.write_at(0, &data).unwrap();
     assert!(
         read_all(&owner, 4096, 8192) == data,
         "the loan is not the owner's memory"
     );
-    assert!(matches!(
-        CudaMemory::lend(base + (1 << 20) - 4096, 8192, ()),
-        Err(Error::OutOfBounds { .. })
-    ));
-    let host = vec![0u8; 4096];
-    let e = CudaMemory::lend(host.as_ptr() as u64, 4096, ()).unwrap_err();
-    assert!(e.to_string().contains("not CUDA device memory"), "{e}");
-    assert!(CudaMemory::lend(base, 0, ()).is_err());
+    // SAFETY: Each of these is refused before anything is copied or
+    // exported.
+    unsafe {
+        assert!(matches!(
+            CudaMemory::lend(base + (1 << 20) - 4096, 8192, ()),
+            Err(Error::OutOfBounds { .. })
+        ));
+        let host = vec![0u8; 4096];
+        let e = CudaMemory::lend(host.as_ptr() as u64, 4096, ()).unwrap_err();
+        assert!(e.to_string().contains("not CUDA device memory"), "{e}");
+        assert!(CudaMemory::lend(base, 0, ()).is_err());
+    }
 }
 
 fn file_with(data: &[u8]) -> tempfile::NamedTempFile {
@@ -244,7 +250,7 @@ fn dma_buf_export_works_or_says_why() {
     match mem.export_dmabuf() {
         Ok((_, at)) => {
             assert_eq!(at, 0);
-            assert!(mem.dmabuf().is_some());
+            assert!(mem.dma().and_then(|d| d.dmabuf()).is_some());
             // Where the exporter lets it be mapped: the CPU's copies land
             // where the driver's copies read.
             if let Ok(map) = mem.cpu_mapping() {
@@ -262,7 +268,7 @@ fn dma_buf_export_works_or_says_why() {
                 e.to_string().contains("cuMemGetHandleForAddressRange"),
                 "{e}"
             );
-            assert!(mem.dmabuf().is_none());
+            assert!(mem.dma().and_then(|d| d.dmabuf()).is_none());
             assert!(mem.cpu_mapping().is_err());
         }
     }

@@ -13,7 +13,7 @@ mod common;
 
 use common::{mem_bytes, pattern};
 use p2pdma::{
-    memory::{DeviceMemory, DmaTarget, HostMemory, MemoryKind},
+    memory::{DeviceMemory, HostMemory, MemoryKind},
     transfer::{geometry, Config, Engine, PathPref, StorageFile, TransferPath},
 };
 use proptest::prelude::*;
@@ -96,9 +96,6 @@ impl DeviceMemory for SlowMemory {
     }
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> p2pdma::Result<()> {
         self.0.read_at(offset, dst)
-    }
-    fn dma_target(&self) -> Option<DmaTarget> {
-        None
     }
 }
 

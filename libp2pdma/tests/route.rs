@@ -17,7 +17,7 @@ mod common;
 
 use common::{model_dir, pattern, runner};
 use p2pdma::{
-    memory::{DeviceMemory, DmaTarget, HostMemory, MemoryKind},
+    memory::{DeviceMemory, HostMemory, MemoryKind},
     transfer::{
         Config, End, Engine, HopKind, PathPref, RouteOptions, StorageFile, TransferPath, Via,
     },
@@ -91,10 +91,6 @@ impl DeviceMemory for Accel {
                 size: b.len() as u64,
             }),
         }
-    }
-
-    fn dma_target(&self) -> Option<DmaTarget> {
-        None
     }
 }
 

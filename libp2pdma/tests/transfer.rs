@@ -376,9 +376,6 @@ impl DeviceMemory for PanickingMemory {
     fn read_at(&self, _: usize, _: &mut [u8]) -> p2pdma::Result<()> {
         panic!("copy out of memory failed badly")
     }
-    fn dma_target(&self) -> Option<p2pdma::memory::DmaTarget> {
-        None
-    }
 }
 
 #[test]

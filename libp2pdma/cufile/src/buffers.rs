@@ -71,7 +71,9 @@ pub fn classify(ptr: usize) -> Res<Place> {
 /// writable when `writable`) while the returned object lives.
 unsafe fn wrap(ptr: usize, len: usize, writable: bool) -> Res<Arc<dyn DeviceMemory>> {
     match classify(ptr)? {
-        Place::Device { .. } => match CudaMemory::lend(ptr as u64, len, ()) {
+        // SAFETY: The caller's: device memory of its own, valid while the
+        // object lives, which cuFile's contract gives transfers to write.
+        Place::Device { .. } => match unsafe { CudaMemory::lend(ptr as u64, len, ()) } {
             Ok(m) => Ok(Arc::new(m)),
             Err(Error::OutOfBounds { .. }) => Err(Fail::cu(op::CUDA_POINTER_RANGE_ERROR)),
             Err(e) => Err(e.into()),

@@ -323,7 +323,12 @@ fn lend_torch(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResul
             .call_method1(intern!(py, "current_stream"), (ordinal,))?
             .getattr(intern!(py, "cuda_stream"))?
             .extract()?;
-        let mem = cuda::lend(py, ptr as u64, len, Order::Stream(stream), keep)?;
+        // SAFETY: A dense contiguous CUDA tensor's `nbytes` bytes at
+        // `data_ptr()` stay allocated while the tensor lives, which the loan
+        // ensures by holding it; the caller hands the tensor over for the
+        // transfer.
+        #[allow(unsafe_code)]
+        let mem = unsafe { cuda::lend(py, ptr as u64, len, Order::Stream(stream), keep) }?;
         return Ok(Target {
             mem,
             offset: 0,
@@ -511,7 +516,12 @@ fn lend_dlpack(py: Python<'_>, obj: &Bound<'_, PyAny>, access: Access) -> PyResu
         let keep = Held {
             _tensor: Mutex::new(imported),
         };
-        let mem = cuda::lend(py, ptr as u64, len, consumer.order(), keep)?;
+        // SAFETY: The producer keeps the tensor's `len` bytes at `ptr`
+        // until the managed tensor, which the loan owns, is deleted; the
+        // device memory is contiguous (checked) and writable unless
+        // read-only (checked against the access above).
+        #[allow(unsafe_code)]
+        let mem = unsafe { cuda::lend(py, ptr as u64, len, consumer.order(), keep) }?;
         return Ok(Target {
             mem,
             offset: 0,
@@ -555,7 +565,11 @@ fn lend_cuda_interface(
             format!("the {what}'s CUDA array is read-only: nothing can be read into it"),
         ));
     }
-    let mem = cuda::lend(py, i.ptr, i.len, i.order, obj.clone().unbind())?;
+    // SAFETY: The CUDA array interface's `len` bytes at `ptr` are the
+    // object's, allocated as long as it lives, which the loan ensures by
+    // holding it; a read-only array is refused for writes (above).
+    #[allow(unsafe_code)]
+    let mem = unsafe { cuda::lend(py, i.ptr, i.len, i.order, obj.clone().unbind()) }?;
     Ok(Target {
         mem,
         offset: 0,

@@ -53,7 +53,13 @@ pub enum Order {
 /// `len` bytes of CUDA device memory at `ptr`, lent to the engine with
 /// `keep` (the object, or its DLPack tensor) holding them alive, once
 /// `order` is waited for. Zero bytes need no memory and no driver.
-pub fn lend(
+///
+/// # Safety
+///
+/// As for [`CudaMemory::lend`]: `[ptr, ptr + len)` is device memory the
+/// object owns and lends for transfers to write, allocated as long as
+/// `keep` lives.
+pub unsafe fn lend(
     py: Python<'_>,
     ptr: u64,
     len: usize,
@@ -64,7 +70,8 @@ pub fn lend(
         return Ok(Arc::new(empty()));
     }
     let mem = py
-        .detach(|| CudaMemory::lend(ptr, len, keep))
+        // SAFETY: The caller's promise, passed on.
+        .detach(|| unsafe { CudaMemory::lend(ptr, len, keep) })
         .map_err(|e| errors::to_py(py, &e, None, None))?;
     if let Order::Stream(s) = order {
         wait_for_stream(py, mem.ordinal(), s)?;

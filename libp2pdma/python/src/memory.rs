@@ -53,7 +53,7 @@ fn device_of(mem: &dyn DeviceMemory) -> DLDevice {
 
 /// The memory's CPU mapping, if it has one: its first byte and length.
 fn cpu_mapping(mem: &dyn DeviceMemory) -> Option<(*mut u8, usize)> {
-    mem.dma_target().map(|t| (t.ptr, t.len))
+    mem.dma()?.dma_target().map(|t| (t.ptr, t.len))
 }
 
 /// A one-dimensional `uint8` CUDA array interface (version 3) of `len`

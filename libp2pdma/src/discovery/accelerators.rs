@@ -19,10 +19,14 @@ use crate::{sys, Error, Result};
 pub const DEVICE_NODE: &str = "/dev/p2pdma";
 
 /// An open handle on the p2pdma kernel module.
+///
+/// Allocations and mappings belong to the open file: another [`Module`]
+/// (another open, [`Module::reopen`]) can neither name nor reach them.
 #[derive(Debug)]
 pub struct Module {
     fd: OwnedFd,
     version: abi::P2pdmaVersion,
+    path: PathBuf,
 }
 
 impl Module {
@@ -50,7 +54,23 @@ impl Module {
                 library_min: abi::P2PDMA_ABI_MIN_COMPAT,
             });
         }
-        Ok(Self { fd, version })
+        Ok(Self {
+            fd,
+            version,
+            path: PathBuf::from(path),
+        })
+    }
+
+    /// Opens the device node this module was opened by once more: a file of
+    /// its own, whose allocations and mappings no handle or `mmap` offset of
+    /// another file names.
+    pub fn reopen(&self) -> Result<Self> {
+        Self::open_path(&self.path)
+    }
+
+    /// The device node it was opened by.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The module's version answer.

@@ -9,7 +9,7 @@
 
 use std::{any::Any, fmt};
 
-use super::{DeviceMemory, MemoryKind};
+use super::{DeviceMemory, DmaMemory, MemoryKind};
 use crate::{error::check_range, sys::DmaTarget, Result};
 
 /// Host memory lent by its owner (see the module's documentation).
@@ -48,7 +48,10 @@ impl BorrowedHost {
     /// `ptr` must be valid for reads of `len` bytes (and for writes, when
     /// `writable`) for as long as `keep` lives, from any thread; nothing
     /// else may move or free the memory meanwhile. Concurrent use of
-    /// overlapping ranges is unordered, as for [`DeviceMemory`].
+    /// overlapping ranges is unordered, as for [`DeviceMemory`]. A writable
+    /// loan is a DMA target ([`DmaMemory`]): storage writes it, so no Rust
+    /// reference into it may be used while the loan lives, and nothing may
+    /// trust its contents for memory safety.
     #[allow(unsafe_code)]
     pub unsafe fn new(
         ptr: *mut u8,
@@ -108,6 +111,16 @@ impl DeviceMemory for BorrowedHost {
         Ok(())
     }
 
+    fn dma(&self) -> Option<&dyn DmaMemory> {
+        Some(self)
+    }
+}
+
+// SAFETY: `new`'s contract: the memory is valid for `len` bytes as long as
+// `keep`, which this value holds, and nothing else moves or frees it; the
+// loan makes no reference into it. A read-only loan gives no target.
+#[allow(unsafe_code)]
+unsafe impl DmaMemory for BorrowedHost {
     fn dma_target(&self) -> Option<DmaTarget> {
         // Storage writes into a DMA target on reads: a read-only loan has
         // none, so every path goes through `write_at`, which refuses.
@@ -158,7 +171,7 @@ mod tests {
         #[allow(unsafe_code)]
         // SAFETY: `data` is kept by the loan; nothing writes through it.
         let m = unsafe { BorrowedHost::new(ptr, 16, false, Box::new(data)) };
-        assert!(m.dma_target().is_none());
+        assert!(m.dma().and_then(|d| d.dma_target()).is_none());
         assert!(matches!(
             m.write_at(0, b"x"),
             Err(Error::InvalidArgument(_))

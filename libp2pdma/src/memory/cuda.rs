@@ -28,7 +28,7 @@ use crate::{
     discovery::PciAddress,
     error::check_range,
     memory::{
-        device::{DeviceMemory, MemoryKind, Stager, StagingPin},
+        device::{DeviceMemory, DmaMemory, MemoryKind, Stager, StagingPin},
         dmabuf::DmabufMapping,
     },
     sys::{
@@ -108,7 +108,16 @@ impl CudaMemory {
     /// copies run on streams of its own: work the caller queued on its
     /// streams is not waited for, so the caller synchronizes first (as
     /// with cuFile).
-    pub fn lend(ptr: u64, len: usize, keep: impl Send + Sync + 'static) -> Result<Self> {
+    ///
+    /// # Safety
+    ///
+    /// The copies write `[ptr, ptr + len)`, and peers DMA into it through
+    /// its dma-buf ([`DmaMemory::dmabuf`]): the memory must be the caller's
+    /// to lend, stay allocated as long as `keep` lives (this value holds
+    /// it), and hold nothing whose contents anyone trusts for memory safety
+    /// (another library's bookkeeping, a device's queues). No kernel on the
+    /// GPU may use it while a transfer into it runs.
+    pub unsafe fn lend(ptr: u64, len: usize, keep: impl Send + Sync + 'static) -> Result<Self> {
         if len == 0 {
             return Err(Error::InvalidArgument("lent CUDA memory of 0 bytes".into()));
         }
@@ -208,7 +217,9 @@ impl CudaMemory {
     /// copy over PCIe, no driver call and no DMA set-up.
     pub fn cpu_mapping(&self) -> Result<CpuMapping<'_>> {
         let (fd, at) = self.export_dmabuf()?;
-        let map = DmabufMapping::map(fd, self.span)?;
+        // SAFETY: The dma-buf of this value's own memory, which it lends
+        // for copies.
+        let map = unsafe { DmabufMapping::map(fd, self.span) }?;
         Ok(CpuMapping {
             fd,
             map,
@@ -270,14 +281,20 @@ impl DeviceMemory for CudaMemory {
         self.with_stream(|s| unsafe { s.copy_from_device(dst, self.ptr + offset as u64) })
     }
 
-    fn dma_target(&self) -> Option<crate::memory::DmaTarget> {
-        None
-    }
-
     fn stager(&self) -> Option<&'static dyn Stager> {
         Some(&CudaStager)
     }
 
+    fn dma(&self) -> Option<&dyn DmaMemory> {
+        Some(self)
+    }
+}
+
+// SAFETY: The device memory is this value's: allocated here and freed when
+// it drops, or lent under `lend`'s contract for as long as `keep`, which it
+// holds. The dma-buf covers the memory's own pages and is closed before the
+// memory is freed; no reference into device memory exists.
+unsafe impl DmaMemory for CudaMemory {
     fn dmabuf(&self) -> Option<(BorrowedFd<'_>, u64)> {
         self.export_dmabuf().ok()
     }
@@ -359,7 +376,8 @@ mod tests {
         }
         for e in [
             CudaMemory::alloc(0, 4096).unwrap_err(),
-            CudaMemory::lend(0x1000, 4096, ()).unwrap_err(),
+            // SAFETY: Refused before anything is copied or exported.
+            unsafe { CudaMemory::lend(0x1000, 4096, ()) }.unwrap_err(),
         ] {
             assert!(matches!(e, Error::CudaUnavailable(_)), "{e}");
             assert!(e.to_string().contains("CUDA"), "{e}");

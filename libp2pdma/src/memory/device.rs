@@ -2,8 +2,10 @@
 //!
 //! The transfer engines see accelerator memory only through
 //! [`DeviceMemory`]: its size, copies in and out (the bounce path's device
-//! stage), and, where the CPU can map it, a [`DmaTarget`] that storage can DMA
-//! into directly (the P2P path). Two backends exist:
+//! stage), and, for memory devices may reach, its [`DmaMemory`]: where the
+//! CPU can map it, a [`DmaTarget`] that storage can DMA into directly (the
+//! P2P path). `DmaMemory` is an `unsafe` trait: its answers become DMA
+//! targets, so safe code cannot give them. Two backends exist:
 //!
 //! - [`ModuleMemory`](super::ModuleMemory): BAR memory allocated from the p2pdma kernel module,
 //!   the real P2P target;
@@ -13,7 +15,7 @@
 //!
 //! GPU memory fits the same trait ([`CudaMemory`](super::CudaMemory)):
 //! copies through the GPU's copy engine out of host memory page-locked for
-//! it ([`Stager`]), and a dma-buf peers import ([`DeviceMemory::dmabuf`]).
+//! it ([`Stager`]), and a dma-buf peers import ([`DmaMemory::dmabuf`]).
 
 use std::{fmt, os::fd::BorrowedFd, sync::Arc};
 
@@ -65,7 +67,8 @@ impl fmt::Display for MemoryKind {
 /// Accelerator memory as the transfer engines use it.
 ///
 /// Implementations never hand out references into the memory: everything
-/// goes through explicit copies or a raw [`DmaTarget`].
+/// goes through explicit copies, or, for memory devices reach, the answers
+/// of its [`DmaMemory`], which only `unsafe` code can give.
 ///
 /// # Concurrent use
 ///
@@ -96,20 +99,68 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     /// Copies memory at `offset` into `dst` (device to host).
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
 
+    /// What page-locks the host memory the bounce path stages this
+    /// memory's copies through, for memory whose copies a device's DMA
+    /// engine makes (a GPU's); `None` where the CPU copies.
+    fn stager(&self) -> Option<&'static dyn Stager> {
+        None
+    }
+
+    /// How storage and peers reach the memory by DMA, for memory they can
+    /// reach: the memory itself, or memory it holds (see [`DmaMemory`]).
+    /// `None` (the default) leaves every transfer to the copies.
+    fn dma(&self) -> Option<&dyn DmaMemory> {
+        None
+    }
+}
+
+/// Memory that storage and peers may reach by DMA: the answers of this
+/// trait become DMA targets (`O_DIRECT` I/O into a CPU mapping, the
+/// module's block I/O on an allocation, a controller's commands into a
+/// mapping of an allocation, pinned host pages or an imported dma-buf).
+///
+/// A [`DeviceMemory`] hands its [`DmaMemory`] out through
+/// [`DeviceMemory::dma`]. The transfer paths use only the answers of the
+/// value they got there, its [`len`](DeviceMemory::len) included.
+///
+/// # Safety
+///
+/// Devices write what these answers describe at any time while a transfer
+/// runs, outside anything the compiler can check. An implementation
+/// promises, for as long as the value lives:
+///
+/// - the memory described is this value's: it holds it alive (allocated,
+///   mapped, pinned where the answer needs it) and nothing else frees,
+///   unmaps or reuses it while the value lives;
+/// - no Rust reference into the memory exists or is handed to safe code:
+///   it is reached only through raw pointers and explicit copies, as every
+///   [`DeviceMemory`] is, so a device writing it cannot change memory safe
+///   code reads through `&[u8]`;
+/// - nothing trusts its contents for memory safety: it is no device's
+///   queue, command or descriptor memory (a controller's submission queue
+///   or PRP lists);
+/// - [`dma_target`](Self::dma_target): `ptr..ptr + len` is such memory,
+///   mapped in this process and valid for reads and writes, with
+///   `len >= self.len()`; `p2p` is true only for PCI P2P memory;
+/// - [`module_allocation`](Self::module_allocation): the handle names an
+///   allocation of that module file which this value owns, of at least
+///   `self.len()` bytes, holding this memory from its byte 0;
+/// - [`dmabuf`](Self::dmabuf): the dma-buf's memory, from the offset given,
+///   is this memory (at least `self.len()` bytes), and the dma-buf lives as
+///   long as the value;
+/// - the answers and [`len`](DeviceMemory::len) do not change while the
+///   value lives.
+#[allow(unsafe_code)]
+pub unsafe trait DmaMemory: DeviceMemory {
     /// The CPU mapping storage can DMA into directly, if there is one.
-    fn dma_target(&self) -> Option<DmaTarget>;
+    fn dma_target(&self) -> Option<DmaTarget> {
+        None
+    }
 
     /// For memory allocated from the module: the module and the
     /// allocation's handle, through which the module can do block I/O on
     /// the memory itself ([`Module::block_io`](crate::Module::block_io)).
     fn module_allocation(&self) -> Option<(&Arc<Module>, u64)> {
-        None
-    }
-
-    /// What page-locks the host memory the bounce path stages this
-    /// memory's copies through, for memory whose copies a device's DMA
-    /// engine makes (a GPU's); `None` where the CPU copies.
-    fn stager(&self) -> Option<&'static dyn Stager> {
         None
     }
 
@@ -259,6 +310,16 @@ impl DeviceMemory for HostMemory {
             .map_err(Error::sys("copy from host-memory device"))
     }
 
+    fn dma(&self) -> Option<&dyn DmaMemory> {
+        Some(self)
+    }
+}
+
+// SAFETY: The buffer is this value's own anonymous memory, unmapped only
+// when it drops; no reference into it reaches safe code (`bytes` and
+// `bytes_mut` are unsafe and crate-private), and it holds nothing but data.
+#[allow(unsafe_code)]
+unsafe impl DmaMemory for HostMemory {
     fn dma_target(&self) -> Option<DmaTarget> {
         Some(DmaTarget {
             ptr: self.buf.as_raw(),
@@ -315,7 +376,7 @@ mod tests {
             m.read_at(usize::MAX, &mut out),
             Err(Error::OutOfBounds { .. })
         ));
-        let t = m.dma_target().unwrap();
+        let t = m.dma().and_then(|d| d.dma_target()).unwrap();
         assert_eq!(t.ptr as usize % 4096, 0);
         assert!(!t.p2p);
     }

@@ -17,10 +17,10 @@ use std::{
 use crate::{
     error::check_range,
     memory::{
-        device::{DeviceMemory, MemoryKind},
+        device::{DeviceMemory, DmaMemory, MemoryKind},
         Udmabuf,
     },
-    sys::{self, Caching, DmaTarget, DmabufAccess, RawMapping, Sharing},
+    sys::{self, Caching, DmabufAccess, RawMapping, Sharing},
     Error, Result,
 };
 
@@ -39,13 +39,22 @@ impl fmt::Debug for DmabufMapping {
 
 impl DmabufMapping {
     /// Maps the first `len` bytes (> 0) of `dmabuf`, shared, write-combined.
-    pub fn map(dmabuf: BorrowedFd<'_>, len: usize) -> Result<Self> {
-        let map = RawMapping::map_with(dmabuf, len, 0, Sharing::Shared, Caching::WriteCombined)
-            .map_err(|source| Error::Mmap {
-                offset: 0,
-                len: len as u64,
-                source,
-            })?;
+    ///
+    /// # Safety
+    ///
+    /// As for [`RawMapping::map`]: copies into the mapping change the
+    /// dma-buf's memory, which the caller owns or may write.
+    #[allow(unsafe_code)]
+    pub unsafe fn map(dmabuf: BorrowedFd<'_>, len: usize) -> Result<Self> {
+        // SAFETY: The caller's promise, passed on.
+        let map = unsafe {
+            RawMapping::map_with(dmabuf, len, 0, Sharing::Shared, Caching::WriteCombined)
+        }
+        .map_err(|source| Error::Mmap {
+            offset: 0,
+            len: len as u64,
+            source,
+        })?;
         Ok(Self { map })
     }
 
@@ -114,8 +123,18 @@ impl fmt::Debug for DmabufMemory {
 
 impl DmabufMemory {
     /// The first `len` bytes of the dma-buf `fd`, mapped.
-    pub fn new(fd: OwnedFd, len: usize) -> Result<Self> {
-        let map = DmabufMapping::map(fd.as_fd(), len)?;
+    ///
+    /// # Safety
+    ///
+    /// Peers import `fd` and DMA into its memory ([`DmaMemory::dmabuf`]),
+    /// and copies write it through the mapping: the memory behind it is the
+    /// caller's to hand over, lives as long as the dma-buf, is reached by no
+    /// Rust reference, and holds nothing whose contents anyone trusts for
+    /// memory safety (it is no device's registers, queues or descriptors).
+    #[allow(unsafe_code)]
+    pub unsafe fn new(fd: OwnedFd, len: usize) -> Result<Self> {
+        // SAFETY: The caller hands the dma-buf's memory over.
+        let map = unsafe { DmabufMapping::map(fd.as_fd(), len) }?;
         Ok(Self {
             fd,
             map,
@@ -131,7 +150,10 @@ impl DmabufMemory {
             op: "dup of the dma-buf",
             source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::BADF),
         })?;
-        let map = DmabufMapping::map(fd.as_fd(), len)?;
+        #[allow(unsafe_code)]
+        // SAFETY: The udmabuf is this value's from here on; its memfd's
+        // memory is mapped nowhere else.
+        let map = unsafe { DmabufMapping::map(fd.as_fd(), len) }?;
         Ok(Self {
             fd,
             map,
@@ -157,10 +179,16 @@ impl DeviceMemory for DmabufMemory {
         self.map.read_at(self.fd.as_fd(), offset, dst)
     }
 
-    fn dma_target(&self) -> Option<DmaTarget> {
-        None
+    fn dma(&self) -> Option<&dyn DmaMemory> {
+        Some(self)
     }
+}
 
+// SAFETY: The dma-buf is this value's (`new`'s contract, or a udmabuf it
+// owns, over a memfd no one maps), open as long as it lives; its mapping
+// hands out no references.
+#[allow(unsafe_code)]
+unsafe impl DmaMemory for DmabufMemory {
     fn dmabuf(&self) -> Option<(BorrowedFd<'_>, u64)> {
         Some((self.fd.as_fd(), 0))
     }
@@ -176,13 +204,15 @@ mod tests {
         // fails, and the copy says which step.
         let fd = rustix::fs::memfd_create("not-a-dmabuf", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&fd, 8192).unwrap();
-        let m = DmabufMemory::new(fd, 8192).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: A memfd of this test's own; nothing imports it.
+        let m = unsafe { DmabufMemory::new(fd, 8192) }.unwrap();
         let e = m.write_at(0, b"abc").unwrap_err();
         assert!(e.to_string().contains("DMA_BUF_IOCTL_SYNC"), "{e}");
         assert!(matches!(
             m.write_at(8190, b"abc"),
             Err(Error::OutOfBounds { .. })
         ));
-        assert_eq!(m.dmabuf().map(|(_, at)| at), Some(0));
+        assert_eq!(m.dma().and_then(|d| d.dmabuf()).map(|(_, at)| at), Some(0));
     }
 }

@@ -1,7 +1,8 @@
 //! Accelerator memory and how peers reach it.
 //!
 //! - [`device`]: the [`DeviceMemory`] trait the transfer engine sees memory
-//!   through, and the host-memory device;
+//!   through, the `unsafe` [`DmaMemory`] trait of memory devices reach by
+//!   DMA, and the host-memory device;
 //! - [`module`]: allocations from the p2pdma module, their mappings into
 //!   this process, and [`ModuleMemory`];
 //! - [`peer`]: whether a peer can reach the memory, and the DMA addresses it
@@ -24,7 +25,9 @@ pub mod udmabuf;
 pub use crate::sys::DmaTarget;
 pub use borrowed::BorrowedHost;
 pub use cuda::{CpuMapping, CudaMemory, CudaStager};
-pub use device::{copy_through_host, DeviceMemory, HostMemory, MemoryKind, Stager, StagingPin};
+pub use device::{
+    copy_through_host, DeviceMemory, DmaMemory, HostMemory, MemoryKind, Stager, StagingPin,
+};
 pub use dmabuf::{DmabufMapping, DmabufMemory};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};

@@ -11,7 +11,7 @@ use std::{fmt, os::fd::AsFd, sync::Arc};
 
 use p2pdma_abi as abi;
 
-use super::device::{DeviceMemory, MemoryKind};
+use super::device::{DeviceMemory, DmaMemory, MemoryKind};
 use crate::{
     error::check_range,
     sys::{self, DmaTarget, RawMapping, Sharing},
@@ -33,8 +33,20 @@ impl Module {
     /// offsets and lengths must be multiples of its logical block (memory
     /// offsets, of its DMA alignment). Returns the bytes moved: all of them,
     /// or an error.
+    ///
+    /// [`Allocation::block_io`] and [`ModuleMemory::block_io`] do this on
+    /// memory the caller owns, safely.
+    ///
+    /// # Safety
+    ///
+    /// Storage writes the allocation `handle` names (when `write` is
+    /// false): the caller owns it, or has its owner's leave to write it, and
+    /// nothing trusts its contents for memory safety (no device reads its
+    /// queues or descriptors from it). A handle that names no allocation of
+    /// this file is refused by the module.
     #[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
-    pub fn block_io(
+    #[allow(unsafe_code)]
+    pub unsafe fn block_io(
         &self,
         handle: u64,
         dev: impl AsFd,
@@ -49,7 +61,9 @@ impl Module {
             depth,
             ..Default::default()
         };
-        sys::block_io(self, &mut arg, segs).map_err(Error::ioctl("P2PDMA_IOC_BLOCK_IO"))?;
+        // SAFETY: The caller vouches for the allocation (see above).
+        unsafe { sys::block_io(self, &mut arg, segs) }
+            .map_err(Error::ioctl("P2PDMA_IOC_BLOCK_IO"))?;
         Ok(arg.bytes)
     }
 
@@ -79,23 +93,39 @@ impl Module {
     }
 
     /// Frees the allocation `handle` of this file. Mappings of it stay valid
-    /// until they are unmapped.
+    /// until they are unmapped. [`Allocation::free`] frees an allocation
+    /// the caller owns, safely.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the allocation (its [`Allocation`] was given up with
+    /// [`Allocation::into_handle`]), or has its owner's leave: no
+    /// [`ModuleMemory`] or other owner uses the handle afterwards.
     #[doc(alias = "P2PDMA_IOC_FREE")]
-    pub fn free(&self, handle: u64) -> Result<()> {
-        sys::free(
-            self,
-            abi::P2pdmaFree {
-                handle,
-                ..Default::default()
-            },
-        )
-        .map_err(Error::ioctl("P2PDMA_IOC_FREE"))
+    #[allow(unsafe_code)]
+    pub unsafe fn free(&self, handle: u64) -> Result<()> {
+        let arg = abi::P2pdmaFree {
+            handle,
+            ..Default::default()
+        };
+        // SAFETY: The caller owns the allocation (see above).
+        unsafe { sys::free(self, arg) }.map_err(Error::ioctl("P2PDMA_IOC_FREE"))
     }
 
     /// Maps `len` bytes of allocation memory at `mmap_offset` (an
     /// allocation's [`Allocation::mmap_offset`]) shared and read-write.
-    pub fn map(&self, mmap_offset: u64, len: u64) -> Result<DeviceMapping> {
-        DeviceMapping::new(self, mmap_offset, len)
+    /// [`Allocation::map`] maps an allocation the caller owns, safely.
+    ///
+    /// # Safety
+    ///
+    /// Copies into the mapping change the memory the offset names: the
+    /// caller owns it, or has its owner's leave to write it, and nothing
+    /// trusts its contents for memory safety (no device reads its queues or
+    /// descriptors from it).
+    #[allow(unsafe_code)]
+    pub unsafe fn map(&self, mmap_offset: u64, len: u64) -> Result<DeviceMapping> {
+        // SAFETY: The caller vouches for the memory (see above).
+        unsafe { DeviceMapping::new(self, mmap_offset, len) }
     }
 }
 
@@ -137,15 +167,36 @@ impl<'m> Allocation<'m> {
     }
 
     /// Maps the whole allocation into this process.
+    #[allow(unsafe_code)]
     pub fn map(&self) -> Result<DeviceMapping> {
-        DeviceMapping::new(self.module, self.mmap_offset, self.size)
+        // SAFETY: This value owns the allocation, which holds nothing but
+        // data.
+        unsafe { DeviceMapping::new(self.module, self.mmap_offset, self.size) }
+    }
+
+    /// [`Module::block_io`] on this allocation: reads the block device
+    /// `dev` into it (or, with `write`, writes it from it).
+    #[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
+    #[allow(unsafe_code)]
+    pub fn block_io(
+        &self,
+        dev: impl AsFd,
+        write: bool,
+        segs: &[abi::P2pdmaIoSeg],
+        depth: u32,
+    ) -> Result<u64> {
+        // SAFETY: This value owns the allocation, which holds nothing but
+        // data.
+        unsafe { self.module.block_io(self.handle, dev, write, segs, depth) }
     }
 
     /// Frees the allocation now, reporting the kernel's answer.
     #[doc(alias = "P2PDMA_IOC_FREE")]
+    #[allow(unsafe_code)]
     pub fn free(mut self) -> Result<()> {
         self.owned = false;
-        self.module.free(self.handle)
+        // SAFETY: This value owned the allocation, and is consumed.
+        unsafe { self.module.free(self.handle) }
     }
 
     /// Gives up ownership without freeing: the handle stays allocated until
@@ -157,9 +208,11 @@ impl<'m> Allocation<'m> {
 }
 
 impl Drop for Allocation<'_> {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
         if self.owned {
-            let _ = self.module.free(self.handle);
+            // SAFETY: This value owns the allocation, and is going away.
+            let _ = unsafe { self.module.free(self.handle) };
         }
     }
 }
@@ -177,7 +230,11 @@ pub struct DeviceMapping {
 }
 
 impl DeviceMapping {
-    fn new(module: &Module, mmap_offset: u64, len: u64) -> Result<Self> {
+    /// # Safety
+    ///
+    /// As for [`Module::map`].
+    #[allow(unsafe_code)]
+    unsafe fn new(module: &Module, mmap_offset: u64, len: u64) -> Result<Self> {
         let mmap_err = |source| Error::Mmap {
             offset: mmap_offset,
             len,
@@ -186,7 +243,9 @@ impl DeviceMapping {
         let ulen = usize::try_from(len).map_err(|_| {
             Error::InvalidArgument(format!("{len} bytes do not fit this address space"))
         })?;
-        let raw = RawMapping::map(module, ulen, mmap_offset, Sharing::Shared).map_err(mmap_err)?;
+        // SAFETY: The caller vouches for the memory the offset names.
+        let raw = unsafe { RawMapping::map(module, ulen, mmap_offset, Sharing::Shared) }
+            .map_err(mmap_err)?;
         Ok(Self { raw, mmap_offset })
     }
 
@@ -318,12 +377,30 @@ impl ModuleMemory {
     pub fn mapping(&self) -> &DeviceMapping {
         &self.map
     }
+
+    /// [`Module::block_io`] on this memory: reads the block device `dev`
+    /// into it (or, with `write`, writes it from it).
+    #[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
+    #[allow(unsafe_code)]
+    pub fn block_io(
+        &self,
+        dev: impl AsFd,
+        write: bool,
+        segs: &[abi::P2pdmaIoSeg],
+        depth: u32,
+    ) -> Result<u64> {
+        // SAFETY: This value owns the allocation, which holds nothing but
+        // data.
+        unsafe { self.module.block_io(self.handle, dev, write, segs, depth) }
+    }
 }
 
 impl Drop for ModuleMemory {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
         // The mapping keeps the memory until it is unmapped after this.
-        let _ = self.module.free(self.handle);
+        // SAFETY: This value owns the allocation, and is going away.
+        let _ = unsafe { self.module.free(self.handle) };
     }
 }
 
@@ -344,6 +421,16 @@ impl DeviceMemory for ModuleMemory {
         self.map.read_at(offset, dst)
     }
 
+    fn dma(&self) -> Option<&dyn DmaMemory> {
+        Some(self)
+    }
+}
+
+// SAFETY: The allocation is this value's (freed when it drops, its mapping
+// unmapped after), of at least `len()` bytes from byte 0; its mapping hands
+// out no references, and it holds nothing but data.
+#[allow(unsafe_code)]
+unsafe impl DmaMemory for ModuleMemory {
     fn dma_target(&self) -> Option<DmaTarget> {
         Some(DmaTarget {
             ptr: self.map.as_ptr(),

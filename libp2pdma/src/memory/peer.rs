@@ -126,12 +126,17 @@ pub(crate) fn c_string(bytes: &[u8]) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-/// A DMA mapping for a peer: the addresses the peer must use. Released with
-/// [`Module::unmap`] (or when the module file is closed).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A DMA mapping for a peer: the addresses the peer must use. Released by
+/// handing it to [`Module::unmap`], or when the module file is closed (a
+/// mapping dropped without it stays until then).
+///
+/// Only the mapping calls make one, and it is not `Clone`: whoever holds it
+/// owns the mapping, and a mapping someone else holds (a controller's
+/// [`Mapped`](crate::queues::Mapped)) cannot be released under it.
+#[derive(Debug, PartialEq, Eq)]
 pub struct DmaMapping {
-    /// The mapping's handle, for [`Module::unmap`].
-    pub map_handle: u64,
+    /// The mapping's handle.
+    pub(crate) map_handle: u64,
     /// How the peer reaches the memory.
     pub map_type: MapType,
     /// Bytes mapped.
@@ -141,6 +146,12 @@ pub struct DmaMapping {
 }
 
 impl DmaMapping {
+    /// The mapping's handle in its module file (for
+    /// [`Module::handle_state`], and to print).
+    pub fn map_handle(&self) -> u64 {
+        self.map_handle
+    }
+
     /// Sum of the segments' lengths (saturating).
     pub fn total_len(&self) -> u64 {
         self.segs
@@ -319,17 +330,38 @@ impl Module {
     }
 
     /// Releases a mapping made by [`dma_map`](Self::dma_map),
-    /// [`pin_user`](Self::pin_user) or [`dmabuf_import`](Self::dmabuf_import).
+    /// [`pin_user`](Self::pin_user) or [`dmabuf_import`](Self::dmabuf_import)
+    /// of this module file. The caller hands the mapping over: whoever
+    /// holds a [`DmaMapping`] owns it, and gives its addresses to a device
+    /// only while holding it.
     #[doc(alias = "P2PDMA_IOC_UNMAP")]
-    pub fn unmap(&self, map_handle: u64) -> Result<()> {
-        sys::unmap(
-            self,
-            abi::P2pdmaUnmap {
-                map_handle,
-                ..Default::default()
-            },
-        )
-        .map_err(Error::ioctl("P2PDMA_IOC_UNMAP"))
+    #[allow(unsafe_code)]
+    pub fn unmap(&self, mapping: DmaMapping) -> Result<()> {
+        // SAFETY: The caller gave the mapping up, and with it every use of
+        // its addresses. Handles are unique across the module's files, so
+        // one of another file names nothing here.
+        unsafe { self.unmap_raw(mapping.map_handle) }
+    }
+
+    /// Releases the mapping `map_handle` of this file: [`Module::unmap`] by
+    /// number.
+    ///
+    /// # Safety
+    ///
+    /// No device uses the mapping any more, and its owner (the holder of its
+    /// [`DmaMapping`], such as a controller's
+    /// [`Mapped`](crate::queues::Mapped)) does not hand its addresses to one
+    /// afterwards: pages it pinned can be reused for anything once it is
+    /// released.
+    #[doc(alias = "P2PDMA_IOC_UNMAP")]
+    #[allow(unsafe_code)]
+    pub unsafe fn unmap_raw(&self, map_handle: u64) -> Result<()> {
+        let arg = abi::P2pdmaUnmap {
+            map_handle,
+            ..Default::default()
+        };
+        // SAFETY: The caller vouches that nothing uses the mapping.
+        unsafe { sys::unmap(self, arg) }.map_err(Error::ioctl("P2PDMA_IOC_UNMAP"))
     }
 
     /// An eventfd the module signals each time a resource of this module

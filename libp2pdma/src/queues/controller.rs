@@ -452,6 +452,8 @@ static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 pub struct Controller {
     pci: PciAddress,
     bdf: String,
+    /// The controller's own file of the module: its queue memory, and the
+    /// mappings, pins and imports made for it.
     module: Arc<Module>,
     mode: IommuMode,
     /// Queues, PRP lists and the IDENTIFY page, in accelerator memory;
@@ -497,6 +499,11 @@ impl Controller {
     /// and sets up its admin queue and I/O queue pairs in accelerator
     /// memory, as `opts` says. The memory is zeroed first, so nothing a
     /// previous owner left in it reaches the controller or this process.
+    ///
+    /// The queue memory, its DMA mapping and the controller's pins and
+    /// imports live in a file of the module's of their own, opened on
+    /// `module`'s device node ([`Module::reopen`]): no handle or `mmap`
+    /// offset of `module`, or of any other file, names them.
     pub fn initialize(
         module: Arc<Module>,
         pci: PciAddress,
@@ -512,12 +519,19 @@ impl Controller {
         }
         let accel = Self::pick_accelerator(&module, pci, opts.accelerator)
             .map_err(|r| Self::error(&bdf, r, rustix::io::Errno::REMOTEIO))?;
+        let shared = module;
+        let module = Arc::new(shared.reopen()?);
         let mode = claim::take(&bdf, opts.unbind).map_err(fail)?;
-        let mut func = vfio::Function::open_noiommu(&bdf).map_err(fail)?;
-        // Released before the module's file when this process dies, so
+        // SAFETY: The controller's DMA goes only to memory mapped for it
+        // here (its queues) or by `map` (memory a `Mapped` keeps alive), and
+        // it is stopped before that memory is released.
+        let mut func = unsafe { vfio::Function::open_noiommu(&bdf) }.map_err(fail)?;
+        // Released before the module's files when this process dies, so
         // nothing the controller still holds writes freed memory.
-        func.keep_above(std::os::fd::AsFd::as_fd(&*module))
-            .map_err(fail)?;
+        for file in [&shared, &module] {
+            func.keep_above(std::os::fd::AsFd::as_fd(&**file))
+                .map_err(fail)?;
+        }
         let bar = func.bar.clone();
         let io_err = |r: String| Self::error(&bdf, r, rustix::io::Errno::IO);
         let caps = nvme::Caps::decode(bar.read64(nvme::reg::CAP).map_err(io_err)?);
@@ -538,8 +552,12 @@ impl Controller {
             Peer::Pci(pci),
             PeerAccess::ReadWrite,
         )?;
+        let (handle, seg_list) = (map.map_handle(), map.segs.clone());
         let unmap = |e: Error| {
-            let _ = module.unmap(map.map_handle);
+            // SAFETY: The queue memory's mapping, on a failure before the
+            // controller runs: it was disabled above, and `registers::enable`
+            // disables it again when it fails.
+            let _ = unsafe { module.unmap_raw(handle) };
             e
         };
         if map.map_type == MapType::NotSupported {
@@ -569,7 +587,7 @@ impl Controller {
                 _ => Err(Error::InvalidArgument(format!(
                     "bytes {off}..{} of the queue memory are not contiguous and page aligned for the controller: {:x?}",
                     off + len,
-                    map.segs
+                    seg_list
                 ))),
             }
         };
@@ -600,7 +618,7 @@ impl Controller {
             module: module.clone(),
             mode,
             mem: ManuallyDrop::new(mem),
-            map: map.clone(),
+            map,
             health,
             admin,
             io: Vec::new(),
@@ -1077,6 +1095,14 @@ impl Controller {
         access: PeerAccess,
         owner: Option<Arc<dyn DeviceMemory>>,
     ) -> Result<Mapped<'m>> {
+        // Every answer below is the `DmaMemory`'s, whose contract vouches
+        // for them, its length included.
+        let Some(mem) = mem.dma() else {
+            return Err(Error::PathUnavailable {
+                path: "queues",
+                reason: format!("{} cannot be reached by DMA", mem.kind()),
+            });
+        };
         match offset.checked_add(len) {
             Some(end) if end <= mem.len() && len > 0 => {}
             _ => {
@@ -1101,10 +1127,13 @@ impl Controller {
                 access,
             )?,
             (_, MemoryKind::Host) => {
-                let target = mem.dma_target().ok_or_else(|| Error::PathUnavailable {
-                    path: "queues",
-                    reason: "the host memory has no mapping to pin".into(),
-                })?;
+                let target = mem
+                    .dma_target()
+                    .filter(|t| t.len >= mem.len())
+                    .ok_or_else(|| Error::PathUnavailable {
+                        path: "queues",
+                        reason: "the host memory has no mapping to pin".into(),
+                    })?;
                 let va = target.ptr as u64 + start as u64;
                 self.module.pin_user_access(
                     va,
@@ -1132,8 +1161,10 @@ impl Controller {
             Some((m, _)) if matches!(mem.kind(), MemoryKind::ModuleBar { .. }) => m.clone(),
             _ => self.module.clone(),
         };
+        let handle = map.map_handle();
         let unmap = |e: Error| {
-            let _ = module.unmap(map.map_handle);
+            // SAFETY: Made just now and given to no device.
+            let _ = unsafe { module.unmap_raw(handle) };
             e
         };
         if map.map_type == MapType::NotSupported {
@@ -1410,7 +1441,9 @@ impl Drop for Controller {
         // held writes there afterwards. A controller that nothing stops
         // keeps the memory.
         if self.shut_down() {
-            let _ = self.module.unmap(self.map.map_handle);
+            // SAFETY: The queue memory's mapping, unused by the stopped
+            // controller.
+            let _ = unsafe { self.module.unmap_raw(self.map.map_handle()) };
             // SAFETY: Dropped once, here; nothing uses it afterwards.
             unsafe { ManuallyDrop::drop(&mut self.mem) };
         } else {
@@ -1820,7 +1853,9 @@ impl<'m> Mapped<'m> {
 impl Drop for Mapped<'_> {
     fn drop(&mut self) {
         if let Some(m) = &self.module {
-            let _ = m.unmap(self.map.map_handle);
+            // SAFETY: The mapping is this value's, and its last use: the
+            // borrow of any scope whose commands use it has ended.
+            let _ = unsafe { m.unmap_raw(self.map.map_handle()) };
         }
     }
 }

@@ -27,7 +27,7 @@ use std::{
 use super::controller::{CommandId, Controller, IoCommand, Mapped, NamespaceInfo, Pending};
 use crate::{
     error::check_range,
-    memory::{peer::PeerAccess, DeviceMemory, HostMemory},
+    memory::{peer::PeerAccess, DeviceMemory, DmaMemory, HostMemory},
     Error, Result,
 };
 
@@ -98,14 +98,12 @@ struct Registered {
 }
 
 fn key_of(mem: &dyn DeviceMemory) -> Option<(usize, usize)> {
-    match mem.dma_target() {
+    let dma = mem.dma()?;
+    match dma.dma_target() {
         Some(t) => Some((t.ptr as usize, t.len)),
-        None => mem.dmabuf().map(|_| {
-            (
-                mem as *const dyn DeviceMemory as *const () as usize,
-                mem.len(),
-            )
-        }),
+        None => dma
+            .dmabuf()
+            .map(|_| (dma as *const dyn DmaMemory as *const () as usize, dma.len())),
     }
 }
 
@@ -317,7 +315,11 @@ impl Namespace {
             )?;
         }
         let middle = (a1 - a0) as usize;
-        n += match mem.dma_target().map(|t| (t.ptr as usize + at(a0)) % 4) {
+        n += match mem
+            .dma()
+            .and_then(|d| d.dma_target())
+            .map(|t| (t.ptr as usize + at(a0)) % 4)
+        {
             Some(0) => self.direct(write, a0, mem, at(a0), middle, issued)?,
             _ => self.staged(write, a0, mem, at(a0), middle, issued)?,
         };

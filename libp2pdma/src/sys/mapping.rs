@@ -68,12 +68,31 @@ unsafe impl Sync for RawMapping {}
 impl RawMapping {
     /// `mmap(NULL, len, PROT_READ | PROT_WRITE, sharing, fd, offset)` of
     /// device memory: copies treat it as write-combined.
-    pub fn map(fd: impl AsFd, len: usize, offset: u64, sharing: Sharing) -> Result<Self, Errno> {
-        Self::map_with(fd, len, offset, sharing, Caching::WriteCombined)
+    ///
+    /// # Safety
+    ///
+    /// Copies into the mapping (and I/O into it) change what `fd` holds at
+    /// `offset..offset + len`: the caller owns that memory, or has its
+    /// owner's leave to write it; nothing trusts its contents for memory
+    /// safety (no device reads its queues or descriptors from it), and no
+    /// Rust reference into it exists (it is another mapping's only through
+    /// raw pointers and copies).
+    pub unsafe fn map(
+        fd: impl AsFd,
+        len: usize,
+        offset: u64,
+        sharing: Sharing,
+    ) -> Result<Self, Errno> {
+        // SAFETY: The caller's promise, passed on.
+        unsafe { Self::map_with(fd, len, offset, sharing, Caching::WriteCombined) }
     }
 
     /// [`RawMapping::map`] of memory of the given type.
-    pub fn map_with(
+    ///
+    /// # Safety
+    ///
+    /// As for [`RawMapping::map`].
+    pub unsafe fn map_with(
         fd: impl AsFd,
         len: usize,
         offset: u64,
@@ -88,7 +107,8 @@ impl RawMapping {
             Sharing::Private => MapFlags::PRIVATE,
         };
         // SAFETY: A NULL hint lets the kernel choose an address, so the new
-        // mapping cannot overlap memory that Rust already uses.
+        // mapping cannot overlap memory that Rust already uses; the caller
+        // vouches for the memory it maps.
         let ptr = unsafe {
             mmap(
                 ptr::null_mut(),
@@ -433,7 +453,9 @@ mod tests {
     fn copies_are_exact_with(caching: Caching) {
         let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&memfd, 8192).unwrap();
-        let map = RawMapping::map_with(&memfd, 8192, 0, Sharing::Shared, caching).unwrap();
+        // SAFETY: A memfd of this test's own, which nothing else maps.
+        let map =
+            unsafe { RawMapping::map_with(&memfd, 8192, 0, Sharing::Shared, caching) }.unwrap();
         assert_eq!(map.caching(), caching);
         let data: Vec<u8> = (0..100u32).map(|i| (i * 7 + 3) as u8).collect();
         for offset in 0..17 {
@@ -453,7 +475,8 @@ mod tests {
     fn out_of_range_copies_are_refused() {
         let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&memfd, 4096).unwrap();
-        let map = RawMapping::map(&memfd, 4096, 0, Sharing::Shared).unwrap();
+        // SAFETY: A memfd of this test's own, which nothing else maps.
+        let map = unsafe { RawMapping::map(&memfd, 4096, 0, Sharing::Shared) }.unwrap();
         assert_eq!(map.write_at(4096, &[1]), Err(Errno::INVAL));
         assert_eq!(map.write_at(4095, &[1, 2]), Err(Errno::INVAL));
         assert_eq!(map.read_at(usize::MAX, &mut [0]), Err(Errno::INVAL));
@@ -464,7 +487,8 @@ mod tests {
     fn file_io_goes_through_the_mapping() {
         let memfd = rustix::fs::memfd_create("sys-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&memfd, 4096).unwrap();
-        let map = RawMapping::map(&memfd, 4096, 0, Sharing::Shared).unwrap();
+        // SAFETY: A memfd of this test's own, which nothing else maps.
+        let map = unsafe { RawMapping::map(&memfd, 4096, 0, Sharing::Shared) }.unwrap();
         let src = rustix::fs::memfd_create("src", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::io::pwrite(&src, b"hello, device", 0).unwrap();
         assert_eq!(map.pread_from(&src, 7, 100, 6), Ok(6));

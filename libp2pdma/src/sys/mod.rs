@@ -1,7 +1,10 @@
-//! The raw layer: one safe function per system call or ioctl the library
+//! The raw layer: one function per system call or ioctl the library
 //! makes, and the raw memory the safe layers build on.
 //!
-//! Every function here is safe to call. The `unsafe` of the crate lives in
+//! Every function here is safe to call, except those whose arguments name
+//! memory by a raw number (an allocation or mapping handle, an `mmap`
+//! offset) or give a process a device's DMA (`vfio`): those are `unsafe`,
+//! and say what the caller vouches for. The `unsafe` of the crate lives in
 //! this layer, in the queues driver (doorbells and queue entries written in
 //! place) and in the transfer engine's copy helpers (a landed chunk's bytes
 //! lent to helper threads until the copy returns).

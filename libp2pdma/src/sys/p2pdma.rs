@@ -1,6 +1,8 @@
-//! One safe function per ioctl of `/dev/p2pdma` (and `UDMABUF_CREATE` of
+//! One function per ioctl of `/dev/p2pdma` (and `UDMABUF_CREATE` of
 //! `/dev/udmabuf`): each passes the kernel pointers to memory it owns for the
-//! duration of the call.
+//! duration of the call. Those that act on an allocation or a mapping named
+//! by a raw handle (`FREE`, `UNMAP`, `BLOCK_IO`) are `unsafe`: a number can
+//! name memory another owner, or a device, is using.
 #![allow(unsafe_code)]
 
 use std::{
@@ -68,10 +70,15 @@ pub fn alloc(fd: impl AsFd, arg: &mut abi::P2pdmaAlloc) -> Result<(), Errno> {
 }
 
 /// Frees the allocation named by `arg.handle`.
+///
+/// # Safety
+///
+/// The caller owns the allocation, or has its owner's leave to free it: no
+/// one uses the handle afterwards.
 #[doc(alias = "P2PDMA_IOC_FREE")]
-pub fn free(fd: impl AsFd, arg: abi::P2pdmaFree) -> Result<(), Errno> {
+pub unsafe fn free(fd: impl AsFd, arg: abi::P2pdmaFree) -> Result<(), Errno> {
     // SAFETY: The request code is an `_IOW` of exactly `P2pdmaFree`, which the
-    // kernel only reads.
+    // kernel only reads; the caller owns the allocation.
     unsafe {
         ioctl(
             fd,
@@ -173,10 +180,16 @@ pub fn dmabuf_import(
 
 /// Releases a mapping made by [`dma_map`], [`pin_user`] or
 /// [`dmabuf_import`].
+///
+/// # Safety
+///
+/// No device uses the mapping `arg.map_handle` names any more, and no one
+/// will hand its addresses to one: a pinned page it releases can be reused
+/// for anything while a device still writes it.
 #[doc(alias = "P2PDMA_IOC_UNMAP")]
-pub fn unmap(fd: impl AsFd, arg: abi::P2pdmaUnmap) -> Result<(), Errno> {
+pub unsafe fn unmap(fd: impl AsFd, arg: abi::P2pdmaUnmap) -> Result<(), Errno> {
     // SAFETY: The request code is an `_IOW` of exactly `P2pdmaUnmap`, which
-    // the kernel only reads.
+    // the kernel only reads; the caller vouches that the mapping is unused.
     unsafe {
         ioctl(
             fd,
@@ -244,23 +257,36 @@ unsafe impl Ioctl for BlockIoArg<'_> {
 /// Moves data between a block device and an allocation by block I/O the
 /// module submits. `segs_ptr` and `num_segs` are set from `segs`; `arg` is
 /// updated in place (`bytes`).
+///
+/// # Safety
+///
+/// A read (no `P2PDMA_IO_WRITE` in `arg.flags`) has storage write the
+/// allocation `arg.handle` names: the caller owns it, or has its owner's
+/// leave to write it, and nothing trusts its contents for memory safety (no
+/// device reads its queues or descriptors from it).
 #[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
-pub fn block_io(
+pub unsafe fn block_io(
     fd: impl AsFd,
     arg: &mut abi::P2pdmaBlockIo,
     segs: &[abi::P2pdmaIoSeg],
 ) -> Result<(), Errno> {
     arg.segs_ptr = segs.as_ptr() as u64;
     arg.num_segs = u32::try_from(segs.len()).map_err(|_| Errno::INVAL)?;
-    block_io_raw(fd, arg)
+    // SAFETY: The caller vouches for the allocation.
+    unsafe { block_io_raw(fd, arg) }
 }
 
 /// [`block_io`] with `segs_ptr` and `num_segs` as the caller set them: the
-/// kernel only reads the segments, so any pointer is harmless (a bad one
-/// gives `EFAULT`).
+/// kernel only reads the segments, so any pointer there is harmless (a bad
+/// one gives `EFAULT`).
+///
+/// # Safety
+///
+/// As for [`block_io`].
 #[doc(alias = "P2PDMA_IOC_BLOCK_IO")]
-pub fn block_io_raw(fd: impl AsFd, arg: &mut abi::P2pdmaBlockIo) -> Result<(), Errno> {
-    // SAFETY: See the `Ioctl` implementation.
+pub unsafe fn block_io_raw(fd: impl AsFd, arg: &mut abi::P2pdmaBlockIo) -> Result<(), Errno> {
+    // SAFETY: See the `Ioctl` implementation; the caller vouches for the
+    // allocation.
     unsafe { ioctl(fd, BlockIoArg { arg }) }
 }
 

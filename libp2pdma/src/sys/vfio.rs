@@ -4,8 +4,11 @@
 //! BAR0 mapped for MMIO, and a BAR exported as a dma-buf.
 //!
 //! Plain ioctls through rustix (see `docs/decisions.md`). The `unsafe` here
-//! is the VFIO ioctls and the volatile accesses to the BAR mapping; every
-//! function is safe to call. Errors are sentences naming the device.
+//! is the VFIO ioctls and the volatile accesses to the BAR mapping. The
+//! functions are safe to call except the two that hand out a BAR mapping
+//! ([`Device::map_bar`], [`Function::open_noiommu`]): register writes
+//! program the device's DMA, which the caller must keep to memory it owns.
+//! Errors are sentences naming the device.
 #![allow(unsafe_code)]
 
 use std::{
@@ -544,7 +547,17 @@ impl Device {
     }
 
     /// Maps BAR `index` (a memory BAR that VFIO lets user space map).
-    pub fn map_bar(&self, index: u32) -> Result<Bar, String> {
+    ///
+    /// # Safety
+    ///
+    /// Writes to the mapping program the device, which then DMAs wherever
+    /// its registers and the commands they point at say (with no IOMMU, to
+    /// any memory of the machine). The caller gives the device only the bus
+    /// addresses of memory mapped for it that the caller owns, which no
+    /// Rust reference reaches and nothing else trusts (see
+    /// [`DmaMemory`](crate::memory::DmaMemory)), and stops the device before
+    /// releasing that memory.
+    pub unsafe fn map_bar(&self, index: u32) -> Result<Bar, String> {
         let info = self.region(index)?;
         if info.flags & VFIO_REGION_INFO_FLAG_MMAP == 0 || info.size == 0 {
             return Err(format!(
@@ -676,7 +689,14 @@ pub struct Function {
 impl Function {
     /// Opens `bdf`, bound to vfio-pci, in a no-IOMMU container. vfio-pci
     /// resets the function on the first open.
-    pub fn open_noiommu(bdf: &str) -> Result<Self, String> {
+    ///
+    /// # Safety
+    ///
+    /// The function's BAR0 is mapped ([`Function::bar`]) and its bus
+    /// mastering on: as for [`Device::map_bar`], the caller gives the device
+    /// only addresses of memory it owns for the device, and stops the
+    /// device before releasing that memory.
+    pub unsafe fn open_noiommu(bdf: &str) -> Result<Self, String> {
         let node = group_node(bdf)?;
         if !node.to_string_lossy().contains("noiommu-") {
             return Err(format!(
@@ -710,7 +730,8 @@ impl Function {
                 "PCI_COMMAND is {now:#06x} after setting {want:#06x}"
             ));
         }
-        let bar = Arc::new(device.map_bar(0)?);
+        // SAFETY: The caller's promise, passed on.
+        let bar = Arc::new(unsafe { device.map_bar(0) }?);
         Ok(Self {
             bar,
             device: Arc::new(device),

@@ -266,7 +266,7 @@ impl Core {
                 path: TransferPath::Bounce,
                 reason: "bounce path forced by configuration".into(),
             }),
-            PathPref::P2p => match mem.dma_target() {
+            PathPref::P2p => match mem.dma().and_then(|d| d.dma_target()) {
                 Some(_) => Ok(PathChoice {
                     path: TransferPath::P2p,
                     reason: if auto.path == TransferPath::P2p {
@@ -316,7 +316,7 @@ impl Core {
                     0 => String::new(),
                     b => format!(", partition at byte {b}"),
                 };
-                if mem.dma_target().is_none() {
+                if mem.dma().and_then(|d| d.dma_target()).is_none() {
                     return Err(unavailable(format!(
                         "{} has no CPU mapping to give the controller",
                         mem.kind()
@@ -340,10 +340,12 @@ impl Core {
     pub(crate) fn decide_queues(&self, ns: &Namespace, mem: &dyn DeviceMemory) -> PathChoice {
         let ctrl = ns.controller();
         let how = match mem.kind() {
-            MemoryKind::Host if mem.dma_target().is_some() => {
+            MemoryKind::Host if mem.dma().and_then(|d| d.dma_target()).is_some() => {
                 "host memory pinned for the controller (PIN_USER)".to_string()
             }
-            MemoryKind::ModuleBar { index, .. } if mem.module_allocation().is_some() => {
+            MemoryKind::ModuleBar { index, .. }
+                if mem.dma().and_then(|d| d.module_allocation()).is_some() =>
+            {
                 match ns.module().p2p_query(index, Peer::Pci(ctrl.pci())) {
                     Ok(q) => match q.distance {
                         Some(d) => format!(
@@ -360,9 +362,13 @@ impl Core {
                     ),
                 }
             }
-            k @ (MemoryKind::Cuda { .. } | MemoryKind::Dmabuf) if mem.dmabuf().is_some() => format!(
+            k @ (MemoryKind::Cuda { .. } | MemoryKind::Dmabuf)
+                if mem.dma().and_then(|d| d.dmabuf()).is_some() =>
+            {
+                format!(
                 "{k} imported for the controller as a dma-buf (DMABUF_IMPORT) where the kernel allows, host staging otherwise"
-            ),
+            )
+            }
             k => format!("through host staging buffers ({k} cannot be mapped for the controller)"),
         };
         PathChoice {
@@ -433,7 +439,7 @@ impl Core {
             pref: self.config.path,
             module: self.module.is_some(),
             mem: mem.kind(),
-            dma: mem.dma_target().is_some(),
+            dma: mem.dma().and_then(|d| d.dma_target()).is_some(),
         };
         let choice = match file.cached_choice(&key) {
             Some(c) => c,

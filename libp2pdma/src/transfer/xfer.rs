@@ -115,7 +115,7 @@ impl Xfer<'_> {
     /// aligned together (direct I/O needs both; the mapping starts on a page).
     pub(crate) fn dma_target(&self, path: &'static str) -> Result<DmaTarget> {
         let unavailable = |reason: String| Error::PathUnavailable { path, reason };
-        let target = self.mem.dma_target().ok_or_else(|| {
+        let target = self.mem.dma().and_then(|d| d.dma_target()).ok_or_else(|| {
             unavailable(format!(
                 "{} has no CPU mapping storage could DMA into",
                 self.mem.kind()

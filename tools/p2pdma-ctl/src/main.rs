@@ -226,7 +226,7 @@ impl PeerHold {
 
 fn mapping_json(m: &DmaMapping) -> serde_json::Value {
     json!({
-        "map_handle": m.map_handle,
+        "map_handle": m.map_handle(),
         "map_type": m.map_type.to_string(),
         "length": m.length,
         "segs": m.segs.iter().map(|&(addr, len)| json!({"addr": addr, "len": len})).collect::<Vec<_>>(),
@@ -239,7 +239,7 @@ fn print_mapping(json: bool, what: &str, m: &DmaMapping) {
     } else {
         println!(
             "{what}: map handle {}, {}, {} bytes in {} segment(s)",
-            m.map_handle,
+            m.map_handle(),
             m.map_type,
             m.length,
             m.segs.len()
@@ -280,7 +280,7 @@ fn block_io(
     let t = std::time::Instant::now();
     let mut moved = 0;
     for batch in segs.chunks(p2pdma_abi::P2PDMA_IO_MAX_SEGS as usize) {
-        moved += module.block_io(a.handle(), &fd, false, batch, depth)?;
+        moved += a.block_io(&fd, false, batch, depth)?;
     }
     let took = t.elapsed();
     let mut got = vec![0u8; len as usize];
@@ -328,9 +328,10 @@ fn print_done(json: bool, what: &str, handle: u64) {
 
 /// Releases a DMA mapping and says so; a failure is an error of the
 /// command.
-fn unmap_and_report(module: &Module, json: bool, m: &DmaMapping) -> Result<(), Box<dyn StdError>> {
-    module.unmap(m.map_handle)?;
-    print_done(json, "unmap", m.map_handle);
+fn unmap_and_report(module: &Module, json: bool, m: DmaMapping) -> Result<(), Box<dyn StdError>> {
+    let handle = m.map_handle();
+    module.unmap(m)?;
+    print_done(json, "unmap", handle);
     Ok(())
 }
 
@@ -468,7 +469,11 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             a.free()?;
         }
         Cmd::Free { handle } => {
-            module.free(*handle)?;
+            // SAFETY: The module file this command opened holds no
+            // allocation: the number names nothing anyone uses, and the
+            // module's answer (an error) is what the command shows.
+            #[allow(unsafe_code)]
+            unsafe { module.free(*handle) }?;
             print_done(json, "free", *handle);
         }
         Cmd::P2pQuery { dev, peer } => {
@@ -508,7 +513,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             let length = length.unwrap_or(a.size().saturating_sub(*offset));
             let m = module.dma_map(a.handle(), *offset, length, hold.peer())?;
             print_mapping(json, "dma-map", &m);
-            unmap_and_report(&module, json, &m)?;
+            unmap_and_report(&module, json, m)?;
             a.free()?;
         }
         Cmd::PinUser { size, peer } => {
@@ -518,7 +523,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
                 .map_err(|e| format!("cannot map {size} bytes of host memory: {e}"))?;
             let m = module.pin_user(buf.addr(), *size, hold.peer())?;
             print_mapping(json, "pin-user", &m);
-            unmap_and_report(&module, json, &m)?;
+            unmap_and_report(&module, json, m)?;
         }
         Cmd::BlockIo {
             dev,
@@ -529,7 +534,11 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             depth,
         } => block_io(&module, json, *dev, device, *offset, *len, *seg, *depth)?,
         Cmd::Unmap { map_handle } => {
-            module.unmap(*map_handle)?;
+            // SAFETY: The module file this command opened holds no mapping:
+            // the number names nothing a device uses, and the module's
+            // answer (an error) is what the command shows.
+            #[allow(unsafe_code)]
+            unsafe { module.unmap_raw(*map_handle) }?;
             print_done(json, "unmap", *map_handle);
         }
         Cmd::DmabufImport { size, peer } => {
@@ -537,7 +546,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
             let buf = Udmabuf::create(*size)?;
             let m = module.dmabuf_import(buf.dmabuf(), hold.peer())?;
             print_mapping(json, "dmabuf-import", &m);
-            unmap_and_report(&module, json, &m)?;
+            unmap_and_report(&module, json, m)?;
         }
         // These were run before the module was opened.
         Cmd::Sanity(_)

@@ -524,7 +524,7 @@ impl Ctx {
         let mut arg = self.good_alloc();
         f(&mut arg);
         sys::alloc(&self.module, &mut arg)?;
-        let _ = self.module.free(arg.handle);
+        let _ = self.free_raw(arg.handle);
         Ok(arg)
     }
 
@@ -537,29 +537,29 @@ impl Ctx {
     /// Checks a mapping's segments: they add up to `length`, are non-empty,
     /// and (for a bus-address mapping of accelerator memory) lie in the BAR.
     fn check_segs(&self, m: &p2pdma::DmaMapping, length: u64, in_bar: bool) -> R {
-        ensure!(!m.segs.is_empty(), "no segments");
+        self.check_seg_list(m.length, &m.segs, length, in_bar)
+    }
+
+    /// [`check_segs`](Self::check_segs) of a mapping of `mapped` bytes at
+    /// `segs`.
+    fn check_seg_list(&self, mapped: u64, segs: &[(u64, u64)], length: u64, in_bar: bool) -> R {
+        ensure!(!segs.is_empty(), "no segments");
+        ensure!(mapped == length, "length {mapped} mapped, {length} asked");
+        let total = segs.iter().fold(0u64, |t, &(_, l)| t.saturating_add(l));
         ensure!(
-            m.length == length,
-            "length {} mapped, {length} asked",
-            m.length
+            total == length,
+            "segments add up to {total}, expected {length}: {segs:x?}"
         );
         ensure!(
-            m.total_len() == length,
-            "segments add up to {}, expected {length}: {:x?}",
-            m.total_len(),
-            m.segs
-        );
-        ensure!(
-            m.segs.iter().all(|&(_, l)| l > 0),
-            "an empty segment: {:x?}",
-            m.segs
+            segs.iter().all(|&(_, l)| l > 0),
+            "an empty segment: {segs:x?}"
         );
         if in_bar {
             let (lo, hi) = (
                 self.accel.bar_bus_addr,
                 self.accel.bar_bus_addr + self.accel.bar_size,
             );
-            for &(addr, len) in &m.segs {
+            for &(addr, len) in segs {
                 ensure!(
                     addr >= lo && addr.saturating_add(len) <= hi,
                     "segment {addr:#x}+{len:#x} outside the BAR [{lo:#x}, {hi:#x})"
@@ -574,7 +574,7 @@ impl Ctx {
     /// needs. What it mapped by mistake is unmapped again.
     fn want_enospc(&self, what: &str, r: Result<(), Errno>, arg: &abi::P2pdmaDmaMap) -> R {
         if r.is_ok() {
-            let _ = self.module.unmap(arg.map_handle);
+            let _ = self.unmap_raw(arg.map_handle);
         }
         want_errno(what, r, Errno::NOSPC)?;
         ensure!(arg.num_segs >= 1, "ENOSPC with num_segs {}", arg.num_segs);

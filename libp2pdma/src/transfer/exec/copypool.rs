@@ -307,9 +307,6 @@ mod tests {
         fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
             self.inner.read_at(offset, dst)
         }
-        fn dma_target(&self) -> Option<crate::memory::DmaTarget> {
-            None
-        }
     }
 
     #[test]

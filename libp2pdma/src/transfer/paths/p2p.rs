@@ -80,7 +80,7 @@ fn module_for<'a>(
     if submit != P2pSubmit::Auto || file.is_file() {
         return None;
     }
-    let (module, handle) = mem.module_allocation()?;
+    let (module, handle) = mem.dma()?.module_allocation()?;
     module.has_block_io().then_some((&**module, handle))
 }
 
@@ -142,7 +142,12 @@ fn by_module(
     for batch in segs.chunks(abi::P2PDMA_IO_MAX_SEGS as usize) {
         let c0 = batch[0].dev_offset;
         let len: u64 = batch.iter().map(|g| g.len).sum();
-        match module.block_io(handle, x.file.fd()?, write, batch, depth) {
+        // SAFETY: `module_for` took the handle from the memory's
+        // `DmaMemory`, whose contract makes it an allocation of that
+        // memory's own, holding data only.
+        #[allow(unsafe_code)]
+        let moved = unsafe { module.block_io(handle, x.file.fd()?, write, batch, depth) };
+        match moved {
             Ok(n) if n == len => {}
             Ok(n) => {
                 return Err(Error::Short {

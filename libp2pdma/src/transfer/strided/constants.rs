@@ -37,7 +37,7 @@ pub(crate) fn scratch_like(
         MemoryKind::Host | MemoryKind::Dmabuf => Ok(Box::new(HostMemory::new(len)?)),
         MemoryKind::Cuda { ordinal, .. } => Ok(Box::new(CudaMemory::alloc(ordinal, len)?)),
         MemoryKind::ModuleBar { index, .. } => {
-            let module = match (&core.module, mem.module_allocation()) {
+            let module = match (&core.module, mem.dma().and_then(|d| d.module_allocation())) {
                 (Some(m), _) => m.clone(),
                 (None, Some((m, _))) => Arc::clone(m),
                 (None, None) => {

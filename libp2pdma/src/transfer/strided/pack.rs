@@ -15,7 +15,7 @@ use super::{
     shape::{Layout, Shape},
 };
 use crate::{
-    memory::{DeviceMemory, DmaTarget, MemoryKind},
+    memory::{DeviceMemory, MemoryKind},
     transfer::core::Report,
     Error, Result,
 };
@@ -216,9 +216,5 @@ impl DeviceMemory for Packer<'_> {
         Err(Error::InvalidArgument(
             "strided TaT staging is written, never read".into(),
         ))
-    }
-
-    fn dma_target(&self) -> Option<DmaTarget> {
-        None
     }
 }

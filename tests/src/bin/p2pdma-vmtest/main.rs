@@ -402,10 +402,9 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     drop(handle);
     drop(file);
     drop(engine);
-    let target = mem.dma_target().ok_or("module memory without a mapping")?;
+    let target = mem.mapping().as_ptr();
     let pci = accel.pci.to_string();
-    let bar_offset =
-        phys_of(target.ptr as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
+    let bar_offset = phys_of(target as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
     match (write_pattern, &x.fs_name) {
         // A file the host has no copy of: the buffered read-back is the check.
         (_, None) if !block_device => {
@@ -589,9 +588,9 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
     drop(route);
     drop(file);
     let landed = |m: &ModuleMemory, a: &p2pdma::Accelerator| -> Result<u64, String> {
-        let t = m.dma_target().ok_or("module memory without a mapping")?;
+        let t = m.mapping().as_ptr();
         let pci = a.pci.to_string();
-        Ok(phys_of(t.ptr as u64)? - bar_start(&pci, a.bar)? + x.mem_offset as u64)
+        Ok(phys_of(t as u64)? - bar_start(&pci, a.bar)? + x.mem_offset as u64)
     };
     if write {
         println!(
@@ -1165,9 +1164,9 @@ fn engine_strided(x: &StridedArgs) -> Result<(), String> {
     );
     drop(file);
     drop(engine);
-    let target = mem.dma_target().ok_or("module memory without a mapping")?;
+    let target = mem.mapping().as_ptr();
     let pci = accel.pci.to_string();
-    let bar0 = phys_of(target.ptr as u64)? - bar_start(&pci, accel.bar)?;
+    let bar0 = phys_of(target as u64)? - bar_start(&pci, accel.bar)?;
     for (mode, layout, region) in results {
         for (f, m, n) in strided_ranges(&shape, layout, mode == StridedMode::Rc, region) {
             println!(

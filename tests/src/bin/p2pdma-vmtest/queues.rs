@@ -530,11 +530,11 @@ fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     // One read left in the memory for the host to compare with vfio.img.
     let (off, len, moff) = (2 * M + 777, (3 * M + 5) as usize, (4 * M + 1) as usize);
     read_check(&ns, x, &mem, off, len, moff)?;
-    let target = mem.dma_target().ok_or("module memory without a mapping")?;
+    let target = mem.mapping().as_ptr();
     let accel = module.accelerator(0).map_err(|e| e.to_string())?;
     let pci = accel.pci.to_string();
     let bar_offset =
-        super::phys_of(target.ptr as u64)? - super::bar_start(&pci, accel.bar)? + moff as u64;
+        super::phys_of(target as u64)? - super::bar_start(&pci, accel.bar)? + moff as u64;
     println!(
         "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={off} bar_offset={bar_offset} len={len} image=vfio.img",
         accel.bar

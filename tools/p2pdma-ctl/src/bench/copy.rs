@@ -23,10 +23,19 @@ pub(super) fn copy(json_out: &mut Value) -> Res<()> {
         .map_err(|e| e.to_string())?;
     let size = 1usize << 20;
     rustix::fs::ftruncate(&fd, size as u64).map_err(|e| e.to_string())?;
-    let wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteBack)
-        .map_err(|e| e.to_string())?;
-    let wc_on_wb = RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteCombined)
-        .map_err(|e| e.to_string())?;
+    // SAFETY: A memfd of this bench's own, reached through these two
+    // mappings' copies and `pwrite` only.
+    #[allow(unsafe_code)]
+    let (wb, wc_on_wb) = unsafe {
+        (
+            RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteBack),
+            RawMapping::map_with(&fd, size, 0, Sharing::Shared, Caching::WriteCombined),
+        )
+    };
+    let (wb, wc_on_wb) = (
+        wb.map_err(|e| e.to_string())?,
+        wc_on_wb.map_err(|e| e.to_string())?,
+    );
     let bar = Module::open().ok().and_then(|m| {
         let m = Arc::new(m);
         let index = m.accelerators().ok()?.first()?.index;

@@ -476,10 +476,7 @@ pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         .map_err(|e| e.to_string())?,
     );
     let mem: &ModuleMemory = &shared;
-    let base = mem
-        .dma_target()
-        .ok_or("accelerator memory without a mapping")?
-        .ptr as usize;
+    let base = mem.mapping().as_ptr() as usize;
     // What the blocks hold, read by the kernel before anyone else: each
     // thread reads the same pseudo-random offsets at every depth.
     let offs: Vec<Vec<u64>> = (0..threads)

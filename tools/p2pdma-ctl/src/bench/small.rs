@@ -125,8 +125,7 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             len: 4096,
         };
         let t = Instant::now();
-        m.module()
-            .block_io(m.handle(), &direct, false, &[seg], 1)
+        m.block_io(&direct, false, &[seg], 1)
             .map_err(|e| e.to_string())?;
         Ok(t.elapsed().as_nanos() as f64)
     };

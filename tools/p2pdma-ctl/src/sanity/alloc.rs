@@ -8,13 +8,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use p2pdma::sys;
 use p2pdma_abi as abi;
 use rustix::{io::Errno, process::getuid};
 
 use super::{
-    all, child_outcome, round_up, skip, verify, want_errno, want_lib_errno, want_ok, write_verify,
-    Ctx, Why, KIB, MIB, PAGE, R,
+    all, child_outcome, round_up, skip, verify, want_errno, want_ok, write_verify, Ctx, Why, KIB,
+    MIB, PAGE, R,
 };
 use crate::{
     child::NOBODY,
@@ -87,7 +86,7 @@ impl Ctx {
             );
             Ok(())
         })();
-        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        let u = self.module.unmap(m).map_err(Why::from);
         all(vec![r, u])
     }
 
@@ -117,13 +116,13 @@ impl Ctx {
         let a = self.module.alloc(self.dev, PAGE, 0)?;
         let h = a.handle();
         a.free()?;
-        want_lib_errno("second FREE", self.module.free(h), Errno::NOENT)
+        want_errno("second FREE", self.free_raw(h), Errno::NOENT)
     }
 
     pub(super) fn free_never_issued(&self) -> R {
-        want_lib_errno(
+        want_errno(
             "FREE of handle u64::MAX",
-            self.module.free(u64::MAX),
+            self.free_raw(u64::MAX),
             Errno::NOENT,
         )
     }
@@ -137,29 +136,23 @@ impl Ctx {
         all(vec![
             want_errno(
                 "FREE with flags 1",
-                sys::free(&self.module, abi::P2pdmaFree { flags: 1, ..good }),
+                self.free_arg(abi::P2pdmaFree { flags: 1, ..good }),
                 Errno::INVAL,
             ),
             want_errno(
                 "FREE with reserved0 1",
-                sys::free(
-                    &self.module,
-                    abi::P2pdmaFree {
-                        reserved0: 1,
-                        ..good
-                    },
-                ),
+                self.free_arg(abi::P2pdmaFree {
+                    reserved0: 1,
+                    ..good
+                }),
                 Errno::INVAL,
             ),
             want_errno(
                 "FREE with reserved[1] 1",
-                sys::free(
-                    &self.module,
-                    abi::P2pdmaFree {
-                        reserved: [0, 1],
-                        ..good
-                    },
-                ),
+                self.free_arg(abi::P2pdmaFree {
+                    reserved: [0, 1],
+                    ..good
+                }),
                 Errno::INVAL,
             ),
             a.free()

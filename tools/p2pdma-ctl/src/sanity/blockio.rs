@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use p2pdma::{sys, sys::HostBuffer, DeviceMapping};
+use p2pdma::{sys::HostBuffer, DeviceMapping};
 use p2pdma_abi as abi;
 use rustix::{
     fs::{open, Mode, OFlags},
@@ -82,7 +82,7 @@ impl Ctx {
             depth,
             ..Default::default()
         };
-        sys::block_io(&self.module, &mut arg, segs)?;
+        self.block_io_arg(&mut arg, segs)?;
         Ok(arg.bytes)
     }
 
@@ -243,7 +243,7 @@ impl Ctx {
                 ..Default::default()
             };
             f(&mut arg);
-            sys::block_io(&self.module, &mut arg, segs)
+            self.block_io_arg(&mut arg, segs)
         };
         let fd = ro.as_raw_fd();
         let null = open("/dev/null", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
@@ -337,15 +337,12 @@ impl Ctx {
             ),
             want_errno(
                 "segments at address 0",
-                sys::block_io_raw(
-                    &self.module,
-                    &mut abi::P2pdmaBlockIo {
-                        handle: h,
-                        fd,
-                        num_segs: 1,
-                        ..Default::default()
-                    },
-                ),
+                self.block_io_raw_arg(&mut abi::P2pdmaBlockIo {
+                    handle: h,
+                    fd,
+                    num_segs: 1,
+                    ..Default::default()
+                }),
                 Errno::FAULT,
             ),
         ];

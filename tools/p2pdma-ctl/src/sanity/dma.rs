@@ -26,7 +26,7 @@ impl Ctx {
             );
             Ok(())
         })();
-        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        let u = self.module.unmap(m).map_err(Why::from);
         all(vec![r, u])
     }
 
@@ -35,7 +35,8 @@ impl Ctx {
         let full = self
             .module
             .dma_map(a.handle(), 0, a.size(), self.self_peer())?;
-        self.module.unmap(full.map_handle)?;
+        let full_segs = full.segs.clone();
+        self.module.unmap(full)?;
         let part = self
             .module
             .dma_map(a.handle(), 2 * PAGE, 4 * PAGE, self.self_peer())?;
@@ -45,7 +46,7 @@ impl Ctx {
             // segments it has.
             let mut at = 2 * PAGE;
             let mut want = None;
-            for &(addr, len) in &full.segs {
+            for &(addr, len) in &full_segs {
                 if at < len {
                     want = Some(addr + at);
                     break;
@@ -55,7 +56,7 @@ impl Ctx {
             let Some(want) = want else {
                 fail!(
                     "the full mapping's segments {:x?} do not reach offset {:#x}",
-                    full.segs,
+                    full_segs,
                     2 * PAGE
                 );
             };
@@ -64,11 +65,11 @@ impl Ctx {
                 "offset {:#x} maps at {:#x}, but the full mapping {:x?} has it at {want:#x}",
                 2 * PAGE,
                 part.segs[0].0,
-                full.segs
+                full_segs
             );
             Ok(())
         })();
-        let u = self.module.unmap(part.map_handle).map_err(Why::from);
+        let u = self.module.unmap(part).map_err(Why::from);
         all(vec![r, u])
     }
 
@@ -89,7 +90,7 @@ impl Ctx {
         let mut segs = [abi::P2pdmaDmaSeg::default(); 8];
         let r = sys::dma_map(&self.module, &mut arg, &mut segs);
         if r.is_ok() {
-            let _ = self.module.unmap(arg.map_handle);
+            let _ = self.unmap_raw(arg.map_handle);
         }
         (r, arg)
     }
@@ -206,7 +207,7 @@ impl Ctx {
             );
             Ok(())
         })();
-        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        let u = self.module.unmap(m).map_err(Why::from);
         all(vec![checks, u])
     }
 
@@ -215,12 +216,12 @@ impl Ctx {
         let m = self
             .module
             .dma_map(a.handle(), 0, a.size(), self.self_peer())?;
-        let busy = want_lib_errno(
+        let busy = want_errno(
             "FREE of a DMA-mapped allocation",
-            self.module.free(a.handle()),
+            self.free_raw(a.handle()),
             Errno::BUSY,
         );
-        let unmap = self.module.unmap(m.map_handle).map_err(Why::from);
+        let unmap = self.module.unmap(m).map_err(Why::from);
         let free = a
             .free()
             .map_err(|e| Why::Fail(format!("FREE after UNMAP: {e}")));
@@ -232,18 +233,15 @@ impl Ctx {
         let m = self
             .module
             .pin_user(buf.addr(), 64 * KIB, self.host_peer())?;
-        self.module.unmap(m.map_handle)?;
-        want_lib_errno(
-            "second UNMAP",
-            self.module.unmap(m.map_handle),
-            Errno::NOENT,
-        )
+        let h = m.map_handle();
+        self.module.unmap(m)?;
+        want_errno("second UNMAP", self.unmap_raw(h), Errno::NOENT)
     }
 
     pub(super) fn unmap_never_issued(&self) -> R {
-        want_lib_errno(
+        want_errno(
             "UNMAP of handle u64::MAX",
-            self.module.unmap(u64::MAX),
+            self.unmap_raw(u64::MAX),
             Errno::NOENT,
         )
     }
@@ -254,39 +252,33 @@ impl Ctx {
             .module
             .pin_user(buf.addr(), 64 * KIB, self.host_peer())?;
         let good = abi::P2pdmaUnmap {
-            map_handle: m.map_handle,
+            map_handle: m.map_handle(),
             ..Default::default()
         };
         all(vec![
             want_errno(
                 "UNMAP with flags 1",
-                sys::unmap(&self.module, abi::P2pdmaUnmap { flags: 1, ..good }),
+                self.unmap_arg(abi::P2pdmaUnmap { flags: 1, ..good }),
                 Errno::INVAL,
             ),
             want_errno(
                 "UNMAP with reserved0 1",
-                sys::unmap(
-                    &self.module,
-                    abi::P2pdmaUnmap {
-                        reserved0: 1,
-                        ..good
-                    },
-                ),
+                self.unmap_arg(abi::P2pdmaUnmap {
+                    reserved0: 1,
+                    ..good
+                }),
                 Errno::INVAL,
             ),
             want_errno(
                 "UNMAP with reserved[0] 1",
-                sys::unmap(
-                    &self.module,
-                    abi::P2pdmaUnmap {
-                        reserved: [1, 0],
-                        ..good
-                    },
-                ),
+                self.unmap_arg(abi::P2pdmaUnmap {
+                    reserved: [1, 0],
+                    ..good
+                }),
                 Errno::INVAL,
             ),
             self.module
-                .unmap(m.map_handle)
+                .unmap(m)
                 .map_err(|e| Why::Fail(format!("UNMAP after the refused ones: {e}"))),
         ])
     }

@@ -12,7 +12,7 @@ use rustix::{
     io::Errno,
 };
 
-use super::{all, want_lib_errno, Ctx, Why, KIB, MIB, R};
+use super::{all, want_errno, want_lib_errno, Ctx, Why, KIB, MIB, R};
 
 /// The PCI functions of the machine with their class code and whether a
 /// driver has them, by address.
@@ -30,10 +30,11 @@ impl Ctx {
         let buf = self.udmabuf(MIB)?;
         let m = self.module.dmabuf_import(buf.dmabuf(), self.host_peer())?;
         let checks = self.check_segs(&m, MIB, false);
-        let u = self.module.unmap(m.map_handle).map_err(Why::from);
-        let again = want_lib_errno(
+        let h = m.map_handle();
+        let u = self.module.unmap(m).map_err(Why::from);
+        let again = want_errno(
             "second UNMAP of the import",
-            self.module.unmap(m.map_handle),
+            self.unmap_raw(h),
             Errno::NOENT,
         );
         all(vec![checks, u, again])
@@ -46,7 +47,7 @@ impl Ctx {
         let import = |fd| {
             let r = self.module.dmabuf_import(fd, self.host_peer());
             if let Ok(m) = &r {
-                let _ = self.module.unmap(m.map_handle);
+                let _ = self.unmap_raw(m.map_handle());
             }
             r
         };
@@ -67,7 +68,7 @@ impl Ctx {
     /// Imports `buf` for `peer`; what it maps by mistake is unmapped again.
     fn import_once(&self, buf: &p2pdma::Udmabuf, peer: Peer<'_>) -> p2pdma::Result<()> {
         let m = self.module.dmabuf_import(buf.dmabuf(), peer)?;
-        let _ = self.module.unmap(m.map_handle);
+        let _ = self.module.unmap(m);
         Ok(())
     }
 
@@ -88,11 +89,11 @@ impl Ctx {
             p2pdma::HostBuffer::new(64 * KIB as usize).map_err(|e| format!("host buffer: {e}"))?;
         let dma_map = self.module.dma_map(a.handle(), 0, 64 * KIB, peer);
         if let Ok(m) = &dma_map {
-            let _ = self.module.unmap(m.map_handle);
+            let _ = self.unmap_raw(m.map_handle());
         }
         let pin = self.module.pin_user(host.addr(), 64 * KIB, peer);
         if let Ok(m) = &pin {
-            let _ = self.module.unmap(m.map_handle);
+            let _ = self.unmap_raw(m.map_handle());
         }
         all(vec![
             want_lib_errno(
@@ -156,12 +157,12 @@ impl Ctx {
         let mut checks = Vec::new();
         for i in 0..max {
             match self.module.dmabuf_import(buf.dmabuf(), peer) {
-                Ok(m) => held.push(m.map_handle),
+                Ok(m) => held.push(m.map_handle()),
                 Err(e) => checks.push(Err(Why::Fail(format!("import {} of {max}: {e}", i + 1)))),
             }
         }
         let over = self.module.dmabuf_import(buf.dmabuf(), peer);
-        let over_handle = over.as_ref().ok().map(|m| m.map_handle);
+        let over_handle = over.as_ref().ok().map(|m| m.map_handle());
         checks.push(want_lib_errno(
             &format!("import {} of one dma-buf", max + 1),
             over.map(|_| ()),
@@ -172,14 +173,17 @@ impl Ctx {
                 .map_err(|e| Why::Fail(format!("import of a second dma-buf: {e}"))),
         );
         if let Some(h) = held.pop() {
-            checks.push(self.module.unmap(h).map_err(Why::from));
+            checks.push(
+                self.unmap_raw(h)
+                    .map_err(|e| Why::Fail(format!("UNMAP: {e}"))),
+            );
             match self.module.dmabuf_import(buf.dmabuf(), peer) {
-                Ok(m) => held.push(m.map_handle),
+                Ok(m) => held.push(m.map_handle()),
                 Err(e) => checks.push(Err(Why::Fail(format!("import after releasing one: {e}")))),
             }
         }
         for h in held.into_iter().chain(over_handle) {
-            if let Err(e) = self.module.unmap(h) {
+            if let Err(e) = self.unmap_raw(h) {
                 checks.push(Err(Why::Fail(format!("UNMAP of import {h}: {e}"))));
             }
         }

@@ -1,7 +1,7 @@
 //! User mappings of an allocation: two of one allocation, the bounds of the
 //! copy routines, and the `mmap` arguments the module refuses.
 
-use p2pdma::sys::{RawMapping, Sharing};
+use p2pdma::sys::Sharing;
 use rustix::io::Errno;
 
 use super::{all, round_up, verify, want_errno, Ctx, Why, KIB, PAGE, R};
@@ -62,7 +62,7 @@ impl Ctx {
                 "mmap-wrong-offset",
                 want_errno(
                     &format!("mmap at offset {wrong:#x}, which no allocation has"),
-                    RawMapping::map(&self.module, len, wrong, Sharing::Shared),
+                    self.map_raw(len, wrong, Sharing::Shared),
                     Errno::INVAL,
                 ),
             ),
@@ -70,7 +70,7 @@ impl Ctx {
                 "mmap-private",
                 want_errno(
                     "mmap with MAP_PRIVATE",
-                    RawMapping::map(&self.module, len, a.mmap_offset(), Sharing::Private),
+                    self.map_raw(len, a.mmap_offset(), Sharing::Private),
                     Errno::INVAL,
                 ),
             ),
@@ -78,12 +78,7 @@ impl Ctx {
                 "mmap-too-long",
                 want_errno(
                     "mmap one page longer than the allocation",
-                    RawMapping::map(
-                        &self.module,
-                        len + PAGE as usize,
-                        a.mmap_offset(),
-                        Sharing::Shared,
-                    ),
+                    self.map_raw(len + PAGE as usize, a.mmap_offset(), Sharing::Shared),
                     Errno::INVAL,
                 ),
             ),

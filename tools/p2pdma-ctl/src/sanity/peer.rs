@@ -135,7 +135,7 @@ impl Ctx {
             .dma_map(a.handle(), 0, a.size(), Peer::Fd(fd.as_fd()));
         if q.map_type == MapType::NotSupported {
             if let Ok(m) = &r {
-                let _ = self.module.unmap(m.map_handle);
+                let _ = self.unmap_raw(m.map_handle());
             }
             return want_lib_errno(
                 &format!("DMA_MAP for {path}, which P2P_QUERY says cannot reach the accelerator"),
@@ -167,14 +167,14 @@ impl Ctx {
                             m.segs, c.segs
                         ))));
                     }
-                    checks.push(self.module.unmap(c.map_handle).map_err(Why::from));
+                    checks.push(self.module.unmap(c).map_err(Why::from));
                 }
                 Err(e) => checks.push(Err(Why::Fail(format!(
                     "DMA_MAP for controller {pci} of {name}: {e}"
                 )))),
             }
         }
-        checks.push(self.module.unmap(m.map_handle).map_err(Why::from));
+        checks.push(self.module.unmap(m).map_err(Why::from));
         all(checks)
     }
 
@@ -225,7 +225,7 @@ impl Ctx {
                     .map_err(|e| format!("P2P_QUERY for {name}: {e}"))?;
                 let r = self.module.dma_map(a.handle(), 0, a.size(), peer);
                 if let Ok(m) = &r {
-                    let _ = self.module.unmap(m.map_handle);
+                    let _ = self.unmap_raw(m.map_handle());
                 }
                 match (q.map_type, r) {
                     (MapType::NotSupported, r) => want_lib_errno(

@@ -10,7 +10,7 @@ use std::{
 
 use p2pdma::{
     sys::{self, HostBuffer},
-    DmaMapping, MapType, Peer,
+    Peer,
 };
 use p2pdma_abi as abi;
 use rustix::{
@@ -162,7 +162,7 @@ impl Ctx {
             }
             Ok(())
         })();
-        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        let u = self.module.unmap(m).map_err(Why::from);
         all(vec![checks, u])
     }
 
@@ -172,7 +172,7 @@ impl Ctx {
         let pin = |va: u64, len: u64| {
             let r = self.module.pin_user(va, len, peer);
             if let Ok(m) = &r {
-                let _ = self.module.unmap(m.map_handle);
+                let _ = self.unmap_raw(m.map_handle());
             }
             r
         };
@@ -191,7 +191,7 @@ impl Ctx {
         drop(b);
         let unmapped = sys::pin_user(&self.module, &mut arg, &mut segs);
         if unmapped.is_ok() {
-            let _ = self.module.unmap(arg.map_handle);
+            let _ = self.unmap_raw(arg.map_handle);
         }
         all(vec![
             want_errno("PIN_USER of unmapped memory", unmapped, Errno::FAULT),
@@ -229,14 +229,8 @@ impl Ctx {
     }
 
     /// `PIN_USER` with `flags` added to the peer's, with room for a segment
-    /// per page; the mapping as the library describes one.
-    fn pin_flags(
-        &self,
-        va: u64,
-        len: u64,
-        peer: Peer<'_>,
-        flags: u32,
-    ) -> Result<DmaMapping, Errno> {
+    /// per page.
+    fn pin_flags(&self, va: u64, len: u64, peer: Peer<'_>, flags: u32) -> Result<RawPin, Errno> {
         let (pf, p) = peer.to_abi();
         let mut arg = abi::P2pdmaDmaMap {
             flags: pf | flags,
@@ -249,9 +243,8 @@ impl Ctx {
         let mut segs = vec![abi::P2pdmaDmaSeg::default(); n];
         sys::pin_user(&self.module, &mut arg, &mut segs)?;
         segs.truncate(arg.num_segs as usize);
-        Ok(DmaMapping {
+        Ok(RawPin {
             map_handle: arg.map_handle,
-            map_type: MapType::from_raw(arg.map_type),
             length: arg.length,
             segs: segs.iter().map(|s| (s.addr, s.len)).collect(),
         })
@@ -319,7 +312,7 @@ impl Ctx {
         let reads = pin(abi::P2PDMA_MAP_PEER_READS);
         let checks = all(vec![
             match &reads {
-                Ok(m) => self.check_segs(m, len, false),
+                Ok(m) => self.check_seg_list(m.length, &m.segs, len, false),
                 Err(e) => fail!(
                     "PIN_USER of a read-only buffer with P2PDMA_MAP_PEER_READS gave {}",
                     ename(*e)
@@ -368,7 +361,7 @@ impl Ctx {
                 .pin_user(addr, HUGE_LEN, peer)
                 .map_err(|e| format!("PIN_USER of {how} for the accelerator: {e}"))?;
             let r = self.check_segs(&m, HUGE_LEN, false);
-            let u = self.module.unmap(m.map_handle).map_err(Why::from);
+            let u = self.module.unmap(m).map_err(Why::from);
             all(vec![r, u])
         };
 
@@ -464,7 +457,7 @@ impl Ctx {
             .dmabuf_import(dmabuf.as_fd(), self.self_peer())
             .map_err(|e| format!("DMABUF_IMPORT of a hugetlb udmabuf for the accelerator: {e}"))?;
         let r = self.check_segs(&m, HUGE_LEN, false);
-        let u = self.module.unmap(m.map_handle).map_err(Why::from);
+        let u = self.module.unmap(m).map_err(Why::from);
         all(vec![r, u])
     }
 
@@ -512,4 +505,12 @@ fn protect(buf: &HostBuffer, prot: MprotectFlags) -> R {
     // copies, and not during this case's read-only phase).
     unsafe { rustix::mm::mprotect(buf.as_raw().cast(), buf.len(), prot) }
         .map_err(|e| Why::Fail(format!("mprotect: {}", ename(e))))
+}
+
+/// What a `PIN_USER` sent by hand made: its handle, the length it mapped
+/// and the segments.
+struct RawPin {
+    map_handle: u64,
+    length: u64,
+    segs: Vec<(u64, u64)>,
 }

@@ -5,7 +5,7 @@
 use std::{io::IoSlice, os::fd::AsFd, process::Stdio, thread, time::Duration};
 
 use p2pdma::{
-    sys::{self, HostBuffer, RawMapping, Sharing},
+    sys::{self, HostBuffer, Sharing},
     Module,
 };
 use p2pdma_abi as abi;
@@ -70,7 +70,7 @@ impl Ctx {
         write_verify(&map, 32)?;
         let (len, off) = (a.size() as usize, a.mmap_offset());
         self.fork_expect("mmap of the inherited fd", Errno::PERM, || {
-            child::code(&RawMapping::map(&self.module, len, off, Sharing::Shared))
+            child::code(&self.map_raw(len, off, Sharing::Shared))
         })?;
         verify(&map, 32, "parent's data after the child's mmap")
     }
@@ -89,13 +89,10 @@ impl Ctx {
             "FREE of the parent's handle on the inherited fd",
             Errno::PERM,
             || {
-                child::code(&sys::free(
-                    &self.module,
-                    abi::P2pdmaFree {
-                        handle,
-                        ..Default::default()
-                    },
-                ))
+                child::code(&self.free_arg(abi::P2pdmaFree {
+                    handle,
+                    ..Default::default()
+                }))
             },
         )?;
         a.free()
@@ -107,23 +104,20 @@ impl Ctx {
         let m = self
             .module
             .pin_user(buf.addr(), 64 * KIB, self.host_peer())?;
-        let map_handle = m.map_handle;
+        let map_handle = m.map_handle();
         let in_child = self.fork_expect(
             "UNMAP of the parent's mapping on the inherited fd",
             Errno::PERM,
             || {
-                child::code(&sys::unmap(
-                    &self.module,
-                    abi::P2pdmaUnmap {
-                        map_handle,
-                        ..Default::default()
-                    },
-                ))
+                child::code(&self.unmap_arg(abi::P2pdmaUnmap {
+                    map_handle,
+                    ..Default::default()
+                }))
             },
         );
         let parent = self
             .module
-            .unmap(map_handle)
+            .unmap(m)
             .map_err(|e| Why::Fail(format!("the parent's UNMAP after the child's attempt: {e}")));
         all(vec![in_child, parent])
     }

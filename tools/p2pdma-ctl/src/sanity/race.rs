@@ -156,24 +156,75 @@ impl Ctx {
         Ok(arg.map_handle)
     }
 
+    /// `FREE` of `handle`, whatever it names.
     pub(super) fn free_raw(&self, handle: u64) -> Result<(), Errno> {
-        sys::free(
-            &self.module,
-            abi::P2pdmaFree {
-                handle,
-                ..Default::default()
-            },
-        )
+        self.free_arg(abi::P2pdmaFree {
+            handle,
+            ..Default::default()
+        })
     }
 
+    /// `UNMAP` of `map_handle`, whatever it names.
     pub(super) fn unmap_raw(&self, map_handle: u64) -> Result<(), Errno> {
-        sys::unmap(
-            &self.module,
-            abi::P2pdmaUnmap {
-                map_handle,
-                ..Default::default()
-            },
-        )
+        self.unmap_arg(abi::P2pdmaUnmap {
+            map_handle,
+            ..Default::default()
+        })
+    }
+
+    /// `mmap` of `len` bytes of this file at `offset`, whatever it names.
+    #[allow(unsafe_code)]
+    pub(super) fn map_raw(
+        &self,
+        len: usize,
+        offset: u64,
+        sharing: Sharing,
+    ) -> Result<RawMapping, Errno> {
+        // SAFETY: The sanity cases' allocations hold test patterns, reached
+        // through copies only, and no device is given their addresses:
+        // writing any of them through a mapping is what the cases check.
+        unsafe { RawMapping::map(&self.module, len, offset, sharing) }
+    }
+
+    /// `FREE` with the argument as built, whatever its handle names.
+    #[allow(unsafe_code)]
+    pub(super) fn free_arg(&self, arg: abi::P2pdmaFree) -> Result<(), Errno> {
+        // SAFETY: The sanity cases give no device the addresses of what
+        // they allocate or map (only the module's answers are checked), and
+        // their allocations are reached through copies only: freeing any
+        // number, stale or foreign, leaves nothing writing or trusting
+        // released memory. The module checks the number, which is what
+        // these cases test.
+        unsafe { sys::free(&self.module, arg) }
+    }
+
+    /// `UNMAP` with the argument as built, whatever its handle names.
+    #[allow(unsafe_code)]
+    pub(super) fn unmap_arg(&self, arg: abi::P2pdmaUnmap) -> Result<(), Errno> {
+        // SAFETY: As for `free_arg`: no device is given the addresses of a
+        // mapping the sanity cases make.
+        unsafe { sys::unmap(&self.module, arg) }
+    }
+
+    /// `BLOCK_IO` with the argument as built, whatever its handle names.
+    #[allow(unsafe_code)]
+    pub(super) fn block_io_arg(
+        &self,
+        arg: &mut abi::P2pdmaBlockIo,
+        segs: &[abi::P2pdmaIoSeg],
+    ) -> Result<(), Errno> {
+        // SAFETY: As for `free_arg`: the sanity cases' allocations hold test
+        // patterns, reached through copies; storage writing any of them is
+        // what the block-I/O cases check.
+        unsafe { sys::block_io(&self.module, arg, segs) }
+    }
+
+    /// [`block_io_arg`](Self::block_io_arg) with the segment pointer and
+    /// count as built.
+    #[allow(unsafe_code)]
+    pub(super) fn block_io_raw_arg(&self, arg: &mut abi::P2pdmaBlockIo) -> Result<(), Errno> {
+        // SAFETY: As for `block_io_arg`.
+        unsafe { sys::block_io_raw(&self.module, arg) }
     }
 
     /// One thread `DMA_MAP`s an allocation (and keeps the mapping) while
@@ -398,9 +449,7 @@ impl Ctx {
                             }
                             _ => {
                                 let Some(a) = pick(&mut rng, allocs) else { continue };
-                                let m = match RawMapping::map(
-                                    &self.module,
-                                    a.size as usize,
+                                let m = match self.map_raw(a.size as usize,
                                     a.mmap_offset,
                                     Sharing::Shared,
                                 ) {

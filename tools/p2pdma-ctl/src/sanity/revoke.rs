@@ -182,7 +182,7 @@ impl Ctx {
             Ok(a) => {
                 handles.push(("allocation", a.handle()));
                 match self.module.dma_map(a.handle(), 0, a.size(), peer) {
-                    Ok(m) => handles.push(("DMA_MAP mapping", m.map_handle)),
+                    Ok(m) => handles.push(("DMA_MAP mapping", m.map_handle())),
                     Err(e) => setup.push(Err(Why::Fail(format!("DMA_MAP: {e}")))),
                 }
             }
@@ -190,7 +190,7 @@ impl Ctx {
         }
         match &host {
             Ok(b) => match self.module.pin_user(b.addr(), 64 * KIB, peer) {
-                Ok(m) => handles.push(("PIN_USER mapping", m.map_handle)),
+                Ok(m) => handles.push(("PIN_USER mapping", m.map_handle())),
                 Err(e) => setup.push(Err(Why::Fail(format!(
                     "PIN_USER with the accelerator as the peer: {e}"
                 )))),
@@ -200,7 +200,7 @@ impl Ctx {
         let udmabuf = self.udmabuf(64 * KIB);
         match &udmabuf {
             Ok(b) => match self.module.dmabuf_import(b.dmabuf(), peer) {
-                Ok(m) => handles.push(("DMABUF_IMPORT mapping", m.map_handle)),
+                Ok(m) => handles.push(("DMABUF_IMPORT mapping", m.map_handle())),
                 Err(e) => setup.push(Err(Why::Fail(format!(
                     "DMABUF_IMPORT with the accelerator as the peer: {e}"
                 )))),
@@ -235,7 +235,7 @@ impl Ctx {
                 // Release everything; the unbind may then finish.
                 for &(what, h) in &handles {
                     if what != "allocation" {
-                        let _ = self.module.unmap(h);
+                        let _ = self.unmap_raw(h);
                     }
                 }
                 drop(alloc);
@@ -276,7 +276,7 @@ impl Ctx {
                     };
                     want_errno(
                         "BLOCK_IO on a revoked allocation",
-                        sys::block_io(&self.module, &mut arg, &[seg]),
+                        self.block_io_arg(&mut arg, &[seg]),
                         Errno::NODEV,
                     )
                 }
@@ -303,21 +303,15 @@ impl Ctx {
         handles.sort_by_key(|&(what, _)| what == "allocation");
         for &(what, h) in &handles {
             let r = if what == "allocation" {
-                sys::free(
-                    &self.module,
-                    abi::P2pdmaFree {
-                        handle: h,
-                        ..Default::default()
-                    },
-                )
+                self.free_arg(abi::P2pdmaFree {
+                    handle: h,
+                    ..Default::default()
+                })
             } else {
-                sys::unmap(
-                    &self.module,
-                    abi::P2pdmaUnmap {
-                        map_handle: h,
-                        ..Default::default()
-                    },
-                )
+                self.unmap_arg(abi::P2pdmaUnmap {
+                    map_handle: h,
+                    ..Default::default()
+                })
             };
             release.push(
                 r.map_err(|e| Why::Fail(format!("releasing the revoked {what}: {}", ename(e)))),
@@ -529,7 +523,7 @@ impl Ctx {
             if held.len() < MAX_HELD && !done {
                 let i = k % targets.len();
                 k += 1;
-                match RawMapping::map(&self.module, len as usize, targets[i], Sharing::Shared) {
+                match self.map_raw(len as usize, targets[i], Sharing::Shared) {
                     Ok(m) => {
                         log.maps.fetch_add(1, SeqCst);
                         if probe(i, &m) && unbinding {

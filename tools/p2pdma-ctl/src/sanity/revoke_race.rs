@@ -143,7 +143,7 @@ impl Ctx {
                             Ok(m) => {
                                 log.made.fetch_add(1, SeqCst);
                                 let old = held.lock().ok().and_then(|mut h| {
-                                    h.push_back(m.map_handle);
+                                    h.push_back(m.map_handle());
                                     (h.len() > KEEP).then(|| h.pop_front()).flatten()
                                 });
                                 if let Some(old) = old {

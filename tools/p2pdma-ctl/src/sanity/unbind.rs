@@ -233,7 +233,7 @@ impl Ctx {
             &mut [abi::P2pdmaDmaSeg::default(); 4],
         );
         if r.is_ok() {
-            let _ = self.module.unmap(arg.map_handle);
+            let _ = self.unmap_raw(arg.map_handle);
         }
         suite.report(
             "unbind-dma-map-enodev",
