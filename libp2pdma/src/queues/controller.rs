@@ -553,11 +553,13 @@ impl Controller {
             PeerAccess::ReadWrite,
         )?;
         let (handle, seg_list) = (map.map_handle(), map.segs.clone());
-        let unmap = |e: Error| {
+        let unmap_queues = || {
             // SAFETY: The queue memory's mapping, on a failure before the
-            // controller runs: it was disabled above, and `registers::enable`
-            // disables it again when it fails.
+            // controller runs (it was disabled above), or once it is stopped.
             let _ = unsafe { module.unmap_raw(handle) };
+        };
+        let unmap = |e: Error| {
+            unmap_queues();
             e
         };
         if map.map_type == MapType::NotSupported {
@@ -611,7 +613,22 @@ impl Controller {
             None,
         );
         let (asq, acq) = admin.bus();
-        registers::enable(&bar, ADMIN_ENTRIES, asq, acq).map_err(|e| unmap(io_err(e)))?;
+        if let Err(e) = registers::enable(&bar, ADMIN_ENTRIES, asq, acq) {
+            // It may have started fetching from its admin queue: the queue
+            // memory goes back only once it is stopped, and stays with this
+            // process (its module file kept open) if nothing stops it.
+            let given = (mem, module.clone());
+            let released = health.release_when_stopped(given, |given| {
+                unmap_queues();
+                drop(given);
+            });
+            if released {
+                return Err(io_err(e));
+            }
+            return Err(io_err(format!(
+                "{e}; the controller could not be stopped, so its queue memory stays allocated until the process ends"
+            )));
+        }
         let mut ctrl = Self {
             pci,
             bdf: bdf.clone(),

@@ -226,6 +226,19 @@ impl Health {
         stopped
     }
 
+    /// Hands `given` (memory the controller was pointed at) back with
+    /// `release` once the controller is stopped; keeps it until the process
+    /// ends if nothing stops it. Whether it was released.
+    pub(crate) fn release_when_stopped<T>(&self, given: T, release: impl FnOnce(T)) -> bool {
+        if self.stop() {
+            release(given);
+            true
+        } else {
+            std::mem::forget(given);
+            false
+        }
+    }
+
     /// Ends the process when the controller failed and could not be
     /// stopped: memory its commands may still write is about to go back to
     /// its owner, and only the process's death (vfio-pci resets the device
@@ -1305,6 +1318,46 @@ mod tests {
             m.join().unwrap()
         });
         assert!(!early, "CC.EN was cleared while CSTS.RDY was still 0");
+    }
+
+    #[test]
+    fn memory_given_to_a_controller_goes_back_only_once_it_is_stopped() {
+        struct Given<'a>(&'a std::sync::atomic::AtomicBool);
+        impl Drop for Given<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        for stoppable in [true, false] {
+            // A controller enabled and ready; one that stops clears RDY
+            // once EN is cleared, one that does not keeps it set.
+            let bar = Arc::new(Bar::anonymous(0x2000));
+            bar.write32(nvme::reg::CC, 1).unwrap();
+            bar.write32(nvme::reg::CSTS, 1).unwrap();
+            let health = Health::new(Stopper {
+                bar: bar.clone(),
+                ready_timeout: Duration::from_millis(100),
+                device: None,
+            });
+            let dropped = std::sync::atomic::AtomicBool::new(false);
+            let released = thread::scope(|s| {
+                let model = s.spawn(|| {
+                    while bar.read32(nvme::reg::CC).unwrap() & 1 != 0 {
+                        std::hint::spin_loop();
+                    }
+                    if stoppable {
+                        bar.write32(nvme::reg::CSTS, 0).unwrap();
+                    }
+                    dropped.load(Ordering::SeqCst)
+                });
+                let released = health.release_when_stopped(Given(&dropped), drop);
+                let dropped_before_en_cleared = model.join().unwrap();
+                assert!(!dropped_before_en_cleared);
+                released
+            });
+            assert_eq!(released, stoppable);
+            assert_eq!(dropped.load(Ordering::SeqCst), stoppable);
+        }
     }
 
     #[test]
