@@ -201,11 +201,14 @@ pub(crate) fn build_io(
     cmd: &IoCommand<'_>,
     ns: Option<&NamespaceInfo>,
     max_transfer: usize,
-    pci: PciAddress,
+    ctrl: Instance,
 ) -> Result<(Command, Option<DataPtr>)> {
     let bad = |why: String| Err(Error::InvalidArgument(format!("{}: {why}", cmd.name())));
     let Some(ns) = ns else {
-        return bad(format!("namespace {} is not active on {pci}", cmd.nsid));
+        return bad(format!(
+            "namespace {} is not active on {}",
+            cmd.nsid, ctrl.pci
+        ));
     };
     if ns.metadata != 0 {
         return bad(format!(
@@ -259,11 +262,8 @@ pub(crate) fn build_io(
             cmd.slba, cmd.blocks, ns.nsid, ns.blocks
         ));
     }
-    if data.map.pci != pci {
-        return bad(format!(
-            "the payload is mapped for {}, not for this controller ({pci})",
-            data.map.pci
-        ));
+    if let Some(why) = ctrl.refuses(&data.map.ctrl) {
+        return bad(why);
     }
     let (needs, what) = if cmd.opcode == io::READ {
         (PeerAccess::WriteOnly, "write")
@@ -394,6 +394,37 @@ pub(super) fn vector_plan(queues: usize, vectors: usize) -> Vec<Option<usize>> {
     (1..vectors).take(queues).map(Some).collect()
 }
 
+/// One controller object: the PCI function, and which of the controllers
+/// this process set up on it. Mappings are made for one and are refused by
+/// any other, a later one on the same function included (its memory may
+/// have been revoked and the function reset in between).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Instance {
+    pub(crate) pci: PciAddress,
+    pub(crate) id: u64,
+}
+
+impl Instance {
+    /// Why a payload mapped for `other` may not be used by this one.
+    pub(crate) fn refuses(&self, other: &Instance) -> Option<String> {
+        if other.pci != self.pci {
+            return Some(format!(
+                "the payload is mapped for {}, not for this controller ({})",
+                other.pci, self.pci
+            ));
+        }
+        (other.id != self.id).then(|| {
+            format!(
+                "the payload is mapped for an earlier controller object on {} (map it again for this one)",
+                self.pci
+            )
+        })
+    }
+}
+
+/// Controller objects set up so far, numbering them from 1.
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
 /// Where the queues live in the accelerator allocation.
 #[derive(Clone, Copy, Debug)]
 struct Layout {
@@ -451,6 +482,8 @@ static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 /// to vfio-pci; see [`claim::give_back`]).
 pub struct Controller {
     pci: PciAddress,
+    /// Which controller object this is (see [`Instance`]).
+    id: u64,
     bdf: String,
     /// The controller's own file of the module: its queue memory, and the
     /// mappings, pins and imports made for it.
@@ -631,6 +664,7 @@ impl Controller {
         }
         let mut ctrl = Self {
             pci,
+            id: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             bdf: bdf.clone(),
             module: module.clone(),
             mode,
@@ -996,6 +1030,13 @@ impl Controller {
         Ok(())
     }
 
+    fn instance(&self) -> Instance {
+        Instance {
+            pci: self.pci,
+            id: self.id,
+        }
+    }
+
     /// Its PCI address.
     pub fn pci(&self) -> PciAddress {
         self.pci
@@ -1204,7 +1245,7 @@ impl Controller {
             module: Some(module),
             map,
             segs,
-            pci: self.pci,
+            ctrl: self.instance(),
             access,
             skip,
             len,
@@ -1285,8 +1326,8 @@ impl Controller {
                 if p.len != n {
                     return refuse(&format!("it moves {n} bytes, the payload holds {}", p.len));
                 }
-                if p.map.pci != self.pci {
-                    return refuse("the payload is mapped for another device");
+                if let Some(why) = self.instance().refuses(&p.map.ctrl) {
+                    return refuse(&why);
                 }
                 let needs = match cmd.opcode & 3 {
                     1 => PeerAccess::ReadOnly,
@@ -1559,7 +1600,7 @@ impl<'s, 'env> Scope<'s, 'env> {
             return Err(ctrl.failed("no I/O queue".into()));
         }
         let ns = self.namespace(cmd.nsid)?;
-        let (raw, prps) = build_io(cmd, ns, ctrl.max_transfer, ctrl.pci)?;
+        let (raw, prps) = build_io(cmd, ns, ctrl.max_transfer, ctrl.instance())?;
         let q = &ctrl.io[queue % ctrl.io.len()];
         self.outstanding.fetch_add(1, Ordering::Relaxed);
         let t = match q.submit(&raw, prps.as_ref(), (deadline, self.id), ring) {
@@ -1775,7 +1816,7 @@ pub struct Mapped<'m> {
     map: DmaMapping,
     segs: Segments,
     /// The controller it is mapped for, and what that may do.
-    pci: PciAddress,
+    ctrl: Instance,
     access: PeerAccess,
     /// Bytes between the first mapped page and the range asked for.
     skip: usize,
@@ -1787,7 +1828,7 @@ pub struct Mapped<'m> {
 impl fmt::Debug for Mapped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mapped")
-            .field("pci", &self.pci)
+            .field("pci", &self.ctrl.pci)
             .field("access", &self.access)
             .field("len", &self.len)
             .finish()
@@ -1842,7 +1883,7 @@ impl<'m> Mapped<'m> {
     /// no module: the tests' memory.
     #[cfg(test)]
     pub(crate) fn for_test(
-        pci: PciAddress,
+        ctrl: Instance,
         segs: &[(u64, u64)],
         skip: usize,
         len: usize,
@@ -1857,7 +1898,7 @@ impl<'m> Mapped<'m> {
                 segs: segs.to_vec(),
             },
             segs: Segments::new(segs).unwrap_or_default(),
-            pci,
+            ctrl,
             access,
             skip,
             len,

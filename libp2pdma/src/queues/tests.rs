@@ -21,7 +21,8 @@ use proptest::{prelude::*, strategy::ValueTree};
 
 use super::{
     controller::{
-        admin_data_len, build_io, vector_plan, AdminCommand, IoCommand, Mapped, NamespaceInfo,
+        admin_data_len, build_io, vector_plan, AdminCommand, Instance, IoCommand, Mapped,
+        NamespaceInfo,
     },
     qpair::{Health, Place, QueuePair, Stopper},
 };
@@ -37,6 +38,11 @@ const ARENA_PAGES: usize = 80;
 /// What memory outside every payload holds.
 const CANARY: u8 = 0xa5;
 const ENTRIES: u16 = 8;
+
+/// The controller object the tests' memory is mapped for.
+fn owner() -> Instance {
+    Instance { pci: pci(), id: 1 }
+}
 
 fn pci() -> PciAddress {
     PciAddress {
@@ -340,7 +346,7 @@ fn run(cases: &[Case]) -> Result<(), TestCaseError> {
             })
             .collect();
         let range = c.pages.len() * PAGE - c.skip;
-        let mapped = Mapped::for_test(pci(), &segs, c.skip, range, c.access);
+        let mapped = Mapped::for_test(owner(), &segs, c.skip, range, c.access);
         let ns = NamespaceInfo {
             nsid: 1,
             blocks: NS_BLOCKS,
@@ -359,7 +365,7 @@ fn run(cases: &[Case]) -> Result<(), TestCaseError> {
         } else {
             IoCommand::write(1, c.slba, c.blocks, payload)
         };
-        let built = build_io(&cmd, Some(&ns), c.max_transfer, pci());
+        let built = build_io(&cmd, Some(&ns), c.max_transfer, owner());
         let want = sound(c, range, NS_BLOCKS);
         prop_assert_eq!(
             built.is_ok(),
@@ -444,7 +450,7 @@ fn a_command_longer_than_its_payload_is_refused() {
     // list).
     let arena = Arena::new(4);
     let segs = [(arena.bus(0), 4 * PAGE as u64)];
-    let mapped = Mapped::for_test(pci(), &segs, 0, 4 * PAGE, PeerAccess::ReadWrite);
+    let mapped = Mapped::for_test(owner(), &segs, 0, 4 * PAGE, PeerAccess::ReadWrite);
     for (bs, len, blocks) in [
         (4096u32, PAGE, 8u32),
         (512, 2 * PAGE, 24),
@@ -457,7 +463,7 @@ fn a_command_longer_than_its_payload_is_refused() {
             metadata: 0,
         };
         let cmd = IoCommand::read(1, 0, blocks, mapped.payload(0, len).unwrap());
-        let e = build_io(&cmd, Some(&ns), 1 << 20, pci()).unwrap_err();
+        let e = build_io(&cmd, Some(&ns), 1 << 20, owner()).unwrap_err();
         assert!(e.to_string().contains("payload holds"), "{e}");
     }
     // A namespace with metadata, one not active, and a payload mapped for
@@ -469,20 +475,32 @@ fn a_command_longer_than_its_payload_is_refused() {
         metadata: 8,
     };
     let cmd = IoCommand::read(1, 0, 8, mapped.payload(0, PAGE).unwrap());
-    assert!(build_io(&cmd, Some(&md), 1 << 20, pci())
+    assert!(build_io(&cmd, Some(&md), 1 << 20, owner())
         .unwrap_err()
         .to_string()
         .contains("metadata"));
-    assert!(build_io(&cmd, None, 1 << 20, pci())
+    assert!(build_io(&cmd, None, 1 << 20, owner())
         .unwrap_err()
         .to_string()
         .contains("not active"));
-    let other = PciAddress { bus: 2, ..pci() };
     let ns = NamespaceInfo { metadata: 0, ..md };
+    assert!(build_io(&cmd, Some(&ns), 1 << 20, owner()).is_ok());
+    let other = Instance {
+        pci: PciAddress { bus: 2, ..pci() },
+        ..owner()
+    };
     assert!(build_io(&cmd, Some(&ns), 1 << 20, other)
         .unwrap_err()
         .to_string()
         .contains("mapped for"));
+    // A later controller object on the same function: memory mapped for the
+    // earlier one (whose mappings a revocation may have torn down, the
+    // function reset since) is refused.
+    let later = Instance { id: 2, ..owner() };
+    assert!(build_io(&cmd, Some(&ns), 1 << 20, later)
+        .unwrap_err()
+        .to_string()
+        .contains("earlier controller object"));
 }
 
 #[test]
