@@ -249,6 +249,14 @@ impl DeviceMapping {
         Ok(Self { raw, mmap_offset })
     }
 
+    /// Stops reaching the device memory (see [`RawMapping::let_go`]): the
+    /// bytes read afterwards are zeros, and writes reach nothing.
+    pub fn let_go(&self) -> Result<()> {
+        self.raw
+            .let_go()
+            .map_err(Error::sys("mmap over a device mapping"))
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.raw.len()

@@ -20,6 +20,7 @@ use super::{
     facts::{Facts, RescanError, Snapshot},
     qpair::{AbortOnUnwind, Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
     registers,
+    revoke::{Made, Revoker, Watch},
 };
 use crate::{
     memory::{
@@ -491,7 +492,7 @@ pub struct Controller {
     mode: IommuMode,
     /// Queues, PRP lists and the IDENTIFY page, in accelerator memory;
     /// kept for good when the controller cannot be stopped.
-    mem: ManuallyDrop<ModuleMemory>,
+    mem: ManuallyDrop<Arc<ModuleMemory>>,
     map: DmaMapping,
     health: Arc<Health>,
     admin: QueuePair,
@@ -506,6 +507,10 @@ pub struct Controller {
     /// The Asynchronous Event Request kept outstanding, and what came of
     /// the events so far.
     events: std::sync::Mutex<Events>,
+    /// The mappings made for it that stand.
+    made: Arc<Made>,
+    /// The thread that stops it when what it was given is revoked.
+    watch: Option<Watch>,
     // Last: closed after the controller is stopped and the memory freed.
     func: vfio::Function,
 }
@@ -576,7 +581,12 @@ impl Controller {
             entries,
             queues: opts.queues,
         };
-        let mem = ModuleMemory::alloc(module.clone(), accel, layout.total() as u64, 0)?;
+        let mem = Arc::new(ModuleMemory::alloc(
+            module.clone(),
+            accel,
+            layout.total() as u64,
+            0,
+        )?);
         mem.write_at(0, &vec![0u8; layout.total()])?;
         let map = module.dma_map_access(
             mem.handle(),
@@ -669,6 +679,8 @@ impl Controller {
             module: module.clone(),
             mode,
             mem: ManuallyDrop::new(mem),
+            made: Arc::default(),
+            watch: None,
             map,
             health,
             admin,
@@ -685,7 +697,21 @@ impl Controller {
             }),
             func,
         };
-        // From here `ctrl`'s drop stops the controller and unmaps.
+        // From here `ctrl`'s drop stops the controller and unmaps; a
+        // revocation stops it sooner.
+        ctrl.watch = Some(
+            Watch::start(Revoker {
+                bdf: bdf.clone(),
+                health: ctrl.health.clone(),
+                bar: bar.clone(),
+                device: ctrl.func.device.clone(),
+                module: module.clone(),
+                queue_map: handle,
+                queues: (*ctrl.mem).clone(),
+                made: ctrl.made.clone(),
+            })
+            .map_err(|r| Self::error(&bdf, r, rustix::io::Errno::NOTSUP))?,
+        );
         let mut page = vec![0u8; PAGE];
         ctrl.identify(1, 0, &mut page)?;
         ctrl.ident = IdCtrl::decode(&page).map_err(io_err)?;
@@ -1241,8 +1267,9 @@ impl Controller {
                 ))))
             }
         };
+        self.made.add(&module, map.map_handle());
         Ok(Mapped {
-            module: Some(module),
+            module: Some((module, self.made.clone())),
             map,
             segs,
             ctrl: self.instance(),
@@ -1495,6 +1522,8 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
+        // No revocation runs from here on.
+        drop(self.watch.take());
         // Stopped before its memory goes back to the module: no command it
         // held writes there afterwards. A controller that nothing stops
         // keeps the memory.
@@ -1811,8 +1840,9 @@ impl Drop for Batch<'_, '_> {
 /// drop. Borrows the memory (or, from [`Controller::map_owned`], owns
 /// it), which therefore outlives the mapping.
 pub struct Mapped<'m> {
-    /// The module that made the mapping (none for the tests' memory).
-    module: Option<Arc<Module>>,
+    /// The module that made the mapping, and the controller's list of
+    /// standing mappings (none for the tests' memory).
+    module: Option<(Arc<Module>, Arc<Made>)>,
     map: DmaMapping,
     segs: Segments,
     /// The controller it is mapped for, and what that may do.
@@ -1910,10 +1940,14 @@ impl<'m> Mapped<'m> {
 
 impl Drop for Mapped<'_> {
     fn drop(&mut self) {
-        if let Some(m) = &self.module {
-            // SAFETY: The mapping is this value's, and its last use: the
-            // borrow of any scope whose commands use it has ended.
-            let _ = unsafe { m.unmap_raw(self.map.map_handle()) };
+        if let Some((m, made)) = &self.module {
+            // Unless a revocation, having stopped the controller, unmapped
+            // it already.
+            if made.remove(self.map.map_handle()) {
+                // SAFETY: The mapping is this value's, and its last use: the
+                // borrow of any scope whose commands use it has ended.
+                let _ = unsafe { m.unmap_raw(self.map.map_handle()) };
+            }
         }
     }
 }

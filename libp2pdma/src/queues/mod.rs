@@ -47,6 +47,7 @@ mod facts;
 mod namespace;
 mod qpair;
 pub mod registers;
+mod revoke;
 #[cfg(test)]
 mod tests;
 

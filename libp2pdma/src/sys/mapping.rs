@@ -123,6 +123,25 @@ impl RawMapping {
         Ok(Self { ptr, len, caching })
     }
 
+    /// Replaces the mapping with anonymous memory at the same address: the
+    /// device memory is no longer reached through it, and copies racing
+    /// this (or coming later) read zeros and write memory nothing else sees,
+    /// instead of raising `SIGBUS` once the device memory is revoked.
+    pub fn let_go(&self) -> Result<(), Errno> {
+        // SAFETY: `MAP_FIXED` over exactly this mapping, into which no
+        // reference exists (the type hands out none): the address range
+        // stays mapped, with zeroed private memory.
+        unsafe {
+            rustix::mm::mmap_anonymous(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+            )
+        }
+        .map(|_| ())
+    }
+
     /// The memory type its copies assume.
     pub fn caching(&self) -> Caching {
         self.caching

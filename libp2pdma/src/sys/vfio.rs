@@ -60,6 +60,9 @@ pub const VFIO_GROUP_FLAGS_VIABLE: u32 = 1 << 0;
 pub const VFIO_PCI_CONFIG_REGION_INDEX: u32 = 7;
 /// `VFIO_PCI_MSIX_IRQ_INDEX`.
 pub const VFIO_PCI_MSIX_IRQ_INDEX: u32 = 2;
+/// `VFIO_PCI_REQ_IRQ_INDEX`: vfio-pci asks for the device back (its
+/// driver is being unbound, and the unbind waits for the device's release).
+pub const VFIO_PCI_REQ_IRQ_INDEX: u32 = 4;
 /// `VFIO_IRQ_SET_DATA_NONE`, `VFIO_IRQ_SET_DATA_EVENTFD` and
 /// `VFIO_IRQ_SET_ACTION_TRIGGER`.
 const VFIO_IRQ_SET_DATA_NONE: u32 = 1 << 0;
@@ -457,6 +460,40 @@ impl Device {
         Ok(info)
     }
 
+    /// Has vfio-pci signal `eventfd` when it asks for the device back (an
+    /// unbind of vfio-pci waits until every descriptor and mapping of the
+    /// device is closed, signalling it every few seconds meanwhile).
+    #[doc(alias = "VFIO_DEVICE_SET_IRQS")]
+    pub fn set_request(&self, eventfd: BorrowedFd<'_>) -> Result<(), String> {
+        let arg = irq_set(VFIO_PCI_REQ_IRQ_INDEX, &[eventfd.as_raw_fd()]);
+        // SAFETY: See the `Ioctl` implementation of `SetIrqs`; the
+        // descriptor is open for the call, and the kernel takes its own
+        // reference.
+        unsafe { ioctl(&self.fd, SetIrqs { arg }) }
+            .map_err(|e| format!("VFIO_DEVICE_SET_IRQS request of {}: {e}", self.name))
+    }
+
+    /// Gives the device back to vfio-pci: its descriptor is made to name
+    /// `/dev/null`, so the device's file is released once nothing else
+    /// holds it (its BAR mapping holds it too: see [`Bar::let_go`]), and
+    /// vfio-pci resets the device then. Every later call on it fails.
+    pub fn let_go(&self) -> Result<(), String> {
+        let null = rustix::fs::open(
+            "/dev/null",
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| format!("/dev/null: {e}"))?;
+        // SAFETY: `dup3` replaces the file behind this descriptor number in
+        // one step; the `OwnedFd` still owns the number (closed on drop),
+        // and the temporary `OwnedFd` is never dropped, so nothing closes
+        // it twice.
+        let mut target =
+            std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(self.fd.as_raw_fd()) });
+        rustix::io::dup3(&null, &mut target, rustix::io::DupFlags::CLOEXEC)
+            .map_err(|e| format!("giving {} back: {e}", self.name))
+    }
+
     /// Enables MSI-X with one vector per descriptor of `eventfds` (vector
     /// `i` signals `eventfds[i]`), or disables it when empty.
     #[doc(alias = "VFIO_DEVICE_SET_IRQS")]
@@ -613,6 +650,26 @@ impl Bar {
             ptr: NonNull::new(ptr.cast()).expect("non-NULL mapping"),
             len,
         }
+    }
+
+    /// Replaces the mapping with anonymous memory at the same address: the
+    /// device's file is no longer held by it, and later register accesses
+    /// (a failed controller's, racing this) reach memory that no device
+    /// decodes instead of a hole.
+    pub fn let_go(&self) -> Result<(), String> {
+        // SAFETY: `MAP_FIXED` over exactly this mapping, which no reference
+        // points into (registers are reached by volatile accesses only):
+        // the address stays mapped, with zeroed memory.
+        unsafe {
+            rustix::mm::mmap_anonymous(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::FIXED,
+            )
+        }
+        .map(|_| ())
+        .map_err(|e| format!("replacing the BAR mapping: {e}"))
     }
 
     fn reg(&self, offset: usize) -> Result<*mut u32, String> {

@@ -9,6 +9,7 @@ use std::{
 };
 
 mod queues;
+mod revoke;
 mod store;
 mod store_crash;
 

@@ -64,6 +64,13 @@ pub enum Step {
     /// serves them again once it is back. The safe `admin` refuses the
     /// command itself.
     Events,
+    /// vfio-pci unbound from the controller while reads run: the unbind
+    /// waits for the library to stop the controller, and nothing it was
+    /// given changes after the unbind returned.
+    RevokePeer,
+    /// The accelerator holding the controller's queues and data unbound
+    /// while reads run, the same checks (its BAR read through sysfs).
+    RevokeAccel,
 }
 
 #[derive(Args)]
@@ -222,6 +229,8 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
         Step::Engine => engine(x, &module),
         Step::Canary => canary(x, &module),
         Step::Events => events(x, &module),
+        Step::RevokePeer => crate::revoke::peer(take(x, &module, true)?, &module, x.nsid),
+        Step::RevokeAccel => crate::revoke::accelerator(take(x, &module, true)?, &module, x.nsid),
     }
 }
 
@@ -244,8 +253,16 @@ fn abort(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     // Set Features that can turn namespace notices off and a vendor
     // command go only through admin_raw.
     for (opcode, cdw0, what) in [
-        (admin::ASYNC_EVENT_REQUEST, 0, "an Asynchronous Event Request"),
-        (admin::SET_FEATURES, 0x0b, "the Asynchronous Event Configuration"),
+        (
+            admin::ASYNC_EVENT_REQUEST,
+            0,
+            "an Asynchronous Event Request",
+        ),
+        (
+            admin::SET_FEATURES,
+            0x0b,
+            "the Asynchronous Event Configuration",
+        ),
         (0xc0, 0, "a vendor command"),
     ] {
         let cmd = AdminCommand {
