@@ -36,7 +36,7 @@ const CANARY: u8 = 0x5a;
 fn read_until_failure(
     ctrl: &Controller,
     nsid: u32,
-    block: u32,
+    (block, blocks): (u32, u64),
     maps: [&Mapped<'_>; 2],
     started: &AtomicU64,
 ) -> Vec<String> {
@@ -51,7 +51,8 @@ fn read_until_failure(
                             .wrapping_add(1442695040888963407);
                         let map = maps[(n >> 40) as usize % 2];
                         let at = (n >> 20) as usize % (SPAN / READ) * READ;
-                        let slba = (n >> 8) % 4096 * u64::from(READ as u32 / block);
+                        let per = u64::from(READ as u32 / block);
+                        let slba = (n >> 8) % (blocks / per) * per;
                         let r = ctrl.scope(|sc| {
                             let payload = map.payload(at, READ)?;
                             let cmd = IoCommand::read(nsid, slba, READ as u32 / block, payload);
@@ -142,10 +143,9 @@ fn under_reads(
     pci: &str,
     accel_bar: Option<(String, u8)>,
 ) -> Result<(), String> {
-    let block = ctrl
+    let ns = ctrl
         .namespace_info(nsid)
-        .ok_or_else(|| format!("namespace {nsid} is not active"))?
-        .block_size;
+        .ok_or_else(|| format!("namespace {nsid} is not active"))?;
     let err = |e: p2pdma::Error| e.to_string();
     let ma = ctrl
         .map(memories.0, 0, SPAN, PeerAccess::WriteOnly)
@@ -156,7 +156,7 @@ fn under_reads(
     let started = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let (errors, took, after) = thread::scope(|s| -> Result<_, String> {
-        let readers = s.spawn(|| read_until_failure(ctrl, nsid, block, [&ma, &mh], &started));
+        let readers = s.spawn(|| read_until_failure(ctrl, nsid, (ns.block_size, ns.blocks), [&ma, &mh], &started));
         while started.load(Ordering::Relaxed) < 16 {
             if readers.is_finished() {
                 break;
@@ -179,7 +179,9 @@ fn under_reads(
     let landed = started.load(Ordering::Relaxed);
     println!("{landed} reads landed before the unbind, which took {took:?}; the readers ended with: {errors:?}");
     if landed < 16 {
-        return Err(format!("only {landed} reads landed before the unbind"));
+        return Err(format!(
+            "only {landed} reads landed before the unbind (the readers ended with {errors:?})"
+        ));
     }
     if let (Some((apci, bar)), Some(before)) = (&accel_bar, after) {
         thread::sleep(Duration::from_secs(1));
