@@ -279,7 +279,6 @@ fn peer_order(module: &Arc<Module>, bdf: &str) -> Result<(), String> {
         s => return Err(format!("after the unbind the mapping is {s:?}")),
     }
     module.unmap(map).map_err(err)?;
-    claim::take(bdf, true)?;
     Ok(())
 }
 
@@ -349,8 +348,12 @@ pub fn peer(ctrl: Arc<Controller>, module: &Arc<Module>, nsid: u32) -> Result<()
     under_reads(&ctrl, nsid, (&accel, &host), "vfio-pci", &bdf, None)?;
     canaries_stay("accelerator memory", &accel)?;
     drop(ctrl);
-    peer_order(module, &bdf)?;
+    let order = peer_order(module, &bdf);
+    // Back to the nvme driver whatever happened (the unbind left it with
+    // none), for the steps after.
+    let _ = claim::take(&bdf, true);
     let driver = claim::give_back(&bdf)?;
+    order?;
     println!("{bdf} back to {driver}");
     Ok(())
 }
