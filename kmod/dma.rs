@@ -25,7 +25,6 @@ use kernel::{
 
 use crate::{
     ffi::{
-        dma::SgMap,
         dmabuf::ExporterNotice,
         eventfd::Notifier,
         p2pmem::P2pPages,
@@ -35,27 +34,26 @@ use crate::{
         },
     },
     memory::Alloc,
+    overlap::Counted,
 };
 
 /// What a mapping maps.
 pub(crate) enum Source {
     /// Allocation memory (`DMA_MAP`).
     Alloc(Arc<Alloc>),
-    /// Pinned user memory `[va, va + len)` (`PIN_USER`).
-    User { va: u64, len: u64 },
-    /// An imported dma-buf (`DMABUF_IMPORT`), named by [`DmaBuf::id`]
-    /// (the mapping holds a reference on it, so the name stays its own).
-    ///
-    /// [`DmaBuf::id`]: crate::ffi::dmabuf::DmaBuf::id
-    DmaBuf { buf: usize },
+    /// Pinned user memory (`PIN_USER`).
+    User,
+    /// An imported dma-buf (`DMABUF_IMPORT`).
+    DmaBuf,
 }
 
 /// The DMA mappings of a [`DmaMapping`] that stands, and what they map;
 /// both are only held, until the mapping is revoked or released.
 #[expect(dead_code, reason = "the fields are held for their drop")]
 pub(crate) struct Live {
-    /// One mapping per peer. Declared first: unmapped before the pages go.
-    maps: KVec<SgMap>,
+    /// One mapping per peer, each with its count. Declared first: unmapped
+    /// before the pages go.
+    maps: KVec<Counted>,
     /// The allocation's pages, for `DMA_MAP`: held while mapped, so that
     /// the memory never returns to the device under a mapping.
     pages: Option<Arc<P2pPages>>,
@@ -63,7 +61,7 @@ pub(crate) struct Live {
 
 impl Live {
     /// The mappings `maps`, of `pages` if they map allocation memory.
-    pub(crate) fn new(maps: KVec<SgMap>, pages: Option<Arc<P2pPages>>) -> Self {
+    pub(crate) fn new(maps: KVec<Counted>, pages: Option<Arc<P2pPages>>) -> Self {
         Self { maps, pages }
     }
 }
