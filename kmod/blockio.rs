@@ -189,8 +189,10 @@ fn reachable(alloc: &Alloc, file: &LocalFile, dev: u32, reach: &Mutex<Reachable>
     if reach.lock().contains(&key) {
         return Ok(());
     }
+    // Mapped for the peer to read only, as `P2P_QUERY` does: the same
+    // decision, and not counted by the DMA API among overlapping mappings.
     for peer in &Peer::from_file(file)? {
-        probe.map_for(peer, 0, PAGE_SIZE, DataDirection::Bidirectional)?;
+        probe.map_for(peer, 0, PAGE_SIZE, DataDirection::ToDevice)?;
     }
     let mut known = reach.lock();
     if known.len() >= REACHABLE_MAX {

@@ -25,7 +25,6 @@ use kernel::{
 
 use crate::{
     ffi::{
-        dma::SgMap,
         dmabuf::ExporterNotice,
         eventfd::Notifier,
         p2pmem::P2pPages,
@@ -35,27 +34,26 @@ use crate::{
         },
     },
     memory::Alloc,
+    overlap::Counted,
 };
 
 /// What a mapping maps.
 pub(crate) enum Source {
     /// Allocation memory (`DMA_MAP`).
     Alloc(Arc<Alloc>),
-    /// Pinned user memory `[va, va + len)` (`PIN_USER`).
-    User { va: u64, len: u64 },
-    /// An imported dma-buf (`DMABUF_IMPORT`), named by [`DmaBuf::id`]
-    /// (the mapping holds a reference on it, so the name stays its own).
-    ///
-    /// [`DmaBuf::id`]: crate::ffi::dmabuf::DmaBuf::id
-    DmaBuf { buf: usize },
+    /// Pinned user memory (`PIN_USER`).
+    User,
+    /// An imported dma-buf (`DMABUF_IMPORT`).
+    DmaBuf,
 }
 
 /// The DMA mappings of a [`DmaMapping`] that stands, and what they map;
 /// both are only held, until the mapping is revoked or released.
 #[expect(dead_code, reason = "the fields are held for their drop")]
 pub(crate) struct Live {
-    /// One mapping per peer. Declared first: unmapped before the pages go.
-    maps: KVec<SgMap>,
+    /// One mapping per peer, each with its count. Declared first: unmapped
+    /// before the pages go.
+    maps: KVec<Counted>,
     /// The allocation's pages, for `DMA_MAP`: held while mapped, so that
     /// the memory never returns to the device under a mapping.
     pages: Option<Arc<P2pPages>>,
@@ -63,7 +61,7 @@ pub(crate) struct Live {
 
 impl Live {
     /// The mappings `maps`, of `pages` if they map allocation memory.
-    pub(crate) fn new(maps: KVec<SgMap>, pages: Option<Arc<P2pPages>>) -> Self {
+    pub(crate) fn new(maps: KVec<Counted>, pages: Option<Arc<P2pPages>>) -> Self {
         Self { maps, pages }
     }
 }
@@ -169,14 +167,18 @@ impl DmaMapping {
 
     /// Whether `pdev` is something this mapping depends on.
     fn depends_on(&self, pdev: *const bindings::pci_dev) -> bool {
+        self.devices().any(|d| d == pdev)
+    }
+
+    /// The devices this mapping depends on: the accelerator whose memory
+    /// it maps, if any, and its peers.
+    fn devices(&self) -> impl Iterator<Item = *const bindings::pci_dev> + '_ {
         let provider = match &self.source {
-            Source::Alloc(a) => {
-                core::ptr::from_ref::<kernel::pci::Device>(&*a.pdev).cast::<bindings::pci_dev>()
-                    == pdev
-            }
-            _ => false,
+            Source::Alloc(a) => Some(&*a.pdev),
+            _ => None,
         };
-        provider || self.peers.iter().any(|p| p.is(pdev))
+        Iterator::chain(provider.into_iter(), self.peers.iter().map(|p| &*p.0))
+            .map(|d| core::ptr::from_ref::<kernel::pci::Device>(d).cast::<bindings::pci_dev>())
     }
 
     /// Tears the mapping down now (waiting for it if it is being made, and
@@ -194,26 +196,35 @@ impl DmaMapping {
     }
 }
 
-/// Every mapping, and the PCI devices going away now.
+/// Every mapping, and every PCI device on the bus with whether it is going
+/// away now.
 pub(crate) struct Registry {
     maps: KVec<Arc<DmaMapping>>,
-    /// Devices between the start of their driver's unbind (or their
-    /// removal) and its end, with how many such events are under way.
-    going: KVec<(usize, u32)>,
+    /// Each PCI device, by address, noted when it was added to the bus (or
+    /// when the module started), with how many of its driver's unbinds or
+    /// its removals are under way: marking a device as going needs no
+    /// memory, so it cannot fail.
+    devices: KVec<(usize, u32)>,
 }
 
 impl Registry {
     const fn new() -> Self {
         Self {
             maps: KVec::new(),
-            going: KVec::new(),
+            devices: KVec::new(),
         }
     }
 
-    fn is_going(&self, m: &DmaMapping) -> bool {
-        self.going
-            .iter()
-            .any(|&(p, _)| m.depends_on(p as *const bindings::pci_dev))
+    /// Whether `m` may be listed: every device it depends on is known and
+    /// not going away. A device the module could not note when it was
+    /// added (out of memory) is never marked as going, so no mapping may
+    /// depend on it.
+    fn admits(&self, m: &DmaMapping) -> bool {
+        m.devices().all(|d| {
+            self.devices
+                .iter()
+                .any(|&(p, going)| p == d as usize && going == 0)
+        })
     }
 }
 
@@ -231,15 +242,15 @@ impl Drop for RegistryCleanup {
     fn drop(&mut self) {
         let mut r = MAPPINGS.lock();
         drop(core::mem::take(&mut r.maps));
-        drop(core::mem::take(&mut r.going));
+        drop(core::mem::take(&mut r.devices));
     }
 }
 
 /// Lists `m` for revocation, before it is made; `ENODEV` while a device it
-/// depends on is going away.
+/// depends on is going away (or is unknown to the module).
 pub(crate) fn register(m: &Arc<DmaMapping>) -> Result {
     let mut r = MAPPINGS.lock();
-    if r.is_going(m) {
+    if !r.admits(m) {
         return Err(ENODEV);
     }
     r.maps.push(m.clone(), GFP_KERNEL)?;
@@ -260,38 +271,52 @@ pub(crate) fn revoke_peer(pdev: *const bindings::pci_dev) {
     }
 }
 
-/// The registry of mappings, as told of PCI devices going away.
+/// The registry of mappings, as told of PCI devices coming and going.
 pub(crate) struct Mappings;
 
 impl PeerEvents for Mappings {
+    /// Notes `pdev` (once), so that marking it as going later needs no
+    /// memory.
+    fn peer_added(pdev: &pci::Device) -> Result {
+        let key = core::ptr::from_ref(pdev) as usize;
+        let mut r = MAPPINGS.lock();
+        if !r.devices.iter().any(|&(p, _)| p == key) {
+            r.devices.push((key, 0), GFP_KERNEL)?;
+        }
+        Ok(())
+    }
+
     /// `pdev` starts losing its driver or going away (`going`), or is done:
     /// while it goes, no mapping that depends on it can be listed, and the
     /// ones listed are revoked, under one lock, so that none escapes.
     fn peer_going(pdev: &pci::Device, going: bool) {
         peer_going(core::ptr::from_ref(pdev).cast(), going);
     }
+
+    /// Forgets `pdev`: no mapping depends on it any more (its removal
+    /// revoked them and kept new ones from being listed).
+    fn peer_removed(pdev: &pci::Device) {
+        let key = core::ptr::from_ref(pdev) as usize;
+        MAPPINGS.lock().devices.retain(|d| d.0 != key);
+    }
 }
 
 fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
     let mut r = MAPPINGS.lock();
     let key = pdev as usize;
-    let at = r.going.iter().position(|&(p, _)| p == key);
+    // The device's entry exists since it was added (a device the module
+    // could not note has no mapping that depends on it): nothing here
+    // allocates, so nothing here can fail.
+    if let Some(d) = r.devices.iter_mut().find(|(p, _)| *p == key) {
+        d.1 = if going {
+            d.1.saturating_add(1)
+        } else {
+            d.1.saturating_sub(1)
+        };
+    }
     if going {
-        match at {
-            Some(i) => r.going[i].1 += 1,
-            // Without memory the device is not marked; the mappings listed
-            // now are still revoked below.
-            None => {
-                let _ = r.going.push((key, 1), GFP_KERNEL);
-            }
-        }
         for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
             m.revoke();
-        }
-    } else if let Some(i) = at {
-        r.going[i].1 -= 1;
-        if r.going[i].1 == 0 {
-            let _ = r.going.remove(i);
         }
     }
 }

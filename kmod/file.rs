@@ -54,7 +54,10 @@ use crate::{
     },
     ffi::{
         self,
-        dma::SgMap,
+        dma::{
+            Pinned,
+            SgMap, //
+        },
         dmabuf::{
             DmaBuf,
             ExporterNotice, //
@@ -75,6 +78,10 @@ use crate::{
         },
     },
     memory::Alloc,
+    overlap::{
+        Counted,
+        Ticket, //
+    },
     uapi, //
 };
 
@@ -135,72 +142,6 @@ struct FileState {
     allocs: KVec<Arc<Alloc>>,
     /// DMA mappings, by handle, until `UNMAP` (revoked ones included).
     maps: KVec<Arc<DmaMapping>>,
-    /// Memory being pinned or imported right now, not yet in `maps`.
-    pending: KVec<Overlap>,
-}
-
-/// Memory that a pin or import maps, counted against the overlap bound.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Overlap {
-    /// User memory `[va, va + len)` (`PIN_USER`).
-    User(u64, u64),
-    /// A dma-buf, by [`DmaBuf::id`] (`DMABUF_IMPORT`).
-    DmaBuf(usize),
-}
-
-/// Memory counted against the overlap bound while it is being pinned or
-/// imported; dropping it (once recorded, or on failure) uncounts it.
-struct PendingMap<'a> {
-    file: &'a P2pdmaFile,
-    what: Overlap,
-}
-
-impl<'a> PendingMap<'a> {
-    /// Counts `what` if no page of it would carry more than
-    /// `P2PDMA_MAX_PIN_OVERLAP` live or pending pins (or imports) of this
-    /// file: the DMA API tracks at most 7 overlapping mappings of one
-    /// cacheline, and the kernel's own I/O on those pages needs the rest.
-    fn reserve(file: &'a P2pdmaFile, what: Overlap) -> Result<Self> {
-        let max = uapi::P2PDMA_MAX_PIN_OVERLAP as usize;
-        let mut state = file.state.lock();
-        let mut live = KVec::new();
-        for x in state.maps.iter().filter(|x| x.is_live()) {
-            match x.source {
-                Source::User { va, len } => live.push(Overlap::User(va, len), GFP_KERNEL)?,
-                Source::DmaBuf { buf } => live.push(Overlap::DmaBuf(buf), GFP_KERNEL)?,
-                Source::Alloc(_) => {}
-            }
-        }
-        for &p in &state.pending {
-            live.push(p, GFP_KERNEL)?;
-        }
-        let depth = match what {
-            Overlap::User(va, len) => {
-                let mut pins = KVec::new();
-                for o in &live {
-                    if let Overlap::User(v, l) = *o {
-                        pins.push((v, l), GFP_KERNEL)?;
-                    }
-                }
-                pin_depth(&pins, va, len)
-            }
-            Overlap::DmaBuf(b) => live.iter().filter(|&&o| o == Overlap::DmaBuf(b)).count(),
-        };
-        if depth >= max {
-            return Err(ETOOMANYREFS);
-        }
-        state.pending.push(what, GFP_KERNEL)?;
-        Ok(Self { file, what })
-    }
-}
-
-impl Drop for PendingMap<'_> {
-    fn drop(&mut self) {
-        let mut state = self.file.state.lock();
-        if let Some(i) = state.pending.iter().position(|&p| p == self.what) {
-            let _ = state.pending.remove(i);
-        }
-    }
 }
 
 /// State of one open `/dev/p2pdma` file.
@@ -428,7 +369,10 @@ fn classify(provider: &kernel::pci::Device, probe: &P2pPages, peer: &Peer) -> Ve
     let b = PciName(ffi::pci::location(provider));
     let common = peer.common_upstream(provider).map(PciName);
     let distance = peer.distance(provider).map_or(-1, |d| d as i32);
-    let trial = probe.map_for(peer, 0, PAGE_SIZE, DataDirection::Bidirectional);
+    // Mapped for the peer to read only: the decision does not depend on
+    // the direction, and the DMA API does not count such mappings among
+    // the overlapping ones (see `overlap`), however many queries run.
+    let trial = probe.map_for(peer, 0, PAGE_SIZE, DataDirection::ToDevice);
     let map_type = match (&trial, &common) {
         (Ok((_, true)), Some(bridge)) => {
             let _ = write!(
@@ -551,28 +495,6 @@ fn write_segs(ptr: u64, segs: &[(u64, u64)]) -> Result {
         w.write(&uapi::P2pdmaDmaSeg { addr, len })?;
     }
     Ok(())
-}
-
-/// How many of `pins` cover the most-covered page of `[va, va + len)`.
-fn pin_depth(pins: &[(u64, u64)], va: u64, len: u64) -> usize {
-    let end = va + len;
-    let overlaps: KVec<(u64, u64)> = {
-        let mut v = KVec::new();
-        for &(s, l) in pins {
-            let (s, e) = (s.max(va), (s + l).min(end));
-            if s < e && v.push((s, e), GFP_KERNEL).is_err() {
-                // Out of memory: count conservatively.
-                return pins.len();
-            }
-        }
-        v
-    };
-    // The deepest point is the start of one of the overlaps.
-    overlaps
-        .iter()
-        .map(|&(p, _)| overlaps.iter().filter(|&&(s, e)| s <= p && p < e).count())
-        .max()
-        .unwrap_or(0)
 }
 
 impl P2pdmaFile {
@@ -759,11 +681,10 @@ impl P2pdmaFile {
             .unwrap_or(0)
             .max(PAGE_SIZE);
 
-        // What is mapped, looked up (and counted against the overlap bound)
-        // before anything is mapped.
+        // What is mapped, looked up before anything is mapped.
         let mut dmabuf = None;
         let mut alloc = None;
-        let (source, what) = match cmd {
+        let source = match cmd {
             uapi::P2PDMA_IOC_DMA_MAP => {
                 let a = self
                     .state
@@ -782,15 +703,9 @@ impl P2pdmaFile {
                     return Err(EINVAL);
                 }
                 alloc = Some(a.clone());
-                (Source::Alloc(a), None)
+                Source::Alloc(a)
             }
-            uapi::P2PDMA_IOC_PIN_USER => (
-                Source::User {
-                    va: m.user_va,
-                    len: m.length,
-                },
-                Some(Overlap::User(m.user_va, m.length)),
-            ),
+            uapi::P2PDMA_IOC_PIN_USER => Source::User,
             _ => {
                 let buf = DmaBuf::get(m.dmabuf_fd)?;
                 // The exporter builds the segments (merging what is
@@ -799,12 +714,10 @@ impl P2pdmaFile {
                 if buf.size() > max_seg {
                     return Err(EMSGSIZE);
                 }
-                let id = buf.id();
                 dmabuf = Some(buf);
-                (Source::DmaBuf { buf: id }, Some(Overlap::DmaBuf(id)))
+                Source::DmaBuf
             }
         };
-        let pending = what.map(|w| PendingMap::reserve(self, w)).transpose()?;
 
         // Listed for revocation first, then made under its own lock (see
         // `DmaMapping`): an unbind of a device it depends on either finds
@@ -848,8 +761,6 @@ impl P2pdmaFile {
                     .map_err(Error::from),
             }
         };
-        // Counted in `maps` now (or failed), no longer pending.
-        drop(pending);
         if let Err(e) = recorded
             .and_then(|()| write_segs(m.segs_ptr, &segs))
             .and_then(|()| writer.write(&m))
@@ -885,6 +796,7 @@ impl P2pdmaFile {
                 let p = alloc.pages()?;
                 let offset = usize::try_from(m.offset).map_err(|_| EINVAL)?;
                 for peer in mapping.peers() {
+                    let ticket = Ticket::take(p.pfn_runs(offset, m.length)?, None, dir)?;
                     let (sg, bus) = p.map_for(peer, offset, m.length, dir)?;
                     let t = if bus {
                         uapi::P2PDMA_MAP_BUS_ADDR
@@ -895,24 +807,28 @@ impl P2pdmaFile {
                         return Err(EXDEV);
                     }
                     map_type = t;
-                    maps.push(sg, GFP_KERNEL)?;
+                    maps.push(Counted::new(sg, ticket), GFP_KERNEL)?;
                 }
                 pages = Some(p);
             } else if let Some(buf) = dmabuf {
                 let notice = mapping.notice().ok_or(EINVAL)?;
                 for peer in mapping.peers() {
-                    maps.push(peer.dmabuf_import(buf, dir, notice)?, GFP_KERNEL)?;
+                    let import = || peer.dmabuf_import(buf, dir, notice);
+                    maps.push(Counted::import(buf.id(), dir, import)?, GFP_KERNEL)?;
                 }
             } else {
                 for peer in mapping.peers() {
-                    maps.push(peer.pin_user(m.user_va, m.length, dir)?, GFP_KERNEL)?;
+                    let pinned = Pinned::new(m.user_va, m.length, dir)?;
+                    let ticket = Ticket::take(pinned.pfn_runs()?, None, dir)?;
+                    let sg = peer.map_pinned(pinned, dir)?;
+                    maps.push(Counted::new(sg, ticket), GFP_KERNEL)?;
                 }
             }
             // Every path of a multipath device must see the same addresses.
             let first = maps.first().ok_or(ENXIO)?;
-            let segs = segments(first, max_seg)?;
-            for sg in maps.iter().skip(1) {
-                if *segments(sg, max_seg)? != *segs {
+            let segs = segments(first.map(), max_seg)?;
+            for c in maps.iter().skip(1) {
+                if *segments(c.map(), max_seg)? != *segs {
                     return Err(EXDEV);
                 }
             }

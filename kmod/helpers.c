@@ -17,7 +17,8 @@
  *   here), current_uid, task_tgid, get_pid, rlimit,
  *   fatal_signal_pending, virt_to_page, pgprot_writecombine, S_ISBLK and
  *   file_inode, the block device limits, fsnotify_access/modify,
- *   sg_dma_is_bus_address and dma_resv_assert_held (lockdep).
+ *   page_to_pfn, sg_page, sg_next, sg_dma_is_bus_address and
+ *   dma_resv_assert_held (lockdep).
  * - The P2P page allocation (p2pdma_helper_alloc, p2pdma_helper_put_pages):
  *   each step of it is a static inline on struct page (virt_to_page,
  *   page_pgmap, put_dev_pagemap, put_page); in Rust it would be the same
@@ -230,6 +231,24 @@ void p2pdma_helper_io_notify(struct file *file, bool write)
 struct pci_dev *p2pdma_helper_upstream_bridge(struct pci_dev *pdev)
 {
 	return pci_upstream_bridge(pdev);
+}
+
+/* The page frame number of @page. */
+unsigned long p2pdma_helper_page_to_pfn(struct page *page)
+{
+	return page_to_pfn(page);
+}
+
+/* The page of @sg's CPU side (NULL for a table without pages). */
+struct page *p2pdma_helper_sg_page(struct scatterlist *sg)
+{
+	return sg_page(sg);
+}
+
+/* The entry after @sg, or NULL after the last one. */
+struct scatterlist *p2pdma_helper_sg_next(struct scatterlist *sg)
+{
+	return sg_next(sg);
 }
 
 /* Whether the DMA API mapped @sg by PCI bus address (P2P through a switch). */

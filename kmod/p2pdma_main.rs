@@ -14,6 +14,7 @@
 //! - `accel`: the PCI driver and the registry of bound accelerators.
 //! - `dma`: DMA mappings handed to user space, and their revocation
 //!   (`dma::Mappings` implements `ffi::pci::PeerEvents`).
+//! - `overlap`: how many of those mappings cover each page, bounded.
 //! - `memory`: allocations and their user mappings (`Alloc` implements
 //!   `ffi::mm::VmaOps`, and is taken off its device's list through the
 //!   function it is made with, `accel::unlist`).
@@ -39,6 +40,7 @@ mod dma;
 mod ffi;
 mod file;
 mod memory;
+mod overlap;
 #[allow(
     dead_code,
     unreachable_pub,
@@ -52,7 +54,7 @@ const MODULE_NAME: &CStr = <LocalModule as kernel::ModuleMetadata>::NAME;
 struct P2pdmaModule {
     // Fields drop in declaration order: the device node goes first, then the
     // PCI driver (unbinding every device), then the watch on peers, then
-    // the mapping registry's storage.
+    // the storage of the mapping registry and of the page counts.
     #[pin]
     _misc: MiscDeviceRegistration<file::P2pdmaFile>,
     #[pin]
@@ -60,6 +62,7 @@ struct P2pdmaModule {
     #[pin]
     _peers: ffi::pci::PeerWatch<dma::Mappings>,
     _mappings: dma::RegistryCleanup,
+    _counts: overlap::CountsCleanup,
 }
 
 impl InPlaceModule for P2pdmaModule {
@@ -69,10 +72,13 @@ impl InPlaceModule for P2pdmaModule {
         unsafe {
             accel::DEVICES.init();
             dma::MAPPINGS.init();
+            overlap::COUNTS.init();
+            overlap::IMPORTS.init();
         }
 
         try_pin_init!(Self {
             _mappings: dma::RegistryCleanup,
+            _counts: overlap::CountsCleanup,
             _peers <- ffi::pci::PeerWatch::new(),
             _driver <- Registration::new(MODULE_NAME, module),
             _misc <- MiscDeviceRegistration::register(MiscDeviceOptions { name: c"p2pdma" }),

@@ -41,7 +41,12 @@
 #define P2PDMA_MAP_PEER_READS (1U << 1)
 #define P2PDMA_MAP_PEER_WRITES (1U << 2)
 
-/* Most live PIN_USER mappings of one file covering one user page. */
+/*
+ * Most live mappings made by the module (DMA_MAP, PIN_USER, DMABUF_IMPORT,
+ * one per peer) that a peer may write and that cover one page, over all
+ * files, processes and dma-bufs (the DMA API bounds overlapping mappings of
+ * a cacheline). Mappings with P2PDMA_MAP_PEER_READS are not counted.
+ */
 #define P2PDMA_MAX_PIN_OVERLAP 4
 
 /* p2pdma_handle_state.state values. */
@@ -244,8 +249,9 @@ struct p2pdma_block_io {
  * does not allow P2P between them. EXDEV: the controllers of a multipath
  * device need different addresses. ENOSPC: max_segs too small (num_segs
  * says how many). ENODEV: the allocation was revoked, or a device it
- * depends on is being unbound. EOPNOTSUPP: the peer is a bridge. Peer errors
- * as for P2P_QUERY.
+ * depends on is being unbound. EOPNOTSUPP: the peer is a bridge.
+ * ETOOMANYREFS: a page of the range already carries P2PDMA_MAX_PIN_OVERLAP
+ * mappings. Peer errors as for P2P_QUERY.
  */
 #define P2PDMA_IOC_DMA_MAP _IOWR(P2PDMA_IOCTL_MAGIC, 0x05, struct p2pdma_dma_map)
 
@@ -255,7 +261,7 @@ struct p2pdma_block_io {
  * EINVAL: user_va/length not page aligned, length 0 or over 1 GiB,
  * non-zero fields. EFAULT: buffer not mapped, or read-only without
  * P2PDMA_MAP_PEER_READS. ENOMEM: over RLIMIT_MEMLOCK. ETOOMANYREFS: a page
- * already carries P2PDMA_MAX_PIN_OVERLAP pins of this file. ENOSPC, peer
+ * already carries P2PDMA_MAX_PIN_OVERLAP mappings. ENOSPC, peer
  * errors, and those of DMA_MAP for the peer (ENODEV, EOPNOTSUPP).
  */
 #define P2PDMA_IOC_PIN_USER _IOWR(P2PDMA_IOCTL_MAGIC, 0x06, struct p2pdma_dma_map)
@@ -271,7 +277,8 @@ struct p2pdma_block_io {
  * while imported; revoked if the exporter moves it anyway. Returns the
  * peer's addresses. Needs CAP_SYS_RAWIO. EBADF: not a dma-buf. EMSGSIZE:
  * the buffer is larger than the peer's longest DMA segment. ETOOMANYREFS:
- * the buffer already has P2PDMA_MAX_PIN_OVERLAP live imports of this file.
+ * a page of the buffer already carries P2PDMA_MAX_PIN_OVERLAP mappings (the
+ * buffer that many imports, where its exporter gives no pages).
  * EINVAL, ENOSPC, ENOMEM, peer errors and those of DMA_MAP for the peer
  * (ENODEV, EOPNOTSUPP), and the exporter's errors.
  */

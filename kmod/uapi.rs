@@ -135,9 +135,14 @@ pub const P2PDMA_MAP_PEER_READS: u32 = 1 << 1;
 /// Neither or both of the two flags: the peer reads and writes.
 pub const P2PDMA_MAP_PEER_WRITES: u32 = 1 << 2;
 
-/// Most live `PIN_USER` mappings of one file that may cover the same user
-/// page; one more gets `ETOOMANYREFS` (the DMA API bounds how many mappings
-/// of one cacheline may be live at once).
+/// Most live mappings made by the module (`DMA_MAP`, `PIN_USER`,
+/// `DMABUF_IMPORT`, one per peer) that a peer may write and that cover the
+/// same page, over all files, processes and dma-bufs; one more gets
+/// `ETOOMANYREFS`. The DMA API bounds how many mappings of one cacheline
+/// may be live at once (1 + 7 with its debugging on), whichever device
+/// they are for; the kernel's own I/O on the pages keeps the rest. Mappings
+/// the peer only reads ([`P2PDMA_MAP_PEER_READS`]) are not counted, as the
+/// DMA API does not count them.
 pub const P2PDMA_MAX_PIN_OVERLAP: u32 = 4;
 
 /// `map_type`: the peer reaches the memory by PCI bus address through a
@@ -444,8 +449,9 @@ pub const P2PDMA_IOC_P2P_QUERY: u32 = ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<
 /// for one controller), `ENOSPC` (`max_segs` too small; `num_segs` says how
 /// many are needed), peer errors as for `P2P_QUERY`, `EOPNOTSUPP` (the
 /// peer is a bridge, which masters no DMA), `ENODEV` (the allocation was
-/// revoked, or a device the mapping depends on is being unbound), `ENOMEM`,
-/// `EFAULT`.
+/// revoked, or a device the mapping depends on is being unbound),
+/// `ETOOMANYREFS` (a page of the range already carries
+/// [`P2PDMA_MAX_PIN_OVERLAP`] mappings), `ENOMEM`, `EFAULT`.
 pub const P2PDMA_IOC_DMA_MAP: u32 = ioc(IOC_READ | IOC_WRITE, 0x05, size_of::<P2pdmaDmaMap>());
 
 /// Pin a host user buffer and DMA-map it for a peer. Requires
@@ -458,7 +464,7 @@ pub const P2PDMA_IOC_DMA_MAP: u32 = ioc(IOC_READ | IOC_WRITE, 0x05, size_of::<P2
 /// or over 1 GiB, non-zero fields), `EFAULT` (buffer not mapped, or not
 /// writable without [`P2PDMA_MAP_PEER_READS`]), `ENOMEM` (over
 /// `RLIMIT_MEMLOCK`, or out of memory), `ETOOMANYREFS` (a page already
-/// carries [`P2PDMA_MAX_PIN_OVERLAP`] pins of this file), `ENOSPC`, peer
+/// carries [`P2PDMA_MAX_PIN_OVERLAP`] mappings), `ENOSPC`, peer
 /// errors as for `P2P_QUERY`, `EOPNOTSUPP` and `ENODEV` as for `DMA_MAP`.
 pub const P2PDMA_IOC_PIN_USER: u32 = ioc(IOC_READ | IOC_WRITE, 0x06, size_of::<P2pdmaDmaMap>());
 
@@ -478,8 +484,9 @@ pub const P2PDMA_IOC_UNMAP: u32 = ioc(IOC_WRITE, 0x07, size_of::<P2pdmaUnmap>())
 ///
 /// Errors: `EPERM`, `EINVAL`, `EBADF` (not a dma-buf), `EMSGSIZE` (the
 /// buffer is larger than the peer's longest DMA segment: the exporter's
-/// segments might not fit), `ETOOMANYREFS` (the buffer already has
-/// [`P2PDMA_MAX_PIN_OVERLAP`] live imports of this file), `ENOSPC`,
+/// segments might not fit), `ETOOMANYREFS` (a page of the buffer
+/// already carries [`P2PDMA_MAX_PIN_OVERLAP`] mappings, or the buffer that
+/// many imports where its exporter gives no pages), `ENOSPC`,
 /// `ENOMEM`, peer errors as for `P2P_QUERY`, `EOPNOTSUPP` and `ENODEV` as
 /// for `DMA_MAP`, errors of the exporter.
 pub const P2PDMA_IOC_DMABUF_IMPORT: u32 =

@@ -35,7 +35,10 @@ use super::{
         DmaBufMap,
         ExporterNotice, //
     },
-    mm::PAGE_SIZE,
+    mm::{
+        PfnRuns,
+        PAGE_SIZE, //
+    },
     pci::{
         max_seg_size,
         raw_dev,
@@ -123,17 +126,18 @@ impl Drop for Charge {
 /// # Invariants
 ///
 /// Every pointer in `pages` is a page pinned for this object.
-struct Pinned {
+pub(crate) struct Pinned {
     pages: KVVec<*mut bindings::page>,
     dirty: bool,
     _charge: Charge,
 }
 
 impl Pinned {
-    /// Pins `npages` pages of the caller's memory at `va`, writable unless
-    /// the peer only reads them (`ToDevice`); `EFAULT` unless all of them
-    /// could be.
-    fn new(va: u64, npages: usize, dir: DataDirection) -> Result<Self> {
+    /// Pins `[va, va + len)` of the caller's memory (whole pages), charging
+    /// the caller's `RLIMIT_MEMLOCK`; writable unless the peer only reads
+    /// them (`ToDevice`); `EFAULT` unless all of them could be.
+    pub(crate) fn new(va: u64, len: u64, dir: DataDirection) -> Result<Self> {
+        let npages = usize::try_from(len / PAGE_SIZE).map_err(|_| EINVAL)?;
         let charge = Charge::new(npages)?;
         let mut pages = KVVec::from_elem(core::ptr::null_mut(), npages, GFP_KERNEL)?;
         let to_device = matches!(dir, DataDirection::ToDevice);
@@ -156,6 +160,14 @@ impl Pinned {
             dirty: !to_device,
             _charge: charge,
         })
+    }
+}
+
+impl Pinned {
+    /// The page frames pinned.
+    pub(crate) fn pfn_runs(&self) -> Result<PfnRuns> {
+        // SAFETY: Every page is pinned, so valid (type invariant).
+        unsafe { PfnRuns::of_pages(&self.pages) }
     }
 }
 
@@ -301,6 +313,16 @@ impl SgMap {
         Ok((Self(Map::Pages(m)), bus))
     }
 
+    /// The page frames a dma-buf import maps, as its exporter's table gives
+    /// them, and whether some of its memory has no page; `None` for pages
+    /// the module mapped itself, whose frames the caller knew beforehand.
+    pub(crate) fn imported_pages(&self) -> Option<Result<(PfnRuns, bool)>> {
+        match &self.0 {
+            Map::Pages(_) => None,
+            Map::DmaBuf(m) => Some(m.page_runs()),
+        }
+    }
+
     /// Calls `f` with each DMA segment (address, length), merging adjacent
     /// ones up to `max_seg` bytes; `ENODEV` if the mapping was revoked.
     pub(crate) fn for_each_segment(
@@ -337,12 +359,9 @@ fn merge_segments(table: &SGTable, max_seg: u64, mut f: impl FnMut(u64, u64) -> 
 }
 
 impl Peer {
-    /// Pins `[va, va + len)` of the caller's memory and maps it for this
-    /// peer, charging the caller's `RLIMIT_MEMLOCK`. With `ToDevice` the
-    /// pages are pinned read-only.
-    pub(crate) fn pin_user(&self, va: u64, len: u64, dir: DataDirection) -> Result<SgMap> {
-        let npages = usize::try_from(len / PAGE_SIZE).map_err(|_| EINVAL)?;
-        let mut pinned = Pinned::new(va, npages, dir)?;
+    /// Maps `pinned` (pinned for `dir`) for this peer; the mapping keeps
+    /// the pages pinned while it lives.
+    pub(crate) fn map_pinned(&self, mut pinned: Pinned, dir: DataDirection) -> Result<SgMap> {
         // SAFETY: The pages stay pinned while `pinned` lives, which the
         // mapping keeps and drops after its table.
         match unsafe { PageMap::new(self, &mut pinned.pages, dir) } {

@@ -32,6 +32,7 @@ use kernel::{
 
 use super::{
     eventfd::Notifier,
+    mm::PfnRuns,
     pci::{
         raw_dev,
         Peer, //
@@ -309,6 +310,23 @@ impl DmaBufMap {
         // SAFETY: A non-NULL table is mapped and stays so until unlocked
         // below.
         let r = f((!sgt.is_null()).then(|| unsafe { SGTable::from_raw(sgt) }));
+        self.buf.unlock();
+        r
+    }
+
+    /// The page frames of the mapped table, under the reservation lock,
+    /// and whether some entry has no page. A table the exporter revoked
+    /// meanwhile gives nothing, and counts as one without pages.
+    pub(super) fn page_runs(&self) -> Result<(PfnRuns, bool)> {
+        self.buf.lock();
+        // SAFETY: Under the reservation lock (type invariant).
+        let sgt = unsafe { (*self.locked.get()).sgt };
+        let r = if sgt.is_null() {
+            Ok((PfnRuns::new(), true))
+        } else {
+            // SAFETY: The table is mapped and stays so until unlocked below.
+            unsafe { PfnRuns::of_table(sgt) }
+        };
         self.buf.unlock();
         r
     }

@@ -2,7 +2,9 @@
 
 //! User mappings of the module's file: `vm_pgoff`, `VM_MAYSHARE`, `vm_ops`
 //! and write-combining, which upstream's `VmaNew` cannot reach, and the
-//! page cache mapping through which user mappings are zapped.
+//! page cache mapping through which user mappings are zapped; and the page
+//! frames of pages and of scatter-gather tables (upstream's `Page` has no
+//! `page_to_pfn`, and `SGTable` walks only the DMA side of a table).
 
 use core::{
     marker::PhantomData,
@@ -29,13 +31,99 @@ mod raw {
         reason = "C structs are only passed by pointer, never by value"
     )]
     unsafe extern "C" {
-        // helpers.c: `pgprot_writecombine` is a macro on most architectures.
+        // helpers.c: `pgprot_writecombine` is a macro on most architectures;
+        // `page_to_pfn`, `sg_page` and `sg_next` are macros or static inlines.
         pub(super) fn p2pdma_helper_vma_writecombine(vma: *mut bindings::vm_area_struct);
+        pub(super) fn p2pdma_helper_page_to_pfn(page: *mut bindings::page) -> usize;
+        pub(super) fn p2pdma_helper_sg_page(sg: *mut bindings::scatterlist) -> *mut bindings::page;
+        pub(super) fn p2pdma_helper_sg_next(
+            sg: *mut bindings::scatterlist,
+        ) -> *mut bindings::scatterlist;
     }
 }
 
 /// Bytes in a page.
 pub(crate) const PAGE_SIZE: u64 = kernel::page::PAGE_SIZE as u64;
+
+/// Runs of consecutive page frames, each `(first, end)`, in the order of the
+/// pages they were made from (a page may come more than once).
+pub(crate) struct PfnRuns(KVVec<(u64, u64)>);
+
+impl PfnRuns {
+    /// No frames.
+    pub(crate) fn new() -> Self {
+        Self(KVVec::new())
+    }
+
+    /// Adds `n` frames from `pfn`, to the last run if they continue it.
+    fn push(&mut self, pfn: u64, n: u64) -> Result {
+        let end = pfn.checked_add(n).ok_or(EINVAL)?;
+        match self.0.last_mut() {
+            Some(last) if last.1 == pfn => last.1 = end,
+            _ => self.0.push((pfn, end), GFP_KERNEL)?,
+        }
+        Ok(())
+    }
+
+    /// The frames of `pages`.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer in `pages` is a valid page.
+    pub(crate) unsafe fn of_pages(pages: &[*mut bindings::page]) -> Result<Self> {
+        let mut runs = Self::new();
+        for &page in pages {
+            // SAFETY: The caller guarantees that the page is valid.
+            let pfn = unsafe { raw::p2pdma_helper_page_to_pfn(page) };
+            runs.push(pfn as u64, 1)?;
+        }
+        Ok(runs)
+    }
+
+    /// The frames of the pages of the CPU side of `sgt`, and whether some
+    /// entry has no page (device memory without `struct page`, or a table
+    /// an exporter stripped for its importers).
+    ///
+    /// # Safety
+    ///
+    /// `sgt` is a valid table that does not change during the call.
+    pub(crate) unsafe fn of_table(sgt: *const bindings::sg_table) -> Result<(Self, bool)> {
+        let mut runs = Self::new();
+        let mut pageless = false;
+        // SAFETY: The caller guarantees that the table is valid.
+        let (mut sg, n) = unsafe { ((*sgt).sgl, (*sgt).orig_nents) };
+        for _ in 0..n {
+            if sg.is_null() {
+                break;
+            }
+            // SAFETY: `sg` is one of the table's `orig_nents` entries.
+            let (page, offset, length) = unsafe {
+                (
+                    raw::p2pdma_helper_sg_page(sg),
+                    u64::from((*sg).offset),
+                    u64::from((*sg).length),
+                )
+            };
+            if page.is_null() {
+                pageless = true;
+            } else if length > 0 {
+                // SAFETY: A table's page is valid while the table is.
+                let pfn = unsafe { raw::p2pdma_helper_page_to_pfn(page) } as u64;
+                let first = pfn + offset / PAGE_SIZE;
+                let n = (offset % PAGE_SIZE + length).div_ceil(PAGE_SIZE);
+                runs.push(first, n)?;
+            }
+            // SAFETY: As above; NULL after the last entry.
+            sg = unsafe { raw::p2pdma_helper_sg_next(sg) };
+        }
+        Ok((runs, pageless))
+    }
+
+    /// The runs.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.0.iter().copied()
+    }
+}
 
 /// The `vm_pgoff` and whether it is a shared mapping (`VmaNew` has no
 /// `vm_pgoff` accessor).

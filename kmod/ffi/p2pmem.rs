@@ -18,7 +18,10 @@ use kernel::{
 
 use super::{
     dma::SgMap,
-    mm::PAGE_SIZE,
+    mm::{
+        PfnRuns,
+        PAGE_SIZE, //
+    },
     pci::{
         raw_pdev,
         Peer, //
@@ -209,6 +212,24 @@ impl P2pPages {
         len: u64,
         dir: DataDirection,
     ) -> Result<(SgMap, bool)> {
+        let mut pages = self.pages(offset, len)?;
+        // SAFETY: The pages lie in the allocation, which `self` keeps
+        // referenced while the caller holds it.
+        unsafe { SgMap::map_pages(peer, &mut pages, dir) }
+    }
+
+    /// The page frames of `[offset, offset + len)`; `EINVAL` as for
+    /// [`P2pPages::map_for`].
+    pub(crate) fn pfn_runs(&self, offset: usize, len: u64) -> Result<PfnRuns> {
+        let pages = self.pages(offset, len)?;
+        // SAFETY: The pages lie in the allocation, which `self` keeps
+        // referenced during the call.
+        unsafe { PfnRuns::of_pages(&pages) }
+    }
+
+    /// The pages of `[offset, offset + len)`; `EINVAL` unless the range is
+    /// a non-empty run of whole pages of this memory.
+    fn pages(&self, offset: usize, len: u64) -> Result<KVVec<*mut bindings::page>> {
         let len_bytes = usize::try_from(len).map_err(|_| EINVAL)?;
         let end = offset.checked_add(len_bytes).ok_or(EINVAL)?;
         let page = PAGE_SIZE as usize;
@@ -219,9 +240,7 @@ impl P2pPages {
         for at in (offset..end).step_by(page) {
             pages.push(self.page_at(at).ok_or(EINVAL)?.0.as_ptr(), GFP_KERNEL)?;
         }
-        // SAFETY: The pages lie in the allocation (checked above), which
-        // `self` keeps referenced while the caller holds it.
-        unsafe { SgMap::map_pages(peer, &mut pages, dir) }
+        Ok(pages)
     }
 }
 

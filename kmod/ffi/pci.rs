@@ -191,11 +191,6 @@ impl Peer {
         Some(Self(unsafe { ARef::from_raw(p) }))
     }
 
-    /// Whether this is `pdev`.
-    pub(crate) fn is(&self, pdev: *const bindings::pci_dev) -> bool {
-        raw_pdev(&*self.0).cast_const() == pdev
-    }
-
     /// The peer's PCI location.
     pub(crate) fn location(&self) -> (u32, u8, u8) {
         location(&*self.0)
@@ -247,12 +242,20 @@ impl Peer {
     }
 }
 
-/// What the module does when a PCI device starts losing its driver or
-/// going away, and when that is over.
+/// What the module does when a PCI device appears, starts losing its
+/// driver or going away, when that is over, and when it is gone.
 pub(crate) trait PeerEvents: 'static {
+    /// `pdev` is on the bus: added now, or already there when the watch
+    /// started (an error then stops the watch from starting). It comes
+    /// before any unbind or removal of the device.
+    fn peer_added(pdev: &pci::Device) -> Result;
+
     /// `pdev` starts losing its driver or going away (`going`), or is done
     /// with it (`!going`).
     fn peer_going(pdev: &pci::Device, going: bool);
+
+    /// `pdev` left the bus (after its last `peer_going(pdev, false)`).
+    fn peer_removed(pdev: &pci::Device);
 }
 
 /// Keeps `T` told about PCI devices losing their driver (a notifier on the
@@ -275,29 +278,59 @@ unsafe impl<T: PeerEvents> Send for PeerWatch<T> {}
 unsafe impl<T: PeerEvents> Sync for PeerWatch<T> {}
 
 impl<T: PeerEvents> PeerWatch<T> {
-    /// Starts watching.
+    /// Starts watching: from the notifier's registration on, `T` is told of
+    /// each device added; then of each device already there (a device
+    /// added meanwhile may be told twice).
     pub(crate) fn new() -> impl PinInit<Self, Error> {
         try_pin_init!(Self {
             nb <- Opaque::try_ffi_init(|nb: *mut bindings::notifier_block| {
                 // SAFETY: `nb` is valid for writes and pinned: it stays at
                 // this address until `drop` unregisters it. INVARIANT: it is
-                // registered here, or the initialisation fails.
+                // registered here, or the initialisation fails (and it is
+                // unregistered again).
                 unsafe {
                     nb.write(bindings::notifier_block {
                         notifier_call: Some(Self::bus_event),
                         next: core::ptr::null_mut(),
                         priority: 0,
                     });
-                    to_result(bindings::bus_register_notifier(&bindings::pci_bus_type, nb))
+                    to_result(bindings::bus_register_notifier(&bindings::pci_bus_type, nb))?;
+                    let each = to_result(bindings::bus_for_each_dev(
+                        &bindings::pci_bus_type,
+                        core::ptr::null_mut(),
+                        core::ptr::null_mut(),
+                        Some(Self::each_device),
+                    ));
+                    if each.is_err() {
+                        bindings::bus_unregister_notifier(&bindings::pci_bus_type, nb);
+                    }
+                    each
                 }
             }),
             _events: PhantomData,
         })
     }
 
-    /// The notifier's callback: a PCI device is about to lose its driver,
-    /// or to go away (its DMA mappings must go, and none may be made for it
-    /// until that is over), or that is over.
+    /// `bus_for_each_dev`'s callback: tells `T` of a device on the bus.
+    ///
+    /// # Safety
+    ///
+    /// Called by `bus_for_each_dev` on the PCI bus, with `dev` a device on
+    /// that bus, referenced during the call.
+    unsafe extern "C" fn each_device(dev: *mut bindings::device, _data: *mut c_void) -> c_int {
+        // SAFETY: `dev` is the `dev` field of a `struct pci_dev`, alive
+        // during the callback; `pci::Device` is transparent over it.
+        let pdev =
+            unsafe { &*kernel::container_of!(dev, bindings::pci_dev, dev).cast::<pci::Device>() };
+        match T::peer_added(pdev) {
+            Ok(()) => 0,
+            Err(e) => e.to_errno(),
+        }
+    }
+
+    /// The notifier's callback: a PCI device was added, is about to lose
+    /// its driver, or to go away (its DMA mappings must go, and none may be
+    /// made for it until that is over), that is over, or it is gone.
     ///
     /// # Safety
     ///
@@ -308,24 +341,32 @@ impl<T: PeerEvents> PeerWatch<T> {
         action: c_ulong,
         data: *mut c_void,
     ) -> c_int {
-        let going = match u32::try_from(action) {
-            Ok(
-                bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER
-                | bindings::bus_notifier_event_BUS_NOTIFY_DEL_DEVICE,
-            ) => true,
-            Ok(
-                bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER
-                | bindings::bus_notifier_event_BUS_NOTIFY_REMOVED_DEVICE,
-            ) => false,
-            _ => return bindings::NOTIFY_DONE as c_int,
-        };
         let dev = data.cast::<bindings::device>();
         // SAFETY: `dev` is the `dev` field of a `struct pci_dev` (every
         // device on the PCI bus is one), alive during the callback;
         // `pci::Device` is transparent over `struct pci_dev`.
-        let pdev =
-            unsafe { &*kernel::container_of!(dev, bindings::pci_dev, dev).cast::<pci::Device>() };
-        T::peer_going(pdev, going);
+        let pdev = || unsafe {
+            &*kernel::container_of!(dev, bindings::pci_dev, dev).cast::<pci::Device>()
+        };
+        match u32::try_from(action) {
+            // A device the module could not note stays unknown to it: no
+            // mapping depends on it, and none can (see `PeerEvents`).
+            Ok(bindings::bus_notifier_event_BUS_NOTIFY_ADD_DEVICE) => {
+                let _ = T::peer_added(pdev());
+            }
+            Ok(
+                bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER
+                | bindings::bus_notifier_event_BUS_NOTIFY_DEL_DEVICE,
+            ) => T::peer_going(pdev(), true),
+            Ok(bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER) => {
+                T::peer_going(pdev(), false)
+            }
+            Ok(bindings::bus_notifier_event_BUS_NOTIFY_REMOVED_DEVICE) => {
+                T::peer_going(pdev(), false);
+                T::peer_removed(pdev());
+            }
+            _ => {}
+        }
         bindings::NOTIFY_DONE as c_int
     }
 }

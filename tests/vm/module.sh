@@ -2,7 +2,8 @@
 # The module suite: `p2pdma-ctl sanity` against the real module (allocation,
 # mapping, ownership, argument checking, exhaustion, threads, P2P queries,
 # DMA mappings, privileges, a process killed mid-I/O, unbind while mapped),
-# one check per sanity case; then the module must unload.
+# one check per sanity case; then an ioctl fuzzer (`p2pdma-vmtest
+# ioctl-fuzz`); then the module must unload.
 # shellcheck source=lib.sh
 . /suite/lib.sh
 
@@ -92,6 +93,22 @@ case $summary in
 "sanity: $oks passed, "*" failed, "*" skipped") pass sanity-summary ;;
 *) fail sanity-summary "last line '$summary', with $oks ok lines" ;;
 esac
+
+# The ioctls at random from 4 processes (forked from one, each not the
+# opener of the file it inherited) of 4 threads over 3 open files each, on
+# memfd pages all of them share, pinned and imported through udmabufs made
+# from the same memfds, and allocations mapped again and again: every
+# refusal must be an errno the ioctl documents, every mapping made must be
+# live and unmap cleanly, and the memory must all come back. The debug
+# kernel's DMA-API checks watch every mapping (an overlap past the 7 they
+# track is a warning, which fails the run); it runs longer there, being
+# slower. A new seed each run, printed for replaying it.
+fuzz_s=30
+[ -e /sys/kernel/debug/kmemleak ] && fuzz_s=45
+seed=$(date +%s)
+check ioctl-fuzz timeout $((fuzz_s * 4)) p2pdma-vmtest ioctl-fuzz --nvme "$NVME" \
+	--seconds $fuzz_s --procs 3 --threads 4 --files 3 --seed "$seed"
+dmesg -c
 
 check module-unloads rmmod p2pdma
 check device-node-gone test ! -e /dev/p2pdma

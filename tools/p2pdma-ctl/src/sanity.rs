@@ -22,7 +22,9 @@
 //! `UNMAP`), `peer` (multipath heads, `DMA_MAP` agreeing with `P2P_QUERY`),
 //! `pin` (`PIN_USER`: overlapping, read-only, huge-page and
 //! `RLIMIT_MEMLOCK` pins), `dmabuf` (`DMABUF_IMPORT`: bridges, segment
-//! limits and overlap bounds), `blockio` (`BLOCK_IO`, swap devices, sync
+//! limits and overlap bounds), `overlap` (the bound on mappings of one
+//! page over files, udmabufs of one memfd and repeated `DMA_MAP`s),
+//! `blockio` (`BLOCK_IO`, swap devices, sync
 //! writes and long waits included), `unbind` (unbinding while mapped, and
 //! binding again), `revoke` (what an unbind revokes, and mappings made
 //! while it runs, probed by the kernel's own copies so that a revoked
@@ -159,6 +161,7 @@ mod dmabuf;
 mod ioctl;
 mod load;
 mod mmap;
+mod overlap;
 mod peer;
 mod pin;
 mod process;
@@ -810,6 +813,9 @@ pub fn run(node: &str, json: bool, args: &SanityArgs) -> ExitCode {
     s.case("dmabuf-import-bridge-peer", || c.dmabuf_bridge_peer());
     s.case("dmabuf-import-seg-limit", || c.dmabuf_seg_limit());
     s.case("dmabuf-import-overlap", || c.dmabuf_overlap());
+    s.case("overlap-shared-memfd", || c.overlap_shared_memfd());
+    s.case("overlap-pin-files", || c.overlap_pin_files());
+    s.case("overlap-dma-map", || c.overlap_dma_map());
     s.case("block-io-read", || c.block_io_read());
     s.case("block-io-write", || c.block_io_write());
     s.case("block-io-bad-args", || c.block_io_bad_args());

@@ -8,6 +8,7 @@ use std::{
     ptr::NonNull,
 };
 
+mod fuzz;
 mod queues;
 mod revoke;
 mod store;
@@ -83,6 +84,15 @@ enum Cmd {
     StoreCrash {
         #[command(flatten)]
         x: store_crash::CrashArgs,
+    },
+    /// The module's ioctls at random, good and bad arguments, from many
+    /// threads in forked processes over several open files, on memfd pages
+    /// they all share (pinned, and imported through udmabufs); every
+    /// refusal must be a documented errno and every mapping made must
+    /// unmap cleanly.
+    IoctlFuzz {
+        #[command(flatten)]
+        x: fuzz::FuzzArgs,
     },
     /// Like `p2pmem-read`, but into memory allocated with the module's
     /// `ALLOC` ioctl and mapped with `mmap` of `/dev/p2pdma`.
@@ -1191,6 +1201,7 @@ fn main() -> ExitCode {
         Cmd::Store { x } => store::run(&x),
         Cmd::StoreCoherence { x } => store::coherence(&x),
         Cmd::StoreCrash { x } => store_crash::run(&x),
+        Cmd::IoctlFuzz { x } => fuzz::run(&x),
         Cmd::EngineWrite { x, pattern_offset } => engine_run(&x, Some(pattern_offset)),
         Cmd::EngineStrided { x } => engine_strided(&x),
         Cmd::ModuleRead {

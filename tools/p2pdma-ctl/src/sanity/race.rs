@@ -417,8 +417,10 @@ impl Ctx {
                                         }
                                     }
                                     // Freed by another thread, before or
-                                    // during the call.
-                                    Err(Errno::NOENT | Errno::NODEV) => {}
+                                    // during the call; or the page already
+                                    // carries as many mappings as the
+                                    // module allows.
+                                    Err(Errno::NOENT | Errno::NODEV | Errno::TOOMANYREFS) => {}
                                     Err(e) => note(what("DMA_MAP", e)),
                                 }
                             }
