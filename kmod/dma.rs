@@ -377,8 +377,16 @@ fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
             continue;
         }
         m.warn();
-        for other in r.maps.iter().filter(|o| o.shares_a_peer_with(m)) {
-            other.notifier.signal();
+        if m.for_user_driven_peer() {
+            // The process driving the peer may hold other mappings for it,
+            // through other files: whichever it watches is told.
+            for other in r
+                .maps
+                .iter()
+                .filter(|o| !Arc::ptr_eq(o, m) && o.shares_a_peer_with(m))
+            {
+                other.notifier.signal();
+            }
         }
     }
 }
