@@ -262,11 +262,15 @@ impl pci::Driver for AccelDriver {
         // Out of the registry first: new ioctls on it get ENODEV.
         let dev = DEVICES.lock().remove(this.index);
         // Every DMA mapping of its memory, or made for it as a peer, goes
-        // (the bus notifier did this already; it is idempotent); then every
+        // (the bus notifier revoked those for peers only kernel drivers
+        // drive already; it is idempotent); then every
         // allocation, user mappings included, before the P2PDMA core tears
         // the pages down (it waits for all page references). Pins held by
         // in-flight I/O drop when the I/O completes.
         let pdev_ref: &pci::Device = pdev;
+        // A peer that a process drives may still be writing to its memory:
+        // its owner stops it first (the bus notifier told it).
+        dma::await_user_peers(pdev_ref);
         dma::revoke_peer(core::ptr::from_ref(pdev_ref).cast());
         let revoked = dev.as_ref().map_or(0, |d| d.allocs.len());
         if let Some(dev) = dev {

@@ -10,6 +10,7 @@
 //! device is, and its owner is told.
 
 use core::sync::atomic::{
+    AtomicBool,
     AtomicU8,
     Ordering, //
 };
@@ -100,6 +101,9 @@ pub(crate) struct DmaMapping {
     /// file's lock, which is taken with the mmap lock held, and the mapping
     /// is made under `state`'s lock, pinning user pages under the mmap lock.
     status: AtomicU8,
+    /// A device it depends on is going, and its owner was told to stop
+    /// the peer and unmap it; it stands until then (see [`peer_going`]).
+    revoking: AtomicBool,
     #[pin]
     state: Mutex<State>,
 }
@@ -125,6 +129,7 @@ impl DmaMapping {
                 notifier,
                 notice,
                 status: AtomicU8::new(PENDING),
+                revoking: AtomicBool::new(false),
                 state <- new_mutex!(State::Pending),
             }),
             GFP_KERNEL,
@@ -163,6 +168,40 @@ impl DmaMapping {
     pub(crate) fn is_live(&self) -> bool {
         self.status.load(Ordering::Acquire) == LIVE
             && !self.notice.as_ref().is_some_and(|n| n.revoked())
+    }
+
+    /// Whether it stands while a device it depends on is going: its owner
+    /// was told to stop the peer and unmap it.
+    pub(crate) fn is_revoking(&self) -> bool {
+        self.revoking.load(Ordering::Acquire) && self.is_live()
+    }
+
+    /// Whether it maps `pdev`'s memory.
+    fn maps_memory_of(&self, pdev: *const bindings::pci_dev) -> bool {
+        matches!(&self.source, Source::Alloc(a)
+            if core::ptr::from_ref::<kernel::pci::Device>(&a.pdev).cast::<bindings::pci_dev>() == pdev)
+    }
+
+    /// Whether a process drives one of its peers (see
+    /// [`Peer::driven_from_user_space`]): only that process can stop the
+    /// peer's DMA to it.
+    fn for_user_driven_peer(&self) -> bool {
+        self.peers.iter().any(Peer::driven_from_user_space)
+    }
+
+    /// Whether it is mapped for a peer `other` is mapped for too.
+    fn shares_a_peer_with(&self, other: &DmaMapping) -> bool {
+        self.peers
+            .iter()
+            .any(|p| other.peers.iter().any(|q| p.same_as(q)))
+    }
+
+    /// Tells the owner that a device it depends on is going: it stops the
+    /// peer, then unmaps.
+    fn warn(&self) {
+        if !self.revoking.swap(true, Ordering::AcqRel) {
+            self.notifier.signal();
+        }
     }
 
     /// Whether `pdev` is something this mapping depends on.
@@ -301,6 +340,18 @@ impl PeerEvents for Mappings {
     }
 }
 
+/// `pdev` starts losing its driver or going away (`going`), or that is
+/// over. While it goes, no mapping that depends on it can be listed.
+///
+/// At the start, a mapping of its memory (an accelerator being unbound) for
+/// peers that only kernel drivers drive is revoked at once: nothing but the
+/// process holds its addresses. Every other mapping that depends on it
+/// stands, and its owner is told (as are the owners of every other mapping
+/// for the same peers): a peer's driver is not done with the device yet,
+/// and a peer that a process drives stops only when that process stops it.
+/// When it is over (the driver's remove returned: it has quiesced the
+/// device, and vfio-pci's waits until its user released the device; or
+/// the device is gone), every mapping that depends on it is revoked.
 fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
     let mut r = MAPPINGS.lock();
     let key = pdev as usize;
@@ -314,9 +365,67 @@ fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
             d.1.saturating_sub(1)
         };
     }
-    if going {
+    if !going {
         for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
             m.revoke();
         }
+        return;
+    }
+    for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
+        if m.maps_memory_of(pdev) && !m.for_user_driven_peer() {
+            m.revoke();
+            continue;
+        }
+        m.warn();
+        if m.for_user_driven_peer() {
+            // The process driving the peer may hold other mappings for it,
+            // through other files: whichever it watches is told.
+            for other in r
+                .maps
+                .iter()
+                .filter(|o| !Arc::ptr_eq(o, m) && o.shares_a_peer_with(m))
+            {
+                other.notifier.signal();
+            }
+        }
+    }
+}
+
+/// Waits until no mapping of accelerator `pdev`'s memory stands for a peer
+/// that a process drives: its owner, told when the unbind started, stops
+/// the peer and unmaps it (or closes the file, or the peer loses its
+/// driver). The owners are told again every 10 s meanwhile, as vfio-pci
+/// asks its user for a device it unbinds.
+pub(crate) fn await_user_peers(pdev: &pci::Device) {
+    let raw = core::ptr::from_ref(pdev).cast::<bindings::pci_dev>();
+    let mut rounds = 0u32;
+    loop {
+        let waiting = {
+            let r = MAPPINGS.lock();
+            let mut n = 0usize;
+            for m in r
+                .maps
+                .iter()
+                .filter(|m| m.maps_memory_of(raw) && m.is_live() && m.for_user_driven_peer())
+            {
+                n += 1;
+                if rounds > 0 && rounds % 500 == 0 {
+                    m.notifier.signal();
+                }
+            }
+            n
+        };
+        if waiting == 0 {
+            return;
+        }
+        if rounds % 500 == 0 {
+            dev_info!(
+                pdev.as_ref(),
+                "waiting for the owners of {} mapping(s) of its memory for devices that processes drive to stop them and unmap\n",
+                waiting
+            );
+        }
+        rounds = rounds.wrapping_add(1);
+        kernel::time::delay::fsleep(kernel::time::Delta::from_millis(20));
     }
 }

@@ -891,23 +891,28 @@ impl P2pdmaFile {
         if h.flags != 0 || h.state != 0 || h.reserved != [0; 2] {
             return Err(EINVAL);
         }
-        let live = {
+        h.state = {
             let state = self.state.lock();
             if let Some(a) = state.allocs.iter().find(|a| a.handle == h.handle) {
-                !a.is_revoked()
+                if a.is_revoked() {
+                    uapi::P2PDMA_STATE_REVOKED
+                } else {
+                    uapi::P2PDMA_STATE_LIVE
+                }
             } else {
-                state
+                let m = state
                     .maps
                     .iter()
                     .find(|m| m.handle == h.handle)
-                    .ok_or(ENOENT)?
-                    .is_live()
+                    .ok_or(ENOENT)?;
+                if m.is_revoking() {
+                    uapi::P2PDMA_STATE_REVOKING
+                } else if m.is_live() {
+                    uapi::P2PDMA_STATE_LIVE
+                } else {
+                    uapi::P2PDMA_STATE_REVOKED
+                }
             }
-        };
-        h.state = if live {
-            uapi::P2PDMA_STATE_LIVE
-        } else {
-            uapi::P2PDMA_STATE_REVOKED
         };
         writer.write(&h)
     }

@@ -52,6 +52,7 @@
 /* p2pdma_handle_state.state values. */
 #define P2PDMA_STATE_LIVE 1
 #define P2PDMA_STATE_REVOKED 2
+#define P2PDMA_STATE_REVOKING 3	/* stands while a device it depends on goes: stop the peer, then UNMAP */
 
 /* map_type values. */
 #define P2PDMA_MAP_BUS_ADDR 1		/* by bus address through a common switch */

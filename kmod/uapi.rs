@@ -333,6 +333,13 @@ pub const P2PDMA_STATE_LIVE: u32 = 1;
 /// its peer, was unbound; or the dma-buf's exporter withdrew it). Its DMA
 /// addresses are no longer valid; `FREE` or `UNMAP` releases the handle.
 pub const P2PDMA_STATE_REVOKED: u32 = 2;
+/// [`P2pdmaHandleState::state`]: a mapping that still stands while a device
+/// it depends on is going (an accelerator being unbound, or its peer losing
+/// its driver): stop the peer's use of its addresses, then `UNMAP` it. The
+/// module revokes it when the peer's driver is done with the device; an
+/// accelerator's unbind waits for mappings of its memory for peers that
+/// processes drive (vfio-pci).
+pub const P2PDMA_STATE_REVOKING: u32 = 3;
 
 /// In/out argument of [`P2PDMA_IOC_HANDLE_STATE`].
 #[repr(C)]

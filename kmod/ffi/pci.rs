@@ -227,6 +227,26 @@ impl Peer {
         None
     }
 
+    /// Whether `other` is the same PCI function.
+    pub(crate) fn same_as(&self, other: &Peer) -> bool {
+        core::ptr::eq::<pci::Device>(&*self.0, &*other.0)
+    }
+
+    /// Whether a process drives this function (its driver is vfio-pci):
+    /// its DMA stops only when that process stops it or releases it.
+    pub(crate) fn driven_from_user_space(&self) -> bool {
+        // SAFETY: `self.0` is a valid, referenced PCI device. Its driver
+        // pointer changes only when a driver binds or unbinds, and is read
+        // once; a bound driver's `struct device_driver` (with its name)
+        // lives as long as its module, which cannot go while bound.
+        unsafe {
+            let drv = core::ptr::read_volatile(&(*raw_pdev(&*self.0)).dev.driver);
+            !drv.is_null()
+                && !(*drv).name.is_null()
+                && CStr::from_char_ptr((*drv).name) == c"vfio-pci"
+        }
+    }
+
     /// Longest DMA segment this peer accepts.
     pub(crate) fn max_seg_size(&self) -> u64 {
         max_seg_size(&self.0)
@@ -292,7 +312,13 @@ impl<T: PeerEvents> PeerWatch<T> {
                     nb.write(bindings::notifier_block {
                         notifier_call: Some(Self::bus_event),
                         next: core::ptr::null_mut(),
-                        priority: 0,
+                        // Ahead of the notifiers registered at boot with
+                        // priority 0: at `UNBOUND_DRIVER` the mappings for
+                        // the device are gone before DMA-API debugging
+                        // looks for ones its driver left, and at
+                        // `REMOVED_DEVICE` before the IOMMU layer releases
+                        // the device.
+                        priority: 1,
                     });
                     to_result(bindings::bus_register_notifier(&bindings::pci_bus_type, nb))?;
                     let each = to_result(bindings::bus_for_each_dev(
