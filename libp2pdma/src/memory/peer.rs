@@ -229,6 +229,11 @@ pub enum HandleState {
     /// exporter withdrew it. Its addresses are no longer valid; free or
     /// unmap it to release the handle.
     Revoked,
+    /// A mapping that still stands while a device it depends on is going:
+    /// the peer must stop using its addresses, then it is unmapped (an
+    /// accelerator's unbind waits for that where a process drives the
+    /// peer).
+    Revoking,
 }
 
 fn template(peer: &Peer<'_>, access: PeerAccess) -> abi::P2pdmaDmaMap {
@@ -394,6 +399,7 @@ impl Module {
         sys::handle_state(self, &mut arg).map_err(Error::ioctl("P2PDMA_IOC_HANDLE_STATE"))?;
         Ok(match arg.state {
             abi::P2PDMA_STATE_LIVE => HandleState::Live,
+            abi::P2PDMA_STATE_REVOKING => HandleState::Revoking,
             _ => HandleState::Revoked,
         })
     }

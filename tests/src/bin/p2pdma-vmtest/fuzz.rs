@@ -37,6 +37,22 @@ use rustix::{
     mm::{mmap, MapFlags, ProtFlags},
 };
 
+/// `UNMAP` of any handle, right or wrong: the fuzzer gives no device the
+/// address of anything it maps, so a mapping released early frees nothing
+/// a device uses.
+fn unmap(fd: impl AsFd, arg: abi::P2pdmaUnmap) -> Result<(), Errno> {
+    // SAFETY: As said above.
+    unsafe { sys::unmap(fd, arg) }
+}
+
+/// `FREE` of any handle, right or wrong: as for [`unmap`], no device was
+/// given the memory, and the fuzzer maps no allocation into its own
+/// address space.
+fn free(fd: impl AsFd, arg: abi::P2pdmaFree) -> Result<(), Errno> {
+    // SAFETY: As said above.
+    unsafe { sys::free(fd, arg) }
+}
+
 const PAGE: u64 = 4096;
 /// Pages in each shared memfd: few, so that mappings overlap a lot.
 const MEMFD_PAGES: u64 = 8;
@@ -431,7 +447,7 @@ impl Proc<'_> {
         }
         if foreign {
             // The first process's own inherited file: released at its end.
-            let _ = sys::unmap(
+            let _ = unmap(
                 file,
                 abi::P2pdmaUnmap {
                     map_handle: m.map_handle,
@@ -454,7 +470,7 @@ impl Proc<'_> {
 
     /// `UNMAP` of a mapping this file holds: it must go.
     fn unmap_known(&self, fd: &OwnedFd, h: u64) {
-        let r = sys::unmap(
+        let r = unmap(
             fd,
             abi::P2pdmaUnmap {
                 map_handle: h,
@@ -483,7 +499,7 @@ impl Proc<'_> {
             } else {
                 &[Errno::NOENT]
             };
-            let r = sys::unmap(&*fd, u);
+            let r = unmap(&*fd, u);
             self.outcome("UNMAP (bad)", &r, want);
             if r.is_ok() {
                 self.unexpected("UNMAP of a handle never given succeeded".into());
@@ -532,7 +548,7 @@ impl Proc<'_> {
         self.outcome("ALLOC", &r, want);
         if r.is_err() || foreign {
             if r.is_ok() {
-                let _ = sys::free(
+                let _ = free(
                     file,
                     abi::P2pdmaFree {
                         handle: a.handle,
@@ -550,7 +566,7 @@ impl Proc<'_> {
             }
         });
         if let Some((h, _)) = extra {
-            let r = sys::free(
+            let r = free(
                 &*fd,
                 abi::P2pdmaFree {
                     handle: h,
@@ -574,7 +590,7 @@ impl Proc<'_> {
         let Some((h, size)) = picked else {
             return;
         };
-        let r = sys::free(
+        let r = free(
             &*fd,
             abi::P2pdmaFree {
                 handle: h,
@@ -719,7 +735,7 @@ impl Proc<'_> {
                 self.unmap_known(&s.fd, h);
             }
             for (h, _) in s.allocs {
-                let r = sys::free(
+                let r = free(
                     &*s.fd,
                     abi::P2pdmaFree {
                         handle: h,

@@ -156,7 +156,9 @@ fn under_reads(
     let started = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let (errors, took, after) = thread::scope(|s| -> Result<_, String> {
-        let readers = s.spawn(|| read_until_failure(ctrl, nsid, (ns.block_size, ns.blocks), [&ma, &mh], &started));
+        let readers = s.spawn(|| {
+            read_until_failure(ctrl, nsid, (ns.block_size, ns.blocks), [&ma, &mh], &started)
+        });
         while started.load(Ordering::Relaxed) < 16 {
             if readers.is_finished() {
                 break;

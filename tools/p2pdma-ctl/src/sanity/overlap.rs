@@ -7,7 +7,7 @@
 
 use std::os::fd::AsFd;
 
-use p2pdma::{sys::HostBuffer, Module, PeerAccess};
+use p2pdma::{sys::HostBuffer, DmaMapping, Module, PeerAccess};
 use p2pdma_abi as abi;
 use rustix::{
     fs::{open, Mode, OFlags},
@@ -29,7 +29,7 @@ impl Ctx {
         &self,
         what: &str,
         files: [&Module; 2],
-        make: impl Fn(&Module, usize) -> p2pdma::Result<u64>,
+        make: impl Fn(&Module, usize) -> p2pdma::Result<DmaMapping>,
     ) -> R {
         let max = abi::P2PDMA_MAX_PIN_OVERLAP as usize;
         let mut held = Vec::new();
@@ -40,25 +40,30 @@ impl Ctx {
                 Err(e) => checks.push(Err(Why::Fail(format!("{what} {} of {max}: {e}", i + 1)))),
             }
         }
-        let over = make(files[max % 2], max);
-        if let Ok(h) = &over {
-            held.push((max % 2, *h));
-        }
+        let over = match make(files[max % 2], max) {
+            Ok(m) => {
+                let h = m.map_handle();
+                held.push((max % 2, m));
+                Ok(h)
+            }
+            Err(e) => Err(e),
+        };
         checks.push(want_lib_errno(
             &format!("{what} {} (over {max})", max + 1),
             over,
             Errno::TOOMANYREFS,
         ));
-        if let Some((f, h)) = held.first().copied() {
-            checks.push(files[f].unmap(h).map_err(Why::from));
-            held.remove(0);
+        if !held.is_empty() {
+            let (f, m) = held.remove(0);
+            checks.push(files[f].unmap(m).map_err(Why::from));
             match make(files[max % 2], max + 1) {
                 Ok(h) => held.push((max % 2, h)),
                 Err(e) => checks.push(Err(Why::Fail(format!("{what} after releasing one: {e}")))),
             }
         }
-        for (f, h) in held {
-            if let Err(e) = files[f].unmap(h) {
+        for (f, m) in held {
+            let h = m.map_handle();
+            if let Err(e) = files[f].unmap(m) {
                 checks.push(Err(Why::Fail(format!("UNMAP of {h}: {e}"))));
             }
         }
@@ -89,7 +94,7 @@ impl Ctx {
                 } else {
                     second.as_fd()
                 };
-                m.dmabuf_import(buf, peer).map(|d| d.map_handle)
+                m.dmabuf_import(buf, peer)
             },
         )
     }
@@ -101,7 +106,7 @@ impl Ctx {
         let other = self.second_file()?;
         let peer = self.host_peer();
         self.bound_holds("PIN_USER of one page", [&self.module, &other], |m, _| {
-            m.pin_user(buf.addr(), PAGE, peer).map(|d| d.map_handle)
+            m.pin_user(buf.addr(), PAGE, peer)
         })
     }
 
@@ -115,7 +120,7 @@ impl Ctx {
         let bound = self.bound_holds(
             "DMA_MAP of one page",
             [&self.module, &self.module],
-            |m, _| m.dma_map(a.handle(), 0, PAGE, peer).map(|d| d.map_handle),
+            |m, _| m.dma_map(a.handle(), 0, PAGE, peer),
         );
         let n = abi::P2PDMA_MAX_PIN_OVERLAP as usize + 3;
         let mut reads = Vec::new();
@@ -125,7 +130,7 @@ impl Ctx {
                 .module
                 .dma_map_access(a.handle(), 0, PAGE, peer, PeerAccess::ReadOnly)
             {
-                Ok(m) => reads.push(m.map_handle),
+                Ok(m) => reads.push(m),
                 Err(e) => {
                     checks.push(Err(Why::Fail(format!(
                         "DMA_MAP {} of {n} for a peer that only reads: {e}",
@@ -135,8 +140,8 @@ impl Ctx {
                 }
             }
         }
-        for h in reads {
-            checks.push(self.module.unmap(h).map_err(Why::from));
+        for m in reads {
+            checks.push(self.module.unmap(m).map_err(Why::from));
         }
         all(checks)
     }
