@@ -48,7 +48,7 @@ use std::{
     os::fd::OwnedFd,
     ptr,
     sync::{
-        atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
+        atomic::{fence, AtomicBool, AtomicIsize, AtomicU32, AtomicU64, AtomicUsize, Ordering},
         Arc, Condvar, Mutex, MutexGuard,
     },
     thread,
@@ -173,6 +173,11 @@ pub(crate) struct Health {
     failed: AtomicBool,
     stopped: AtomicBool,
     reason: Mutex<Option<String>>,
+    /// Why new commands are refused while the controller is drained
+    /// before it is stopped (a revocation), if they are.
+    closing: Mutex<Option<String>>,
+    /// Commands on I/O queues that the controller has not completed.
+    at_controller: AtomicIsize,
 }
 
 impl Health {
@@ -182,7 +187,40 @@ impl Health {
             failed: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             reason: Mutex::new(None),
+            closing: Mutex::new(None),
+            at_controller: AtomicIsize::new(0),
         }
+    }
+
+    /// Refuses new commands for `why` from now on, and waits up to `limit`
+    /// for the commands the controller has on its I/O queues to complete
+    /// (their waiters take the completions): a controller stopped
+    /// afterwards aborts nothing. Whether they all completed.
+    pub(crate) fn drain(&self, why: &str, limit: Duration) -> bool {
+        self.closing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| why.to_string());
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.at_controller.load(Ordering::SeqCst) <= 0 {
+                return true;
+            }
+            if Instant::now() >= deadline || self.failure().is_some() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Why new commands are refused: the failure, or a drain under way.
+    fn refusal(&self) -> Option<String> {
+        self.failure().or_else(|| {
+            self.closing
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        })
     }
 
     /// Why the controller failed, if it did.
@@ -550,7 +588,7 @@ impl QueuePair {
         let n = self.slots.len();
         let mut spins = 0u32;
         loop {
-            if let Some(why) = self.health.failure() {
+            if let Some(why) = self.health.refusal() {
                 return Err(WaitError::Failed(why));
             }
             let start = self.hint.load(Ordering::Relaxed);
@@ -562,6 +600,16 @@ impl QueuePair {
                     .is_ok()
                 {
                     self.hint.store((i + 1) % n, Ordering::Relaxed);
+                    if self.qid != 0 {
+                        // Counted before the refusal is looked at again: a
+                        // drain either sees this command or refuses it.
+                        self.health.at_controller.fetch_add(1, Ordering::SeqCst);
+                        if let Some(why) = self.health.refusal() {
+                            self.health.at_controller.fetch_sub(1, Ordering::SeqCst);
+                            Self::free(&self.slots[i]);
+                            return Err(WaitError::Failed(why));
+                        }
+                    }
                     return Ok(i as u16);
                 }
             }
@@ -682,6 +730,9 @@ impl QueuePair {
                     s.result.store(c.result, Ordering::Relaxed);
                     s.status.store(u32::from(c.status), Ordering::Relaxed);
                     s.state.store(DONE, Ordering::Release);
+                    if self.qid != 0 {
+                        self.health.at_controller.fetch_sub(1, Ordering::SeqCst);
+                    }
                 }
                 _ => {
                     **st = (head, phase);
@@ -1265,6 +1316,42 @@ mod tests {
         };
         let t = q.submit(&cmd, None, (None, 7), true).unwrap();
         (bar, mem, q, t)
+    }
+
+    #[test]
+    fn a_drain_refuses_new_commands_and_waits_for_those_the_controller_has() {
+        let (_bar, mem, q, t) = stuck(0);
+        let cmd = Command {
+            opcode: nvme::io::FLUSH,
+            nsid: 1,
+            ..Default::default()
+        };
+        // The command is at the controller: the drain gives up at its limit.
+        assert!(!q.health.drain("revoked: a test", Duration::from_millis(50)));
+        match q.submit(&cmd, None, (None, 7), true) {
+            Err(WaitError::Failed(why)) => assert!(why.contains("revoked: a test"), "{why}"),
+            r => panic!("a submission during a drain gave {:?}", r.map(|t| t.cid)),
+        }
+        // The controller completes it (entry 0 of the completion queue,
+        // phase 1): the drain is over once its waiter took it.
+        let cq = (mem.as_ptr() as usize).next_multiple_of(PAGE) + PAGE;
+        // SAFETY: The completion queue's first entry, in `mem`.
+        unsafe {
+            let e = cq as *mut u32;
+            ptr::write_volatile(e.add(2), 1 | 1 << 16);
+            ptr::write_volatile(e.add(3), u32::from(t.cid) | 1 << 16);
+        }
+        let done = thread::scope(|s| {
+            let drain = s.spawn(|| q.health.drain("revoked: a test", Duration::from_secs(5)));
+            thread::sleep(Duration::from_millis(20));
+            q.wait(&t, Instant::now() + Duration::from_secs(1)).unwrap();
+            drain.join().unwrap()
+        });
+        assert!(done, "the drain did not see the command complete");
+        assert!(
+            q.health.failure().is_none(),
+            "a drain does not fail the controller"
+        );
     }
 
     #[test]

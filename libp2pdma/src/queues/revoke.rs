@@ -24,6 +24,7 @@ use std::{
     os::fd::{AsFd, OwnedFd},
     sync::{Arc, Mutex},
     thread::JoinHandle,
+    time::Duration,
 };
 
 use rustix::{
@@ -32,6 +33,10 @@ use rustix::{
 };
 
 use super::qpair::Health;
+
+/// How long a revocation waits for the commands the controller has before
+/// it stops the controller anyway.
+const DRAIN: Duration = Duration::from_secs(1);
 use crate::{memory::ModuleMemory, sys::vfio, Module};
 
 /// The mappings made for one controller object that still stand.
@@ -93,7 +98,12 @@ impl Revoker {
     /// given; gives the VFIO device back too when `give_back` (or when the
     /// controller could not be stopped: vfio-pci resets it on release).
     fn revoke(&self, why: &str, give_back: bool) {
-        self.health.fail(format!("revoked: {why}"));
+        let why = format!("revoked: {why}");
+        // New commands are refused, and those the controller has complete
+        // first (their memory is still held): it is stopped with nothing
+        // to abort.
+        self.health.drain(&why, DRAIN);
+        self.health.fail(why.clone());
         let stopped = self.health.stopped();
         if give_back || !stopped {
             let _ = self.bar.let_go();
