@@ -80,6 +80,17 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	[ -e /sys/kernel/debug/kmemleak ] && export_dmabuf=--no-dmabuf-export
 	# shellcheck disable=SC2086
 	dmacheck vfio --serial $SERIAL --image vfio.img --image-pattern-offset $((128 << 20)) --expect-map-type bus-addr $export_dmabuf
+	# Revocation with reads in flight: vfio-pci unbound from the
+	# controller, then the accelerator holding its queues and data; each
+	# unbind waits until the library has stopped the controller, and
+	# nothing it was given changes afterwards (canaries in host and
+	# accelerator memory, the BAR read through sysfs). Then the module
+	# alone: a mapping for a controller whose device is still held stands
+	# until vfio-pci's remove is over, and an accelerator's unbind waits
+	# for the owner's unmap. Here, where no other suite's data waits in
+	# the BAR for the host: the accelerator's unbind gives its memory back.
+	check queues-revoke-peer p2pdma-vmtest queues --step revoke-peer --serial $SERIAL
+	check queues-revoke-accelerator p2pdma-vmtest queues --step revoke-accel --serial $SERIAL
 	# No-IOMMU VFIO taints the kernel; anything else in the log is checked
 	# by the host.
 	dmesg | grep -i -e vfio -e taint | tail -n 5

@@ -312,16 +312,6 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	# the namespaces again.
 	check queues-namespace-events p2pdma-vmtest queues --step events \
 		--serial p2pdma-events --nsid 9 --image-pattern-offset $((224 << 20))
-	# Revocation with reads in flight: vfio-pci unbound from the
-	# controller, then the accelerator holding its queues and data; each
-	# unbind waits until the library has stopped the controller, and
-	# nothing it was given changes afterwards (canaries in host and
-	# accelerator memory, the BAR read through sysfs). Then the module
-	# alone: a mapping for a controller whose device is still held stands
-	# until vfio-pci's remove is over, and an accelerator's unbind waits
-	# for the owner's unmap.
-	check queues-revoke-peer p2pdma-vmtest queues --step revoke-peer
-	check queues-revoke-accelerator p2pdma-vmtest queues --step revoke-accel
 	check queues-engine p2pdma-vmtest queues --step engine
 	# The object store on a 12 MiB region of the namespace, on the queues
 	# path with its cache in accelerator memory: the seeded sequence
