@@ -65,6 +65,28 @@ unsafe impl Send for RawMapping {}
 // shared device memory and cannot break memory safety.
 unsafe impl Sync for RawMapping {}
 
+/// Replaces the mapping at `[ptr, ptr + len)` with zeroed private
+/// anonymous memory in one step (`MAP_FIXED`): the address range stays
+/// mapped, and whatever it mapped (device memory, a device's registers) is
+/// no longer reached through it, nor held by it.
+///
+/// # Safety
+///
+/// `[ptr, ptr + len)` is exactly one mapping the caller owns, into which no
+/// Rust reference exists.
+pub(crate) unsafe fn replace_with_anonymous(ptr: *mut u8, len: usize) -> Result<(), Errno> {
+    // SAFETY: The caller's promise: `MAP_FIXED` replaces only its mapping.
+    unsafe {
+        rustix::mm::mmap_anonymous(
+            ptr.cast(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE | MapFlags::FIXED,
+        )
+    }
+    .map(|_| ())
+}
+
 impl RawMapping {
     /// `mmap(NULL, len, PROT_READ | PROT_WRITE, sharing, fd, offset)` of
     /// device memory: copies treat it as write-combined.
@@ -128,18 +150,9 @@ impl RawMapping {
     /// this (or coming later) read zeros and write memory nothing else sees,
     /// instead of raising `SIGBUS` once the device memory is revoked.
     pub fn let_go(&self) -> Result<(), Errno> {
-        // SAFETY: `MAP_FIXED` over exactly this mapping, into which no
-        // reference exists (the type hands out none): the address range
-        // stays mapped, with zeroed private memory.
-        unsafe {
-            rustix::mm::mmap_anonymous(
-                self.ptr.as_ptr().cast(),
-                self.len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::FIXED,
-            )
-        }
-        .map(|_| ())
+        // SAFETY: Exactly this mapping, into which no reference exists (the
+        // type hands out none).
+        unsafe { replace_with_anonymous(self.ptr.as_ptr(), self.len) }
     }
 
     /// The memory type its copies assume.

@@ -657,19 +657,10 @@ impl Bar {
     /// (a failed controller's, racing this) reach memory that no device
     /// decodes instead of a hole.
     pub fn let_go(&self) -> Result<(), String> {
-        // SAFETY: `MAP_FIXED` over exactly this mapping, which no reference
-        // points into (registers are reached by volatile accesses only):
-        // the address stays mapped, with zeroed memory.
-        unsafe {
-            rustix::mm::mmap_anonymous(
-                self.ptr.as_ptr().cast(),
-                self.len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::FIXED,
-            )
-        }
-        .map(|_| ())
-        .map_err(|e| format!("replacing the BAR mapping: {e}"))
+        // SAFETY: Exactly this mapping, which no reference points into
+        // (registers are reached by volatile accesses only).
+        unsafe { super::mapping::replace_with_anonymous(self.ptr.as_ptr(), self.len) }
+            .map_err(|e| format!("replacing the BAR mapping: {e}"))
     }
 
     fn reg(&self, offset: usize) -> Result<*mut u32, String> {

@@ -1174,8 +1174,9 @@ fn events(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         }
         r => return Err(format!("Namespace Attachment through admin() gave {r:?}")),
     }
-    for (sel, what) in [(1u32, "detach"), (0, "attach")] {
-        let before = ctrl.namespace_changes();
+    // Namespace Attachment of the namespace to this controller (`sel` 0)
+    // or its detachment (1), sent raw.
+    let attach = |sel: u32, what: &str| -> Result<(), String> {
         let cmd = Command {
             opcode: admin::NAMESPACE_ATTACHMENT,
             nsid: x.nsid,
@@ -1186,9 +1187,16 @@ fn events(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         // SAFETY: PRP1 is the page of `list` mapped for this controller,
         // which the command reads (4096 bytes, one page) and which stays
         // mapped until the call returns; the command gives the controller
-        // no memory to keep and leaves the queues alone.
+        // no memory to keep and leaves the queues alone; no command for the
+        // namespace is in flight, and a detached namespace moves no data
+        // for any command.
         unsafe { ctrl.admin_raw(&cmd, None) }
-            .map_err(|e| format!("Namespace Attachment ({what}): {e}"))?;
+            .map(|_| ())
+            .map_err(|e| format!("Namespace Attachment ({what}): {e}"))
+    };
+    for (sel, what) in [(1u32, "detach"), (0, "attach")] {
+        let before = ctrl.namespace_changes();
+        attach(sel, what)?;
         await_change(&ctrl, before)?;
         let listed = ctrl.namespace_info(x.nsid).is_some();
         println!(
@@ -1224,20 +1232,6 @@ fn events(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     // A scope open across a change: its commands are checked against the
     // namespaces published when it opened; the change, looked for on
     // submission, refuses them from then on.
-    let attach = |sel: u32, what: &str| -> Result<(), String> {
-        let cmd = Command {
-            opcode: admin::NAMESPACE_ATTACHMENT,
-            nsid: x.nsid,
-            prp1,
-            cdw: [sel, 0, 0, 0, 0, 0],
-            ..Default::default()
-        };
-        // SAFETY: As above; no command for the namespace is in flight, and
-        // a detached namespace moves no data for any command.
-        unsafe { ctrl.admin_raw(&cmd, None) }
-            .map(|_| ())
-            .map_err(|e| format!("Namespace Attachment ({what}): {e}"))
-    };
     let before = ctrl.namespace_changes();
     let seen = ctrl.scope(|s| -> Result<String, String> {
         let payload = || data.payload(0, 4096).map_err(err);

@@ -125,6 +125,16 @@ fn bar_bytes(pci: &str, bar: u8) -> Result<Vec<u8>, String> {
     Ok(v)
 }
 
+/// The module's first accelerator: the one holding the controller's queues.
+fn first_accelerator(module: &Module) -> Result<p2pdma::Accelerator, String> {
+    module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or_else(|| "no accelerator".to_string())
+}
+
 fn unbind(driver: &str, pci: &str) -> Result<Duration, String> {
     let t0 = Instant::now();
     std::fs::write(format!("/sys/bus/pci/drivers/{driver}/unbind"), pci)
@@ -290,12 +300,7 @@ fn peer_order(module: &Arc<Module>, bdf: &str) -> Result<(), String> {
 fn accel_order(module: &Arc<Module>, bdf: &str) -> Result<(), String> {
     let err = |e: p2pdma::Error| e.to_string();
     let pci: PciAddress = bdf.parse().map_err(err)?;
-    let acc = module
-        .accelerators()
-        .map_err(err)?
-        .into_iter()
-        .next()
-        .ok_or("no accelerator")?;
+    let acc = first_accelerator(module)?;
     let apci = acc.pci.to_string();
     claim::take(bdf, true)?;
     // SAFETY: As in `peer_order`.
@@ -365,12 +370,7 @@ pub fn peer(ctrl: Arc<Controller>, module: &Arc<Module>, nsid: u32) -> Result<()
 pub fn accelerator(ctrl: Arc<Controller>, module: &Arc<Module>, nsid: u32) -> Result<(), String> {
     let err = |e: p2pdma::Error| e.to_string();
     let bdf = ctrl.pci().to_string();
-    let acc = module
-        .accelerators()
-        .map_err(err)?
-        .into_iter()
-        .next()
-        .ok_or("no accelerator")?;
+    let acc = first_accelerator(module)?;
     let apci = acc.pci.to_string();
     let accel = ModuleMemory::alloc(module.clone(), acc.index, SPAN as u64, 0).map_err(err)?;
     let host = HostMemory::new(SPAN).map_err(err)?;
