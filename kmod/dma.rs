@@ -325,11 +325,15 @@ impl PeerEvents for Mappings {
         Ok(())
     }
 
-    /// `pdev` starts losing its driver or going away (`going`), or is done:
-    /// while it goes, no mapping that depends on it can be listed, and the
-    /// ones listed are revoked, under one lock, so that none escapes.
+    /// `pdev` starts losing its driver or going away (`going`), or gets a
+    /// driver again: see [`peer_going`].
     fn peer_going(pdev: &pci::Device, going: bool) {
         peer_going(core::ptr::from_ref(pdev).cast(), going);
+    }
+
+    /// Revokes what depends on `pdev`, whose driver is done with it.
+    fn peer_unbound(pdev: &pci::Device) {
+        peer_unbound(core::ptr::from_ref(pdev).cast());
     }
 
     /// Forgets `pdev`: no mapping depends on it any more (its removal
@@ -340,8 +344,9 @@ impl PeerEvents for Mappings {
     }
 }
 
-/// `pdev` starts losing its driver or going away (`going`), or that is
-/// over. While it goes, no mapping that depends on it can be listed.
+/// `pdev` starts losing its driver or going away (`going`), or gets a
+/// driver again. From the start until a driver binds it again, no mapping
+/// that depends on it can be listed.
 ///
 /// At the start, a mapping of its memory (an accelerator being unbound) for
 /// peers that only kernel drivers drive is revoked at once: nothing but the
@@ -349,9 +354,7 @@ impl PeerEvents for Mappings {
 /// stands, and its owner is told (as are the owners of every other mapping
 /// for the same peers): a peer's driver is not done with the device yet,
 /// and a peer that a process drives stops only when that process stops it.
-/// When it is over (the driver's remove returned: it has quiesced the
-/// device, and vfio-pci's waits until its user released the device; or
-/// the device is gone), every mapping that depends on it is revoked.
+/// They are revoked when the driver is done ([`peer_unbound`]).
 fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
     let mut r = MAPPINGS.lock();
     let key = pdev as usize;
@@ -359,16 +362,9 @@ fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
     // could not note has no mapping that depends on it): nothing here
     // allocates, so nothing here can fail.
     if let Some(d) = r.devices.iter_mut().find(|(p, _)| *p == key) {
-        d.1 = if going {
-            d.1.saturating_add(1)
-        } else {
-            d.1.saturating_sub(1)
-        };
+        d.1 = if going { d.1.saturating_add(1) } else { 0 };
     }
     if !going {
-        for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
-            m.revoke();
-        }
         return;
     }
     for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
@@ -388,6 +384,17 @@ fn peer_going(pdev: *const bindings::pci_dev, going: bool) {
                 other.notifier.signal();
             }
         }
+    }
+}
+
+/// `pdev`'s driver is done with it (its remove returned: it quiesced the
+/// device, and vfio-pci's waits until its user released the device), or
+/// it is gone: every mapping that depends on it is revoked. It stays going
+/// until a driver binds it again.
+fn peer_unbound(pdev: *const bindings::pci_dev) {
+    let r = MAPPINGS.lock();
+    for m in r.maps.iter().filter(|m| m.depends_on(pdev)) {
+        m.revoke();
     }
 }
 

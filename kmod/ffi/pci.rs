@@ -270,11 +270,15 @@ pub(crate) trait PeerEvents: 'static {
     /// before any unbind or removal of the device.
     fn peer_added(pdev: &pci::Device) -> Result;
 
-    /// `pdev` starts losing its driver or going away (`going`), or is done
-    /// with it (`!going`).
+    /// `pdev` starts losing its driver or going away (`going`), or is
+    /// getting a driver again (`!going`).
     fn peer_going(pdev: &pci::Device, going: bool);
 
-    /// `pdev` left the bus (after its last `peer_going(pdev, false)`).
+    /// `pdev`'s driver is done with it (its remove returned), or `pdev` is
+    /// gone; it stays going until a driver binds it again.
+    fn peer_unbound(pdev: &pci::Device);
+
+    /// `pdev` left the bus (after its last `peer_unbound`).
     fn peer_removed(pdev: &pci::Device);
 }
 
@@ -384,12 +388,16 @@ impl<T: PeerEvents> PeerWatch<T> {
                 bindings::bus_notifier_event_BUS_NOTIFY_UNBIND_DRIVER
                 | bindings::bus_notifier_event_BUS_NOTIFY_DEL_DEVICE,
             ) => T::peer_going(pdev(), true),
-            Ok(bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER) => {
-                T::peer_going(pdev(), false)
-            }
+            Ok(bindings::bus_notifier_event_BUS_NOTIFY_UNBOUND_DRIVER) => T::peer_unbound(pdev()),
             Ok(bindings::bus_notifier_event_BUS_NOTIFY_REMOVED_DEVICE) => {
-                T::peer_going(pdev(), false);
+                T::peer_unbound(pdev());
                 T::peer_removed(pdev());
+            }
+            // Only now may mappings depend on it again: not between its
+            // unbind's end and DMA-API debugging's look for mappings its
+            // driver left, which runs after this notifier.
+            Ok(bindings::bus_notifier_event_BUS_NOTIFY_BIND_DRIVER) => {
+                T::peer_going(pdev(), false)
             }
             _ => {}
         }
