@@ -7,6 +7,16 @@ pub mod nvme;
 
 pub use p2pdma::sys::vfio;
 
+/// The module's first accelerator (index order).
+pub fn first_accelerator(module: &p2pdma::Module) -> Result<p2pdma::Accelerator, String> {
+    module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or_else(|| "no accelerator bound to p2pdma".to_string())
+}
+
 /// The rig's NVMe image content: 64-bit words from a splitmix64 stream keyed
 /// by the word's index, so every aligned 8 bytes of the image are distinct
 /// (for any practical size) and any misplaced or stale block is detected.

@@ -467,11 +467,6 @@ fn round_page(n: usize) -> usize {
     n.div_ceil(PAGE) * PAGE
 }
 
-/// The Asynchronous Event Request kept outstanding.
-struct Events {
-    aer: Option<Ticket>,
-}
-
 /// Scope ids: 0 is none.
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 
@@ -502,9 +497,9 @@ pub struct Controller {
     next: AtomicUsize,
     /// MSI-X vectors in use, or why the queues are polled only.
     interrupts: std::result::Result<usize, String>,
-    /// The Asynchronous Event Request kept outstanding, and what came of
-    /// the events so far.
-    events: std::sync::Mutex<Events>,
+    /// The Asynchronous Event Request kept outstanding (none while one
+    /// could not be submitted).
+    aer: std::sync::Mutex<Option<Ticket>>,
     /// When it was set up, and when (in nanoseconds since) the next look
     /// for an event is due.
     born: Instant,
@@ -695,7 +690,7 @@ impl Controller {
             timeout: opts.timeout,
             next: AtomicUsize::new(0),
             interrupts: Err("no I/O queue yet".into()),
-            events: std::sync::Mutex::new(Events { aer: None }),
+            aer: std::sync::Mutex::new(None),
             func,
         };
         // From here `ctrl`'s drop stops the controller and unmaps; a
@@ -783,7 +778,7 @@ impl Controller {
             })?;
         }
         let aer = ctrl.arm_event()?;
-        ctrl.events.get_mut().unwrap_or_else(|p| p.into_inner()).aer = Some(aer);
+        *ctrl.aer.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(aer);
         Ok(Arc::new(ctrl))
     }
 
@@ -940,7 +935,7 @@ impl Controller {
         if now < self.next_event_check.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(mut ev) = self.events.try_lock() else {
+        let Ok(mut aer) = self.aer.try_lock() else {
             return;
         };
         self.next_event_check
@@ -949,8 +944,8 @@ impl Controller {
             return;
         }
         let mut event = None;
-        match ev.aer.take() {
-            Some(t) if !self.admin.done(&t) => ev.aer = Some(t),
+        match aer.take() {
+            Some(t) if !self.admin.done(&t) => *aer = Some(t),
             Some(t) => match self.admin.wait(&t, Instant::now()) {
                 Ok(c) if c.sct() == 0 && c.sc() == 0 => event = Some(c),
                 _ => {}
@@ -977,8 +972,8 @@ impl Controller {
         if self.facts.stale() {
             let _ = self.rescan_stale();
         }
-        if ev.aer.is_none() {
-            ev.aer = self.arm_event().ok();
+        if aer.is_none() {
+            *aer = self.arm_event().ok();
         }
     }
 

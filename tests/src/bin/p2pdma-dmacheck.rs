@@ -35,7 +35,7 @@ use p2pdma::{sys, DmaMapping, HostBuffer, MapType, Module, PciAddress, Peer, Udm
 use p2pdma_abi as abi;
 use p2pdma_tests::{
     dmamem::{describe, segments_text, AccelMem, ImportedDmabuf, PinnedHost},
-    fill_image, fnv1a,
+    fill_image, first_accelerator, fnv1a,
     nvme::{io, Controller, DmaMem, IdCtrl, IdNs, QueuePair, PAGE},
     vfio,
 };
@@ -127,15 +127,6 @@ impl Checks {
         )
         .is_some()
     }
-}
-
-fn first_accelerator(module: &Module) -> Result<p2pdma::Accelerator, String> {
-    module
-        .accelerators()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .next()
-        .ok_or_else(|| "no accelerator bound to p2pdma".to_string())
 }
 
 /// The contract between the two answers: `NOT_SUPPORTED` goes with

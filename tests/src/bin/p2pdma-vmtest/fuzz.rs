@@ -48,9 +48,24 @@ fn unmap(fd: impl AsFd, arg: abi::P2pdmaUnmap) -> Result<(), Errno> {
 /// `FREE` of any handle, right or wrong: as for [`unmap`], no device was
 /// given the memory, and the fuzzer maps no allocation into its own
 /// address space.
-fn free(fd: impl AsFd, arg: abi::P2pdmaFree) -> Result<(), Errno> {
+fn free(fd: impl AsFd, handle: u64) -> Result<(), Errno> {
+    let arg = abi::P2pdmaFree {
+        handle,
+        ..Default::default()
+    };
     // SAFETY: As said above.
     unsafe { sys::free(fd, arg) }
+}
+
+/// [`unmap`] of `handle`, the argument otherwise right.
+fn unmap_handle(fd: impl AsFd, handle: u64) -> Result<(), Errno> {
+    unmap(
+        fd,
+        abi::P2pdmaUnmap {
+            map_handle: handle,
+            ..Default::default()
+        },
+    )
 }
 
 const PAGE: u64 = 4096;
@@ -447,13 +462,7 @@ impl Proc<'_> {
         }
         if foreign {
             // The first process's own inherited file: released at its end.
-            let _ = unmap(
-                file,
-                abi::P2pdmaUnmap {
-                    map_handle: m.map_handle,
-                    ..Default::default()
-                },
-            );
+            let _ = unmap_handle(file, m.map_handle);
             return;
         }
         let mut extra = None;
@@ -470,13 +479,7 @@ impl Proc<'_> {
 
     /// `UNMAP` of a mapping this file holds: it must go.
     fn unmap_known(&self, fd: &OwnedFd, h: u64) {
-        let r = unmap(
-            fd,
-            abi::P2pdmaUnmap {
-                map_handle: h,
-                ..Default::default()
-            },
-        );
+        let r = unmap_handle(fd, h);
         match r {
             Ok(()) => self.note("UNMAP ok".into()),
             Err(e) => self.unexpected(format!("UNMAP of live mapping {h}: {}", ename(e))),
@@ -548,13 +551,7 @@ impl Proc<'_> {
         self.outcome("ALLOC", &r, want);
         if r.is_err() || foreign {
             if r.is_ok() {
-                let _ = free(
-                    file,
-                    abi::P2pdmaFree {
-                        handle: a.handle,
-                        ..Default::default()
-                    },
-                );
+                let _ = free(file, a.handle);
             }
             return;
         }
@@ -566,13 +563,7 @@ impl Proc<'_> {
             }
         });
         if let Some((h, _)) = extra {
-            let r = free(
-                &*fd,
-                abi::P2pdmaFree {
-                    handle: h,
-                    ..Default::default()
-                },
-            );
+            let r = free(&*fd, h);
             self.outcome("FREE", &r, &[Errno::BUSY]);
         }
     }
@@ -590,13 +581,7 @@ impl Proc<'_> {
         let Some((h, size)) = picked else {
             return;
         };
-        let r = free(
-            &*fd,
-            abi::P2pdmaFree {
-                handle: h,
-                ..Default::default()
-            },
-        );
+        let r = free(&*fd, h);
         // Mapped by `DMA_MAP`: it stays.
         self.outcome("FREE", &r, &[Errno::BUSY]);
         if r.is_err() {
@@ -735,13 +720,7 @@ impl Proc<'_> {
                 self.unmap_known(&s.fd, h);
             }
             for (h, _) in s.allocs {
-                let r = free(
-                    &*s.fd,
-                    abi::P2pdmaFree {
-                        handle: h,
-                        ..Default::default()
-                    },
-                );
+                let r = free(&*s.fd, h);
                 if let Err(e) = r {
                     self.unexpected(format!("FREE of allocation {h} at the end: {}", ename(e)));
                 }

@@ -16,6 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use p2pdma_tests::first_accelerator;
+
 use p2pdma::{
     memory::{DeviceMemory, HandleState, HostMemory, ModuleMemory},
     queues::{claim, Controller, IoCommand, Mapped},
@@ -123,16 +125,6 @@ fn bar_bytes(pci: &str, bar: u8) -> Result<Vec<u8>, String> {
     // SAFETY: The mapping made above, unused from here.
     let _ = unsafe { rustix::mm::munmap(p, len) };
     Ok(v)
-}
-
-/// The module's first accelerator: the one holding the controller's queues.
-fn first_accelerator(module: &Module) -> Result<p2pdma::Accelerator, String> {
-    module
-        .accelerators()
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .next()
-        .ok_or_else(|| "no accelerator".to_string())
 }
 
 fn unbind(driver: &str, pci: &str) -> Result<Duration, String> {
