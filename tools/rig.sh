@@ -46,6 +46,7 @@ test)
 	}
 	results="$P2PDMA_ROOT/rig-out/test-results"
 	mkdir -p "$results"
+	log "$(df -h --output=avail "$P2PDMA_ROOT" | tail -n 1 | tr -d ' ') free on the disk (a cold run needs about 25 GiB: kernels, Python, builds)"
 
 	# First, in seconds: the rig scripts' own logic against an empty
 	# temporary cache, with the downloads and builds stubbed.
@@ -156,7 +157,7 @@ test)
 		echo "FAIL build-debug: the debug kernel or the module (see above); the debug suites did not run" | tee "$results/build-debug.txt"
 		count "$results/build-debug.txt"
 	fi
-	log "all tests done in $((SECONDS - start))s"
+	log "all tests done in $((SECONDS - start))s; $(df -h --output=avail "$P2PDMA_ROOT" | tail -n 1 | tr -d ' ') left on the disk"
 	echo "p2pdma: $total_pass passed, $total_fail failed"
 	((total_fail == 0)) || exit 1
 	;;
