@@ -173,7 +173,8 @@ impl DmaMapping {
     /// Whether it stands while a device it depends on is going: its owner
     /// was told to stop the peer and unmap it.
     pub(crate) fn is_revoking(&self) -> bool {
-        self.revoking.load(Ordering::Acquire) && self.is_live()
+        (self.revoking.load(Ordering::Acquire) || self.notice.as_ref().is_some_and(|n| n.revoking()))
+            && self.is_live()
     }
 
     /// Whether it maps `pdev`'s memory.

@@ -7,6 +7,16 @@
 //! while imported, like RDMA's pinned revocable dma-buf memory. If the
 //! exporter invalidates it anyway (e.g. its device is reset or unbound), the
 //! mapping is torn down under the reservation lock and the owner told.
+//!
+//! The exporter may reuse the memory once `invalidate_mappings` returns
+//! (and vfio-pci turns its memory decoding off then): the peer must not
+//! write it afterwards. A kernel driver's peer is stopped by the module's
+//! own teardown; a peer that a process drives (through vfio-pci) stops only
+//! when that process stops it. So for such a peer the invalidation first
+//! tells the owner and waits, under the reservation lock, until the owner
+//! lets the import go (`UNMAP`, or its file's release) or the peer loses
+//! its driver; an owner that has not done so within [`OWNER_STOPS`] gets
+//! the peer's bus mastering turned off instead, which stops its DMA.
 
 use core::{
     cell::UnsafeCell,
@@ -27,7 +37,11 @@ use kernel::{
         aref::ARef,
         Arc, //
     },
-    task::MAX_SCHEDULE_TIMEOUT, //
+    task::MAX_SCHEDULE_TIMEOUT,
+    time::{
+        delay::fsleep,
+        Delta, //
+    }, //
 };
 
 use super::{
@@ -35,6 +49,7 @@ use super::{
     mm::PfnRuns,
     pci::{
         raw_dev,
+        raw_pdev,
         Peer, //
     },
 };
@@ -51,6 +66,13 @@ mod raw {
         pub(super) fn p2pdma_helper_resv_assert_held(resv: *mut bindings::dma_resv);
     }
 }
+
+/// How long an invalidation waits for the owner of an import for a peer that
+/// a process drives to stop the peer and let the import go.
+const OWNER_STOPS: Delta = Delta::from_secs(10);
+
+/// How often that wait looks.
+const OWNER_POLL: Delta = Delta::from_millis(10);
 
 /// A dma-buf, referenced (`dma_buf_get`/`dma_buf_put`).
 ///
@@ -132,10 +154,13 @@ impl Drop for DmaBuf {
     }
 }
 
-/// What a dma-buf import tells when its exporter revokes it: the flag, then
-/// the owner's notifier. Shared by the import's mappings (one per peer).
+/// What a dma-buf import tells when its exporter revokes it: the flags, then
+/// the owner's notifier, once. Shared by the import's mappings (one per
+/// peer).
 pub(crate) struct ExporterNotice {
     notifier: Arc<Notifier>,
+    /// The exporter waits for the owner to stop a peer it drives.
+    revoking: AtomicBool,
     revoked: AtomicBool,
 }
 
@@ -145,6 +170,7 @@ impl ExporterNotice {
         Ok(Arc::new(
             Self {
                 notifier,
+                revoking: AtomicBool::new(false),
                 revoked: AtomicBool::new(false),
             },
             GFP_KERNEL,
@@ -156,10 +182,26 @@ impl ExporterNotice {
         self.revoked.load(Ordering::Acquire)
     }
 
-    /// The exporter revoked the import.
+    /// Whether the exporter waits for the owner to stop the peer and let
+    /// the import go.
+    pub(crate) fn revoking(&self) -> bool {
+        self.revoking.load(Ordering::Acquire)
+    }
+
+    /// The exporter waits for the owner: it is told.
+    fn warn(&self) {
+        if !self.revoking.swap(true, Ordering::AcqRel) {
+            self.notifier.signal();
+        }
+    }
+
+    /// The exporter revoked the import; the owner is told unless it was
+    /// when the exporter started to wait.
     fn revoke(&self) {
         self.revoked.store(true, Ordering::Release);
-        self.notifier.signal();
+        if !self.revoking.load(Ordering::Acquire) {
+            self.notifier.signal();
+        }
     }
 }
 
@@ -189,6 +231,10 @@ pub(crate) struct DmaBufMap {
     peer: ARef<kernel::pci::Device>,
     dir: DataDirection,
     notice: Arc<ExporterNotice>,
+    /// The owner let the import go: it is being dropped. Set before the
+    /// drop takes the reservation lock, so an invalidation waiting for it
+    /// under that lock sees it.
+    released: AtomicBool,
     locked: UnsafeCell<Locked>,
 }
 
@@ -221,6 +267,7 @@ impl DmaBufMap {
                 peer: peer.0.clone(),
                 dir,
                 notice: notice.clone(),
+                released: AtomicBool::new(false),
                 locked: UnsafeCell::new(Locked {
                     attach: core::ptr::null_mut(),
                     sgt: core::ptr::null_mut(),
@@ -351,15 +398,48 @@ impl DmaBufMap {
         if locked.revoked || locked.sgt.is_null() {
             return;
         }
+        this.await_owner();
         this.revoke_locked(locked);
         locked.revoked = true;
         this.notice.revoke();
+    }
+
+    /// For a peer that a process drives: tells the owner, and waits until
+    /// it lets the import go (it stopped the peer first) or the peer has no
+    /// such driver any more; after [`OWNER_STOPS`], turns the peer's bus
+    /// mastering off. Nothing to wait for with a kernel driver's peer.
+    fn await_owner(&self) {
+        let peer = Peer(self.peer.clone());
+        if !peer.driven_from_user_space() {
+            return;
+        }
+        self.notice.warn();
+        let rounds = OWNER_STOPS.as_millis() / OWNER_POLL.as_millis();
+        for _ in 0..rounds {
+            if self.released.load(Ordering::Acquire) || !peer.driven_from_user_space() {
+                return;
+            }
+            fsleep(OWNER_POLL);
+        }
+        if self.released.load(Ordering::Acquire) || !peer.driven_from_user_space() {
+            return;
+        }
+        dev_warn!(
+            self.peer.as_ref(),
+            "its user did not stop it within {} s of a dma-buf exporter's revocation of memory mapped for it; bus mastering turned off\n",
+            OWNER_STOPS.as_millis() / 1000
+        );
+        // SAFETY: The peer is referenced; clearing bus mastering takes the
+        // PCI config lock only.
+        unsafe { bindings::pci_clear_master(raw_pdev(&*self.peer)) };
     }
 }
 
 #[pinned_drop]
 impl PinnedDrop for DmaBufMap {
     fn drop(self: Pin<&mut Self>) {
+        // An invalidation waiting for the owner under the lock goes on.
+        self.released.store(true, Ordering::Release);
         self.buf.lock();
         // SAFETY: Under the reservation lock (type invariant).
         let locked = unsafe { &mut *self.locked.get() };

@@ -23,7 +23,8 @@
 # which the controller announces with a Namespace Attribute Changed event.
 # A second accelerator stand-in (64 MiB, accel1.bin) sits on
 # a root port of its own, where P2P reaches neither the NVMe nor the first
-# accelerator: routes between them go through host memory. Topology
+# accelerator: routes between them go through host memory. In the dma suite
+# a third (16 MiB, accel2.bin) sits on one more port of the switch. Topology
 # "noswitch": each device on its own root port,
 # meeting only at the q35 host bridge, which the kernel refuses for P2P.
 # Those two run with VFIO's no-IOMMU mode allowed. Topology "iommu": the
@@ -130,6 +131,7 @@ mkfs.ext4 -q -F -b 4096 -L p2pdma-rig -E root_owner=0:0 -d "$out/fsroot" "$out/f
 truncate -s 64M "$out/accel.bin"
 if [ "$topology" = switch ]; then
 	truncate -s 64M "$out/accel1.bin"
+	if [ "$suite" = dma ]; then truncate -s 16M "$out/accel2.bin"; fi
 fi
 # The shared namespace's image: the rig content from 64 MiB on, so that its
 # bytes differ from nvme.img's at every offset. The metadata namespace's:
@@ -206,6 +208,13 @@ if [ "$topology" != noswitch ]; then
 		pcie+=(-device "pcie-root-port,id=rp2,bus=pcie.0,chassis=8,slot=3"
 			-object "memory-backend-file,id=accmem1,share=on,mem-path=$out/accel1.bin,size=64M"
 			-device "ivshmem-plain,memdev=accmem1,bus=rp2")
+	fi
+	if [ "$topology" = switch ] && [ "$suite" = dma ]; then
+		# A third accelerator under the switch, for the dma suite alone,
+		# which gives it to vfio-pci to export its BAR as a dma-buf.
+		pcie+=(-device "xio3130-downstream,id=dn6,bus=up0,chassis=10,slot=0"
+			-object "memory-backend-file,id=accmem2,share=on,mem-path=$out/accel2.bin,size=16M"
+			-device "ivshmem-plain,memdev=accmem2,bus=dn6")
 	fi
 	if [ "$topology" = iommu ]; then
 		pcie+=(-device "pcie-root-port,id=rp1,bus=pcie.0,chassis=7,slot=0")
@@ -371,6 +380,18 @@ while IFS= read -r line; do
 			ok "host:$what${image:+ $image} ($res)"
 		else
 			bad "host:$what" "${image:+$image: }$res"
+		fi
+		;;
+	mem-pattern)
+		# Rig content the guest left in an accelerator's memory must be in
+		# its backing file (accel.bin, or the one the line names).
+		mem=$(kv mem "$line")
+		if res=$("$musl/p2pdma-rigdata" compare-pattern --file "$out/${mem:-accel.bin}" \
+			--offset "$(kv bar_offset "$line")" --pattern-offset "$(kv pattern_offset "$line")" \
+			--len "$(kv len "$line")"); then
+			ok "host:$what ${mem:-accel.bin} ($res)"
+		else
+			bad "host:$what" "${mem:-accel.bin}: $res"
 		fi
 		;;
 	file-read)

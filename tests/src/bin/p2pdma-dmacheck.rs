@@ -640,6 +640,7 @@ fn expect_state(module: &Module, handle: u64, want: u32) -> Result<(), String> {
     let name = |s| match s {
         abi::P2PDMA_STATE_LIVE => "LIVE".to_string(),
         abi::P2PDMA_STATE_REVOKED => "REVOKED".to_string(),
+        abi::P2PDMA_STATE_REVOKING => "REVOKING".to_string(),
         s => format!("unknown ({s})"),
     };
     match handle_state(module, handle)? {
@@ -782,8 +783,79 @@ fn vfio_dmabuf(
     let Some(cmd) = c.record("pci-command-read", device.config_read16(vfio::PCI_COMMAND)) else {
         return;
     };
+    // vfio-pci revokes its dma-bufs before it turns memory decoding off,
+    // and waits for the importers: the import for the accelerator (a
+    // kernel driver's peer) is torn down at once; the one for the
+    // controller (a peer this process drives) stands, REVOKING, until its
+    // owner lets it go, having stopped the peer: here, this thread's unmap.
     let off = cmd & !vfio::PCI_COMMAND_MEMORY;
-    let turned_off = device.config_write16(vfio::PCI_COMMAND, off);
+    let user_driven = live.iter().position(|(name, _)| *name == "controller");
+    let (turned_off, waited) = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let t0 = std::time::Instant::now();
+            device
+                .config_write16(vfio::PCI_COMMAND, off)
+                .map(|()| t0.elapsed())
+        });
+        // The exporter goes through its importers in an order of its own:
+        // the accelerator's import may be torn down before the wait or
+        // after it. The controller's import was signalled when the wait
+        // began.
+        let mut seen = 0u64;
+        if let Some(efd) = &efd {
+            let deadline = std::time::Instant::now() + Duration::from_secs(8);
+            while seen == 0 && std::time::Instant::now() < deadline {
+                seen += eventfd_count(efd).unwrap_or(0);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let blocked = !writer.is_finished();
+        if let Some(i) = user_driven {
+            c.record(
+                "revoking-vfio-dmabuf-import-for-controller-state",
+                expect_state(module, live[i].1.map_handle(), abi::P2PDMA_STATE_REVOKING),
+            );
+            c.record(
+                "revocation-waits-for-the-owner-of-the-controller's-import",
+                if blocked {
+                    Ok(())
+                } else {
+                    Err("the config write that revoked the import returned before its owner let it go".to_string())
+                },
+            );
+            let (_, m) = live.remove(i);
+            c.record(
+                "unmap-revoking-import-for-controller",
+                module.unmap(m).map_err(|e| e.to_string()),
+            );
+        }
+        let r = writer
+            .join()
+            .unwrap_or_else(|_| Err("the config write panicked".into()));
+        if let Some(efd) = &efd {
+            // One signal per import, all before the config write returned
+            // (vfio-pci revokes synchronously).
+            let imports = live.len() as u64 + u64::from(user_driven.is_some());
+            c.record(
+                "revocation-signals-eventfd-once-per-import",
+                eventfd_count(efd).and_then(|n| match n + seen {
+                    0 => Err("the eventfd was not signalled".into()),
+                    n if n == imports => {
+                        println!("  eventfd counter {n}: {imports} import(s) revoked");
+                        Ok(())
+                    }
+                    n => Err(format!(
+                        "the eventfd counts {n}, {imports} import(s) were live"
+                    )),
+                }),
+            );
+        }
+        (r.as_ref().map(|_| ()).map_err(Clone::clone), r.ok())
+    });
+    if let Some(t) = waited {
+        println!("  PCI_COMMAND memory off returned after {t:?}");
+    }
     let wrote = turned_off.is_ok();
     c.record(
         "pci-command-memory-off",
@@ -798,27 +870,9 @@ fn vfio_dmabuf(
             }),
     );
     if wrote {
-        if let Some(efd) = &efd {
-            // One signal per revoked import, before the config write
-            // returned (vfio-pci revokes synchronously).
-            c.record(
-                "revocation-signals-eventfd-once-per-import",
-                eventfd_count(efd).and_then(|n| match n {
-                    0 => Err("the eventfd was not signalled".into()),
-                    n if n == live.len() as u64 => {
-                        println!("  eventfd counter {n}: {} import(s) revoked", live.len());
-                        Ok(())
-                    }
-                    n => Err(format!(
-                        "the eventfd counts {n}, {} import(s) were live",
-                        live.len()
-                    )),
-                }),
-            );
-        }
         for (name, m) in &live {
             c.record(
-                &format!("revoked-vfio-dmabuf-import-for-{name}-state"),
+                &format!("revoked-vfio-dmabuf-import-for-{name}-state-after"),
                 expect_state(module, m.map_handle(), abi::P2PDMA_STATE_REVOKED),
             );
         }

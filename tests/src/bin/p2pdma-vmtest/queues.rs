@@ -71,6 +71,11 @@ pub enum Step {
     /// The accelerator holding the controller's queues and data unbound
     /// while reads run, the same checks (its BAR read through sysfs).
     RevokeAccel,
+    /// An accelerator's BAR exported by vfio-pci as a dma-buf, imported
+    /// for the controller and revoked by its exporter (memory decoding
+    /// off) while reads land in it: the revocation waits for the library
+    /// to stop the controller, and nothing changes after it returned.
+    RevokeDmabuf,
 }
 
 #[derive(Args)]
@@ -123,13 +128,17 @@ pub fn take_controller(
 ) -> Result<Arc<Controller>, String> {
     let bdf = p2pdma::discovery::nvme_by_serial(serial).or_else(|e| {
         // Already given to vfio-pci by an earlier step: found by scanning
-        // vfio-pci's functions for an NVMe controller.
+        // vfio-pci's functions for an NVMe controller (class 0x010802).
         std::fs::read_dir("/sys/bus/pci/drivers/vfio-pci")
             .ok()
             .and_then(|d| {
                 d.flatten()
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .find(|n| n.contains(':') && n.contains('.'))
+                    .filter(|n| n.contains(':') && n.contains('.'))
+                    .find(|n| {
+                        std::fs::read_to_string(format!("/sys/bus/pci/devices/{n}/class"))
+                            .is_ok_and(|c| c.trim() == "0x010802")
+                    })
             })
             .ok_or(e)
     })?;
@@ -231,6 +240,12 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
         Step::Events => events(x, &module),
         Step::RevokePeer => crate::revoke::peer(take(x, &module, true)?, &module, x.nsid),
         Step::RevokeAccel => crate::revoke::accelerator(take(x, &module, true)?, &module, x.nsid),
+        Step::RevokeDmabuf => crate::revoke::dmabuf(
+            take(x, &module, true)?,
+            &module,
+            x.nsid,
+            x.image_pattern_offset,
+        ),
     }
 }
 

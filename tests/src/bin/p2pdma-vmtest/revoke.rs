@@ -18,6 +18,8 @@ use std::{
 
 use p2pdma_tests::first_accelerator;
 
+use p2pdma::memory::DmaMemory;
+
 use p2pdma::{
     memory::{DeviceMemory, HandleState, HostMemory, ModuleMemory},
     queues::{claim, Controller, IoCommand, Mapped},
@@ -384,5 +386,266 @@ pub fn accelerator(ctrl: Arc<Controller>, module: &Arc<Module>, nsid: u32) -> Re
     accel_order(&module, &bdf)?;
     let back = claim::give_back(&bdf)?;
     println!("{apci} bound again; {bdf} back to {back}");
+    Ok(())
+}
+
+/// An accelerator's BAR that vfio-pci exported as a dma-buf: imported by
+/// the controller through the dma-buf, read and written here through the
+/// BAR's sysfs resource file (as the host's backing file holds it).
+#[derive(Debug)]
+struct ExportedBar {
+    dmabuf: std::os::fd::OwnedFd,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: The mapping is reached only by volatile copies, from any thread.
+unsafe impl Send for ExportedBar {}
+// SAFETY: As above.
+unsafe impl Sync for ExportedBar {}
+
+impl ExportedBar {
+    /// The first `len` bytes of BAR `bar` of `pci`, exported as `dmabuf`.
+    fn new(dmabuf: std::os::fd::OwnedFd, pci: &str, bar: u8, len: usize) -> Result<Self, String> {
+        let path = format!("/sys/bus/pci/devices/{pci}/resource{bar}");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{path}: {e}"))?;
+        // SAFETY: A fresh shared mapping of the BAR, reached only through
+        // volatile copies and unmapped on drop.
+        let base = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                f.as_fd(),
+                0,
+            )
+        }
+        .map_err(|e| format!("mmap of {path}: {e}"))?;
+        Ok(Self {
+            dmabuf,
+            base: base.cast(),
+            len,
+        })
+    }
+
+    fn check(&self, offset: usize, len: usize) -> p2pdma::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(p2pdma::Error::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len as u64,
+            }),
+        }
+    }
+}
+
+impl Drop for ExportedBar {
+    fn drop(&mut self) {
+        // SAFETY: The mapping made in `new`, unused from here.
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
+    }
+}
+
+impl DeviceMemory for ExportedBar {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn kind(&self) -> p2pdma::memory::MemoryKind {
+        p2pdma::memory::MemoryKind::Dmabuf
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) -> p2pdma::Result<()> {
+        self.check(offset, src.len())?;
+        for (i, &b) in src.iter().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            unsafe { std::ptr::write_volatile(self.base.add(offset + i), b) };
+        }
+        Ok(())
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> p2pdma::Result<()> {
+        self.check(offset, dst.len())?;
+        for (i, b) in dst.iter_mut().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            *b = unsafe { std::ptr::read_volatile(self.base.add(offset + i)) };
+        }
+        Ok(())
+    }
+
+    fn dma(&self) -> Option<&dyn DmaMemory> {
+        Some(self)
+    }
+}
+
+// SAFETY: The dma-buf is the BAR's first `len` bytes, this value's for as
+// long as it lives (the test gives the accelerator to nothing else), with
+// no Rust reference into it; nothing trusts its contents.
+unsafe impl DmaMemory for ExportedBar {
+    fn dmabuf(&self) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
+        Some((self.dmabuf.as_fd(), 0))
+    }
+}
+
+/// The accelerator that holds none of the controller's memory and that it
+/// reaches by P2P: the rig's third one, under the switch (dma suite only).
+fn spare_accelerator(module: &Module, ctrl: &Controller) -> Result<p2pdma::Accelerator, String> {
+    let first = first_accelerator(module)?;
+    module
+        .accelerators()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|a| a.index != first.index)
+        .find(|a| {
+            module
+                .p2p_query(a.index, Peer::Pci(ctrl.pci()))
+                .is_ok_and(|q| q.map_type == p2pdma::MapType::BusAddr)
+        })
+        .ok_or_else(|| "no second accelerator the controller reaches by P2P".into())
+}
+
+/// The bytes written over the dma-buf once its revocation returned: the
+/// controller image's content from an offset no read lands at (not block
+/// aligned), so a late read shows.
+const CANARY_IMAGE_OFFSET: u64 = (8 << 20) + 8;
+
+/// An imported dma-buf invalidated by its exporter while reads land in it:
+/// the spare accelerator moves to vfio-pci, which exports its BAR as a
+/// dma-buf; the controller imports it and reads into it from 4 threads;
+/// turning the accelerator's memory decoding off (vfio-pci revokes its
+/// dma-bufs first) waits until the library has stopped the controller.
+/// Memory decoding on again, the bytes written then stay, here and in the
+/// host's backing file.
+pub fn dmabuf(
+    ctrl: Arc<Controller>,
+    module: &Arc<Module>,
+    nsid: u32,
+    base: u64,
+) -> Result<(), String> {
+    let acc = spare_accelerator(module, &ctrl)?;
+    let apci = acc.pci.to_string();
+    vfio::bind_to(&apci, "vfio-pci")?;
+    // It stays with vfio-pci: nothing else writes the memory the host
+    // checks.
+    exported_under_reads(&ctrl, nsid, base, &acc)
+}
+
+fn exported_under_reads(
+    ctrl: &Controller,
+    nsid: u32,
+    base: u64,
+    acc: &p2pdma::Accelerator,
+) -> Result<(), String> {
+    let err = |e: p2pdma::Error| e.to_string();
+    let apci = acc.pci.to_string();
+    let container = vfio::Container::open()?;
+    if !container.check_extension(vfio::VFIO_NOIOMMU_IOMMU)? {
+        return Err("the VFIO container has no no-IOMMU backend".into());
+    }
+    let group = vfio::Group::open(vfio::group_node(&apci)?)?;
+    group.set_container(&container)?;
+    container.set_iommu(vfio::VFIO_NOIOMMU_IOMMU)?;
+    let device = group.device(&apci)?;
+    let cmd = device.config_read16(vfio::PCI_COMMAND)? | vfio::PCI_COMMAND_MEMORY;
+    device.config_write16(vfio::PCI_COMMAND, cmd)?;
+    let fd = device.export_dma_buf(u32::from(acc.bar), &[(0, SPAN as u64)])?;
+    let mem = ExportedBar::new(fd, &apci, acc.bar, SPAN)?;
+    let map = ctrl
+        .map(&mem, 0, SPAN, PeerAccess::WriteOnly)
+        .map_err(err)?;
+    let ns = ctrl
+        .namespace_info(nsid)
+        .ok_or_else(|| format!("namespace {nsid} is not active"))?;
+    // One read checked first: the controller reaches the exported BAR.
+    let blocks = READ as u32 / ns.block_size;
+    ctrl.scope(|sc| {
+        let cmd = IoCommand::read(nsid, 0, blocks, map.payload(0, READ)?);
+        sc.submit(ctrl.next_queue(), &cmd).and_then(|p| p.wait())
+    })
+    .map_err(err)?;
+    let mut got = vec![0u8; READ];
+    mem.read_at(0, &mut got).map_err(err)?;
+    let mut want = vec![0u8; READ];
+    p2pdma_tests::fill_image(base, &mut want);
+    if got != want {
+        return Err("the read into the exported BAR did not land the namespace's bytes".into());
+    }
+    let started = AtomicU64::new(0);
+    let (errors, took) = thread::scope(|s| -> Result<_, String> {
+        let readers = s.spawn(|| {
+            read_until_failure(
+                ctrl,
+                nsid,
+                (ns.block_size, ns.blocks),
+                [&map, &map],
+                &started,
+            )
+        });
+        while started.load(Ordering::Relaxed) < 16 {
+            if readers.is_finished() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        let t0 = Instant::now();
+        let off = device.config_write16(vfio::PCI_COMMAND, cmd & !vfio::PCI_COMMAND_MEMORY);
+        let took = t0.elapsed();
+        // The controller was stopped before the revocation returned.
+        let at_return = ctrl.failure();
+        let on = device.config_write16(vfio::PCI_COMMAND, cmd);
+        // Written at once, while a controller that still ran would write
+        // over them.
+        let mut canary = vec![0u8; SPAN];
+        p2pdma_tests::fill_image(base + CANARY_IMAGE_OFFSET, &mut canary);
+        let wrote = mem.write_at(0, &canary).map_err(err);
+        let errors = readers.join().map_err(|_| "the readers panicked")?;
+        off?;
+        on?;
+        wrote?;
+        if !at_return.as_ref().is_some_and(|f| f.contains("revoked")) {
+            return Err(format!(
+                "the revocation returned after {took:?} with the controller still running (its failure: {at_return:?})"
+            ));
+        }
+        thread::sleep(Duration::from_secs(1));
+        let mut now = vec![0u8; SPAN];
+        mem.read_at(0, &mut now).map_err(err)?;
+        if let Some(i) = now.iter().zip(&canary).position(|(a, b)| a != b) {
+            return Err(format!(
+                "byte {i:#x} of the exported BAR changed after the revocation returned"
+            ));
+        }
+        Ok((errors, took))
+    })?;
+    let landed = started.load(Ordering::Relaxed);
+    println!("{landed} reads landed in the exported BAR before its revocation, which took {took:?}; the readers ended with: {errors:?}");
+    if landed < 16 {
+        return Err(format!(
+            "only {landed} reads landed before the revocation (the readers ended with {errors:?})"
+        ));
+    }
+    if !errors.iter().all(|e| e.contains("revoked")) {
+        return Err(format!("a reader ended with another error: {errors:?}"));
+    }
+    match ctrl.failure() {
+        Some(f) if f.contains("revoked") => println!("the controller: {f}"),
+        f => {
+            return Err(format!(
+                "after the revocation the controller's failure is {f:?}"
+            ))
+        }
+    }
+    // The host finds the canaries in the BAR's backing file.
+    println!(
+        "@@RESULT mem-pattern mem=accel2.bin bar_offset=0 pattern_offset={} len={SPAN} pci={apci}",
+        base + CANARY_IMAGE_OFFSET
+    );
+    drop(map);
     Ok(())
 }
