@@ -959,9 +959,69 @@ fn vfio_dmabuf(
             .map_err(|e| format!("SET_EVENTFD -1: {e}")),
         );
     }
+    if let Some(fd) = &again {
+        owner_left_alone(c, module, device, (fd, for_ctrl, want), cmd);
+    }
     // The dma-buf descriptors close here.
     drop(again);
     drop(buf);
+}
+
+/// An import for the controller whose owner never lets it go: the
+/// revocation waits 10 s for it, then the module turns the controller's
+/// bus mastering off and revokes the import. Here the controller exports
+/// the memory itself, and the config write that revokes it writes its
+/// bus mastering back on (the dma suite's revoke-dmabuf step sees it stay
+/// off with another exporter). Memory decoding is turned back on
+/// afterwards (`cmd`).
+fn owner_left_alone(
+    c: &mut Checks,
+    module: &Module,
+    device: &vfio::Device,
+    (fd, peer, want): (&OwnedFd, Peer<'_>, (u64, u64)),
+    cmd: u16,
+) {
+    let Some((m, _)) = c.record(
+        "vfio-dmabuf-import-for-controller-left-alone",
+        import_bar(module, fd.as_fd(), peer, want),
+    ) else {
+        return;
+    };
+    let t0 = std::time::Instant::now();
+    let off = device.config_write16(vfio::PCI_COMMAND, cmd & !vfio::PCI_COMMAND_MEMORY);
+    let took = t0.elapsed();
+    println!("  PCI_COMMAND memory off, the import left alone: returned after {took:?}");
+    c.record(
+        "revocation-ends-after-10s-without-the-owner",
+        off.and_then(|()| {
+            if took >= Duration::from_millis(9_500) {
+                Ok(())
+            } else {
+                Err(format!("returned after {took:?}, before the owner's 10 s"))
+            }
+        }),
+    );
+    c.record(
+        "import-left-alone-revoked",
+        expect_state(module, m.map_handle(), abi::P2PDMA_STATE_REVOKED),
+    );
+    c.record(
+        "unmap-import-left-alone",
+        module.unmap(m).map_err(|e| e.to_string()),
+    );
+    c.record(
+        "pci-command-restored-after-the-wait",
+        device
+            .config_write16(vfio::PCI_COMMAND, cmd)
+            .and_then(|()| device.config_read16(vfio::PCI_COMMAND))
+            .and_then(|now| {
+                if now == cmd {
+                    Ok(())
+                } else {
+                    Err(format!("PCI_COMMAND reads {now:#06x}, {cmd:#06x} written"))
+                }
+            }),
+    );
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -533,11 +533,12 @@ pub fn dmabuf(
     vfio::bind_to(&apci, "vfio-pci")?;
     // It stays with vfio-pci: nothing else writes the memory the host
     // checks.
-    exported_under_reads(&ctrl, nsid, base, &acc)
+    exported_under_reads(&ctrl, module, nsid, base, &acc)
 }
 
 fn exported_under_reads(
     ctrl: &Controller,
+    module: &Module,
     nsid: u32,
     base: u64,
     acc: &p2pdma::Accelerator,
@@ -641,11 +642,63 @@ fn exported_under_reads(
             ))
         }
     }
+    owner_left_alone(ctrl, module, &device, (acc.bar, cmd))?;
     // The host finds the canaries in the BAR's backing file.
     println!(
         "@@RESULT mem-pattern mem=accel2.bin bar_offset=0 pattern_offset={} len={SPAN} pci={apci}",
         base + CANARY_IMAGE_OFFSET
     );
     drop(map);
+    Ok(())
+}
+
+/// An import for the (stopped) controller whose owner never lets it go:
+/// revoking it (memory decoding off again, `cmd` without it) waits 10 s,
+/// then the module turns the controller's bus mastering off, which stays
+/// off, and revokes the import.
+fn owner_left_alone(
+    ctrl: &Controller,
+    module: &Module,
+    device: &vfio::Device,
+    (bar, cmd): (u8, u16),
+) -> Result<(), String> {
+    let err = |e: p2pdma::Error| e.to_string();
+    let bdf = ctrl.pci().to_string();
+    let fd = device.export_dma_buf(u32::from(bar), &[(0, 4096)])?;
+    let m = module
+        .dmabuf_import(fd.as_fd(), Peer::Pci(ctrl.pci()))
+        .map_err(err)?;
+    let t0 = Instant::now();
+    let off = device.config_write16(vfio::PCI_COMMAND, cmd & !vfio::PCI_COMMAND_MEMORY);
+    let took = t0.elapsed();
+    let state = module.handle_state(m.map_handle()).map_err(err);
+    let unmapped = module.unmap(m).map_err(err);
+    let on = device.config_write16(vfio::PCI_COMMAND, cmd);
+    off?;
+    println!("an import left alone by its owner: its revocation returned after {took:?}");
+    if took < Duration::from_millis(9_500) {
+        return Err(format!(
+            "the revocation returned after {took:?}, before the owner's 10 s"
+        ));
+    }
+    // The controller's own register, not vfio-pci's view of it.
+    let path = format!("/sys/bus/pci/devices/{bdf}/config");
+    let b = std::fs::read(&path).map_err(|e| format!("{path}: {e}"))?;
+    let now = u16::from_le_bytes([b[4], b[5]]);
+    if now & vfio::PCI_COMMAND_MASTER != 0 {
+        return Err(format!(
+            "the controller's PCI_COMMAND is {now:#06x} after the wait: bus mastering on"
+        ));
+    }
+    match state? {
+        HandleState::Revoked => {}
+        s => {
+            return Err(format!(
+                "the import left alone is {s:?} after its revocation"
+            ))
+        }
+    }
+    unmapped?;
+    on?;
     Ok(())
 }
