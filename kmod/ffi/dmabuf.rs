@@ -162,6 +162,10 @@ pub(crate) struct ExporterNotice {
     /// The exporter waits for the owner to stop a peer it drives.
     revoking: AtomicBool,
     revoked: AtomicBool,
+    /// The owner let the import go: its mappings are being dropped. Set
+    /// before the first of them takes the reservation lock, so that an
+    /// invalidation waiting under that lock for any of them sees it.
+    released: AtomicBool,
 }
 
 impl ExporterNotice {
@@ -172,6 +176,7 @@ impl ExporterNotice {
                 notifier,
                 revoking: AtomicBool::new(false),
                 revoked: AtomicBool::new(false),
+                released: AtomicBool::new(false),
             },
             GFP_KERNEL,
         )?)
@@ -193,6 +198,16 @@ impl ExporterNotice {
         if !self.revoking.swap(true, Ordering::AcqRel) {
             self.notifier.signal();
         }
+    }
+
+    /// The owner lets the import go.
+    fn release(&self) {
+        self.released.store(true, Ordering::Release);
+    }
+
+    /// Whether the owner let the import go.
+    fn released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
     }
 
     /// The exporter revoked the import; the owner is told unless it was
@@ -231,10 +246,6 @@ pub(crate) struct DmaBufMap {
     peer: ARef<kernel::pci::Device>,
     dir: DataDirection,
     notice: Arc<ExporterNotice>,
-    /// The owner let the import go: it is being dropped. Set before the
-    /// drop takes the reservation lock, so an invalidation waiting for it
-    /// under that lock sees it.
-    released: AtomicBool,
     locked: UnsafeCell<Locked>,
 }
 
@@ -267,7 +278,6 @@ impl DmaBufMap {
                 peer: peer.0.clone(),
                 dir,
                 notice: notice.clone(),
-                released: AtomicBool::new(false),
                 locked: UnsafeCell::new(Locked {
                     attach: core::ptr::null_mut(),
                     sgt: core::ptr::null_mut(),
@@ -416,12 +426,12 @@ impl DmaBufMap {
         self.notice.warn();
         let rounds = OWNER_STOPS.as_millis() / OWNER_POLL.as_millis();
         for _ in 0..rounds {
-            if self.released.load(Ordering::Acquire) || !peer.driven_from_user_space() {
+            if self.notice.released() || !peer.driven_from_user_space() {
                 return;
             }
             fsleep(OWNER_POLL);
         }
-        if self.released.load(Ordering::Acquire) || !peer.driven_from_user_space() {
+        if self.notice.released() || !peer.driven_from_user_space() {
             return;
         }
         dev_warn!(
@@ -439,7 +449,7 @@ impl DmaBufMap {
 impl PinnedDrop for DmaBufMap {
     fn drop(self: Pin<&mut Self>) {
         // An invalidation waiting for the owner under the lock goes on.
-        self.released.store(true, Ordering::Release);
+        self.notice.release();
         self.buf.lock();
         // SAFETY: Under the reservation lock (type invariant).
         let locked = unsafe { &mut *self.locked.get() };
