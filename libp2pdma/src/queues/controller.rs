@@ -18,22 +18,26 @@ pub use super::facts::NamespaceInfo;
 use super::{
     claim::{self, IommuMode},
     facts::{Facts, RescanError, Snapshot},
-    qpair::{AbortOnUnwind, Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
+    qpair::{Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
     registers,
     revoke::{Made, Revoker, Watch},
+};
+use super::{
+    command::{admin_data_len, AdminCommand},
+    layout::{round_page, vector_plan, Layout, ADMIN_ENTRIES},
+    mapped::{Instance, Mapped},
+    scope::Scope,
 };
 use crate::{
     memory::{
         peer::{DmaMapping, MapType, PeerAccess},
         DeviceMemory, MemoryKind, ModuleMemory,
     },
-    nvme::{self, admin, io, Command, Completion, DataPtr, IdCtrl, Segments, PAGE},
+    nvme::{self, admin, Command, Completion, DataPtr, IdCtrl, Segments, PAGE},
     sys::vfio,
     Error, Module, PciAddress, Peer, Result,
 };
 
-/// Admin queue entries.
-const ADMIN_ENTRIES: u16 = 16;
 /// The largest data transfer of one command this library builds: one PRP
 /// list page beyond the first page.
 const MAX_COMMAND_BYTES: usize = 1 << 20;
@@ -78,394 +82,8 @@ impl Default for InitOptions {
         }
     }
 }
-
-/// A range of memory mapped for the controller: what a command moves, and
-/// nothing else.
-#[derive(Clone, Copy)]
-pub struct Payload<'a> {
-    map: &'a Mapped<'a>,
-    offset: usize,
-    len: usize,
-}
-
-impl fmt::Debug for Payload<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Payload")
-            .field("offset", &self.offset)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl Payload<'_> {
-    /// Bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it holds no byte (never: payloads are not empty).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Where it starts in its mapping's range.
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
-    /// The PRP entries of the payload (the first byte, then every memory
-    /// page after its page).
-    fn prps(&self) -> std::result::Result<DataPtr, String> {
-        self.map
-            .segs
-            .data_ptr(self.map.skip + self.offset, self.len)
-    }
-}
-
-/// An NVM command: what, where, and the data.
-#[derive(Clone, Copy, Debug)]
-pub struct IoCommand<'a> {
-    /// [`io::READ`], [`io::WRITE`] or [`io::FLUSH`].
-    pub opcode: u8,
-    /// Namespace.
-    pub nsid: u32,
-    /// First logical block.
-    pub slba: u64,
-    /// Logical blocks (1 to 65536; ignored by FLUSH). Times the block size,
-    /// exactly the payload's length.
-    pub blocks: u32,
-    /// The data, for READ and WRITE.
-    pub data: Option<Payload<'a>>,
-}
-
-impl<'a> IoCommand<'a> {
-    /// A READ of `blocks` blocks at `slba` into `data`.
-    pub fn read(nsid: u32, slba: u64, blocks: u32, data: Payload<'a>) -> Self {
-        Self {
-            opcode: io::READ,
-            nsid,
-            slba,
-            blocks,
-            data: Some(data),
-        }
-    }
-
-    /// A WRITE of `blocks` blocks at `slba` from `data`.
-    pub fn write(nsid: u32, slba: u64, blocks: u32, data: Payload<'a>) -> Self {
-        Self {
-            opcode: io::WRITE,
-            ..Self::read(nsid, slba, blocks, data)
-        }
-    }
-
-    /// A FLUSH of namespace `nsid`.
-    pub fn flush(nsid: u32) -> Self {
-        Self {
-            opcode: io::FLUSH,
-            nsid,
-            slba: 0,
-            blocks: 0,
-            data: None,
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self.opcode {
-            io::READ => "READ",
-            io::WRITE => "WRITE",
-            io::FLUSH => "FLUSH",
-            _ => "command",
-        }
-    }
-}
-
-/// An admin command that this library does not build itself (see
-/// [`Controller::admin`]): opcode, namespace, command dwords 10 to 15 and
-/// the data, whose PRPs the library builds.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AdminCommand<'a> {
-    /// Opcode.
-    pub opcode: u8,
-    /// Namespace.
-    pub nsid: u32,
-    /// Command dwords 10 to 15.
-    pub cdw: [u32; 6],
-    /// The data, for a command that moves any.
-    pub data: Option<Payload<'a>>,
-}
-
-/// Checks an NVM command against the namespace it names (as last
-/// identified) and the controller's largest transfer, and builds its entry
-/// and PRPs from its payload. Refuses anything the controller would move
-/// to or from bytes outside the payload.
-pub(crate) fn build_io(
-    cmd: &IoCommand<'_>,
-    ns: Option<&NamespaceInfo>,
-    max_transfer: usize,
-    ctrl: Instance,
-) -> Result<(Command, Option<DataPtr>)> {
-    let bad = |why: String| Err(Error::InvalidArgument(format!("{}: {why}", cmd.name())));
-    let Some(ns) = ns else {
-        return bad(format!(
-            "namespace {} is not active on {}",
-            cmd.nsid, ctrl.pci
-        ));
-    };
-    if ns.metadata != 0 {
-        return bad(format!(
-            "namespace {} has {} bytes of metadata per block, which this driver does not transfer",
-            ns.nsid, ns.metadata
-        ));
-    }
-    match cmd.opcode {
-        io::FLUSH => {
-            if cmd.data.is_some() {
-                return bad("a FLUSH moves no data".into());
-            }
-            return Ok((
-                Command {
-                    opcode: io::FLUSH,
-                    nsid: cmd.nsid,
-                    ..Default::default()
-                },
-                None,
-            ));
-        }
-        io::READ | io::WRITE => {}
-        op => return bad(format!("opcode {op:#04x} is not READ, WRITE or FLUSH")),
-    }
-    let Some(data) = cmd.data else {
-        return bad("no data".into());
-    };
-    if cmd.blocks == 0 || cmd.blocks > 0x1_0000 {
-        return bad(format!("{} blocks (1 to 65536)", cmd.blocks));
-    }
-    let bytes = u64::from(cmd.blocks) * u64::from(ns.block_size);
-    if bytes != data.len as u64 {
-        return bad(format!(
-            "{} blocks of {} bytes are {bytes} bytes, but the payload holds {}",
-            cmd.blocks, ns.block_size, data.len
-        ));
-    }
-    if data.len > max_transfer {
-        return bad(format!(
-            "{} bytes in one command, more than the controller's largest transfer ({max_transfer})",
-            data.len
-        ));
-    }
-    if cmd
-        .slba
-        .checked_add(u64::from(cmd.blocks))
-        .is_none_or(|end| end > ns.blocks)
-    {
-        return bad(format!(
-            "blocks {}..+{} are past the end of namespace {} ({} blocks)",
-            cmd.slba, cmd.blocks, ns.nsid, ns.blocks
-        ));
-    }
-    if let Some(why) = ctrl.refuses(&data.map.ctrl) {
-        return bad(why);
-    }
-    let (needs, what) = if cmd.opcode == io::READ {
-        (PeerAccess::WriteOnly, "write")
-    } else {
-        (PeerAccess::ReadOnly, "read")
-    };
-    if data.map.access != PeerAccess::ReadWrite && data.map.access != needs {
-        return bad(format!(
-            "the payload is mapped {:?}, and the controller must {what} it",
-            data.map.access
-        ));
-    }
-    let prps = data.prps().map_err(Error::InvalidArgument)?;
-    if prps.pages.len() > LIST_ENTRIES {
-        return bad(format!(
-            "{} PRP entries do not fit one list page",
-            prps.pages.len()
-        ));
-    }
-    Ok((
-        Command {
-            opcode: cmd.opcode,
-            nsid: cmd.nsid,
-            cdw: [
-                cmd.slba as u32,
-                (cmd.slba >> 32) as u32,
-                cmd.blocks - 1,
-                0,
-                0,
-                0,
-            ],
-            ..Default::default()
-        },
-        Some(prps),
-    ))
-}
-
-/// The bytes an admin command that [`Controller::admin`] takes moves
-/// (`None`: none), or why it does not take the command. An allow list:
-/// the commands whose data size this library knows from the command and
-/// that neither manage the queues, give the controller memory beyond the
-/// command's life, change the namespaces commands are checked against, nor
-/// hide the events that announce namespace changes.
-pub(crate) fn admin_data_len(cmd: &AdminCommand<'_>) -> std::result::Result<Option<usize>, String> {
-    let numd = |lo: u32, hi: u32| ((hi & 0xffff) << 16 | lo >> 16) as usize * 4 + 4;
-    let raw = "; Controller::admin_raw takes it";
-    let set = cmd.opcode == admin::SET_FEATURES;
-    Ok(match cmd.opcode {
-        admin::IDENTIFY => Some(PAGE),
-        admin::GET_LOG_PAGE => {
-            let retain = cmd.cdw[0] & 1 << 15 != 0;
-            if cmd.cdw[0] & 0xff == admin::LOG_CHANGED_NAMESPACES && !retain {
-                return Err(format!(
-                    "reading the Changed Namespace List without Retain Asynchronous Event (CDW10 bit 15) takes the event that tells this library its namespaces changed{raw}"
-                ));
-            }
-            Some(numd(cmd.cdw[0], cmd.cdw[1]))
-        }
-        admin::GET_FEATURES | admin::SET_FEATURES => match cmd.cdw[0] & 0xff {
-            admin::FEATURE_NUM_QUEUES if set => {
-                return Err("it changes the queues this library set up".into())
-            }
-            admin::FEATURE_ASYNC_EVENT_CONFIG if set => {
-                return Err(format!(
-                    "it can turn off the notices that tell this library its namespaces changed{raw}"
-                ))
-            }
-            admin::FEATURE_HOST_MEMORY_BUFFER if set => {
-                return Err("the Host Memory Buffer gives the controller memory to use for good".into())
-            }
-            // LBA Range Type, Host Memory Buffer attributes.
-            0x03 | 0x0d => Some(PAGE),
-            // Autonomous Power State Transition.
-            0x0c => Some(256),
-            // Timestamp.
-            0x0e => Some(8),
-            // Host Behavior Support.
-            0x10 => Some(512),
-            // Host Identifier: 128 bits when EXHID is set.
-            0x81 => Some(if cmd.cdw[1] & 1 != 0 { 16 } else { 8 }),
-            // Features held in the command and its completion.
-            0x01 | 0x02 | 0x04..=0x0b | 0x0f | 0x11 | 0x80 => None,
-            fid => {
-                return Err(format!(
-                    "feature {fid:#04x} may move data of a size this library does not know{raw}"
-                ))
-            }
-        },
-        admin::FIRMWARE_DOWNLOAD => Some((cmd.cdw[0] as usize + 1) * 4),
-        admin::SECURITY_SEND | admin::SECURITY_RECEIVE => Some(cmd.cdw[1] as usize),
-        admin::FIRMWARE_COMMIT | admin::DEVICE_SELF_TEST | admin::KEEP_ALIVE => None,
-        admin::DELETE_IO_SQ
-        | admin::CREATE_IO_SQ
-        | admin::DELETE_IO_CQ
-        | admin::CREATE_IO_CQ
-        | admin::ABORT => return Err("it manages the queues this library set up".into()),
-        admin::DOORBELL_BUFFER_CONFIG => {
-            return Err("it gives the controller memory to write for good".into())
-        }
-        admin::FORMAT_NVM
-        | admin::SANITIZE
-        | admin::NAMESPACE_MANAGEMENT
-        | admin::NAMESPACE_ATTACHMENT => {
-            return Err("it changes namespaces that commands are checked against".into())
-        }
-        admin::ASYNC_EVENT_REQUEST => {
-            return Err(format!(
-                "its completion would take an event this library waits for (namespace changes among them){raw}"
-            ))
-        }
-        op => {
-            return Err(format!(
-                "admin opcode {op:#04x} is not one whose data this library knows{raw}"
-            ))
-        }
-    })
-}
-
-/// The MSI-X vector of each I/O queue to create, for `queues` queues
-/// granted and `vectors` vectors enabled (vector 0 is the admin queue's):
-/// a vector of its own for each, and fewer queues where there are fewer
-/// vectors, since a poller that clears a shared vector's eventfd would take
-/// another queue's wake-up; no vector for any where there is none to spare.
-pub(super) fn vector_plan(queues: usize, vectors: usize) -> Vec<Option<usize>> {
-    if vectors < 2 {
-        return vec![None; queues];
-    }
-    (1..vectors).take(queues).map(Some).collect()
-}
-
-/// One controller object: the PCI function, and which of the controllers
-/// this process set up on it. Mappings are made for one and are refused by
-/// any other, a later one on the same function included (its memory may
-/// have been revoked and the function reset in between).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Instance {
-    pub(crate) pci: PciAddress,
-    pub(crate) id: u64,
-}
-
-impl Instance {
-    /// Why a payload mapped for `other` may not be used by this one.
-    pub(crate) fn refuses(&self, other: &Instance) -> Option<String> {
-        if other.pci != self.pci {
-            return Some(format!(
-                "the payload is mapped for {}, not for this controller ({})",
-                other.pci, self.pci
-            ));
-        }
-        (other.id != self.id).then(|| {
-            format!(
-                "the payload is mapped for an earlier controller object on {} (map it again for this one)",
-                self.pci
-            )
-        })
-    }
-}
-
 /// Controller objects set up so far, numbering them from 1.
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
-
-/// Where the queues live in the accelerator allocation.
-#[derive(Clone, Copy, Debug)]
-struct Layout {
-    entries: u16,
-    queues: u16,
-}
-
-impl Layout {
-    fn admin_sq() -> usize {
-        0
-    }
-    fn admin_cq() -> usize {
-        PAGE
-    }
-    fn admin_lists() -> usize {
-        2 * PAGE
-    }
-    fn identify() -> usize {
-        (2 + usize::from(ADMIN_ENTRIES) - 1) * PAGE
-    }
-    fn queue_bytes(&self) -> usize {
-        let e = usize::from(self.entries);
-        round_page(64 * e) + round_page(16 * e) + (e - 1) * PAGE
-    }
-    /// The submission queue, completion queue and list pages of I/O queue
-    /// `i` (0-based).
-    fn queue(&self, i: usize) -> (usize, usize, usize) {
-        let e = usize::from(self.entries);
-        let sq = Self::identify() + PAGE + i * self.queue_bytes();
-        let cq = sq + round_page(64 * e);
-        (sq, cq, cq + round_page(16 * e))
-    }
-    fn total(&self) -> usize {
-        Self::identify() + PAGE + usize::from(self.queues) * self.queue_bytes()
-    }
-}
-
-fn round_page(n: usize) -> usize {
-    n.div_ceil(PAGE) * PAGE
-}
 
 /// Scope ids: 0 is none.
 static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
@@ -478,7 +96,7 @@ pub struct Controller {
     pci: PciAddress,
     /// Which controller object this is (see [`Instance`]).
     id: u64,
-    bdf: String,
+    pub(super) bdf: String,
     /// The controller's own file of the module: its queue memory, and the
     /// mappings, pins and imports made for it.
     module: Arc<Module>,
@@ -487,13 +105,13 @@ pub struct Controller {
     /// kept for good when the controller cannot be stopped.
     mem: ManuallyDrop<Arc<ModuleMemory>>,
     map: DmaMapping,
-    health: Arc<Health>,
+    pub(super) health: Arc<Health>,
     admin: QueuePair,
-    io: Vec<QueuePair>,
+    pub(super) io: Vec<QueuePair>,
     ident: IdCtrl,
-    facts: Facts,
-    max_transfer: usize,
-    timeout: Duration,
+    pub(super) facts: Facts,
+    pub(super) max_transfer: usize,
+    pub(super) timeout: Duration,
     next: AtomicUsize,
     /// MSI-X vectors in use, or why the queues are polled only.
     interrupts: std::result::Result<usize, String>,
@@ -522,7 +140,7 @@ impl fmt::Debug for Controller {
 }
 
 impl Controller {
-    fn error(bdf: &str, reason: impl Into<String>, source: rustix::io::Errno) -> Error {
+    pub(super) fn error(bdf: &str, reason: impl Into<String>, source: rustix::io::Errno) -> Error {
         Error::Controller {
             pci: bdf.to_string(),
             reason: reason.into(),
@@ -839,7 +457,7 @@ impl Controller {
         })
     }
 
-    fn failed(&self, why: String) -> Error {
+    pub(super) fn failed(&self, why: String) -> Error {
         Self::error(&self.bdf, why, rustix::io::Errno::IO)
     }
 
@@ -865,7 +483,7 @@ impl Controller {
         }
     }
 
-    fn wait_error(&self, e: WaitError, what: &str) -> Error {
+    pub(super) fn wait_error(&self, e: WaitError, what: &str) -> Error {
         match e {
             WaitError::Timeout => Self::error(
                 &self.bdf,
@@ -928,7 +546,7 @@ impl Controller {
     /// every later look until that succeeds; a request the controller
     /// ended without an event, or one that could not be submitted, is
     /// submitted again.
-    fn check_events(&self) {
+    pub(super) fn check_events(&self) {
         // Most submissions come sooner than that: one atomic load, and no
         // lock that every submitter would take in turn.
         let now = self.born.elapsed().as_nanos() as u64;
@@ -1020,7 +638,7 @@ impl Controller {
 
     /// [`Controller::rescan`] where the controller announced a change that
     /// the published namespaces do not reflect.
-    fn rescan_stale(&self) -> Result<Snapshot> {
+    pub(super) fn rescan_stale(&self) -> Result<Snapshot> {
         let r = self
             .facts
             .rescan_stale(|cns, nsid, out| self.identify(cns, nsid, out));
@@ -1059,7 +677,7 @@ impl Controller {
         Ok(())
     }
 
-    fn instance(&self) -> Instance {
+    pub(super) fn instance(&self) -> Instance {
         Instance {
             pci: self.pci,
             id: self.id,
@@ -1292,7 +910,7 @@ impl Controller {
 
     /// Runs `f` with a [`Scope`] to submit commands in, and returns once
     /// every command submitted in it has completed (or the controller has
-    /// failed and been stopped), whatever became of their [`Pending`]s:
+    /// failed and been stopped), whatever became of their [`Pending`](super::Pending)s:
     /// memory borrowed for the scope is never released while the
     /// controller may move data to or from it. Scopes may be shared by
     /// threads (`std::thread::scope` inside) and nested.
@@ -1436,7 +1054,7 @@ impl Controller {
 
     /// Waits up to `timeout` for `t` on `q`; aborts it when it takes too
     /// long, and fails the controller when the abort does not end it.
-    fn finish(
+    pub(super) fn finish(
         &self,
         q: &QueuePair,
         t: Ticket,
@@ -1546,411 +1164,6 @@ impl Drop for Controller {
                 self.bdf,
                 self.health.failure().unwrap_or_default()
             );
-        }
-    }
-}
-
-/// Where commands are submitted: see [`Controller::scope`].
-pub struct Scope<'s, 'env: 's> {
-    ctrl: &'env Controller,
-    /// The namespaces its commands are checked against: those published
-    /// when it opened.
-    facts: Snapshot,
-    id: u64,
-    /// Commands submitted and not yet consumed through their `Pending`.
-    outstanding: AtomicUsize,
-    _scope: PhantomData<&'s mut &'s ()>,
-    _env: PhantomData<&'env mut &'env ()>,
-}
-
-impl fmt::Debug for Scope<'_, '_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Scope")
-            .field("controller", &self.ctrl.bdf)
-            .field("outstanding", &self.outstanding.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-impl<'s, 'env> Scope<'s, 'env> {
-    /// The controller.
-    pub fn controller(&self) -> &'env Controller {
-        self.ctrl
-    }
-
-    /// Submits `cmd` on I/O queue `queue` (taken modulo the queue count),
-    /// waiting for room while the queue is full. A thread that already has
-    /// commands in flight uses [`Scope::try_submit`] instead, or it may
-    /// wait for room that only its own commands hold.
-    pub fn submit(&'s self, queue: usize, cmd: &IoCommand<'env>) -> Result<Pending<'s>> {
-        self.submit_with(queue, cmd, Some(Instant::now() + self.ctrl.timeout), true)
-    }
-
-    /// Submits `cmd` on I/O queue `queue` if it has room now; `Ok(None)`
-    /// when it is full (wait for one of this thread's commands, then try
-    /// again).
-    pub fn try_submit(
-        &'s self,
-        queue: usize,
-        cmd: &IoCommand<'env>,
-    ) -> Result<Option<Pending<'s>>> {
-        self.try_submit_with(queue, cmd, true)
-    }
-
-    /// Commands for I/O queue `queue` whose doorbell is rung once for all:
-    /// see [`Batch`].
-    pub fn batch(&'s self, queue: usize) -> Batch<'s, 'env> {
-        Batch {
-            scope: self,
-            queue,
-            unrung: 0,
-        }
-    }
-
-    fn try_submit_with(
-        &'s self,
-        queue: usize,
-        cmd: &IoCommand<'env>,
-        ring: bool,
-    ) -> Result<Option<Pending<'s>>> {
-        match self.submit_with(queue, cmd, None, ring) {
-            Ok(p) => Ok(Some(p)),
-            Err(Error::Controller { source, .. }) if source == rustix::io::Errno::AGAIN => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    fn submit_with(
-        &'s self,
-        queue: usize,
-        cmd: &IoCommand<'env>,
-        deadline: Option<Instant>,
-        ring: bool,
-    ) -> Result<Pending<'s>> {
-        let ctrl = self.ctrl;
-        if ctrl.io.is_empty() {
-            return Err(ctrl.failed("no I/O queue".into()));
-        }
-        let ns = self.namespace(cmd.nsid)?;
-        let (raw, prps) = build_io(cmd, ns, ctrl.max_transfer, ctrl.instance())?;
-        let q = &ctrl.io[queue % ctrl.io.len()];
-        self.outstanding.fetch_add(1, Ordering::Relaxed);
-        let t = match q.submit(&raw, prps.as_ref(), (deadline, self.id), ring) {
-            Ok(t) => t,
-            Err(e) => {
-                self.outstanding.fetch_sub(1, Ordering::Relaxed);
-                return Err(ctrl.wait_error(e, &format!("{} on queue {}", cmd.name(), q.qid())));
-            }
-        };
-        let bs = ns.map_or(1, |n| u64::from(n.block_size));
-        Ok(Pending {
-            ctrl,
-            outstanding: &self.outstanding,
-            q,
-            ticket: Some(t),
-            what: cmd.name(),
-            offset: cmd.slba.saturating_mul(bs),
-            len: u64::from(cmd.blocks) * bs,
-        })
-    }
-
-    /// Namespace `nsid` as the scope knows it (`None`: not active), after
-    /// looking for the controller's events. Stale namespaces are read again
-    /// first, and a command is refused while that fails; one for a
-    /// namespace that changed since the scope opened is refused.
-    fn namespace(&self, nsid: u32) -> Result<Option<&NamespaceInfo>> {
-        let ctrl = self.ctrl;
-        ctrl.check_events();
-        let mine = self.facts.get(nsid);
-        if ctrl.facts.stale() {
-            ctrl.rescan_stale().map_err(|e| {
-                Controller::error(
-                    &ctrl.bdf,
-                    format!("the controller announced a namespace change, and reading the namespaces again failed: {e}"),
-                    rustix::io::Errno::STALE,
-                )
-            })?;
-        }
-        if ctrl.facts.generation() != self.facts.generation {
-            let now = ctrl.facts.current();
-            if now.get(nsid) != mine {
-                return Err(Controller::error(
-                    &ctrl.bdf,
-                    format!(
-                        "namespace {nsid} changed while this scope was open (then {mine:?}, now {:?}): commands in a new scope use what it is now",
-                        now.get(nsid)
-                    ),
-                    rustix::io::Errno::STALE,
-                ));
-            }
-        }
-        Ok(mine)
-    }
-
-    /// Waits for every command of the scope that nobody consumed; ends the
-    /// process when a failed controller that could not be stopped may still
-    /// move the scope's memory.
-    fn end(&self) {
-        // The scope's memory goes back when this returns: a panic on the
-        // way must not return there early.
-        let _guard = AbortOnUnwind("the end of a submission scope");
-        if self.outstanding.load(Ordering::Acquire) > 0 {
-            for q in &self.ctrl.io {
-                for t in q.unconsumed(self.id) {
-                    let _ =
-                        self.ctrl
-                            .finish(q, t, "a command nobody waited for", self.ctrl.timeout);
-                }
-            }
-        }
-        self.ctrl
-            .health
-            .release_or_abort("the end of a submission scope");
-    }
-}
-
-/// Where a command went: its I/O queue and its command identifier there,
-/// as its completion entry names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct CommandId {
-    /// The I/O queue's id.
-    pub queue: u16,
-    /// The command identifier (CID).
-    pub cid: u16,
-}
-
-/// A command in flight; [`Pending::wait`] for it. Dropping it waits too;
-/// forgetting it leaves the wait to the end of its scope.
-pub struct Pending<'s> {
-    ctrl: &'s Controller,
-    /// The scope's count of commands not consumed.
-    outstanding: &'s AtomicUsize,
-    q: &'s QueuePair,
-    ticket: Option<Ticket>,
-    what: &'static str,
-    /// The command's range in bytes.
-    offset: u64,
-    len: u64,
-}
-
-impl fmt::Debug for Pending<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pending")
-            .field("what", &self.what)
-            .field("queue", &self.q.qid())
-            .finish()
-    }
-}
-
-impl Pending<'_> {
-    /// The command's queue and identifier.
-    pub fn id(&self) -> CommandId {
-        CommandId {
-            queue: self.q.qid(),
-            cid: self.ticket.as_ref().map_or(0, |t| t.cid),
-        }
-    }
-
-    /// Whether the command has completed (or the controller failed), after
-    /// looking at the completion queue once: [`Pending::wait`] then returns
-    /// without waiting.
-    pub fn is_done(&self) -> bool {
-        self.ticket.as_ref().is_none_or(|t| self.q.done(t))
-    }
-
-    /// Waits for the command; an error status, a timeout (after an abort)
-    /// or a failed controller is an error.
-    pub fn wait(mut self) -> Result<Completion> {
-        self.wait_ref()
-    }
-
-    fn wait_ref(&mut self) -> Result<Completion> {
-        let Some(t) = self.ticket.take() else {
-            return Err(Error::InvalidArgument("waited for twice".into()));
-        };
-        let r = self.ctrl.finish(self.q, t, self.what, self.ctrl.timeout);
-        self.outstanding.fetch_sub(1, Ordering::Release);
-        let c = r?;
-        if c.sct() == 0 && c.sc() == 0 {
-            return Ok(c);
-        }
-        Err(Error::NvmeStatus {
-            op: match self.what {
-                "READ" => "NVMe READ (queues path)",
-                "WRITE" => "NVMe WRITE (queues path)",
-                _ => "NVMe FLUSH (queues path)",
-            },
-            offset: self.offset,
-            len: self.len,
-            status: u32::from(c.status),
-        })
-    }
-}
-
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if self.ticket.is_some() {
-            let _ = self.wait_ref();
-        }
-    }
-}
-
-/// Commands written into one I/O queue whose doorbell is rung once for all
-/// of them ([`Batch::ring`], or on drop): fewer doorbell writes, each a
-/// posted write to the controller. Waiting for one of them rings first, so
-/// nothing written waits for a doorbell that never comes.
-pub struct Batch<'s, 'env> {
-    scope: &'s Scope<'s, 'env>,
-    queue: usize,
-    unrung: usize,
-}
-
-impl fmt::Debug for Batch<'_, '_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Batch")
-            .field("queue", &self.queue)
-            .field("unrung", &self.unrung)
-            .finish()
-    }
-}
-
-impl<'s, 'env> Batch<'s, 'env> {
-    /// Writes `cmd` into the queue if it has room now; `Ok(None)` when it
-    /// is full (as [`Scope::try_submit`]).
-    pub fn try_push(&mut self, cmd: &IoCommand<'env>) -> Result<Option<Pending<'s>>> {
-        let p = self.scope.try_submit_with(self.queue, cmd, false)?;
-        self.unrung += usize::from(p.is_some());
-        Ok(p)
-    }
-
-    /// Rings the doorbell for everything written so far.
-    pub fn ring(&mut self) {
-        let io = &self.scope.ctrl.io;
-        if self.unrung > 0 && !io.is_empty() {
-            io[self.queue % io.len()].ring();
-        }
-        self.unrung = 0;
-    }
-}
-
-impl Drop for Batch<'_, '_> {
-    fn drop(&mut self) {
-        self.ring();
-    }
-}
-
-/// Memory mapped for the controller by [`Controller::map`]; unmapped on
-/// drop. Borrows the memory (or, from [`Controller::map_owned`], owns
-/// it), which therefore outlives the mapping.
-pub struct Mapped<'m> {
-    /// The module that made the mapping, and the controller's list of
-    /// standing mappings (none for the tests' memory).
-    module: Option<(Arc<Module>, Arc<Made>)>,
-    map: DmaMapping,
-    segs: Segments,
-    /// The controller it is mapped for, and what that may do.
-    ctrl: Instance,
-    access: PeerAccess,
-    /// Bytes between the first mapped page and the range asked for.
-    skip: usize,
-    len: usize,
-    _owner: Option<Arc<dyn DeviceMemory>>,
-    _mem: PhantomData<&'m dyn DeviceMemory>,
-}
-
-impl fmt::Debug for Mapped<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mapped")
-            .field("pci", &self.ctrl.pci)
-            .field("access", &self.access)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl<'m> Mapped<'m> {
-    /// Bytes of the range.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the range is empty (never: mappings are not empty).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// What the controller may do with it.
-    pub fn access(&self) -> PeerAccess {
-        self.access
-    }
-
-    /// The `len` bytes at `offset` of the range, as a command's data.
-    pub fn payload(&self, offset: usize, len: usize) -> Result<Payload<'_>> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len && len > 0 => Ok(Payload {
-                map: self,
-                offset,
-                len,
-            }),
-            _ => Err(Error::OutOfBounds {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.len as u64,
-            }),
-        }
-    }
-
-    /// The controller's address of byte `offset` of the range.
-    pub fn addr(&self, offset: usize) -> Option<u64> {
-        (offset < self.len)
-            .then(|| self.segs.run((self.skip + offset) as u64).map(|r| r.0))
-            .flatten()
-    }
-
-    /// What the module returned.
-    pub fn mapping(&self) -> &DmaMapping {
-        &self.map
-    }
-
-    /// A mapping of `len` bytes at bus addresses `segs` for `pci`, made by
-    /// no module: the tests' memory.
-    #[cfg(test)]
-    pub(crate) fn for_test(
-        ctrl: Instance,
-        segs: &[(u64, u64)],
-        skip: usize,
-        len: usize,
-        access: PeerAccess,
-    ) -> Self {
-        Self {
-            module: None,
-            map: DmaMapping {
-                map_handle: 0,
-                map_type: MapType::BusAddr,
-                length: segs.iter().map(|s| s.1).sum(),
-                segs: segs.to_vec(),
-            },
-            segs: Segments::new(segs).unwrap_or_default(),
-            ctrl,
-            access,
-            skip,
-            len,
-            _owner: None,
-            _mem: PhantomData,
-        }
-    }
-}
-
-impl Drop for Mapped<'_> {
-    fn drop(&mut self) {
-        if let Some((m, made)) = &self.module {
-            // Unless a revocation, having stopped the controller, unmapped
-            // it already.
-            if made.remove(self.map.map_handle()) {
-                // SAFETY: The mapping is this value's, and its last use: the
-                // borrow of any scope whose commands use it has ended.
-                let _ = unsafe { m.unmap_raw(self.map.map_handle()) };
-            }
         }
     }
 }

@@ -42,19 +42,23 @@
 //! why).
 
 pub mod claim;
+mod command;
 mod controller;
 mod facts;
+mod layout;
+mod mapped;
 mod namespace;
 mod qpair;
 pub mod registers;
 mod revoke;
+mod scope;
 #[cfg(test)]
 mod tests;
 
 pub use crate::nvme::{Command, Completion, IdCtrl, IdNs};
 pub use claim::IommuMode;
-pub use controller::{
-    AdminCommand, Batch, CommandId, Controller, InitOptions, IoCommand, Mapped, NamespaceInfo,
-    Payload, Pending, Scope,
-};
+pub use command::{AdminCommand, IoCommand, Payload};
+pub use controller::{Controller, InitOptions, NamespaceInfo};
+pub use mapped::Mapped;
 pub use namespace::{Issued, Namespace};
+pub use scope::{Batch, CommandId, Pending, Scope};

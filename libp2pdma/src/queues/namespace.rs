@@ -24,7 +24,12 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::controller::{CommandId, Controller, IoCommand, Mapped, NamespaceInfo, Pending};
+use super::{
+    command::IoCommand,
+    controller::{Controller, NamespaceInfo},
+    mapped::Mapped,
+    scope::{CommandId, Pending},
+};
 use crate::{
     error::check_range,
     memory::{peer::PeerAccess, DeviceMemory, DmaMemory, HostMemory},

@@ -20,10 +20,10 @@ use std::{
 use proptest::{prelude::*, strategy::ValueTree};
 
 use super::{
-    controller::{
-        admin_data_len, build_io, vector_plan, AdminCommand, Instance, IoCommand, Mapped,
-        NamespaceInfo,
-    },
+    command::{admin_data_len, build_io, AdminCommand, IoCommand},
+    controller::NamespaceInfo,
+    layout::vector_plan,
+    mapped::{Instance, Mapped},
     qpair::{Health, Place, QueuePair, Stopper},
 };
 use crate::{
