@@ -1,61 +1,16 @@
-//! What a command moves and says: payloads (ranges of mapped memory),
-//! I/O and admin commands, the PRPs built for them, and which admin
-//! commands the safe filter takes.
-#![allow(unsafe_code)]
+//! What a command says: I/O and admin commands, the PRPs built for them
+//! from their payloads, and which admin commands the safe filter takes.
 
-use std::fmt;
-
-pub use super::facts::NamespaceInfo;
-use super::mapped::{Instance, Mapped};
-use super::qpair::LIST_ENTRIES;
+use super::{
+    facts::NamespaceInfo,
+    mapped::{Instance, Payload},
+    qpair::LIST_ENTRIES,
+};
 use crate::{
     memory::peer::PeerAccess,
     nvme::{admin, io, Command, DataPtr, PAGE},
     Error, Result,
 };
-
-/// A range of memory mapped for the controller: what a command moves, and
-/// nothing else.
-#[derive(Clone, Copy)]
-pub struct Payload<'a> {
-    pub(super) map: &'a Mapped<'a>,
-    pub(super) offset: usize,
-    pub(super) len: usize,
-}
-
-impl fmt::Debug for Payload<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Payload")
-            .field("offset", &self.offset)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl Payload<'_> {
-    /// Bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether it holds no byte (never: payloads are not empty).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Where it starts in its mapping's range.
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
-    /// The PRP entries of the payload (the first byte, then every memory
-    /// page after its page).
-    pub(super) fn prps(&self) -> std::result::Result<DataPtr, String> {
-        self.map
-            .segs
-            .data_ptr(self.map.skip + self.offset, self.len)
-    }
-}
 
 /// An NVM command: what, where, and the data.
 #[derive(Clone, Copy, Debug)]

@@ -1,12 +1,12 @@
 //! The controller: bring-up through VFIO, queue pairs in accelerator
-//! memory, scoped submission, namespaces and their events, shutdown.
+//! memory, namespaces and their events, revocation, shutdown. Commands,
+//! scopes and mappings have modules of their own.
 #![allow(unsafe_code)]
 
 use std::{
     fmt,
     marker::PhantomData,
     mem::ManuallyDrop,
-    panic::{catch_unwind, resume_unwind, AssertUnwindSafe},
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc,
@@ -17,16 +17,13 @@ use std::{
 pub use super::facts::NamespaceInfo;
 use super::{
     claim::{self, IommuMode},
+    command::{admin_data_len, AdminCommand},
     facts::{Facts, RescanError, Snapshot},
+    layout::{round_page, vector_plan, Layout, ADMIN_ENTRIES},
+    mapped::{Instance, Mapped},
     qpair::{Health, Place, QueuePair, Stopper, Ticket, WaitError, LIST_ENTRIES},
     registers,
     revoke::{Made, Revoker, Watch},
-};
-use super::{
-    command::{admin_data_len, AdminCommand},
-    layout::{round_page, vector_plan, Layout, ADMIN_ENTRIES},
-    mapped::{Instance, Mapped},
-    scope::Scope,
 };
 use crate::{
     memory::{
@@ -84,9 +81,6 @@ impl Default for InitOptions {
 }
 /// Controller objects set up so far, numbering them from 1.
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
-
-/// Scope ids: 0 is none.
-static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 
 /// An NVMe controller driven by this process, its queues in accelerator
 /// memory. Thread-safe: any number of threads submit and wait at once.
@@ -906,30 +900,6 @@ impl Controller {
     /// handed out in turn.
     pub fn next_queue(&self) -> usize {
         self.next.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Runs `f` with a [`Scope`] to submit commands in, and returns once
-    /// every command submitted in it has completed (or the controller has
-    /// failed and been stopped), whatever became of their [`Pending`](super::Pending)s:
-    /// memory borrowed for the scope is never released while the
-    /// controller may move data to or from it. Scopes may be shared by
-    /// threads (`std::thread::scope` inside) and nested.
-    pub fn scope<'env, T>(&'env self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> T) -> T {
-        self.check_events();
-        let scope = Scope {
-            ctrl: self,
-            facts: self.facts.current(),
-            id: NEXT_SCOPE.fetch_add(1, Ordering::Relaxed),
-            outstanding: AtomicUsize::new(0),
-            _scope: PhantomData,
-            _env: PhantomData,
-        };
-        let r = catch_unwind(AssertUnwindSafe(|| f(&scope)));
-        scope.end();
-        match r {
-            Ok(t) => t,
-            Err(p) => resume_unwind(p),
-        }
     }
 
     /// Runs an admin command that this library does not build itself, with

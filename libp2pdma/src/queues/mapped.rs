@@ -1,17 +1,17 @@
-//! Memory mapped for the controller, unmapped on drop, and the controller
-//! object it was mapped for.
+//! Memory mapped for the controller, unmapped on drop, the controller
+//! object it was mapped for, and payloads: ranges of it that commands
+//! move.
 #![allow(unsafe_code)]
 
 use std::{fmt, marker::PhantomData, sync::Arc};
 
-use super::command::Payload;
 use super::revoke::Made;
 use crate::{
     memory::{
         peer::{DmaMapping, PeerAccess},
         DeviceMemory,
     },
-    nvme::Segments,
+    nvme::{DataPtr, Segments},
     Error, Module, PciAddress, Result,
 };
 
@@ -40,6 +40,49 @@ impl Instance {
                 self.pci
             )
         })
+    }
+}
+
+/// A range of memory mapped for the controller: what a command moves, and
+/// nothing else.
+#[derive(Clone, Copy)]
+pub struct Payload<'a> {
+    pub(super) map: &'a Mapped<'a>,
+    pub(super) offset: usize,
+    pub(super) len: usize,
+}
+
+impl fmt::Debug for Payload<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Payload")
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Payload<'_> {
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no byte (never: payloads are not empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where it starts in its mapping's range.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The PRP entries of the payload (the first byte, then every memory
+    /// page after its page).
+    pub(super) fn prps(&self) -> std::result::Result<DataPtr, String> {
+        self.map
+            .segs
+            .data_ptr(self.map.skip + self.offset, self.len)
     }
 }
 

@@ -57,8 +57,8 @@ mod tests;
 
 pub use crate::nvme::{Command, Completion, IdCtrl, IdNs};
 pub use claim::IommuMode;
-pub use command::{AdminCommand, IoCommand, Payload};
+pub use command::{AdminCommand, IoCommand};
 pub use controller::{Controller, InitOptions, NamespaceInfo};
-pub use mapped::Mapped;
+pub use mapped::{Mapped, Payload};
 pub use namespace::{Issued, Namespace};
 pub use scope::{Batch, CommandId, Pending, Scope};

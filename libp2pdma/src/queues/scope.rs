@@ -1,25 +1,51 @@
 //! Scoped submission: a [`Scope`] checks its commands against the
 //! namespaces published when it opened, and does not end before every
 //! command it submitted has completed.
-#![allow(unsafe_code)]
 
 use std::{
     fmt,
     marker::PhantomData,
-    sync::atomic::{AtomicUsize, Ordering},
+    panic::{catch_unwind, resume_unwind, AssertUnwindSafe},
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
     time::Instant,
 };
 
-pub use super::facts::NamespaceInfo;
 use super::{
     command::{build_io, IoCommand},
     controller::Controller,
-};
-use super::{
-    facts::Snapshot,
+    facts::{NamespaceInfo, Snapshot},
     qpair::{AbortOnUnwind, QueuePair, Ticket},
 };
 use crate::{nvme::Completion, Error, Result};
+
+/// Scope ids: 0 is none.
+static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
+
+impl Controller {
+    /// Runs `f` with a [`Scope`] to submit commands in, and returns once
+    /// every command submitted in it has completed (or the controller has
+    /// failed and been stopped), whatever became of their [`Pending`]s:
+    /// memory borrowed for the scope is never released while the
+    /// controller may move data to or from it. Scopes may be shared by
+    /// threads (`std::thread::scope` inside) and nested.
+    pub fn scope<'env, T>(&'env self, f: impl for<'s> FnOnce(&'s Scope<'s, 'env>) -> T) -> T {
+        self.check_events();
+        let scope = Scope {
+            ctrl: self,
+            facts: self.facts.current(),
+            id: NEXT_SCOPE.fetch_add(1, Ordering::Relaxed),
+            outstanding: AtomicUsize::new(0),
+            _scope: PhantomData,
+            _env: PhantomData,
+        };
+        let r = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+        scope.end();
+        match r {
+            Ok(t) => t,
+            Err(p) => resume_unwind(p),
+        }
+    }
+}
 
 /// Where commands are submitted: see [`Controller::scope`].
 pub struct Scope<'s, 'env: 's> {
