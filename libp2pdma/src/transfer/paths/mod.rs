@@ -1,10 +1,12 @@
 //! The data paths, one module each, all run on an `Xfer` (one
 //! transfer, [`xfer`](super::xfer)) or a queues [`Namespace`](crate::queues::Namespace): P2P by `O_DIRECT`
 //! into the memory's mapping, NVMe commands through io_uring passthrough,
-//! the bounce pipeline through host memory (which also moves the unaligned
-//! edges of the other paths), and the queues this process drives.
+//! the bounce pipeline through host memory, and the queues this process
+//! drives; the partial blocks at the ends of the direct paths in a module
+//! of their own (`edges`).
 
 pub mod bounce;
+mod edges;
 pub mod nvme_cmd;
 pub mod p2p;
 pub mod queues;
