@@ -896,19 +896,7 @@ fn vfio_dmabuf(
         );
     }
     // Always back to what it was: the queues still in use need the BAR.
-    c.record(
-        "pci-command-restored",
-        device
-            .config_write16(vfio::PCI_COMMAND, cmd)
-            .and_then(|()| device.config_read16(vfio::PCI_COMMAND))
-            .and_then(|now| {
-                if now == cmd {
-                    Ok(())
-                } else {
-                    Err(format!("PCI_COMMAND reads {now:#06x}, {cmd:#06x} written"))
-                }
-            }),
-    );
+    c.record("pci-command-restored", set_command(device, cmd));
 
     // Memory decoding on again: a new export is live, and vfio-pci has
     // given the revoked one back too.
@@ -967,6 +955,15 @@ fn vfio_dmabuf(
     drop(buf);
 }
 
+/// Writes `cmd` to the device's PCI_COMMAND and checks that it reads back.
+fn set_command(device: &vfio::Device, cmd: u16) -> Result<(), String> {
+    device.config_write16(vfio::PCI_COMMAND, cmd)?;
+    match device.config_read16(vfio::PCI_COMMAND)? {
+        now if now == cmd => Ok(()),
+        now => Err(format!("PCI_COMMAND reads {now:#06x}, {cmd:#06x} written")),
+    }
+}
+
 /// An import for the controller whose owner never lets it go: the
 /// revocation waits 10 s for it, then the module turns the controller's
 /// bus mastering off and revokes the import. Here the controller exports
@@ -1011,16 +1008,7 @@ fn owner_left_alone(
     );
     c.record(
         "pci-command-restored-after-the-wait",
-        device
-            .config_write16(vfio::PCI_COMMAND, cmd)
-            .and_then(|()| device.config_read16(vfio::PCI_COMMAND))
-            .and_then(|now| {
-                if now == cmd {
-                    Ok(())
-                } else {
-                    Err(format!("PCI_COMMAND reads {now:#06x}, {cmd:#06x} written"))
-                }
-            }),
+        set_command(device, cmd),
     );
 }
 

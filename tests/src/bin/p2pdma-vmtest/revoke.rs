@@ -202,19 +202,24 @@ fn under_reads(
             now.len()
         );
     }
+    ended_by_revocation(ctrl, &errors, "the unbind")?;
+    drop((ma, mh));
+    Ok(())
+}
+
+/// Checks that every reader ended with the revocation's error, and the
+/// controller with it, after `what`.
+fn ended_by_revocation(ctrl: &Controller, errors: &[String], what: &str) -> Result<(), String> {
     if !errors.iter().all(|e| e.contains("revoked")) {
         return Err(format!("a reader ended with another error: {errors:?}"));
     }
     match ctrl.failure() {
-        Some(f) if f.contains("revoked") => println!("the controller: {f}"),
-        f => {
-            return Err(format!(
-                "after the unbind the controller's failure is {f:?}"
-            ))
+        Some(f) if f.contains("revoked") => {
+            println!("the controller: {f}");
+            Ok(())
         }
+        f => Err(format!("after {what} the controller's failure is {f:?}")),
     }
-    drop((ma, mh));
-    Ok(())
 }
 
 /// Waits up to `limit` for `fd` (an eventfd) to be signalled.
@@ -631,17 +636,7 @@ fn exported_under_reads(
             "only {landed} reads landed before the revocation (the readers ended with {errors:?})"
         ));
     }
-    if !errors.iter().all(|e| e.contains("revoked")) {
-        return Err(format!("a reader ended with another error: {errors:?}"));
-    }
-    match ctrl.failure() {
-        Some(f) if f.contains("revoked") => println!("the controller: {f}"),
-        f => {
-            return Err(format!(
-                "after the revocation the controller's failure is {f:?}"
-            ))
-        }
-    }
+    ended_by_revocation(ctrl, &errors, "the revocation")?;
     owner_left_alone(ctrl, module, &device, (acc.bar, cmd))?;
     // The host finds the canaries in the BAR's backing file.
     println!(
