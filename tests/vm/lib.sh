@@ -4,6 +4,12 @@
 
 failures=0
 
+# Kernel messages stay in the ring buffer (the host reads it, dumped at the
+# end) and off the console, where an error the kernel prints while a check
+# reports (an I/O a test makes fail, say) would split its "@@TEST" line.
+# A panic still prints everything.
+dmesg -n 1 2>/dev/null || true
+
 # The rig's namespaces by NSID: 1 holds the raw image, 2 the ext4
 # filesystem. The kernel names namespaces in the order its asynchronous scan
 # finds them, so nvme0n1 is not always NSID 1.

@@ -7,7 +7,8 @@
 //!
 //! [`DmabufMemory`] is such memory as a [`DeviceMemory`]: copies through the
 //! mapping, and the dma-buf itself for peers (the queues path imports it for
-//! its controller). A udmabuf (host memory) makes one on any machine.
+//! its controller). A udmabuf (host memory) makes one on any machine; its
+//! copies skip the sync on x86-64 ([`DmabufMemory::from_udmabuf`] says why).
 
 use std::{
     fmt,
@@ -70,18 +71,28 @@ impl DmabufMapping {
 
     /// Copies `src` into the mapping at `offset`, inside a write sync.
     pub fn write_at(&self, dmabuf: BorrowedFd<'_>, offset: usize, src: &[u8]) -> Result<()> {
+        self.write(Some(dmabuf), offset, src)
+    }
+
+    /// Copies the mapping at `offset` into `dst`, inside a read sync.
+    pub fn read_at(&self, dmabuf: BorrowedFd<'_>, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.read(Some(dmabuf), offset, dst)
+    }
+
+    /// [`DmabufMapping::write_at`], synced on `sync` when there is one.
+    fn write(&self, sync: Option<BorrowedFd<'_>>, offset: usize, src: &[u8]) -> Result<()> {
         check_range(offset, src.len(), self.len())?;
-        bracket(dmabuf, || {
+        bracket(sync, || {
             self.map
                 .write_at(offset, src)
                 .map_err(Error::sys("copy into the dma-buf mapping"))
         })
     }
 
-    /// Copies the mapping at `offset` into `dst`, inside a read sync.
-    pub fn read_at(&self, dmabuf: BorrowedFd<'_>, offset: usize, dst: &mut [u8]) -> Result<()> {
+    /// [`DmabufMapping::read_at`], synced on `sync` when there is one.
+    fn read(&self, sync: Option<BorrowedFd<'_>>, offset: usize, dst: &mut [u8]) -> Result<()> {
         check_range(offset, dst.len(), self.len())?;
-        bracket(dmabuf, || {
+        bracket(sync, || {
             self.map
                 .read_at(offset, dst)
                 .map_err(Error::sys("copy from the dma-buf mapping"))
@@ -94,8 +105,12 @@ impl DmabufMapping {
 /// for the CPU once, for the first access's direction, and sync every
 /// later access against that mapping (udmabuf does), so a read after a
 /// write would sync in a direction the mapping was not made for, which
-/// the DMA API forbids. Both directions match every access.
-fn bracket(dmabuf: BorrowedFd<'_>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+/// the DMA API forbids. Both directions match every access. Without a
+/// dma-buf to sync on, `f` alone.
+fn bracket(dmabuf: Option<BorrowedFd<'_>>, f: impl FnOnce() -> Result<()>) -> Result<()> {
+    let Some(dmabuf) = dmabuf else {
+        return f();
+    };
     let access = DmabufAccess::ReadWrite;
     sys::dmabuf_sync(dmabuf, access, false).map_err(Error::ioctl("DMA_BUF_IOCTL_SYNC start"))?;
     let r = f();
@@ -109,6 +124,9 @@ fn bracket(dmabuf: BorrowedFd<'_>, f: impl FnOnce() -> Result<()>) -> Result<()>
 pub struct DmabufMemory {
     fd: OwnedFd,
     map: DmabufMapping,
+    /// CPU copies are bracketed by `DMA_BUF_IOCTL_SYNC` (see
+    /// [`DmabufMemory::from_udmabuf`] for where they are not).
+    sync: bool,
     /// What else must live as long as the dma-buf (a udmabuf's memfd).
     _keep: Box<dyn Send + Sync>,
 }
@@ -138,11 +156,19 @@ impl DmabufMemory {
         Ok(Self {
             fd,
             map,
+            sync: true,
             _keep: Box::new(()),
         })
     }
 
     /// A udmabuf's host memory, through its dma-buf.
+    ///
+    /// On x86-64 CPU copies go without `DMA_BUF_IOCTL_SYNC`: udmabuf's sync
+    /// maps the whole buffer for its own misc device, which sets no segment
+    /// limit (Linux 7.3), so a memfd with 128 KiB of physically contiguous
+    /// pages makes DMA-API debugging report a segment longer than the
+    /// device supports; and where the CPU and devices are cache-coherent,
+    /// that mapping and its syncs do nothing else.
     pub fn from_udmabuf(u: Udmabuf) -> Result<Self> {
         let len = usize::try_from(u.size())
             .map_err(|_| Error::InvalidArgument("the udmabuf is too large".into()))?;
@@ -157,6 +183,7 @@ impl DmabufMemory {
         Ok(Self {
             fd,
             map,
+            sync: !cfg!(target_arch = "x86_64"),
             _keep: Box::new(u),
         })
     }
@@ -172,11 +199,13 @@ impl DeviceMemory for DmabufMemory {
     }
 
     fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
-        self.map.write_at(self.fd.as_fd(), offset, src)
+        self.map
+            .write(self.sync.then(|| self.fd.as_fd()), offset, src)
     }
 
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        self.map.read_at(self.fd.as_fd(), offset, dst)
+        self.map
+            .read(self.sync.then(|| self.fd.as_fd()), offset, dst)
     }
 
     fn dma(&self) -> Option<&dyn DmaMemory> {
