@@ -97,35 +97,94 @@ fn canaries_stay(what: &str, mem: &dyn DeviceMemory) -> Result<(), String> {
     }
 }
 
+/// A BAR of a PCI function mapped through its sysfs resource file (as the
+/// host's backing file holds it), reached only by volatile copies.
+#[derive(Debug)]
+struct BarWindow {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: The mapping is reached only by volatile copies, from any thread.
+unsafe impl Send for BarWindow {}
+// SAFETY: As above.
+unsafe impl Sync for BarWindow {}
+
+impl BarWindow {
+    /// The first `len` bytes (the whole BAR when `None`) of BAR `bar` of
+    /// `pci`.
+    fn open(pci: &str, bar: u8, len: Option<usize>) -> Result<Self, String> {
+        let path = format!("/sys/bus/pci/devices/{pci}/resource{bar}");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{path}: {e}"))?;
+        let len = match len {
+            Some(n) => n,
+            None => f.metadata().map_err(|e| e.to_string())?.len() as usize,
+        };
+        // SAFETY: A fresh shared mapping of the BAR, reached only through
+        // volatile copies and unmapped on drop.
+        let base = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                f.as_fd(),
+                0,
+            )
+        }
+        .map_err(|e| format!("mmap of {path}: {e}"))?;
+        Ok(Self {
+            base: base.cast(),
+            len,
+        })
+    }
+
+    fn check(&self, offset: usize, len: usize) -> p2pdma::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(p2pdma::Error::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len as u64,
+            }),
+        }
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) -> p2pdma::Result<()> {
+        self.check(offset, src.len())?;
+        for (i, &b) in src.iter().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            unsafe { std::ptr::write_volatile(self.base.add(offset + i), b) };
+        }
+        Ok(())
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> p2pdma::Result<()> {
+        self.check(offset, dst.len())?;
+        for (i, b) in dst.iter_mut().enumerate() {
+            // SAFETY: Inside the mapping (checked above).
+            *b = unsafe { std::ptr::read_volatile(self.base.add(offset + i)) };
+        }
+        Ok(())
+    }
+}
+
+impl Drop for BarWindow {
+    fn drop(&mut self) {
+        // SAFETY: The mapping made in `open`, unused from here.
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
+    }
+}
+
 /// The whole BAR of accelerator `pci`, read through its sysfs resource file.
 fn bar_bytes(pci: &str, bar: u8) -> Result<Vec<u8>, String> {
-    let path = format!("/sys/bus/pci/devices/{pci}/resource{bar}");
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("{path}: {e}"))?;
-    let len = f.metadata().map_err(|e| e.to_string())?.len() as usize;
-    // SAFETY: A fresh shared mapping of the BAR, read by copies only and
-    // unmapped below; no reference into it outlives this function.
-    let p = unsafe {
-        rustix::mm::mmap(
-            std::ptr::null_mut(),
-            len,
-            rustix::mm::ProtFlags::READ,
-            rustix::mm::MapFlags::SHARED,
-            f.as_fd(),
-            0,
-        )
-    }
-    .map_err(|e| format!("mmap of {path}: {e}"))?;
-    let mut v = vec![0u8; len];
-    for (i, b) in v.iter_mut().enumerate() {
-        // SAFETY: Inside the mapping.
-        *b = unsafe { std::ptr::read_volatile(p.cast::<u8>().add(i)) };
-    }
-    // SAFETY: The mapping made above, unused from here.
-    let _ = unsafe { rustix::mm::munmap(p, len) };
+    let w = BarWindow::open(pci, bar, None)?;
+    let mut v = vec![0u8; w.len];
+    w.read_at(0, &mut v).map_err(|e| e.to_string())?;
     Ok(v)
 }
 
@@ -400,66 +459,22 @@ pub fn accelerator(ctrl: Arc<Controller>, module: &Arc<Module>, nsid: u32) -> Re
 #[derive(Debug)]
 struct ExportedBar {
     dmabuf: std::os::fd::OwnedFd,
-    base: *mut u8,
-    len: usize,
+    window: BarWindow,
 }
-
-// SAFETY: The mapping is reached only by volatile copies, from any thread.
-unsafe impl Send for ExportedBar {}
-// SAFETY: As above.
-unsafe impl Sync for ExportedBar {}
 
 impl ExportedBar {
     /// The first `len` bytes of BAR `bar` of `pci`, exported as `dmabuf`.
     fn new(dmabuf: std::os::fd::OwnedFd, pci: &str, bar: u8, len: usize) -> Result<Self, String> {
-        let path = format!("/sys/bus/pci/devices/{pci}/resource{bar}");
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| format!("{path}: {e}"))?;
-        // SAFETY: A fresh shared mapping of the BAR, reached only through
-        // volatile copies and unmapped on drop.
-        let base = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::SHARED,
-                f.as_fd(),
-                0,
-            )
-        }
-        .map_err(|e| format!("mmap of {path}: {e}"))?;
         Ok(Self {
             dmabuf,
-            base: base.cast(),
-            len,
+            window: BarWindow::open(pci, bar, Some(len))?,
         })
-    }
-
-    fn check(&self, offset: usize, len: usize) -> p2pdma::Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(p2pdma::Error::OutOfBounds {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.len as u64,
-            }),
-        }
-    }
-}
-
-impl Drop for ExportedBar {
-    fn drop(&mut self) {
-        // SAFETY: The mapping made in `new`, unused from here.
-        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
     }
 }
 
 impl DeviceMemory for ExportedBar {
     fn len(&self) -> usize {
-        self.len
+        self.window.len
     }
 
     fn kind(&self) -> p2pdma::memory::MemoryKind {
@@ -467,21 +482,11 @@ impl DeviceMemory for ExportedBar {
     }
 
     fn write_at(&self, offset: usize, src: &[u8]) -> p2pdma::Result<()> {
-        self.check(offset, src.len())?;
-        for (i, &b) in src.iter().enumerate() {
-            // SAFETY: Inside the mapping (checked above).
-            unsafe { std::ptr::write_volatile(self.base.add(offset + i), b) };
-        }
-        Ok(())
+        self.window.write_at(offset, src)
     }
 
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> p2pdma::Result<()> {
-        self.check(offset, dst.len())?;
-        for (i, b) in dst.iter_mut().enumerate() {
-            // SAFETY: Inside the mapping (checked above).
-            *b = unsafe { std::ptr::read_volatile(self.base.add(offset + i)) };
-        }
-        Ok(())
+        self.window.read_at(offset, dst)
     }
 
     fn dma(&self) -> Option<&dyn DmaMemory> {
