@@ -67,7 +67,7 @@ pub use memory::{
 };
 pub use sys::HostBuffer;
 pub use transfer::{
-    plan::{choose_path, PathChoice, PathFacts, TransferPath},
+    plan::{decide, Facts, PathChoice, TransferPath},
     Config, Direction, Engine, Handle, Layout, PathPref, Request, Shape, StorageFile, StridedMode,
     Ticket,
 };

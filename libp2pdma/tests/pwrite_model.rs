@@ -18,7 +18,12 @@
 //!   (accelerator 0) instead of the host-memory device.
 //! - `P2PDMA_MODEL_PATHS`: the paths to test, comma separated (default
 //!   `bounce,p2p`, the ones every host has).
-//! - `PROPTEST_CASES`: cases per path (default 48).
+//! - `PROPTEST_CASES`: cases per path and page-cache use (default 48).
+//!
+//! Each path runs with reads taking what the page cache holds
+//! (`PageCache::Auto`) and without (`PageCache::Direct`); steps warm and
+//! drop parts of the page cache, and the file is compared through
+//! `O_DIRECT`, which leaves the page cache as the steps left it.
 
 use std::{
     fs::{File, OpenOptions},
@@ -32,7 +37,7 @@ mod common;
 use common::{model_dir, pattern, runner};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
-    transfer::{Config, Direction, Engine, PathPref, Request, StorageFile},
+    transfer::{Config, Direction, Engine, PageCache, PathPref, Request, StorageFile},
     Error, Module,
 };
 use proptest::prelude::*;
@@ -68,6 +73,12 @@ enum Op {
     Append { len: usize, seed: u64 },
     /// Another descriptor truncates (or extends) the file to `size`.
     Truncate { size: u64 },
+    /// Another descriptor reads `len` bytes at `off` through the page
+    /// cache, which then holds them.
+    Warm { off: u64, len: usize },
+    /// The page cache lets go of what it holds of `len` bytes at `off`
+    /// (`POSIX_FADV_DONTNEED`).
+    Forget { off: u64, len: usize },
     /// Disjoint, adjacent writes starting at `off`, one per piece length,
     /// all at once: from threads (`batch` false) or one async batch.
     Concurrent {
@@ -115,6 +126,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(moff, (h, off, len))| Op::Read { h, off, len, moff }),
         1 => (1..3 * BLOCK as usize, any::<u64>()).prop_map(|(len, seed)| Op::Append { len, seed }),
         1 => offset().prop_map(|size| Op::Truncate { size }),
+        2 => (offset(), length()).prop_map(|(off, len)| Op::Warm { off, len }),
+        2 => (offset(), length()).prop_map(|(off, len)| Op::Forget { off, len }),
         2 => (
             offset(),
             prop::collection::vec(prop_oneof![1..200usize, 1..2 * BLOCK as usize], 2..6),
@@ -161,6 +174,30 @@ fn file_bytes(p: &Path) -> Vec<u8> {
     std::fs::read(p).unwrap()
 }
 
+/// The file's bytes read with `O_DIRECT`, which leaves the page cache as
+/// the steps left it.
+fn file_bytes_direct(p: &Path) -> Vec<u8> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(p)
+        .unwrap();
+    let size = f.metadata().unwrap().len() as usize;
+    let cap = size.div_ceil(BLOCK as usize) * BLOCK as usize;
+    let mut v = vec![0u8; cap + BLOCK as usize];
+    let at = v.as_ptr().align_offset(BLOCK as usize);
+    let buf = &mut v[at..at + cap];
+    let mut done = 0;
+    while done < cap {
+        match f.read_at(&mut buf[done..], done as u64).unwrap() {
+            0 => break,
+            n => done += n,
+        }
+    }
+    buf[..size].to_vec()
+}
+
 /// Runs `ops` on a new file through `engine`, checking every step against
 /// the shadow file.
 fn run_case(
@@ -193,7 +230,7 @@ fn run_case(
         for (i, op) in ops.iter().enumerate() {
             step(engine, mem, &handles, &other, &shadow, op)
                 .map_err(|e| TestCaseError::fail(format!("step {i} {op:?}: {e}")))?;
-            let (got, want) = (file_bytes(&real), file_bytes(&shadow_path));
+            let (got, want) = (file_bytes_direct(&real), file_bytes(&shadow_path));
             if got != want {
                 let first = got.iter().zip(&want).position(|(a, b)| a != b);
                 return Err(TestCaseError::fail(format!(
@@ -269,6 +306,21 @@ fn step(
             other.set_len(size).unwrap();
             shadow.set_len(size).unwrap();
         }
+        Op::Warm { off, len } => {
+            let mut buf = vec![0u8; len];
+            let _ = other.read_at(&mut buf, off).unwrap();
+        }
+        Op::Forget { off, len } => {
+            // Dirty pages stay: written back first.
+            other.sync_data().unwrap();
+            rustix::fs::fadvise(
+                other,
+                off,
+                std::num::NonZeroU64::new(len as u64),
+                rustix::fs::Advice::DontNeed,
+            )
+            .unwrap();
+        }
         Op::Concurrent {
             off,
             ref pieces,
@@ -323,12 +375,13 @@ fn step(
     Ok(())
 }
 
-fn check_path(pref: PathPref) {
+fn check_path(pref: PathPref, page_cache: PageCache) {
     let rig = Rig::new();
     let mem = rig.memory();
     let engine = Arc::new(Engine::new(
         Config {
             path: pref,
+            page_cache,
             // Small chunks: multi-chunk transfers at these sizes.
             chunk: Some(2 * BLOCK as usize),
             depth: Some(3),
@@ -345,10 +398,10 @@ fn check_path(pref: PathPref) {
     });
     let _ = std::fs::remove_dir_all(&rig.dir);
     if let Err(e) = result {
-        panic!("{pref} path: {e}");
+        panic!("{pref} path, page cache {page_cache}: {e}");
     }
     eprintln!(
-        "{pref} path: {} random sequences matched the pwrite/pread model",
+        "{pref} path, page cache {page_cache}: {} random sequences matched the pwrite/pread model",
         runner.config().cases
     );
 }
@@ -356,6 +409,8 @@ fn check_path(pref: PathPref) {
 #[test]
 fn transfers_behave_like_pread_and_pwrite_on_every_path() {
     for pref in paths() {
-        check_path(pref);
+        for page_cache in [PageCache::Auto, PageCache::Direct] {
+            check_path(pref, page_cache);
+        }
     }
 }

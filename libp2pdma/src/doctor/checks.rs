@@ -16,8 +16,10 @@ use super::{
     report::{bytes, Check, Status},
 };
 use crate::{
-    discovery::{CudaFacts, StorageTarget, TargetKind},
+    discovery::{CudaDevice, CudaFacts, StorageTarget, TargetKind},
+    memory::MemoryKind,
     sys::cuda::version_string,
+    transfer::plan::{decide, Facts, MemoryFacts, PathChoice, TransferPath},
     Accelerator,
 };
 
@@ -263,10 +265,14 @@ pub(super) fn nvme_passthrough_check(
 /// GPU memory through CUDA: the driver and its devices, and whether a peer
 /// (an NVMe controller this process drives) can reach the memory by P2P
 /// through the dma-buf the driver exports, which the module imports.
+///
+/// `auto`, given storage, is the path rule's choice for transfers between it
+/// and each GPU's memory ([`gpu_choice`]).
 pub(super) fn gpu_memory_check(
     cuda: &Result<CudaFacts, String>,
     module: bool,
     kconfig: Option<&KernelConfig>,
+    auto: Option<&dyn Fn(&CudaDevice) -> PathChoice>,
 ) -> Check {
     const NAME: &str = "gpu memory";
     let facts = match cuda {
@@ -323,6 +329,15 @@ pub(super) fn gpu_memory_check(
         None => missing.push("a kernel config that can be read (CONFIG_PCI_P2PDMA)"),
         Some(true) => {}
     }
+    if let Some(auto) = auto {
+        for d in &facts.devices {
+            let c = auto(d);
+            detail.push_str(&format!(
+                "; GPU {} with the storage given: {} ({})",
+                d.ordinal, c.path, c.reason
+            ));
+        }
+    }
     let status = if missing.is_empty() {
         detail.push_str("; P2P into GPU memory: the queues path (an NVMe controller this process drives through VFIO) imports its dma-buf for the controller, where the PCIe topology allows");
         Status::Ok
@@ -334,4 +349,70 @@ pub(super) fn gpu_memory_check(
         Status::Warn
     };
     Check::new(NAME, status, detail)
+}
+
+/// The path rule's choice for transfers between the storage of `bar` (the
+/// facts for the accelerator's BAR memory) and GPU `d`'s memory.
+pub(super) fn gpu_choice(bar: &Facts, d: &CudaDevice) -> PathChoice {
+    let facts = Facts {
+        memory: MemoryFacts {
+            kind: MemoryKind::Cuda {
+                ordinal: d.ordinal,
+                pci: d.pci,
+            },
+            cpu_mapping: false,
+            module_allocation: false,
+            block_io: false,
+            dmabuf: d.dma_buf,
+        },
+        ..bar.clone()
+    };
+    decide(&facts).unwrap_or_else(|e| PathChoice {
+        path: TransferPath::Bounce,
+        reason: e.to_string(),
+    })
+}
+
+/// Whether reads can ask the kernel what of a range the page cache holds
+/// (`cachestat(2)`, Linux 6.5+), and what AUTO does with it, on `storage`
+/// when given.
+pub(super) fn page_cache_check(storage: Option<&FsPath>) -> Check {
+    const NAME: &str = "page cache";
+    let Some(path) = storage else {
+        return Check::new(NAME, Status::Skip, "no storage given");
+    };
+    let fd = match open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            return Check::new(
+                NAME,
+                Status::Skip,
+                format!("cannot open {}: {e}", path.display()),
+            )
+        }
+    };
+    const SPAN: u64 = 64 << 20;
+    let uses = "reads take cached pages from the page cache and the rest by the path chosen (P2PDMA_PAGE_CACHE=direct moves every byte by the path, buffered every byte through the page cache)";
+    match crate::sys::file::cachestat(fd.as_fd(), 0, SPAN) {
+        Ok(c) => Check::new(
+            NAME,
+            Status::Ok,
+            format!(
+                "cachestat answers ({} of the first {} pages of {} cached now); {uses}",
+                c.nr_cache,
+                SPAN / 4096,
+                path.display()
+            ),
+        ),
+        Err(Errno::NOSYS) => Check::new(
+            NAME,
+            Status::Warn,
+            format!("the kernel has no cachestat (Linux 6.5+): reads find cached pages with mincore, three system calls each; {uses}"),
+        ),
+        Err(e) => Check::new(
+            NAME,
+            Status::Warn,
+            format!("cachestat on {} fails ({e}): reads find cached pages with mincore; {uses}", path.display()),
+        ),
+    }
 }

@@ -15,25 +15,29 @@ use rustix::{
 };
 
 use crate::{
-    discovery::gpus,
     discovery::DEVICE_NODE,
     discovery::{
         acs_bits, acs_control, acs_path, common_upstream, pci::PCI_ACS_REDIRECT, NvmePath,
-        PciFunction, StorageTarget, Topology,
+        PciFunction, StorageTarget, TargetKind, Topology,
     },
+    discovery::{gpus, CudaDevice},
+    memory::MemoryKind,
     queues::claim::{IommuMode, NVME_CLASS},
     Accelerator, Error, MapType, Module, P2pQuery, PciAddress, Peer,
 };
 
 use super::{
     checks::{
-        gpu_memory_check, kernel_config_check, nvme_passthrough_check, p2p_memory_check,
-        storage_check,
+        gpu_choice, gpu_memory_check, kernel_config_check, nvme_passthrough_check,
+        p2p_memory_check, page_cache_check, storage_check,
     },
     kconfig::{KernelConfig, BOOT_ROOT, MAX_KCONFIG},
     report::{bytes, Check, Report, Status},
 };
-use crate::transfer::plan::{allowed, choose_path, query_paths, PathFacts, EVERY_PATH};
+use crate::transfer::plan::{
+    allowed, decide, query_paths, Facts, MemoryFacts, P2pSubmit, PathChoice, PathPref,
+    StorageFacts, TransferPath, EVERY_PATH,
+};
 
 /// Which accelerator the doctor looks at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -174,18 +178,54 @@ impl Doctor {
         let (nvme_cmd, passthrough) = nvme_passthrough_check(target.as_ref(), io_uring);
         checks.push(passthrough);
         checks.push(self.queues_check());
-        checks.push(gpu_memory_check(
-            &gpus::cuda(&self.topology),
-            module.is_some(),
-            kconfig.as_ref().ok(),
-        ));
 
-        let path = choose_path(&PathFacts {
+        // AUTO's choice for memory allocated from the accelerator's BAR.
+        let facts = Facts {
+            pref: PathPref::Auto,
+            submit: P2pSubmit::Auto,
             module: module.is_some(),
             accelerator: accelerator.is_some(),
-            storage_nvme,
-            p2p: p2p.as_ref(),
-            paths: &p2p_paths,
+            memory: MemoryFacts {
+                kind: MemoryKind::ModuleBar {
+                    index: accelerator.as_ref().map_or(0, |a| a.index),
+                    // No accelerator: the rule stops at that, before the address.
+                    pci: accel_pci.unwrap_or(PciAddress {
+                        domain: 0,
+                        bus: 0,
+                        device: 0,
+                        function: 0,
+                    }),
+                },
+                cpu_mapping: true,
+                module_allocation: true,
+                block_io: module.as_ref().is_some_and(Module::has_block_io),
+                dmabuf: false,
+            },
+            storage: StorageFacts {
+                path: storage.map(FsPath::to_path_buf).unwrap_or_default(),
+                is_file: target
+                    .as_ref()
+                    .is_some_and(|t| matches!(t.kind, TargetKind::File { .. })),
+                nvme: storage_nvme,
+                ..StorageFacts::default()
+            },
+            p2p: p2p.clone(),
+            paths: p2p_paths.clone(),
+        };
+        let cuda = gpus::cuda(&self.topology);
+        let auto = |d: &CudaDevice| gpu_choice(&facts, d);
+        checks.push(gpu_memory_check(
+            &cuda,
+            module.is_some(),
+            kconfig.as_ref().ok(),
+            storage
+                .is_some()
+                .then_some(&auto as &dyn Fn(&CudaDevice) -> PathChoice),
+        ));
+        checks.push(page_cache_check(storage));
+        let path = decide(&facts).unwrap_or_else(|e| PathChoice {
+            path: TransferPath::Bounce,
+            reason: e.to_string(),
         });
         Report {
             checks,

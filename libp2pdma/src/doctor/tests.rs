@@ -189,7 +189,8 @@ fn without_the_module_the_doctor_still_examines_storage_and_pci() {
             "acs",
             "nvme passthrough",
             "nvme queues",
-            "gpu memory"
+            "gpu memory",
+            "page cache"
         ]
     );
     let get = |n: &str| r.check(n).unwrap().clone();
@@ -626,7 +627,17 @@ fn the_doctor_on_this_host_reports_bounce_without_the_module() {
     let r = Doctor::new().run(Some(&manifest), AccelSelect::Auto);
     let _ = r.to_string();
     let _ = r.to_json();
-    assert_eq!(r.checks.len(), 12);
+    assert_eq!(r.checks.len(), 13);
+    // A kernel of 6.5 or later answers cachestat on the file.
+    let pc = r.check("page cache").unwrap();
+    match pc.status {
+        Status::Ok => assert!(
+            pc.detail.starts_with("cachestat answers ("),
+            "{}",
+            pc.detail
+        ),
+        _ => assert!(pc.detail.contains("no cachestat"), "{}", pc.detail),
+    }
     if !crate::sys::cuda::library_present() {
         assert_eq!(r.check("gpu memory").unwrap().status, Status::Skip);
     }
@@ -665,7 +676,7 @@ fn gpu_memory_says_what_p2p_into_it_needs() {
             rdma: true,
         }],
     };
-    let c = gpu_memory_check(&Ok(facts(true, true)), true, Some(&kc));
+    let c = gpu_memory_check(&Ok(facts(true, true)), true, Some(&kc), None);
     assert_eq!(c.status, Status::Ok, "{}", c.detail);
     assert!(c.detail.contains("CUDA driver 13.0"), "{}", c.detail);
     assert!(
@@ -675,6 +686,35 @@ fn gpu_memory_says_what_p2p_into_it_needs() {
         c.detail
     );
     assert!(c.detail.contains("imports its dma-buf"), "{}", c.detail);
+    // Given storage, the path rule's own choice for each GPU's memory.
+    let bar = crate::transfer::plan::Facts {
+        pref: crate::PathPref::Auto,
+        submit: crate::transfer::P2pSubmit::Auto,
+        module: true,
+        accelerator: true,
+        memory: crate::transfer::plan::MemoryFacts {
+            kind: crate::memory::MemoryKind::Host,
+            cpu_mapping: true,
+            module_allocation: false,
+            block_io: false,
+            dmabuf: false,
+        },
+        storage: crate::transfer::plan::StorageFacts {
+            nvme: true,
+            ..Default::default()
+        },
+        p2p: None,
+        paths: Vec::new(),
+    };
+    let auto = |d: &CudaDevice| super::checks::gpu_choice(&bar, d);
+    let c = gpu_memory_check(&Ok(facts(true, true)), true, Some(&kc), Some(&auto));
+    assert!(
+        c.detail.contains(
+            "; GPU 0 with the storage given: bounce (P2P by O_DIRECT not possible: CUDA device 0's memory has no CPU mapping"
+        ),
+        "{}",
+        c.detail
+    );
     for (f, module, k, says) in [
         (facts(false, true), true, Some(&kc), "exports dma-bufs"),
         (facts(true, false), true, Some(&kc), "open kernel module"),
@@ -682,7 +722,7 @@ fn gpu_memory_says_what_p2p_into_it_needs() {
         (facts(true, true), true, Some(&no_p2p), "CONFIG_PCI_P2PDMA"),
         (facts(true, true), true, None, "kernel config"),
     ] {
-        let c = gpu_memory_check(&Ok(f), module, k);
+        let c = gpu_memory_check(&Ok(f), module, k, None);
         assert_eq!(c.status, Status::Warn, "{}", c.detail);
         assert!(c.detail.contains(says), "{says}: {}", c.detail);
         assert!(c.detail.contains("bounce path"), "{}", c.detail);
@@ -691,6 +731,7 @@ fn gpu_memory_says_what_p2p_into_it_needs() {
         &Err("CUDA is not available: no driver".into()),
         true,
         Some(&kc),
+        None,
     );
     assert_eq!(c.status, Status::Skip);
     assert!(c.detail.contains("no driver"), "{}", c.detail);

@@ -280,6 +280,7 @@ impl Backing for EngineBacking {
                     retried: false,
                     ring_pinned: false,
                     copy_threads: 1,
+                    page_cache: 0,
                 }));
             })
             .map_err(|e| {

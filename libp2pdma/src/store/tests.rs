@@ -136,6 +136,7 @@ fn report(len: usize) -> Report {
         retried: false,
         ring_pinned: false,
         copy_threads: 1,
+        page_cache: 0,
     }
 }
 

@@ -1,7 +1,8 @@
 //! The file system calls the transfer paths make beyond read and write:
 //! `FS_IOC_FIEMAP` (a file's extents), `FS_IOC_FSGETXATTR`,
-//! `sync_file_range`, `mincore` (what of a range is in the page cache) and
-//! open-file-description locks.
+//! `sync_file_range`, `cachestat` and `mincore` (what of a range is in the
+//! page cache), reads into raw memory (`preadv2`, with `RWF_NOWAIT` for
+//! only what the page cache holds) and open-file-description locks.
 #![allow(unsafe_code)]
 
 use std::os::fd::BorrowedFd;
@@ -126,13 +127,22 @@ pub fn ofd_lock(fd: BorrowedFd<'_>, offset: u64, len: u64, lock: bool) -> Result
 /// (`mincore` on a shared read-only mapping of the range, made and
 /// dropped here; mapping a file does not populate anything).
 pub fn resident_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<usize, Errno> {
+    Ok(mincore_map(fd, offset, len)?
+        .iter()
+        .filter(|&&b| b & 1 != 0)
+        .count())
+}
+
+/// `mincore`'s vector for `[offset, offset + len)` of `fd`, from the page
+/// holding `offset`.
+fn mincore_map(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<Vec<u8>, Errno> {
     use std::os::fd::AsRawFd;
     const PAGE: u64 = 4096;
     let start = offset - offset % PAGE;
-    let bytes =
-        usize::try_from((offset + len).div_ceil(PAGE) * PAGE - start).map_err(|_| Errno::INVAL)?;
+    let end = offset.checked_add(len).ok_or(Errno::INVAL)?.div_ceil(PAGE) * PAGE;
+    let bytes = usize::try_from(end - start).map_err(|_| Errno::INVAL)?;
     if bytes == 0 {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let off = libc::off_t::try_from(start).map_err(|_| Errno::INVAL)?;
     let last = || Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO);
@@ -160,8 +170,103 @@ pub fn resident_pages(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<usize
     unsafe { libc::munmap(addr, bytes) };
     match err {
         Some(e) => Err(e),
-        None => Ok(vec.iter().filter(|&&b| b & 1 != 0).count()),
+        None => Ok(vec),
     }
+}
+
+/// `cachestat(2)`'s system call number: one number on every architecture
+/// since Linux 6.5 (the unified table).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// What `cachestat(2)` says of a range: pages, not bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cachestat {
+    /// Pages in the page cache.
+    pub nr_cache: u64,
+    /// Of those, dirty.
+    pub nr_dirty: u64,
+    /// Of those, being written back.
+    pub nr_writeback: u64,
+    /// Pages evicted.
+    pub nr_evicted: u64,
+    /// Pages evicted recently enough to count as refaults.
+    pub nr_recently_evicted: u64,
+}
+
+/// `struct cachestat_range`.
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+/// The page-cache state of `[offset, offset + len)` of `fd` (`len > 0`):
+/// one system call, which walks only the cached part of the range.
+/// `ENOSYS` on kernels before 6.5; `EBADF` for files it does not cover
+/// (hugetlbfs).
+pub fn cachestat(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<Cachestat, Errno> {
+    use std::os::fd::AsRawFd;
+    if len == 0 {
+        // 0 would mean "to the end of the file".
+        return Err(Errno::INVAL);
+    }
+    let range = CachestatRange { off: offset, len };
+    let mut out = Cachestat::default();
+    // SAFETY: `range` and `out` are live `#[repr(C)]` structs of the
+    // kernel's layout; the kernel reads the first and writes the second.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut out as *mut Cachestat,
+            0 as libc::c_uint,
+        )
+    };
+    match r {
+        0 => Ok(out),
+        _ => Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO)),
+    }
+}
+
+/// Which pages of `[offset, offset + len)` of `fd` are in the page cache,
+/// one flag per page from the page holding `offset` (`mincore` on a
+/// mapping of the range, made and dropped here).
+pub fn resident_map(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<Vec<bool>, Errno> {
+    Ok(mincore_map(fd, offset, len)?
+        .into_iter()
+        .map(|b| b & 1 != 0)
+        .collect())
+}
+
+/// Reads up to `len` bytes at `offset` of `fd` into `ptr` (`preadv2`);
+/// with `nowait`, only what the page cache holds (`RWF_NOWAIT`: `EAGAIN`
+/// when the first page is not cached, a short count where the cached part
+/// ends). Returns the bytes read, 0 at the end of the file.
+///
+/// # Safety
+/// `ptr..ptr + len` must be valid for writes, and nothing may rely on its
+/// contents while the call runs.
+pub unsafe fn pread_raw(
+    fd: BorrowedFd<'_>,
+    ptr: *mut u8,
+    len: usize,
+    offset: u64,
+    nowait: bool,
+) -> Result<usize, Errno> {
+    use std::os::fd::AsRawFd;
+    let iov = libc::iovec {
+        iov_base: ptr.cast(),
+        iov_len: len,
+    };
+    let off = libc::off_t::try_from(offset).map_err(|_| Errno::INVAL)?;
+    let flags = if nowait { libc::RWF_NOWAIT } else { 0 };
+    // SAFETY: One iovec describing memory the caller vouches for; the
+    // kernel writes at most `len` bytes into it.
+    let r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, off, flags) };
+    usize::try_from(r)
+        .map_err(|_| Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO))
 }
 
 /// Maps `buf.head.fm_start..+fm_length` with `buf.head.fm_flags`; the

@@ -17,13 +17,16 @@ use std::{
 
 use super::{
     calibrate,
-    exec::{copypool, extents},
-    paths::{self, bounce, nvme_cmd, p2p},
-    plan::{self, PathChoice, TransferPath},
+    exec::copypool,
+    paths::{self, bounce, cached, nvme_cmd, p2p},
+    plan::{
+        self, DrivenFacts, Facts, MemoryFacts, PageCache, PathChoice, Residency, Source,
+        StorageFacts, TransferPath,
+    },
     stats::Stats,
     storage::{ChoiceKey, StorageFile},
     tuning::{
-        config::{Config, PathPref},
+        config::Config,
         constants,
         geometry::{self, Geometry},
     },
@@ -53,6 +56,9 @@ pub struct Report {
     /// bounce path, for writes, or when one was enough. Pieces are at least
     /// 256 KiB, so smaller chunks are copied by fewer threads than this.
     pub copy_threads: usize,
+    /// Bytes of a read copied out of the page cache rather than moved by
+    /// `path` (see [`PageCache`]); `path` moved the rest.
+    pub page_cache: u64,
 }
 
 /// A storage file paired with accelerator memory, with the path chosen for
@@ -216,7 +222,9 @@ impl Core {
         &self.stats
     }
 
-    /// Chooses the path for transfers between `file` and `mem`.
+    /// Chooses the path for transfers between `file` and `mem`: the path
+    /// rule ([`plan::decide`]) on the facts of the pair
+    /// ([`Core::facts`]).
     ///
     /// [`PathPref::NvmeCmd`] needs storage on an NVMe namespace
     /// ([`StorageFile::nvme_namespace`]): the namespace, a partition of it,
@@ -225,206 +233,44 @@ impl Core {
     /// reason. A transfer the path cannot serve after all (a hole or shared
     /// extent under a write, say) is retried on the bounce path.
     pub fn choose(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Result<PathChoice> {
-        let mut choice = self.choose_path(file, mem)?;
-        if choice.path == TransferPath::P2p {
-            choice
-                .reason
-                .push_str(&p2p::submission(self.config.p2p_submit, file, mem));
-        }
-        Ok(choice)
+        plan::decide(&self.facts(file, mem))
     }
 
-    /// [`Core::choose`] before it says how P2P I/O is submitted.
-    pub(crate) fn choose_path(
-        &self,
-        file: &StorageFile,
-        mem: &dyn DeviceMemory,
-    ) -> Result<PathChoice> {
-        if let Some(ns) = &file.queues {
-            return match self.config.path {
-                PathPref::Auto | PathPref::Queues => Ok(self.decide_queues(ns, mem)),
-                pref => Err(Error::PathUnavailable {
-                    path: pref.as_str(),
-                    reason: format!(
-                        "{} is driven by this process, so only the queues path reaches it; give the controller back to the kernel for the other paths",
-                        ns.name()
-                    ),
-                }),
-            };
-        }
-        let auto = self.decide(file, mem);
-        match self.config.path {
-            PathPref::Auto => Ok(auto),
-            PathPref::Queues => Err(Error::PathUnavailable {
-                path: "queues",
-                reason: format!(
-                    "{} is reached through the kernel; the queues path needs a namespace of a controller this process drives (queues::Controller::initialize, then StorageFile::namespace)",
-                    file.path.display()
-                ),
-            }),
-            PathPref::Bounce => Ok(PathChoice {
-                path: TransferPath::Bounce,
-                reason: "bounce path forced by configuration".into(),
-            }),
-            PathPref::P2p => match mem.dma().and_then(|d| d.dma_target()) {
-                Some(_) => Ok(PathChoice {
-                    path: TransferPath::P2p,
-                    reason: if auto.path == TransferPath::P2p {
-                        format!("P2P forced by configuration ({})", auto.reason)
-                    } else {
-                        format!("P2P forced by configuration, although: {}", auto.reason)
-                    },
-                }),
-                None => Err(Error::PathUnavailable {
-                    path: "p2p",
-                    reason: format!("{} has no CPU mapping storage could DMA into", mem.kind()),
-                }),
-            },
-            PathPref::NvmeCmd => {
-                let unavailable = |reason: String| Error::PathUnavailable {
-                    path: "nvme-cmd",
-                    reason,
-                };
-                let Some(ns) = file.nvme_namespace() else {
-                    // Say why a file's filesystem would not do either (btrfs
-                    // files are on no block device of their own, for one).
-                    let fs = match file.is_file {
-                        true => file
-                            .fd()
-                            .ok()
-                            .and_then(|fd| extents::Filesystem::of(fd).err())
-                            .map(|r| format!("; besides, {r}")),
-                        false => None,
-                    };
-                    return Err(unavailable(format!(
-                        "{} is not on an NVMe namespace (NVMe commands address namespace blocks){}",
-                        file.path.display(),
-                        fs.unwrap_or_default()
-                    )));
-                };
-                if let Some(why) = &file.nvme_cmd_refusal {
-                    return Err(unavailable(format!("{}: {why}", file.path.display())));
-                }
-                let layout = match &file.fs {
-                    Some(Ok(fs)) => format!("; file extents mapped with FIEMAP ({fs})"),
-                    Some(Err(reason)) => {
-                        return Err(unavailable(format!("{}: {reason}", file.path.display())))
-                    }
-                    None => String::new(),
-                };
-                let at = match file.dev_start {
-                    0 => String::new(),
-                    b => format!(", partition at byte {b}"),
-                };
-                if mem.dma().and_then(|d| d.dma_target()).is_none() {
-                    return Err(unavailable(format!(
-                        "{} has no CPU mapping to give the controller",
-                        mem.kind()
-                    )));
-                }
-                Ok(PathChoice {
-                    path: TransferPath::NvmeCmd,
-                    reason: format!(
-                        "NVMe commands built by the library on {} (namespace {}{at}){layout}; {}",
-                        ns.generic.display(),
-                        ns.nsid,
-                        auto.reason
-                    ),
-                })
-            }
-        }
-    }
-
-    /// AUTO's choice for a namespace this process drives: the queues path,
-    /// saying how the memory is reached.
-    pub(crate) fn decide_queues(&self, ns: &Namespace, mem: &dyn DeviceMemory) -> PathChoice {
-        let ctrl = ns.controller();
-        let how = match mem.kind() {
-            MemoryKind::Host if mem.dma().and_then(|d| d.dma_target()).is_some() => {
-                "host memory pinned for the controller (PIN_USER)".to_string()
-            }
-            MemoryKind::ModuleBar { index, .. }
-                if mem.dma().and_then(|d| d.module_allocation()).is_some() =>
-            {
-                match ns.module().p2p_query(index, Peer::Pci(ctrl.pci())) {
-                    Ok(q) => match q.distance {
-                        Some(d) => format!(
-                            "accelerator {index}'s memory mapped for the controller (DMA_MAP), P2P distance {d}"
-                        ),
-                        None => format!(
-                            "through host staging buffers: the kernel says {} cannot reach accelerator {index}'s memory by P2P ({})",
-                            ctrl.pci(),
-                            q.reason
-                        ),
-                    },
-                    Err(e) => format!(
-                        "accelerator {index}'s memory mapped for the controller (DMA_MAP) where the module allows, host staging otherwise (P2P query: {e})"
-                    ),
-                }
-            }
-            k @ (MemoryKind::Cuda { .. } | MemoryKind::Dmabuf)
-                if mem.dma().and_then(|d| d.dmabuf()).is_some() =>
-            {
-                format!(
-                "{k} imported for the controller as a dma-buf (DMABUF_IMPORT) where the kernel allows, host staging otherwise"
-            )
-            }
-            k => format!("through host staging buffers ({k} cannot be mapped for the controller)"),
-        };
-        PathChoice {
-            path: TransferPath::Queues,
-            reason: format!(
-                "{} is driven by this process ({}): NVMe commands in queues in accelerator memory, no system call per I/O; data {how}; partial blocks through host staging",
-                ns.name(),
-                ctrl.iommu().describe()
-            ),
-        }
-    }
-
-    /// AUTO's choice: the doctor's rule ([`plan::choose_path`]) on
-    /// what this engine knows about the pair.
-    pub(crate) fn decide(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> PathChoice {
-        let index = match mem.kind() {
-            MemoryKind::ModuleBar { index, .. } => index,
-            MemoryKind::Host => {
-                return PathChoice {
-                    path: TransferPath::Bounce,
-                    reason: "P2P not possible: the memory is the host-memory device, not accelerator memory; staging through host memory (bounce pipeline)".into(),
-                }
-            }
-            MemoryKind::Dmabuf => {
-                return PathChoice {
-                    path: TransferPath::Bounce,
-                    reason: "P2P by O_DIRECT not possible: dma-buf memory has no CPU mapping of P2P pages for the block layer (P2P into it runs on the queues path, which imports the dma-buf); staging through host memory (bounce pipeline)".into(),
-                }
-            }
-            MemoryKind::Cuda { ordinal, .. } => {
-                return PathChoice {
-                    path: TransferPath::Bounce,
-                    reason: format!(
-                        "P2P by O_DIRECT not possible: CUDA device {ordinal}'s memory has no CPU mapping of P2P pages for the block layer (P2P into it runs on the queues path, which imports its dma-buf); staging through host memory page-locked for CUDA, the GPU's copy engine moving each chunk (bounce pipeline)"
-                    ),
-                }
-            }
-        };
-        let query = match (&self.module, file.controller()) {
-            (Some(m), Some(pci)) if file.is_nvme() && file.multipath.is_empty() => {
-                m.p2p_query(index, Peer::Pci(pci)).ok()
-            }
-            _ => None,
-        };
-        // A multipath namespace: every path's controller is asked.
-        let paths = match &self.module {
-            Some(m) if file.is_nvme() => plan::query_paths(m, index, &file.multipath),
-            _ => Vec::new(),
-        };
-        plan::choose_path(&plan::PathFacts {
+    /// What the path rule decides on for `file` and `mem`: this engine's
+    /// preference, the memory's and the storage's facts, and the kernel's
+    /// answers for the pair (asked here, where the memory is an
+    /// accelerator's from the module).
+    pub fn facts(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Facts {
+        let memory = MemoryFacts::of(mem);
+        let mut storage = file.facts();
+        let mut facts = Facts {
+            pref: self.config.path,
+            submit: self.config.p2p_submit,
             module: self.module.is_some(),
-            accelerator: true,
-            storage_nvme: file.is_nvme(),
-            p2p: query.as_ref(),
-            paths: &paths,
-        })
+            accelerator: false,
+            memory,
+            storage: StorageFacts::default(),
+            p2p: None,
+            paths: Vec::new(),
+        };
+        if let Some(ns) = &file.queues {
+            storage.driven = Some(driven_facts(ns, &facts.memory));
+        }
+        if let MemoryKind::ModuleBar { index, .. } = facts.memory.kind {
+            facts.accelerator = true;
+            if let (Some(m), true) = (&self.module, file.is_nvme()) {
+                if file.multipath.is_empty() {
+                    facts.p2p = file
+                        .controller()
+                        .and_then(|pci| m.p2p_query(index, Peer::Pci(pci)).ok());
+                } else {
+                    // A multipath namespace: every path's controller is asked.
+                    facts.paths = plan::query_paths(m, index, &file.multipath);
+                }
+            }
+        }
+        facts.storage = storage;
+        facts
     }
 
     /// A handle for transfers between `file` and `mem`, with its path: the
@@ -437,9 +283,9 @@ impl Core {
     ) -> Result<Handle<'a>> {
         let key = ChoiceKey {
             pref: self.config.path,
+            submit: self.config.p2p_submit,
             module: self.module.is_some(),
-            mem: mem.kind(),
-            dma: mem.dma().and_then(|d| d.dma_target()).is_some(),
+            mem: MemoryFacts::of(mem),
         };
         let choice = match file.cached_choice(&key) {
             Some(c) => c,
@@ -677,6 +523,7 @@ impl Core {
                 retried: false,
                 ring_pinned: false,
                 copy_threads: 1,
+                page_cache: 0,
             });
         }
         if let Some(ns) = &file.queues {
@@ -696,8 +543,99 @@ impl Core {
                 retried: false,
                 ring_pinned: false,
                 copy_threads: 1,
+                page_cache: 0,
             });
         }
+        if dir == Direction::Read
+            && self.config.page_cache != PageCache::Direct
+            && file.buffered.is_some()
+        {
+            return self.read_cached(choice, file, file_offset, mem, mem_offset, len);
+        }
+        self.device(dir, choice, file, file_offset, mem, mem_offset, len)
+    }
+
+    /// A read that takes what the page cache holds from it (as
+    /// [`plan::cache::split`] says) and the rest by `choice`'s path.
+    fn read_cached(
+        &self,
+        choice: &PathChoice,
+        file: &StorageFile,
+        file_offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Report> {
+        let start = Instant::now();
+        let pref = self.config.page_cache;
+        let mut from_cache = 0usize;
+        let rest = file_offset..file_offset + len as u64;
+        let known = match (pref, rest.is_empty()) {
+            (PageCache::Auto, false) => cached::residency(file, &rest),
+            _ => cached::Cached::Unknown,
+        };
+        let residency = match &known {
+            cached::Cached::All => Residency::All,
+            cached::Cached::None => Residency::None,
+            cached::Cached::Pages(map) => Residency::Pages {
+                page: cached::PAGE,
+                map,
+            },
+            cached::Cached::Unknown => Residency::Unknown,
+        };
+        let mut report = Report {
+            bytes: len as u64,
+            path: choice.path,
+            retried: false,
+            ring_pinned: false,
+            copy_threads: 1,
+            page_cache: 0,
+        };
+        for (r, source) in plan::cache::split(pref, rest, residency) {
+            let n = (r.end - r.start) as usize;
+            let at = mem_offset + (r.start - file_offset) as usize;
+            match source {
+                Source::PageCache => {
+                    cached::read(file, r.start, mem, at, n, false)?;
+                    from_cache += n;
+                }
+                Source::Device => {
+                    let d = self.device(Direction::Read, choice, file, r.start, mem, at, n)?;
+                    report.path = d.path;
+                    report.retried |= d.retried;
+                    report.ring_pinned |= d.ring_pinned;
+                    report.copy_threads = report.copy_threads.max(d.copy_threads);
+                }
+            }
+        }
+        if from_cache > 0 {
+            self.stats
+                .page_cache
+                .record_transfer(from_cache as u64, start.elapsed());
+        }
+        report.page_cache = from_cache as u64;
+        Ok(report)
+    }
+
+    /// `len` bytes (> 0) by `choice`'s path (or the bounce path, where the
+    /// fast path cannot serve them).
+    #[allow(clippy::too_many_arguments)]
+    fn device(
+        &self,
+        dir: Direction,
+        choice: &PathChoice,
+        file: &StorageFile,
+        file_offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Report> {
+        let eof = |size: u64| Error::EndOfFile {
+            path: file.path.clone(),
+            offset: file_offset,
+            len: len as u64,
+            size,
+        };
         if dir == Direction::Read {
             self.calibrate_if_due(file, file_offset, len);
         }
@@ -796,6 +734,7 @@ impl Core {
             } else {
                 1
             },
+            page_cache: 0,
         })
     }
 }
@@ -813,5 +752,26 @@ fn stage_for(ctx: &mut Context, mem: &dyn DeviceMemory) {
     }
     if let Ok(pin) = stager.pin(ctx.slot_memory()) {
         ctx.keep_pin(stager.name(), Box::new(pin));
+    }
+}
+
+/// What the path rule needs of namespace `ns`, which this process drives,
+/// for memory `memory`: for memory allocated from the module, whether the
+/// module lets the controller reach it by P2P.
+fn driven_facts(ns: &Namespace, memory: &MemoryFacts) -> DrivenFacts {
+    let ctrl = ns.controller();
+    let reach = match memory.kind {
+        MemoryKind::ModuleBar { index, .. } if memory.module_allocation => Some(
+            ns.module()
+                .p2p_query(index, Peer::Pci(ctrl.pci()))
+                .map_err(|e| e.to_string()),
+        ),
+        _ => None,
+    };
+    DrivenFacts {
+        name: ns.name(),
+        iommu: ctrl.iommu().describe(),
+        controller: ctrl.pci(),
+        reach,
     }
 }

@@ -65,7 +65,7 @@ pub use stats::{PathStats, Stats};
 pub use storage::{NvmeNamespace, StorageFile};
 pub use strided::{Layout, Shape, StridedMode, StridedReport};
 pub use tuning::{
-    config::{Config, P2pSubmit, PathPref, StridedConstants},
+    config::{Config, P2pSubmit, PageCache, PathPref, StridedConstants},
     constants,
     geometry::{self, Geometry},
 };

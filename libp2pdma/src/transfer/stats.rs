@@ -94,6 +94,9 @@ pub struct Stats {
     pub bounce: PathStats,
     /// The queues path.
     pub queues: PathStats,
+    /// Bytes of reads copied out of the page cache, whatever the path
+    /// chosen (see [`PageCache`](super::plan::PageCache)).
+    pub page_cache: PathStats,
 }
 
 impl Stats {

@@ -13,12 +13,11 @@ use std::{
 
 use super::{
     exec::extents,
-    plan::PathChoice,
-    tuning::{cache::DeviceKey, config::PathPref},
+    plan::{MemoryFacts, NamespaceFacts, P2pSubmit, PathChoice, PathPref, StorageFacts},
+    tuning::cache::DeviceKey,
 };
 use crate::{
     discovery::{DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
-    memory::MemoryKind,
     queues::Namespace,
     Error, Result,
 };
@@ -69,13 +68,14 @@ pub struct StorageFile {
 }
 
 /// What a path choice depends on besides the file: the engine's
-/// preference, whether it has the module (for P2P queries), and the memory.
+/// preferences, whether it has the module (for P2P queries), and the
+/// memory's facts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ChoiceKey {
     pub(crate) pref: PathPref,
+    pub(crate) submit: P2pSubmit,
     pub(crate) module: bool,
-    pub(crate) mem: MemoryKind,
-    pub(crate) dma: bool,
+    pub(crate) mem: MemoryFacts,
 }
 
 /// An NVMe namespace, as the NVMe-command path needs it.
@@ -421,6 +421,37 @@ impl StorageFile {
         let f = Arc::new(f);
         g[usize::from(write)] = Some(f.clone());
         Ok(f)
+    }
+
+    /// What the path rule needs of the storage (see [`StorageFacts`]); a
+    /// namespace this process drives is the caller's to add.
+    pub(crate) fn facts(&self) -> StorageFacts {
+        let other_filesystem = match (self.is_file, &self.ns) {
+            // Why a file's filesystem would not do either (btrfs files are
+            // on no block device of their own, for one).
+            (true, None) => self
+                .fd()
+                .ok()
+                .and_then(|fd| extents::Filesystem::of(fd).err()),
+            _ => None,
+        };
+        StorageFacts {
+            path: self.path.clone(),
+            driven: None,
+            is_file: self.is_file,
+            nvme: self.nvme,
+            namespace: self.ns.as_ref().map(|ns| NamespaceFacts {
+                generic: ns.generic.clone(),
+                nsid: ns.nsid,
+            }),
+            nvme_cmd_refusal: self.nvme_cmd_refusal.as_ref().map(|r| r.to_string()),
+            dev_start: self.dev_start,
+            filesystem: self
+                .fs
+                .as_ref()
+                .map(|r| r.as_ref().map(|fs| fs.to_string()).map_err(Clone::clone)),
+            other_filesystem,
+        }
     }
 
     pub(crate) fn cached_choice(&self, key: &ChoiceKey) -> Option<Arc<PathChoice>> {

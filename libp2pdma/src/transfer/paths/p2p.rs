@@ -16,6 +16,7 @@ use p2pdma_abi as abi;
 use rustix::io::Errno;
 
 use crate::transfer::{
+    plan,
     storage::StorageFile,
     tuning::config::P2pSubmit,
     xfer::{round_down, round_up, Direction, Xfer},
@@ -77,25 +78,8 @@ fn module_for<'a>(
     file: &StorageFile,
     mem: &'a dyn DeviceMemory,
 ) -> Option<(&'a Module, u64)> {
-    if submit != P2pSubmit::Auto || file.is_file() {
-        return None;
-    }
     let (module, handle) = mem.dma()?.module_allocation()?;
-    module.has_block_io().then_some((&**module, handle))
-}
-
-/// How P2P transfers between `file` and `mem` are submitted, for the
-/// path's reason.
-pub(crate) fn submission(submit: P2pSubmit, file: &StorageFile, mem: &dyn DeviceMemory) -> String {
-    if module_for(submit, file, mem).is_some() {
-        "; the module submits the block I/O on the memory's own pages (BLOCK_IO: nothing pinned per I/O)".into()
-    } else if submit == P2pSubmit::Odirect {
-        "; O_DIRECT on the memory's mapping, as configured (pages pinned per I/O)".into()
-    } else if file.is_file() {
-        "; O_DIRECT on the memory's mapping (a regular file: its filesystem's direct I/O pins the pages per I/O)".into()
-    } else {
-        "; O_DIRECT on the memory's mapping (pages pinned per I/O): the module's block I/O needs a module allocation and a module with BLOCK_IO".into()
-    }
+    plan::by_module(submit, file.is_file(), module.has_block_io()).then_some((&**module, handle))
 }
 
 /// Whether the module's refusal leaves `O_DIRECT` worth trying: it does not

@@ -1,6 +1,6 @@
 //! Transfer configuration: from the API, a config file or the environment.
 
-use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use super::{
     cache,
@@ -8,93 +8,7 @@ use super::{
 };
 use crate::{Error, Result};
 
-/// Which path transfers take.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum PathPref {
-    /// P2P where possible, the bounce pipeline otherwise, with the reason.
-    #[default]
-    Auto,
-    /// Always P2P (`O_DIRECT` into the accelerator's mapping).
-    P2p,
-    /// NVMe commands built by the library (io_uring passthrough).
-    NvmeCmd,
-    /// Always the bounce pipeline.
-    Bounce,
-    /// The queues path: only a namespace of a controller this process
-    /// drives ([`crate::transfer::StorageFile::namespace`]), which AUTO puts on it too.
-    Queues,
-}
-
-impl PathPref {
-    /// `auto`, `p2p`, `nvme-cmd`, `bounce`, `queues`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Auto => "auto",
-            Self::P2p => "p2p",
-            Self::NvmeCmd => "nvme-cmd",
-            Self::Bounce => "bounce",
-            Self::Queues => "queues",
-        }
-    }
-}
-
-impl FromStr for PathPref {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "p2p" => Ok(Self::P2p),
-            "nvme-cmd" | "nvme_cmd" | "nvmecmd" => Ok(Self::NvmeCmd),
-            "bounce" => Ok(Self::Bounce),
-            "queues" => Ok(Self::Queues),
-            other => Err(Error::InvalidArgument(format!(
-                "unknown path '{other}' (auto, p2p, nvme-cmd, bounce, queues)"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for PathPref {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How the P2P path submits block I/O.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum P2pSubmit {
-    /// The module's block I/O where it can (a block device, memory from the
-    /// module), `O_DIRECT` on the memory's mapping otherwise.
-    #[default]
-    Auto,
-    /// Always `O_DIRECT` on the memory's mapping: the kernel pins the
-    /// mapping's pages for every I/O.
-    Odirect,
-}
-
-impl FromStr for P2pSubmit {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(Self::Auto),
-            "odirect" | "o_direct" => Ok(Self::Odirect),
-            other => Err(Error::InvalidArgument(format!(
-                "unknown P2P submission '{other}' (auto, odirect)"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for P2pSubmit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Auto => "auto",
-            Self::Odirect => "odirect",
-        })
-    }
-}
+pub use crate::transfer::plan::{P2pSubmit, PageCache, PathPref};
 
 /// Engine settings. Chunk size, depth and copy threads are chosen
 /// automatically unless set.
@@ -115,6 +29,8 @@ pub struct Config {
     pub depth: Option<usize>,
     /// How the P2P path submits its I/O.
     pub p2p_submit: P2pSubmit,
+    /// Whether reads take what the page cache holds from it.
+    pub page_cache: PageCache,
     /// Threads that copy each landed bounce chunk into device memory (the
     /// calling thread and helpers); automatic when unset: see
     /// `docs/transfer.md`.
@@ -156,7 +72,7 @@ impl Config {
     /// Defaults (with the cache of learned geometry in
     /// `$XDG_CACHE_HOME/p2pdma`, or `~/.cache/p2pdma`), then `$P2PDMA_CONFIG`
     /// (or `/etc/p2pdma.conf` if it exists), then the environment
-    /// (`P2PDMA_PATH`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
+    /// (`P2PDMA_PATH`, `P2PDMA_PAGE_CACHE`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
     /// `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`, `P2PDMA_P2P_SUBMIT`,
     /// and the strided constants `P2PDMA_STRIDED_CALL`,
     /// `P2PDMA_STRIDED_STORAGE_RATE`, `P2PDMA_STRIDED_COPY_RATE`,
@@ -183,6 +99,7 @@ impl Config {
             ("chunk", "P2PDMA_CHUNK"),
             ("depth", "P2PDMA_DEPTH"),
             ("p2p_submit", "P2PDMA_P2P_SUBMIT"),
+            ("page_cache", "P2PDMA_PAGE_CACHE"),
             ("copy_threads", "P2PDMA_COPY_THREADS"),
             ("cache_dir", "P2PDMA_CACHE_DIR"),
             ("strided_call", "P2PDMA_STRIDED_CALL"),
@@ -239,6 +156,7 @@ impl Config {
                 self.depth = Some(v);
             }
             "p2p_submit" => self.p2p_submit = value.parse()?,
+            "page_cache" => self.page_cache = value.parse()?,
             "copy_threads" => {
                 self.copy_threads = match value.trim() {
                     "auto" => None,

@@ -1,0 +1,215 @@
+//! Reads take what the page cache already holds from it: how many bytes
+//! came from where, the caller's preference either way, memory with and
+//! without a CPU mapping, and no stale bytes after writes.
+
+use std::{fs::File, num::NonZeroU64, os::unix::fs::FileExt, sync::Mutex};
+
+mod common;
+
+use common::{pattern, scratch_dir};
+use p2pdma::{
+    memory::{DeviceMemory, HostMemory, MemoryKind},
+    transfer::{Config, Engine, PageCache, StorageFile},
+    Error, Result,
+};
+
+const MIB: usize = 1 << 20;
+
+fn engine(page_cache: PageCache) -> Engine {
+    Engine::new(
+        Config {
+            page_cache,
+            ..Config::default()
+        },
+        None,
+    )
+}
+
+/// Drops the file's pages from the page cache (written back first: dirty
+/// pages stay).
+fn forget(f: &File, off: u64, len: u64) {
+    f.sync_data().unwrap();
+    rustix::fs::fadvise(f, off, NonZeroU64::new(len), rustix::fs::Advice::DontNeed).unwrap();
+}
+
+/// Memory reached only through its copies (a GPU's, say): no CPU mapping.
+#[derive(Debug)]
+struct CopiesOnly(Mutex<Vec<u8>>);
+
+impl DeviceMemory for CopiesOnly {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Dmabuf
+    }
+
+    fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
+        let mut v = self.0.lock().unwrap();
+        let end = offset
+            .checked_add(src.len())
+            .filter(|&e| e <= v.len())
+            .ok_or_else(|| Error::InvalidArgument("out of range".into()))?;
+        v[offset..end].copy_from_slice(src);
+        Ok(())
+    }
+
+    fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let v = self.0.lock().unwrap();
+        let end = offset
+            .checked_add(dst.len())
+            .filter(|&e| e <= v.len())
+            .ok_or_else(|| Error::InvalidArgument("out of range".into()))?;
+        dst.copy_from_slice(&v[offset..end]);
+        Ok(())
+    }
+}
+
+fn bytes(m: &dyn DeviceMemory, off: usize, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    m.read_at(off, &mut v).unwrap();
+    v
+}
+
+struct Case {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    other: File,
+    data: Vec<u8>,
+}
+
+fn case(name: &str, len: usize) -> Case {
+    let dir = scratch_dir(name);
+    let path = dir.path().join("data.bin");
+    let data = pattern(7, 0, len);
+    std::fs::write(&path, &data).unwrap();
+    let other = File::options().read(true).write(true).open(&path).unwrap();
+    Case {
+        _dir: dir,
+        path,
+        other,
+        data,
+    }
+}
+
+#[test]
+fn cached_bytes_come_from_the_page_cache_and_the_rest_from_the_device() {
+    let c = case("page-cache-split", 8 * MIB);
+    let f = StorageFile::open(&c.path).unwrap();
+    let mems: [Box<dyn DeviceMemory>; 2] = [
+        Box::new(HostMemory::new(8 * MIB).unwrap()),
+        Box::new(CopiesOnly(Mutex::new(vec![0; 8 * MIB]))),
+    ];
+    for mem in &mems {
+        let e = engine(PageCache::Auto);
+        // All of it cached (read by another reader).
+        let mut all = vec![0u8; 8 * MIB];
+        c.other.read_exact_at(&mut all, 0).unwrap();
+        let r = e.read(&f, 0, mem.as_ref(), 0, 8 * MIB).unwrap();
+        assert_eq!(r.page_cache, 8 * MIB as u64, "{:?}", mem.kind());
+        assert!(bytes(mem.as_ref(), 0, 8 * MIB) == c.data);
+        assert_eq!(e.stats().page_cache.snapshot().bytes, 8 * MIB as u64);
+
+        // None of it.
+        forget(&c.other, 0, 8 * MIB as u64);
+        mem.write_at(0, &vec![0xA5; 8 * MIB]).unwrap();
+        let r = e.read(&f, 100, mem.as_ref(), 100, 8 * MIB - 200).unwrap();
+        assert_eq!(r.page_cache, 0);
+        assert!(bytes(mem.as_ref(), 100, 8 * MIB - 200) == c.data[100..8 * MIB - 100]);
+
+        // Two MiB in the middle, warmed by another reader.
+        forget(&c.other, 0, 8 * MIB as u64);
+        let mut warm = vec![0u8; 2 * MIB];
+        c.other.read_exact_at(&mut warm, 3 * MIB as u64).unwrap();
+        let warm_pages = {
+            let r = e
+                .read(&f, 3 * MIB as u64, mem.as_ref(), 0, 2 * MIB)
+                .unwrap();
+            r.page_cache
+        };
+        assert_eq!(warm_pages, 2 * MIB as u64);
+        forget(&c.other, 0, 3 * MIB as u64);
+        forget(&c.other, 5 * MIB as u64, 3 * MIB as u64);
+        mem.write_at(0, &vec![0xA5; 8 * MIB]).unwrap();
+        let r = e.read(&f, 1, mem.as_ref(), 1, 8 * MIB - 1).unwrap();
+        assert!(
+            r.page_cache >= 2 * MIB as u64 && r.page_cache < 8 * MIB as u64 - 1,
+            "{} bytes from the page cache",
+            r.page_cache
+        );
+        assert!(bytes(mem.as_ref(), 1, 8 * MIB - 1) == c.data[1..]);
+    }
+}
+
+#[test]
+fn the_caller_forces_either_way() {
+    let c = case("page-cache-prefs", 2 * MIB);
+    let f = StorageFile::open(&c.path).unwrap();
+    let mem = HostMemory::new(2 * MIB).unwrap();
+    // Cached, but the device asked for.
+    let r = engine(PageCache::Direct)
+        .read(&f, 0, &mem, 0, 2 * MIB)
+        .unwrap();
+    assert_eq!(r.page_cache, 0);
+    assert!(bytes(&mem, 0, 2 * MIB) == c.data);
+    // Not cached, but the page cache asked for.
+    forget(&c.other, 0, 2 * MIB as u64);
+    mem.write_at(0, &vec![0; 2 * MIB]).unwrap();
+    let r = engine(PageCache::Buffered)
+        .read(&f, 5, &mem, 5, 2 * MIB - 5)
+        .unwrap();
+    assert_eq!(r.page_cache, 2 * MIB as u64 - 5);
+    assert!(bytes(&mem, 5, 2 * MIB - 5) == c.data[5..]);
+    assert_eq!("direct".parse::<PageCache>().unwrap(), PageCache::Direct);
+    assert!("sometimes".parse::<PageCache>().is_err());
+}
+
+#[test]
+fn a_read_after_a_write_sees_the_write_whatever_was_cached() {
+    let c = case("page-cache-write", 4 * MIB);
+    let f = StorageFile::open_rw(&c.path).unwrap();
+    let mem = HostMemory::new(4 * MIB).unwrap();
+    let e = engine(PageCache::Auto);
+    let r = e.read(&f, 0, &mem, 0, 4 * MIB).unwrap();
+    assert_eq!(r.page_cache, 4 * MIB as u64);
+    // Overwrite an unaligned range through the engine (O_DIRECT middle,
+    // page-cache edges).
+    let new = pattern(99, 12345, MIB + 777);
+    mem.write_at(0, &new).unwrap();
+    e.write(&f, 12345, &mem, 0, new.len()).unwrap();
+    let mut want = c.data.clone();
+    want[12345..12345 + new.len()].copy_from_slice(&new);
+    // The engine (warm) and a buffered reader see the new bytes.
+    mem.write_at(0, &vec![0; 4 * MIB]).unwrap();
+    e.read(&f, 0, &mem, 0, 4 * MIB).unwrap();
+    assert!(bytes(&mem, 0, 4 * MIB) == want);
+    let mut other = vec![0u8; 4 * MIB];
+    c.other.read_exact_at(&mut other, 0).unwrap();
+    assert!(other == want);
+    // Another writer through the page cache, then a warm read.
+    c.other.write_all_at(&[0xEE; 5000], 3 * MIB as u64).unwrap();
+    want[3 * MIB..3 * MIB + 5000].fill(0xEE);
+    e.read(&f, 0, &mem, 0, 4 * MIB).unwrap();
+    assert!(bytes(&mem, 0, 4 * MIB) == want);
+}
+
+#[test]
+fn a_cached_read_past_the_end_is_an_error_not_a_short_success() {
+    let c = case("page-cache-eof", MIB + 100);
+    let f = StorageFile::open(&c.path).unwrap();
+    let mem = HostMemory::new(2 * MIB).unwrap();
+    for pref in [PageCache::Auto, PageCache::Buffered, PageCache::Direct] {
+        let e = engine(pref);
+        // Twice: the second read starts from a warm file.
+        for _ in 0..2 {
+            match e.read(&f, MIB as u64, &mem, 0, 200) {
+                Err(Error::EndOfFile { size, .. }) => assert_eq!(size, MIB as u64 + 100),
+                other => panic!("{pref}: {other:?}"),
+            }
+            let r = e.read(&f, MIB as u64, &mem, 0, 100).unwrap();
+            assert_eq!(bytes(&mem, 0, 100), c.data[MIB..]);
+            assert_eq!(r.bytes, 100);
+        }
+    }
+}
