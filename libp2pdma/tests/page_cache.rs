@@ -213,3 +213,52 @@ fn a_cached_read_past_the_end_is_an_error_not_a_short_success() {
         }
     }
 }
+
+#[test]
+fn small_reads_of_a_warm_file_are_served_at_once() {
+    use p2pdma::transfer::{Direction, Request};
+    let c = case("page-cache-now", 4 * MIB);
+    let f = std::sync::Arc::new(StorageFile::open(&c.path).unwrap());
+    let mem = std::sync::Arc::new(HostMemory::new(MIB).unwrap());
+    let e = engine(PageCache::Auto);
+    let mut all = vec![0u8; 4 * MIB];
+    c.other.read_exact_at(&mut all, 0).unwrap();
+    // A cold engine asks what is cached first; after a few reads found
+    // everything cached, small reads go to the page cache at once.
+    assert!(e.read_if_cached(&f, 0, mem.as_ref(), 0, 4096).is_none());
+    for i in 0..8u64 {
+        e.read(&f, i * 8192, mem.as_ref(), 0, 4096).unwrap();
+    }
+    let r = e
+        .read_if_cached(&f, 12345, mem.as_ref(), 100, 70000)
+        .unwrap();
+    assert_eq!((r.bytes, r.page_cache), (70000, 70000));
+    assert!(bytes(mem.as_ref(), 100, 70000) == c.data[12345..12345 + 70000]);
+    // A background read of cached data is done when submitted.
+    let t = e.submit(Request {
+        dir: Direction::Read,
+        file: f.clone(),
+        file_offset: 3 * MIB as u64 + 1,
+        mem: mem.clone(),
+        mem_offset: 0,
+        len: 5000,
+    });
+    let r = t.poll().expect("done at once").unwrap();
+    assert_eq!(r.page_cache, 5000);
+    assert!(bytes(mem.as_ref(), 0, 5000) == c.data[3 * MIB + 1..3 * MIB + 5001]);
+    // Out of the page cache: not served now, and the next read finds out.
+    forget(&c.other, 0, 4 * MIB as u64);
+    assert!(e
+        .read_if_cached(&f, 2 * MIB as u64, mem.as_ref(), 0, 4096)
+        .is_none());
+    let r = e
+        .read(&f, 2 * MIB as u64 + 8192, mem.as_ref(), 0, 4096)
+        .unwrap();
+    assert_eq!(r.page_cache, 0);
+    assert!(bytes(mem.as_ref(), 0, 4096) == c.data[2 * MIB + 8192..2 * MIB + 12288]);
+    // Bad arguments are not served now, and the read itself says why.
+    assert!(e
+        .read_if_cached(&f, 0, mem.as_ref(), MIB - 10, 4096)
+        .is_none());
+    assert!(e.read(&f, 0, mem.as_ref(), MIB - 10, 4096).is_err());
+}

@@ -7,7 +7,8 @@
 # the NVMe image. The same on files of an ext4 filesystem on the NVMe: P2P
 # and NVMe commands (extents from FIEMAP) with the filesystem kept, dirty
 # page cache written back before NVMe-command reads, the page cache
-# invalidated after NVMe-command writes, holes and unwritten extents read as
+# invalidated after NVMe-command writes, warm data copied out of the page
+# cache, holes and unwritten extents read as
 # zeros, and NVMe-command writes that would need allocation redone on the
 # bounce path; the host reads the files back out of the image with debugfs.
 # Strided reads and writes on every path, every mode, checked run by run.
@@ -33,6 +34,13 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check nvme-cmd-write p2pdma-vmtest engine-write --nvme "$NVME" --path nvme-cmd --offset $((52 * M + 512)) --len $((M + 4096)) --mem-offset 512 --pattern-offset $((13 * M)) --expect-path nvme-cmd --verify-buffered
 	dd if=/dev/urandom of="$NVME" bs=$M seek=60 count=1 conv=notrunc 2>/dev/null
 	check_held nvme-cmd-read-dirty-device p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((60 * M + 4096)) --len $((M - 8192)) --expect-path nvme-cmd --verify-buffered --hold
+	# Warm data: what the device's page cache holds is copied from there
+	# into the accelerator's memory, the rest moves by P2P, in one read.
+	dd if="$NVME" of=/dev/null bs=$M skip=64 count=3 2>/dev/null
+	check_held warm-read-page-cache p2pdma-vmtest engine-read --nvme "$NVME" --page-cache auto --offset $((64 * M + 100)) --len $((2 * M)) --mem-offset 100 \
+		--expect-path p2p --expect-page-cache all --hold
+	check_held half-warm-read p2pdma-vmtest engine-read --nvme "$NVME" --page-cache auto --offset $((66 * M)) --len $((4 * M)) \
+		--expect-path p2p --expect-page-cache some --module-io yes --hold
 	exec 3<&-
 	# The multipath namespace: AUTO asks the kernel for both paths'
 	# controllers and takes P2P, saying so; NVMe commands go through the

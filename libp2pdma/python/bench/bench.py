@@ -1,12 +1,17 @@
 """The Python binding measured side by side with the library and with the
 usual ways of doing the same thing, in one run.
 
-1. Per-call cost of a 4 KiB read: the binding (``File.read``), the same
-   reads from a Rust loop over the same engine (``rust_read_loop``), and
-   ``os.preadv`` into a numpy array; the file is in the page cache, so what
-   is left is the cost of the call.
-2. A large read: the binding against the Rust loop, into the same memory,
-   the file's pages dropped before each run.
+1. Per-call cost of a 4 KiB read of cached data: the binding
+   (``File.read`` and ``File.pread(...).get()``), the same reads from a Rust
+   loop over the same engine (``rust_read_loop``), and ``os.preadv`` into
+   a numpy array on a buffered descriptor; the engine serves them from the
+   page cache, so what is left is the cost of the call.
+2. The same 4 KiB reads cold (the file's pages dropped first; each read is
+   direct I/O, which caches nothing), against ``os.preadv`` on an
+   ``O_DIRECT`` descriptor: the storage's latency plus the call.
+3. A large read: the binding against the Rust loop, into the same memory,
+   the file's pages dropped before each run; and the same read of the
+   cached file against ``readinto`` on a buffered file.
 3. Model weights: ``p2pdma.safetensors.load_file`` against
    ``safetensors.torch.load_file`` followed by a copy into the same kind of
    memory, caches dropped before each run.
@@ -60,15 +65,23 @@ def make_file(path: str, size: int) -> None:
             left -= n
 
 
-def small_reads(path: str, calls: int, reps: int) -> dict:
+def small_reads(path: str, calls: int, reps: int, cold: bool) -> dict:
+    """4 KiB reads at random aligned offsets: of cached data against
+    ``os.preadv`` on a buffered descriptor, or (``cold``) of data the page
+    cache does not hold against ``os.preadv`` with ``O_DIRECT``."""
     size = os.path.getsize(path)
     rng = random.Random(2)
     offsets = [rng.randrange(0, size // 4096) * 4096 for _ in range(calls)]
     buf = np.zeros(4096, dtype=np.uint8)
-    # Warm the page cache and the engine.
-    with open(path, "rb") as f:
-        while f.read(16 << 20):
-            pass
+    # Warm the page cache, or empty it; warm the engine either way.
+    if cold:
+        drop_caches(path)
+    else:
+        with open(path, "rb") as f:
+            while f.read(16 << 20):
+                pass
+    aligned = p2pdma.Memory.host(4096)
+    direct_buf = np.from_dlpack(aligned)
     with p2pdma.File(path) as f:
         for o in offsets[:100]:
             f.read(buf, 4096, o)
@@ -78,42 +91,72 @@ def small_reads(path: str, calls: int, reps: int) -> dict:
             for o in offsets:
                 read(buf, 4096, o)
 
-        t_py = best(py, reps)
-        t_rust = min(_p2pdma.rust_read_loop(f, buf, 4096, offsets) for _ in range(reps))
-    fd = os.open(path, os.O_RDONLY)
+        def py_future():
+            pread = f.pread
+            for o in offsets:
+                pread(buf, 4096, o).get()
+
+        # Python and Rust alternate, so that both see the same machine.
+        t_py, t_fut, t_rust = [], [], []
+        for _ in range(reps):
+            t_py.append(best(py, 1))
+            t_fut.append(best(py_future, 1))
+            t_rust.append(_p2pdma.rust_read_loop(f, buf, 4096, offsets))
+        t_py, t_fut, t_rust = min(t_py), min(t_fut), min(t_rust)
+    flags = os.O_RDONLY | (os.O_DIRECT if cold else 0)
+    target = direct_buf if cold else buf
+    fd = os.open(path, flags)
     try:
 
         def preadv():
             for o in offsets:
-                os.preadv(fd, [buf], o)
+                os.preadv(fd, [target], o)
 
         t_os = best(preadv, reps)
-    finally:
-        os.close(fd)
-    # The same reads with O_DIRECT, as the engine makes them: the storage's
-    # own latency, which no call overhead can go below.
-    aligned = p2pdma.Memory.host(4096)
-    direct_buf = np.from_dlpack(aligned)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    try:
-
-        def preadv_direct():
-            for o in offsets:
-                os.preadv(fd, [direct_buf], o)
-
-        t_direct = best(preadv_direct, reps)
     finally:
         os.close(fd)
     us = lambda t: t / calls * 1e6  # noqa: E731
     return {
         "calls": calls,
+        "cold": cold,
         "python_us": us(t_py),
+        "python_future_us": us(t_fut),
         "rust_us": us(t_rust),
         "preadv_us": us(t_os),
-        "preadv_direct_us": us(t_direct),
         "python_over_rust": t_py / t_rust,
         "python_over_preadv": t_py / t_os,
-        "python_over_preadv_direct": t_py / t_direct,
+        "python_future_over_preadv": t_fut / t_os,
+        "rust_over_preadv": t_rust / t_os,
+    }
+
+
+def warm_large_read(path: str, reps: int) -> dict:
+    """The whole file, cached, into host memory: ``File.read`` against
+    ``readinto`` on a buffered file into a numpy array of the same size."""
+    size = os.path.getsize(path)
+    mem = p2pdma.Memory.host(size)
+    arr = np.empty(size, dtype=np.uint8)
+    with open(path, "rb", buffering=0) as plain:
+        plain.readinto(arr)
+        with p2pdma.File(path) as f:
+            ours, theirs = [], []
+            for _ in range(reps):
+                t = time.perf_counter()
+                f.read(mem)
+                ours.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                plain.seek(0)
+                n = plain.readinto(arr)
+                theirs.append(time.perf_counter() - t)
+                assert n == size
+    if not np.array_equal(np.from_dlpack(mem), arr):
+        raise SystemExit("the cached read into memory differs from readinto's bytes")
+    gib = size / (1 << 30)
+    return {
+        "bytes": size,
+        "python_gib_s": gib / min(ours),
+        "readinto_gib_s": gib / min(theirs),
+        "python_over_readinto_throughput": min(theirs) / min(ours),
     }
 
 
@@ -226,8 +269,10 @@ def main() -> int:
         path = os.path.join(d, "data.bin")
         make_file(path, a.size)
         r = {
-            "small_reads": small_reads(path, a.calls, a.reps),
+            "small_reads": small_reads(path, a.calls, a.reps, cold=False),
+            "small_cold": small_reads(path, a.calls, a.reps, cold=True),
             "large_read": large_read(path, a.reps),
+            "warm_large_read": warm_large_read(path, a.reps),
             "fio": fio_best(path),
             "weights": weights(d, a.size, a.reps),
             "kvikio": kvikio_reads(path, a.calls),
@@ -238,16 +283,24 @@ def main() -> int:
     if a.json:
         print(json.dumps(r, indent=2))
         return 0
-    s, l, w, fio, kv = r["small_reads"], r["large_read"], r["weights"], r["fio"], r["kvikio"]
+    s, c, l, wl = r["small_reads"], r["small_cold"], r["large_read"], r["warm_large_read"]
+    w, fio, kv = r["weights"], r["fio"], r["kvikio"]
     print(f"4 KiB reads, page cache warm, {s['calls']} calls, best of {a.reps}:")
-    print(f"  python File.read      {s['python_us']:8.2f} us/call")
-    print(f"  rust engine.read      {s['rust_us']:8.2f} us/call")
-    print(f"  os.preadv into numpy  {s['preadv_us']:8.2f} us/call (page cache)")
-    print(f"  os.preadv, O_DIRECT   {s['preadv_direct_us']:8.2f} us/call (the storage's latency)")
-    print(f"  python / rust         {s['python_over_rust']:8.3f}x   (goal <= 1.2)")
+    print(f"  python File.read          {s['python_us']:8.2f} us/call   /preadv {s['python_over_preadv']:6.3f}x (goal <= 1.2)")
+    print(f"  python File.pread().get() {s['python_future_us']:8.2f} us/call   /preadv {s['python_future_over_preadv']:6.3f}x")
+    print(f"  rust engine.read          {s['rust_us']:8.2f} us/call   /preadv {s['rust_over_preadv']:6.3f}x (goal <= 1.2)")
+    print(f"  os.preadv into numpy      {s['preadv_us']:8.2f} us/call (buffered descriptor)")
+    print(f"4 KiB reads, cold (pages dropped, direct I/O), {c['calls']} calls, best of {a.reps}:")
+    print(f"  python File.read          {c['python_us']:8.2f} us/call   /preadv {c['python_over_preadv']:6.3f}x (goal <= 1.2)")
+    print(f"  python File.pread().get() {c['python_future_us']:8.2f} us/call   /preadv {c['python_future_over_preadv']:6.3f}x (goal <= 1.2)")
+    print(f"  rust engine.read          {c['rust_us']:8.2f} us/call   /preadv {c['rust_over_preadv']:6.3f}x")
+    print(f"  os.preadv, O_DIRECT       {c['preadv_us']:8.2f} us/call (the storage's latency)")
     print(f"large read, {l['bytes'] >> 20} MiB, caches dropped ({l['dropped_with']}):")
     print(f"  python {l['python_gib_s']:.2f} GiB/s, rust {l['rust_gib_s']:.2f} GiB/s, "
           f"python/rust throughput {l['python_over_rust_throughput']:.3f} (goal >= 0.97)")
+    print(f"large read, {wl['bytes'] >> 20} MiB, cached, into host memory:")
+    print(f"  python File.read {wl['python_gib_s']:.2f} GiB/s, readinto {wl['readinto_gib_s']:.2f} GiB/s, "
+          f"throughput ratio {wl['python_over_readinto_throughput']:.3f} (goal >= 0.9)")
     if "gib_s" in fio:
         print(f"  fio at its best ({fio['settings']}): {fio['gib_s']:.2f} GiB/s")
     else:

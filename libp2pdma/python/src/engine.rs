@@ -152,9 +152,9 @@ fn snapshot(
 #[pymethods]
 impl Engine {
     /// An engine with these settings over the environment's (`path`:
-    /// auto, p2p, nvme-cmd, bounce or queues; `chunk`: bytes per I/O;
-    /// `depth`: I/Os in flight; `copy_threads`; and the other keys of
-    /// `P2PDMA_CONFIG` files).
+    /// auto, p2p, nvme-cmd, bounce or queues; `page_cache`: auto, direct or
+    /// buffered; `chunk`: bytes per I/O; `depth`: I/Os in flight;
+    /// `copy_threads`; and the other keys of `P2PDMA_CONFIG` files).
     #[new]
     #[pyo3(signature = (**settings))]
     fn new(py: Python<'_>, settings: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
@@ -179,6 +179,13 @@ impl Engine {
         self.inner.config().path.as_str()
     }
 
+    /// Whether reads take what the page cache holds from it: auto, direct
+    /// or buffered.
+    #[getter]
+    fn page_cache(&self) -> &'static str {
+        self.inner.config().page_cache.as_str()
+    }
+
     /// Whether the p2pdma module is open (accelerator memory and P2P need it).
     #[getter]
     fn has_module(&self) -> bool {
@@ -187,7 +194,8 @@ impl Engine {
 
     /// What each path has moved since the engine was made: a dict of
     /// `p2p`, `nvme-cmd`, `bounce`, `queues`, each with `bytes`,
-    /// `transfers`, `ios`, `module_ios`, `retries` and seconds spent.
+    /// `transfers`, `ios`, `module_ios`, `retries` and seconds spent; and
+    /// `page-cache`, the bytes reads copied out of the page cache.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for p in [
@@ -201,6 +209,10 @@ impl Engine {
                 snapshot(py, self.inner.stats().of(p).snapshot())?,
             )?;
         }
+        d.set_item(
+            "page-cache",
+            snapshot(py, self.inner.stats().page_cache.snapshot())?,
+        )?;
         Ok(d)
     }
 

@@ -159,6 +159,15 @@ impl File {
             if len == 0 {
                 return Ok(0);
             }
+            // Data the page cache holds is copied without letting go of
+            // the interpreter's lock: the copy never blocks.
+            if dir == Direction::Read {
+                if let Some(report) =
+                    engine.read_if_cached(&file, file_offset, t.mem, mem_offset, len)
+                {
+                    return Ok(report.bytes as usize);
+                }
+            }
             let r = py.detach(|| match dir {
                 Direction::Read => engine.read(&file, file_offset, t.mem, mem_offset, len),
                 Direction::Write => engine.write(&file, file_offset, t.mem, mem_offset, len),

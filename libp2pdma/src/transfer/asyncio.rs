@@ -224,6 +224,21 @@ fn job<T: Send + 'static>(
 /// Runs `req` on `workers` with `core`; its ticket.
 pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket {
     let ticket = Ticket::new();
+    // A read the page cache can serve at once ends here, without a hand-off
+    // to a worker.
+    if req.dir == Direction::Read {
+        let now = core.read_if_cached(
+            &req.file,
+            req.file_offset,
+            req.mem.as_ref(),
+            req.mem_offset,
+            req.len,
+        );
+        if let Some(report) = now {
+            ticket.complete(Ok(report));
+            return ticket;
+        }
+    }
     workers.queue(
         core,
         job(ticket.clone(), move |core| {

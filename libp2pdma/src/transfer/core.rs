@@ -555,6 +555,52 @@ impl Core {
         self.device(dir, choice, file, file_offset, mem, mem_offset, len)
     }
 
+    /// The read of `len` bytes at `file_offset` into `mem` at
+    /// `mem_offset`, if it can be served now without blocking: a small read
+    /// of a file whose recent reads were all cached ([`plan::ask_first`]),
+    /// whose bytes the page cache holds. `None` otherwise, having moved
+    /// nothing the caller relies on: the read is then the caller's to make
+    /// ([`Handle::read`]), which reports any error.
+    pub fn read_if_cached(
+        &self,
+        file: &StorageFile,
+        file_offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Option<Report> {
+        let streak = &file.cached_streak;
+        if len == 0
+            || file.queues.is_some()
+            || file.buffered.is_none()
+            || !plan::ask_first(self.config.page_cache, len, streak.load(Ordering::Relaxed))
+            || check_range(mem_offset, len, mem.len()).is_err()
+            || file_offset.checked_add(len as u64).is_none()
+        {
+            return None;
+        }
+        let handle = self.handle(file, mem).ok()?;
+        let start = Instant::now();
+        match cached::read(file, file_offset, mem, mem_offset, len, true, None) {
+            Ok(n) if n == len => {}
+            _ => {
+                streak.store(0, Ordering::Relaxed);
+                return None;
+            }
+        }
+        self.stats
+            .page_cache
+            .record_transfer(len as u64, start.elapsed());
+        Some(Report {
+            bytes: len as u64,
+            path: handle.path(),
+            retried: false,
+            ring_pinned: false,
+            copy_threads: 1,
+            page_cache: len as u64,
+        })
+    }
+
     /// A read that takes what the page cache holds from it (as
     /// [`plan::cache::split`] says) and the rest by `choice`'s path.
     fn read_cached(
@@ -569,7 +615,24 @@ impl Core {
         let start = Instant::now();
         let pref = self.config.page_cache;
         let mut from_cache = 0usize;
-        let rest = file_offset..file_offset + len as u64;
+        let streak = &file.cached_streak;
+        if plan::ask_first(pref, len, streak.load(Ordering::Relaxed)) {
+            from_cache = cached::read(file, file_offset, mem, mem_offset, len, true, None)?;
+            if from_cache == len {
+                self.stats
+                    .page_cache
+                    .record_transfer(len as u64, start.elapsed());
+                return Ok(Report {
+                    bytes: len as u64,
+                    path: choice.path,
+                    retried: false,
+                    ring_pinned: false,
+                    copy_threads: 1,
+                    page_cache: len as u64,
+                });
+            }
+        }
+        let rest = file_offset + from_cache as u64..file_offset + len as u64;
         let known = match (pref, rest.is_empty()) {
             (PageCache::Auto, false) => cached::residency(file, &rest),
             _ => cached::Cached::Unknown,
@@ -583,6 +646,14 @@ impl Core {
             },
             cached::Cached::Unknown => Residency::Unknown,
         };
+        match (&known, from_cache) {
+            (cached::Cached::All, 0) => {
+                let _ = streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_add(1))
+                });
+            }
+            _ => streak.store(0, Ordering::Relaxed),
+        }
         let mut report = Report {
             bytes: len as u64,
             path: choice.path,
@@ -591,12 +662,32 @@ impl Core {
             copy_threads: 1,
             page_cache: 0,
         };
+        // Memory without a CPU mapping takes the page cache's bytes through
+        // the engine's slots, page-locked for its copy engine where it has
+        // one, as the bounce path's copies do.
+        let mut slots = None;
+        let staged = mem.dma().and_then(|d| d.dma_target()).is_none();
         for (r, source) in plan::cache::split(pref, rest, residency) {
             let n = (r.end - r.start) as usize;
             let at = mem_offset + (r.start - file_offset) as usize;
             match source {
                 Source::PageCache => {
-                    cached::read(file, r.start, mem, at, n, false)?;
+                    if staged && slots.is_none() {
+                        let (chunk, depth) =
+                            self.config
+                                .geometry(len, file.block, self.device_geometry(file).0);
+                        let mut ctx = self.context(chunk, depth)?;
+                        stage_for(&mut ctx, mem);
+                        slots = Some(ctx);
+                    }
+                    let buf = slots.as_ref().map(|c| c.slot_memory());
+                    let r = cached::read(file, r.start, mem, at, n, false, buf.as_ref());
+                    if let Err(e) = r {
+                        if let Some(ctx) = slots.take() {
+                            self.give_back(ctx);
+                        }
+                        return Err(e);
+                    }
                     from_cache += n;
                 }
                 Source::Device => {
@@ -607,6 +698,9 @@ impl Core {
                     report.copy_threads = report.copy_threads.max(d.copy_threads);
                 }
             }
+        }
+        if let Some(ctx) = slots {
+            self.give_back(ctx);
         }
         if from_cache > 0 {
             self.stats

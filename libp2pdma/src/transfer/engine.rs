@@ -82,6 +82,23 @@ impl Engine {
         self.core.handle(file, mem)
     }
 
+    /// The read [`Engine::read`] would make, if the page cache can serve
+    /// it now without blocking (see [`Core::read_if_cached`]); `None`
+    /// otherwise, the read then being the caller's to make. Lets a caller
+    /// that must not block (an event loop, an interpreter holding its lock)
+    /// skip the hand-off for data already in memory.
+    pub fn read_if_cached(
+        &self,
+        file: &StorageFile,
+        file_offset: u64,
+        mem: &dyn DeviceMemory,
+        mem_offset: usize,
+        len: usize,
+    ) -> Option<Report> {
+        self.core
+            .read_if_cached(file, file_offset, mem, mem_offset, len)
+    }
+
     /// Reads `len` bytes at `file_offset` into `mem` at `mem_offset`.
     pub fn read(
         &self,

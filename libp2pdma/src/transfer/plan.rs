@@ -17,7 +17,7 @@ pub mod path;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{PageCache, Residency, Source};
+pub use cache::{ask_first, PageCache, Residency, Source};
 pub(crate) use decide::by_module;
 pub use decide::decide;
 pub use facts::{DrivenFacts, Facts, MemoryFacts, NamespaceFacts, StorageFacts};

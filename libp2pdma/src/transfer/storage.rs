@@ -8,7 +8,7 @@ use std::{
         unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     },
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{atomic::AtomicU32, Arc, Mutex},
 };
 
 use super::{
@@ -65,6 +65,10 @@ pub struct StorageFile {
     pub(crate) generic: Mutex<[Option<Arc<File>>; 2]>,
     /// The ranges claimed through this open ([`StorageFile::claim`]).
     claims: Mutex<Vec<(u64, u64)>>,
+    /// Reads in a row that found all their pages cached: small reads of a
+    /// file this warm ask the page cache first
+    /// ([`ask_first`](super::plan::ask_first)).
+    pub(crate) cached_streak: AtomicU32,
 }
 
 /// What a path choice depends on besides the file: the engine's
@@ -190,6 +194,7 @@ impl StorageFile {
             choices: Mutex::new(Vec::new()),
             generic: Mutex::new([None, None]),
             claims: Mutex::new(Vec::new()),
+            cached_streak: AtomicU32::new(0),
         })
     }
 
@@ -218,6 +223,7 @@ impl StorageFile {
             choices: Mutex::new(Vec::new()),
             generic: Mutex::new([None, None]),
             claims: Mutex::new(Vec::new()),
+            cached_streak: AtomicU32::new(0),
             queues: Some(ns),
         }
     }

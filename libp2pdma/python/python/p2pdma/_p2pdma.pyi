@@ -150,9 +150,11 @@ EngineStats = TypedDict(
         "nvme-cmd": PathStats,
         "bounce": PathStats,
         "queues": PathStats,
+        "page-cache": PathStats,
     },
 )
-"""What each path of an engine has moved: ``Engine.stats()``."""
+"""What each path of an engine has moved, and what reads copied out of the
+page cache (``page-cache``): ``Engine.stats()``."""
 
 @type_check_only
 class RouteInfo(TypedDict):
@@ -210,6 +212,10 @@ class EngineSettings(TypedDict, total=False):
     """Bytes per I/O, 4 KiB to 64 MiB (``65536``, ``"64K"``, ``"2M"``)."""
     depth: int | str
     """I/Os in flight, 1 to 256."""
+    page_cache: Literal["auto", "direct", "buffered", "off", "on", "bypass"]
+    """Whether reads take what the page cache holds from it (``"auto"``),
+    move every byte by the path (``"direct"``) or read everything through
+    the page cache (``"buffered"``)."""
     p2p_submit: Literal["auto", "odirect", "o_direct"]
     """How P2P I/O is submitted: the module's block I/O where it can
     (``"auto"``), or always ``O_DIRECT`` on the memory's mapping."""
@@ -389,13 +395,18 @@ class Engine:
 
     def __new__(cls, **settings: Unpack[EngineSettings]) -> Self:
         """An engine with these settings over the environment's (``path``:
-        auto, p2p, nvme-cmd, bounce or queues; ``chunk``: bytes per I/O;
-        ``depth``: I/Os in flight; ``copy_threads``; and the other keys of
-        ``P2PDMA_CONFIG`` files)."""
+        auto, p2p, nvme-cmd, bounce or queues; ``page_cache``: auto, direct
+        or buffered; ``chunk``: bytes per I/O; ``depth``: I/Os in flight;
+        ``copy_threads``; and the other keys of ``P2PDMA_CONFIG`` files)."""
 
     @property
     def path(self) -> PathSetting:
         """The path setting: auto, p2p, nvme-cmd, bounce or queues."""
+
+    @property
+    def page_cache(self) -> Literal["auto", "direct", "buffered"]:
+        """Whether reads take what the page cache holds from it: auto, direct
+        or buffered."""
 
     @property
     def has_module(self) -> bool:
@@ -406,7 +417,8 @@ class Engine:
         """What each path has moved since the engine was made: a dict of
         ``p2p``, ``nvme-cmd``, ``bounce``, ``queues``, each with ``bytes``,
         ``transfers``, ``ios``, ``module_ios``, ``retries`` and seconds
-        spent."""
+        spent; and ``page-cache``, the bytes reads copied out of the page
+        cache."""
 
 @final
 class File:

@@ -1,18 +1,22 @@
 //! Reads served from the page cache: what the kernel already holds in
 //! memory is copied from there (a buffered read straight into the memory's
-//! CPU mapping where it has one, through a host buffer into its copies
-//! otherwise), instead of moving it from the device again. What of a range
+//! CPU mapping where it has one; otherwise into the engine's host slots,
+//! page-locked for the memory's copy engine where it has one, then by the
+//! memory's copies), instead of moving it from the device again. What of a range
 //! is cached comes from `cachestat(2)` (one call, which walks only the
 //! cached part), and, where that finds part of it cached or the kernel has
 //! no `cachestat`, page by page from `mincore`.
 
-use std::ops::Range;
+use std::{ops::Range, sync::Arc};
 
 use rustix::io::Errno;
 
 use crate::{
     memory::DeviceMemory,
-    sys::file::{cachestat, pread_raw, resident_map},
+    sys::{
+        file::{cachestat, pread_raw, resident_map},
+        DmaTarget, HostBuffer,
+    },
     transfer::storage::StorageFile,
     Error, Result,
 };
@@ -56,7 +60,9 @@ pub(crate) fn residency(file: &StorageFile, range: &Range<u64>) -> Cached {
 }
 
 /// Reads `len` bytes at `file_offset` of `file` through the page cache
-/// into `mem` at `mem_offset` (checked by the caller): with `nowait`, only
+/// into `mem` at `mem_offset` (checked by the caller), staging in `slots`
+/// (which nothing else uses meanwhile) when the memory has no CPU mapping
+/// and they are given, in a buffer of its own otherwise: with `nowait`, only
 /// as far as the page cache holds them (`RWF_NOWAIT`), and the bytes read
 /// are returned, 0 where the first page is not cached; otherwise all of
 /// them, reading what is not cached, and the end of the file is
@@ -68,19 +74,33 @@ pub(crate) fn read(
     mem_offset: usize,
     len: usize,
     nowait: bool,
+    slots: Option<&Arc<HostBuffer>>,
 ) -> Result<usize> {
+    /// Where the page cache's bytes go.
+    enum Into<'a> {
+        /// The memory's CPU mapping.
+        Mapping(DmaTarget),
+        /// A host buffer, then the memory's copies.
+        Staged(&'a HostBuffer),
+    }
     let fd = file.buffered_fd()?;
-    let target = mem.dma().and_then(|d| d.dma_target());
-    let mut staged = Vec::new();
+    let own;
+    let into = match (mem.dma().and_then(|d| d.dma_target()), slots) {
+        (Some(t), _) => Into::Mapping(t),
+        (None, Some(s)) => Into::Staged(s),
+        (None, None) => {
+            own = HostBuffer::new(len.min(STAGE)).map_err(|e| {
+                file.io_error("allocate a staging buffer", file_offset, len as u64, e)
+            })?;
+            Into::Staged(&own)
+        }
+    };
     let mut done = 0usize;
     while done < len {
         let at = file_offset + done as u64;
-        let want = match target {
-            Some(_) => len - done,
-            None => (len - done).min(STAGE),
-        };
-        let r = match target {
-            Some(t) => {
+        let (want, r) = match &into {
+            Into::Mapping(t) => {
+                let want = len - done;
                 debug_assert!(mem_offset + len <= t.len);
                 // SAFETY: `t` is the memory's CPU mapping, which its
                 // `DmaMemory` keeps valid for writes while `mem` lives and
@@ -89,18 +109,22 @@ pub(crate) fn read(
                 // and the mapping is at least that long).
                 #[allow(unsafe_code)]
                 let r = unsafe { pread_raw(fd, t.ptr.add(mem_offset + done), want, at, nowait) };
-                r
+                (want, r)
             }
-            None => {
-                staged.resize(want, 0);
-                // SAFETY: `staged` is this function's own buffer, `want`
-                // bytes long.
+            Into::Staged(b) => {
+                let want = (len - done).min(b.len());
+                // SAFETY: `b` is this read's own buffer, or slots nothing
+                // else uses while it runs, at least `want` bytes long.
                 #[allow(unsafe_code)]
-                let r = unsafe { pread_raw(fd, staged.as_mut_ptr(), want, at, nowait) };
+                let r = unsafe { pread_raw(fd, b.as_raw(), want, at, nowait) };
                 if let Ok(n) = r {
-                    mem.write_at(mem_offset + done, &staged[..n])?;
+                    // SAFETY: As above: nothing else writes the buffer while
+                    // the memory copies out of it.
+                    #[allow(unsafe_code)]
+                    let bytes = unsafe { &b.as_slice()[..n] };
+                    mem.write_at(mem_offset + done, bytes)?;
                 }
-                r
+                (want, r)
             }
         };
         match r {

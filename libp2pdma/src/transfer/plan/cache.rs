@@ -68,6 +68,25 @@ pub enum Source {
 /// break the device's large I/Os into smaller ones.
 pub const MIN_CACHED_RUN: u64 = 256 << 10;
 
+/// Reads in a row a file must have found all cached before the next small
+/// read asks the page cache itself first.
+pub const WARM_STREAK: u32 = 4;
+
+/// The largest read that asks the page cache first: above it, the system
+/// call that asks what is cached costs nothing next to the copy.
+pub const ASK_FIRST_MAX: usize = 1 << 20;
+
+/// Whether a read of `len` bytes asks the page cache for them first
+/// (`RWF_NOWAIT`, one system call where the data is there), rather than
+/// asking what of them is cached: for small reads with
+/// [`PageCache::Auto`] of a file whose last `streak` reads were all cached
+/// (at least [`WARM_STREAK`]). A miss costs little: the kernel starts
+/// reading the missing pages into the page cache before it says
+/// `EAGAIN`, and the read then finds them there, as a buffered read would.
+pub fn ask_first(pref: PageCache, len: usize, streak: u32) -> bool {
+    pref == PageCache::Auto && len <= ASK_FIRST_MAX && streak >= WARM_STREAK
+}
+
 /// What the kernel says of the pages of a read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Residency<'a> {
@@ -184,6 +203,16 @@ mod tests {
             }
         }
         parts
+    }
+
+    #[test]
+    fn only_small_reads_of_a_warm_file_ask_the_page_cache_first() {
+        assert!(ask_first(PageCache::Auto, 4096, WARM_STREAK));
+        assert!(ask_first(PageCache::Auto, ASK_FIRST_MAX, u32::MAX));
+        assert!(!ask_first(PageCache::Auto, 4096, WARM_STREAK - 1));
+        assert!(!ask_first(PageCache::Auto, ASK_FIRST_MAX + 1, WARM_STREAK));
+        assert!(!ask_first(PageCache::Direct, 4096, WARM_STREAK));
+        assert!(!ask_first(PageCache::Buffered, 4096, WARM_STREAK));
     }
 
     #[test]

@@ -143,6 +143,15 @@ struct EngineArgs {
     /// auto, p2p, nvme-cmd, bounce.
     #[arg(long, default_value = "auto")]
     path: String,
+    /// Whether reads take what the page cache holds from it (auto, direct,
+    /// buffered): direct unless asked, so that a check of a path moves
+    /// every byte on it.
+    #[arg(long, default_value = "direct")]
+    page_cache: String,
+    /// How much of a read must come from the page cache: all, none or
+    /// some (neither).
+    #[arg(long)]
+    expect_page_cache: Option<String>,
     #[arg(long)]
     offset: u64,
     #[arg(long)]
@@ -343,6 +352,8 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
         .map_err(|e| e.to_string())?;
     let mut cfg = Config::default();
     cfg.set("path", &x.path).map_err(|e| e.to_string())?;
+    cfg.set("page_cache", &x.page_cache)
+        .map_err(|e| e.to_string())?;
     let engine = Engine::new(cfg, Some(module.clone()));
     let file = if write_pattern.is_some() {
         p2pdma::transfer::StorageFile::open_rw(&x.nvme)
@@ -391,6 +402,24 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
             "expected path {} (retried: {}), the engine reported {} (retried: {})",
             x.expect_path, x.expect_retry, report.path, report.retried
         ));
+    }
+    if let Some(want) = &x.expect_page_cache {
+        let (n, len) = (report.page_cache, x.len as u64);
+        match (want.as_str(), n) {
+            ("all", n) if n == len => {}
+            ("none", 0) => {}
+            ("some", n) if n > 0 && n < len => {}
+            ("all" | "none" | "some", _) => {
+                return Err(format!(
+                    "--expect-page-cache {want}: {n} of the {len} bytes came from the page cache"
+                ))
+            }
+            (other, _) => {
+                return Err(format!(
+                    "--expect-page-cache takes all, none or some, not {other}"
+                ))
+            }
+        }
     }
     if let Some(want) = &x.module_io {
         let n = engine.stats().p2p.snapshot().module_ios;
@@ -649,6 +678,12 @@ fn transfer_sentence(x: &EngineArgs, write: bool, r: &p2pdma::transfer::Report) 
         human_bytes(r.bytes),
         r.path
     );
+    if r.page_cache > 0 {
+        s.push_str(&format!(
+            " ({} of them copied out of the page cache)",
+            human_bytes(r.page_cache)
+        ));
+    }
     if r.retried {
         s.push_str(", after the first path failed and the bounce path redid the transfer");
     }

@@ -89,6 +89,15 @@ pub(super) fn gib_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / (1u64 << 30) as f64
 }
 
+/// Drops `path`'s pages from the page cache (written back first), so that
+/// reads of it are cold.
+pub(super) fn drop_cached(path: &Path) -> Res<()> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    rustix::fs::fdatasync(&f).map_err(|e| format!("fdatasync {}: {e}", path.display()))?;
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)
+        .map_err(|e| format!("fadvise {}: {e}", path.display()))
+}
+
 pub(super) fn ensure_file(path: &Path, size: u64) -> Res<()> {
     if std::fs::metadata(path)
         .map(|m| m.len() >= size)
