@@ -5,7 +5,9 @@
 //! Requests own their file and memory (`Arc`s), so they can outlive the
 //! caller's stack frame. A small pool of worker threads per engine runs them,
 //! each worker with its own pooled io_uring ring, so a batch's transfers
-//! proceed in parallel.
+//! proceed in parallel. A thread that waits for a transfer no worker has
+//! started yet runs it itself: a submit followed by a wait costs no
+//! hand-off between threads.
 
 use std::{
     future::Future,
@@ -66,16 +68,22 @@ struct Slot<T> {
     waker: Option<Waker>,
 }
 
+/// A transfer not started yet, which whoever takes it first runs: a
+/// worker, or a thread waiting for its ticket.
+type Claim = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
 /// A submitted transfer: poll it, wait for it, or await it. Its result is
 /// a [`Report`] for plain transfers, a [`StridedReport`] for strided ones.
 pub struct Ticket<T = Report> {
     shared: Arc<(Mutex<Slot<T>>, Condvar)>,
+    claim: Option<Claim>,
 }
 
 impl<T> Clone for Ticket<T> {
     fn clone(&self) -> Self {
         Self {
             shared: self.shared.clone(),
+            claim: self.claim.clone(),
         }
     }
 }
@@ -97,6 +105,26 @@ impl<T> Ticket<T> {
         };
         Self {
             shared: Arc::new((Mutex::new(slot), Condvar::new())),
+            claim: None,
+        }
+    }
+
+    /// The same ticket without the transfer to run: what completes it.
+    fn completer(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            claim: None,
+        }
+    }
+
+    /// Runs the transfer here if no worker has started it.
+    fn run_if_pending(&self) {
+        let run = self
+            .claim
+            .as_ref()
+            .and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(run) = run {
+            run();
         }
     }
 
@@ -134,6 +162,7 @@ impl<T> Ticket<T> {
     /// Blocks until the transfer finishes, or `timeout` passes, without
     /// taking the result; says whether it finished.
     pub fn wait_done(&self, timeout: Option<std::time::Duration>) -> bool {
+        self.run_if_pending();
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let mut s = self.lock();
         loop {
@@ -159,6 +188,7 @@ impl<T> Ticket<T> {
 
     /// Blocks until the transfer finishes and returns its result.
     pub fn wait(&self) -> Result<T> {
+        self.run_if_pending();
         let mut s = self.lock();
         loop {
             if let Some(r) = take(&mut s) {
@@ -195,35 +225,52 @@ impl<T> Future for Ticket<T> {
     }
 }
 
-/// A job that runs `work` and completes `ticket` with its result, whatever
-/// happens: a panic in the transfer (a `DeviceMemory` implementation's,
-/// say) completes it with an error and leaves the worker running, and a
-/// dropped engine completes it with an error, so no `wait` is left
+/// Runs `work` and completes `ticket` with its result, whatever happens: a
+/// panic in the transfer (a `DeviceMemory` implementation's, say)
+/// completes it with an error and leaves the thread running, and a dropped
+/// engine (`core` gone) completes it with an error, so no `wait` is left
 /// hanging.
-fn job<T: Send + 'static>(
-    ticket: Ticket<T>,
+fn run<T>(ticket: &Ticket<T>, core: Option<&Core>, work: impl FnOnce(&Core) -> Result<T>) {
+    let Some(core) = core else {
+        ticket.complete(Err(Error::InvalidArgument("the engine was dropped".into())));
+        return;
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(core)));
+    ticket.complete(r.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Panicked(what))
+    }));
+}
+
+/// Queues `work` on `workers` and returns its ticket: a worker runs it, or
+/// the first thread to wait for the ticket before a worker starts it.
+fn dispatch<T: Send + 'static>(
+    core: &Arc<Core>,
+    workers: &Workers<Core>,
     work: impl FnOnce(&Core) -> Result<T> + Send + 'static,
-) -> Job<Core> {
-    Box::new(move |core: Option<&Core>| {
-        let Some(core) = core else {
-            ticket.complete(Err(Error::InvalidArgument("the engine was dropped".into())));
-            return;
-        };
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(core)));
-        ticket.complete(r.unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Error::Panicked(what))
-        }));
-    })
+) -> Ticket<T> {
+    let mut ticket = Ticket::new();
+    let (done, weak) = (ticket.completer(), Arc::downgrade(core));
+    let claim: Claim = Arc::new(Mutex::new(Some(Box::new(move || {
+        run(&done, weak.upgrade().as_deref(), work)
+    }))));
+    ticket.claim = Some(claim.clone());
+    let job: Job<Core> = Box::new(move |_: Option<&Core>| {
+        let work = claim.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(work) = work {
+            work();
+        }
+    });
+    workers.queue(core, job);
+    ticket
 }
 
 /// Runs `req` on `workers` with `core`; its ticket.
 pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket {
-    let ticket = Ticket::new();
     // A read the page cache can serve at once ends here, without a hand-off
     // to a worker.
     if req.dir == Direction::Read {
@@ -235,21 +282,18 @@ pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket
             req.len,
         );
         if let Some(report) = now {
+            let ticket = Ticket::new();
             ticket.complete(Ok(report));
             return ticket;
         }
     }
-    workers.queue(
-        core,
-        job(ticket.clone(), move |core| {
-            core.handle(&req.file, req.mem.as_ref())
-                .and_then(|h| match req.dir {
-                    Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
-                    Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
-                })
-        }),
-    );
-    ticket
+    dispatch(core, workers, move |core| {
+        core.handle(&req.file, req.mem.as_ref())
+            .and_then(|h| match req.dir {
+                Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
+                Direction::Write => h.write(req.file_offset, req.mem_offset, req.len),
+            })
+    })
 }
 
 /// Runs the strided transfer `req` on `workers` with `core`; its ticket.
@@ -258,30 +302,25 @@ pub fn submit_strided(
     workers: &Workers<Core>,
     req: StridedRequest,
 ) -> Ticket<StridedReport> {
-    let ticket = Ticket::new();
-    workers.queue(
-        core,
-        job(ticket.clone(), move |core| {
-            let StridedRequest {
-                dir,
-                file,
-                shape,
-                mem,
-                mem_offset,
-                layout,
-                mode,
-            } = req;
-            match dir {
-                Direction::Read => {
-                    read_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
-                }
-                Direction::Write => {
-                    write_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
-                }
+    dispatch(core, workers, move |core| {
+        let StridedRequest {
+            dir,
+            file,
+            shape,
+            mem,
+            mem_offset,
+            layout,
+            mode,
+        } = req;
+        match dir {
+            Direction::Read => {
+                read_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
             }
-        }),
-    );
-    ticket
+            Direction::Write => {
+                write_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -289,6 +328,21 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_waiter_runs_a_transfer_no_worker_has_started() {
+        let mut t: Ticket<std::thread::ThreadId> = Ticket::new();
+        let done = t.completer();
+        let claim: Claim = Arc::new(Mutex::new(Some(Box::new(move || {
+            done.complete(Ok(std::thread::current().id()))
+        }))));
+        t.claim = Some(claim.clone());
+        assert_eq!(t.wait().unwrap(), std::thread::current().id());
+        // Taken: a worker coming later finds nothing to run.
+        assert!(claim.lock().unwrap().is_none());
+        t.run_if_pending();
+        assert!(t.poll().unwrap().is_err());
+    }
 
     #[test]
     fn wait_done_waits_without_taking_and_times_out() {
