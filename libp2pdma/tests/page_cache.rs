@@ -161,6 +161,23 @@ fn the_caller_forces_either_way() {
         .unwrap();
     assert_eq!(r.page_cache, 2 * MIB as u64 - 5);
     assert!(bytes(&mem, 5, 2 * MIB - 5) == c.data[5..]);
+    // Per call: a handle of an engine that uses the page cache, told not
+    // to, and the other way round.
+    let mut all = vec![0u8; 2 * MIB];
+    c.other.read_exact_at(&mut all, 0).unwrap();
+    let auto = engine(PageCache::Auto);
+    let h = auto.handle(&f, &mem).unwrap();
+    assert_eq!(h.read(0, 0, MIB).unwrap().page_cache, MIB as u64);
+    let h = h.with_page_cache(PageCache::Direct);
+    assert_eq!(h.read(0, 0, MIB).unwrap().page_cache, 0);
+    forget(&c.other, 0, 2 * MIB as u64);
+    let direct = engine(PageCache::Direct);
+    let h = direct
+        .handle(&f, &mem)
+        .unwrap()
+        .with_page_cache(PageCache::Buffered);
+    assert_eq!(h.read(7, 7, MIB).unwrap().page_cache, MIB as u64);
+    assert!(bytes(&mem, 7, MIB) == c.data[7..MIB + 7]);
     assert_eq!("direct".parse::<PageCache>().unwrap(), PageCache::Direct);
     assert!("sometimes".parse::<PageCache>().is_err());
 }

@@ -68,6 +68,7 @@ pub struct Handle<'a> {
     file: &'a StorageFile,
     mem: &'a dyn DeviceMemory,
     choice: Arc<PathChoice>,
+    page_cache: PageCache,
 }
 
 impl fmt::Debug for Handle<'_> {
@@ -96,30 +97,34 @@ impl Handle<'_> {
         &self.choice
     }
 
+    /// The same handle, its reads using the page cache as `page_cache`
+    /// says rather than as the engine's configuration does: the per-call
+    /// choice.
+    pub fn with_page_cache(self, page_cache: PageCache) -> Self {
+        Self { page_cache, ..self }
+    }
+
     /// Reads `len` bytes at `file_offset` into the memory at `mem_offset`.
     pub fn read(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.core.run(
-            Direction::Read,
-            &self.choice,
-            self.file,
-            file_offset,
-            self.mem,
-            mem_offset,
-            len,
-        )
+        self.transfer(Direction::Read, file_offset, mem_offset, len)
     }
 
     /// Writes `len` bytes of the memory at `mem_offset` to `file_offset`.
     pub fn write(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.core.run(
-            Direction::Write,
-            &self.choice,
-            self.file,
-            file_offset,
-            self.mem,
-            mem_offset,
-            len,
-        )
+        self.transfer(Direction::Write, file_offset, mem_offset, len)
+    }
+
+    fn transfer(
+        &self,
+        dir: Direction,
+        file_offset: u64,
+        mem_offset: usize,
+        len: usize,
+    ) -> Result<Report> {
+        let at = (file_offset, mem_offset, len);
+        let (file, mem) = (self.file, self.mem);
+        self.core
+            .run_as(self.page_cache, dir, &self.choice, file, mem, at)
     }
 }
 
@@ -300,6 +305,7 @@ impl Core {
             file,
             mem,
             choice,
+            page_cache: self.config.page_cache,
         })
     }
 
@@ -483,6 +489,8 @@ impl Core {
         }
     }
 
+    /// One transfer on `choice`'s path, with reads using the page cache as
+    /// the configuration says.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         &self,
@@ -493,6 +501,21 @@ impl Core {
         mem: &dyn DeviceMemory,
         mem_offset: usize,
         len: usize,
+    ) -> Result<Report> {
+        let at = (file_offset, mem_offset, len);
+        self.run_as(self.config.page_cache, dir, choice, file, mem, at)
+    }
+
+    /// [`Core::run`], with reads using the page cache as `page_cache` says;
+    /// `at` is the file offset, the memory offset and the length.
+    pub(crate) fn run_as(
+        &self,
+        page_cache: PageCache,
+        dir: Direction,
+        choice: &PathChoice,
+        file: &StorageFile,
+        mem: &dyn DeviceMemory,
+        (file_offset, mem_offset, len): (u64, usize, usize),
     ) -> Result<Report> {
         check_range(mem_offset, len, mem.len())?;
         if file_offset.checked_add(len as u64).is_none() {
@@ -546,11 +569,9 @@ impl Core {
                 page_cache: 0,
             });
         }
-        if dir == Direction::Read
-            && self.config.page_cache != PageCache::Direct
-            && file.buffered.is_some()
-        {
-            return self.read_cached(choice, file, file_offset, mem, mem_offset, len);
+        if dir == Direction::Read && page_cache != PageCache::Direct && file.buffered.is_some() {
+            let at = (file_offset, mem_offset, len);
+            return self.read_cached(page_cache, choice, file, mem, at);
         }
         self.device(dir, choice, file, file_offset, mem, mem_offset, len)
     }
@@ -605,15 +626,13 @@ impl Core {
     /// [`plan::cache::split`] says) and the rest by `choice`'s path.
     fn read_cached(
         &self,
+        pref: PageCache,
         choice: &PathChoice,
         file: &StorageFile,
-        file_offset: u64,
         mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        (file_offset, mem_offset, len): (u64, usize, usize),
     ) -> Result<Report> {
         let start = Instant::now();
-        let pref = self.config.page_cache;
         let mut from_cache = 0usize;
         let streak = &file.cached_streak;
         if plan::ask_first(pref, len, streak.load(Ordering::Relaxed)) {
