@@ -14,7 +14,7 @@ mod common;
 use common::{mem_bytes, pattern};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, MemoryKind},
-    transfer::{geometry, Config, Engine, PathPref, StorageFile, TransferPath},
+    transfer::{geometry, Config, Engine, PageCache, PathPref, StorageFile, TransferPath},
 };
 use proptest::prelude::*;
 
@@ -34,6 +34,8 @@ fn bounce(chunk: Option<usize>, depth: Option<usize>, threads: Option<usize>) ->
     Engine::new(
         Config {
             path: PathPref::Bounce,
+            // The device path's geometry: nothing from the page cache.
+            page_cache: PageCache::Direct,
             chunk,
             depth,
             copy_threads: threads,
@@ -166,6 +168,8 @@ fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
         Engine::new(
             Config {
                 path: PathPref::Bounce,
+                // The device path's geometry: nothing from the page cache.
+                page_cache: PageCache::Direct,
                 cache_dir: cache,
                 ..Config::default()
             },
@@ -219,6 +223,8 @@ fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
     let e4 = Engine::new(
         Config {
             path: PathPref::Bounce,
+            // The device path's geometry: nothing from the page cache.
+            page_cache: PageCache::Direct,
             chunk: Some(128 << 10),
             depth: Some(3),
             cache_dir: Some(cache_dir.clone()),

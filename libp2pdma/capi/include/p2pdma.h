@@ -74,6 +74,12 @@ typedef enum p2pdma_path {
      * process drives through VFIO: no kernel in the I/O path.
      */
     P2PDMA_PATH_QUEUES = 4,
+    /**
+     * Not a path: for p2pdma_stats() only, the bytes reads copied out of
+     * the page cache (whatever the path chosen) instead of moving them
+     * from the device again.
+     */
+    P2PDMA_PATH_PAGE_CACHE = 5,
 } p2pdma_path;
 
 /**
@@ -674,13 +680,38 @@ void p2pdma_file_close(struct p2pdma_file *file);
 int64_t p2pdma_file_size(const struct p2pdma_file *file);
 
 /**
+ * Creates a transfer engine with `count` settings, `keys[i]` set to
+ * `values[i]` over the defaults, as in a `P2PDMA_CONFIG` file (`path`,
+ * `page_cache` (auto, direct or buffered), `chunk`, `depth`, `p2p_submit`,
+ * `copy_threads`, `cache_dir`, the strided constants); stores the handle
+ * in `*out`. Neither the configuration file nor the environment is read.
+ * `module` may be NULL: AUTO then always chooses the bounce path.
+ *
+ * Returns 0, or a negative errno: -EINVAL for a NULL `out`, NULL arrays
+ * with `count` > 0, a NULL or non-UTF-8 string, an unknown key or a bad
+ * value (p2pdma_last_error() says which). On failure `*out` is NULL.
+ *
+ * # Safety
+ *
+ * `keys` and `values` must be NULL or point to `count` pointers each, each
+ * NULL or a NUL-terminated string; `module` must be NULL or a live module
+ * handle; `out` must be NULL or point to writable storage for a pointer.
+ */
+int p2pdma_engine_new_with(const char *const *keys,
+                           const char *const *values,
+                           size_t count,
+                           const struct p2pdma_module *module,
+                           struct p2pdma_engine **out);
+
+/**
  * Creates a transfer engine; stores the handle in `*out`.
  *
  * `path_pref` is "auto" (P2P where the module, the memory and the PCIe
  * topology allow it, the bounce path otherwise), "p2p", "bounce",
  * "nvme-cmd" or "queues"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
- * `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`,
- * `P2PDMA_DEPTH`, `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`), and lets the
+ * `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`,
+ * `P2PDMA_PAGE_CACHE`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
+ * `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`), and lets the
  * engine keep the chunk size and depth it learns per storage device in the
  * user's cache (`docs/transfer.md`); a named path learns nothing. `chunk`
  * (bytes per pipeline chunk, 4 KiB to 64 MiB) and `depth` (chunks in

@@ -29,6 +29,10 @@ pub enum p2pdma_path {
     /// NVMe commands in queues in accelerator memory, on a controller this
     /// process drives through VFIO: no kernel in the I/O path.
     P2PDMA_PATH_QUEUES = 4,
+    /// Not a path: for p2pdma_stats() only, the bytes reads copied out of
+    /// the page cache (whatever the path chosen) instead of moving them
+    /// from the device again.
+    P2PDMA_PATH_PAGE_CACHE = 5,
 }
 
 impl From<TransferPath> for p2pdma_path {
@@ -42,13 +46,76 @@ impl From<TransferPath> for p2pdma_path {
     }
 }
 
+/// Creates a transfer engine with `count` settings, `keys[i]` set to
+/// `values[i]` over the defaults, as in a `P2PDMA_CONFIG` file (`path`,
+/// `page_cache` (auto, direct or buffered), `chunk`, `depth`, `p2p_submit`,
+/// `copy_threads`, `cache_dir`, the strided constants); stores the handle
+/// in `*out`. Neither the configuration file nor the environment is read.
+/// `module` may be NULL: AUTO then always chooses the bounce path.
+///
+/// Returns 0, or a negative errno: -EINVAL for a NULL `out`, NULL arrays
+/// with `count` > 0, a NULL or non-UTF-8 string, an unknown key or a bad
+/// value (p2pdma_last_error() says which). On failure `*out` is NULL.
+///
+/// # Safety
+///
+/// `keys` and `values` must be NULL or point to `count` pointers each, each
+/// NULL or a NUL-terminated string; `module` must be NULL or a live module
+/// handle; `out` must be NULL or point to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn p2pdma_engine_new_with(
+    keys: *const *const c_char,
+    values: *const *const c_char,
+    count: usize,
+    module: *const p2pdma_module,
+    out: *mut *mut p2pdma_engine,
+) -> c_int {
+    status("p2pdma_engine_new_with", || {
+        // SAFETY: The caller passes NULL or a writable pointer slot.
+        let out = unsafe { raw::out_handle(out, "out") }?;
+        let mut config = Config::default();
+        if count > 0 && (keys.is_null() || values.is_null()) {
+            return Err(Failure::invalid(format!(
+                "`keys` and `values` must hold {count} strings each"
+            )));
+        }
+        for i in 0..count {
+            // SAFETY: The caller passes `count` pointers in each array (not
+            // NULL here), each NULL or a NUL-terminated string.
+            let (key, value) = unsafe {
+                (
+                    raw::c_str(*keys.add(i), "keys[i]")?,
+                    raw::c_str(*values.add(i), "values[i]")?,
+                )
+            };
+            let not_utf8 = |arg: &str| Failure::invalid(format!("`{arg}` is not UTF-8"));
+            let key = key.to_str().map_err(|_| not_utf8("keys[i]"))?;
+            let value = value.to_str().map_err(|_| not_utf8("values[i]"))?;
+            config.set(key, value)?;
+        }
+        let module = if module.is_null() {
+            None
+        } else {
+            // SAFETY: The caller passes a live module handle (not NULL here).
+            Some(Arc::clone(
+                &unsafe { raw::handle(module, "module") }?.module,
+            ))
+        };
+        *out = raw::into_handle(p2pdma_engine {
+            engine: Arc::new(Engine::new(config, module)),
+        });
+        Ok(0)
+    })
+}
+
 /// Creates a transfer engine; stores the handle in `*out`.
 ///
 /// `path_pref` is "auto" (P2P where the module, the memory and the PCIe
 /// topology allow it, the bounce path otherwise), "p2p", "bounce",
 /// "nvme-cmd" or "queues"; NULL takes the configuration from `$P2PDMA_CONFIG` (or
-/// `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`, `P2PDMA_CHUNK`,
-/// `P2PDMA_DEPTH`, `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`), and lets the
+/// `/etc/p2pdma.conf`) and the environment (`P2PDMA_PATH`,
+/// `P2PDMA_PAGE_CACHE`, `P2PDMA_CHUNK`, `P2PDMA_DEPTH`,
+/// `P2PDMA_COPY_THREADS`, `P2PDMA_CACHE_DIR`), and lets the
 /// engine keep the chunk size and depth it learns per storage device in the
 /// user's cache (`docs/transfer.md`); a named path learns nothing. `chunk`
 /// (bytes per pipeline chunk, 4 KiB to 64 MiB) and `depth` (chunks in

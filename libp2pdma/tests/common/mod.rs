@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use p2pdma::{
     memory::{DeviceMemory, HostMemory},
-    transfer::{Config, Engine, PathPref},
+    transfer::{Config, Engine, PageCache, PathPref},
 };
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
@@ -19,13 +19,16 @@ pub fn pattern(seed: u64, offset: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// An engine with `path`, and the chunk and depth when given.
+/// An engine with `path`, and the chunk and depth when given, whose reads
+/// move every byte by the path (`PageCache::Direct`): the tests that use it
+/// check the paths, and `page_cache.rs` checks reads from the page cache.
 pub fn engine(path: PathPref, chunk: Option<usize>, depth: Option<usize>) -> Engine {
     Engine::new(
         Config {
             path,
             chunk,
             depth,
+            page_cache: PageCache::Direct,
             ..Config::default()
         },
         None,

@@ -128,7 +128,18 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_mem_read(mem, SIZE_MAX, buf, 2) == -EINVAL);
 	CHECK(p2pdma_file_open(argv[1], 0, &file) == 0 && file != NULL);
 	CHECK(p2pdma_file_size(file) >= (int64_t)len);
-	CHECK(p2pdma_engine_new("auto", 0, 0, NULL, &engine) == 0 && engine != NULL);
+	/* Settings by name: the counters below are the bounce path's, so reads
+	 * move every byte on it, even what the page cache holds. */
+	const char *keys[] = {"path", "page_cache"}, *values[] = {"auto", "direct"};
+	const char *bad_keys[] = {"page_cache"}, *bad_values[] = {"sometimes"};
+	const char *no_keys[] = {"sideways"};
+	CHECK(p2pdma_engine_new_with(keys, values, 2, NULL, NULL) == -EINVAL);
+	CHECK(p2pdma_engine_new_with(NULL, values, 1, NULL, &engine) == -EINVAL && engine == NULL);
+	CHECK(p2pdma_engine_new_with(bad_keys, bad_values, 1, NULL, &engine) == -EINVAL &&
+	      engine == NULL && last_error_has("page-cache use"));
+	CHECK(p2pdma_engine_new_with(no_keys, values, 1, NULL, &engine) == -EINVAL && engine == NULL &&
+	      last_error_has("sideways"));
+	CHECK(p2pdma_engine_new_with(keys, values, 2, NULL, &engine) == 0 && engine != NULL);
 
 	/* AUTO without a module or accelerator memory is the bounce path, and
 	 * says why; the reason is truncated and terminated. */
@@ -195,6 +206,24 @@ int main(int argc, char **argv)
 		CHECK(p2pdma_mem_read(mem, 1, got, len - 7) == 0 && memcmp(got, want + 7, len - 7) == 0);
 		p2pdma_engine_free(e);
 	}
+	/* An engine that takes what the page cache holds: the file was just
+	 * read through the page cache, so every byte comes from there, and
+	 * the page-cache counters say so. */
+	struct p2pdma_engine *warm = NULL;
+	const char *auto_keys[] = {"page_cache"}, *auto_values[] = {"auto"};
+	CHECK(p2pdma_engine_new_with(auto_keys, auto_values, 1, NULL, &warm) == 0);
+	fd = open(argv[1], O_RDONLY);
+	CHECK(fd >= 0 && pread(fd, got, len, 0) == (ssize_t)len);
+	if (fd >= 0)
+		close(fd);
+	memset(got, 0, len);
+	CHECK(p2pdma_mem_write(mem, 0, got, len) == 0);
+	CHECK(p2pdma_read(warm, file, 9, mem, 0, len - 9, &report) == 0 && report.bytes == len - 9);
+	CHECK(p2pdma_mem_read(mem, 0, got, len - 9) == 0 && memcmp(got, want + 9, len - 9) == 0);
+	CHECK(p2pdma_stats(warm, P2PDMA_PATH_PAGE_CACHE, &stats) == 0 && stats.bytes == len - 9);
+	CHECK(p2pdma_stats(warm, P2PDMA_PATH_BOUNCE, &stats) == 0 && stats.bytes == 0);
+	p2pdma_engine_free(warm);
+
 	struct p2pdma_engine *nvme = NULL;
 	CHECK(p2pdma_engine_new("nvme-cmd", 0, 0, NULL, &nvme) == 0);
 	CHECK(p2pdma_path_choice(nvme, file, mem, reason, sizeof(reason)) == -EOPNOTSUPP &&

@@ -1792,7 +1792,9 @@ static void test_cuda(struct files *f, const char *libcuda)
 	if (stats && emu_stats(&after)) {
 		CHECK(after.htod.async_bytes + after.htod.sync_bytes >
 			      before.htod.async_bytes + before.htod.sync_bytes + 8 * MIB,
-		      "the emulated driver copied the reads into device memory");
+		      "the emulated driver copied the reads into device memory (%llu bytes before, %llu after)",
+		      (unsigned long long)(before.htod.async_bytes + before.htod.sync_bytes),
+		      (unsigned long long)(after.htod.async_bytes + after.htod.sync_bytes));
 		CHECK(after.no_context == before.no_context,
 		      "no driver call lacked a current context (%llu refused)",
 		      (unsigned long long)(after.no_context - before.no_context));
