@@ -8,8 +8,9 @@
 //! unreferenced, writing it back first when it is dirty), reads the page
 //! into it and maps it; a second thread missing the same page meanwhile
 //! waits for that read instead of issuing its own. A hit copies between the
-//! frame and the caller's memory with no system call. Frames in use by a
-//! copy are pinned and never evicted.
+//! frame and the caller's memory with no system call, in one copy where
+//! either is mapped for the CPU ([`copy()`]). Frames in use by a copy are
+//! pinned and never evicted.
 //!
 //! # Several accelerators: the home-based cache
 //! Every object page has a home accelerator, chosen by a hash of the page.
@@ -39,7 +40,8 @@ use super::{
     map::{no_object, Map},
 };
 use crate::{
-    memory::{DeviceMemory, MemoryKind},
+    memory::{copy, DeviceMemory, MemoryKind},
+    transfer::Direction,
     Error, Result,
 };
 
@@ -647,47 +649,15 @@ impl PageCache {
         self.changed.notify_all();
     }
 
-    /// Copies `n` bytes at `offset` of object `id` (checked by the caller)
-    /// into `mem` at `mem_offset`, page by page through accelerator `a`'s
-    /// copies.
+    /// Copies `n` bytes between `offset` of object `id` (checked by the
+    /// caller) and `mem` at `mem_offset`, page by page, each page by one
+    /// [`copy()`] between accelerator `a`'s copy of it and `mem`. A read
+    /// copies out of the copy; a write copies into it, the only copy once
+    /// the write lands, dirty (and to storage as well under write-through).
     #[allow(clippy::too_many_arguments)]
-    pub fn read(
+    pub fn io(
         &self,
-        backing: &dyn Backing,
-        map: &Map,
-        a: usize,
-        id: u64,
-        offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-    ) -> Result<()> {
-        self.check(a)?;
-        let mut done = 0usize;
-        let mut buf = Vec::new();
-        while done < n {
-            let at = offset + done as u64;
-            let (page, in_page) = (at / self.page, (at % self.page) as usize);
-            let len = (self.page as usize - in_page).min(n - done);
-            let f = self.acquire(backing, map, a, (id, page), Want::Read)?;
-            buf.resize(len, 0);
-            let r = self.mems[a]
-                .read_at(f * self.page as usize + in_page, &mut buf)
-                .and_then(|()| mem.write_at(mem_offset + done, &buf));
-            self.done(a, f, None);
-            r?;
-            done += len;
-        }
-        Ok(())
-    }
-
-    /// Copies `n` bytes of `mem` at `mem_offset` to `offset` of object `id`
-    /// (checked by the caller), page by page: into accelerator `a`'s copy,
-    /// the only one once the write lands, dirty (and to storage as well
-    /// under write-through).
-    #[allow(clippy::too_many_arguments)]
-    pub fn write(
-        &self,
+        dir: Direction,
         backing: &dyn Backing,
         map: &Map,
         a: usize,
@@ -700,32 +670,44 @@ impl PageCache {
         self.check(a)?;
         let size = map.get(id).ok_or_else(|| no_object(id))?.size;
         let mut done = 0usize;
-        let mut buf = Vec::new();
         while done < n {
             let at = offset + done as u64;
             let (page, in_page) = (at / self.page, (at % self.page) as usize);
             let len = (self.page as usize - in_page).min(n - done);
-            let page_end = ((page + 1) * self.page).min(size);
-            let whole = in_page == 0 && at + len as u64 >= page_end;
             let key = (id, page);
-            let f = self.acquire(backing, map, a, key, Want::Write { whole })?;
-            buf.resize(len, 0);
-            let copied = mem
-                .read_at(mem_offset + done, &mut buf)
-                .and_then(|()| self.mems[a].write_at(f * self.page as usize + in_page, &buf));
-            // Dirty unless written through; a failed write-through leaves
-            // the new bytes dirty for the next write-back.
-            let (r, dirty) = match copied {
-                Ok(()) if self.policy == WritePolicy::WriteThrough => {
-                    match self.write_back(backing, map, a, f, key) {
-                        Ok(()) => (Ok(()), false),
-                        Err(e) => (Err(e), true),
-                    }
-                }
-                Ok(()) => (Ok(()), true),
-                Err(e) => (Err(e), true),
+            let want = match dir {
+                Direction::Read => Want::Read,
+                Direction::Write => Want::Write {
+                    whole: in_page == 0 && at + len as u64 >= ((page + 1) * self.page).min(size),
+                },
             };
-            self.done(a, f, Some((key, dirty)));
+            let f = self.acquire(backing, map, a, key, want)?;
+            let frame = f * self.page as usize + in_page;
+            let cached = self.mems[a].as_ref();
+            let r = match dir {
+                Direction::Read => {
+                    let r = copy(cached, frame, mem, mem_offset + done, len);
+                    self.done(a, f, None);
+                    r
+                }
+                Direction::Write => {
+                    let copied = copy(mem, mem_offset + done, cached, frame, len);
+                    // Dirty unless written through; a failed write-through
+                    // leaves the new bytes dirty for the next write-back.
+                    let (r, dirty) = match copied {
+                        Ok(()) if self.policy == WritePolicy::WriteThrough => {
+                            match self.write_back(backing, map, a, f, key) {
+                                Ok(()) => (Ok(()), false),
+                                Err(e) => (Err(e), true),
+                            }
+                        }
+                        Ok(()) => (Ok(()), true),
+                        Err(e) => (Err(e), true),
+                    };
+                    self.done(a, f, Some((key, dirty)));
+                    r
+                }
+            };
             r?;
             done += len;
         }
