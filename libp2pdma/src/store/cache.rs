@@ -359,20 +359,27 @@ impl PageCache {
         Ok((e.start * BLOCK + start, valid))
     }
 
-    /// Writes frame `f` of accelerator `a` (holding `key`) back to storage.
-    fn write_back(
+    /// Moves page `key`'s valid bytes (those before its object's end)
+    /// between storage and frame `f` of accelerator `a`: a read fills the
+    /// frame, a write writes it back. The number of valid bytes.
+    fn page_io(
         &self,
+        dir: Direction,
         backing: &dyn Backing,
         map: &Map,
         a: usize,
         f: usize,
         key: Key,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let (at, valid) = self.span(map, key)?;
+        let (mem, base) = (self.mems[a].as_ref(), f * self.page as usize);
         if valid > 0 {
-            backing.write(at, self.mems[a].as_ref(), f * self.page as usize, valid)?;
+            match dir {
+                Direction::Read => backing.read(at, mem, base, valid)?,
+                Direction::Write => backing.write(at, mem, base, valid)?,
+            }
         }
-        Ok(())
+        Ok(valid)
     }
 
     /// A frame of accelerator `a` holding page `key`, pinned. For a write,
@@ -475,7 +482,9 @@ impl PageCache {
         };
         drop(g);
         let written = match evicting {
-            Some(k) => self.write_back(backing, map, a, f, k),
+            Some(k) => self
+                .page_io(Direction::Write, backing, map, a, f, k)
+                .map(|_| ()),
             None => Ok(()),
         };
         let filled = match (&written, source) {
@@ -491,7 +500,17 @@ impl PageCache {
                 )
             }
             (Ok(()), None) => {
-                self.fill(backing, map, a, f, key, want == Want::Write { whole: true })
+                // The page from storage (none of it when the caller writes
+                // every valid byte), zeros past the object's end.
+                let read = match want {
+                    Want::Write { whole: true } => Ok(0),
+                    _ => self.page_io(Direction::Read, backing, map, a, f, key),
+                };
+                let page = self.page as usize;
+                read.and_then(|valid| match valid < page {
+                    true => self.mems[a].write_at(f * page + valid, &vec![0u8; page - valid]),
+                    false => Ok(()),
+                })
             }
         };
         let mut g = self.lock();
@@ -585,31 +604,6 @@ impl PageCache {
         Ok(f)
     }
 
-    /// Reads `key` into frame `f` of accelerator `a`, zeroing what lies
-    /// past the object's end (all of it when `whole`: the caller writes
-    /// every valid byte).
-    fn fill(
-        &self,
-        backing: &dyn Backing,
-        map: &Map,
-        a: usize,
-        f: usize,
-        key: Key,
-        whole: bool,
-    ) -> Result<()> {
-        let (at, valid) = self.span(map, key)?;
-        let base = f * self.page as usize;
-        let from = if whole { 0 } else { valid };
-        if !whole && valid > 0 {
-            backing.read(at, self.mems[a].as_ref(), base, valid)?;
-        }
-        if from < self.page as usize {
-            let zeros = vec![0u8; self.page as usize - from];
-            self.mems[a].write_at(base + from, &zeros)?;
-        }
-        Ok(())
-    }
-
     /// The frame of accelerator `a` the clock hand stops at: unpinned, its
     /// page not owned by an operation, and unreferenced since the hand last
     /// passed (a free frame at once).
@@ -696,8 +690,8 @@ impl PageCache {
                     // leaves the new bytes dirty for the next write-back.
                     let (r, dirty) = match copied {
                         Ok(()) if self.policy == WritePolicy::WriteThrough => {
-                            match self.write_back(backing, map, a, f, key) {
-                                Ok(()) => (Ok(()), false),
+                            match self.page_io(Direction::Write, backing, map, a, f, key) {
+                                Ok(_) => (Ok(()), false),
                                 Err(e) => (Err(e), true),
                             }
                         }
@@ -758,7 +752,7 @@ impl PageCache {
         };
         let mut first_err = None;
         for &(a, f, key) in &pages {
-            let r = self.write_back(backing, map, a, f, key);
+            let r = self.page_io(Direction::Write, backing, map, a, f, key);
             let mut g = self.lock();
             g.pools[a].frames[f].pins -= 1;
             if let Err(e) = r {
