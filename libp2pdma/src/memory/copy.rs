@@ -9,12 +9,15 @@
 //!   copy from mapping to mapping, with the write-combined routines
 //!   ([`crate::sys::wc`]) on the side that is PCI memory, and no method of
 //!   either memory in between, as when storage DMAs into a mapping.
-//! - **One side mapped**: one copy by the other memory, between its own
-//!   memory and the mapping, through its raw-pointer copies
-//!   ([`DeviceMemory::read_at_raw`], [`DeviceMemory::write_at_raw`]). A
-//!   mapping of PCI memory is only ever written this way, never read: a
-//!   CPU read of it wants the streaming loads of its own copies, so a copy
-//!   out of it to memory without a mapping is staged as below.
+//! - **One side mapped**: the other memory copies between its own memory
+//!   and the mapping, through its raw-pointer copies
+//!   ([`DeviceMemory::read_at_raw`], [`DeviceMemory::write_at_raw`]): one
+//!   copy for memory that makes them itself (a dma-buf's mapping, a loan of
+//!   host memory), two through a host buffer for memory that keeps the
+//!   defaults (CUDA memory). A mapping of PCI memory is only ever written
+//!   this way, never read: a CPU read of it wants the streaming loads of
+//!   its own copies, so a copy out of it to memory without a mapping is
+//!   staged as below.
 //! - **Otherwise**: through a host buffer of at most 4 MiB, the source's
 //!   [`read_at`](DeviceMemory::read_at) into it and the destination's
 //!   [`write_at`](DeviceMemory::write_at) out of it.
@@ -36,8 +39,9 @@ use crate::{
 ///
 /// Both ranges are checked first: out of range, nothing moves and the
 /// error is [`Error::OutOfBounds`](crate::Error::OutOfBounds). The bytes
-/// move once where either memory is mapped for the CPU, else through a
-/// host buffer (see the module's documentation). As for every copy
+/// move once where both memories are mapped for the CPU, or one is and the
+/// other copies raw ranges itself; else through a host buffer (see the
+/// module's documentation). As for every copy
 /// ([`DeviceMemory`]'s concurrent use), a copy racing a write of either
 /// range sees old bytes, new bytes or a mix.
 #[allow(unsafe_code)]

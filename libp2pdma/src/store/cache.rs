@@ -8,9 +8,9 @@
 //! unreferenced, writing it back first when it is dirty), reads the page
 //! into it and maps it; a second thread missing the same page meanwhile
 //! waits for that read instead of issuing its own. A hit copies between the
-//! frame and the caller's memory with no system call, in one copy where
-//! either is mapped for the CPU ([`copy()`]). Frames in use by a copy are
-//! pinned and never evicted.
+//! frame and the caller's memory with no system call, by one [`copy()`]:
+//! one pass over the bytes where the two memories allow it (host and BAR
+//! memory do). Frames in use by a copy are pinned and never evicted.
 //!
 //! # Several accelerators: the home-based cache
 //! Every object page has a home accelerator, chosen by a hash of the page.

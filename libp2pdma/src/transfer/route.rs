@@ -751,8 +751,8 @@ impl Stage for HopStage<'_, '_> {
                     let dst = unsafe { h.bytes_mut(b.offset, c.len) }?;
                     return a.mem.read_at(a.offset, dst);
                 }
-                // Neither side is a ring of this route: one copy where
-                // either is mapped for the CPU.
+                // Neither side is a ring of this route: one pass over the
+                // bytes where the two memories allow it (`memory::copy`).
                 memory::copy(a.mem, a.offset, b.mem, b.offset, c.len)
             }
         }
