@@ -21,7 +21,7 @@ use dlpark::{
     DlpackFlags, Managed, ManagedTensorBase,
 };
 use p2pdma::{
-    memory::{copy_through_host, CudaMemory, MemoryKind},
+    memory::{self, CudaMemory, MemoryKind},
     DeviceMemory, HostMemory, ModuleMemory,
 };
 use pyo3::{exceptions::PyAttributeError, prelude::*, types::PyDict};
@@ -241,7 +241,7 @@ fn copy(
     to_offset: usize,
     len: usize,
 ) -> PyResult<usize> {
-    py.detach(|| copy_through_host(from, from_offset, to, to_offset, len))
+    py.detach(|| memory::copy(from, from_offset, to, to_offset, len))
         .map_err(|e| errors::to_py(py, &e, None, None))?;
     Ok(len)
 }

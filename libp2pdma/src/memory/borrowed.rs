@@ -111,6 +111,33 @@ impl DeviceMemory for BorrowedHost {
         Ok(())
     }
 
+    /// One copy from `src` into the loan, a `memmove`: `src` may be a
+    /// mapping the loan itself lies in.
+    #[allow(unsafe_code)]
+    unsafe fn write_at_raw(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        self.check_writable()?;
+        check_range(offset, len, self.len)?;
+        // SAFETY: In bounds (checked) of memory the creator lent for
+        // writing; `src..src + len` is readable (the caller's promise).
+        // Both are reached through raw pointers alone, and `copy` allows
+        // them to overlap.
+        unsafe { std::ptr::copy(src, self.ptr.add(offset), len) };
+        Ok(())
+    }
+
+    /// One copy out of the loan into `dst`, a `memmove` (see
+    /// [`write_at_raw`](Self::write_at_raw)); a read-only loan too.
+    #[allow(unsafe_code)]
+    unsafe fn read_at_raw(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        check_range(offset, len, self.len)?;
+        // SAFETY: In bounds (checked) of memory the creator lent for
+        // reading; `dst..dst + len` is writable (the caller's promise).
+        // Both are reached through raw pointers alone, and `copy` allows
+        // them to overlap.
+        unsafe { std::ptr::copy(self.ptr.add(offset), dst, len) };
+        Ok(())
+    }
+
     fn dma(&self) -> Option<&dyn DmaMemory> {
         Some(self)
     }

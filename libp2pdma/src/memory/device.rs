@@ -17,7 +17,7 @@
 //! copies through the GPU's copy engine out of host memory page-locked for
 //! it ([`Stager`]), and a dma-buf peers import ([`DmaMemory::dmabuf`]).
 
-use std::{fmt, os::fd::BorrowedFd, sync::Arc};
+use std::{fmt, os::fd::BorrowedFd, ptr, sync::Arc};
 
 use crate::{
     error::check_range,
@@ -80,7 +80,10 @@ impl fmt::Display for MemoryKind {
 /// two overlapping writes each byte holds one of them. Ordering overlapping
 /// use is the caller's, as with two `O_DIRECT` I/Os on one buffer. No Rust
 /// reference into the memory is ever made, so the `&[u8]`/`&mut [u8]` a
-/// copy takes are always the caller's own host memory.
+/// copy takes are always the caller's own host memory; a copy from or to
+/// another memory's mapping takes it as a raw pointer
+/// ([`write_at_raw`](Self::write_at_raw), [`read_at_raw`](Self::read_at_raw)).
+/// Copies between two memories go through [`copy`](crate::memory::copy()).
 pub trait DeviceMemory: Send + Sync + fmt::Debug {
     /// Size in bytes.
     fn len(&self) -> usize;
@@ -98,6 +101,61 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
 
     /// Copies memory at `offset` into `dst` (device to host).
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()>;
+
+    /// Copies `len` bytes at `src` into the memory at `offset`: a range of
+    /// another memory's CPU mapping, which [`copy`](crate::memory::copy())
+    /// hands over so that the bytes move once.
+    ///
+    /// The default stages the bytes through a host buffer of its own and
+    /// [`write_at`](Self::write_at), so it copies twice; memory whose own
+    /// copies can take a raw source overrides it (a dma-buf's mapping, a
+    /// loan of host memory).
+    ///
+    /// # Safety
+    ///
+    /// `src..src + len` must be valid for reads for the length of the call,
+    /// and no Rust reference into it may exist: it is memory others may
+    /// write at any time (a device, a peer's DMA, another thread's copy),
+    /// so an implementation reads it only through raw pointers, never
+    /// through a `&[u8]` made from it. It may overlap this memory's own
+    /// range (a loan of this memory's mapping): which bytes land there is
+    /// then unspecified, as for overlapping copies in flight at once, but
+    /// the call stays sound.
+    #[allow(unsafe_code)]
+    unsafe fn write_at_raw(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        check_range(offset, len, self.len())?;
+        staged(len, false, |at, buf| {
+            // SAFETY: `src..src + len` is readable (the caller's promise)
+            // and `at + buf.len() <= len`; `buf` is this call's own buffer,
+            // so the two cannot overlap.
+            unsafe { ptr::copy_nonoverlapping(src.add(at), buf.as_mut_ptr(), buf.len()) };
+            self.write_at(offset + at, buf)
+        })
+    }
+
+    /// Copies `len` bytes of the memory at `offset` to `dst`, another
+    /// memory's CPU mapping (see [`write_at_raw`](Self::write_at_raw)).
+    ///
+    /// The default stages the bytes through [`read_at`](Self::read_at) and
+    /// a host buffer of its own.
+    ///
+    /// # Safety
+    ///
+    /// `dst..dst + len` must be valid for writes for the length of the
+    /// call, and no Rust reference into it may exist: an implementation
+    /// writes it only through raw pointers. Overlap with this memory's own
+    /// range is allowed, as for [`write_at_raw`](Self::write_at_raw).
+    #[allow(unsafe_code)]
+    unsafe fn read_at_raw(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        check_range(offset, len, self.len())?;
+        staged(len, false, |at, buf| {
+            self.read_at(offset + at, buf)?;
+            // SAFETY: `dst..dst + len` is writable (the caller's promise)
+            // and `at + buf.len() <= len`; `buf` is this call's own buffer.
+            unsafe { ptr::copy_nonoverlapping(buf.as_ptr(), dst.add(at), buf.len()) };
+            Ok(())
+        })
+    }
 
     /// What page-locks the host memory the bounce path stages this
     /// memory's copies through, for memory whose copies a device's DMA
@@ -211,26 +269,25 @@ impl StagingPin {
     }
 }
 
-/// Copies `len` bytes of `src` at `src_offset` to `dst` at `dst_offset` by
-/// the CPU, through a host buffer of at most 4 MiB: a memory's `read_at`
-/// into it, the other's `write_at` out of it. Both ranges are checked
-/// before the first byte moves.
-pub fn copy_through_host(
-    src: &dyn DeviceMemory,
-    src_offset: usize,
-    dst: &dyn DeviceMemory,
-    dst_offset: usize,
+/// The most bytes a copy stages through host memory at once.
+const STAGE: usize = 4 << 20;
+
+/// Moves `len` bytes through one host buffer of at most [`STAGE`] bytes,
+/// a piece at a time: `step(at, buf)` moves the piece at `at` (of
+/// `buf.len()` bytes) through `buf`. `backward` takes the pieces from the
+/// last, so that a copy to a higher offset of the same bytes reads every
+/// piece before it overwrites it.
+pub(crate) fn staged(
     len: usize,
+    backward: bool,
+    mut step: impl FnMut(usize, &mut [u8]) -> Result<()>,
 ) -> Result<()> {
-    check_range(src_offset, len, src.len())?;
-    check_range(dst_offset, len, dst.len())?;
-    let mut staged = vec![0u8; len.min(4 << 20)];
-    let mut done = 0;
-    while done < len {
-        let n = staged.len().min(len - done);
-        src.read_at(src_offset + done, &mut staged[..n])?;
-        dst.write_at(dst_offset + done, &staged[..n])?;
-        done += n;
+    let mut buf = vec![0u8; len.min(STAGE)];
+    let pieces = len.div_ceil(STAGE);
+    for i in 0..pieces {
+        let at = STAGE * if backward { pieces - 1 - i } else { i };
+        let n = STAGE.min(len - at);
+        step(at, &mut buf[..n])?;
     }
     Ok(())
 }
@@ -332,33 +389,6 @@ unsafe impl DmaMemory for HostMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copies_through_host_in_pieces_and_check_both_ranges_first() {
-        let len = (9 << 20) + 5;
-        let src = HostMemory::new(len + 3).unwrap();
-        let dst = HostMemory::new(len + 7).unwrap();
-        let data: Vec<u8> = (0..len).map(|i| (i * 31 + i / 4099) as u8).collect();
-        src.write_at(3, &data).unwrap();
-        copy_through_host(&src, 3, &dst, 7, len).unwrap();
-        let mut out = vec![0u8; len];
-        dst.read_at(7, &mut out).unwrap();
-        assert!(out == data, "the copy differs");
-        // A destination too small: refused before a byte moves.
-        let small = HostMemory::new(5 << 20).unwrap();
-        small.write_at(0, &vec![9u8; 5 << 20]).unwrap();
-        assert!(matches!(
-            copy_through_host(&src, 3, &small, 0, 6 << 20),
-            Err(Error::OutOfBounds { .. })
-        ));
-        let mut kept = vec![0u8; 5 << 20];
-        small.read_at(0, &mut kept).unwrap();
-        assert!(kept.iter().all(|&b| b == 9), "a refused copy wrote");
-        assert!(matches!(
-            copy_through_host(&src, len, &dst, 0, 4),
-            Err(Error::OutOfBounds { .. })
-        ));
-    }
 
     #[test]
     fn host_memory_copies_and_checks_bounds() {

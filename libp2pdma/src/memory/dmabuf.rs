@@ -18,10 +18,11 @@ use std::{
 use crate::{
     error::check_range,
     memory::{
+        copy::overlaps,
         device::{DeviceMemory, DmaMemory, MemoryKind},
         Udmabuf,
     },
-    sys::{self, Caching, DmabufAccess, RawMapping, Sharing},
+    sys::{self, wc, Caching, DmabufAccess, RawMapping, Sharing},
     Error, Result,
 };
 
@@ -80,24 +81,73 @@ impl DmabufMapping {
     }
 
     /// [`DmabufMapping::write_at`], synced on `sync` when there is one.
+    #[allow(unsafe_code)]
     fn write(&self, sync: Option<BorrowedFd<'_>>, offset: usize, src: &[u8]) -> Result<()> {
-        check_range(offset, src.len(), self.len())?;
-        bracket(sync, || {
-            self.map
-                .write_at(offset, src)
-                .map_err(Error::sys("copy into the dma-buf mapping"))
-        })
+        // SAFETY: `src` is the caller's own memory, readable for its length;
+        // the copy only reads it.
+        unsafe { self.copy(sync, offset, src.as_ptr().cast_mut(), src.len(), Way::In) }
     }
 
     /// [`DmabufMapping::read_at`], synced on `sync` when there is one.
+    #[allow(unsafe_code)]
     fn read(&self, sync: Option<BorrowedFd<'_>>, offset: usize, dst: &mut [u8]) -> Result<()> {
-        check_range(offset, dst.len(), self.len())?;
+        // SAFETY: `dst` is the caller's own memory, borrowed for writing.
+        unsafe { self.copy(sync, offset, dst.as_mut_ptr(), dst.len(), Way::Out) }
+    }
+
+    /// Copies `len` bytes between the mapping at `offset` and `other`,
+    /// `way` into the mapping or out of it, synced on `sync` when there is
+    /// one: with the write-combined routines, or by `memmove` where `other`
+    /// lies in the mapping itself (a loan of it).
+    ///
+    /// # Safety
+    ///
+    /// `other..other + len` must be valid for reads (into the mapping) or
+    /// writes (out of it) for the length of the call; where it is another
+    /// memory's, no Rust reference may reach it, as for
+    /// [`DeviceMemory::write_at_raw`] and [`DeviceMemory::read_at_raw`].
+    #[allow(unsafe_code)]
+    unsafe fn copy(
+        &self,
+        sync: Option<BorrowedFd<'_>>,
+        offset: usize,
+        other: *mut u8,
+        len: usize,
+        way: Way,
+    ) -> Result<()> {
+        check_range(offset, len, self.len())?;
+        let at = self.map.as_ptr().wrapping_add(offset);
+        let (dst, src) = match way {
+            Way::In => (at, other.cast_const()),
+            Way::Out => (other, at.cast_const()),
+        };
         bracket(sync, || {
-            self.map
-                .read_at(offset, dst)
-                .map_err(Error::sys("copy from the dma-buf mapping"))
+            // SAFETY: `at..at + len` lies in the mapping (checked), which
+            // lives as long as `self`, and `other..other + len` is the
+            // caller's promise; neither is reached through a reference
+            // here, and the write-combined routines get them only apart.
+            unsafe {
+                if overlaps(src as usize, dst as usize, len) {
+                    std::ptr::copy(src, dst, len);
+                    wc::store_fence();
+                } else if way == Way::In {
+                    wc::copy_to_wc(dst, src, len);
+                } else {
+                    wc::copy_from_wc(dst, src, len);
+                }
+            }
+            Ok(())
         })
     }
+}
+
+/// Which way [`DmabufMapping::copy`] copies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    /// Into the mapping.
+    In,
+    /// Out of the mapping.
+    Out,
 }
 
 /// Runs `f` between the start and the end of CPU access, announced as
@@ -208,6 +258,26 @@ impl DeviceMemory for DmabufMemory {
             .read(self.sync.then(|| self.fd.as_fd()), offset, dst)
     }
 
+    /// One copy from `src` into the mapping.
+    #[allow(unsafe_code)]
+    unsafe fn write_at_raw(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: The caller's promise, passed on.
+        unsafe {
+            let sync = self.sync.then(|| self.fd.as_fd());
+            self.map.copy(sync, offset, src.cast_mut(), len, Way::In)
+        }
+    }
+
+    /// One copy out of the mapping into `dst`.
+    #[allow(unsafe_code)]
+    unsafe fn read_at_raw(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: The caller's promise, passed on.
+        unsafe {
+            let sync = self.sync.then(|| self.fd.as_fd());
+            self.map.copy(sync, offset, dst, len, Way::Out)
+        }
+    }
+
     fn dma(&self) -> Option<&dyn DmaMemory> {
         Some(self)
     }
@@ -226,6 +296,52 @@ unsafe impl DmaMemory for DmabufMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::{copy, BorrowedHost, HostMemory};
+
+    /// A memfd's pages as dma-buf memory whose copies skip the sync (a
+    /// memfd is no dma-buf), as a udmabuf's do on x86-64.
+    fn unsynced(len: usize) -> DmabufMemory {
+        let fd = rustix::fs::memfd_create("dmabuf-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, len as u64).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: A memfd of this test's own; nothing imports it.
+        let map = unsafe { DmabufMapping::map(fd.as_fd(), len) }.unwrap();
+        DmabufMemory {
+            fd,
+            map,
+            sync: false,
+            _keep: Box::new(()),
+        }
+    }
+
+    #[test]
+    fn copies_with_a_mapping_are_one_copy_each_way_even_over_itself() {
+        let len = 64 << 10;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+        let host = HostMemory::new(len).unwrap();
+        host.write_at(0, &data).unwrap();
+        let m = unsynced(len);
+        // Host memory has the only mapping: the dma-buf copies out of it
+        // and into it with its own routines.
+        copy(&host, 0, &m, 3, len - 3).unwrap();
+        copy(&m, 3, &host, 0, len - 3).unwrap();
+        let mut back = vec![0u8; len];
+        host.read_at(0, &mut back).unwrap();
+        assert!(back[..len - 3] == data[..len - 3]);
+        // A loan of its own mapping, overlapping the range copied into.
+        let ptr = m.map.map.as_ptr();
+        #[allow(unsafe_code)]
+        // SAFETY: The mapping outlives the loan, which this test alone uses.
+        let loan = unsafe { BorrowedHost::new(ptr, len, true, Box::new(())) };
+        copy(&loan, 0, &m, 100, len - 100).unwrap();
+        copy(&m, 200, &loan, 50, len - 200).unwrap();
+        let mut want = vec![0u8; len];
+        m.read_at(0, &mut want).unwrap();
+        let mut expected: Vec<u8> = [&[0u8; 3][..], &data[..len - 3]].concat();
+        expected.copy_within(0..len - 100, 100);
+        expected.copy_within(200..len, 50);
+        assert!(want == expected);
+    }
 
     #[test]
     fn a_file_that_is_no_dma_buf_maps_but_refuses_the_sync() {

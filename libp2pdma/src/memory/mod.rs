@@ -3,6 +3,8 @@
 //! - [`device`]: the [`DeviceMemory`] trait the transfer engine sees memory
 //!   through, the `unsafe` [`DmaMemory`] trait of memory devices reach by
 //!   DMA, and the host-memory device;
+//! - [`copy`](mod@copy): copies between two memories, in as few passes
+//!   over the bytes as their mappings allow;
 //! - [`module`]: allocations from the p2pdma module, their mappings into
 //!   this process, and [`ModuleMemory`];
 //! - [`peer`]: whether a peer can reach the memory, and the DMA addresses it
@@ -15,6 +17,7 @@
 //!   dma-bufs.
 
 pub mod borrowed;
+pub mod copy;
 pub mod cuda;
 pub mod device;
 pub mod dmabuf;
@@ -24,10 +27,9 @@ pub mod udmabuf;
 
 pub use crate::sys::DmaTarget;
 pub use borrowed::BorrowedHost;
+pub use copy::copy;
 pub use cuda::{CpuMapping, CudaMemory, CudaStager};
-pub use device::{
-    copy_through_host, DeviceMemory, DmaMemory, HostMemory, MemoryKind, Stager, StagingPin,
-};
+pub use device::{DeviceMemory, DmaMemory, HostMemory, MemoryKind, Stager, StagingPin};
 pub use dmabuf::{DmabufMapping, DmabufMemory};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};

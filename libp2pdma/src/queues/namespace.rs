@@ -32,7 +32,7 @@ use super::{
 };
 use crate::{
     error::check_range,
-    memory::{peer::PeerAccess, DeviceMemory, DmaMemory, HostMemory},
+    memory::{copy, peer::PeerAccess, DeviceMemory, DmaMemory, HostMemory},
     Error, Result,
 };
 
@@ -500,7 +500,6 @@ impl Namespace {
         let chunk = round_down(STAGING.min(self.ctrl.max_transfer()) as u64, bs).max(bs) as usize;
         let mut done = 0usize;
         let mut cmds = 0;
-        let mut buf = vec![0u8; chunk];
         while done < len {
             let at = offset + done as u64;
             let b0 = round_down(at, bs);
@@ -520,8 +519,7 @@ impl Namespace {
             if !write {
                 cmds += 1;
                 self.run(&[cmd(false)?], issued)?;
-                s.host.read_at(skip, &mut buf[..n])?;
-                mem.write_at(mem_offset + done, &buf[..n])?;
+                copy(s.host.as_ref(), skip, mem, mem_offset + done, n)?;
             } else {
                 let partial = skip != 0 || !(at + n as u64).is_multiple_of(bs);
                 let locks = if partial {
@@ -534,8 +532,7 @@ impl Namespace {
                     self.run(&[cmd(false)?], issued)?;
                 }
                 cmds += 1;
-                mem.read_at(mem_offset + done, &mut buf[..n])?;
-                s.host.write_at(skip, &buf[..n])?;
+                copy(mem, mem_offset + done, s.host.as_ref(), skip, n)?;
                 self.run(&[cmd(true)?], issued)?;
                 drop(locks);
             }

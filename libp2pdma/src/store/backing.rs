@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    memory::{copy_through_host, DeviceMemory, MemoryKind},
+    memory::{copy, DeviceMemory, MemoryKind},
     queues::Issued,
     transfer::{
         End, Engine, HopKind, Report, Request, RouteOptions, StorageFile, Ticket, TransferPath,
@@ -80,7 +80,7 @@ pub trait Backing: Send + Sync {
 
     /// Copies `len` bytes from `src` at `src_offset` to `dst` at
     /// `dst_offset`: a page from one accelerator's cache to another's. By
-    /// the CPU through host memory unless the backing knows a better way.
+    /// the CPU ([`copy()`]) unless the backing knows a better way.
     fn copy(
         &self,
         src: &dyn DeviceMemory,
@@ -89,7 +89,7 @@ pub trait Backing: Send + Sync {
         dst_offset: usize,
         len: usize,
     ) -> Result<()> {
-        copy_through_host(src, src_offset, dst, dst_offset, len)
+        copy(src, src_offset, dst, dst_offset, len)
     }
 }
 
@@ -299,9 +299,8 @@ impl Backing for EngineBacking {
     }
 
     /// Along the route the engine plans between the two memories (planned
-    /// once per pair of kinds). A route of CPU copies through host memory
-    /// moves a page as one chunk through one buffer, without the pipeline
-    /// a long copy runs on.
+    /// once per pair of kinds). A route of CPU copies alone moves a page
+    /// by one [`copy()`], without the pipeline a long copy runs on.
     fn copy(
         &self,
         src: &dyn DeviceMemory,
@@ -343,7 +342,7 @@ impl Backing for EngineBacking {
             }
         };
         if cpu_only && len <= PAGE_COPY {
-            return copy_through_host(src, src_offset, dst, dst_offset, len);
+            return copy(src, src_offset, dst, dst_offset, len);
         }
         let route = match route {
             Some(r) => r,

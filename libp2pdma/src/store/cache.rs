@@ -8,8 +8,9 @@
 //! unreferenced, writing it back first when it is dirty), reads the page
 //! into it and maps it; a second thread missing the same page meanwhile
 //! waits for that read instead of issuing its own. A hit copies between the
-//! frame and the caller's memory with no system call. Frames in use by a
-//! copy are pinned and never evicted.
+//! frame and the caller's memory with no system call, by one [`copy()`]:
+//! one pass over the bytes where the two memories allow it (host and BAR
+//! memory do). Frames in use by a copy are pinned and never evicted.
 //!
 //! # Several accelerators: the home-based cache
 //! Every object page has a home accelerator, chosen by a hash of the page.
@@ -39,7 +40,8 @@ use super::{
     map::{no_object, Map},
 };
 use crate::{
-    memory::{DeviceMemory, MemoryKind},
+    memory::{copy, DeviceMemory, MemoryKind},
+    transfer::Direction,
     Error, Result,
 };
 
@@ -357,20 +359,27 @@ impl PageCache {
         Ok((e.start * BLOCK + start, valid))
     }
 
-    /// Writes frame `f` of accelerator `a` (holding `key`) back to storage.
-    fn write_back(
+    /// Moves page `key`'s valid bytes (those before its object's end)
+    /// between storage and frame `f` of accelerator `a`: a read fills the
+    /// frame, a write writes it back. The number of valid bytes.
+    fn page_io(
         &self,
+        dir: Direction,
         backing: &dyn Backing,
         map: &Map,
         a: usize,
         f: usize,
         key: Key,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let (at, valid) = self.span(map, key)?;
+        let (mem, base) = (self.mems[a].as_ref(), f * self.page as usize);
         if valid > 0 {
-            backing.write(at, self.mems[a].as_ref(), f * self.page as usize, valid)?;
+            match dir {
+                Direction::Read => backing.read(at, mem, base, valid)?,
+                Direction::Write => backing.write(at, mem, base, valid)?,
+            }
         }
-        Ok(())
+        Ok(valid)
     }
 
     /// A frame of accelerator `a` holding page `key`, pinned. For a write,
@@ -473,7 +482,9 @@ impl PageCache {
         };
         drop(g);
         let written = match evicting {
-            Some(k) => self.write_back(backing, map, a, f, k),
+            Some(k) => self
+                .page_io(Direction::Write, backing, map, a, f, k)
+                .map(|_| ()),
             None => Ok(()),
         };
         let filled = match (&written, source) {
@@ -489,7 +500,17 @@ impl PageCache {
                 )
             }
             (Ok(()), None) => {
-                self.fill(backing, map, a, f, key, want == Want::Write { whole: true })
+                // The page from storage (none of it when the caller writes
+                // every valid byte), zeros past the object's end.
+                let read = match want {
+                    Want::Write { whole: true } => Ok(0),
+                    _ => self.page_io(Direction::Read, backing, map, a, f, key),
+                };
+                let page = self.page as usize;
+                read.and_then(|valid| match valid < page {
+                    true => self.mems[a].write_at(f * page + valid, &vec![0u8; page - valid]),
+                    false => Ok(()),
+                })
             }
         };
         let mut g = self.lock();
@@ -583,31 +604,6 @@ impl PageCache {
         Ok(f)
     }
 
-    /// Reads `key` into frame `f` of accelerator `a`, zeroing what lies
-    /// past the object's end (all of it when `whole`: the caller writes
-    /// every valid byte).
-    fn fill(
-        &self,
-        backing: &dyn Backing,
-        map: &Map,
-        a: usize,
-        f: usize,
-        key: Key,
-        whole: bool,
-    ) -> Result<()> {
-        let (at, valid) = self.span(map, key)?;
-        let base = f * self.page as usize;
-        let from = if whole { 0 } else { valid };
-        if !whole && valid > 0 {
-            backing.read(at, self.mems[a].as_ref(), base, valid)?;
-        }
-        if from < self.page as usize {
-            let zeros = vec![0u8; self.page as usize - from];
-            self.mems[a].write_at(base + from, &zeros)?;
-        }
-        Ok(())
-    }
-
     /// The frame of accelerator `a` the clock hand stops at: unpinned, its
     /// page not owned by an operation, and unreferenced since the hand last
     /// passed (a free frame at once).
@@ -647,47 +643,15 @@ impl PageCache {
         self.changed.notify_all();
     }
 
-    /// Copies `n` bytes at `offset` of object `id` (checked by the caller)
-    /// into `mem` at `mem_offset`, page by page through accelerator `a`'s
-    /// copies.
+    /// Copies `n` bytes between `offset` of object `id` (checked by the
+    /// caller) and `mem` at `mem_offset`, page by page, each page by one
+    /// [`copy()`] between accelerator `a`'s copy of it and `mem`. A read
+    /// copies out of the copy; a write copies into it, the only copy once
+    /// the write lands, dirty (and to storage as well under write-through).
     #[allow(clippy::too_many_arguments)]
-    pub fn read(
+    pub fn io(
         &self,
-        backing: &dyn Backing,
-        map: &Map,
-        a: usize,
-        id: u64,
-        offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-    ) -> Result<()> {
-        self.check(a)?;
-        let mut done = 0usize;
-        let mut buf = Vec::new();
-        while done < n {
-            let at = offset + done as u64;
-            let (page, in_page) = (at / self.page, (at % self.page) as usize);
-            let len = (self.page as usize - in_page).min(n - done);
-            let f = self.acquire(backing, map, a, (id, page), Want::Read)?;
-            buf.resize(len, 0);
-            let r = self.mems[a]
-                .read_at(f * self.page as usize + in_page, &mut buf)
-                .and_then(|()| mem.write_at(mem_offset + done, &buf));
-            self.done(a, f, None);
-            r?;
-            done += len;
-        }
-        Ok(())
-    }
-
-    /// Copies `n` bytes of `mem` at `mem_offset` to `offset` of object `id`
-    /// (checked by the caller), page by page: into accelerator `a`'s copy,
-    /// the only one once the write lands, dirty (and to storage as well
-    /// under write-through).
-    #[allow(clippy::too_many_arguments)]
-    pub fn write(
-        &self,
+        dir: Direction,
         backing: &dyn Backing,
         map: &Map,
         a: usize,
@@ -700,32 +664,44 @@ impl PageCache {
         self.check(a)?;
         let size = map.get(id).ok_or_else(|| no_object(id))?.size;
         let mut done = 0usize;
-        let mut buf = Vec::new();
         while done < n {
             let at = offset + done as u64;
             let (page, in_page) = (at / self.page, (at % self.page) as usize);
             let len = (self.page as usize - in_page).min(n - done);
-            let page_end = ((page + 1) * self.page).min(size);
-            let whole = in_page == 0 && at + len as u64 >= page_end;
             let key = (id, page);
-            let f = self.acquire(backing, map, a, key, Want::Write { whole })?;
-            buf.resize(len, 0);
-            let copied = mem
-                .read_at(mem_offset + done, &mut buf)
-                .and_then(|()| self.mems[a].write_at(f * self.page as usize + in_page, &buf));
-            // Dirty unless written through; a failed write-through leaves
-            // the new bytes dirty for the next write-back.
-            let (r, dirty) = match copied {
-                Ok(()) if self.policy == WritePolicy::WriteThrough => {
-                    match self.write_back(backing, map, a, f, key) {
-                        Ok(()) => (Ok(()), false),
-                        Err(e) => (Err(e), true),
-                    }
-                }
-                Ok(()) => (Ok(()), true),
-                Err(e) => (Err(e), true),
+            let want = match dir {
+                Direction::Read => Want::Read,
+                Direction::Write => Want::Write {
+                    whole: in_page == 0 && at + len as u64 >= ((page + 1) * self.page).min(size),
+                },
             };
-            self.done(a, f, Some((key, dirty)));
+            let f = self.acquire(backing, map, a, key, want)?;
+            let frame = f * self.page as usize + in_page;
+            let cached = self.mems[a].as_ref();
+            let r = match dir {
+                Direction::Read => {
+                    let r = copy(cached, frame, mem, mem_offset + done, len);
+                    self.done(a, f, None);
+                    r
+                }
+                Direction::Write => {
+                    let copied = copy(mem, mem_offset + done, cached, frame, len);
+                    // Dirty unless written through; a failed write-through
+                    // leaves the new bytes dirty for the next write-back.
+                    let (r, dirty) = match copied {
+                        Ok(()) if self.policy == WritePolicy::WriteThrough => {
+                            match self.page_io(Direction::Write, backing, map, a, f, key) {
+                                Ok(_) => (Ok(()), false),
+                                Err(e) => (Err(e), true),
+                            }
+                        }
+                        Ok(()) => (Ok(()), true),
+                        Err(e) => (Err(e), true),
+                    };
+                    self.done(a, f, Some((key, dirty)));
+                    r
+                }
+            };
             r?;
             done += len;
         }
@@ -776,7 +752,7 @@ impl PageCache {
         };
         let mut first_err = None;
         for &(a, f, key) in &pages {
-            let r = self.write_back(backing, map, a, f, key);
+            let r = self.page_io(Direction::Write, backing, map, a, f, key);
             let mut g = self.lock();
             g.pools[a].frames[f].pins -= 1;
             if let Err(e) = r {

@@ -10,7 +10,7 @@ use super::{
     map::{no_object, Extent, Map, ObjectInfo},
 };
 use crate::{
-    memory::{DeviceMemory, HostMemory},
+    memory::{copy, DeviceMemory, HostMemory},
     queues::{CommandId, Issued},
     transfer::{Direction, Ticket},
     Error, Result,
@@ -551,8 +551,7 @@ impl Store {
         let at = Self::locate(&s.map, id, offset, n)?;
         let b = self.backing.as_ref();
         match (&self.cache, dir) {
-            (Some(c), Direction::Read) => c.read(b, &s.map, a, id, offset, n, mem, mem_offset)?,
-            (Some(c), Direction::Write) => c.write(b, &s.map, a, id, offset, n, mem, mem_offset)?,
+            (Some(c), dir) => c.io(dir, b, &s.map, a, id, offset, n, mem, mem_offset)?,
             (None, Direction::Read) => b.read(at, mem, mem_offset, n)?,
             (None, Direction::Write) => b.write(at, mem, mem_offset, n)?,
         }
@@ -660,9 +659,7 @@ impl Store {
         let same = std::ptr::addr_eq(Arc::as_ptr(&p.dest), mem as *const dyn DeviceMemory)
             && p.dest_offset == mem_offset;
         if !same {
-            let mut bytes = vec![0u8; n];
-            p.dest.read_at(p.dest_offset, &mut bytes)?;
-            mem.write_at(mem_offset, &bytes)?;
+            copy(p.dest.as_ref(), p.dest_offset, mem, mem_offset, n)?;
         }
         Ok(n)
     }

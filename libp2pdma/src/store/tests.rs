@@ -16,7 +16,10 @@ use super::{
     objects::Store,
 };
 use crate::{
-    memory::{DeviceMemory, HostMemory},
+    memory::{
+        copy::tests::{Calls, Counted, Direct, Plain},
+        DeviceMemory, HostMemory,
+    },
     transfer::{Report, Ticket, TransferPath},
     Error, Result,
 };
@@ -1022,6 +1025,81 @@ fn concurrent_misses_on_a_page_read_it_once_and_hits_read_nothing() {
     assert_eq!(backing.reads() - before, 1, "a hit reads nothing");
     let s = store.cache_stats().unwrap();
     assert_eq!((s.misses, s.hits), (1, 8));
+}
+
+/// The copies `calls` made during `f`: `read_at`, `write_at`,
+/// `read_at_raw` and `write_at_raw` calls of each memory, in order.
+fn calls_during<const N: usize>(calls: [&Calls; N], f: impl FnOnce()) -> [[usize; 4]; N] {
+    let before = calls.map(Calls::get);
+    f();
+    let after = calls.map(Calls::get);
+    std::array::from_fn(|i| std::array::from_fn(|k| after[i][k] - before[i][k]))
+}
+
+#[test]
+fn hits_writes_and_consumed_prefetches_copy_once_between_mapped_memories() {
+    let backing = MemBacking::new(64 * BLOCK as usize);
+    let frames = Arc::new(Counted::host(4 * BLOCK as usize));
+    let cache = PageCache::new(frames.clone(), BLOCK as usize, WritePolicy::WriteBack).unwrap();
+    let store = Store::format(backing, 8).unwrap().with_cache(cache);
+    let n = 2 * BLOCK as usize;
+    let id = store.pcreate(n as u64).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i * 13 + i / 509) as u8).collect();
+    let mem = Counted::host(n);
+    mem.inner.write_at(0, &data).unwrap();
+    store.pwrite(id, 0, n, &mem, 0).unwrap();
+    let out = Counted::host(n);
+    // A hit: frame to the caller's memory, both host memory, in one copy
+    // between their mappings: neither memory copies through a buffer.
+    let hit = calls_during([&frames.calls, &out.calls], || {
+        store.pread(id, 0, n, &out, 0).unwrap();
+    });
+    assert_eq!(store.cache_stats().unwrap().hits, 2);
+    assert_eq!(hit, [[0; 4]; 2], "a hit went through a buffer");
+    assert!(bytes_of(&out.inner, n) == data);
+    // A write into cached pages: the caller's memory to the frames, the
+    // same way.
+    mem.inner.write_at(0, &[0xC3; 100]).unwrap();
+    let write = calls_during([&mem.calls, &frames.calls], || {
+        store.pwrite(id, 4000, 100, &mem, 0).unwrap();
+    });
+    assert_eq!(write, [[0; 4]; 2], "a write went through a buffer");
+    // A prefetch lands in host staging memory; consuming it copies once.
+    let p = store.pread_prefetch(id, 0, n).unwrap();
+    let consumed = calls_during([&out.calls], || {
+        store.consume_prefetch_pread(p, &out, 0, n).unwrap();
+    });
+    assert_eq!(
+        consumed,
+        [[0; 4]],
+        "a prefetch was consumed through a buffer"
+    );
+    let mut want = data.clone();
+    want[4000..4100].fill(0xC3);
+    assert!(bytes_of(&out.inner, n) == want);
+}
+
+#[test]
+fn a_hit_into_memory_without_a_mapping_is_its_own_single_copy() {
+    let backing = MemBacking::new(64 * BLOCK as usize);
+    let frames = Arc::new(HostMemory::new(4 * BLOCK as usize).unwrap());
+    let cache = PageCache::new(frames, BLOCK as usize, WritePolicy::WriteBack).unwrap();
+    let store = Store::format(backing, 8).unwrap().with_cache(cache);
+    let n = 2 * BLOCK as usize;
+    let id = store.pcreate(n as u64).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i * 5 + 3) as u8).collect();
+    let mem = HostMemory::new(n).unwrap();
+    mem.write_at(0, &data).unwrap();
+    store.pwrite(id, 0, n, &mem, 0).unwrap();
+    let out = Direct(Plain::new(n));
+    let hit = calls_during([&out.0.calls], || {
+        store.pread(id, 0, n, &out, 0).unwrap();
+    });
+    // One copy per page, straight out of the frame's mapping.
+    assert_eq!(hit, [[0, 0, 0, 2]]);
+    let mut back = vec![0u8; n];
+    out.read_at(0, &mut back).unwrap();
+    assert!(back == data);
 }
 
 /// A store with a write-back cache shared by `accels` accelerators of

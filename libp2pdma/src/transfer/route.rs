@@ -27,7 +27,7 @@ use super::{
     xfer::Direction,
 };
 use crate::{
-    memory::{DeviceMemory, HostMemory, MemoryKind},
+    memory::{self, DeviceMemory, HostMemory, MemoryKind},
     Error, Peer, Result,
 };
 
@@ -523,7 +523,6 @@ pub fn copy(
         .enumerate()
         .map(|(i, &kind)| HopStage {
             core,
-            rings: pool,
             kind,
             from: at(i),
             to: at(i + 1),
@@ -654,7 +653,6 @@ enum Spot<'r, 'a> {
 /// A hop as a pipeline stage.
 struct HopStage<'r, 'a> {
     core: &'r Core,
-    rings: &'r RingPool,
     kind: HopKind,
     from: Spot<'r, 'a>,
     to: Spot<'r, 'a>,
@@ -736,6 +734,11 @@ impl Stage for HopStage<'_, '_> {
             HopKind::Copy => {
                 let a = self.mem_at(&self.from, c, from).ok_or_else(missing)?;
                 let b = self.mem_at(&self.to, c, to).ok_or_else(missing)?;
+                // A slot of a host ring is no memory others share while
+                // this stage holds it, so the other memory copies straight
+                // out of it or into it with its own copies: one copy, even
+                // for memory without raw-pointer copies (CUDA memory),
+                // which `memory::copy` would stage.
                 if let Some(h) = a.host {
                     // SAFETY: The slot is this stage's alone until it
                     // hands it back (the executor's queues), and the stage
@@ -748,18 +751,43 @@ impl Stage for HopStage<'_, '_> {
                     let dst = unsafe { h.bytes_mut(b.offset, c.len) }?;
                     return a.mem.read_at(a.offset, dst);
                 }
-                // Neither side is a ring of this route: through a buffer
-                // of the engine's pool, already faulted in.
-                let buf = self.rings.take(c.len)?;
-                // SAFETY: The buffer is this call's alone until it goes
-                // back to the pool below.
-                let r = a
-                    .mem
-                    .read_at(a.offset, unsafe { buf.bytes_mut(0, c.len) }?)
-                    .and_then(|()| b.mem.write_at(b.offset, unsafe { buf.bytes(0, c.len) }?));
-                self.rings.give(buf);
-                r
+                // Neither side is a ring of this route: one pass over the
+                // bytes where the two memories allow it (`memory::copy`).
+                memory::copy(a.mem, a.offset, b.mem, b.offset, c.len)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        memory::copy::tests::Counted,
+        transfer::{Config, Engine},
+    };
+
+    #[test]
+    fn a_copy_hop_between_two_mappings_is_one_pass() {
+        let n = 4 << 20;
+        let (a, b) = (Counted::host(n), Counted::host(n));
+        let data: Vec<u8> = (0..n).map(|i| (i * 11 + i / 4093) as u8).collect();
+        a.inner.write_at(0, &data).unwrap();
+        let engine = Engine::new(Config::default(), None);
+        let from = End::Memory { mem: &a, offset: 5 };
+        let to = End::Memory { mem: &b, offset: 9 };
+        let r = engine.route(from, to).unwrap();
+        assert_eq!(r.hops().len(), 1);
+        let opts = RouteOptions {
+            chunk: Some(1 << 20),
+            ..RouteOptions::default()
+        };
+        engine.copy(&r, n - 9, &opts).unwrap();
+        // Mapping to mapping, chunk by chunk: neither memory was asked to
+        // copy through a buffer.
+        assert_eq!((a.calls.get(), b.calls.get()), ([0; 4], [0; 4]));
+        let mut got = vec![0u8; n - 9];
+        b.inner.read_at(9, &mut got).unwrap();
+        assert!(got[..] == data[5..n - 4]);
     }
 }
