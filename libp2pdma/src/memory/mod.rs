@@ -7,6 +7,7 @@
 //!   over the bytes as their mappings allow;
 //! - [`module`]: allocations from the p2pdma module, their mappings into
 //!   this process, and [`ModuleMemory`];
+//! - [`range`]: a range of a memory, the memory side of a transfer;
 //! - [`peer`]: whether a peer can reach the memory, and the DMA addresses it
 //!   must use;
 //! - [`udmabuf`]: host memory made into a dma-buf to import;
@@ -23,6 +24,7 @@ pub mod device;
 pub mod dmabuf;
 pub mod module;
 pub mod peer;
+pub mod range;
 pub mod udmabuf;
 
 pub use crate::sys::DmaTarget;
@@ -33,4 +35,5 @@ pub use device::{DeviceMemory, DmaMemory, HostMemory, MemoryKind, Stager, Stagin
 pub use dmabuf::{DmabufMapping, DmabufMemory};
 pub use module::{Allocation, DeviceMapping, ModuleMemory};
 pub use peer::{DmaMapping, HandleState, MapType, P2pQuery, Peer, PeerAccess};
+pub use range::MemRange;
 pub use udmabuf::Udmabuf;

@@ -274,14 +274,7 @@ impl Backing for EngineBacking {
                     q.record_storage(start.elapsed());
                     q.record_transfer(len as u64, start.elapsed());
                 }
-                t.complete(r.map(|()| Report {
-                    bytes: len as u64,
-                    path: TransferPath::Queues,
-                    retried: false,
-                    ring_pinned: false,
-                    copy_threads: 1,
-                    page_cache: 0,
-                }));
+                t.complete(r.map(|()| Report::new(len as u64, TransferPath::Queues)));
             })
             .map_err(|e| {
                 crate::Error::sys("start a prefetch's thread")(

@@ -133,14 +133,7 @@ fn died() -> Error {
 }
 
 fn report(len: usize) -> Report {
-    Report {
-        bytes: len as u64,
-        path: TransferPath::Bounce,
-        retried: false,
-        ring_pinned: false,
-        copy_threads: 1,
-        page_cache: 0,
-    }
+    Report::new(len as u64, TransferPath::Bounce)
 }
 
 impl Backing for MemBacking {

@@ -23,7 +23,10 @@ use super::{
     strided::{read_strided, write_strided, Layout, Shape, StridedMode, StridedReport},
     xfer::Direction,
 };
-use crate::{memory::DeviceMemory, Error, Result};
+use crate::{
+    memory::{DeviceMemory, MemRange},
+    Error, Result,
+};
 
 /// One transfer to run asynchronously.
 #[derive(Clone, Debug)]
@@ -274,13 +277,9 @@ pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket
     // A read the page cache can serve at once ends here, without a hand-off
     // to a worker.
     if req.dir == Direction::Read {
-        let now = core.read_if_cached(
-            &req.file,
-            req.file_offset,
-            req.mem.as_ref(),
-            req.mem_offset,
-            req.len,
-        );
+        let now = MemRange::new(req.mem.as_ref(), req.mem_offset, req.len)
+            .ok()
+            .and_then(|range| core.read_if_cached(&req.file, req.file_offset, range));
         if let Some(report) = now {
             let ticket = Ticket::new();
             ticket.complete(Ok(report));

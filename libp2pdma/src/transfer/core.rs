@@ -33,8 +33,7 @@ use super::{
     xfer::{self, CopyStage, Direction, Xfer},
 };
 use crate::{
-    error::check_range,
-    memory::{DeviceMemory, MemoryKind},
+    memory::{DeviceMemory, MemRange, MemoryKind},
     queues::Namespace,
     sys::uring::Context,
     Error, Module, Peer, Result,
@@ -59,6 +58,21 @@ pub struct Report {
     /// Bytes of a read copied out of the page cache rather than moved by
     /// `path` (see [`PageCache`]); `path` moved the rest.
     pub page_cache: u64,
+}
+
+impl Report {
+    /// `bytes` moved by `path` alone: not retried, no bounce slots, one
+    /// copy thread, nothing from the page cache.
+    pub fn new(bytes: u64, path: TransferPath) -> Self {
+        Self {
+            bytes,
+            path,
+            retried: false,
+            ring_pinned: false,
+            copy_threads: 1,
+            page_cache: 0,
+        }
+    }
 }
 
 /// A storage file paired with accelerator memory, with the path chosen for
@@ -121,10 +135,10 @@ impl Handle<'_> {
         mem_offset: usize,
         len: usize,
     ) -> Result<Report> {
-        let at = (file_offset, mem_offset, len);
-        let (file, mem) = (self.file, self.mem);
+        let range = MemRange::new(self.mem, mem_offset, len)?;
+        let (pref, file) = (self.page_cache, self.file);
         self.core
-            .run_as(self.page_cache, dir, &self.choice, file, mem, at)
+            .run_as(pref, dir, &self.choice, file, file_offset, range)
     }
 }
 
@@ -489,35 +503,32 @@ impl Core {
         }
     }
 
-    /// One transfer on `choice`'s path, with reads using the page cache as
-    /// the configuration says.
-    #[allow(clippy::too_many_arguments)]
+    /// One transfer between `file` at `file_offset` and `range` on
+    /// `choice`'s path, with reads using the page cache as the
+    /// configuration says.
     pub(crate) fn run(
         &self,
         dir: Direction,
         choice: &PathChoice,
         file: &StorageFile,
         file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
     ) -> Result<Report> {
-        let at = (file_offset, mem_offset, len);
-        self.run_as(self.config.page_cache, dir, choice, file, mem, at)
+        let page_cache = self.config.page_cache;
+        self.run_as(page_cache, dir, choice, file, file_offset, range)
     }
 
-    /// [`Core::run`], with reads using the page cache as `page_cache` says;
-    /// `at` is the file offset, the memory offset and the length.
+    /// [`Core::run`], with reads using the page cache as `page_cache` says.
     pub(crate) fn run_as(
         &self,
         page_cache: PageCache,
         dir: Direction,
         choice: &PathChoice,
         file: &StorageFile,
-        mem: &dyn DeviceMemory,
-        (file_offset, mem_offset, len): (u64, usize, usize),
+        file_offset: u64,
+        range: MemRange<'_>,
     ) -> Result<Report> {
-        check_range(mem_offset, len, mem.len())?;
+        let (mem, mem_offset, len) = (range.mem(), range.offset(), range.len());
         if file_offset.checked_add(len as u64).is_none() {
             return Err(Error::InvalidArgument(
                 "file offset + length overflows".into(),
@@ -540,14 +551,7 @@ impl Core {
             }
         }
         if len == 0 {
-            return Ok(Report {
-                bytes: 0,
-                path: choice.path,
-                retried: false,
-                ring_pinned: false,
-                copy_threads: 1,
-                page_cache: 0,
-            });
+            return Ok(Report::new(0, choice.path));
         }
         if let Some(ns) = &file.queues {
             // Nothing else reaches the namespace: whatever the choice said.
@@ -560,24 +564,16 @@ impl Core {
                 len,
                 &self.stats.queues,
             )?;
-            return Ok(Report {
-                bytes: len as u64,
-                path: TransferPath::Queues,
-                retried: false,
-                ring_pinned: false,
-                copy_threads: 1,
-                page_cache: 0,
-            });
+            return Ok(Report::new(len as u64, TransferPath::Queues));
         }
         if dir == Direction::Read && page_cache != PageCache::Direct && file.buffered.is_some() {
-            let at = (file_offset, mem_offset, len);
-            return self.read_cached(page_cache, choice, file, mem, at);
+            return self.read_cached(page_cache, choice, file, file_offset, range);
         }
-        self.device(dir, choice, file, file_offset, mem, mem_offset, len)
+        self.device(dir, choice, file, file_offset, range)
     }
 
-    /// The read of `len` bytes at `file_offset` into `mem` at
-    /// `mem_offset`, if it can be served now without blocking: a small read
+    /// The read of `file` at `file_offset` into `range`, if it can be
+    /// served now without blocking: a small read
     /// of a file whose recent reads were all cached ([`plan::ask_first`]),
     /// whose bytes the page cache holds. `None` otherwise, having moved
     /// nothing the caller relies on: the read is then the caller's to make
@@ -586,23 +582,21 @@ impl Core {
         &self,
         file: &StorageFile,
         file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
     ) -> Option<Report> {
         let streak = &file.cached_streak;
+        let len = range.len();
         if len == 0
             || file.queues.is_some()
             || file.buffered.is_none()
             || !plan::ask_first(self.config.page_cache, len, streak.load(Ordering::Relaxed))
-            || check_range(mem_offset, len, mem.len()).is_err()
             || file_offset.checked_add(len as u64).is_none()
         {
             return None;
         }
-        let handle = self.handle(file, mem).ok()?;
+        let handle = self.handle(file, range.mem()).ok()?;
         let start = Instant::now();
-        match cached::read(file, file_offset, mem, mem_offset, len, true, None) {
+        match cached::read(file, file_offset, range, true, None) {
             Ok(n) if n == len => {}
             _ => {
                 streak.store(0, Ordering::Relaxed);
@@ -613,12 +607,8 @@ impl Core {
             .page_cache
             .record_transfer(len as u64, start.elapsed());
         Some(Report {
-            bytes: len as u64,
-            path: handle.path(),
-            retried: false,
-            ring_pinned: false,
-            copy_threads: 1,
             page_cache: len as u64,
+            ..Report::new(len as u64, handle.path())
         })
     }
 
@@ -629,25 +619,22 @@ impl Core {
         pref: PageCache,
         choice: &PathChoice,
         file: &StorageFile,
-        mem: &dyn DeviceMemory,
-        (file_offset, mem_offset, len): (u64, usize, usize),
+        file_offset: u64,
+        range: MemRange<'_>,
     ) -> Result<Report> {
+        let (mem, len) = (range.mem(), range.len());
         let start = Instant::now();
         let mut from_cache = 0usize;
         let streak = &file.cached_streak;
         if plan::ask_first(pref, len, streak.load(Ordering::Relaxed)) {
-            from_cache = cached::read(file, file_offset, mem, mem_offset, len, true, None)?;
+            from_cache = cached::read(file, file_offset, range, true, None)?;
             if from_cache == len {
                 self.stats
                     .page_cache
                     .record_transfer(len as u64, start.elapsed());
                 return Ok(Report {
-                    bytes: len as u64,
-                    path: choice.path,
-                    retried: false,
-                    ring_pinned: false,
-                    copy_threads: 1,
                     page_cache: len as u64,
+                    ..Report::new(len as u64, choice.path)
                 });
             }
         }
@@ -673,22 +660,14 @@ impl Core {
             }
             _ => streak.store(0, Ordering::Relaxed),
         }
-        let mut report = Report {
-            bytes: len as u64,
-            path: choice.path,
-            retried: false,
-            ring_pinned: false,
-            copy_threads: 1,
-            page_cache: 0,
-        };
+        let mut report = Report::new(len as u64, choice.path);
         // Memory without a CPU mapping takes the page cache's bytes through
         // the engine's slots, page-locked for its copy engine where it has
         // one, as the bounce path's copies do.
         let mut slots = None;
         let staged = mem.dma().and_then(|d| d.dma_target()).is_none();
         for (r, source) in plan::cache::split(pref, rest, residency) {
-            let n = (r.end - r.start) as usize;
-            let at = mem_offset + (r.start - file_offset) as usize;
+            let part = range.sub((r.start - file_offset) as usize, (r.end - r.start) as usize)?;
             match source {
                 Source::PageCache => {
                     if staged && slots.is_none() {
@@ -700,17 +679,17 @@ impl Core {
                         slots = Some(ctx);
                     }
                     let buf = slots.as_ref().map(|c| c.slot_memory());
-                    let r = cached::read(file, r.start, mem, at, n, false, buf.as_ref());
+                    let r = cached::read(file, r.start, part, false, buf.as_ref());
                     if let Err(e) = r {
                         if let Some(ctx) = slots.take() {
                             self.give_back(ctx);
                         }
                         return Err(e);
                     }
-                    from_cache += n;
+                    from_cache += part.len();
                 }
                 Source::Device => {
-                    let d = self.device(Direction::Read, choice, file, r.start, mem, at, n)?;
+                    let d = self.device(Direction::Read, choice, file, r.start, part)?;
                     report.path = d.path;
                     report.retried |= d.retried;
                     report.ring_pinned |= d.ring_pinned;
@@ -732,17 +711,15 @@ impl Core {
 
     /// `len` bytes (> 0) by `choice`'s path (or the bounce path, where the
     /// fast path cannot serve them).
-    #[allow(clippy::too_many_arguments)]
     fn device(
         &self,
         dir: Direction,
         choice: &PathChoice,
         file: &StorageFile,
         file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
     ) -> Result<Report> {
+        let (mem, mem_offset, len) = (range.mem(), range.offset(), range.len());
         let eof = |size: u64| Error::EndOfFile {
             path: file.path.clone(),
             offset: file_offset,

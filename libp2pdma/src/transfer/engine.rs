@@ -22,7 +22,10 @@ use super::{
         constants::{Effort, Key, Measurement, Resolved},
     },
 };
-use crate::{memory::DeviceMemory, Module, Result};
+use crate::{
+    memory::{DeviceMemory, MemRange},
+    Module, Result,
+};
 
 /// The transfer engine. Thread-safe: each concurrent transfer takes its own
 /// ring.
@@ -95,8 +98,8 @@ impl Engine {
         mem_offset: usize,
         len: usize,
     ) -> Option<Report> {
-        self.core
-            .read_if_cached(file, file_offset, mem, mem_offset, len)
+        let range = MemRange::new(mem, mem_offset, len).ok()?;
+        self.core.read_if_cached(file, file_offset, range)
     }
 
     /// Reads `len` bytes at `file_offset` into `mem` at `mem_offset`.

@@ -27,7 +27,7 @@ use super::{
     xfer::Direction,
 };
 use crate::{
-    memory::{self, DeviceMemory, HostMemory, MemoryKind},
+    memory::{self, DeviceMemory, HostMemory, MemRange, MemoryKind},
     Error, Peer, Result,
 };
 
@@ -727,8 +727,8 @@ impl Stage for HopStage<'_, '_> {
                 } else {
                     Direction::Write
                 };
-                self.core
-                    .run(dir, &choice, file, file_offset, m.mem, m.offset, c.len)?;
+                let range = MemRange::new(m.mem, m.offset, c.len)?;
+                self.core.run(dir, &choice, file, file_offset, range)?;
                 Ok(())
             }
             HopKind::Copy => {

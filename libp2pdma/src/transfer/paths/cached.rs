@@ -12,7 +12,7 @@ use std::{ops::Range, sync::Arc};
 use rustix::io::Errno;
 
 use crate::{
-    memory::DeviceMemory,
+    memory::MemRange,
     sys::{
         file::{cachestat, pread_raw, resident_map},
         DmaTarget, HostBuffer,
@@ -59,8 +59,8 @@ pub(crate) fn residency(file: &StorageFile, range: &Range<u64>) -> Cached {
     }
 }
 
-/// Reads `len` bytes at `file_offset` of `file` through the page cache
-/// into `mem` at `mem_offset` (checked by the caller), staging in `slots`
+/// Reads `range.len()` bytes at `file_offset` of `file` through the page
+/// cache into `range`, staging in `slots`
 /// (which nothing else uses meanwhile) when the memory has no CPU mapping
 /// and they are given, in a buffer of its own otherwise: with `nowait`, only
 /// as far as the page cache holds them (`RWF_NOWAIT`), and the bytes read
@@ -70,12 +70,11 @@ pub(crate) fn residency(file: &StorageFile, range: &Range<u64>) -> Cached {
 pub(crate) fn read(
     file: &StorageFile,
     file_offset: u64,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    len: usize,
+    range: MemRange<'_>,
     nowait: bool,
     slots: Option<&Arc<HostBuffer>>,
 ) -> Result<usize> {
+    let (mem, mem_offset, len) = (range.mem(), range.offset(), range.len());
     /// Where the page cache's bytes go.
     enum Into<'a> {
         /// The memory's CPU mapping.

@@ -10,7 +10,7 @@ use super::{
     shape::{aligned_span, check_room, Layout, Run, Shape, StridedMode, StridedReport},
 };
 use crate::{
-    memory::DeviceMemory,
+    memory::{DeviceMemory, MemRange},
     transfer::{
         core::{Core, Handle, Report},
         plan::{PathChoice, TransferPath},
@@ -154,15 +154,8 @@ pub fn read_strided(
                     layout,
                     scratch: Mutex::new(Vec::new()),
                 };
-                core.run(
-                    Direction::Read,
-                    &choice,
-                    file,
-                    g.start,
-                    &packer,
-                    0,
-                    packer.len,
-                )
+                let range = MemRange::whole(&packer);
+                core.run(Direction::Read, &choice, file, g.start, range)
             })?;
             for rep in reps {
                 note(rep);
