@@ -36,10 +36,10 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check_held nvme-cmd-read-dirty-device p2pdma-vmtest engine-read --nvme "$NVME" --path nvme-cmd --offset $((60 * M + 4096)) --len $((M - 8192)) --expect-path nvme-cmd --verify-buffered --hold
 	# Warm data: what the device's page cache holds is copied from there
 	# into the accelerator's memory, the rest moves by P2P, in one read.
-	dd if="$NVME" of=/dev/null bs=$M skip=64 count=3 2>/dev/null
-	check_held warm-read-page-cache p2pdma-vmtest engine-read --nvme "$NVME" --page-cache auto --offset $((64 * M + 100)) --len $((2 * M)) --mem-offset 100 \
+	dd if="$NVME" of=/dev/null bs=$M skip=34 count=3 2>/dev/null
+	check_held warm-read-page-cache p2pdma-vmtest engine-read --nvme "$NVME" --page-cache auto --offset $((34 * M + 100)) --len $((2 * M)) --mem-offset 100 \
 		--expect-path p2p --expect-page-cache all --hold
-	check_held half-warm-read p2pdma-vmtest engine-read --nvme "$NVME" --page-cache auto --offset $((66 * M)) --len $((4 * M)) \
+	check_held half-warm-read p2pdma-vmtest engine-read --nvme "$NVME" --page-cache auto --offset $((36 * M)) --len $((4 * M)) \
 		--expect-path p2p --expect-page-cache some --module-io yes --hold
 	exec 3<&-
 	# The multipath namespace: AUTO asks the kernel for both paths'

@@ -245,7 +245,7 @@ impl Core {
     /// rule ([`plan::decide`]) on the facts of the pair
     /// ([`Core::facts`]).
     ///
-    /// [`PathPref::NvmeCmd`] needs storage on an NVMe namespace
+    /// [`PathPref::NvmeCmd`](super::PathPref::NvmeCmd) needs storage on an NVMe namespace
     /// ([`StorageFile::nvme_namespace`]): the namespace, a partition of it,
     /// or a regular file on ext4 or XFS there, whose extents each transfer
     /// maps with `FIEMAP`; anything else is `Error::PathUnavailable` with the

@@ -7,20 +7,20 @@
 //! - [`facts`]: what the rule decides on;
 //! - [`p2p`]: the P2P part, the kernel's answers;
 //! - [`cache`]: which bytes of a read the page cache serves;
-//! - [`decide`](mod@decide): the rule.
+//! - [`rule`]: the rule, [`decide`].
 
 pub mod cache;
-pub mod decide;
 pub mod facts;
 pub mod p2p;
 pub mod path;
+pub mod rule;
 #[cfg(test)]
 mod tests;
 
 pub use cache::{ask_first, PageCache, Residency, Source};
-pub(crate) use decide::by_module;
-pub use decide::decide;
 pub use facts::{DrivenFacts, Facts, MemoryFacts, NamespaceFacts, StorageFacts};
 pub(crate) use p2p::{allowed, EVERY_PATH};
 pub use p2p::{p2p_refusal, query_paths, P2pRefusal};
 pub use path::{P2pSubmit, PathChoice, PathPref, TransferPath};
+pub(crate) use rule::by_module;
+pub use rule::decide;
