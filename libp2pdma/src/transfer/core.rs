@@ -136,10 +136,26 @@ impl Handle<'_> {
         len: usize,
     ) -> Result<Report> {
         let range = MemRange::new(self.mem, mem_offset, len)?;
-        let (pref, file) = (self.page_cache, self.file);
-        self.core
-            .run_as(pref, dir, &self.choice, file, file_offset, range)
+        let job = Job {
+            dir,
+            choice: &self.choice,
+            file: self.file,
+            file_offset,
+            range,
+        };
+        self.core.run_as(self.page_cache, job)
     }
+}
+
+/// One transfer as the core runs it: which way, on which path, between
+/// `file` at `file_offset` and `range`.
+#[derive(Clone, Copy)]
+pub(crate) struct Job<'a> {
+    pub(crate) dir: Direction,
+    pub(crate) choice: &'a PathChoice,
+    pub(crate) file: &'a StorageFile,
+    pub(crate) file_offset: u64,
+    pub(crate) range: MemRange<'a>,
 }
 
 /// The resources transfers share. Thread-safe: each concurrent transfer
@@ -503,31 +519,21 @@ impl Core {
         }
     }
 
-    /// One transfer between `file` at `file_offset` and `range` on
-    /// `choice`'s path, with reads using the page cache as the
-    /// configuration says.
-    pub(crate) fn run(
-        &self,
-        dir: Direction,
-        choice: &PathChoice,
-        file: &StorageFile,
-        file_offset: u64,
-        range: MemRange<'_>,
-    ) -> Result<Report> {
-        let page_cache = self.config.page_cache;
-        self.run_as(page_cache, dir, choice, file, file_offset, range)
+    /// Runs `job`, with reads using the page cache as the configuration
+    /// says.
+    pub(crate) fn run(&self, job: Job<'_>) -> Result<Report> {
+        self.run_as(self.config.page_cache, job)
     }
 
     /// [`Core::run`], with reads using the page cache as `page_cache` says.
-    pub(crate) fn run_as(
-        &self,
-        page_cache: PageCache,
-        dir: Direction,
-        choice: &PathChoice,
-        file: &StorageFile,
-        file_offset: u64,
-        range: MemRange<'_>,
-    ) -> Result<Report> {
+    pub(crate) fn run_as(&self, page_cache: PageCache, job: Job<'_>) -> Result<Report> {
+        let Job {
+            dir,
+            choice,
+            file,
+            file_offset,
+            range,
+        } = job;
         let (mem, mem_offset, len) = (range.mem(), range.offset(), range.len());
         if file_offset.checked_add(len as u64).is_none() {
             return Err(Error::InvalidArgument(
@@ -567,9 +573,9 @@ impl Core {
             return Ok(Report::new(len as u64, TransferPath::Queues));
         }
         if dir == Direction::Read && page_cache != PageCache::Direct && file.buffered.is_some() {
-            return self.read_cached(page_cache, choice, file, file_offset, range);
+            return self.read_cached(page_cache, job);
         }
-        self.device(dir, choice, file, file_offset, range)
+        self.device(job)
     }
 
     /// The read of `file` at `file_offset` into `range`, if it can be
@@ -614,14 +620,14 @@ impl Core {
 
     /// A read that takes what the page cache holds from it (as
     /// [`plan::cache::split`] says) and the rest by `choice`'s path.
-    fn read_cached(
-        &self,
-        pref: PageCache,
-        choice: &PathChoice,
-        file: &StorageFile,
-        file_offset: u64,
-        range: MemRange<'_>,
-    ) -> Result<Report> {
+    fn read_cached(&self, pref: PageCache, job: Job<'_>) -> Result<Report> {
+        let Job {
+            choice,
+            file,
+            file_offset,
+            range,
+            ..
+        } = job;
         let (mem, len) = (range.mem(), range.len());
         let start = Instant::now();
         let mut from_cache = 0usize;
@@ -689,7 +695,11 @@ impl Core {
                     from_cache += part.len();
                 }
                 Source::Device => {
-                    let d = self.device(Direction::Read, choice, file, r.start, part)?;
+                    let d = self.device(Job {
+                        file_offset: r.start,
+                        range: part,
+                        ..job
+                    })?;
                     report.path = d.path;
                     report.retried |= d.retried;
                     report.ring_pinned |= d.ring_pinned;
@@ -711,14 +721,9 @@ impl Core {
 
     /// `len` bytes (> 0) by `choice`'s path (or the bounce path, where the
     /// fast path cannot serve them).
-    fn device(
-        &self,
-        dir: Direction,
-        choice: &PathChoice,
-        file: &StorageFile,
-        file_offset: u64,
-        range: MemRange<'_>,
-    ) -> Result<Report> {
+    fn device(&self, job: Job<'_>) -> Result<Report> {
+        let (dir, choice, file, file_offset) = (job.dir, job.choice, job.file, job.file_offset);
+        let range = job.range;
         let (mem, mem_offset, len) = (range.mem(), range.offset(), range.len());
         let eof = |size: u64| Error::EndOfFile {
             path: file.path.clone(),

@@ -17,7 +17,7 @@
 use std::{fmt, time::Duration};
 
 use super::{
-    core::Core,
+    core::{Core, Job},
     exec::{
         pipeline::{self, Chunk, Driver, Lanes, Stage},
         rings::RingPool,
@@ -728,7 +728,13 @@ impl Stage for HopStage<'_, '_> {
                     Direction::Write
                 };
                 let range = MemRange::new(m.mem, m.offset, c.len)?;
-                self.core.run(dir, &choice, file, file_offset, range)?;
+                self.core.run(Job {
+                    dir,
+                    choice: &choice,
+                    file,
+                    file_offset,
+                    range,
+                })?;
                 Ok(())
             }
             HopKind::Copy => {

@@ -232,13 +232,7 @@ pub(crate) fn known_constants(
         // in the next process.
         let _ = Store::in_dir(dir).store(key, &m.values, "quick, at first strided use");
     }
-    core.constants
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            key.clone(),
-            KnownConstants::Have(m.values, Source::Measured),
-        );
+    remember_measured(core, key, m.values);
     (m.values, Source::Measured)
 }
 
@@ -293,12 +287,14 @@ pub fn calibrate_strided(
         }
         _ => None,
     };
+    remember_measured(core, &key, m.values);
+    Ok((key, m, stored))
+}
+
+/// Keeps `values`, measured for `key`, for the engine's life.
+fn remember_measured(core: &Core, key: &Key, values: Partial) {
     core.constants
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(
-            key.clone(),
-            KnownConstants::Have(m.values, Source::Measured),
-        );
-    Ok((key, m, stored))
+        .insert(key.clone(), KnownConstants::Have(values, Source::Measured));
 }

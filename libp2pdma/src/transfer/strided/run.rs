@@ -12,7 +12,7 @@ use super::{
 use crate::{
     memory::{DeviceMemory, MemRange},
     transfer::{
-        core::{Core, Handle, Report},
+        core::{Core, Handle, Job, Report},
         plan::{PathChoice, TransferPath},
         storage::StorageFile,
         xfer::Direction,
@@ -155,7 +155,13 @@ pub fn read_strided(
                     scratch: Mutex::new(Vec::new()),
                 };
                 let range = MemRange::whole(&packer);
-                core.run(Direction::Read, &choice, file, g.start, range)
+                core.run(Job {
+                    dir: Direction::Read,
+                    choice: &choice,
+                    file,
+                    file_offset: g.start,
+                    range,
+                })
             })?;
             for rep in reps {
                 note(rep);

@@ -256,19 +256,14 @@ impl Resolved {
         let c = &self.constants;
         let s = &self.sources;
         format!(
-            "call {:.1} µs ({}), call MiB {:.0} µs ({}), storage {:.2} GiB/s ({}), copy {:.2} GiB/s ({}), pack {:.2} GiB/s ({}), copy call {:.3} µs ({})",
+            "call {:.1} µs ({}), call MiB {:.0} µs ({}), storage {:.2} GiB/s ({}), {}",
             c.call_s * 1e6,
             s[0],
             c.call_mib_s * 1e6,
             s[5],
             c.storage_bps / GIB,
             s[1],
-            c.copy_bps / GIB,
-            s[2],
-            c.pack_bps / GIB,
-            s[3],
-            c.copy_call_s * 1e6,
-            s[4]
+            self.describe_copies()
         )
     }
 }
