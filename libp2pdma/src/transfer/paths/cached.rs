@@ -2,10 +2,10 @@
 //! memory is copied from there (a buffered read straight into the memory's
 //! CPU mapping where it has one; otherwise into the engine's host slots,
 //! page-locked for the memory's copy engine where it has one, then by the
-//! memory's copies), instead of moving it from the device again. What of a range
-//! is cached comes from `cachestat(2)` (one call, which walks only the
-//! cached part), and, where that finds part of it cached or the kernel has
-//! no `cachestat`, page by page from `mincore`.
+//! memory's copies), instead of moving it from the device again. What of a
+//! range is cached comes from `cachestat(2)` (one call, which walks only
+//! the cached part), and, where that finds part of it cached or the kernel
+//! has no `cachestat`, page by page from `mincore`.
 
 use std::{ops::Range, sync::Arc};
 
@@ -60,13 +60,12 @@ pub(crate) fn residency(file: &StorageFile, range: &Range<u64>) -> Cached {
 }
 
 /// Reads `range.len()` bytes at `file_offset` of `file` through the page
-/// cache into `range`, staging in `slots`
-/// (which nothing else uses meanwhile) when the memory has no CPU mapping
-/// and they are given, in a buffer of its own otherwise: with `nowait`, only
-/// as far as the page cache holds them (`RWF_NOWAIT`), and the bytes read
-/// are returned, 0 where the first page is not cached; otherwise all of
-/// them, reading what is not cached, and the end of the file is
-/// [`Error::EndOfFile`].
+/// cache into `range`, staging in `slots` (which nothing else uses
+/// meanwhile) when the memory has no CPU mapping and they are given, in a
+/// buffer of its own otherwise: with `nowait`, only as far as the page
+/// cache holds them (`RWF_NOWAIT`), and the bytes read are returned, 0
+/// where the first page is not cached; otherwise all of them, reading what
+/// is not cached, and the end of the file is [`Error::EndOfFile`].
 pub(crate) fn read(
     file: &StorageFile,
     file_offset: u64,
