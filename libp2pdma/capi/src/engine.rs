@@ -46,6 +46,28 @@ impl From<TransferPath> for p2pdma_path {
     }
 }
 
+/// An engine handle for `config`, with `module` (NULL for none).
+///
+/// # Safety
+///
+/// `module` must be NULL or a live module handle.
+unsafe fn new_engine(
+    config: Config,
+    module: *const p2pdma_module,
+) -> Result<*mut p2pdma_engine, Failure> {
+    let module = if module.is_null() {
+        None
+    } else {
+        // SAFETY: The caller passes a live module handle (not NULL here).
+        Some(Arc::clone(
+            &unsafe { raw::handle(module, "module") }?.module,
+        ))
+    };
+    Ok(raw::into_handle(p2pdma_engine {
+        engine: Arc::new(Engine::new(config, module)),
+    }))
+}
+
 /// Creates a transfer engine with `count` settings, `keys[i]` set to
 /// `values[i]` over the defaults, as in a `P2PDMA_CONFIG` file (`path`,
 /// `page_cache` (auto, direct or buffered), `chunk`, `depth`, `p2p_submit`,
@@ -93,17 +115,8 @@ pub unsafe extern "C" fn p2pdma_engine_new_with(
             let value = value.to_str().map_err(|_| not_utf8("values[i]"))?;
             config.set(key, value)?;
         }
-        let module = if module.is_null() {
-            None
-        } else {
-            // SAFETY: The caller passes a live module handle (not NULL here).
-            Some(Arc::clone(
-                &unsafe { raw::handle(module, "module") }?.module,
-            ))
-        };
-        *out = raw::into_handle(p2pdma_engine {
-            engine: Arc::new(Engine::new(config, module)),
-        });
+        // SAFETY: The caller passes NULL or a live module handle.
+        *out = unsafe { new_engine(config, module) }?;
         Ok(0)
     })
 }
@@ -161,17 +174,8 @@ pub unsafe extern "C" fn p2pdma_engine_new(
         if depth != 0 {
             config.set("depth", &depth.to_string())?;
         }
-        let module = if module.is_null() {
-            None
-        } else {
-            // SAFETY: The caller passes a live module handle (not NULL here).
-            Some(Arc::clone(
-                &unsafe { raw::handle(module, "module") }?.module,
-            ))
-        };
-        *out = raw::into_handle(p2pdma_engine {
-            engine: Arc::new(Engine::new(config, module)),
-        });
+        // SAFETY: The caller passes NULL or a live module handle.
+        *out = unsafe { new_engine(config, module) }?;
         Ok(0)
     })
 }
