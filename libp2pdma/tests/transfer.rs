@@ -259,6 +259,71 @@ mod asynchronous {
         }
     }
 
+    /// Memory that records which threads wrote it, by id and name.
+    #[derive(Debug)]
+    struct Writers(
+        HostMemory,
+        std::sync::Mutex<Vec<(std::thread::ThreadId, String)>>,
+    );
+
+    impl p2pdma::memory::DeviceMemory for Writers {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn kind(&self) -> p2pdma::memory::MemoryKind {
+            self.0.kind()
+        }
+        fn write_at(&self, offset: usize, src: &[u8]) -> p2pdma::Result<()> {
+            let t = std::thread::current();
+            let name = t.name().unwrap_or("").to_string();
+            self.1.lock().unwrap().push((t.id(), name));
+            self.0.write_at(offset, src)
+        }
+        fn read_at(&self, offset: usize, dst: &mut [u8]) -> p2pdma::Result<()> {
+            self.0.read_at(offset, dst)
+        }
+    }
+
+    #[test]
+    fn a_deferred_read_runs_on_its_waiter_or_on_a_worker_once_polled() {
+        let data = pattern(21, 0, 1 << 20);
+        let file = Arc::new(StorageFile::open(temp_file("deferred.bin", &data)).unwrap());
+        let e = engine(PathPref::Bounce, Some(64 << 10), Some(2));
+        let mem = Arc::new(Writers(
+            HostMemory::new(1 << 20).unwrap(),
+            Default::default(),
+        ));
+        let req = |off: u64, len: usize| Request {
+            dir: Direction::Read,
+            file: file.clone(),
+            file_offset: off,
+            mem: mem.clone(),
+            mem_offset: 0,
+            len,
+        };
+        // Waited for: it ran on this thread, no worker touched it (the
+        // bounce path's own copy threads may have).
+        let worker = |w: &(std::thread::ThreadId, String)| w.1.starts_with("p2pdma-io");
+        let t = e.submit_deferred(req(4099, 300_000));
+        assert_eq!(t.wait().unwrap().bytes, 300_000);
+        let me = std::thread::current().id();
+        assert!(!mem.1.lock().unwrap().iter().any(worker));
+        assert!(mem_bytes(&mem.0, 0, 300_000) == data[4099..4099 + 300_000]);
+        // Polled: a worker runs it.
+        mem.1.lock().unwrap().clear();
+        let t = e.submit_deferred(req(77, 200_000));
+        assert!(t.poll().is_none() || t.is_done());
+        assert!(t.wait_done(None));
+        assert_eq!(t.poll().unwrap().unwrap().bytes, 200_000);
+        assert!(mem.1.lock().unwrap().iter().all(|w| w.0 != me));
+        assert!(mem_bytes(&mem.0, 0, 200_000) == data[77..77 + 200_000]);
+        // Dropped before either: it never runs.
+        mem.1.lock().unwrap().clear();
+        drop(e.submit_deferred(req(0, 100_000)));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(mem.1.lock().unwrap().is_empty());
+    }
+
     /// A minimal executor: polls the future, parking between wake-ups.
     fn block_on<F: Future>(f: F) -> F::Output {
         let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));

@@ -30,6 +30,9 @@ use crate::{
 
 /// A file or block device (an NVMe namespace, a partition) opened for
 /// transfers.
+/// The largest read a future defers until it is waited for.
+const DEFER_MAX: usize = 1 << 20;
+
 #[pyclass(frozen, module = "p2pdma")]
 pub struct File {
     storage: RwLock<Option<Arc<StorageFile>>>,
@@ -213,8 +216,14 @@ impl File {
         let engine = self.engine(py)?;
         let context = (self.path.clone(), req.file.clone(), req.mem.clone());
         let len = req.len;
-        let ticket = match len {
-            0 => None,
+        // A small read runs when the future is first waited for, on the
+        // waiting thread, or goes to the engine's workers when it is first
+        // polled or awaited: `pread(...).get()` then costs what `read`
+        // does. Writes always start at once: a future dropped unwaited
+        // must not lose one.
+        let ticket = match (len, req.dir) {
+            (0, _) => None,
+            (n, Direction::Read) if n <= DEFER_MAX => Some(engine.submit_deferred(req)),
             _ => Some(engine.submit(req)),
         };
         Ok(Future::new(ticket, len, engine, context))

@@ -156,6 +156,11 @@ impl Future {
     /// running at the deadline.
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<usize> {
+        // Without a deadline, a transfer no worker has started (a deferred
+        // read) runs here; with one, it goes to the workers (`settle`).
+        if let (Some(t), None) = (&self.ticket, timeout) {
+            py.detach(|| t.run_here());
+        }
         if let Some(r) = self.settle(py) {
             return r;
         }

@@ -75,11 +75,15 @@ struct Slot<T> {
 /// worker, or a thread waiting for its ticket.
 type Claim = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 
+/// For a deferred transfer: what hands it to the workers, once.
+type Start = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+
 /// A submitted transfer: poll it, wait for it, or await it. Its result is
 /// a [`Report`] for plain transfers, a [`StridedReport`] for strided ones.
 pub struct Ticket<T = Report> {
     shared: Arc<(Mutex<Slot<T>>, Condvar)>,
     claim: Option<Claim>,
+    start: Option<Start>,
 }
 
 impl<T> Clone for Ticket<T> {
@@ -87,6 +91,7 @@ impl<T> Clone for Ticket<T> {
         Self {
             shared: self.shared.clone(),
             claim: self.claim.clone(),
+            start: self.start.clone(),
         }
     }
 }
@@ -109,6 +114,7 @@ impl<T> Ticket<T> {
         Self {
             shared: Arc::new((Mutex::new(slot), Condvar::new())),
             claim: None,
+            start: None,
         }
     }
 
@@ -117,11 +123,28 @@ impl<T> Ticket<T> {
         Self {
             shared: self.shared.clone(),
             claim: None,
+            start: None,
         }
     }
 
-    /// Runs the transfer here if no worker has started it.
-    fn run_if_pending(&self) {
+    /// Hands a deferred transfer to the workers, if it is still waiting.
+    fn start_if_deferred(&self) {
+        let start = self
+            .start
+            .as_ref()
+            .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(start) = start {
+            start();
+        }
+    }
+
+    /// Runs the transfer on this thread if no worker has started it (and
+    /// returns when it has ended); does nothing otherwise.
+    pub fn run_here(&self) {
+        if let Some(s) = &self.start {
+            // Run here: nothing is left for the workers.
+            drop(s.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
         let run = self
             .claim
             .as_ref()
@@ -151,6 +174,7 @@ impl<T> Ticket<T> {
 
     /// Whether the transfer has finished (successfully or not).
     pub fn is_done(&self) -> bool {
+        self.start_if_deferred();
         let s = self.lock();
         s.result.is_some() || s.taken
     }
@@ -158,6 +182,7 @@ impl<T> Ticket<T> {
     /// The result if the transfer has finished, without blocking. The
     /// result is handed out once; later calls give an error.
     pub fn poll(&self) -> Option<Result<T>> {
+        self.start_if_deferred();
         let mut s = self.lock();
         take(&mut s)
     }
@@ -165,7 +190,7 @@ impl<T> Ticket<T> {
     /// Blocks until the transfer finishes, or `timeout` passes, without
     /// taking the result; says whether it finished.
     pub fn wait_done(&self, timeout: Option<std::time::Duration>) -> bool {
-        self.run_if_pending();
+        self.run_here();
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
         let mut s = self.lock();
         loop {
@@ -191,7 +216,7 @@ impl<T> Ticket<T> {
 
     /// Blocks until the transfer finishes and returns its result.
     pub fn wait(&self) -> Result<T> {
-        self.run_if_pending();
+        self.run_here();
         let mut s = self.lock();
         loop {
             if let Some(r) = take(&mut s) {
@@ -217,6 +242,7 @@ impl<T> Future for Ticket<T> {
     type Output = Result<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        self.start_if_deferred();
         let mut s = self.lock();
         match take(&mut s) {
             Some(r) => Poll::Ready(r),
@@ -250,10 +276,13 @@ fn run<T>(ticket: &Ticket<T>, core: Option<&Core>, work: impl FnOnce(&Core) -> R
 }
 
 /// Queues `work` on `workers` and returns its ticket: a worker runs it, or
-/// the first thread to wait for the ticket before a worker starts it.
+/// the first thread to wait for the ticket before a worker starts it. With
+/// `deferred`, nothing is queued until the ticket is first polled or asked
+/// whether it is done.
 fn dispatch<T: Send + 'static>(
     core: &Arc<Core>,
-    workers: &Workers<Core>,
+    workers: &Arc<Workers<Core>>,
+    deferred: bool,
     work: impl FnOnce(&Core) -> Result<T> + Send + 'static,
 ) -> Ticket<T> {
     let mut ticket = Ticket::new();
@@ -268,12 +297,34 @@ fn dispatch<T: Send + 'static>(
             work();
         }
     });
-    workers.queue(core, job);
+    if deferred {
+        let (core, workers) = (core.clone(), workers.clone());
+        ticket.start = Some(Arc::new(Mutex::new(Some(Box::new(move || {
+            workers.queue(&core, job)
+        })))));
+    } else {
+        workers.queue(core, job);
+    }
     ticket
 }
 
 /// Runs `req` on `workers` with `core`; its ticket.
-pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket {
+pub fn submit(core: &Arc<Core>, workers: &Arc<Workers<Core>>, req: Request) -> Ticket {
+    submit_with(core, workers, req, false)
+}
+
+/// [`submit`], the transfer deferred until its ticket is waited for (run
+/// by the waiter) or polled (handed to the workers).
+pub fn submit_deferred(core: &Arc<Core>, workers: &Arc<Workers<Core>>, req: Request) -> Ticket {
+    submit_with(core, workers, req, true)
+}
+
+fn submit_with(
+    core: &Arc<Core>,
+    workers: &Arc<Workers<Core>>,
+    req: Request,
+    deferred: bool,
+) -> Ticket {
     // A read the page cache can serve at once ends here, without a hand-off
     // to a worker.
     if req.dir == Direction::Read {
@@ -286,7 +337,7 @@ pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket
             return ticket;
         }
     }
-    dispatch(core, workers, move |core| {
+    dispatch(core, workers, deferred, move |core| {
         core.handle(&req.file, req.mem.as_ref())
             .and_then(|h| match req.dir {
                 Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
@@ -298,10 +349,10 @@ pub fn submit(core: &Arc<Core>, workers: &Workers<Core>, req: Request) -> Ticket
 /// Runs the strided transfer `req` on `workers` with `core`; its ticket.
 pub fn submit_strided(
     core: &Arc<Core>,
-    workers: &Workers<Core>,
+    workers: &Arc<Workers<Core>>,
     req: StridedRequest,
 ) -> Ticket<StridedReport> {
-    dispatch(core, workers, move |core| {
+    dispatch(core, workers, false, move |core| {
         let StridedRequest {
             dir,
             file,
@@ -339,7 +390,7 @@ mod tests {
         assert_eq!(t.wait().unwrap(), std::thread::current().id());
         // Taken: a worker coming later finds nothing to run.
         assert!(claim.lock().unwrap().is_none());
-        t.run_if_pending();
+        t.run_here();
         assert!(t.poll().unwrap().is_err());
     }
 

@@ -31,7 +31,7 @@ use crate::{
 /// ring.
 pub struct Engine {
     core: Arc<Core>,
-    workers: Workers<Core>,
+    workers: Arc<Workers<Core>>,
     rings: RingPool,
 }
 
@@ -49,7 +49,7 @@ impl Engine {
     pub fn new(config: Config, module: Option<Arc<Module>>) -> Self {
         Self {
             core: Arc::new(Core::new(config, module)),
-            workers: Workers::new(),
+            workers: Arc::new(Workers::new()),
             rings: RingPool::default(),
         }
     }
@@ -257,6 +257,18 @@ impl Engine {
     /// Submits a transfer to run in the background; returns at once.
     pub fn submit(&self, req: Request) -> Ticket {
         asyncio::submit(&self.core, &self.workers, req)
+    }
+
+    /// Submits a transfer that runs when its ticket is first waited for,
+    /// on the waiting thread ([`Ticket::wait`], [`Ticket::wait_done`]), or
+    /// is handed to the worker threads when it is first polled or asked
+    /// whether it is done: a small read followed by a wait then costs no
+    /// hand-off between threads (KvikIO runs small reads of host memory
+    /// deferred, for the same reason). A read the page cache can serve at
+    /// once is served here, as [`Engine::submit`] serves it. A ticket
+    /// dropped before either never runs its transfer.
+    pub fn submit_deferred(&self, req: Request) -> Ticket {
+        asyncio::submit_deferred(&self.core, &self.workers, req)
     }
 
     /// Submits many transfers at once; they run in parallel on the pool.
