@@ -28,11 +28,11 @@ use crate::{
     shape::Shape,
 };
 
-/// A file or block device (an NVMe namespace, a partition) opened for
-/// transfers.
 /// The largest read a future defers until it is waited for.
 const DEFER_MAX: usize = 1 << 20;
 
+/// A file or block device (an NVMe namespace, a partition) opened for
+/// transfers.
 #[pyclass(frozen, module = "p2pdma")]
 pub struct File {
     storage: RwLock<Option<Arc<StorageFile>>>,
