@@ -71,19 +71,41 @@ struct Slot<T> {
     waker: Option<Waker>,
 }
 
-/// A transfer not started yet, which whoever takes it first runs: a
-/// worker, or a thread waiting for its ticket.
-type Claim = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+/// Work that runs once, on whichever thread takes it first; shared by the
+/// clones that may take it.
+#[derive(Clone)]
+struct Once(Arc<Mutex<Option<Work>>>);
 
-/// For a deferred transfer: what hands it to the workers, once.
-type Start = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
+/// What a [`Once`] runs.
+type Work = Box<dyn FnOnce() + Send>;
+
+impl Once {
+    fn new(f: impl FnOnce() + Send + 'static) -> Self {
+        Self(Arc::new(Mutex::new(Some(Box::new(f)))))
+    }
+
+    /// Runs the work here if no one has taken it yet.
+    fn run(&self) {
+        let f = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(f) = f {
+            f();
+        }
+    }
+
+    /// Takes the work away, unrun.
+    fn cancel(&self) {
+        drop(self.0.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
 
 /// A submitted transfer: poll it, wait for it, or await it. Its result is
 /// a [`Report`] for plain transfers, a [`StridedReport`] for strided ones.
 pub struct Ticket<T = Report> {
     shared: Arc<(Mutex<Slot<T>>, Condvar)>,
-    claim: Option<Claim>,
-    start: Option<Start>,
+    /// The transfer not started yet, which a worker or a waiter runs.
+    claim: Option<Once>,
+    /// For a deferred transfer: what hands `claim` to the workers.
+    start: Option<Once>,
 }
 
 impl<T> Clone for Ticket<T> {
@@ -129,12 +151,8 @@ impl<T> Ticket<T> {
 
     /// Hands a deferred transfer to the workers, if it is still waiting.
     fn start_if_deferred(&self) {
-        let start = self
-            .start
-            .as_ref()
-            .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Some(start) = start {
-            start();
+        if let Some(s) = &self.start {
+            s.run();
         }
     }
 
@@ -143,14 +161,10 @@ impl<T> Ticket<T> {
     pub fn run_here(&self) {
         if let Some(s) = &self.start {
             // Run here: nothing is left for the workers.
-            drop(s.lock().unwrap_or_else(|p| p.into_inner()).take());
+            s.cancel();
         }
-        let run = self
-            .claim
-            .as_ref()
-            .and_then(|c| c.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Some(run) = run {
-            run();
+        if let Some(c) = &self.claim {
+            c.run();
         }
     }
 
@@ -287,21 +301,12 @@ fn dispatch<T: Send + 'static>(
 ) -> Ticket<T> {
     let mut ticket = Ticket::new();
     let (done, weak) = (ticket.completer(), Arc::downgrade(core));
-    let claim: Claim = Arc::new(Mutex::new(Some(Box::new(move || {
-        run(&done, weak.upgrade().as_deref(), work)
-    }))));
+    let claim = Once::new(move || run(&done, weak.upgrade().as_deref(), work));
     ticket.claim = Some(claim.clone());
-    let job: Job<Core> = Box::new(move |_: Option<&Core>| {
-        let work = claim.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(work) = work {
-            work();
-        }
-    });
+    let job: Job<Core> = Box::new(move |_: Option<&Core>| claim.run());
     if deferred {
         let (core, workers) = (core.clone(), workers.clone());
-        ticket.start = Some(Arc::new(Mutex::new(Some(Box::new(move || {
-            workers.queue(&core, job)
-        })))));
+        ticket.start = Some(Once::new(move || workers.queue(&core, job)));
     } else {
         workers.queue(core, job);
     }
@@ -383,13 +388,11 @@ mod tests {
     fn a_waiter_runs_a_transfer_no_worker_has_started() {
         let mut t: Ticket<std::thread::ThreadId> = Ticket::new();
         let done = t.completer();
-        let claim: Claim = Arc::new(Mutex::new(Some(Box::new(move || {
-            done.complete(Ok(std::thread::current().id()))
-        }))));
+        let claim = Once::new(move || done.complete(Ok(std::thread::current().id())));
         t.claim = Some(claim.clone());
         assert_eq!(t.wait().unwrap(), std::thread::current().id());
         // Taken: a worker coming later finds nothing to run.
-        assert!(claim.lock().unwrap().is_none());
+        assert!(claim.0.lock().unwrap().is_none());
         t.run_here();
         assert!(t.poll().unwrap().is_err());
     }
