@@ -645,21 +645,12 @@ impl Core {
             }
         }
         let rest = file_offset + from_cache as u64..file_offset + len as u64;
-        let known = match (pref, rest.is_empty()) {
+        let residency = match (pref, rest.is_empty()) {
             (PageCache::Auto, false) => cached::residency(file, &rest),
-            _ => cached::Cached::Unknown,
+            _ => Residency::Unknown,
         };
-        let residency = match &known {
-            cached::Cached::All => Residency::All,
-            cached::Cached::None => Residency::None,
-            cached::Cached::Pages(map) => Residency::Pages {
-                page: cached::PAGE,
-                map,
-            },
-            cached::Cached::Unknown => Residency::Unknown,
-        };
-        match (&known, from_cache) {
-            (cached::Cached::All, 0) => {
+        match (&residency, from_cache) {
+            (Residency::All, 0) => {
                 let _ = streak.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     Some(n.saturating_add(1))
                 });
@@ -672,7 +663,7 @@ impl Core {
         // one, as the bounce path's copies do.
         let mut slots = None;
         let staged = mem.dma().and_then(|d| d.dma_target()).is_none();
-        for (r, source) in plan::cache::split(pref, rest, residency) {
+        for (r, source) in plan::cache::split(pref, rest, &residency) {
             let part = range.sub((r.start - file_offset) as usize, (r.end - r.start) as usize)?;
             match source {
                 Source::PageCache => {

@@ -17,45 +17,33 @@ use crate::{
         file::{cachestat, pread_raw, resident_map},
         DmaTarget, HostBuffer,
     },
-    transfer::storage::StorageFile,
+    transfer::{plan::Residency, storage::StorageFile},
     Error, Result,
 };
 
 /// Bytes per page, as the page cache counts them.
-pub(crate) const PAGE: u64 = 4096;
+const PAGE: u64 = 4096;
 
 /// Bytes staged at a time for memory without a CPU mapping.
 const STAGE: usize = 4 << 20;
 
-/// What the kernel says of the pages of `range` of `file`.
-pub(crate) enum Cached {
-    /// Every page.
-    All,
-    /// None.
-    None,
-    /// A flag per page, from the page holding `range.start`.
-    Pages(Vec<bool>),
-    /// Not known.
-    Unknown,
-}
-
 /// What of `range` (not empty) of `file` is in the page cache.
-pub(crate) fn residency(file: &StorageFile, range: &Range<u64>) -> Cached {
+pub(crate) fn residency(file: &StorageFile, range: &Range<u64>) -> Residency {
     let Ok(fd) = file.buffered_fd() else {
-        return Cached::Unknown;
+        return Residency::Unknown;
     };
     let first = range.start - range.start % PAGE;
     let pages = (range.end.div_ceil(PAGE) * PAGE - first) / PAGE;
     match cachestat(fd, first, pages * PAGE) {
-        Ok(c) if c.nr_cache == 0 => return Cached::None,
-        Ok(c) if c.nr_cache >= pages => return Cached::All,
+        Ok(c) if c.nr_cache == 0 => return Residency::None,
+        Ok(c) if c.nr_cache >= pages => return Residency::All,
         _ => {}
     }
     match resident_map(fd, range.start, range.end - range.start) {
-        Ok(map) if map.iter().all(|&c| c) => Cached::All,
-        Ok(map) if !map.iter().any(|&c| c) => Cached::None,
-        Ok(map) => Cached::Pages(map),
-        Err(_) => Cached::Unknown,
+        Ok(map) if map.iter().all(|&c| c) => Residency::All,
+        Ok(map) if !map.iter().any(|&c| c) => Residency::None,
+        Ok(map) => Residency::Pages { page: PAGE, map },
+        Err(_) => Residency::Unknown,
     }
 }
 

@@ -88,8 +88,8 @@ pub fn ask_first(pref: PageCache, len: usize, streak: u32) -> bool {
 }
 
 /// What the kernel says of the pages of a read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Residency<'a> {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Residency {
     /// Every page is cached.
     All,
     /// No page is cached.
@@ -100,7 +100,7 @@ pub enum Residency<'a> {
         /// Bytes per page.
         page: u64,
         /// A flag per page.
-        map: &'a [bool],
+        map: Vec<bool>,
     },
     /// Not known (no way to ask, or the kernel did not answer).
     Unknown,
@@ -113,11 +113,7 @@ pub enum Residency<'a> {
 /// [`PageCache::Buffered`] all of it from the page cache; with
 /// [`PageCache::Direct`], or when what is cached is not known, all of it
 /// from the device.
-pub fn split(
-    pref: PageCache,
-    range: Range<u64>,
-    cached: Residency<'_>,
-) -> Vec<(Range<u64>, Source)> {
+pub fn split(pref: PageCache, range: Range<u64>, cached: &Residency) -> Vec<(Range<u64>, Source)> {
     if range.is_empty() {
         return Vec::new();
     }
@@ -129,7 +125,7 @@ pub fn split(
         (PageCache::Buffered, _) | (PageCache::Auto, Residency::All) => {
             return whole(Source::PageCache)
         }
-        (PageCache::Auto, Residency::Pages { page, map }) => (page, map),
+        (PageCache::Auto, Residency::Pages { page, map }) => (*page, map),
     };
     let first = range.start - range.start % page;
     // Runs of equal flags, clipped to the range.
@@ -180,7 +176,14 @@ mod tests {
     const PAGE: u64 = 4096;
 
     fn check(pref: PageCache, range: Range<u64>, map: &[bool]) -> Vec<(Range<u64>, Source)> {
-        let parts = split(pref, range.clone(), Residency::Pages { page: PAGE, map });
+        let parts = split(
+            pref,
+            range.clone(),
+            &Residency::Pages {
+                page: PAGE,
+                map: map.to_vec(),
+            },
+        );
         // In order, touching, covering the range once, and no two
         // neighbours from the same source.
         let mut at = range.start;
@@ -220,26 +223,26 @@ mod tests {
         let r = 100..9000;
         let all = |s| vec![(r.clone(), s)];
         assert_eq!(
-            split(PageCache::Auto, r.clone(), Residency::All),
+            split(PageCache::Auto, r.clone(), &Residency::All),
             all(Source::PageCache)
         );
         assert_eq!(
-            split(PageCache::Auto, r.clone(), Residency::None),
+            split(PageCache::Auto, r.clone(), &Residency::None),
             all(Source::Device)
         );
         assert_eq!(
-            split(PageCache::Auto, r.clone(), Residency::Unknown),
+            split(PageCache::Auto, r.clone(), &Residency::Unknown),
             all(Source::Device)
         );
         assert_eq!(
-            split(PageCache::Direct, r.clone(), Residency::All),
+            split(PageCache::Direct, r.clone(), &Residency::All),
             all(Source::Device)
         );
         assert_eq!(
-            split(PageCache::Buffered, r.clone(), Residency::None),
+            split(PageCache::Buffered, r.clone(), &Residency::None),
             all(Source::PageCache)
         );
-        assert!(split(PageCache::Auto, 5..5, Residency::All).is_empty());
+        assert!(split(PageCache::Auto, 5..5, &Residency::All).is_empty());
     }
 
     #[test]
