@@ -21,7 +21,7 @@ use super::{
     paths::{self, bounce, cached, nvme_cmd, p2p},
     plan::{
         self, DrivenFacts, Facts, MemoryFacts, PageCache, PathChoice, Residency, Source,
-        StorageFacts, TransferPath,
+        TransferPath,
     },
     stats::Stats,
     storage::{ChoiceKey, StorageFile},
@@ -278,34 +278,31 @@ impl Core {
     pub fn facts(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Facts {
         let memory = MemoryFacts::of(mem);
         let mut storage = file.facts();
-        let mut facts = Facts {
+        storage.driven = file.queues.as_deref().map(|ns| driven_facts(ns, &memory));
+        let (mut p2p, mut paths) = (None, Vec::new());
+        if let (MemoryKind::ModuleBar { index, .. }, Some(m), true) =
+            (&memory.kind, &self.module, file.is_nvme())
+        {
+            if file.multipath.is_empty() {
+                p2p = file
+                    .controller()
+                    .and_then(|pci| m.p2p_query(*index, Peer::Pci(pci)).ok());
+            } else {
+                // A multipath namespace: every path's controller is asked.
+                paths = plan::query_paths(m, *index, &file.multipath);
+            }
+        }
+        Facts {
             pref: self.config.path,
             submit: self.config.p2p_submit,
             module: self.module.is_some(),
-            accelerator: false,
+            // Memory from the module is of an accelerator bound to it.
+            accelerator: matches!(memory.kind, MemoryKind::ModuleBar { .. }),
             memory,
-            storage: StorageFacts::default(),
-            p2p: None,
-            paths: Vec::new(),
-        };
-        if let Some(ns) = &file.queues {
-            storage.driven = Some(driven_facts(ns, &facts.memory));
+            storage,
+            p2p,
+            paths,
         }
-        if let MemoryKind::ModuleBar { index, .. } = facts.memory.kind {
-            facts.accelerator = true;
-            if let (Some(m), true) = (&self.module, file.is_nvme()) {
-                if file.multipath.is_empty() {
-                    facts.p2p = file
-                        .controller()
-                        .and_then(|pci| m.p2p_query(index, Peer::Pci(pci)).ok());
-                } else {
-                    // A multipath namespace: every path's controller is asked.
-                    facts.paths = plan::query_paths(m, index, &file.multipath);
-                }
-            }
-        }
-        facts.storage = storage;
-        facts
     }
 
     /// A handle for transfers between `file` and `mem`, with its path: the
@@ -676,13 +673,7 @@ impl Core {
                         slots = Some(ctx);
                     }
                     let buf = slots.as_ref().map(|c| c.slot_memory());
-                    let r = cached::read(file, r.start, part, false, buf.as_ref());
-                    if let Err(e) = r {
-                        if let Some(ctx) = slots.take() {
-                            self.give_back(ctx);
-                        }
-                        return Err(e);
-                    }
+                    cached::read(file, r.start, part, false, buf.as_ref())?;
                     from_cache += part.len();
                 }
                 Source::Device => {
