@@ -79,10 +79,12 @@ enum State {
 
 /// One mapping made by `DMA_MAP`, `PIN_USER` or `DMABUF_IMPORT`.
 ///
-/// It is listed in [`MAPPINGS`] before the DMA API maps anything, and made
-/// under its own lock, which revocation takes too: a revocation either
-/// finds it pending (then waits for it to be made and tears it down, or
-/// stops it from being made) or comes before it is listed, while the
+/// It is listed in [`MAPPINGS`] before the DMA API maps anything, made
+/// under its own lock, which revocation takes too, and torn down under
+/// that lock before it leaves the list: a revocation either finds it
+/// pending (then waits for it to be made and tears it down, or stops it
+/// from being made), or live or being torn down (then it returns once the
+/// DMA API's mappings are gone), or comes before it is listed, while the
 /// device it depends on is marked as going (then listing it fails).
 #[pin_data]
 pub(crate) struct DmaMapping {
@@ -224,15 +226,29 @@ impl DmaMapping {
     /// Tears the mapping down now (waiting for it if it is being made, and
     /// keeping it from being made if not yet); the owner is told.
     fn revoke(&self) {
-        let old = {
-            let mut st = self.state.lock();
-            self.status.store(REVOKED, Ordering::Release);
-            core::mem::replace(&mut *st, State::Revoked)
-        };
-        if let State::Live(live) = old {
-            drop(live);
+        if self.tear_down() {
             self.notifier.signal();
         }
+    }
+
+    /// Tears the mapping down (waiting for it if it is being made, and
+    /// keeping it from being made if not yet); whether it stood until now.
+    /// The DMA API's mappings go under the lock: whoever comes second, a
+    /// revocation or the owner's release, returns only once they are gone.
+    fn tear_down(&self) -> bool {
+        let mut st = self.state.lock();
+        let stood = match core::mem::replace(&mut *st, State::Revoked) {
+            State::Live(live) => {
+                drop(live);
+                true
+            }
+            State::Pending | State::Revoked => false,
+        };
+        // Live until its last DMA API mapping is gone: an unbind waiting
+        // for the owner's unmap (`await_user_peers`) waits for that.
+        self.status.store(REVOKED, Ordering::Release);
+        drop(st);
+        stood
     }
 }
 
@@ -297,8 +313,12 @@ pub(crate) fn register(m: &Arc<DmaMapping>) -> Result {
     Ok(())
 }
 
-/// Takes `m` off the list (`UNMAP`, close, a failed ioctl).
-pub(crate) fn unregister(m: &Arc<DmaMapping>) {
+/// Tears `m` down and takes it off the list (`UNMAP`, close, a failed
+/// ioctl), in that order: while any of its DMA API mappings stands, an
+/// unbind of a device it depends on finds it, and returns only once they
+/// are gone (the device's driver may be released right after).
+pub(crate) fn release(m: &Arc<DmaMapping>) {
+    m.tear_down();
     MAPPINGS.lock().maps.retain(|x| !Arc::ptr_eq(x, m));
 }
 

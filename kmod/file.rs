@@ -178,7 +178,7 @@ impl MiscDevice for P2pdmaFile {
         let state = core::mem::take(&mut *me.state.lock());
         // DMA mappings first: they may map allocations.
         for m in &state.maps {
-            dma::unregister(m);
+            dma::release(m);
         }
         drop(state.maps);
         // No user mapping is left (each holds the file open): the memory
@@ -735,14 +735,14 @@ impl P2pdmaFile {
         let (segs, map_type) = match made {
             Ok(x) => x,
             Err(e) => {
-                dma::unregister(&mapping);
+                dma::release(&mapping);
                 return Err(e);
             }
         };
         m.length = segs.iter().map(|&(_, l)| l).sum();
         m.num_segs = segs.len() as u32;
         if segs.len() > max {
-            dma::unregister(&mapping);
+            dma::release(&mapping);
             writer.write(&m)?;
             return Err(ENOSPC);
         }
@@ -767,7 +767,7 @@ impl P2pdmaFile {
         {
             // The caller never learns the handle: undo.
             self.state.lock().maps.retain(|x| !Arc::ptr_eq(x, &mapping));
-            dma::unregister(&mapping);
+            dma::release(&mapping);
             return Err(e);
         }
         Ok(())
@@ -852,7 +852,7 @@ impl P2pdmaFile {
                 .ok_or(ENOENT)?;
             state.maps.remove(i).map_err(|_| ENOENT)?
         };
-        dma::unregister(&mapping);
+        dma::release(&mapping);
         drop(mapping);
         Ok(())
     }

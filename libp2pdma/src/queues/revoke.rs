@@ -105,17 +105,20 @@ impl Revoker {
         self.health.drain(&why, DRAIN);
         self.health.fail(why.clone());
         let stopped = self.health.stopped();
-        if give_back || !stopped {
-            let _ = self.bar.let_go();
-            let _ = self.device.let_go();
-        }
+        // The mappings go before the device: its release may end its
+        // driver's unbind, and nothing mapped for it is left then.
         if stopped {
             // SAFETY: The controller is stopped.
             unsafe { self.made.unmap_all() };
             // SAFETY: The queue memory's mapping, of the stopped controller.
             let _ = unsafe { self.module.unmap_raw(self.queue_map) };
             let _ = self.queues.mapping().let_go();
-        } else {
+        }
+        if give_back || !stopped {
+            let _ = self.bar.let_go();
+            let _ = self.device.let_go();
+        }
+        if !stopped {
             use std::io::Write;
             let _ = writeln!(
                 std::io::stderr(),

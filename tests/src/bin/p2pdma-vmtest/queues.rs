@@ -76,6 +76,13 @@ pub enum Step {
     /// off) while reads land in it: the revocation waits for the library
     /// to stop the controller, and nothing changes after it returned.
     RevokeDmabuf,
+    /// The module alone: the owner of hundreds of mappings for the
+    /// controller, which it holds through vfio-pci, lets them go (`UNMAP`,
+    /// and the close of a module file) in the moment it releases the
+    /// device, so that vfio-pci's unbind ends while they are torn down.
+    /// None may outlive the unbind: the debug kernel's DMA-API checks
+    /// count one that does.
+    UnmapRace,
 }
 
 #[derive(Args)]
@@ -126,7 +133,22 @@ pub fn take_controller(
     module: &Arc<Module>,
     unbind: bool,
 ) -> Result<Arc<Controller>, String> {
-    let bdf = p2pdma::discovery::nvme_by_serial(serial).or_else(|e| {
+    let bdf = controller_bdf(serial)?;
+    let pci: PciAddress = bdf.parse().map_err(|e: Error| e.to_string())?;
+    let opts = InitOptions {
+        unbind,
+        queues: 4,
+        entries: 64,
+        timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    Controller::initialize(module.clone(), pci, &opts).map_err(|e| e.to_string())
+}
+
+/// The PCI address of the controller of serial `serial`, with the nvme
+/// driver or already with vfio-pci.
+fn controller_bdf(serial: &str) -> Result<String, String> {
+    p2pdma::discovery::nvme_by_serial(serial).or_else(|e| {
         // Already given to vfio-pci by an earlier step: found by scanning
         // vfio-pci's functions for an NVMe controller (class 0x010802).
         std::fs::read_dir("/sys/bus/pci/drivers/vfio-pci")
@@ -141,16 +163,7 @@ pub fn take_controller(
                     })
             })
             .ok_or(e)
-    })?;
-    let pci: PciAddress = bdf.parse().map_err(|e: Error| e.to_string())?;
-    let opts = InitOptions {
-        unbind,
-        queues: 4,
-        entries: 64,
-        timeout: Duration::from_secs(30),
-        ..Default::default()
-    };
-    Controller::initialize(module.clone(), pci, &opts).map_err(|e| e.to_string())
+    })
 }
 
 pub fn run(x: &QueuesArgs) -> Result<(), String> {
@@ -240,6 +253,7 @@ pub fn run(x: &QueuesArgs) -> Result<(), String> {
         Step::Events => events(x, &module),
         Step::RevokePeer => crate::revoke::peer(take(x, &module, true)?, &module, x.nsid),
         Step::RevokeAccel => crate::revoke::accelerator(take(x, &module, true)?, &module, x.nsid),
+        Step::UnmapRace => crate::revoke::unmap_race(&module, &controller_bdf(&x.serial)?),
         Step::RevokeDmabuf => crate::revoke::dmabuf(
             take(x, &module, true)?,
             &module,

@@ -352,6 +352,135 @@ fn peer_order(module: &Arc<Module>, bdf: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Rounds of [`unmap_race`], each with a different delay between the
+/// device's release and the mappings' release.
+const UNMAP_RACE_ROUNDS: u64 = 8;
+/// Pages of host memory pinned one by one for the controller, in each of
+/// two module files.
+const UNMAP_RACE_PAGES: usize = 256;
+
+/// Errors counted by the kernel's DMA-API debugging so far; `None` where
+/// the kernel has none.
+fn dma_api_errors() -> Option<u64> {
+    std::fs::read_to_string("/sys/kernel/debug/dma-api/error_count")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// See [`Step::UnmapRace`](crate::queues): the controller at `bdf` is
+/// taken from its driver, held through vfio-pci, and its host memory is
+/// pinned for it page by page through this module file and another; then
+/// its vfio-pci unbind starts, and once the owner is told, the device is
+/// released while one thread unmaps this file's mappings and another
+/// closes the other file. vfio-pci's unbind ends with the release, and the
+/// DMA API's debugging (the debug kernel) checks for mappings left for the
+/// device when it does: every one must be gone by then, whether its owner
+/// or the module tore it down. Each round shifts the releases against each
+/// other by a millisecond more. The controller goes back to its driver.
+pub fn unmap_race(module: &Arc<Module>, bdf: &str) -> Result<(), String> {
+    let err = |e: p2pdma::Error| e.to_string();
+    let pci: PciAddress = bdf.parse().map_err(err)?;
+    let before = dma_api_errors();
+    let mut r = Ok(());
+    for round in 0..UNMAP_RACE_ROUNDS {
+        r = unmap_race_round(module, bdf, pci, Duration::from_millis(round))
+            .map_err(|e| format!("round {round}: {e}"));
+        if r.is_err() {
+            break;
+        }
+        if let (Some(b), Some(a)) = (before, dma_api_errors()) {
+            if a > b {
+                r = Err(format!(
+                    "round {round}: the DMA API's debugging counted {} error(s) (see the kernel log): a mapping for {bdf} outlived its driver",
+                    a - b
+                ));
+                break;
+            }
+        }
+    }
+    let _ = claim::take(bdf, true);
+    let driver = claim::give_back(bdf)?;
+    r?;
+    println!(
+        "{UNMAP_RACE_ROUNDS} rounds of {} mappings let go as vfio-pci's unbind ended; {}; {bdf} back to {driver}",
+        2 * UNMAP_RACE_PAGES,
+        match before {
+            Some(_) => "no DMA-API error",
+            None => "no DMA-API debugging in this kernel",
+        }
+    );
+    Ok(())
+}
+
+/// One round of [`unmap_race`], the close of the other module file
+/// `stagger` after the device's release.
+fn unmap_race_round(
+    module: &Arc<Module>,
+    bdf: &str,
+    pci: PciAddress,
+    stagger: Duration,
+) -> Result<(), String> {
+    let err = |e: p2pdma::Error| e.to_string();
+    claim::take(bdf, true)?;
+    // SAFETY: The function is given no address: nothing is written to its
+    // registers, and it is released below.
+    let func = unsafe { vfio::Function::open_noiommu(bdf) }?;
+    let events = module.watch_revocations().map_err(err)?;
+    let host = HostMemory::new(UNMAP_RACE_PAGES * 4096).map_err(err)?;
+    let va = host
+        .dma()
+        .and_then(|d| d.dma_target())
+        .ok_or("host memory without an address")?
+        .ptr as u64;
+    let other = Module::open().map_err(err)?;
+    let mut maps = Vec::with_capacity(UNMAP_RACE_PAGES);
+    for p in 0..UNMAP_RACE_PAGES as u64 {
+        let at = va + p * 4096;
+        for m in [module.as_ref(), &other] {
+            let map = m
+                .pin_user_access(at, 4096, Peer::Pci(pci), PeerAccess::ReadWrite)
+                .map_err(err)?;
+            if std::ptr::eq(m, module.as_ref()) {
+                maps.push(map);
+            }
+        }
+    }
+    let go = &std::sync::Barrier::new(3);
+    thread::scope(|s| -> Result<(), String> {
+        let unbinding = s.spawn(|| unbind("vfio-pci", bdf));
+        if !signalled(&events, Duration::from_secs(10)) {
+            // The unbind waits for the device's release.
+            drop(func);
+            return Err("no revocation was signalled within 10 s of the unbind".into());
+        }
+        let unmapper = s.spawn(move || -> Result<(), String> {
+            go.wait();
+            for m in maps {
+                module.unmap(m).map_err(err)?;
+            }
+            Ok(())
+        });
+        let closer = s.spawn(move || {
+            go.wait();
+            thread::sleep(stagger);
+            drop(other);
+        });
+        go.wait();
+        let blocked = !unbinding.is_finished();
+        drop(func);
+        let unbound = unbinding.join().map_err(|_| "the unbind panicked")?;
+        let unmapped = unmapper
+            .join()
+            .map_err(|_| "the unmapping thread panicked")?;
+        closer.join().map_err(|_| "the closing thread panicked")?;
+        if !blocked {
+            return Err("vfio-pci's unbind returned while this process held the device".into());
+        }
+        unbound?;
+        unmapped
+    })
+}
+
 /// The module alone: accelerator memory mapped for the controller, which
 /// this process holds open through vfio-pci. The accelerator's unbind waits
 /// until the owner has unmapped it (told by its eventfd); then it ends.
