@@ -17,7 +17,7 @@ use std::{
 
 use cuda_emu::{Stats, StatsFns};
 use p2pdma::{
-    memory::{CudaMemory, DeviceMemory, MemoryKind},
+    memory::{CudaMemory, DeviceMemory, HostMemory, MemoryKind},
     sys::cuda,
     transfer::{Config, Direction, Engine, PathPref, Request, StorageFile, TransferPath},
     Error,
@@ -272,4 +272,48 @@ fn dma_buf_export_works_or_says_why() {
             assert!(mem.cpu_mapping().is_err());
         }
     }
+}
+
+#[test]
+#[allow(unsafe_code)]
+fn copies_between_gpu_memory_and_a_cpu_mapping_are_one_driver_copy() {
+    let (emu, _g) = setup();
+    let len = (3 << 20) + 5;
+    let host = HostMemory::new(2 * len + 8192).unwrap();
+    let target = host.dma().and_then(|d| d.dma_target()).unwrap();
+    let ctx = cuda::Context::primary(0).unwrap();
+    let entered = ctx.enter().unwrap();
+    // SAFETY: `host`'s mapping, unregistered below before it goes.
+    unsafe { cuda::host_register(&entered, target.ptr, target.len) }.unwrap();
+    let gpu = CudaMemory::alloc(0, len + 100).unwrap();
+    let data = pattern(9, len);
+    host.write_at(7, &data).unwrap();
+
+    // Into GPU memory: the driver copies out of the mapping itself (the
+    // mapping is page-locked here, so a staged copy would show as a copy
+    // out of pageable memory).
+    let before = stats(emu);
+    p2pdma::memory::copy(&host, 7, &gpu, 11, len).unwrap();
+    assert!(read_all(&gpu, 11, len) == data, "into GPU memory");
+    if let (Some(b), Some(a)) = (before, stats(emu)) {
+        let d = a.since(&b);
+        assert_eq!(d.htod.pageable_calls, 0, "staged through a buffer: {d:?}");
+        assert_eq!(d.htod.async_bytes, len as u64, "{d:?}");
+    }
+
+    // And out of it, into the mapping.
+    let before = stats(emu);
+    p2pdma::memory::copy(&gpu, 11, &host, len + 4099, len).unwrap();
+    assert!(read_all(&host, len + 4099, len) == data, "out of GPU memory");
+    if let (Some(b), Some(a)) = (before, stats(emu)) {
+        let d = a.since(&b);
+        assert_eq!(d.dtoh.pageable_calls, 0, "staged through a buffer: {d:?}");
+        assert_eq!(d.dtoh.async_bytes, len as u64, "{d:?}");
+    }
+
+    // Out of range on either side: an error, and nothing moves.
+    let e = p2pdma::memory::copy(&host, 0, &gpu, 200, len).unwrap_err();
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
+    // SAFETY: Registered above; no copy uses it any more.
+    unsafe { cuda::host_unregister(&entered, target.ptr) }.unwrap();
 }

@@ -13,8 +13,9 @@
 //!   and the mapping, through its raw-pointer copies
 //!   ([`DeviceMemory::read_at_raw`], [`DeviceMemory::write_at_raw`]): one
 //!   copy for memory that makes them itself (a dma-buf's mapping, a loan of
-//!   host memory), two through a host buffer for memory that keeps the
-//!   defaults (CUDA memory). A mapping of PCI memory is only ever written
+//!   host memory, CUDA memory, whose driver copies straight from or into
+//!   the mapping), two through a host buffer for memory that keeps the
+//!   defaults. A mapping of PCI memory is only ever written
 //!   this way, never read: a CPU read of it wants the streaming loads of
 //!   its own copies, so a copy out of it to memory without a mapping is
 //!   staged as below.

@@ -281,6 +281,34 @@ impl DeviceMemory for CudaMemory {
         self.with_stream(|s| unsafe { s.copy_from_device(dst, self.ptr + offset as u64) })
     }
 
+    /// One copy by the GPU's driver straight from `src` (see
+    /// [`DeviceMemory::write_at_raw`]).
+    #[allow(unsafe_code)]
+    unsafe fn write_at_raw(&self, offset: usize, src: *const u8, len: usize) -> Result<()> {
+        check_range(offset, len, self.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: In range (checked) of device memory this value holds;
+        // `src..src + len` is readable for the call (the caller's promise),
+        // and the driver reads it only through the pointer.
+        self.with_stream(|s| unsafe { s.copy_to_device_raw(self.ptr + offset as u64, src, len) })
+    }
+
+    /// One copy by the GPU's driver straight into `dst` (see
+    /// [`DeviceMemory::read_at_raw`]).
+    #[allow(unsafe_code)]
+    unsafe fn read_at_raw(&self, offset: usize, dst: *mut u8, len: usize) -> Result<()> {
+        check_range(offset, len, self.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: In range (checked) of device memory this value holds;
+        // `dst..dst + len` is writable for the call (the caller's promise),
+        // and the driver writes it only through the pointer.
+        self.with_stream(|s| unsafe { s.copy_from_device_raw(dst, self.ptr + offset as u64, len) })
+    }
+
     fn stager(&self) -> Option<&'static dyn Stager> {
         Some(&CudaStager)
     }

@@ -109,7 +109,7 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     /// The default stages the bytes through a host buffer of its own and
     /// [`write_at`](Self::write_at), so it copies twice; memory whose own
     /// copies can take a raw source overrides it (a dma-buf's mapping, a
-    /// loan of host memory).
+    /// loan of host memory, CUDA memory).
     ///
     /// # Safety
     ///

@@ -535,10 +535,27 @@ impl Stream {
     /// # Safety
     /// `[dst, dst + src.len())` is device memory nothing else writes.
     pub unsafe fn copy_to_device(&self, dst: CUdeviceptr, src: &[u8]) -> Result<()> {
-        // SAFETY: The caller's for the device side; `src` is live until the
-        // synchronize below.
+        // SAFETY: The caller's for the device side; `src` is live for the
+        // call.
+        unsafe { self.copy_to_device_raw(dst, src.as_ptr(), src.len()) }
+    }
+
+    /// Copies `len` bytes at host address `src` to device memory at `dst`
+    /// on the stream and waits for it.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` is device memory nothing else writes, and
+    /// `[src, src + len)` host memory valid for reads until this returns.
+    pub unsafe fn copy_to_device_raw(
+        &self,
+        dst: CUdeviceptr,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: The caller's; the synchronize below ends the copy before
+        // this returns.
         call("cuMemcpyHtoDAsync", || unsafe {
-            cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), self.0)
+            cu::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.0)
         })?;
         self.synchronize()
     }
@@ -549,9 +566,26 @@ impl Stream {
     /// `[src, src + dst.len())` is device memory.
     pub unsafe fn copy_from_device(&self, dst: &mut [u8], src: CUdeviceptr) -> Result<()> {
         // SAFETY: The caller's for the device side; `dst` is live and ours
-        // until the synchronize below.
+        // for the call.
+        unsafe { self.copy_from_device_raw(dst.as_mut_ptr(), src, dst.len()) }
+    }
+
+    /// Copies `len` bytes of device memory at `src` to host address `dst`
+    /// on the stream and waits.
+    ///
+    /// # Safety
+    /// `[src, src + len)` is device memory, and `[dst, dst + len)` host
+    /// memory valid for writes until this returns.
+    pub unsafe fn copy_from_device_raw(
+        &self,
+        dst: *mut u8,
+        src: CUdeviceptr,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: The caller's; the synchronize below ends the copy before
+        // this returns.
         call("cuMemcpyDtoHAsync", || unsafe {
-            cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, dst.len(), self.0)
+            cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, self.0)
         })?;
         self.synchronize()
     }
