@@ -8,7 +8,7 @@
 
 mod common;
 
-use p2pdma::{Config, Engine, Layout, Shape, StorageFile, StridedMode};
+use p2pdma::{Config, Engine, Layout, MemRange, Shape, StorageFile, StridedMode};
 
 fn main() -> p2pdma::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -21,11 +21,10 @@ fn main() -> p2pdma::Result<()> {
     let len = shape.bytes() as usize;
     let (mem, module) = common::memory(len.max(1))?;
     let engine = Engine::new(Config::from_env()?, module);
-    let report = engine.read_strided(
+    let report = engine.strided().read(
         &file,
         &shape,
-        mem.as_ref(),
-        0,
+        MemRange::whole(mem.as_ref()),
         Layout::Packed,
         StridedMode::Auto,
     )?;

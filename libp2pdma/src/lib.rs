@@ -11,22 +11,24 @@
 //! ```no_run
 //! use std::sync::Arc;
 //!
-//! use p2pdma::{Config, DeviceMemory, Engine, Module, ModuleMemory, StorageFile};
+//! use p2pdma::{Config, Engine, MemRange, Module, ModuleMemory, StorageFile};
 //!
 //! # fn main() -> p2pdma::Result<()> {
 //! let module = Arc::new(Module::open()?);
 //! let mem = ModuleMemory::alloc(module.clone(), 0, 64 << 20, 4096)?;
 //! let engine = Engine::new(Config::from_env()?, Some(module));
 //! let file = StorageFile::open("/data/shard-0")?;
-//! let report = engine.read(&file, 0, &mem, 0, mem.len())?;
+//! let report = engine.read(&file, 0, MemRange::whole(&mem))?;
 //! println!("{} bytes by {}", report.bytes, report.path);
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! Strided reads ([`Engine::read_strided`]), background transfers
-//! ([`Engine::submit`]) and multi-hop routes ([`Engine::route`]) build on
-//! the same engine; `libp2pdma/examples/` has a short program for each.
+//! The memory side of every transfer is a [`MemRange`]: a memory, and the
+//! bytes of it the transfer covers. Strided reads ([`Engine::strided`]),
+//! background transfers ([`Engine::submit`]) and multi-hop routes
+//! ([`Engine::routes`]) build on the same engine;
+//! `libp2pdma/examples/` has a short program for each.
 //!
 //! # Layers
 //!
@@ -63,7 +65,7 @@ pub use doctor::{AccelSelect, Doctor, Report};
 pub use error::{Error, Result};
 pub use memory::{
     Allocation, BorrowedHost, DeviceMapping, DeviceMemory, DmaMapping, DmaMemory, HandleState,
-    HostMemory, MapType, ModuleMemory, P2pQuery, Peer, PeerAccess, Udmabuf,
+    HostMemory, MapType, MemRange, ModuleMemory, P2pQuery, Peer, PeerAccess, Udmabuf,
 };
 pub use sys::HostBuffer;
 pub use transfer::{

@@ -20,7 +20,7 @@ use p2pdma::{
     memory::{CudaMemory, DeviceMemory, HostMemory, MemoryKind},
     sys::cuda,
     transfer::{Config, Direction, Engine, PathPref, Request, StorageFile, TransferPath},
-    Error,
+    Error, MemRange,
 };
 
 /// The emulator's counters, when the tests run on it.
@@ -150,7 +150,9 @@ fn the_engine_reads_and_writes_gpu_memory_through_page_locked_slots() {
         (7 << 20, 1 << 20, 12_345),
     ];
     for (off, moff, len) in cases {
-        let r = engine.read(&file, off, &mem, moff, len).unwrap();
+        let r = engine
+            .read(&file, off, MemRange::new(&mem, moff, len).unwrap())
+            .unwrap();
         assert_eq!((r.path, r.bytes), (TransferPath::Bounce, len as u64));
         let got = read_all(&mem, moff, len);
         let want = &data[off as usize..off as usize + len];
@@ -172,7 +174,13 @@ fn the_engine_reads_and_writes_gpu_memory_through_page_locked_slots() {
     }
     // The same shape again: its ring's slots are already page-locked.
     let before = stats(emu);
-    engine.read(&file, 100, &mem, 0, data.len() - 100).unwrap();
+    engine
+        .read(
+            &file,
+            100,
+            MemRange::new(&mem, 0, data.len() - 100).unwrap(),
+        )
+        .unwrap();
     if let (Some(b), Some(a)) = (before, stats(emu)) {
         let d = a.since(&b);
         assert_eq!(d.host_register, 0, "registered again: {d:?}");
@@ -184,7 +192,9 @@ fn the_engine_reads_and_writes_gpu_memory_through_page_locked_slots() {
     let src = pattern(4, (5 << 20) + 77);
     mem.write_at(9, &src).unwrap();
     let before = stats(emu);
-    engine.write(&file, 1001, &mem, 9, src.len()).unwrap();
+    engine
+        .write(&file, 1001, MemRange::new(&mem, 9, src.len()).unwrap())
+        .unwrap();
     if let (Some(b), Some(a)) = (before, stats(emu)) {
         let d = a.since(&b);
         assert!(d.dtoh.async_calls > 0, "{d:?}");
@@ -198,7 +208,11 @@ fn the_engine_reads_and_writes_gpu_memory_through_page_locked_slots() {
 
     // Past the end: an error, nothing partial.
     let e = engine
-        .read(&file, data.len() as u64 - 10, &mem, 0, 20)
+        .read(
+            &file,
+            data.len() as u64 - 10,
+            MemRange::new(&mem, 0, 20).unwrap(),
+        )
         .unwrap_err();
     assert!(matches!(e, Error::EndOfFile { .. }), "{e}");
 }

@@ -15,6 +15,7 @@ use common::{mem_bytes, pattern};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, MemoryKind},
     transfer::{geometry, Config, Engine, PageCache, PathPref, StorageFile, TransferPath},
+    MemRange,
 };
 use proptest::prelude::*;
 
@@ -68,7 +69,7 @@ proptest! {
         let e = bounce(Some(chunk_kib << 10), Some(depth), Some(threads));
         let mem = HostMemory::new(moff + len + 4096).unwrap();
         mem.write_at(0, &vec![0xEE; mem.len()]).unwrap();
-        let r = e.read(&file, foff, &mem, moff, len).unwrap();
+        let r = e.read(&file, foff, MemRange::new(&mem, moff, len).unwrap()).unwrap();
         prop_assert_eq!(r.bytes, len as u64);
         prop_assert_eq!(r.copy_threads, threads);
         let want = &data[foff as usize..foff as usize + len];
@@ -110,7 +111,9 @@ fn a_slow_copy_stage_gets_helpers_when_there_are_cores() {
     let mem = SlowMemory(HostMemory::new(32 << 20).unwrap());
     let e = bounce(Some(1 << 20), Some(4), None);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let r = e.read(&file, 0, &mem, 0, 32 << 20).unwrap();
+    let r = e
+        .read(&file, 0, MemRange::new(&mem, 0, 32 << 20).unwrap())
+        .unwrap();
     assert_eq!(r.path, TransferPath::Bounce);
     let mut got = vec![0u8; 32 << 20];
     mem.read_at(0, &mut got).unwrap();
@@ -120,7 +123,9 @@ fn a_slow_copy_stage_gets_helpers_when_there_are_cores() {
     assert_eq!(r.copy_threads, cores.min(4));
     // Small chunks are never split.
     let e = bounce(Some(256 << 10), Some(4), None);
-    let r = e.read(&file, 0, &mem, 0, 8 << 20).unwrap();
+    let r = e
+        .read(&file, 0, MemRange::new(&mem, 0, 8 << 20).unwrap())
+        .unwrap();
     assert_eq!(r.copy_threads, 1);
     mem.read_at(0, &mut got).unwrap();
     assert!(got == data);
@@ -184,10 +189,12 @@ fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
     assert_eq!(before.geometry, geometry::from_facts(&facts));
     assert!(before.reason.contains("facts"), "{}", before.reason);
     // A small read does not calibrate.
-    e.read(&file, 0, &mem, 0, 64 << 20).unwrap();
+    e.read(&file, 0, MemRange::new(&mem, 0, 64 << 20).unwrap())
+        .unwrap();
     assert!(!cache_dir.join("geometry").exists());
     // A large one does, when the disk can be recognised.
-    e.read(&file, 0, &mem, 0, size as usize).unwrap();
+    e.read(&file, 0, MemRange::new(&mem, 0, size as usize).unwrap())
+        .unwrap();
     check_sparse(&mem, size, &marks);
     let Some(key) = geometry::DeviceKey::of(&facts) else {
         // Storage without a device number (a container's overlay, say):
@@ -208,12 +215,14 @@ fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
     let e2 = auto(Some(cache_dir.clone()));
     assert_eq!(e2.geometry(&file, size as usize).geometry, learned.geometry);
     mem.write_at(0, &vec![0xEE; 1 << 20]).unwrap();
-    e2.read(&file, 0, &mem, 0, size as usize).unwrap();
+    e2.read(&file, 0, MemRange::new(&mem, 0, size as usize).unwrap())
+        .unwrap();
     check_sparse(&mem, size, &marks);
 
     // Without a cache directory nothing is read or learned: the facts'.
     let e3 = auto(None);
-    e3.read(&file, 0, &mem, 0, size as usize).unwrap();
+    e3.read(&file, 0, MemRange::new(&mem, 0, size as usize).unwrap())
+        .unwrap();
     assert_eq!(
         e3.geometry(&file, size as usize).geometry,
         geometry::from_facts(&facts)
@@ -247,7 +256,8 @@ fn auto_learns_the_geometry_once_and_keeps_it_in_the_cache() {
     std::fs::write(&blocked, b"").unwrap();
     let e6 = auto(Some(blocked.join("cache")));
     mem.write_at(0, &vec![0xEE; 1 << 20]).unwrap();
-    e6.read(&file, 0, &mem, 0, size as usize).unwrap();
+    e6.read(&file, 0, MemRange::new(&mem, 0, size as usize).unwrap())
+        .unwrap();
     check_sparse(&mem, size, &marks);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -261,7 +271,8 @@ fn prepare_sets_up_the_geometry_a_read_uses() {
     let e = bounce(None, None, None);
     e.prepare(&file, 0, 8 << 20).unwrap();
     let mem = HostMemory::new(8 << 20).unwrap();
-    e.read(&file, 0, &mem, 0, 8 << 20).unwrap();
+    e.read(&file, 0, MemRange::new(&mem, 0, 8 << 20).unwrap())
+        .unwrap();
     assert!(mem_bytes(&mem, 0, 8 << 20) == data);
     // Past the end: prepare has nothing to refuse (the read will).
     e.prepare(&file, 1 << 40, 1 << 20).unwrap();

@@ -22,7 +22,7 @@ use common::{mem_bytes, pattern};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory},
     transfer::{Engine, PathPref, StorageFile, TransferPath},
-    Error,
+    Error, MemRange,
 };
 
 fn write_file(path: &Path, data: &[u8]) {
@@ -143,7 +143,9 @@ fn reads_of_written_sparse_and_unsynced_files_by_nvme_commands() {
     let file = open_on_nvme(&path, false, &e, &mem);
     for &(foff, moff, len) in CASES {
         mem.write_at(0, &vec![0xEE; mem.len()]).unwrap();
-        let r = e.read(&file, foff, &mem, moff, len).unwrap();
+        let r = e
+            .read(&file, foff, MemRange::new(&mem, moff, len).unwrap())
+            .unwrap();
         assert_eq!(
             (r.path, r.retried),
             (TransferPath::NvmeCmd, false),
@@ -175,7 +177,9 @@ fn reads_of_written_sparse_and_unsynced_files_by_nvme_commands() {
     want[3 << 20..].copy_from_slice(&b);
     let file = open_on_nvme(&path, false, &e, &mem);
     mem.write_at(0, &vec![0xEE; mem.len()]).unwrap();
-    let r = e.read(&file, 0, &mem, 0, 4 << 20).unwrap();
+    let r = e
+        .read(&file, 0, MemRange::new(&mem, 0, 4 << 20).unwrap())
+        .unwrap();
     assert_eq!((r.path, r.retried), (TransferPath::NvmeCmd, false));
     assert!(mem_bytes(&mem, 0, 4 << 20) == want, "sparse read");
     // Buffered writes never synced are seen (FIEMAP_FLAG_SYNC).
@@ -183,7 +187,9 @@ fn reads_of_written_sparse_and_unsynced_files_by_nvme_commands() {
     let fresh = pattern(5, 0, 2 << 20);
     std::fs::write(&path, &fresh).unwrap();
     let file = open_on_nvme(&path, false, &e, &mem);
-    let r = e.read(&file, 0, &mem, 0, 2 << 20).unwrap();
+    let r = e
+        .read(&file, 0, MemRange::new(&mem, 0, 2 << 20).unwrap())
+        .unwrap();
     assert_eq!((r.path, r.retried), (TransferPath::NvmeCmd, false));
     assert!(mem_bytes(&mem, 0, 2 << 20) == fresh, "unsynced data read");
     let s = e.stats().nvme_cmd.snapshot();
@@ -213,7 +219,9 @@ fn nvme_commands_never_write_files_the_bounce_path_does() {
         }
         let src = pattern(100 + i as u64, 0, moff + len);
         mem.write_at(0, &src).unwrap();
-        let r = e.write(&file, foff, &mem, moff, len).unwrap();
+        let r = e
+            .write(&file, foff, MemRange::new(&mem, moff, len).unwrap())
+            .unwrap();
         // Refused before anything moved (nothing holds the layout during a
         // write), redone on the bounce path and counted.
         assert_eq!(

@@ -10,7 +10,7 @@ use common::{pattern, scratch_dir};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, MemoryKind},
     transfer::{Config, Engine, PageCache, StorageFile},
-    Error, Result,
+    Error, MemRange, Result,
 };
 
 const MIB: usize = 1 << 20;
@@ -106,7 +106,9 @@ fn cached_bytes_come_from_the_page_cache_and_the_rest_from_the_device() {
         // All of it cached (read by another reader).
         let mut all = vec![0u8; 8 * MIB];
         c.other.read_exact_at(&mut all, 0).unwrap();
-        let r = e.read(&f, 0, mem.as_ref(), 0, 8 * MIB).unwrap();
+        let r = e
+            .read(&f, 0, MemRange::new(mem.as_ref(), 0, 8 * MIB).unwrap())
+            .unwrap();
         assert_eq!(r.page_cache, 8 * MIB as u64, "{:?}", mem.kind());
         assert!(bytes(mem.as_ref(), 0, 8 * MIB) == c.data);
         assert_eq!(e.stats().page_cache.snapshot().bytes, 8 * MIB as u64);
@@ -114,7 +116,13 @@ fn cached_bytes_come_from_the_page_cache_and_the_rest_from_the_device() {
         // None of it.
         forget(&c.other, 0, 8 * MIB as u64);
         mem.write_at(0, &vec![0xA5; 8 * MIB]).unwrap();
-        let r = e.read(&f, 100, mem.as_ref(), 100, 8 * MIB - 200).unwrap();
+        let r = e
+            .read(
+                &f,
+                100,
+                MemRange::new(mem.as_ref(), 100, 8 * MIB - 200).unwrap(),
+            )
+            .unwrap();
         assert_eq!(r.page_cache, 0);
         assert!(bytes(mem.as_ref(), 100, 8 * MIB - 200) == c.data[100..8 * MIB - 100]);
 
@@ -124,7 +132,11 @@ fn cached_bytes_come_from_the_page_cache_and_the_rest_from_the_device() {
         c.other.read_exact_at(&mut warm, 3 * MIB as u64).unwrap();
         let warm_pages = {
             let r = e
-                .read(&f, 3 * MIB as u64, mem.as_ref(), 0, 2 * MIB)
+                .read(
+                    &f,
+                    3 * MIB as u64,
+                    MemRange::new(mem.as_ref(), 0, 2 * MIB).unwrap(),
+                )
                 .unwrap();
             r.page_cache
         };
@@ -132,7 +144,9 @@ fn cached_bytes_come_from_the_page_cache_and_the_rest_from_the_device() {
         forget(&c.other, 0, 3 * MIB as u64);
         forget(&c.other, 5 * MIB as u64, 3 * MIB as u64);
         mem.write_at(0, &vec![0xA5; 8 * MIB]).unwrap();
-        let r = e.read(&f, 1, mem.as_ref(), 1, 8 * MIB - 1).unwrap();
+        let r = e
+            .read(&f, 1, MemRange::new(mem.as_ref(), 1, 8 * MIB - 1).unwrap())
+            .unwrap();
         assert!(
             r.page_cache >= 2 * MIB as u64 && r.page_cache < 8 * MIB as u64 - 1,
             "{} bytes from the page cache",
@@ -149,7 +163,7 @@ fn the_caller_forces_either_way() {
     let mem = HostMemory::new(2 * MIB).unwrap();
     // Cached, but the device asked for.
     let r = engine(PageCache::Direct)
-        .read(&f, 0, &mem, 0, 2 * MIB)
+        .read(&f, 0, MemRange::new(&mem, 0, 2 * MIB).unwrap())
         .unwrap();
     assert_eq!(r.page_cache, 0);
     assert!(bytes(&mem, 0, 2 * MIB) == c.data);
@@ -157,7 +171,7 @@ fn the_caller_forces_either_way() {
     forget(&c.other, 0, 2 * MIB as u64);
     mem.write_at(0, &vec![0; 2 * MIB]).unwrap();
     let r = engine(PageCache::Buffered)
-        .read(&f, 5, &mem, 5, 2 * MIB - 5)
+        .read(&f, 5, MemRange::new(&mem, 5, 2 * MIB - 5).unwrap())
         .unwrap();
     assert_eq!(r.page_cache, 2 * MIB as u64 - 5);
     assert!(bytes(&mem, 5, 2 * MIB - 5) == c.data[5..]);
@@ -188,18 +202,22 @@ fn a_read_after_a_write_sees_the_write_whatever_was_cached() {
     let f = StorageFile::open_rw(&c.path).unwrap();
     let mem = HostMemory::new(4 * MIB).unwrap();
     let e = engine(PageCache::Auto);
-    let r = e.read(&f, 0, &mem, 0, 4 * MIB).unwrap();
+    let r = e
+        .read(&f, 0, MemRange::new(&mem, 0, 4 * MIB).unwrap())
+        .unwrap();
     assert_eq!(r.page_cache, 4 * MIB as u64);
     // Overwrite an unaligned range through the engine (O_DIRECT middle,
     // page-cache edges).
     let new = pattern(99, 12345, MIB + 777);
     mem.write_at(0, &new).unwrap();
-    e.write(&f, 12345, &mem, 0, new.len()).unwrap();
+    e.write(&f, 12345, MemRange::new(&mem, 0, new.len()).unwrap())
+        .unwrap();
     let mut want = c.data.clone();
     want[12345..12345 + new.len()].copy_from_slice(&new);
     // The engine (warm) and a buffered reader see the new bytes.
     mem.write_at(0, &vec![0; 4 * MIB]).unwrap();
-    e.read(&f, 0, &mem, 0, 4 * MIB).unwrap();
+    e.read(&f, 0, MemRange::new(&mem, 0, 4 * MIB).unwrap())
+        .unwrap();
     assert!(bytes(&mem, 0, 4 * MIB) == want);
     let mut other = vec![0u8; 4 * MIB];
     c.other.read_exact_at(&mut other, 0).unwrap();
@@ -207,7 +225,8 @@ fn a_read_after_a_write_sees_the_write_whatever_was_cached() {
     // Another writer through the page cache, then a warm read.
     c.other.write_all_at(&[0xEE; 5000], 3 * MIB as u64).unwrap();
     want[3 * MIB..3 * MIB + 5000].fill(0xEE);
-    e.read(&f, 0, &mem, 0, 4 * MIB).unwrap();
+    e.read(&f, 0, MemRange::new(&mem, 0, 4 * MIB).unwrap())
+        .unwrap();
     assert!(bytes(&mem, 0, 4 * MIB) == want);
 }
 
@@ -220,11 +239,13 @@ fn a_cached_read_past_the_end_is_an_error_not_a_short_success() {
         let e = engine(pref);
         // Twice: the second read starts from a warm file.
         for _ in 0..2 {
-            match e.read(&f, MIB as u64, &mem, 0, 200) {
+            match e.read(&f, MIB as u64, MemRange::new(&mem, 0, 200).unwrap()) {
                 Err(Error::EndOfFile { size, .. }) => assert_eq!(size, MIB as u64 + 100),
                 other => panic!("{pref}: {other:?}"),
             }
-            let r = e.read(&f, MIB as u64, &mem, 0, 100).unwrap();
+            let r = e
+                .read(&f, MIB as u64, MemRange::new(&mem, 0, 100).unwrap())
+                .unwrap();
             assert_eq!(bytes(&mem, 0, 100), c.data[MIB..]);
             assert_eq!(r.bytes, 100);
         }
@@ -242,12 +263,15 @@ fn small_reads_of_a_warm_file_are_served_at_once() {
     c.other.read_exact_at(&mut all, 0).unwrap();
     // A cold engine asks what is cached first; after a few reads found
     // everything cached, small reads go to the page cache at once.
-    assert!(e.read_if_cached(&f, 0, mem.as_ref(), 0, 4096).is_none());
+    assert!(e
+        .read_if_cached(&f, 0, MemRange::new(mem.as_ref(), 0, 4096).unwrap())
+        .is_none());
     for i in 0..8u64 {
-        e.read(&f, i * 8192, mem.as_ref(), 0, 4096).unwrap();
+        e.read(&f, i * 8192, MemRange::new(mem.as_ref(), 0, 4096).unwrap())
+            .unwrap();
     }
     let r = e
-        .read_if_cached(&f, 12345, mem.as_ref(), 100, 70000)
+        .read_if_cached(&f, 12345, MemRange::new(mem.as_ref(), 100, 70000).unwrap())
         .unwrap();
     assert_eq!((r.bytes, r.page_cache), (70000, 70000));
     assert!(bytes(mem.as_ref(), 100, 70000) == c.data[12345..12345 + 70000]);
@@ -266,16 +290,29 @@ fn small_reads_of_a_warm_file_are_served_at_once() {
     // Out of the page cache: not served now, and the next read finds out.
     forget(&c.other, 0, 4 * MIB as u64);
     assert!(e
-        .read_if_cached(&f, 2 * MIB as u64, mem.as_ref(), 0, 4096)
+        .read_if_cached(
+            &f,
+            2 * MIB as u64,
+            MemRange::new(mem.as_ref(), 0, 4096).unwrap()
+        )
         .is_none());
     let r = e
-        .read(&f, 2 * MIB as u64 + 8192, mem.as_ref(), 0, 4096)
+        .read(
+            &f,
+            2 * MIB as u64 + 8192,
+            MemRange::new(mem.as_ref(), 0, 4096).unwrap(),
+        )
         .unwrap();
     assert_eq!(r.page_cache, 0);
     assert!(bytes(mem.as_ref(), 0, 4096) == c.data[2 * MIB + 8192..2 * MIB + 12288]);
-    // Bad arguments are not served now, and the read itself says why.
-    assert!(e
-        .read_if_cached(&f, 0, mem.as_ref(), MIB - 10, 4096)
-        .is_none());
-    assert!(e.read(&f, 0, mem.as_ref(), MIB - 10, 4096).is_err());
+    // Bad arguments are not served now, and the read itself says why: a
+    // range outside the memory is refused as it is made, and a file
+    // offset whose end overflows by the read.
+    assert!(matches!(
+        MemRange::new(mem.as_ref(), MIB - 10, 4096),
+        Err(p2pdma::Error::OutOfBounds { .. })
+    ));
+    let range = MemRange::new(mem.as_ref(), 0, 4096).unwrap();
+    assert!(e.read_if_cached(&f, u64::MAX, range).is_none());
+    assert!(e.read(&f, u64::MAX, range).is_err());
 }

@@ -38,7 +38,7 @@ use common::{model_dir, pattern, runner};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, Direction, Engine, PageCache, PathPref, Request, StorageFile},
-    Error, Module,
+    Error, MemRange, Module,
 };
 use proptest::prelude::*;
 
@@ -267,7 +267,11 @@ fn step(
             let data = pattern(seed, off, len);
             mem.write_at(moff, &data).map_err(|e| e.to_string())?;
             let r = engine
-                .write(&handles[h], off, mem.as_ref(), moff, len)
+                .write(
+                    &handles[h],
+                    off,
+                    MemRange::new(mem.as_ref(), moff, len).unwrap(),
+                )
                 .map_err(|e| format!("write failed: {e}"))?;
             if r.bytes != len as u64 {
                 return Err(format!("write reported {} bytes", r.bytes));
@@ -277,7 +281,11 @@ fn step(
         Op::Read { h, off, len, moff } => {
             mem.write_at(moff, &vec![0xA5; len]).unwrap();
             let size = shadow.metadata().unwrap().len();
-            let r = engine.read(&handles[h], off, mem.as_ref(), moff, len);
+            let r = engine.read(
+                &handles[h],
+                off,
+                MemRange::new(mem.as_ref(), moff, len).unwrap(),
+            );
             if off + len as u64 > size {
                 return match r {
                     Err(Error::EndOfFile { size: s, .. }) if s == size => Ok(()),
@@ -357,9 +365,7 @@ fn step(
                                 engine.write(
                                     &r.file,
                                     r.file_offset,
-                                    r.mem.as_ref(),
-                                    r.mem_offset,
-                                    r.len,
+                                    MemRange::new(r.mem.as_ref(), r.mem_offset, r.len).unwrap(),
                                 )
                             })
                         })

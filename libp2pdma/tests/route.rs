@@ -17,7 +17,7 @@ mod common;
 
 use common::{model_dir, pattern, runner};
 use p2pdma::{
-    memory::{DeviceMemory, HostMemory, MemoryKind},
+    memory::{DeviceMemory, HostMemory, MemRange, MemoryKind},
     transfer::{
         Config, End, Engine, HopKind, PathPref, RouteOptions, StorageFile, TransferPath, Via,
     },
@@ -205,49 +205,57 @@ fn run_case(engine: &Engine, dir: &std::path::Path, c: &Case) -> Result<(), Test
             "a1" => &a1_staging,
             _ => &staging_host,
         };
-        Via::Memory {
-            mem,
-            offset: 123,
-            len: mem.len() - 123,
-        }
+        Via::Memory(MemRange::from_offset(mem, 123).unwrap())
     };
     // Staging holds at least one slot of the chunk plus 4 KiB.
     let chunk = c.chunk.map(|n| n.min(900 << 10));
     let (route, src, dst) = match c.route {
         0 => (
-            engine.route(fsrc, mem("host-dst")),
+            engine.routes().plan(fsrc, mem("host-dst")),
             &src_data,
             Dst::Host(&host_dst),
         ),
-        1 => (engine.route(fsrc, mem("a1")), &src_data, Dst::Accel(&a1)),
+        1 => (
+            engine.routes().plan(fsrc, mem("a1")),
+            &src_data,
+            Dst::Accel(&a1),
+        ),
         2 => (
-            engine.route_through(fsrc, &[stage("a0"), Via::Host], mem("a1")),
+            engine
+                .routes()
+                .plan_through(fsrc, &[stage("a0"), Via::Host], mem("a1")),
             &src_data,
             Dst::Accel(&a1),
         ),
         3 => (
-            engine.route(mem("a0"), mem("a1")),
+            engine.routes().plan(mem("a0"), mem("a1")),
             &mem_data,
             Dst::Accel(&a1),
         ),
         4 => (
-            engine.route(mem("host-src"), fdst),
+            engine.routes().plan(mem("host-src"), fdst),
             &mem_data,
             Dst::File(&dst_path),
         ),
         5 => (
-            engine.route(mem("a0"), fdst),
+            engine.routes().plan(mem("a0"), fdst),
             &mem_data,
             Dst::File(&dst_path),
         ),
         6 => (
-            engine.route_through(mem("a0"), &[Via::Host, stage("a1")], fdst),
+            engine
+                .routes()
+                .plan_through(mem("a0"), &[Via::Host, stage("a1")], fdst),
             &mem_data,
             Dst::File(&dst_path),
         ),
-        7 => (engine.route(fsrc, fdst), &src_data, Dst::File(&dst_path)),
+        7 => (
+            engine.routes().plan(fsrc, fdst),
+            &src_data,
+            Dst::File(&dst_path),
+        ),
         _ => (
-            engine.route_through(
+            engine.routes().plan_through(
                 fsrc,
                 &[Via::Host, stage("host"), Via::Host],
                 mem("host-dst"),
@@ -264,6 +272,7 @@ fn run_case(engine: &Engine, dir: &std::path::Path, c: &Case) -> Result<(), Test
         lanes: Some(c.lanes),
     };
     let rep = engine
+        .routes()
         .copy(&route, c.len, &opts)
         .map_err(|e| TestCaseError::fail(format!("{c:?} {route:?}: {e}")))?;
     prop_assert_eq!(rep.bytes, c.len as u64);
@@ -334,7 +343,7 @@ fn the_planner_explains_its_hops() {
         offset: 0,
     };
 
-    let r = engine.route(e0, e1).unwrap();
+    let r = engine.routes().plan(e0, e1).unwrap();
     let kinds: Vec<HopKind> = r.hops().iter().map(|h| h.kind).collect();
     assert_eq!(kinds, [HopKind::Copy, HopKind::Copy]);
     assert!(
@@ -345,7 +354,7 @@ fn the_planner_explains_its_hops() {
     );
     assert_eq!(r.hops()[0].to, "host memory");
 
-    let r = engine.route(fe, e0).unwrap();
+    let r = engine.routes().plan(fe, e0).unwrap();
     let kinds: Vec<HopKind> = r.hops().iter().map(|h| h.kind).collect();
     assert_eq!(kinds, [HopKind::Read(TransferPath::P2p), HopKind::Copy]);
     assert!(
@@ -354,13 +363,13 @@ fn the_planner_explains_its_hops() {
         r.reason()
     );
 
-    let r = engine.route(e0, fe).unwrap();
+    let r = engine.routes().plan(e0, fe).unwrap();
     let kinds: Vec<HopKind> = r.hops().iter().map(|h| h.kind).collect();
     assert_eq!(kinds, [HopKind::Copy, HopKind::Write(TransferPath::P2p)]);
 
-    let r = engine.route(fe, eh).unwrap();
+    let r = engine.routes().plan(fe, eh).unwrap();
     assert_eq!(r.len(), 1);
-    let r = engine.route(eh, e1).unwrap();
+    let r = engine.routes().plan(eh, e1).unwrap();
     assert_eq!(r.hops()[0].kind, HopKind::Copy);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -396,34 +405,20 @@ fn bad_routes_are_refused_and_touch_nothing() {
     };
 
     // Two accelerators with nothing between them.
-    let m = msg(engine.route_through(e0, &[], e1));
+    let m = msg(engine.routes().plan_through(e0, &[], e1));
     assert!(m.contains("route through host memory"), "{m}");
     // Storage to storage directly.
-    let m = msg(engine.route_through(fe, &[], fe));
+    let m = msg(engine.routes().plan_through(fe, &[], fe));
     assert!(m.contains("storage to storage"), "{m}");
-    // Staging outside its memory.
-    let m = msg(engine.route_through(
-        fe,
-        &[Via::Memory {
-            mem: &a0,
-            offset: 1 << 20,
-            len: 1,
-        }],
-        e1,
-    ));
+    // Staging outside its memory: no range of it to stage in.
+    let m = msg(MemRange::new(&a0, 1 << 20, 1));
     assert!(m.contains("outside the"), "{m}");
     // Staging too small for one chunk slot.
     let r = engine
-        .route_through(
+        .routes()
+        .plan_through(
             fe,
-            &[
-                Via::Memory {
-                    mem: &a0,
-                    offset: 0,
-                    len: 8192,
-                },
-                Via::Host,
-            ],
+            &[Via::Memory(MemRange::new(&a0, 0, 8192).unwrap()), Via::Host],
             e1,
         )
         .unwrap();
@@ -431,11 +426,11 @@ fn bad_routes_are_refused_and_touch_nothing() {
         chunk: Some(64 << 10),
         ..RouteOptions::default()
     };
-    let m = msg(engine.copy(&r, 128 << 10, &opts));
+    let m = msg(engine.routes().copy(&r, 128 << 10, &opts));
     assert!(m.contains("not one chunk slot"), "{m}");
     assert!(a1.get().iter().all(|&b| b == POISON));
     // A zero chunk, zero slots or lanes.
-    let r = engine.route(fe, e1).unwrap();
+    let r = engine.routes().plan(fe, e1).unwrap();
     for o in [
         RouteOptions {
             chunk: Some(0),
@@ -450,15 +445,15 @@ fn bad_routes_are_refused_and_touch_nothing() {
             ..RouteOptions::default()
         },
     ] {
-        msg(engine.copy(&r, 4096, &o));
+        msg(engine.routes().copy(&r, 4096, &o));
     }
     // A destination too small: refused before any byte moves.
     let small = End::Memory {
         mem: &a1,
         offset: (1 << 20) - 100,
     };
-    let r = engine.route(fe, small).unwrap();
-    let m = msg(engine.copy(&r, 4096, &RouteOptions::default()));
+    let r = engine.routes().plan(fe, small).unwrap();
+    let m = msg(engine.routes().copy(&r, 4096, &RouteOptions::default()));
     assert!(m.contains("outside the"), "{m}");
     assert!(a1.get().iter().all(|&b| b == POISON));
     // A source shorter than the copy: an error, never success.
@@ -466,8 +461,8 @@ fn bad_routes_are_refused_and_touch_nothing() {
         file: &file,
         offset: (1 << 20) - 5000,
     };
-    let r = engine.route(late, e1).unwrap();
-    msg(engine.copy(&r, 64 << 10, &RouteOptions::default()));
+    let r = engine.routes().plan(late, e1).unwrap();
+    msg(engine.routes().copy(&r, 64 << 10, &RouteOptions::default()));
     // The file was never written.
     assert_eq!(std::fs::read(&path).unwrap(), data);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use p2pdma::{
     store::{EngineBacking, Store},
     transfer::{Config, Engine, StorageFile},
-    DeviceMemory, Error, HostMemory,
+    DeviceMemory, Error, HostMemory, MemRange,
 };
 
 fn backing(path: &std::path::Path) -> Arc<EngineBacking> {
@@ -34,7 +34,12 @@ fn objects_on_a_file_survive_a_reopen() {
         let bytes = common::pattern(k as u64, 0, n);
         let mem = HostMemory::new(n).unwrap();
         mem.write_at(0, &bytes).unwrap();
-        assert_eq!(store.pwrite(id, 0, n, &mem, 0).unwrap(), n);
+        assert_eq!(
+            store
+                .pwrite(id, 0, MemRange::new(&mem, 0, n).unwrap())
+                .unwrap(),
+            n
+        );
         written.push((id, bytes));
     }
     // A write inside an object, unaligned on both ends.
@@ -42,7 +47,9 @@ fn objects_on_a_file_survive_a_reopen() {
     let patch = common::pattern(99, 0, 5000);
     let mem = HostMemory::new(5000).unwrap();
     mem.write_at(0, &patch).unwrap();
-    store.pwrite(*id, 777, 5000, &mem, 0).unwrap();
+    store
+        .pwrite(*id, 777, MemRange::new(&mem, 0, 5000).unwrap())
+        .unwrap();
     bytes[777..5777].copy_from_slice(&patch);
     store.flush().unwrap();
     let (gone, _) = written.remove(1);
@@ -54,7 +61,9 @@ fn objects_on_a_file_survive_a_reopen() {
     assert_eq!(again.get_object_map(), map);
     for (id, bytes) in &written {
         let mem = HostMemory::new(bytes.len()).unwrap();
-        again.pread(*id, 0, bytes.len(), &mem, 0).unwrap();
+        again
+            .pread(*id, 0, MemRange::new(&mem, 0, bytes.len()).unwrap())
+            .unwrap();
         assert_eq!(
             &common::mem_bytes(&mem, 0, bytes.len()),
             bytes,
@@ -63,7 +72,7 @@ fn objects_on_a_file_survive_a_reopen() {
         let p = again.pread_prefetch(*id, 0, bytes.len()).unwrap();
         let other = HostMemory::new(bytes.len()).unwrap();
         again
-            .consume_prefetch_pread(p, &other, 0, bytes.len())
+            .consume_prefetch_pread(p, MemRange::new(&other, 0, bytes.len()).unwrap())
             .unwrap();
         assert_eq!(
             &common::mem_bytes(&other, 0, bytes.len()),
@@ -73,12 +82,12 @@ fn objects_on_a_file_survive_a_reopen() {
     }
     let mem = HostMemory::new(8).unwrap();
     assert!(matches!(
-        again.pread(gone, 0, 1, &mem, 0),
+        again.pread(gone, 0, MemRange::new(&mem, 0, 1).unwrap()),
         Err(Error::InvalidArgument(_))
     ));
     let (id, bytes) = &written[0];
     assert!(matches!(
-        again.pread(*id, bytes.len() as u64, 1, &mem, 0),
+        again.pread(*id, bytes.len() as u64, MemRange::new(&mem, 0, 1).unwrap()),
         Err(Error::EndOfFile { .. })
     ));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -114,7 +123,9 @@ fn a_store_on_a_region_never_touches_the_bytes_around_it() {
     let bytes = common::pattern(8, 0, n);
     let mem = HostMemory::new(n).unwrap();
     mem.write_at(0, &bytes).unwrap();
-    store.pwrite(id, 0, n, &mem, 0).unwrap();
+    store
+        .pwrite(id, 0, MemRange::new(&mem, 0, n).unwrap())
+        .unwrap();
     store.flush().unwrap();
     assert!(store.pcreate(1).is_err(), "the region is full");
     drop(store);
@@ -126,7 +137,9 @@ fn a_store_on_a_region_never_touches_the_bytes_around_it() {
     );
     let again = Store::initialize(Arc::new(region(base, len).unwrap())).unwrap();
     let out = HostMemory::new(n).unwrap();
-    again.pread(id, 0, n, &out, 0).unwrap();
+    again
+        .pread(id, 0, MemRange::new(&out, 0, n).unwrap())
+        .unwrap();
     let mut got = vec![0u8; n];
     out.read_at(0, &mut got).unwrap();
     assert_eq!(got, bytes);

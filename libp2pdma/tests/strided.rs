@@ -25,7 +25,7 @@ use p2pdma::{
         Config, Direction, Engine, Layout, PathPref, Shape, StorageFile, StridedMode,
         StridedRequest,
     },
-    Error,
+    Error, MemRange,
 };
 use proptest::prelude::*;
 
@@ -141,7 +141,13 @@ fn run_case(
     mem.write_at(0, &vec![POISON; size]).unwrap();
     let mut want = vec![POISON; size];
 
-    let got = engines[c.engine].read_strided(file, &shape, &mem, c.mem_offset, c.layout, c.mode);
+    let got = engines[c.engine].strided().read(
+        file,
+        &shape,
+        MemRange::from_offset(&mem, c.mem_offset).unwrap(),
+        c.layout,
+        c.mode,
+    );
     if c.mode == StridedMode::Rc && c.layout == Layout::Packed {
         prop_assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
         prop_assert!(mem_bytes(&mem, 0, size) == want, "RC refused but wrote");
@@ -236,7 +242,13 @@ fn write_case(
     let mem = HostMemory::new(size).unwrap();
     let src = pattern(!SEED, 0, size);
     mem.write_at(0, &src).unwrap();
-    let got = engines[c.engine].write_strided(file, &shape, &mem, c.mem_offset, c.layout, c.mode);
+    let got = engines[c.engine].strided().write(
+        file,
+        &shape,
+        MemRange::from_offset(&mem, c.mem_offset).unwrap(),
+        c.layout,
+        c.mode,
+    );
     let mut want = data.to_vec();
     if matches!(c.mode, StridedMode::Rc | StridedMode::Tat) {
         prop_assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
@@ -323,9 +335,17 @@ fn strided_reads_check_bounds_before_any_io() {
         StridedMode::Tat,
         StridedMode::Rc,
     ] {
-        let r = engine.read_strided(&file, &shape, &mem, 0, Layout::Strided, mode);
+        let r = engine
+            .strided()
+            .read(&file, &shape, MemRange::whole(&mem), Layout::Strided, mode);
         assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
-        let r = engine.read_strided(&file, &shape, &mem, 6600, Layout::Packed, mode);
+        let r = engine.strided().read(
+            &file,
+            &shape,
+            MemRange::from_offset(&mem, 6600).unwrap(),
+            Layout::Packed,
+            mode,
+        );
         assert!(
             matches!(
                 r,
@@ -333,20 +353,30 @@ fn strided_reads_check_bounds_before_any_io() {
             ),
             "{mode}: {r:?}"
         );
-        let r = engine.read_strided(&file, &shape, &mem, usize::MAX, Layout::Packed, mode);
-        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
     }
+    // A start past the memory's end is refused as the range is made.
+    let r = MemRange::from_offset(&mem, usize::MAX);
+    assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
     assert_eq!(mem_bytes(&mem, 0, 8192), vec![POISON; 8192]);
     // Past the end of the file: an error, never partial success.
     let past = Shape::new((1 << 20) - 150, 100, &[(100, 2)]).unwrap();
     let big = HostMemory::new(1 << 16).unwrap();
     for mode in [StridedMode::Sc, StridedMode::Tat, StridedMode::Rc] {
-        let r = engine.read_strided(&file, &past, &big, 0, Layout::Strided, mode);
+        let r = engine
+            .strided()
+            .read(&file, &past, MemRange::whole(&big), Layout::Strided, mode);
         assert!(matches!(r, Err(Error::EndOfFile { .. })), "{mode}: {r:?}");
     }
     // The packed layout fits; the runs land back to back.
     let r = engine
-        .read_strided(&file, &shape, &mem, 6592, Layout::Packed, StridedMode::Auto)
+        .strided()
+        .read(
+            &file,
+            &shape,
+            MemRange::from_offset(&mem, 6592).unwrap(),
+            Layout::Packed,
+            StridedMode::Auto,
+        )
         .unwrap();
     assert_eq!((r.bytes, r.mode == StridedMode::Rc), (1600, false));
     let data = pattern(SEED, 0, 1 << 20);
@@ -358,7 +388,14 @@ fn strided_reads_check_bounds_before_any_io() {
     // Runs 300 KiB apart: TaT reads each on its own, not the gaps.
     let far = Shape::new(10, 100, &[(300 << 10, 3)]).unwrap();
     let r = engine
-        .read_strided(&file, &far, &mem, 0, Layout::Packed, StridedMode::Tat)
+        .strided()
+        .read(
+            &file,
+            &far,
+            MemRange::whole(&mem),
+            Layout::Packed,
+            StridedMode::Tat,
+        )
         .unwrap();
     assert_eq!((r.calls, r.storage_bytes), (3, 3 * 4096), "{r:?}");
     let got = mem_bytes(&mem, 0, 300);
@@ -400,7 +437,13 @@ fn host_copy_case(engine: &Engine, c: &Case, to_memory: bool) -> Result<(), Test
     let (got, have, want) = if to_memory {
         let src = pattern(SEED, 0, b1 + 77);
         mem.write_at(0, &vec![POISON; size]).unwrap();
-        let got = engine.copy_strided_to_memory(&src, &shape, &mem, c.mem_offset, c.layout, c.mode);
+        let got = engine.strided().copy_to_memory(
+            &src,
+            &shape,
+            MemRange::from_offset(&mem, c.mem_offset).unwrap(),
+            c.layout,
+            c.mode,
+        );
         let mut want = vec![POISON; size];
         if matches!(&got, Ok(r) if r.mode == StridedMode::Rc) {
             want[c.mem_offset..c.mem_offset + b1 - b0].copy_from_slice(&src[b0..b1]);
@@ -416,8 +459,13 @@ fn host_copy_case(engine: &Engine, c: &Case, to_memory: bool) -> Result<(), Test
         let contents = pattern(!SEED, 0, size);
         mem.write_at(0, &contents).unwrap();
         let mut dst = vec![POISON; b1 + 77];
-        let got =
-            engine.copy_strided_from_memory(&mem, c.mem_offset, c.layout, &shape, &mut dst, c.mode);
+        let got = engine.strided().copy_from_memory(
+            &mut dst,
+            &shape,
+            MemRange::from_offset(&mem, c.mem_offset).unwrap(),
+            c.layout,
+            c.mode,
+        );
         let mut want = vec![POISON; b1 + 77];
         if !refused {
             for (k, &f) in runs.iter().enumerate() {
@@ -472,12 +520,30 @@ fn host_copies_check_bounds_before_copying() {
     let src = pattern(SEED, 0, 1 << 16);
     for mode in [StridedMode::Auto, StridedMode::Sc, StridedMode::Tat] {
         // A buffer shorter than the bounding range, memory without room.
-        let r = engine.copy_strided_to_memory(&src[..61549], &shape, &mem, 0, Layout::Packed, mode);
+        let r = engine.strided().copy_to_memory(
+            &src[..61549],
+            &shape,
+            MemRange::whole(&mem),
+            Layout::Packed,
+            mode,
+        );
         assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
-        let r = engine.copy_strided_to_memory(&src, &shape, &mem, 6600, Layout::Packed, mode);
+        let r = engine.strided().copy_to_memory(
+            &src,
+            &shape,
+            MemRange::from_offset(&mem, 6600).unwrap(),
+            Layout::Packed,
+            mode,
+        );
         assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
         let mut dst = vec![POISON; 61549];
-        let r = engine.copy_strided_from_memory(&mem, 0, Layout::Packed, &shape, &mut dst, mode);
+        let r = engine.strided().copy_from_memory(
+            &mut dst,
+            &shape,
+            MemRange::whole(&mem),
+            Layout::Packed,
+            mode,
+        );
         assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{mode}: {r:?}");
         assert_eq!(dst, vec![POISON; 61549]);
     }

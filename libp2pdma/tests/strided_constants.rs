@@ -17,6 +17,7 @@ use p2pdma::{
         Config, Engine, Layout, PathPref, Shape, StorageFile, StridedMode, StridedReport,
         TransferPath,
     },
+    MemRange,
 };
 
 const SEED: u64 = 0xC0_57A7;
@@ -41,7 +42,14 @@ fn auto_read(e: &Engine, file: &StorageFile, data: &[u8]) -> StridedReport {
     let mem = HostMemory::new(1 << 20).unwrap();
     mem.write_at(0, &vec![0xA5; 1 << 20]).unwrap();
     let r = e
-        .read_strided(file, &shape, &mem, 0, Layout::Packed, StridedMode::Auto)
+        .strided()
+        .read(
+            file,
+            &shape,
+            MemRange::whole(&mem),
+            Layout::Packed,
+            StridedMode::Auto,
+        )
         .unwrap();
     let got = mem_bytes(&mem, 0, 1 << 20);
     for run in shape.iter() {
@@ -196,7 +204,7 @@ fn constants_come_from_config_then_the_store_then_a_measurement_then_defaults() 
     // A full calibration replaces the entry, and the next engine uses it.
     let mem = HostMemory::new(1 << 20).unwrap();
     let e = engine(Some(cache.clone()), &[]);
-    let (k, m, written) = e.calibrate_strided(Some(&file), &mem).unwrap();
+    let (k, m, written) = e.strided().calibrate(Some(&file), &mem).unwrap();
     assert_eq!(k, key);
     assert_eq!(written.as_deref(), Some(store.path()));
     assert!(m.failures.is_empty(), "{:?}", m.failures);
@@ -205,12 +213,12 @@ fn constants_come_from_config_then_the_store_then_a_measurement_then_defaults() 
     assert!(all_from(&r.reason, "stored"), "{}", r.reason);
     // The memory passed in is never written by a measurement.
     mem.write_at(0, &[0x77; 4096]).unwrap();
-    let (_, again, _) = e.calibrate_strided(Some(&file), &mem).unwrap();
+    let (_, again, _) = e.strided().calibrate(Some(&file), &mem).unwrap();
     assert_eq!(mem_bytes(&mem, 0, 4096), vec![0x77; 4096]);
     assert!(same(&store.lookup(&key), &again.values));
 
     // Host memory alone: the copy and pack constants.
-    let (k, m, _) = e.calibrate_strided(None, &mem).unwrap();
+    let (k, m, _) = e.strided().calibrate(None, &mem).unwrap();
     assert_eq!(k.storage, None);
     assert!(m.values.call_s.is_none() && m.values.storage_bps.is_none());
     assert!(m.values.copy_bps.is_some() && m.values.pack_bps.is_some());

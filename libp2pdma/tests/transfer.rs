@@ -9,7 +9,7 @@ use common::{engine, mem_bytes, pattern};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory},
     transfer::{Engine, PathPref, StorageFile, TransferPath},
-    Error,
+    Error, MemRange,
 };
 
 /// A file of `data` in the target directory (a filesystem with `O_DIRECT`),
@@ -54,7 +54,9 @@ fn reads_land_exactly_on_every_path() {
             for &(foff, moff, len) in CASES {
                 let mem = HostMemory::new(moff + len + 4096).unwrap();
                 mem.write_at(0, &vec![0xEE; mem.len()]).unwrap();
-                let r = e.read(&file, foff, &mem, moff, len).unwrap();
+                let r = e
+                    .read(&file, foff, MemRange::new(&mem, moff, len).unwrap())
+                    .unwrap();
                 assert_eq!(r.bytes, len as u64);
                 let want = &data[foff as usize..foff as usize + len];
                 assert!(
@@ -98,7 +100,9 @@ fn p2p_with_misaligned_offsets_is_retried_on_the_bounce_path_and_counted() {
     let mem = HostMemory::new(2 << 20).unwrap();
     let e = engine(PathPref::P2p, None, None);
     // File offset 4096 and memory offset 1 cannot both be block aligned.
-    let r = e.read(&file, 4096, &mem, 1, 512 << 10).unwrap();
+    let r = e
+        .read(&file, 4096, MemRange::new(&mem, 1, 512 << 10).unwrap())
+        .unwrap();
     assert!(r.retried);
     assert_eq!(r.path, TransferPath::Bounce);
     assert_eq!(
@@ -126,7 +130,8 @@ fn writes_land_exactly_and_keep_the_rest_of_the_file() {
                 let mem = HostMemory::new(moff + len).unwrap();
                 let src = pattern(100 + i as u64, 0, moff + len);
                 mem.write_at(0, &src).unwrap();
-                e.write(&file, foff, &mem, moff, len).unwrap();
+                e.write(&file, foff, MemRange::new(&mem, moff, len).unwrap())
+                    .unwrap();
                 expect[foff as usize..foff as usize + len].copy_from_slice(&src[moff..moff + len]);
             }
             drop(file);
@@ -144,7 +149,8 @@ fn a_write_past_the_end_extends_the_file_by_exactly_the_data() {
     let mem = HostMemory::new(8192).unwrap();
     mem.write_at(0, &pattern(6, 0, 8192)).unwrap();
     let e = engine(PathPref::Bounce, None, None);
-    e.write(&file, 9_000, &mem, 0, 5_000).unwrap();
+    e.write(&file, 9_000, MemRange::new(&mem, 0, 5_000).unwrap())
+        .unwrap();
     drop(file);
     let got = std::fs::read(&path).unwrap();
     assert_eq!(got.len(), 14_000);
@@ -158,7 +164,7 @@ fn a_read_past_the_end_is_an_end_of_file_error_not_success() {
     let file = StorageFile::open(&path).unwrap();
     let mem = HostMemory::new(65536).unwrap();
     let e = engine(PathPref::Bounce, None, None);
-    match e.read(&file, 8_000, &mem, 0, 4_000) {
+    match e.read(&file, 8_000, MemRange::new(&mem, 0, 4_000).unwrap()) {
         Err(Error::EndOfFile {
             offset, len, size, ..
         }) => assert_eq!((offset, len, size), (8_000, 4_000, 10_000)),
@@ -171,7 +177,8 @@ fn a_read_past_the_end_is_an_end_of_file_error_not_success() {
         .open(&path)
         .and_then(|mut f| f.write_all(&more))
         .unwrap();
-    e.read(&file, 8_000, &mem, 0, 4_000).unwrap();
+    e.read(&file, 8_000, MemRange::new(&mem, 0, 4_000).unwrap())
+        .unwrap();
     assert_eq!(
         mem_bytes(&mem, 0, 4_000),
         pattern(7, 0, 13_000)[8_000..12_000]
@@ -183,26 +190,27 @@ fn bad_arguments_are_errors_not_panics() {
     let file = StorageFile::open(temp_file("bad.bin", &pattern(8, 0, 4096))).unwrap();
     let mem = HostMemory::new(4096).unwrap();
     let e = engine(PathPref::Auto, None, None);
+    // A range outside the memory is refused as it is made.
     assert!(matches!(
-        e.read(&file, 0, &mem, 1, 4096),
+        MemRange::new(&mem, 1, 4096),
         Err(Error::OutOfBounds { .. })
     ));
     assert!(matches!(
-        e.read(&file, 0, &mem, usize::MAX, 2),
+        MemRange::new(&mem, usize::MAX, 2),
         Err(Error::OutOfBounds { .. })
     ));
     assert!(matches!(
-        e.read(&file, u64::MAX, &mem, 0, 2),
+        e.read(&file, u64::MAX, MemRange::new(&mem, 0, 2).unwrap()),
         Err(Error::InvalidArgument(_))
     ));
     let w = engine(PathPref::NvmeCmd, None, None);
     assert!(matches!(
-        w.read(&file, 0, &mem, 0, 10),
+        w.read(&file, 0, MemRange::new(&mem, 0, 10).unwrap()),
         Err(Error::PathUnavailable { .. })
     ));
     // The queues path reaches only a namespace this process drives.
     let q = engine(PathPref::Queues, None, None);
-    match q.read(&file, 0, &mem, 0, 10) {
+    match q.read(&file, 0, MemRange::new(&mem, 0, 10).unwrap()) {
         Err(Error::PathUnavailable {
             path: "queues",
             reason,
@@ -216,7 +224,12 @@ fn bad_arguments_are_errors_not_panics() {
         Err(Error::Io { .. })
     ));
     // A zero-length transfer moves nothing and succeeds.
-    assert_eq!(e.read(&file, 0, &mem, 0, 0).unwrap().bytes, 0);
+    assert_eq!(
+        e.read(&file, 0, MemRange::new(&mem, 0, 0).unwrap())
+            .unwrap()
+            .bytes,
+        0
+    );
 }
 
 #[test]
@@ -232,7 +245,8 @@ fn transfers_from_many_threads_share_one_engine() {
                     let off = ((t * 8 + i) * 100_003) % (3 << 20);
                     let len = 500_000;
                     let mem = HostMemory::new(len).unwrap();
-                    e.read(file, off as u64, &mem, 0, len).unwrap();
+                    e.read(file, off as u64, MemRange::new(&mem, 0, len).unwrap())
+                        .unwrap();
                     assert!(mem_bytes(&mem, 0, len) == data[off..off + len]);
                 }
             });
@@ -512,7 +526,8 @@ fn writes_update_the_files_mtime_and_ctime_on_every_path() {
         mem.write_at(0, &pattern(11, 0, 65536)).unwrap();
         let e = engine(pref, None, None);
         // An aligned middle and unaligned edges.
-        e.write(&file, 100, &mem, 100, 20_000).unwrap();
+        e.write(&file, 100, MemRange::new(&mem, 100, 20_000).unwrap())
+            .unwrap();
         let after = std::fs::metadata(&path).unwrap();
         assert!(after.mtime() > before.mtime(), "{pref}: mtime not updated");
         assert!(

@@ -3,7 +3,10 @@
 
 use std::ffi::{c_char, c_int};
 
-use p2pdma::transfer::{End, RouteOptions, Via};
+use p2pdma::{
+    transfer::{End, RouteOptions, Via},
+    MemRange,
+};
 
 use crate::{
     error::{status, Failure},
@@ -96,11 +99,7 @@ unsafe fn place<'a>(p: &p2pdma_place, end: bool) -> Result<Result<End<'a>, Via<'
             }
             let len =
                 usize::try_from(p.len).map_err(|_| Failure::invalid("place.len too large"))?;
-            Ok(Err(Via::Memory {
-                mem: &*m.mem,
-                offset,
-                len,
-            }))
+            Ok(Err(Via::Memory(MemRange::new(&*m.mem, offset, len)?)))
         }
         k if k == p2pdma_place_kind::P2PDMA_PLACE_HOST as c_int && !end => Ok(Err(Via::Host)),
         k => Err(Failure::invalid(format!(
@@ -175,9 +174,10 @@ pub unsafe extern "C" fn p2pdma_copy_route(
                 Ok(_) => return Err(Failure::invalid("a staging place is memory or host")),
             }
         }
+        let routes = e.engine.routes();
         let route = match vias.is_empty() {
-            true => e.engine.route(src, dst),
-            false => e.engine.route_through(src, &vias, dst),
+            true => routes.plan(src, dst),
+            false => routes.plan_through(src, &vias, dst),
         }?;
         let len = usize::try_from(len).map_err(|_| Failure::invalid("len too large"))?;
         let opts = RouteOptions {
@@ -187,8 +187,7 @@ pub unsafe extern "C" fn p2pdma_copy_route(
             },
             ..RouteOptions::default()
         };
-        let done = e
-            .engine
+        let done = routes
             .copy(&route, len, &opts)
             .map_err(Failure::from_read)?;
         let hops: Vec<String> = done.hops.iter().map(|h| h.to_string()).collect();

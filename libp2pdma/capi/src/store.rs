@@ -4,7 +4,7 @@
 use std::{ffi::c_int, sync::Arc};
 
 use p2pdma::{
-    memory::DeviceMemory,
+    memory::{DeviceMemory, MemRange},
     store::{CacheStats, EngineBacking, PageCache, Prefetch, Store, WritePolicy},
 };
 
@@ -328,7 +328,8 @@ pub unsafe extern "C" fn p2pdma_store_read(
     call("p2pdma_store_read", i64::from, || {
         // SAFETY: The caller passes NULL or live handles.
         let (s, m) = unsafe { io(store, mem) }?;
-        Ok(s.store.pread(id, offset, n, m.mem.as_ref(), mem_offset)? as i64)
+        let range = MemRange::new(m.mem.as_ref(), mem_offset, n)?;
+        Ok(s.store.pread(id, offset, range)? as i64)
     })
 }
 
@@ -350,7 +351,8 @@ pub unsafe extern "C" fn p2pdma_store_write(
     call("p2pdma_store_write", i64::from, || {
         // SAFETY: The caller passes NULL or live handles.
         let (s, m) = unsafe { io(store, mem) }?;
-        Ok(s.store.pwrite(id, offset, n, m.mem.as_ref(), mem_offset)? as i64)
+        let range = MemRange::new(m.mem.as_ref(), mem_offset, n)?;
+        Ok(s.store.pwrite(id, offset, range)? as i64)
     })
 }
 
@@ -375,9 +377,9 @@ pub unsafe extern "C" fn p2pdma_store_read_on(
     call("p2pdma_store_read_on", i64::from, || {
         // SAFETY: The caller passes NULL or live handles.
         let (s, m) = unsafe { io(store, mem) }?;
+        let range = MemRange::new(m.mem.as_ref(), mem_offset, n)?;
         let a = accel as usize;
-        Ok(s.store
-            .pread_on(a, id, offset, n, m.mem.as_ref(), mem_offset)? as i64)
+        Ok(s.store.pread_on(a, id, offset, range)? as i64)
     })
 }
 
@@ -401,9 +403,9 @@ pub unsafe extern "C" fn p2pdma_store_write_on(
     call("p2pdma_store_write_on", i64::from, || {
         // SAFETY: The caller passes NULL or live handles.
         let (s, m) = unsafe { io(store, mem) }?;
+        let range = MemRange::new(m.mem.as_ref(), mem_offset, n)?;
         let a = accel as usize;
-        Ok(s.store
-            .pwrite_on(a, id, offset, n, m.mem.as_ref(), mem_offset)? as i64)
+        Ok(s.store.pwrite_on(a, id, offset, range)? as i64)
     })
 }
 
@@ -566,8 +568,8 @@ pub unsafe extern "C" fn p2pdma_store_consume(
         let p = unsafe { raw::from_handle(prefetch) }.ok_or_else(|| Failure::null("prefetch"))?;
         // SAFETY: The caller passes NULL or live handles.
         let (s, m) = unsafe { io(store, mem) }?;
-        Ok(s.store
-            .consume_prefetch_pread(p.prefetch, m.mem.as_ref(), mem_offset, n)? as i64)
+        let range = MemRange::new(m.mem.as_ref(), mem_offset, n)?;
+        Ok(s.store.consume_prefetch_pread(p.prefetch, range)? as i64)
     })
 }
 

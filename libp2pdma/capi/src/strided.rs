@@ -6,8 +6,9 @@ use std::{
     sync::Arc,
 };
 
-use p2pdma::transfer::{
-    strided::StridedReport, Layout, Shape, StridedMode, StridedRequest, Ticket,
+use p2pdma::{
+    transfer::{strided::StridedReport, Layout, Shape, StridedMode, StridedRequest, Ticket},
+    MemRange,
 };
 
 use crate::{
@@ -227,14 +228,11 @@ unsafe fn strided(
     // SAFETY: The caller passes NULL or `ndims` dimensions.
     let dims = unsafe { raw::structs(dims, ndims, "dims") }?;
     let (shape, layout, mode) = strided_args(base, run, dims, layout, mode)?;
-    let done = match dir {
-        Direction::Read => e
-            .engine
-            .read_strided(&f.file, &shape, &*m.mem, mem_offset, layout, mode),
-        Direction::Write => e
-            .engine
-            .write_strided(&f.file, &shape, &*m.mem, mem_offset, layout, mode),
-    };
+    let strided = e.engine.strided();
+    let done = MemRange::from_offset(&*m.mem, mem_offset).and_then(|range| match dir {
+        Direction::Read => strided.read(&f.file, &shape, range, layout, mode),
+        Direction::Write => strided.write(&f.file, &shape, range, layout, mode),
+    });
     // SAFETY: Passed on from this function's contract.
     unsafe { strided_outcome(dir, done, report, reason_buf, reason_len) }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 
-use p2pdma::transfer::Report;
+use p2pdma::{transfer::Report, MemRange};
 
 use crate::{
     engine::p2pdma_path,
@@ -60,14 +60,13 @@ unsafe fn transfer(
     let report = unsafe { raw::out_report(report, "report") }?;
     // SAFETY: The caller passes NULL or live handles.
     let (e, f, m) = unsafe { transfer_handles(engine, file, mem) }?;
+    let range = MemRange::new(&*m.mem, mem_offset, len);
     let done = match dir {
-        Direction::Read => e
-            .engine
-            .read(&f.file, file_offset, &*m.mem, mem_offset, len)
+        Direction::Read => range
+            .and_then(|r| e.engine.read(&f.file, file_offset, r))
             .map_err(Failure::from_read)?,
-        Direction::Write => e
-            .engine
-            .write(&f.file, file_offset, &*m.mem, mem_offset, len)
+        Direction::Write => range
+            .and_then(|r| e.engine.write(&f.file, file_offset, r))
             .map_err(Failure::from)?,
     };
     if done.bytes != len as u64 {

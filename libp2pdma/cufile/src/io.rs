@@ -9,7 +9,7 @@
 use std::{ffi::c_void, time::Instant};
 
 use libc::off_t;
-use p2pdma::{DeviceMemory, Direction, Error};
+use p2pdma::{DeviceMemory, Direction, Error, MemRange};
 
 use crate::{
     abi::CUfileIOVec,
@@ -39,7 +39,8 @@ pub fn read(
         if n == 0 {
             return Ok(Moved { gpu, ..Moved::NONE });
         }
-        match engine.read(&entry.file, file_offset, mem, mem_offset, n) {
+        let range = MemRange::new(mem, mem_offset, n)?;
+        match engine.read(&entry.file, file_offset, range) {
             Ok(r) => {
                 return Ok(Moved {
                     bytes: n,
@@ -69,8 +70,9 @@ pub fn write(
     mem_offset: usize,
     len: usize,
 ) -> Res<Moved> {
+    let range = MemRange::new(mem, mem_offset, len)?;
     let r = driver::engine()?
-        .write(&entry.file, file_offset, mem, mem_offset, len)
+        .write(&entry.file, file_offset, range)
         .map_err(Fail::from)?;
     Ok(Moved {
         bytes: len,

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use p2pdma::MemRange;
 use pyo3::prelude::*;
 
 use crate::{
@@ -28,9 +29,10 @@ pub fn rust_read_loop(
     let t = buffers::target(py, buf, Access::Write)?;
     let (mem_offset, len) = t.span(py, 0, Some(size))?;
     py.detach(|| -> p2pdma::Result<f64> {
+        let range = MemRange::new(&*t.mem, mem_offset, len)?;
         let start = Instant::now();
         for &o in &offsets {
-            engine.read(&storage, o, &*t.mem, mem_offset, len)?;
+            engine.read(&storage, o, range)?;
         }
         Ok(start.elapsed().as_secs_f64())
     })

@@ -12,7 +12,7 @@ use std::{
     sync::{Arc, RwLock},
 };
 
-use p2pdma::{memory::MemoryKind, Direction, Layout, Request, StorageFile, StridedMode};
+use p2pdma::{memory::MemoryKind, Direction, Layout, MemRange, Request, StorageFile, StridedMode};
 use pyo3::{
     exceptions::PyTypeError,
     prelude::*,
@@ -162,18 +162,18 @@ impl File {
             if len == 0 {
                 return Ok(0);
             }
+            let range = MemRange::new(t.mem, mem_offset, len)
+                .map_err(|e| self.fail(py, &e, &file, t.mem))?;
             // Data the page cache holds is copied without letting go of
             // the interpreter's lock: the copy never blocks.
             if dir == Direction::Read {
-                if let Some(report) =
-                    engine.read_if_cached(&file, file_offset, t.mem, mem_offset, len)
-                {
+                if let Some(report) = engine.read_if_cached(&file, file_offset, range) {
                     return Ok(report.bytes as usize);
                 }
             }
             let r = py.detach(|| match dir {
-                Direction::Read => engine.read(&file, file_offset, t.mem, mem_offset, len),
-                Direction::Write => engine.write(&file, file_offset, t.mem, mem_offset, len),
+                Direction::Read => engine.read(&file, file_offset, range),
+                Direction::Write => engine.write(&file, file_offset, range),
             });
             match r {
                 Ok(report) => Ok(report.bytes as usize),
@@ -243,9 +243,13 @@ impl File {
         let (mem_offset, _) = t.span(py, buf_offset, Some(0))?;
         let engine = self.engine(py)?;
         let s = shape.inner.clone();
-        let r = py.detach(|| match dir {
-            Direction::Read => engine.read_strided(&file, &s, &*t.mem, mem_offset, layout, mode),
-            Direction::Write => engine.write_strided(&file, &s, &*t.mem, mem_offset, layout, mode),
+        let r = py.detach(|| {
+            let range = MemRange::from_offset(&*t.mem, mem_offset)?;
+            let strided = engine.strided();
+            match dir {
+                Direction::Read => strided.read(&file, &s, range, layout, mode),
+                Direction::Write => strided.write(&file, &s, range, layout, mode),
+            }
         });
         let r = r.map_err(|e| self.fail(py, &e, &file, &*t.mem))?;
         let d = PyDict::new(py);

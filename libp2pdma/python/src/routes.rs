@@ -74,7 +74,8 @@ pub fn route<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let (a, b) = (side(py, src, Access::Read)?, side(py, dst, Access::Write)?);
     let r = engine_of(py, engine)?
-        .route(end(&a, src_offset), end(&b, dst_offset))
+        .routes()
+        .plan(end(&a, src_offset), end(&b, dst_offset))
         .map_err(|e| errors::to_py(py, &e, file_of(&a, &b), None))?;
     let d = PyDict::new(py);
     let hops = PyList::empty(py);
@@ -111,8 +112,9 @@ pub fn copy<'py>(
     };
     let r = py
         .detach(|| {
-            let route = engine.route(end(&a, src_offset), end(&b, dst_offset))?;
-            engine.copy(&route, size, &opts)
+            let routes = engine.routes();
+            let route = routes.plan(end(&a, src_offset), end(&b, dst_offset))?;
+            routes.copy(&route, size, &opts)
         })
         .map_err(|e| errors::to_py(py, &e, file_of(&a, &b), None))?;
     let d = PyDict::new(py);

@@ -31,6 +31,12 @@ impl<'a> MemRange<'a> {
         Ok(Self { mem, offset, len })
     }
 
+    /// The bytes of `mem` from `offset` to its end; `Error::OutOfBounds`
+    /// when `offset` is past it.
+    pub fn from_offset(mem: &'a dyn DeviceMemory, offset: usize) -> Result<Self> {
+        Self::new(mem, offset, mem.len().saturating_sub(offset))
+    }
+
     /// All of `mem`.
     pub fn whole(mem: &'a dyn DeviceMemory) -> Self {
         Self {
@@ -95,5 +101,12 @@ mod tests {
         ));
         assert!(MemRange::new(&m, 8192, 0).unwrap().is_empty());
         assert_eq!(MemRange::whole(&m).len(), 8192);
+        let t = MemRange::from_offset(&m, 8000).unwrap();
+        assert_eq!((t.offset(), t.len()), (8000, 192));
+        assert!(MemRange::from_offset(&m, 8192).unwrap().is_empty());
+        assert!(matches!(
+            MemRange::from_offset(&m, 8193),
+            Err(Error::OutOfBounds { .. })
+        ));
     }
 }

@@ -31,8 +31,7 @@ use super::{
     scope::{CommandId, Pending},
 };
 use crate::{
-    error::check_range,
-    memory::{copy, peer::PeerAccess, DeviceMemory, DmaMemory, HostMemory},
+    memory::{copy, peer::PeerAccess, DeviceMemory, DmaMemory, HostMemory, MemRange},
     Error, Result,
 };
 
@@ -216,15 +215,8 @@ impl Namespace {
         u64::from(self.info.block_size)
     }
 
-    /// Refuses a range outside the namespace or the memory.
-    pub(crate) fn check(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        check_range(mem_offset, len, mem.len())?;
+    /// Refuses `len` bytes at `offset` outside the namespace.
+    pub(crate) fn check(&self, offset: u64, len: usize) -> Result<()> {
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.size() => Ok(()),
             _ => Err(Error::EndOfFile {
@@ -236,47 +228,25 @@ impl Namespace {
         }
     }
 
-    /// Reads `len` bytes at byte `offset` of the namespace into `mem` at
-    /// `mem_offset`.
-    pub fn read(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        self.check(offset, mem, mem_offset, len)?;
-        self.transfer(false, offset, mem, mem_offset, len, None)
-            .map(|_| ())
+    /// Reads the bytes at byte `offset` of the namespace into `range`.
+    pub fn read(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
+        self.check(offset, range.len())?;
+        self.transfer(false, offset, range, None).map(|_| ())
     }
 
-    /// Writes `len` bytes of `mem` at `mem_offset` to byte `offset` of the
-    /// namespace. Durable once [`Namespace::flush`] returns.
-    pub fn write(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        self.check(offset, mem, mem_offset, len)?;
-        self.transfer(true, offset, mem, mem_offset, len, None)
-            .map(|_| ())
+    /// Writes the bytes of `range` to byte `offset` of the namespace.
+    /// Durable once [`Namespace::flush`] returns.
+    pub fn write(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
+        self.check(offset, range.len())?;
+        self.transfer(true, offset, range, None).map(|_| ())
     }
 
     /// [`read`](Namespace::read), each command's queue and id recorded in
     /// `issued` as it is submitted (for a caller following its commands,
     /// as a prefetch does).
-    pub fn read_issuing(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-        issued: &Issued,
-    ) -> Result<()> {
-        self.check(offset, mem, mem_offset, len)?;
-        self.transfer(false, offset, mem, mem_offset, len, Some(issued))
+    pub fn read_issuing(&self, offset: u64, range: MemRange<'_>, issued: &Issued) -> Result<()> {
+        self.check(offset, range.len())?;
+        self.transfer(false, offset, range, Some(issued))
             .map(|_| ())
     }
 
@@ -287,64 +257,57 @@ impl Namespace {
             .scope(|s| s.submit(self.ctrl.next_queue(), &cmd)?.wait().map(|_| ()))
     }
 
-    /// Moves `len` bytes (checked by the caller); the commands it took.
+    /// Moves the bytes of `range` (checked by the caller); the commands it
+    /// took.
     pub(crate) fn transfer(
         &self,
         write: bool,
         offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
         issued: Option<&Issued>,
     ) -> Result<u64> {
+        let len = range.len();
         if len == 0 {
             return Ok(0);
         }
         let bs = self.bs();
         let end = offset + len as u64;
         let (a0, a1) = (u64::next_multiple_of(offset, bs), round_down(end, bs));
-        let at = |o: u64| mem_offset + (o - offset) as usize;
         if a0 >= a1 {
             // Inside one block, or across one boundary with no whole block.
-            return self.staged(write, offset, mem, mem_offset, len, issued);
+            return self.staged(write, offset, range, issued);
         }
+        // The part of `range` for file bytes `[o0, o1)`.
+        let part = |o0: u64, o1: u64| range.sub((o0 - offset) as usize, (o1 - o0) as usize);
         let mut n = 0;
         if a0 > offset {
-            n += self.staged(
-                write,
-                offset,
-                mem,
-                mem_offset,
-                (a0 - offset) as usize,
-                issued,
-            )?;
+            n += self.staged(write, offset, part(offset, a0)?, issued)?;
         }
-        let middle = (a1 - a0) as usize;
-        n += match mem
+        let middle = part(a0, a1)?;
+        n += match range
+            .mem()
             .dma()
             .and_then(|d| d.dma_target())
-            .map(|t| (t.ptr as usize + at(a0)) % 4)
+            .map(|t| (t.ptr as usize + middle.offset()) % 4)
         {
-            Some(0) => self.direct(write, a0, mem, at(a0), middle, issued)?,
-            _ => self.staged(write, a0, mem, at(a0), middle, issued)?,
+            Some(0) => self.direct(write, a0, middle, issued)?,
+            _ => self.staged(write, a0, middle, issued)?,
         };
         if end > a1 {
-            n += self.staged(write, a1, mem, at(a1), (end - a1) as usize, issued)?;
+            n += self.staged(write, a1, part(a1, end)?, issued)?;
         }
         Ok(n)
     }
 
-    /// The block-aligned `len` bytes at `offset`, by DMA between the
-    /// namespace and `mem` itself; through staging when the module will not
-    /// map the memory for the controller (memory the controller cannot reach
-    /// by P2P, say), which is found out before any command.
+    /// The block-aligned bytes at `offset`, by DMA between the namespace
+    /// and the memory of `range` itself; through staging when the module
+    /// will not map the memory for the controller (memory the controller
+    /// cannot reach by P2P, say), which is found out before any command.
     fn direct(
         &self,
         write: bool,
         offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
         issued: Option<&Issued>,
     ) -> Result<u64> {
         let access = if write {
@@ -352,17 +315,18 @@ impl Namespace {
         } else {
             PeerAccess::WriteOnly
         };
+        let (mem, len) = (range.mem(), range.len());
         // Registered memory's mapping covers it all; other memory is mapped
         // for this transfer.
         let kept = self.registration(mem);
         let fresh;
         let (mapped, base): (&Mapped<'_>, usize) = match &kept {
-            Some(k) => (k, mem_offset),
+            Some(k) => (k, range.offset()),
             None => {
-                fresh = match self.ctrl.map(mem, mem_offset, len, access) {
+                fresh = match self.ctrl.map(mem, range.offset(), len, access) {
                     Ok(m) => m,
                     Err(e) if e.bounce_can_fix() => {
-                        return self.staged(write, offset, mem, mem_offset, len, issued)
+                        return self.staged(write, offset, range, issued)
                     }
                     Err(e) => return Err(e),
                 };
@@ -465,35 +429,32 @@ impl Namespace {
         }
     }
 
-    /// `len` bytes at `offset` through a pinned host staging buffer, a
-    /// buffer's worth of whole blocks at a time. Partial blocks of a write
-    /// are read, changed and written back under their blocks' locks.
+    /// The bytes of `range` at `offset` through a pinned host staging
+    /// buffer, a buffer's worth of whole blocks at a time. Partial blocks
+    /// of a write are read, changed and written back under their blocks'
+    /// locks.
     fn staged(
         &self,
         write: bool,
         offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
         issued: Option<&Issued>,
     ) -> Result<u64> {
         let s = self.take_staging()?;
-        let r = self.staged_with(&s, write, offset, mem, mem_offset, len, issued);
+        let r = self.staged_with(&s, write, offset, range, issued);
         self.give_staging(s);
         r
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn staged_with(
         &self,
         s: &Staging,
         write: bool,
         offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
         issued: Option<&Issued>,
     ) -> Result<u64> {
+        let (mem, mem_at, len) = (range.mem(), range.offset(), range.len());
         let bs = self.bs();
         // A command's span, whole blocks: at most the staging buffer and
         // the controller's largest transfer.
@@ -519,7 +480,7 @@ impl Namespace {
             if !write {
                 cmds += 1;
                 self.run(&[cmd(false)?], issued)?;
-                copy(s.host.as_ref(), skip, mem, mem_offset + done, n)?;
+                copy(s.host.as_ref(), skip, mem, mem_at + done, n)?;
             } else {
                 let partial = skip != 0 || !(at + n as u64).is_multiple_of(bs);
                 let locks = if partial {
@@ -532,7 +493,7 @@ impl Namespace {
                     self.run(&[cmd(false)?], issued)?;
                 }
                 cmds += 1;
-                copy(mem, mem_offset + done, s.host.as_ref(), skip, n)?;
+                copy(mem, mem_at + done, s.host.as_ref(), skip, n)?;
                 self.run(&[cmd(true)?], issued)?;
                 drop(locks);
             }

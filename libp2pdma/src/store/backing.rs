@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::{
-    memory::{copy, DeviceMemory, MemoryKind},
+    memory::{copy, DeviceMemory, MemRange, MemoryKind},
     queues::Issued,
     transfer::{
         End, Engine, HopKind, Report, Request, RouteOptions, StorageFile, Ticket, TransferPath,
@@ -37,25 +37,14 @@ pub trait Backing: Send + Sync {
         self.len() == 0
     }
 
-    /// Reads `len` bytes at `offset` into `mem` at `mem_offset`.
-    fn read(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()>;
+    /// Reads the bytes at `offset` into `range`.
+    fn read(&self, offset: u64, range: MemRange<'_>) -> Result<()>;
 
-    /// Writes `len` bytes of `mem` at `mem_offset` to `offset`.
-    fn write(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()>;
+    /// Writes the bytes of `range` to `offset`.
+    fn write(&self, offset: u64, range: MemRange<'_>) -> Result<()>;
 
-    /// Starts a read into memory the caller hands over.
+    /// Starts a read of `len` bytes at `offset` into memory the caller
+    /// hands over, at `mem_offset`.
     fn read_async(
         &self,
         offset: u64,
@@ -203,28 +192,14 @@ impl Backing for EngineBacking {
         let _ = self.file.unclaim(self.base, self.len);
     }
 
-    fn read(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        self.engine
-            .read(&self.file, self.at(offset, len)?, mem, mem_offset, len)
-            .map(|_| ())
+    fn read(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
+        let at = self.at(offset, range.len())?;
+        self.engine.read(&self.file, at, range).map(|_| ())
     }
 
-    fn write(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        self.engine
-            .write(&self.file, self.at(offset, len)?, mem, mem_offset, len)
-            .map(|_| ())
+    fn write(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
+        let at = self.at(offset, range.len())?;
+        self.engine.write(&self.file, at, range).map(|_| ())
     }
 
     /// On the queues path, the namespace's own commands, on a thread of
@@ -267,7 +242,8 @@ impl Backing for EngineBacking {
             .name("p2pdma-prefetch".into())
             .spawn(move || {
                 let start = std::time::Instant::now();
-                let r = ns.read_issuing(at, mem.as_ref(), mem_offset, len, &i);
+                let r = MemRange::new(mem.as_ref(), mem_offset, len)
+                    .and_then(|range| ns.read_issuing(at, range, &i));
                 if r.is_ok() {
                     let q = &engine.stats().queues;
                     q.record_ios(i.ids().len() as u64);
@@ -309,6 +285,7 @@ impl Backing for EngineBacking {
                 .find(|(s, d, _)| *s == sk && *d == dk)
                 .map(|&(_, _, cpu)| cpu)
         };
+        let routes = self.engine.routes();
         let plan = || {
             let from = End::Memory {
                 mem: src,
@@ -318,7 +295,7 @@ impl Backing for EngineBacking {
                 mem: dst,
                 offset: dst_offset,
             };
-            self.engine.route(from, to)
+            routes.plan(from, to)
         };
         let mut route = None;
         let cpu_only = match known {
@@ -341,16 +318,11 @@ impl Backing for EngineBacking {
             Some(r) => r,
             None => plan()?,
         };
-        self.engine
-            .copy(
-                &route,
-                len,
-                &RouteOptions {
-                    chunk: Some(len),
-                    slots: Some(1),
-                    lanes: Some(1),
-                },
-            )
-            .map(|_| ())
+        let opts = RouteOptions {
+            chunk: Some(len),
+            slots: Some(1),
+            lanes: Some(1),
+        };
+        routes.copy(&route, len, &opts).map(|_| ())
     }
 }

@@ -40,7 +40,7 @@ use super::{
     map::{no_object, Map},
 };
 use crate::{
-    memory::{copy, DeviceMemory, MemoryKind},
+    memory::{copy, DeviceMemory, MemRange, MemoryKind},
     transfer::Direction,
     Error, Result,
 };
@@ -372,11 +372,11 @@ impl PageCache {
         key: Key,
     ) -> Result<usize> {
         let (at, valid) = self.span(map, key)?;
-        let (mem, base) = (self.mems[a].as_ref(), f * self.page as usize);
         if valid > 0 {
+            let frame = MemRange::new(self.mems[a].as_ref(), f * self.page as usize, valid)?;
             match dir {
-                Direction::Read => backing.read(at, mem, base, valid)?,
-                Direction::Write => backing.write(at, mem, base, valid)?,
+                Direction::Read => backing.read(at, frame)?,
+                Direction::Write => backing.write(at, frame)?,
             }
         }
         Ok(valid)
@@ -643,11 +643,11 @@ impl PageCache {
         self.changed.notify_all();
     }
 
-    /// Copies `n` bytes between `offset` of object `id` (checked by the
-    /// caller) and `mem` at `mem_offset`, page by page, each page by one
-    /// [`copy()`] between accelerator `a`'s copy of it and `mem`. A read
-    /// copies out of the copy; a write copies into it, the only copy once
-    /// the write lands, dirty (and to storage as well under write-through).
+    /// Copies the bytes of `range` to or from `offset` of object `id`
+    /// (checked by the caller), page by page, each page by one [`copy()`]
+    /// between accelerator `a`'s copy of it and the memory. A read copies
+    /// out of the copy; a write copies into it, the only copy once the
+    /// write lands, dirty (and to storage as well under write-through).
     #[allow(clippy::too_many_arguments)]
     pub fn io(
         &self,
@@ -657,10 +657,9 @@ impl PageCache {
         a: usize,
         id: u64,
         offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
+        range: MemRange<'_>,
     ) -> Result<()> {
+        let (mem, mem_at, n) = (range.mem(), range.offset(), range.len());
         self.check(a)?;
         let size = map.get(id).ok_or_else(|| no_object(id))?.size;
         let mut done = 0usize;
@@ -680,12 +679,12 @@ impl PageCache {
             let cached = self.mems[a].as_ref();
             let r = match dir {
                 Direction::Read => {
-                    let r = copy(cached, frame, mem, mem_offset + done, len);
+                    let r = copy(cached, frame, mem, mem_at + done, len);
                     self.done(a, f, None);
                     r
                 }
                 Direction::Write => {
-                    let copied = copy(mem, mem_offset + done, cached, frame, len);
+                    let copied = copy(mem, mem_at + done, cached, frame, len);
                     // Dirty unless written through; a failed write-through
                     // leaves the new bytes dirty for the next write-back.
                     let (r, dirty) = match copied {

@@ -10,7 +10,7 @@ use super::{
     map::{no_object, Extent, Map, ObjectInfo},
 };
 use crate::{
-    memory::{copy, DeviceMemory, HostMemory},
+    memory::{copy, DeviceMemory, HostMemory, MemRange},
     queues::{CommandId, Issued},
     transfer::{Direction, Ticket},
     Error, Result,
@@ -189,7 +189,7 @@ impl Store {
         // Generation 1 goes to slot 1; slot 0 is cleared so that no older
         // store's superblock outlives the format.
         let zero = HostMemory::new(BLOCK as usize)?;
-        store.backing.write(0, &zero, 0, BLOCK as usize)?;
+        store.backing.write(0, MemRange::whole(&zero))?;
         {
             let mut s = store.write_state();
             let map = s.map.clone();
@@ -214,7 +214,7 @@ impl Store {
     fn read_newest(backing: Arc<dyn Backing>) -> Result<Self> {
         let device_blocks = backing.len() / BLOCK;
         let head = HostMemory::new(2 * BLOCK as usize)?;
-        backing.read(0, &head, 0, 2 * BLOCK as usize)?;
+        backing.read(0, MemRange::whole(&head))?;
         let mut bytes = vec![0u8; 2 * BLOCK as usize];
         head.read_at(0, &mut bytes)?;
         let slots = [0, 1].map(|i| {
@@ -228,7 +228,7 @@ impl Store {
                 return false;
             };
             let at = s.region_start(s.region()) * BLOCK;
-            if backing.read(at, &buf, 0, region_bytes(len)).is_err() {
+            if backing.read(at, MemRange::whole(&buf)).is_err() {
                 return false;
             }
             let mut m = vec![0u8; len];
@@ -301,12 +301,12 @@ impl Store {
         let buf = HostMemory::new(region_bytes(bytes.len()))?;
         buf.write_at(0, &bytes)?;
         let at = next.region_start(next.region()) * BLOCK;
-        self.backing.write(at, &buf, 0, region_bytes(bytes.len()))?;
+        self.backing.write(at, MemRange::whole(&buf))?;
         self.backing.flush()?;
         let block = HostMemory::new(BLOCK as usize)?;
         block.write_at(0, &next.encode())?;
         self.backing
-            .write(next.slot() * BLOCK, &block, 0, BLOCK as usize)?;
+            .write(next.slot() * BLOCK, MemRange::whole(&block))?;
         self.backing.flush()?;
         s.map = map;
         s.sb = next;
@@ -319,7 +319,7 @@ impl Store {
         let (mut at, end) = (start * BLOCK, end * BLOCK);
         while at < end {
             let n = (end - at).min(ZERO_CHUNK as u64) as usize;
-            self.backing.write(at, &zero, 0, n)?;
+            self.backing.write(at, MemRange::new(&zero, 0, n)?)?;
             at += n as u64;
         }
         Ok(())
@@ -407,8 +407,9 @@ impl Store {
         let mut done = 0;
         while done < keep {
             let n = (keep - done).min(ZERO_CHUNK as u64) as usize;
-            self.backing.read(old.start * BLOCK + done, &buf, 0, n)?;
-            self.backing.write(new.start * BLOCK + done, &buf, 0, n)?;
+            let part = MemRange::new(&buf, 0, n)?;
+            self.backing.read(old.start * BLOCK + done, part)?;
+            self.backing.write(new.start * BLOCK + done, part)?;
             done += n as u64;
         }
         let kept_blocks = keep.div_ceil(BLOCK);
@@ -431,7 +432,7 @@ impl Store {
 
     fn zero_bytes(&self, at: u64, n: u64) -> Result<()> {
         let zero = HostMemory::new(n as usize)?;
-        self.backing.write(at, &zero, 0, n as usize)
+        self.backing.write(at, MemRange::whole(&zero))
     }
 
     /// The device offset of `[offset, offset + n)` of object `id`, checked
@@ -449,67 +450,49 @@ impl Store {
         }
     }
 
-    /// Reads `n` bytes at `offset` of object `id` into `mem` at
-    /// `mem_offset`; `n`. With a cache over several accelerators, the read
-    /// goes through the copies of the accelerator whose memory `mem` is
-    /// (accelerator 0 for other memory).
-    pub fn pread(
-        &self,
-        id: u64,
-        offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-    ) -> Result<usize> {
-        let a = self.local(mem);
-        self.io(Direction::Read, a, id, offset, n, mem, mem_offset)
+    /// Reads the bytes at `offset` of object `id` into `range`; how many
+    /// (`range.len()`). With a cache over several accelerators, the read
+    /// goes through the copies of the accelerator whose memory `range` is
+    /// in (accelerator 0 for other memory).
+    pub fn pread(&self, id: u64, offset: u64, range: MemRange<'_>) -> Result<usize> {
+        let a = self.local(range.mem());
+        self.io(Direction::Read, a, id, offset, range)
     }
 
-    /// Writes `n` bytes of `mem` at `mem_offset` to `offset` of object
-    /// `id`; `n`. Durable after the next [`flush`](Store::flush). With a
-    /// cache over several accelerators, the write lands in the copy of the
-    /// accelerator whose memory `mem` is (accelerator 0 for other memory),
-    /// and every other copy is dropped.
-    pub fn pwrite(
-        &self,
-        id: u64,
-        offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-    ) -> Result<usize> {
-        let a = self.local(mem);
-        self.io(Direction::Write, a, id, offset, n, mem, mem_offset)
+    /// Writes the bytes of `range` to `offset` of object `id`; how many
+    /// (`range.len()`). Durable after the next [`flush`](Store::flush).
+    /// With a cache over several accelerators, the write lands in the copy
+    /// of the accelerator whose memory `range` is in (accelerator 0 for
+    /// other memory), and every other copy is dropped.
+    pub fn pwrite(&self, id: u64, offset: u64, range: MemRange<'_>) -> Result<usize> {
+        let a = self.local(range.mem());
+        self.io(Direction::Write, a, id, offset, range)
     }
 
     /// [`pread`](Store::pread) through accelerator `accel`'s copies of the
-    /// cache, whatever memory `mem` is.
+    /// cache, whatever memory `range` is in.
     pub fn pread_on(
         &self,
         accel: usize,
         id: u64,
         offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
+        range: MemRange<'_>,
     ) -> Result<usize> {
         self.check_accel(accel)?;
-        self.io(Direction::Read, accel, id, offset, n, mem, mem_offset)
+        self.io(Direction::Read, accel, id, offset, range)
     }
 
     /// [`pwrite`](Store::pwrite) into accelerator `accel`'s copy of the
-    /// cache, whatever memory `mem` is.
+    /// cache, whatever memory `range` is in.
     pub fn pwrite_on(
         &self,
         accel: usize,
         id: u64,
         offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
+        range: MemRange<'_>,
     ) -> Result<usize> {
         self.check_accel(accel)?;
-        self.io(Direction::Write, accel, id, offset, n, mem, mem_offset)
+        self.io(Direction::Write, accel, id, offset, range)
     }
 
     /// The accelerators the store's cache spans (1 without a cache).
@@ -532,28 +515,25 @@ impl Store {
         self.cache.as_ref().map_or(0, |c| c.local(&mem.kind()))
     }
 
-    /// A read or write of `n` bytes at `offset` of object `id`, checked,
-    /// under the map's read lock, through accelerator `a`'s copies when
-    /// there is a cache.
-    #[allow(clippy::too_many_arguments)]
+    /// A read or write of the bytes of `range` at `offset` of object `id`,
+    /// checked, under the map's read lock, through accelerator `a`'s copies
+    /// when there is a cache.
     fn io(
         &self,
         dir: Direction,
         a: usize,
         id: u64,
         offset: u64,
-        n: usize,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
+        range: MemRange<'_>,
     ) -> Result<usize> {
-        crate::error::check_range(mem_offset, n, mem.len())?;
+        let n = range.len();
         let s = self.read_state();
         let at = Self::locate(&s.map, id, offset, n)?;
         let b = self.backing.as_ref();
         match (&self.cache, dir) {
-            (Some(c), dir) => c.io(dir, b, &s.map, a, id, offset, n, mem, mem_offset)?,
-            (None, Direction::Read) => b.read(at, mem, mem_offset, n)?,
-            (None, Direction::Write) => b.write(at, mem, mem_offset, n)?,
+            (Some(c), dir) => c.io(dir, b, &s.map, a, id, offset, range)?,
+            (None, Direction::Read) => b.read(at, range)?,
+            (None, Direction::Write) => b.write(at, range)?,
         }
         Ok(n)
     }
@@ -635,31 +615,26 @@ impl Store {
         Ok(p)
     }
 
-    /// Waits for `p`'s read and copies its first `n` bytes into `mem` at
-    /// `mem_offset` (nothing to copy when `p` read into that very place);
-    /// `n`.
-    pub fn consume_prefetch_pread(
-        &self,
-        mut p: Prefetch,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        n: usize,
-    ) -> Result<usize> {
+    /// Waits for `p`'s read and copies its first `range.len()` bytes into
+    /// `range` (nothing to copy when `p` read into that very place); how
+    /// many.
+    pub fn consume_prefetch_pread(&self, mut p: Prefetch, range: MemRange<'_>) -> Result<usize> {
+        let n = range.len();
         if n > p.len {
             return Err(Error::InvalidArgument(format!(
                 "consume of {n} bytes from a prefetch of {}",
                 p.len
             )));
         }
-        crate::error::check_range(mem_offset, n, mem.len())?;
         if let Some(t) = p.ticket.take() {
             t.wait()?;
         }
         // Read into this very place: nothing to copy.
+        let mem = range.mem();
         let same = std::ptr::addr_eq(Arc::as_ptr(&p.dest), mem as *const dyn DeviceMemory)
-            && p.dest_offset == mem_offset;
+            && p.dest_offset == range.offset();
         if !same {
-            copy(p.dest.as_ref(), p.dest_offset, mem, mem_offset, n)?;
+            copy(p.dest.as_ref(), p.dest_offset, mem, range.offset(), n)?;
         }
         Ok(n)
     }

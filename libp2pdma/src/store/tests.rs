@@ -18,7 +18,7 @@ use super::{
 use crate::{
     memory::{
         copy::tests::{Calls, Counted, Direct, Plain},
-        DeviceMemory, HostMemory,
+        DeviceMemory, HostMemory, MemRange,
     },
     transfer::{Report, Ticket, TransferPath},
     Error, Result,
@@ -69,7 +69,8 @@ impl MemBacking {
         let waiting = std::mem::take(&mut self.2.lock().unwrap().0);
         for (at, mem, mem_offset, len, t) in waiting {
             t.complete(
-                self.read(at, mem.as_ref(), mem_offset, len)
+                MemRange::new(mem.as_ref(), mem_offset, len)
+                    .and_then(|range| self.read(at, range))
                     .map(|()| report(len)),
             );
         }
@@ -141,13 +142,7 @@ impl Backing for MemBacking {
         self.lock().durable.len() as u64
     }
 
-    fn read(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()> {
+    fn read(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // Long enough for other threads to miss the same page meanwhile.
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -155,18 +150,14 @@ impl Backing for MemBacking {
         if d.dead {
             return Err(died());
         }
-        mem.write_at(mem_offset, &Self::view(&d, offset, len))
+        let view = Self::view(&d, offset, range.len());
+        range.mem().write_at(range.offset(), &view)
     }
 
-    fn write(
-        &self,
-        offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<()> {
+    fn write(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
+        let len = range.len();
         let mut bytes = vec![0u8; len];
-        mem.read_at(mem_offset, &mut bytes)?;
+        range.mem().read_at(range.offset(), &mut bytes)?;
         let mut d = self.lock();
         if d.dead {
             return Err(died());
@@ -203,7 +194,8 @@ impl Backing for MemBacking {
         }
         drop(waiting);
         t.complete(
-            self.read(offset, mem.as_ref(), mem_offset, len)
+            MemRange::new(mem.as_ref(), mem_offset, len)
+                .and_then(|range| self.read(offset, range))
                 .map(|()| report(len)),
         );
         Ok(Started {
@@ -331,7 +323,7 @@ fn apply(
                 let o = m.get_mut(&id).unwrap();
                 o.dirty[off..off + n].iter_mut().for_each(|d| *d = true);
             }
-            let r = store.pwrite_on(on(k), id, off as u64, n, &buf, 0);
+            let r = store.pwrite_on(on(k), id, off as u64, MemRange::new(&buf, 0, n).unwrap());
             if off + n > size {
                 return match r {
                     Err(Error::EndOfFile { .. }) => Ok(()),
@@ -349,20 +341,32 @@ fn apply(
             let off = at as usize % (size + 1);
             let buf = Arc::new(HostMemory::new(n.max(1)).unwrap());
             let r = match (op, k % 4) {
-                (Op::Read(..), _) => store.pread_on(on(k), id, off as u64, n, buf.as_ref(), 0),
-                (_, 0 | 2) => store
-                    .pread_prefetch(id, off as u64, n)
-                    .and_then(|p| store.consume_prefetch_pread(p, buf.as_ref(), 0, n)),
+                (Op::Read(..), _) => store.pread_on(
+                    on(k),
+                    id,
+                    off as u64,
+                    MemRange::new(buf.as_ref(), 0, n).unwrap(),
+                ),
+                (_, 0 | 2) => store.pread_prefetch(id, off as u64, n).and_then(|p| {
+                    store.consume_prefetch_pread(p, MemRange::new(buf.as_ref(), 0, n).unwrap())
+                }),
                 // Into the buffer itself, consumed there (no copy)...
                 (_, 1) => store
                     .pread_prefetch_into(id, off as u64, n, buf.clone(), 0)
-                    .and_then(|p| store.consume_prefetch_pread(p, buf.as_ref(), 0, n)),
+                    .and_then(|p| {
+                        store.consume_prefetch_pread(p, MemRange::new(buf.as_ref(), 0, n).unwrap())
+                    }),
                 // ... or into another place, consumed into the buffer.
                 _ => {
                     let other = Arc::new(HostMemory::new(n + 100).unwrap());
                     store
                         .pread_prefetch_into(id, off as u64, n, other, 100)
-                        .and_then(|p| store.consume_prefetch_pread(p, buf.as_ref(), 0, n))
+                        .and_then(|p| {
+                            store.consume_prefetch_pread(
+                                p,
+                                MemRange::new(buf.as_ref(), 0, n).unwrap(),
+                            )
+                        })
                 }
             };
             if off + n > size {
@@ -387,7 +391,10 @@ fn apply(
             m.remove(&id);
             durable_all(m);
             let buf = HostMemory::new(1).unwrap();
-            if store.pread(id, 0, 0, &buf, 0).is_ok() {
+            if store
+                .pread(id, 0, MemRange::new(&buf, 0, 0).unwrap())
+                .is_ok()
+            {
                 return Err(format!("object {id} reads after its delete"));
             }
         }
@@ -432,7 +439,7 @@ fn same(store: &Store, m: &Model) -> std::result::Result<(), String> {
         let buf = HostMemory::new(o.data.len().max(1)).unwrap();
         let on = *id as usize % store.accelerators();
         store
-            .pread_on(on, *id, 0, o.data.len(), &buf, 0)
+            .pread_on(on, *id, 0, MemRange::new(&buf, 0, o.data.len()).unwrap())
             .map_err(|e| e.to_string())?;
         if bytes_of(&buf, o.data.len()) != o.data {
             return Err(format!("object {id} differs from the model"));
@@ -526,7 +533,7 @@ fn recovered(store: &Store, choices: &[Model]) -> std::result::Result<(), String
     for (id, o) in &m {
         let buf = HostMemory::new(o.data.len().max(1)).unwrap();
         store
-            .pread(*id, 0, o.data.len(), &buf, 0)
+            .pread(*id, 0, MemRange::new(&buf, 0, o.data.len()).unwrap())
             .map_err(|e| e.to_string())?;
         let got = bytes_of(&buf, o.data.len());
         if let Some(i) = (0..o.data.len()).find(|&i| !o.dirty[i] && got[i] != o.flushed[i]) {
@@ -721,7 +728,7 @@ fn run_holding(steps: &[Step], cache: u8) -> std::result::Result<(), String> {
         }
         let buf = HostMemory::new(h.want.len()).unwrap();
         store
-            .consume_prefetch_pread(h.p, &buf, 0, h.want.len())
+            .consume_prefetch_pread(h.p, MemRange::new(&buf, 0, h.want.len()).unwrap())
             .map_err(|e| format!("consume: {e}"))?;
         let got = bytes_of(&buf, h.want.len());
         match (0..got.len()).find(|&i| !h.raced[i] && got[i] != h.want[i]) {
@@ -834,7 +841,9 @@ fn a_thread_holding_a_prefetch_and_another_deleting_and_resizing_never_wait_for_
             let buf = HostMemory::new(3 * BLOCK as usize).unwrap();
             buf.write_at(0, &vec![id as u8; 3 * BLOCK as usize])
                 .unwrap();
-            store.pwrite(id, 0, 3 * BLOCK as usize, &buf, 0).unwrap();
+            store
+                .pwrite(id, 0, MemRange::new(&buf, 0, 3 * BLOCK as usize).unwrap())
+                .unwrap();
         }
         let store = Arc::new(store);
         let bad = std::sync::atomic::AtomicUsize::new(0);
@@ -852,10 +861,13 @@ fn a_thread_holding_a_prefetch_and_another_deleting_and_resizing_never_wait_for_
                             continue;
                         };
                         let other = ids[rng.usize(..ids.len())];
-                        let _ = store.pread(other, 0, 100, &buf, 0);
+                        let _ = store.pread(other, 0, MemRange::new(&buf, 0, 100).unwrap());
                         let _ = store.pread_prefetch(other, 0, 10);
                         store
-                            .consume_prefetch_pread(p, &buf, 0, BLOCK as usize)
+                            .consume_prefetch_pread(
+                                p,
+                                MemRange::new(&buf, 0, BLOCK as usize).unwrap(),
+                            )
                             .unwrap();
                         if bytes_of(&buf, BLOCK as usize)
                             .iter()
@@ -924,7 +936,9 @@ fn threads_see_only_their_objects_bytes(cache: u8) {
                             let id = store.pcreate(n as u64).unwrap();
                             let buf = HostMemory::new(n).unwrap();
                             buf.write_at(0, &words(id, n)).unwrap();
-                            store.pwrite(id, 0, n, &buf, 0).unwrap();
+                            store
+                                .pwrite(id, 0, MemRange::new(&buf, 0, n).unwrap())
+                                .unwrap();
                             mine.push((id, n));
                         }
                         2 if !mine.is_empty() => {
@@ -939,7 +953,9 @@ fn threads_see_only_their_objects_bytes(cache: u8) {
                             if m > n {
                                 let buf = HostMemory::new(m - n).unwrap();
                                 buf.write_at(0, &words(id, m - n)).unwrap();
-                                store.pwrite(id, n as u64, m - n, &buf, 0).unwrap();
+                                store
+                                    .pwrite(id, n as u64, MemRange::new(&buf, 0, m - n).unwrap())
+                                    .unwrap();
                             }
                             mine[k].1 = m;
                         }
@@ -960,11 +976,11 @@ fn threads_see_only_their_objects_bytes(cache: u8) {
                     let Ok(size) = store.size(id) else { continue };
                     let n = (8 * rng.u64(0..2048)).min(size & !7) as usize;
                     let r = if rng.bool() {
-                        store.pread(id, 0, n, &buf, 0)
+                        store.pread(id, 0, MemRange::new(&buf, 0, n).unwrap())
                     } else {
-                        store
-                            .pread_prefetch(id, 0, n)
-                            .and_then(|p| store.consume_prefetch_pread(p, &buf, 0, n))
+                        store.pread_prefetch(id, 0, n).and_then(|p| {
+                            store.consume_prefetch_pread(p, MemRange::new(&buf, 0, n).unwrap())
+                        })
                     };
                     if r.is_err() {
                         continue;
@@ -992,7 +1008,9 @@ fn concurrent_misses_on_a_page_read_it_once_and_hits_read_nothing() {
     let data: Vec<u8> = (0..3 * BLOCK as usize).map(|i| (i * 7 + 1) as u8).collect();
     let mem = HostMemory::new(data.len()).unwrap();
     mem.write_at(0, &data).unwrap();
-    store.pwrite(id, 0, data.len(), &mem, 0).unwrap();
+    store
+        .pwrite(id, 0, MemRange::new(&mem, 0, data.len()).unwrap())
+        .unwrap();
     let store = cached(store, 1);
     let before = backing.reads();
     let start = std::sync::Barrier::new(8);
@@ -1003,7 +1021,9 @@ fn concurrent_misses_on_a_page_read_it_once_and_hits_read_nothing() {
                 let buf = HostMemory::new(100).unwrap();
                 start.wait();
                 let at = BLOCK as usize + t * 100;
-                store.pread(id, at as u64, 100, &buf, 0).unwrap();
+                store
+                    .pread(id, at as u64, MemRange::new(&buf, 0, 100).unwrap())
+                    .unwrap();
                 assert_eq!(bytes_of(&buf, 100), data[at..at + 100]);
             });
         }
@@ -1014,7 +1034,9 @@ fn concurrent_misses_on_a_page_read_it_once_and_hits_read_nothing() {
         "eight threads missing one page read it once"
     );
     let buf = HostMemory::new(BLOCK as usize).unwrap();
-    store.pread(id, BLOCK, BLOCK as usize, &buf, 0).unwrap();
+    store
+        .pread(id, BLOCK, MemRange::new(&buf, 0, BLOCK as usize).unwrap())
+        .unwrap();
     assert_eq!(backing.reads() - before, 1, "a hit reads nothing");
     let s = store.cache_stats().unwrap();
     assert_eq!((s.misses, s.hits), (1, 8));
@@ -1040,12 +1062,16 @@ fn hits_writes_and_consumed_prefetches_copy_once_between_mapped_memories() {
     let data: Vec<u8> = (0..n).map(|i| (i * 13 + i / 509) as u8).collect();
     let mem = Counted::host(n);
     mem.inner.write_at(0, &data).unwrap();
-    store.pwrite(id, 0, n, &mem, 0).unwrap();
+    store
+        .pwrite(id, 0, MemRange::new(&mem, 0, n).unwrap())
+        .unwrap();
     let out = Counted::host(n);
     // A hit: frame to the caller's memory, both host memory, in one copy
     // between their mappings: neither memory copies through a buffer.
     let hit = calls_during([&frames.calls, &out.calls], || {
-        store.pread(id, 0, n, &out, 0).unwrap();
+        store
+            .pread(id, 0, MemRange::new(&out, 0, n).unwrap())
+            .unwrap();
     });
     assert_eq!(store.cache_stats().unwrap().hits, 2);
     assert_eq!(hit, [[0; 4]; 2], "a hit went through a buffer");
@@ -1054,13 +1080,17 @@ fn hits_writes_and_consumed_prefetches_copy_once_between_mapped_memories() {
     // same way.
     mem.inner.write_at(0, &[0xC3; 100]).unwrap();
     let write = calls_during([&mem.calls, &frames.calls], || {
-        store.pwrite(id, 4000, 100, &mem, 0).unwrap();
+        store
+            .pwrite(id, 4000, MemRange::new(&mem, 0, 100).unwrap())
+            .unwrap();
     });
     assert_eq!(write, [[0; 4]; 2], "a write went through a buffer");
     // A prefetch lands in host staging memory; consuming it copies once.
     let p = store.pread_prefetch(id, 0, n).unwrap();
     let consumed = calls_during([&out.calls], || {
-        store.consume_prefetch_pread(p, &out, 0, n).unwrap();
+        store
+            .consume_prefetch_pread(p, MemRange::new(&out, 0, n).unwrap())
+            .unwrap();
     });
     assert_eq!(
         consumed,
@@ -1083,10 +1113,14 @@ fn a_hit_into_memory_without_a_mapping_is_its_own_single_copy() {
     let data: Vec<u8> = (0..n).map(|i| (i * 5 + 3) as u8).collect();
     let mem = HostMemory::new(n).unwrap();
     mem.write_at(0, &data).unwrap();
-    store.pwrite(id, 0, n, &mem, 0).unwrap();
+    store
+        .pwrite(id, 0, MemRange::new(&mem, 0, n).unwrap())
+        .unwrap();
     let out = Direct(Plain::new(n));
     let hit = calls_during([&out.0.calls], || {
-        store.pread(id, 0, n, &out, 0).unwrap();
+        store
+            .pread(id, 0, MemRange::new(&out, 0, n).unwrap())
+            .unwrap();
     });
     // One copy per page, straight out of the frame's mapping.
     assert_eq!(hit, [[0, 0, 0, 2]]);
@@ -1119,7 +1153,9 @@ fn a_page_two_accelerators_hold_and_one_writes_is_what_the_other_reads_next() {
     let old: Vec<u8> = (0..BLOCK as usize).map(|i| (i % 251) as u8).collect();
     let mem = HostMemory::new(BLOCK as usize).unwrap();
     mem.write_at(0, &old).unwrap();
-    store.pwrite_on(0, id, 0, old.len(), &mem, 0).unwrap();
+    store
+        .pwrite_on(0, id, 0, MemRange::new(&mem, 0, old.len()).unwrap())
+        .unwrap();
     store.flush().unwrap();
     let c = store.cache().unwrap();
     assert_eq!(c.holders(id, 0), vec![0]);
@@ -1127,7 +1163,9 @@ fn a_page_two_accelerators_hold_and_one_writes_is_what_the_other_reads_next() {
     // Accelerator 1 misses and copies the page from accelerator 0.
     let reads = backing.reads();
     let out = HostMemory::new(BLOCK as usize).unwrap();
-    store.pread_on(1, id, 0, old.len(), &out, 0).unwrap();
+    store
+        .pread_on(1, id, 0, MemRange::new(&out, 0, old.len()).unwrap())
+        .unwrap();
     assert_eq!(bytes_of(&out, old.len()), old);
     assert_eq!(backing.reads(), reads, "filled from the other copy");
     assert_eq!(c.holders(id, 0), vec![0, 1]);
@@ -1137,10 +1175,14 @@ fn a_page_two_accelerators_hold_and_one_writes_is_what_the_other_reads_next() {
     // read is the new bytes, from accelerator 0's copy.
     let new: Vec<u8> = old.iter().map(|b| b ^ 0x5a).collect();
     mem.write_at(0, &new[..100]).unwrap();
-    store.pwrite_on(0, id, 0, 100, &mem, 0).unwrap();
+    store
+        .pwrite_on(0, id, 0, MemRange::new(&mem, 0, 100).unwrap())
+        .unwrap();
     assert_eq!(c.holders(id, 0), vec![0]);
     assert_eq!(c.stats().invalidations, 1);
-    store.pread_on(1, id, 0, old.len(), &out, 0).unwrap();
+    store
+        .pread_on(1, id, 0, MemRange::new(&out, 0, old.len()).unwrap())
+        .unwrap();
     let mut want = old.clone();
     want[..100].copy_from_slice(&new[..100]);
     assert_eq!(bytes_of(&out, old.len()), want);
@@ -1150,24 +1192,30 @@ fn a_page_two_accelerators_hold_and_one_writes_is_what_the_other_reads_next() {
     // Accelerator 1 writes the whole page: accelerator 0's dirty copy is
     // dropped, its dirt carried by accelerator 1's, which a flush writes.
     mem.write_at(0, &new).unwrap();
-    store.pwrite_on(1, id, 0, new.len(), &mem, 0).unwrap();
+    store
+        .pwrite_on(1, id, 0, MemRange::new(&mem, 0, new.len()).unwrap())
+        .unwrap();
     assert_eq!(c.holders(id, 0), vec![1]);
-    store.pread_on(0, id, 0, new.len(), &out, 0).unwrap();
+    store
+        .pread_on(0, id, 0, MemRange::new(&out, 0, new.len()).unwrap())
+        .unwrap();
     assert_eq!(bytes_of(&out, new.len()), new);
     store.flush().unwrap();
     drop(store);
     let plain = Store::initialize(backing.clone()).unwrap();
-    plain.pread(id, 0, new.len(), &out, 0).unwrap();
+    plain
+        .pread(id, 0, MemRange::new(&out, 0, new.len()).unwrap())
+        .unwrap();
     assert_eq!(bytes_of(&out, new.len()), new, "durable after the flush");
 
     // Accelerators out of range are refused.
     let store = shared(&backing, 2, 4);
     assert!(matches!(
-        store.pread_on(2, id, 0, 1, &out, 0),
+        store.pread_on(2, id, 0, MemRange::new(&out, 0, 1).unwrap()),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        plain.pwrite_on(1, id, 0, 1, &out, 0),
+        plain.pwrite_on(1, id, 0, MemRange::new(&out, 0, 1).unwrap()),
         Err(Error::InvalidArgument(_))
     ));
 }
@@ -1222,7 +1270,12 @@ fn a_write_on_one_accelerator_is_what_the_next_read_on_any_returns_under_many_th
                         let words: Vec<u8> = (0..n / 8).flat_map(|_| v.to_le_bytes()).collect();
                         buf.write_at(0, &words).unwrap();
                         store
-                            .pwrite_on(accel, id, at + from as u64, n, &buf, 0)
+                            .pwrite_on(
+                                accel,
+                                id,
+                                at + from as u64,
+                                MemRange::new(&buf, 0, n).unwrap(),
+                            )
                             .unwrap();
                         halves.for_each(|h| st[h] = v);
                     } else {
@@ -1230,7 +1283,12 @@ fn a_write_on_one_accelerator_is_what_the_next_read_on_any_returns_under_many_th
                         // half left, whichever accelerator wrote it.
                         let st = stamps[p].read().unwrap();
                         store
-                            .pread_on(accel, id, at, BLOCK as usize, &buf, 0)
+                            .pread_on(
+                                accel,
+                                id,
+                                at,
+                                MemRange::new(&buf, 0, BLOCK as usize).unwrap(),
+                            )
                             .unwrap();
                         let got = bytes_of(&buf, BLOCK as usize);
                         for (i, w) in got.chunks(8).enumerate() {
@@ -1261,7 +1319,13 @@ fn a_write_on_one_accelerator_is_what_the_next_read_on_any_returns_under_many_th
     // On storage: every half as last written.
     let plain = Store::initialize(backing.clone()).unwrap();
     let buf = HostMemory::new(PAGES * BLOCK as usize).unwrap();
-    plain.pread(id, 0, PAGES * BLOCK as usize, &buf, 0).unwrap();
+    plain
+        .pread(
+            id,
+            0,
+            MemRange::new(&buf, 0, PAGES * BLOCK as usize).unwrap(),
+        )
+        .unwrap();
     let got = bytes_of(&buf, PAGES * BLOCK as usize);
     for (p, s) in stamps.iter().enumerate() {
         let s = s.read().unwrap();

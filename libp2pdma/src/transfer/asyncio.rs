@@ -20,7 +20,7 @@ use super::{
     core::{Core, Report},
     exec::workers::{Job, Workers},
     storage::StorageFile,
-    strided::{read_strided, write_strided, Layout, Shape, StridedMode, StridedReport},
+    strided::{Layout, Shape, Strided, StridedMode, StridedReport},
     xfer::Direction,
 };
 use crate::{
@@ -45,8 +45,9 @@ pub struct Request {
     pub len: usize,
 }
 
-/// One strided transfer to run asynchronously: [`Engine::read_strided`](super::Engine::read_strided)
-/// or [`Engine::write_strided`](super::Engine::write_strided) with owned arguments.
+/// One strided transfer to run asynchronously: [`Strided::read`] or
+/// [`Strided::write`] with owned arguments, the memory range from
+/// `mem_offset` to the memory's end.
 #[derive(Clone, Debug)]
 pub struct StridedRequest {
     /// Which way.
@@ -367,13 +368,10 @@ pub fn submit_strided(
             layout,
             mode,
         } = req;
+        let range = MemRange::from_offset(mem.as_ref(), mem_offset)?;
         match dir {
-            Direction::Read => {
-                read_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
-            }
-            Direction::Write => {
-                write_strided(core, &file, &shape, mem.as_ref(), mem_offset, layout, mode)
-            }
+            Direction::Read => Strided::new(core).read(&file, &shape, range, layout, mode),
+            Direction::Write => Strided::new(core).write(&file, &shape, range, layout, mode),
         }
     })
 }

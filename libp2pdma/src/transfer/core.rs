@@ -77,6 +77,11 @@ impl Report {
 
 /// A storage file paired with accelerator memory, with the path chosen for
 /// transfers between them and the reason.
+///
+/// A handle is bound to its memory, so its calls name only the place in
+/// it: `at` and `len`, the offset and length a [`MemRange`] of that memory
+/// would take ([`MemRange::new`]), after the file offset as in every
+/// transfer call.
 pub struct Handle<'a> {
     core: &'a Core,
     file: &'a StorageFile,
@@ -118,24 +123,20 @@ impl Handle<'_> {
         Self { page_cache, ..self }
     }
 
-    /// Reads `len` bytes at `file_offset` into the memory at `mem_offset`.
-    pub fn read(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.transfer(Direction::Read, file_offset, mem_offset, len)
+    /// Reads `len` bytes at `file_offset` into the memory at `at`;
+    /// `Error::OutOfBounds` when they do not fit in it.
+    pub fn read(&self, file_offset: u64, at: usize, len: usize) -> Result<Report> {
+        self.transfer(Direction::Read, file_offset, at, len)
     }
 
-    /// Writes `len` bytes of the memory at `mem_offset` to `file_offset`.
-    pub fn write(&self, file_offset: u64, mem_offset: usize, len: usize) -> Result<Report> {
-        self.transfer(Direction::Write, file_offset, mem_offset, len)
+    /// Writes `len` bytes of the memory at `at` to `file_offset`;
+    /// `Error::OutOfBounds` when they do not fit in it.
+    pub fn write(&self, file_offset: u64, at: usize, len: usize) -> Result<Report> {
+        self.transfer(Direction::Write, file_offset, at, len)
     }
 
-    fn transfer(
-        &self,
-        dir: Direction,
-        file_offset: u64,
-        mem_offset: usize,
-        len: usize,
-    ) -> Result<Report> {
-        let range = MemRange::new(self.mem, mem_offset, len)?;
+    fn transfer(&self, dir: Direction, file_offset: u64, at: usize, len: usize) -> Result<Report> {
+        let range = MemRange::new(self.mem, at, len)?;
         let job = Job {
             dir,
             choice: &self.choice,
@@ -531,7 +532,7 @@ impl Core {
             file_offset,
             range,
         } = job;
-        let (mem, mem_offset, len) = (range.mem(), range.offset(), range.len());
+        let len = range.len();
         if file_offset.checked_add(len as u64).is_none() {
             return Err(Error::InvalidArgument(
                 "file offset + length overflows".into(),
@@ -558,15 +559,7 @@ impl Core {
         }
         if let Some(ns) = &file.queues {
             // Nothing else reaches the namespace: whatever the choice said.
-            paths::queues::run(
-                ns,
-                dir,
-                file_offset,
-                mem,
-                mem_offset,
-                len,
-                &self.stats.queues,
-            )?;
+            paths::queues::run(ns, dir, file_offset, range, &self.stats.queues)?;
             return Ok(Report::new(len as u64, TransferPath::Queues));
         }
         if dir == Direction::Read && page_cache != PageCache::Direct && file.buffered.is_some() {
@@ -706,7 +699,7 @@ impl Core {
     fn device(&self, job: Job<'_>) -> Result<Report> {
         let (dir, choice, file, file_offset) = (job.dir, job.choice, job.file, job.file_offset);
         let range = job.range;
-        let (mem, mem_offset, len) = (range.mem(), range.offset(), range.len());
+        let (mem, len) = (range.mem(), range.len());
         let eof = |size: u64| Error::EndOfFile {
             path: file.path.clone(),
             offset: file_offset,
@@ -728,9 +721,7 @@ impl Core {
         let xfer = |stats| Xfer {
             file,
             file_offset,
-            mem,
-            mem_offset,
-            len,
+            range,
             stats,
             submit: self.config.p2p_submit,
             start,

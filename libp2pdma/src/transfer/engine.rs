@@ -1,26 +1,24 @@
 //! The engine: the one object a user holds. It owns what transfers share
 //! ([`Core`]), the worker threads of background transfers and the host
 //! staging rings of routes, and hands each call to the feature that
-//! serves it: single transfers to the core, strided transfers to
-//! [`strided`], routes to [`route`],
-//! background transfers to [`asyncio`]. The features take
-//! the resources they need, never the engine.
+//! serves it: single transfers to the core, background transfers to
+//! [`asyncio`]. Strided transfers and routes are views of the engine
+//! ([`Engine::strided`], [`Engine::routes`]), whose calls live beside
+//! them ([`strided`](super::strided), [`route`](super::route)). The
+//! features take the resources they need, never the engine.
 
-use std::{fmt, path::PathBuf, sync::Arc};
+use std::{fmt, sync::Arc};
 
 use super::{
     asyncio::{self, Request, StridedRequest, Ticket},
     core::{Core, GeometryChoice, Handle, Report},
     exec::{rings::RingPool, workers::Workers},
-    plan::{PathChoice, TransferPath},
-    route::{self, End, Route, RouteOptions, RouteReport, Via},
+    plan::PathChoice,
+    route::Routes,
     stats::Stats,
     storage::StorageFile,
-    strided::{self, Layout, Shape, StridedMode, StridedReport},
-    tuning::{
-        config::Config,
-        constants::{Effort, Key, Measurement, Resolved},
-    },
+    strided::{Strided, StridedReport},
+    tuning::config::Config,
 };
 use crate::{
     memory::{DeviceMemory, MemRange},
@@ -94,40 +92,33 @@ impl Engine {
         &self,
         file: &StorageFile,
         file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
     ) -> Option<Report> {
-        let range = MemRange::new(mem, mem_offset, len).ok()?;
         self.core.read_if_cached(file, file_offset, range)
     }
 
-    /// Reads `len` bytes at `file_offset` into `mem` at `mem_offset`.
+    /// Reads the bytes at `file_offset` into `range`.
     pub fn read(
         &self,
         file: &StorageFile,
         file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
     ) -> Result<Report> {
         self.core
-            .handle(file, mem)?
-            .read(file_offset, mem_offset, len)
+            .handle(file, range.mem())?
+            .read(file_offset, range.offset(), range.len())
     }
 
-    /// Writes `len` bytes of `mem` at `mem_offset` to `file_offset`.
+    /// Writes the bytes of `range` to `file_offset`.
     pub fn write(
         &self,
         file: &StorageFile,
         file_offset: u64,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        len: usize,
+        range: MemRange<'_>,
     ) -> Result<Report> {
         self.core
-            .handle(file, mem)?
-            .write(file_offset, mem_offset, len)
+            .handle(file, range.mem())?
+            .write(file_offset, range.offset(), range.len())
     }
 
     /// The chunk size and depth a transfer of `len` bytes with `file`
@@ -141,117 +132,15 @@ impl Engine {
         self.core.prepare(file, file_offset, len)
     }
 
-    /// Reads the runs of `shape` into `mem` ([`strided::read_strided`]).
-    pub fn read_strided(
-        &self,
-        file: &StorageFile,
-        shape: &Shape,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        layout: Layout,
-        mode: StridedMode,
-    ) -> Result<StridedReport> {
-        strided::read_strided(&self.core, file, shape, mem, mem_offset, layout, mode)
+    /// The strided transfers: runs of a file laid out by strides, and the
+    /// cost model that chooses how they move.
+    pub fn strided(&self) -> Strided<'_> {
+        Strided::new(&self.core)
     }
 
-    /// Writes the runs of `shape` from `mem` ([`strided::write_strided`]).
-    pub fn write_strided(
-        &self,
-        file: &StorageFile,
-        shape: &Shape,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        layout: Layout,
-        mode: StridedMode,
-    ) -> Result<StridedReport> {
-        strided::write_strided(&self.core, file, shape, mem, mem_offset, layout, mode)
-    }
-
-    /// Copies the runs of `shape` in host memory `src` into `mem`
-    /// ([`strided::copy_strided_to_memory`]).
-    pub fn copy_strided_to_memory(
-        &self,
-        src: &[u8],
-        shape: &Shape,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        layout: Layout,
-        mode: StridedMode,
-    ) -> Result<StridedReport> {
-        strided::copy_strided_to_memory(&self.core, src, shape, mem, mem_offset, layout, mode)
-    }
-
-    /// Copies the runs of `shape` out of `mem` into host memory `dst`
-    /// ([`strided::copy_strided_from_memory`]).
-    pub fn copy_strided_from_memory(
-        &self,
-        mem: &dyn DeviceMemory,
-        mem_offset: usize,
-        layout: Layout,
-        shape: &Shape,
-        dst: &mut [u8],
-        mode: StridedMode,
-    ) -> Result<StridedReport> {
-        strided::copy_strided_from_memory(&self.core, mem, mem_offset, layout, shape, dst, mode)
-    }
-
-    /// Measures the strided cost model's constants
-    /// ([`strided::measure_strided`]).
-    pub fn measure_strided(
-        &self,
-        file: Option<&StorageFile>,
-        mem: &dyn DeviceMemory,
-        effort: Effort,
-    ) -> Measurement {
-        strided::measure_strided(&self.core, file, mem, effort)
-    }
-
-    /// The strided cost model's constants for `file`, `mem` and `path`
-    /// ([`strided::strided_constants`]).
-    pub fn strided_constants(
-        &self,
-        file: Option<&StorageFile>,
-        mem: &dyn DeviceMemory,
-        path: TransferPath,
-    ) -> Resolved {
-        strided::strided_constants(&self.core, file, mem, path)
-    }
-
-    /// What the constants for `file` and `mem` are kept under
-    /// ([`strided::strided_key`]).
-    pub fn strided_key(&self, file: Option<&StorageFile>, mem: &dyn DeviceMemory) -> Result<Key> {
-        strided::strided_key(&self.core, file, mem)
-    }
-
-    /// Measures and stores the constants for `file` and `mem`
-    /// ([`strided::calibrate_strided`]).
-    pub fn calibrate_strided(
-        &self,
-        file: Option<&StorageFile>,
-        mem: &dyn DeviceMemory,
-    ) -> Result<(Key, Measurement, Option<PathBuf>)> {
-        strided::calibrate_strided(&self.core, file, mem)
-    }
-
-    /// Plans a route from `src` to `dst` ([`route::route`]).
-    pub fn route<'a>(&self, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
-        route::route(&self.core, src, dst)
-    }
-
-    /// Plans a route from `src` to `dst` through `via`
-    /// ([`route::route_through`]).
-    pub fn route_through<'a>(
-        &self,
-        src: End<'a>,
-        via: &[Via<'a>],
-        dst: End<'a>,
-    ) -> Result<Route<'a>> {
-        route::route_through(&self.core, src, via, dst)
-    }
-
-    /// Copies `len` bytes along `route` ([`route::copy`]).
-    pub fn copy(&self, route: &Route<'_>, len: usize, opts: &RouteOptions) -> Result<RouteReport> {
-        route::copy(&self.core, &self.rings, route, len, opts)
+    /// Routes: transfers between any two places as a chain of hops.
+    pub fn routes(&self) -> Routes<'_> {
+        Routes::new(&self.core, &self.rings)
     }
 
     /// Submits a transfer to run in the background; returns at once.
@@ -277,8 +166,8 @@ impl Engine {
     }
 
     /// Submits a strided read or write to run in the background; returns
-    /// at once. Its ticket gives what [`Engine::read_strided`] or
-    /// [`Engine::write_strided`] would have returned.
+    /// at once. Its ticket gives what [`Strided::read`] or
+    /// [`Strided::write`] would have returned.
     pub fn submit_strided(&self, req: StridedRequest) -> Ticket<StridedReport> {
         asyncio::submit_strided(&self.core, &self.workers, req)
     }

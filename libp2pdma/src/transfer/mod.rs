@@ -18,7 +18,8 @@
 //!   memory, on a controller it drives ([`paths::queues`]).
 //!
 //! Strided reads (many equal runs of a file, up to three strides) have
-//! their own entry point, [`Engine::read_strided`] ([`strided`]).
+//! their own view of the engine, [`Engine::strided`] ([`strided`]); routes
+//! between any two places theirs, [`Engine::routes`] ([`route`]).
 //!
 //! [`PathPref::Auto`] picks P2P where the module, the memory and the PCIe
 //! topology allow it and says why not otherwise; each [`Handle`] keeps the
@@ -60,10 +61,10 @@ pub use asyncio::{Request, StridedRequest, Ticket};
 pub use core::{Core, GeometryChoice, Handle, Report};
 pub use engine::Engine;
 pub use plan::{PathChoice, TransferPath};
-pub use route::{End, Hop, HopKind, Route, RouteOptions, RouteReport, Via};
+pub use route::{End, Hop, HopKind, Route, RouteOptions, RouteReport, Routes, Via};
 pub use stats::{PathStats, Stats};
 pub use storage::{NvmeNamespace, StorageFile};
-pub use strided::{Layout, Shape, StridedMode, StridedReport};
+pub use strided::{Layout, Shape, Strided, StridedMode, StridedReport};
 pub use tuning::{
     config::{Config, P2pSubmit, PageCache, PathPref, StridedConstants},
     constants,

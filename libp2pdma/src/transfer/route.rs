@@ -7,11 +7,12 @@
 //! `O_DIRECT` into host memory), or a CPU copy between memories. Between
 //! hops the chunks wait in staging rings: pinned host memory the route
 //! allocates, or a region of an accelerator's memory the caller lends.
-//! [`Engine::route`](crate::transfer::Engine::route) picks the hops (storage straight into an accelerator by
+//! An engine's [`Routes`] view ([`Engine::routes`](crate::transfer::Engine::routes)) holds the calls:
+//! [`Routes::plan`] picks the hops (storage straight into an accelerator by
 //! P2P where the kernel allows it, through host memory otherwise; one
 //! accelerator to another through host memory) and says why;
-//! [`Engine::route_through`](crate::transfer::Engine::route_through) takes the places in between from the caller.
-//! [`Engine::copy`](crate::transfer::Engine::copy) runs a route: every hop is a stage of the pipeline
+//! [`Routes::plan_through`] takes the places in between from the caller.
+//! [`Routes::copy`] runs a route: every hop is a stage of the pipeline
 //! executor ([`pipeline`]), all hops busy at once on different chunks.
 
 use std::{fmt, time::Duration};
@@ -70,24 +71,17 @@ impl fmt::Debug for End<'_> {
 pub enum Via<'a> {
     /// Pinned host memory, allocated for each copy.
     Host,
-    /// `len` bytes of `mem` from `offset` on: staging in an accelerator's
-    /// memory (at least one chunk plus 4 KiB).
-    Memory {
-        /// The memory.
-        mem: &'a dyn DeviceMemory,
-        /// Where the staging region starts.
-        offset: usize,
-        /// Its length.
-        len: usize,
-    },
+    /// A range of memory: staging in an accelerator's memory (at least one
+    /// chunk plus 4 KiB).
+    Memory(MemRange<'a>),
 }
 
 impl fmt::Debug for Via<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Via::Host => f.write_str("host memory"),
-            Via::Memory { mem, offset, len } => {
-                write!(f, "{} [{offset}, +{len})", mem.kind())
+            Via::Memory(r) => {
+                write!(f, "{} [{}, +{})", r.mem().kind(), r.offset(), r.len())
             }
         }
     }
@@ -151,9 +145,8 @@ impl Place<'_> {
     /// The memory of a memory place, with the kind of memory it is.
     fn memory_kind(&self) -> Option<MemoryKind> {
         match *self {
-            Place::End(End::Memory { mem, .. }) | Place::Via(Via::Memory { mem, .. }) => {
-                Some(mem.kind())
-            }
+            Place::End(End::Memory { mem, .. }) => Some(mem.kind()),
+            Place::Via(Via::Memory(r)) => Some(r.mem().kind()),
             Place::Via(Via::Host) => Some(MemoryKind::Host),
             Place::End(End::Storage { .. }) => None,
         }
@@ -164,7 +157,7 @@ impl Place<'_> {
             Place::End(End::Storage { file, .. }) => file.path().display().to_string(),
             Place::End(End::Memory { mem, .. }) => mem.kind().to_string(),
             Place::Via(Via::Host) => "host memory".into(),
-            Place::Via(Via::Memory { mem, .. }) => format!("{} (staging)", mem.kind()),
+            Place::Via(Via::Memory(r)) => format!("{} (staging)", r.mem().kind()),
         }
     }
 }
@@ -249,45 +242,134 @@ pub struct RouteReport {
     pub elapsed: Duration,
 }
 
-/// Plans a route from `src` to `dst`: the engine's path choice between
-/// storage and memory (P2P or NVMe commands in one hop where allowed,
-/// through host memory otherwise), one accelerator's memory to
-/// another's through host memory, storage to storage through host
-/// memory. The reason says why.
-pub fn route<'a>(core: &Core, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
-    let mut p = Planner::new(core, src);
-    p.join(Place::End(src), Place::End(dst))?;
-    Ok(p.done(None))
+/// An engine's routes: planned ([`Routes::plan`], [`Routes::plan_through`])
+/// and run ([`Routes::copy`]) on its [`Core`], staging in its host rings.
+#[derive(Clone, Copy)]
+pub struct Routes<'e> {
+    core: &'e Core,
+    rings: &'e RingPool,
 }
 
-/// A route from `src` to `dst` through the places `via`, in order. A
-/// storage hop whose memory the storage cannot reach directly goes
-/// through host memory as well (the reason says so); a copy between two
-/// accelerators' memories must go through host memory.
-pub fn route_through<'a>(
-    core: &Core,
-    src: End<'a>,
-    via: &[Via<'a>],
-    dst: End<'a>,
-) -> Result<Route<'a>> {
-    for v in via {
-        if let Via::Memory { mem, offset, len } = *v {
-            if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
-                return Err(Error::OutOfBounds {
-                    offset: offset as u64,
-                    len: len as u64,
-                    size: mem.len() as u64,
-                });
+impl fmt::Debug for Routes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Routes").finish_non_exhaustive()
+    }
+}
+
+impl<'e> Routes<'e> {
+    /// The routes of `core`, staging in host memory from `rings`.
+    pub(crate) fn new(core: &'e Core, rings: &'e RingPool) -> Self {
+        Self { core, rings }
+    }
+
+    /// Plans a route from `src` to `dst`: the engine's path choice between
+    /// storage and memory (P2P or NVMe commands in one hop where allowed,
+    /// through host memory otherwise), one accelerator's memory to
+    /// another's through host memory, storage to storage through host
+    /// memory. The reason says why.
+    pub fn plan<'a>(&self, src: End<'a>, dst: End<'a>) -> Result<Route<'a>> {
+        let mut p = Planner::new(self.core, src);
+        p.join(Place::End(src), Place::End(dst))?;
+        Ok(p.done(None))
+    }
+
+    /// A route from `src` to `dst` through the places `via`, in order. A
+    /// storage hop whose memory the storage cannot reach directly goes
+    /// through host memory as well (the reason says so); a copy between
+    /// two accelerators' memories must go through host memory.
+    pub fn plan_through<'a>(
+        &self,
+        src: End<'a>,
+        via: &[Via<'a>],
+        dst: End<'a>,
+    ) -> Result<Route<'a>> {
+        let mut p = Planner::new(self.core, src);
+        let mut at = Place::End(src);
+        for next in via.iter().map(|&v| Place::Via(v)).chain([Place::End(dst)]) {
+            p.hop(at, next)?;
+            at = next;
+        }
+        Ok(p.done(Some("route given by the caller")))
+    }
+
+    /// Copies `len` bytes along `route`, every hop a stage of one
+    /// pipeline. Moves every byte or returns an error.
+    pub fn copy(&self, route: &Route<'_>, len: usize, opts: &RouteOptions) -> Result<RouteReport> {
+        let (core, pool) = (self.core, self.rings);
+        for p in [route.places[0], route.places[route.places.len() - 1]] {
+            if let Place::End(End::Memory { mem, offset }) = p {
+                if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
+                    return Err(Error::OutOfBounds {
+                        offset: offset as u64,
+                        len: len as u64,
+                        size: mem.len() as u64,
+                    });
+                }
+            }
+            if let Place::End(End::Storage { offset, .. }) = p {
+                if offset.checked_add(len as u64).is_none() {
+                    return Err(Error::InvalidArgument(
+                        "storage offset + length overflows".into(),
+                    ));
+                }
             }
         }
+        let chunk = match opts.chunk {
+            Some(0) => return Err(Error::InvalidArgument("a chunk of 0 bytes".into())),
+            Some(c) => c.div_ceil(ALIGN).saturating_mul(ALIGN),
+            None => (len / 16).clamp(256 << 10, 8 << 20).next_multiple_of(ALIGN),
+        };
+        let slots = opts.slots.unwrap_or(3);
+        let lanes = opts.lanes.unwrap_or(1);
+        if slots == 0 || lanes == 0 {
+            return Err(Error::InvalidArgument(
+                "a route needs at least one slot per ring and one lane per hop".into(),
+            ));
+        }
+        // Chunk boundaries aligned in the storage being written, else the
+        // storage being read: no two chunks share a block of it.
+        let last = route.places.len() - 1;
+        let anchor = route.places[last]
+            .storage()
+            .or_else(|| route.places[0].storage())
+            .map_or(0, |(_, o)| (o % ALIGN as u64) as usize);
+        let chunks = pipeline::chunks(len, chunk, anchor);
+        let slot_size = chunk.min(len.next_multiple_of(ALIGN)) + ALIGN;
+        let rings = route.places[1..last]
+            .iter()
+            .map(|p| Ring::new(*p, slot_size, slots, pool))
+            .collect::<Result<Vec<_>>>()?;
+        let at = |i: usize| match route.places[i] {
+            Place::End(e) => Spot::End(e),
+            Place::Via(_) => Spot::Ring(&rings[i - 1]),
+        };
+        let stages: Vec<HopStage> = route
+            .hops
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| HopStage {
+                core,
+                kind,
+                from: at(i),
+                to: at(i + 1),
+                anchor,
+            })
+            .collect();
+        let drivers: Vec<Driver> = stages
+            .iter()
+            .map(|s| Driver::Lanes(Lanes { stage: s, lanes }))
+            .collect();
+        let ring_slots: Vec<usize> = rings.iter().map(|r| r.slots).collect();
+        let out = pipeline::execute(&chunks, drivers, &ring_slots)?;
+        Ok(RouteReport {
+            bytes: len as u64,
+            hops: route.hops(),
+            busy: out.busy,
+            chunk,
+            chunks: chunks.len(),
+            elapsed: out.elapsed,
+        })
     }
-    let mut p = Planner::new(core, src);
-    let mut at = Place::End(src);
-    for next in via.iter().map(|&v| Place::Via(v)).chain([Place::End(dst)]) {
-        p.hop(at, next)?;
-        at = next;
-    }
-    Ok(p.done(Some("route given by the caller")))
 }
 
 /// Why two accelerators' memories are joined through host memory.
@@ -422,7 +504,8 @@ impl<'e, 'a> Planner<'e, 'a> {
             return Ok(());
         }
         let mem = match mem_place {
-            Place::End(End::Memory { mem, .. }) | Place::Via(Via::Memory { mem, .. }) => mem,
+            Place::End(End::Memory { mem, .. }) => mem,
+            Place::Via(Via::Memory(r)) => r.mem(),
             Place::Via(Via::Host) | Place::End(End::Storage { .. }) => {
                 self.push(kind(TransferPath::P2p), b);
                 return Ok(());
@@ -459,90 +542,6 @@ impl<'e, 'a> Planner<'e, 'a> {
         }
         Ok(())
     }
-}
-
-/// Copies `len` bytes along `route`, every hop a stage of one
-/// pipeline. Moves every byte or returns an error.
-pub fn copy(
-    core: &Core,
-    pool: &RingPool,
-    route: &Route<'_>,
-    len: usize,
-    opts: &RouteOptions,
-) -> Result<RouteReport> {
-    for p in [route.places[0], route.places[route.places.len() - 1]] {
-        if let Place::End(End::Memory { mem, offset }) = p {
-            if offset.checked_add(len).is_none_or(|end| end > mem.len()) {
-                return Err(Error::OutOfBounds {
-                    offset: offset as u64,
-                    len: len as u64,
-                    size: mem.len() as u64,
-                });
-            }
-        }
-        if let Place::End(End::Storage { offset, .. }) = p {
-            if offset.checked_add(len as u64).is_none() {
-                return Err(Error::InvalidArgument(
-                    "storage offset + length overflows".into(),
-                ));
-            }
-        }
-    }
-    let chunk = match opts.chunk {
-        Some(0) => return Err(Error::InvalidArgument("a chunk of 0 bytes".into())),
-        Some(c) => c.div_ceil(ALIGN).saturating_mul(ALIGN),
-        None => (len / 16).clamp(256 << 10, 8 << 20).next_multiple_of(ALIGN),
-    };
-    let slots = opts.slots.unwrap_or(3);
-    let lanes = opts.lanes.unwrap_or(1);
-    if slots == 0 || lanes == 0 {
-        return Err(Error::InvalidArgument(
-            "a route needs at least one slot per ring and one lane per hop".into(),
-        ));
-    }
-    // Chunk boundaries aligned in the storage being written, else the
-    // storage being read: no two chunks share a block of it.
-    let last = route.places.len() - 1;
-    let anchor = route.places[last]
-        .storage()
-        .or_else(|| route.places[0].storage())
-        .map_or(0, |(_, o)| (o % ALIGN as u64) as usize);
-    let chunks = pipeline::chunks(len, chunk, anchor);
-    let slot_size = chunk.min(len.next_multiple_of(ALIGN)) + ALIGN;
-    let rings = route.places[1..last]
-        .iter()
-        .map(|p| Ring::new(*p, slot_size, slots, pool))
-        .collect::<Result<Vec<_>>>()?;
-    let at = |i: usize| match route.places[i] {
-        Place::End(e) => Spot::End(e),
-        Place::Via(_) => Spot::Ring(&rings[i - 1]),
-    };
-    let stages: Vec<HopStage> = route
-        .hops
-        .iter()
-        .enumerate()
-        .map(|(i, &kind)| HopStage {
-            core,
-            kind,
-            from: at(i),
-            to: at(i + 1),
-            anchor,
-        })
-        .collect();
-    let drivers: Vec<Driver> = stages
-        .iter()
-        .map(|s| Driver::Lanes(Lanes { stage: s, lanes }))
-        .collect();
-    let ring_slots: Vec<usize> = rings.iter().map(|r| r.slots).collect();
-    let out = pipeline::execute(&chunks, drivers, &ring_slots)?;
-    Ok(RouteReport {
-        bytes: len as u64,
-        hops: route.hops(),
-        busy: out.busy,
-        chunk,
-        chunks: chunks.len(),
-        elapsed: out.elapsed,
-    })
 }
 
 /// A staging ring: `slots` slots of `slot` bytes, in host memory from the
@@ -590,7 +589,8 @@ impl<'a> Ring<'a> {
                     slots,
                 })
             }
-            Place::Via(Via::Memory { mem, offset, len }) => {
+            Place::Via(Via::Memory(r)) => {
+                let (mem, offset, len) = (r.mem(), r.offset(), r.len());
                 // Slots start 4 KiB-aligned within the memory.
                 let skip = offset.next_multiple_of(ALIGN) - offset;
                 let fit = len.saturating_sub(skip) / slot;
@@ -782,13 +782,14 @@ mod tests {
         let engine = Engine::new(Config::default(), None);
         let from = End::Memory { mem: &a, offset: 5 };
         let to = End::Memory { mem: &b, offset: 9 };
-        let r = engine.route(from, to).unwrap();
+        let routes = engine.routes();
+        let r = routes.plan(from, to).unwrap();
         assert_eq!(r.hops().len(), 1);
         let opts = RouteOptions {
             chunk: Some(1 << 20),
             ..RouteOptions::default()
         };
-        engine.copy(&r, n - 9, &opts).unwrap();
+        routes.copy(&r, n - 9, &opts).unwrap();
         // Mapping to mapping, chunk by chunk: neither memory was asked to
         // copy through a buffer.
         assert_eq!((a.calls.get(), b.calls.get()), ([0; 4], [0; 4]));

@@ -10,7 +10,7 @@ use super::{
     exec::copypool::CopyPool, stats::PathStats, storage::StorageFile, tuning::config::P2pSubmit,
 };
 use crate::{
-    memory::{DeviceMemory, DmaTarget},
+    memory::{DeviceMemory, DmaTarget, MemRange},
     Error, Result,
 };
 
@@ -42,9 +42,7 @@ pub(crate) fn round_up(x: u64, a: u64) -> u64 {
 pub(crate) struct Xfer<'a> {
     pub(crate) file: &'a StorageFile,
     pub(crate) file_offset: u64,
-    pub(crate) mem: &'a dyn DeviceMemory,
-    pub(crate) mem_offset: usize,
-    pub(crate) len: usize,
+    pub(crate) range: MemRange<'a>,
     pub(crate) stats: &'a PathStats,
     /// How the P2P path submits its I/O.
     pub(crate) submit: P2pSubmit,
@@ -100,14 +98,24 @@ impl CopyStage<'_> {
     }
 }
 
-impl Xfer<'_> {
+impl<'a> Xfer<'a> {
+    /// The memory.
+    pub(crate) fn mem(&self) -> &'a dyn DeviceMemory {
+        self.range.mem()
+    }
+
+    /// Bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.range.len()
+    }
+
     pub(crate) fn end(&self) -> u64 {
-        self.file_offset + self.len as u64
+        self.file_offset + self.len() as u64
     }
 
     /// Offset in device memory of file byte `f` (inside the transfer).
     pub(crate) fn mem_at(&self, f: u64) -> usize {
-        self.mem_offset + (f - self.file_offset) as usize
+        self.range.offset() + (f - self.file_offset) as usize
     }
 
     /// For the paths that DMA straight into the memory: its mapping, after
@@ -115,17 +123,19 @@ impl Xfer<'_> {
     /// aligned together (direct I/O needs both; the mapping starts on a page).
     pub(crate) fn dma_target(&self, path: &'static str) -> Result<DmaTarget> {
         let unavailable = |reason: String| Error::PathUnavailable { path, reason };
-        let target = self.mem.dma().and_then(|d| d.dma_target()).ok_or_else(|| {
+        let mem = self.mem();
+        let target = mem.dma().and_then(|d| d.dma_target()).ok_or_else(|| {
             unavailable(format!(
                 "{} has no CPU mapping storage could DMA into",
-                self.mem.kind()
+                mem.kind()
             ))
         })?;
         let bs = self.file.block as u64;
-        if (self.mem_offset as u64) % bs != self.file_offset % bs {
+        let at = self.range.offset();
+        if (at as u64) % bs != self.file_offset % bs {
             return Err(unavailable(format!(
-                "file offset {} and memory offset {} differ modulo the {bs}-byte block",
-                self.file_offset, self.mem_offset
+                "file offset {} and memory offset {at} differ modulo the {bs}-byte block",
+                self.file_offset
             )));
         }
         Ok(target)

@@ -91,7 +91,8 @@ pub fn run(a: &CalibrateArgs, json_out: bool) -> Res<()> {
     };
     let engine = Engine::new(cfg, module);
     let key = engine
-        .strided_key(file.as_ref(), mem.as_ref())
+        .strided()
+        .key(file.as_ref(), mem.as_ref())
         .map_err(|e| e.to_string())?;
     let store = engine.config().cache_dir.as_ref().map(Store::in_dir);
     if a.forget {
@@ -117,7 +118,8 @@ pub fn run(a: &CalibrateArgs, json_out: bool) -> Res<()> {
         (None, Vec::new(), None)
     } else {
         let (_, m, written) = engine
-            .calibrate_strided(file.as_ref(), mem.as_ref())
+            .strided()
+            .calibrate(file.as_ref(), mem.as_ref())
             .map_err(|e| e.to_string())?;
         (Some(m.values), m.failures, written)
     };

@@ -36,7 +36,7 @@ use p2pdma::{
         Config, End, Engine, Layout, RouteOptions, Shape, StorageFile, StridedMode, StridedReport,
         Via,
     },
-    Module,
+    MemRange, Module,
 };
 use serde_json::json;
 
@@ -444,11 +444,7 @@ fn run_route(a: &CopyArgs, via: &str, json_out: bool) -> Res<()> {
             true => Via::Host,
             false => {
                 let m = next.next().ok_or("--via: staging missing")?;
-                Via::Memory {
-                    mem: m.as_ref(),
-                    offset: 0,
-                    len: m.len(),
-                }
+                Via::Memory(MemRange::whole(m.as_ref()))
             }
         });
     }
@@ -463,8 +459,8 @@ fn run_route(a: &CopyArgs, via: &str, json_out: bool) -> Res<()> {
         },
     );
     let route = match planned {
-        true => engine.route(s, d),
-        false => engine.route_through(s, &vias, d),
+        true => engine.routes().plan(s, d),
+        false => engine.routes().plan_through(s, &vias, d),
     }
     .map_err(|e| format!("planning the route: {e}"))?;
     for h in route.hops() {
@@ -477,6 +473,7 @@ fn run_route(a: &CopyArgs, via: &str, json_out: bool) -> Res<()> {
         ..RouteOptions::default()
     };
     let rep = engine
+        .routes()
         .copy(&route, size, &opts)
         .map_err(|e| e.to_string())?;
     if a.verify {
@@ -605,13 +602,14 @@ fn run_shape(a: &CopyArgs, spec: &str, json_out: bool) -> Res<()> {
     let (staged, dst) = destination(a, to_file)?;
     let start = Instant::now();
     let r = engine
-        .read_strided(&src, &shape, mem.as_ref(), 0, layout, mode)
+        .strided()
+        .read(&src, &shape, MemRange::whole(mem.as_ref()), layout, mode)
         .map_err(|e| e.to_string())?;
     eprintln!("strided: {} ({})", r.mode, r.reason);
     let mut wpath = None;
     if let Some(d) = &dst {
-        let w = engine
-            .write(d, 0, mem.as_ref(), 0, room_len)
+        let w = MemRange::new(mem.as_ref(), 0, room_len)
+            .and_then(|range| engine.write(d, 0, range))
             .map_err(|e| e.to_string())?;
         wpath = Some(w.path);
     }

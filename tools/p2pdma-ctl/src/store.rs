@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use p2pdma::{
     store::{EngineBacking, Store},
     transfer::{Config, Engine, StorageFile},
-    DeviceMemory, HostMemory, Module,
+    DeviceMemory, HostMemory, MemRange, Module,
 };
 use serde_json::json;
 
@@ -145,7 +145,9 @@ pub fn run(a: &StoreArgs, node: &str, json_out: bool) -> Res<()> {
                 f.read_exact(&mut bytes[..n])
                     .map_err(|e| format!("{}: {e}", file.display()))?;
                 buf.write_at(0, &bytes[..n]).map_err(err)?;
-                s.pwrite(id, at, n, &buf, 0).map_err(err)?;
+                MemRange::new(&buf, 0, n)
+                    .and_then(|range| s.pwrite(id, at, range))
+                    .map_err(err)?;
                 at += n as u64;
                 pb.set_position(at);
             }
@@ -167,7 +169,9 @@ pub fn run(a: &StoreArgs, node: &str, json_out: bool) -> Res<()> {
             let mut at = 0u64;
             while at < len {
                 let n = (len - at).min(CHUNK as u64) as usize;
-                s.pread(*id, at, n, &buf, 0).map_err(err)?;
+                MemRange::new(&buf, 0, n)
+                    .and_then(|range| s.pread(*id, at, range))
+                    .map_err(err)?;
                 buf.read_at(0, &mut bytes[..n]).map_err(err)?;
                 f.write_all(&bytes[..n])
                     .map_err(|e| format!("{}: {e}", file.display()))?;

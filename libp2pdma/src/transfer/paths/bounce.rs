@@ -25,9 +25,9 @@ use crate::{
     Error, Result,
 };
 
-/// Runs `x` in direction `dir` (`x.len > 0`).
+/// Runs `x` in direction `dir` (`x.len() > 0`).
 pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
-    let (file, file_offset, len) = (x.file, x.file_offset, x.len);
+    let (file, file_offset, len) = (x.file, x.file_offset, x.len());
     let mut s = Session::new(ctx, file.fd()?, file.block, None::<(DmaTarget, &())>);
     match dir {
         Direction::Read => x.read(&mut s),
@@ -245,7 +245,7 @@ impl Stage for Land<'_, '_> {
         if c0 + (n as u64) < need1 {
             return Err(Error::Short {
                 what: "read from storage",
-                expected: x.len as u64,
+                expected: x.len() as u64,
                 done: (c0 + n as u64).saturating_sub(x.file_offset),
             });
         }
@@ -256,7 +256,7 @@ impl Stage for Land<'_, '_> {
             self.slots
                 .bytes(slot, (need0 - c0) as usize, (need1 - need0) as usize)
         }?;
-        x.copy.write(x.mem, x.mem_at(need0), b)?;
+        x.copy.write(x.mem(), x.mem_at(need0), b)?;
         let d = t.elapsed();
         x.stats.record_copy(d);
         x.copy.note(d);
@@ -284,7 +284,7 @@ impl Stage for Fill<'_> {
         // takes it; the session lives until the pipeline ends.
         let b = unsafe { self.slots.bytes_mut(slot, 0, c.len) }?;
         self.x
-            .mem
+            .mem()
             .read_at(self.x.mem_at(self.m0 + c.offset as u64), b)?;
         self.x.stats.record_copy(t.elapsed());
         Ok(())

@@ -30,11 +30,11 @@ impl Xfer<'_> {
         if c0 + (n as u64) < need1 {
             return Err(Error::Short {
                 what: "read from storage",
-                expected: self.len as u64,
+                expected: self.len() as u64,
                 done: (c0 + n as u64).saturating_sub(self.file_offset),
             });
         }
-        let (mem, at) = (self.mem, self.mem_at(need0));
+        let (mem, at) = (self.mem(), self.mem_at(need0));
         s.with_slot(slot, (need0 - c0) as usize, (need1 - need0) as usize, |b| {
             self.copy.write(mem, at, b)
         })??;
@@ -112,7 +112,7 @@ impl Xfer<'_> {
             let mut at = e0;
             while at < e1 {
                 let n = (s.chunk() as u64).min(e1 - at) as usize;
-                let (mem, moff, file) = (self.mem, self.mem_at(at), self.file);
+                let (mem, moff, file) = (self.mem(), self.mem_at(at), self.file);
                 s.with_slot(slot, 0, n, |b| {
                     let t = Instant::now();
                     mem.read_at(moff, b)?;

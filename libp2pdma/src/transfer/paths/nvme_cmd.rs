@@ -64,9 +64,9 @@ const FILE_WRITES_REFUSED: &str = "NVMe commands do not write files: nothing hol
 /// Zeros for holes, copied into device memory a piece at a time.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
 
-/// Runs `x` in direction `dir` (`x.len > 0`).
+/// Runs `x` in direction `dir` (`x.len() > 0`).
 pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
-    let (file, file_offset, len) = (x.file, x.file_offset, x.len);
+    let (file, file_offset, len) = (x.file, x.file_offset, x.len());
     let write = dir == Direction::Write;
     let unavailable = |reason: String| Error::PathUnavailable {
         path: "nvme-cmd",
@@ -155,7 +155,14 @@ pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
     if let Some(generic) = &generic {
         let (chunk, depth) = (ctx.chunk(), ctx.depth());
         let ring = ctx.nvme_ring()?;
-        let mut s = NvmeSession::new(ring, generic.as_fd(), ns.nsid, ns.lba_shift, target, x.mem);
+        let mut s = NvmeSession::new(
+            ring,
+            generic.as_fd(),
+            ns.nsid,
+            ns.lba_shift,
+            target,
+            x.mem(),
+        );
         commands(&mut s, chunk, depth, x, ns, write, &segments)?;
     }
     if file.is_file() && m0 < m1 {
@@ -223,8 +230,7 @@ fn zero_fill(x: &Xfer<'_>, z: u64, len: u64) -> Result<()> {
     let mut at = z;
     while at < z + len {
         let n = (ZEROS.len() as u64).min(z + len - at) as usize;
-        x.mem
-            .write_at(x.mem_offset + (at - x.file_offset) as usize, &ZEROS[..n])?;
+        x.mem().write_at(x.mem_at(at), &ZEROS[..n])?;
         at += n as u64;
     }
     x.stats.record_copy(t.elapsed());
@@ -281,7 +287,7 @@ fn commands(
     loop {
         while next < pieces.len() && s.inflight() < depth {
             let p = pieces[next];
-            let at = x.mem_offset + (p.file_offset - x.file_offset) as usize;
+            let at = x.mem_at(p.file_offset);
             s.push(write, p.dev_offset, at, p.len as usize, next as u64)?;
             x.stats.record_ios(1);
             next += 1;

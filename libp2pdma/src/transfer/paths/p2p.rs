@@ -27,9 +27,9 @@ use crate::{
     Error, Module, Result,
 };
 
-/// Runs `x` in direction `dir` (`x.len > 0`).
+/// Runs `x` in direction `dir` (`x.len() > 0`).
 pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
-    let (file, file_offset, mem, len) = (x.file, x.file_offset, x.mem, x.len);
+    let (file, file_offset, mem, len) = (x.file, x.file_offset, x.mem(), x.len());
     let target = x.dma_target("p2p")?;
     let bs = file.block_size() as u64;
     let mut s = Session::new(ctx, file.fd()?, file.block_size(), Some((target, mem)));
@@ -67,7 +67,7 @@ fn middle(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) -> R
 
 /// The module and allocation that can do `x`'s I/O (`BLOCK_IO`), if any.
 fn module_io<'a>(x: &Xfer<'a>) -> Option<(&'a Module, u64)> {
-    module_for(x.submit, x.file, x.mem)
+    module_for(x.submit, x.file, x.mem())
 }
 
 /// The module and allocation that can move data between `file` and `mem`
@@ -175,7 +175,7 @@ fn by_odirect(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) 
     if n == 1 && s.inflight() == 0 {
         // One I/O: nothing to overlap it with.
         let clen = (m1 - m0) as usize;
-        let buf = Buf::Target(x.mem_offset + (m0 - x.file_offset) as usize);
+        let buf = Buf::Target(x.mem_at(m0));
         let got = s
             .io_now(write, buf, m0, clen)?
             .map_err(|e| x.file.io_error(op, m0, clen as u64, e))?;
@@ -191,7 +191,7 @@ fn by_odirect(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) 
         while next < n && s.inflight() < s.depth() {
             let c0 = m0 + next * chunk;
             let clen = chunk.min(m1 - c0) as usize;
-            let buf = Buf::Target(x.mem_offset + (c0 - x.file_offset) as usize);
+            let buf = Buf::Target(x.mem_at(c0));
             if write {
                 s.write(buf, c0, clen, next)?;
             } else {

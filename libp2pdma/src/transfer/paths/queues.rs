@@ -5,35 +5,26 @@
 use std::time::Instant;
 
 use crate::{
-    memory::DeviceMemory,
+    memory::MemRange,
     queues::Namespace,
     transfer::{stats::PathStats, xfer::Direction},
     Result,
 };
 
-/// Moves `len` bytes between byte `file_offset` of `ns` and `mem` at
-/// `mem_offset`, counting the commands and the time in `stats`.
+/// Moves the bytes of `range` between byte `file_offset` of `ns` and the
+/// memory, counting the commands and the time in `stats`.
 pub fn run(
     ns: &Namespace,
     dir: Direction,
     file_offset: u64,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    len: usize,
+    range: MemRange<'_>,
     stats: &PathStats,
 ) -> Result<()> {
-    ns.check(file_offset, mem, mem_offset, len)?;
+    ns.check(file_offset, range.len())?;
     let start = Instant::now();
-    let cmds = ns.transfer(
-        dir == Direction::Write,
-        file_offset,
-        mem,
-        mem_offset,
-        len,
-        None,
-    )?;
+    let cmds = ns.transfer(dir == Direction::Write, file_offset, range, None)?;
     stats.record_ios(cmds);
     stats.record_storage(start.elapsed());
-    stats.record_transfer(len as u64, start.elapsed());
+    stats.record_transfer(range.len() as u64, start.elapsed());
     Ok(())
 }

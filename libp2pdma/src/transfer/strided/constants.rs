@@ -8,7 +8,10 @@ use std::{
     time::Instant,
 };
 
-use super::pack::{measure_placement, shared};
+use super::{
+    pack::{measure_placement, shared},
+    view::Strided,
+};
 use crate::{
     memory::{CudaMemory, DeviceMemory, HostMemory, MemoryKind, ModuleMemory},
     transfer::{
@@ -58,88 +61,215 @@ pub(crate) fn scratch_like(
     }
 }
 
-/// Measures the constants for strided transfers between `file` and
-/// memory of `mem`'s kind (for strided copies from host memory when
-/// `file` is `None`: the copy and pack constants only), with `effort`.
-/// `mem` itself is never written: the copies go into scratch memory of
-/// its kind. Each constant that cannot be measured is left out, with
-/// the reason.
-pub fn measure_strided(
-    core: &Core,
-    file: Option<&StorageFile>,
-    mem: &dyn DeviceMemory,
-    effort: Effort,
-) -> Measurement {
-    let (storage_len, storage_rounds, calls, copy_len, _) = effort.sizes();
-    let mut m = Measurement {
-        values: Partial {
-            pack_bps: Some(measure_pack(effort)),
-            ..Partial::default()
-        },
-        failures: Vec::new(),
-    };
-    let scratch = match scratch_like(core, mem, copy_len) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            m.failures
-                .push(format!("no scratch memory of the same kind: {e}"));
-            None
-        }
-    };
-    if let Some(s) = &scratch {
-        match measure_copies(s.as_ref(), effort) {
-            Ok(bps) => {
-                m.values.copy_bps = Some(bps);
-                match measure_placement(s.as_ref(), bps, effort.sizes().4) {
-                    Ok(q) => m.values.copy_call_s = Some(q),
-                    Err(e) => m.failures.push(format!("placement: {e}")),
-                }
+impl Strided<'_> {
+    /// Measures the constants for strided transfers between `file` and
+    /// memory of `mem`'s kind (for strided copies from host memory when
+    /// `file` is `None`: the copy and pack constants only), with `effort`.
+    /// `mem` itself is never written: the copies go into scratch memory of
+    /// its kind. Each constant that cannot be measured is left out, with
+    /// the reason.
+    pub fn measure(
+        &self,
+        file: Option<&StorageFile>,
+        mem: &dyn DeviceMemory,
+        effort: Effort,
+    ) -> Measurement {
+        let core = self.core;
+        let (storage_len, storage_rounds, calls, copy_len, _) = effort.sizes();
+        let mut m = Measurement {
+            values: Partial {
+                pack_bps: Some(measure_pack(effort)),
+                ..Partial::default()
+            },
+            failures: Vec::new(),
+        };
+        let scratch = match scratch_like(core, mem, copy_len) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                m.failures
+                    .push(format!("no scratch memory of the same kind: {e}"));
+                None
             }
-            Err(e) => m.failures.push(format!("copies: {e}")),
+        };
+        if let Some(s) = &scratch {
+            match measure_copies(s.as_ref(), effort) {
+                Ok(bps) => {
+                    m.values.copy_bps = Some(bps);
+                    match measure_placement(s.as_ref(), bps, effort.sizes().4) {
+                        Ok(q) => m.values.copy_call_s = Some(q),
+                        Err(e) => m.failures.push(format!("placement: {e}")),
+                    }
+                }
+                Err(e) => m.failures.push(format!("copies: {e}")),
+            }
         }
-    }
-    let Some(file) = file else {
-        return m;
-    };
-    let bs = file.block as u64;
-    let size = round_down(file.current_size().unwrap_or(file.size), bs);
-    if size == 0 {
-        m.failures
-            .push("storage: the file holds less than one block".into());
-        return m;
-    }
-    let len = (storage_len as u64).min(size) as usize;
-    let storage = (|| {
-        let (chunk, depth) = core
-            .config
-            .geometry(len, file.block, core.device_geometry(file).0);
-        let mut ctx = core.context(chunk, depth)?;
-        let r = best_of(storage_rounds, || measure(&mut ctx, file, 0, len), false);
-        core.give_back(ctx);
-        r
-    })();
-    match storage {
-        Ok(bps) => m.values.storage_bps = Some(bps),
-        Err(e) => m.failures.push(format!("storage: {e}")),
-    }
-    let Some(scratch) = scratch else {
-        return m;
-    };
-    let bs = file.block;
-    match measure_calls(core, file, scratch.as_ref(), calls, size, bs) {
-        Ok(k) => m.values.call_s = Some(k),
-        Err(e) => m.failures.push(format!("calls: {e}")),
-    }
-    if size < MIB as u64 || scratch.len() < MIB {
-        m.failures
-            .push("1 MiB calls: the file or the scratch memory is under 1 MiB".into());
-    } else {
-        match measure_calls(core, file, scratch.as_ref(), calls / 4, size, MIB) {
-            Ok(k1) => m.values.call_mib_s = Some(k1),
-            Err(e) => m.failures.push(format!("1 MiB calls: {e}")),
+        let Some(file) = file else {
+            return m;
+        };
+        let bs = file.block as u64;
+        let size = round_down(file.current_size().unwrap_or(file.size), bs);
+        if size == 0 {
+            m.failures
+                .push("storage: the file holds less than one block".into());
+            return m;
         }
+        let len = (storage_len as u64).min(size) as usize;
+        let storage = (|| {
+            let (chunk, depth) =
+                core.config
+                    .geometry(len, file.block, core.device_geometry(file).0);
+            let mut ctx = core.context(chunk, depth)?;
+            let r = best_of(storage_rounds, || measure(&mut ctx, file, 0, len), false);
+            core.give_back(ctx);
+            r
+        })();
+        match storage {
+            Ok(bps) => m.values.storage_bps = Some(bps),
+            Err(e) => m.failures.push(format!("storage: {e}")),
+        }
+        let Some(scratch) = scratch else {
+            return m;
+        };
+        let bs = file.block;
+        match measure_calls(core, file, scratch.as_ref(), calls, size, bs) {
+            Ok(k) => m.values.call_s = Some(k),
+            Err(e) => m.failures.push(format!("calls: {e}")),
+        }
+        if size < MIB as u64 || scratch.len() < MIB {
+            m.failures
+                .push("1 MiB calls: the file or the scratch memory is under 1 MiB".into());
+        } else {
+            match measure_calls(core, file, scratch.as_ref(), calls / 4, size, MIB) {
+                Ok(k1) => m.values.call_mib_s = Some(k1),
+                Err(e) => m.failures.push(format!("1 MiB calls: {e}")),
+            }
+        }
+        m
     }
-    m
+
+    /// The constants for strided transfers between `file` (or host memory,
+    /// when `None`) and `mem` on `path`, and where each came from: the
+    /// configuration, else the cache, else a quick measurement (once per
+    /// process and key, when the engine learns: a cache directory is set
+    /// and the storage has a device key; stored), else the defaults.
+    pub fn constants(
+        &self,
+        file: Option<&StorageFile>,
+        mem: &dyn DeviceMemory,
+        path: TransferPath,
+    ) -> Resolved {
+        let core = self.core;
+        let config = Partial::from_config(&core.config.strided);
+        let key = match file {
+            Some(f) => f.key.clone().map(|k| Key {
+                storage: Some((k, path)),
+                memory: memory_name(&mem.kind()),
+            }),
+            None => Some(Key {
+                storage: None,
+                memory: memory_name(&mem.kind()),
+            }),
+        };
+        let (Some(dir), Some(key)) = (&core.config.cache_dir, key) else {
+            return Resolved::from_layers(&[(Source::Config, config)]);
+        };
+        let (known, source) = self.known_constants(dir, &key, file, mem);
+        Resolved::from_layers(&[(Source::Config, config), (source, known)])
+    }
+
+    /// What is known for `key`: read from the store in `dir` the first
+    /// time, else measured quickly (and stored) if nothing was; a
+    /// measurement another thread is making leaves nothing known.
+    fn known_constants(
+        &self,
+        dir: &Path,
+        key: &Key,
+        file: Option<&StorageFile>,
+        mem: &dyn DeviceMemory,
+    ) -> (Partial, Source) {
+        let core = self.core;
+        {
+            let mut known = core.constants.lock().unwrap_or_else(|p| p.into_inner());
+            let k = known.entry(key.clone()).or_insert_with(|| {
+                let stored = Store::in_dir(dir).lookup(key);
+                if stored.is_empty() {
+                    KnownConstants::Unknown
+                } else {
+                    KnownConstants::Have(stored, Source::Stored)
+                }
+            });
+            match k {
+                KnownConstants::Have(p, s) => return (*p, *s),
+                KnownConstants::Measuring => return (Partial::default(), Source::Default),
+                KnownConstants::Unknown => *k = KnownConstants::Measuring,
+            }
+        }
+        let m = self.measure(file, mem, Effort::Quick);
+        if !m.values.is_empty() {
+            // A cache that cannot be written only means measuring again
+            // in the next process.
+            let _ = Store::in_dir(dir).store(key, &m.values, "quick, at first strided use");
+        }
+        remember_measured(core, key, m.values);
+        (m.values, Source::Measured)
+    }
+
+    /// The key the constants for `file` (or host memory, when `None`) and
+    /// `mem` are kept under, on the path transfers between them take.
+    /// Storage with no device number has none: an error.
+    pub fn key(&self, file: Option<&StorageFile>, mem: &dyn DeviceMemory) -> Result<Key> {
+        let memory = memory_name(&mem.kind());
+        let Some(f) = file else {
+            return Ok(Key {
+                storage: None,
+                memory,
+            });
+        };
+        let dev = f.key.clone().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "{} is on no block device with a device number: there is nothing to key its constants by",
+            f.path().display()
+        ))
+    })?;
+        Ok(Key {
+            storage: Some((dev, self.core.handle(f, mem)?.path())),
+            memory,
+        })
+    }
+
+    /// Measures the constants for `file` (or host memory) and `mem`
+    /// thoroughly, stores them in the cache (when the engine has a cache
+    /// directory) replacing what was there, and makes this engine use them.
+    /// Returns the key, what was measured and the store's file (if
+    /// written).
+    pub fn calibrate(
+        &self,
+        file: Option<&StorageFile>,
+        mem: &dyn DeviceMemory,
+    ) -> Result<(Key, Measurement, Option<PathBuf>)> {
+        let core = self.core;
+        let key = self.key(file, mem)?;
+        let m = self.measure(file, mem, Effort::Full);
+        let stored = match &core.config.cache_dir {
+            Some(dir) if !m.values.is_empty() => {
+                let store = Store::in_dir(dir);
+                store
+                    .store(&key, &m.values, "p2pdma-ctl calibrate")
+                    .map_err(|e| Error::Io {
+                        op: "write the strided constants",
+                        path: store.path().to_path_buf(),
+                        offset: 0,
+                        len: 0,
+                        source: rustix::io::Errno::from_io_error(&e)
+                            .unwrap_or(rustix::io::Errno::IO),
+                    })?;
+                Some(store.path().to_path_buf())
+            }
+            _ => None,
+        };
+        remember_measured(core, &key, m.values);
+        Ok((key, m, stored))
+    }
 }
 
 /// k (and k1): `n` reads of `len` bytes each (one block, or 1 MiB), at
@@ -169,126 +299,6 @@ pub(crate) fn measure_calls(
     shared(n, &read)?;
     let per_thread = n.div_ceil(SC_THREADS.min(n as usize) as u64);
     Ok((t.elapsed().as_secs_f64() / per_thread as f64).max(1e-7))
-}
-
-/// The constants for strided transfers between `file` (or host memory,
-/// when `None`) and `mem` on `path`, and where each came from: the
-/// configuration, else the cache, else a quick measurement (once per
-/// process and key, when the engine learns: a cache directory is set
-/// and the storage has a device key; stored), else the defaults.
-pub fn strided_constants(
-    core: &Core,
-    file: Option<&StorageFile>,
-    mem: &dyn DeviceMemory,
-    path: TransferPath,
-) -> Resolved {
-    let config = Partial::from_config(&core.config.strided);
-    let key = match file {
-        Some(f) => f.key.clone().map(|k| Key {
-            storage: Some((k, path)),
-            memory: memory_name(&mem.kind()),
-        }),
-        None => Some(Key {
-            storage: None,
-            memory: memory_name(&mem.kind()),
-        }),
-    };
-    let (Some(dir), Some(key)) = (&core.config.cache_dir, key) else {
-        return Resolved::from_layers(&[(Source::Config, config)]);
-    };
-    let (known, source) = known_constants(core, dir, &key, file, mem);
-    Resolved::from_layers(&[(Source::Config, config), (source, known)])
-}
-
-/// What is known for `key`: read from the store in `dir` the first
-/// time, else measured quickly (and stored) if nothing was; a
-/// measurement another thread is making leaves nothing known.
-pub(crate) fn known_constants(
-    core: &Core,
-    dir: &Path,
-    key: &Key,
-    file: Option<&StorageFile>,
-    mem: &dyn DeviceMemory,
-) -> (Partial, Source) {
-    {
-        let mut known = core.constants.lock().unwrap_or_else(|p| p.into_inner());
-        let k = known.entry(key.clone()).or_insert_with(|| {
-            let stored = Store::in_dir(dir).lookup(key);
-            if stored.is_empty() {
-                KnownConstants::Unknown
-            } else {
-                KnownConstants::Have(stored, Source::Stored)
-            }
-        });
-        match k {
-            KnownConstants::Have(p, s) => return (*p, *s),
-            KnownConstants::Measuring => return (Partial::default(), Source::Default),
-            KnownConstants::Unknown => *k = KnownConstants::Measuring,
-        }
-    }
-    let m = measure_strided(core, file, mem, Effort::Quick);
-    if !m.values.is_empty() {
-        // A cache that cannot be written only means measuring again
-        // in the next process.
-        let _ = Store::in_dir(dir).store(key, &m.values, "quick, at first strided use");
-    }
-    remember_measured(core, key, m.values);
-    (m.values, Source::Measured)
-}
-
-/// The key the constants for `file` (or host memory, when `None`) and
-/// `mem` are kept under, on the path transfers between them take.
-/// Storage with no device number has none: an error.
-pub fn strided_key(core: &Core, file: Option<&StorageFile>, mem: &dyn DeviceMemory) -> Result<Key> {
-    let memory = memory_name(&mem.kind());
-    let Some(f) = file else {
-        return Ok(Key {
-            storage: None,
-            memory,
-        });
-    };
-    let dev = f.key.clone().ok_or_else(|| {
-        Error::InvalidArgument(format!(
-            "{} is on no block device with a device number: there is nothing to key its constants by",
-            f.path().display()
-        ))
-    })?;
-    Ok(Key {
-        storage: Some((dev, core.handle(f, mem)?.path())),
-        memory,
-    })
-}
-
-/// Measures the constants for `file` (or host memory) and `mem`
-/// thoroughly, stores them in the cache (when the engine has a cache
-/// directory) replacing what was there, and makes this engine use them.
-/// Returns the key, what was measured and the store's file (if
-/// written).
-pub fn calibrate_strided(
-    core: &Core,
-    file: Option<&StorageFile>,
-    mem: &dyn DeviceMemory,
-) -> Result<(Key, Measurement, Option<PathBuf>)> {
-    let key = strided_key(core, file, mem)?;
-    let m = measure_strided(core, file, mem, Effort::Full);
-    let stored = match &core.config.cache_dir {
-        Some(dir) if !m.values.is_empty() => {
-            let store = Store::in_dir(dir);
-            store
-                .store(&key, &m.values, "p2pdma-ctl calibrate")
-                .map_err(|e| Error::Io {
-                    op: "write the strided constants",
-                    path: store.path().to_path_buf(),
-                    offset: 0,
-                    len: 0,
-                    source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
-                })?;
-            Some(store.path().to_path_buf())
-        }
-        _ => None,
-    };
-    remember_measured(core, &key, m.values);
-    Ok((key, m, stored))
 }
 
 /// Keeps `values`, measured for `key`, for the engine's life.

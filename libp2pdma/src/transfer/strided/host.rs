@@ -24,12 +24,12 @@
 //! ([`crate::transfer::tuning::constants`]).
 
 use super::{
-    constants::strided_constants,
     shape::{check_room, Layout, Shape, StridedMode, StridedReport},
+    view::Strided,
 };
 use crate::{
-    memory::DeviceMemory,
-    transfer::{core::Core, plan::TransferPath, tuning::constants::Resolved},
+    memory::{DeviceMemory, MemRange},
+    transfer::{plan::TransferPath, tuning::constants::Resolved},
     Error, Result,
 };
 
@@ -129,22 +129,23 @@ fn check_buffer(shape: &Shape, len: usize) -> Result<()> {
     Ok(())
 }
 
-/// The mode to use and why: as asked (RC needs the strided layout, TaT
-/// the packed one), or AUTO's.
-fn choose(
-    core: &Core,
-    shape: &Shape,
-    mem: &dyn DeviceMemory,
-    layout: Layout,
-    mode: StridedMode,
-    to_memory: bool,
-) -> Result<(StridedMode, String)> {
-    let what = if to_memory {
-        "strided copy into memory"
-    } else {
-        "strided copy out of memory"
-    };
-    match (mode, layout) {
+impl Strided<'_> {
+    /// The mode to use and why: as asked (RC needs the strided layout, TaT
+    /// the packed one), or AUTO's.
+    fn choose(
+        &self,
+        shape: &Shape,
+        mem: &dyn DeviceMemory,
+        layout: Layout,
+        mode: StridedMode,
+        to_memory: bool,
+    ) -> Result<(StridedMode, String)> {
+        let what = if to_memory {
+            "strided copy into memory"
+        } else {
+            "strided copy out of memory"
+        };
+        match (mode, layout) {
         (StridedMode::Rc, Layout::Packed) => Err(Error::InvalidArgument(format!(
             "{what}: RC copies the whole {}-byte bounding range, which needs Layout::Strided; the packed layout holds only the {} bytes of interest",
             shape.bounding_len(),
@@ -154,7 +155,7 @@ fn choose(
             "{what}: TaT packs the runs into contiguous copies, which needs Layout::Packed"
         ))),
         (StridedMode::Auto, _) => {
-            let r: Resolved = strided_constants(core, None, mem, TransferPath::Bounce);
+            let r: Resolved = self.constants(None, mem, TransferPath::Bounce);
             let k = r.constants;
             let (m, why) = plan_copy(&CopyFacts {
                 bounding: shape.bounding_len(),
@@ -170,150 +171,143 @@ fn choose(
         }
         (m, _) => Ok((m, format!("{m} asked for"))),
     }
-}
+    }
 
-/// Copies the runs of `shape` from the host buffer `src` (the shape's
-/// offsets index into it) into `mem` from `mem_offset`, laid out as
-/// `layout`, moved as `mode` says ([`StridedMode::Auto`]: as
-/// [`plan_copy`] estimates best). RC needs [`Layout::Strided`] and fills
-/// the memory's gaps with `src`'s bytes there; TaT needs
-/// [`Layout::Packed`]. Bounds are checked before anything is copied.
-pub fn copy_strided_to_memory(
-    core: &Core,
-    src: &[u8],
-    shape: &Shape,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    layout: Layout,
-    mode: StridedMode,
-) -> Result<StridedReport> {
-    check_buffer(shape, src.len())?;
-    let run = check_room(shape, mem, mem_offset, layout)?;
-    let (mode, reason) = choose(core, shape, mem, layout, mode, true)?;
-    let (b0, b1) = shape.bounds();
-    let (b0, b1) = (b0 as usize, b1 as usize);
-    let calls = match mode {
-        StridedMode::Rc => {
-            mem.write_at(mem_offset, &src[b0..b1])?;
-            1
-        }
-        StridedMode::Sc => {
-            for r in shape.iter() {
-                let f = r.file_offset as usize;
-                let at = match layout {
-                    Layout::Packed => r.packed_offset as usize,
-                    Layout::Strided => f - b0,
-                };
-                mem.write_at(mem_offset + at, &src[f..f + run])?;
+    /// Copies the runs of `shape` from the host buffer `src` (the shape's
+    /// offsets index into it) into `range`, laid out as `layout` from its
+    /// start, moved as `mode` says ([`StridedMode::Auto`]: as [`plan_copy`]
+    /// estimates best). RC needs [`Layout::Strided`] and fills the memory's
+    /// gaps with `src`'s bytes there; TaT needs [`Layout::Packed`]. Bounds
+    /// are checked before anything is copied.
+    pub fn copy_to_memory(
+        &self,
+        src: &[u8],
+        shape: &Shape,
+        range: MemRange<'_>,
+        layout: Layout,
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        check_buffer(shape, src.len())?;
+        let run = check_room(shape, range, layout)?;
+        let (mem, start) = (range.mem(), range.offset());
+        let (mode, reason) = self.choose(shape, mem, layout, mode, true)?;
+        let (b0, b1) = shape.bounds();
+        let (b0, b1) = (b0 as usize, b1 as usize);
+        let calls = match mode {
+            StridedMode::Rc => {
+                mem.write_at(start, &src[b0..b1])?;
+                1
             }
-            shape.runs()
-        }
-        StridedMode::Tat | StridedMode::Auto => {
-            let mut stage = Vec::with_capacity(STAGE.min(shape.bytes() as usize));
-            let (mut at, mut calls) = (mem_offset, 0);
-            for r in shape.iter() {
-                let f = r.file_offset as usize;
-                let mut piece = &src[f..f + run];
-                while !piece.is_empty() {
-                    let take = (STAGE - stage.len()).min(piece.len());
-                    stage.extend_from_slice(&piece[..take]);
-                    piece = &piece[take..];
-                    if stage.len() == STAGE {
-                        mem.write_at(at, &stage)?;
-                        (at, calls) = (at + STAGE, calls + 1);
-                        stage.clear();
+            StridedMode::Sc => {
+                for r in shape.iter() {
+                    let f = r.file_offset as usize;
+                    mem.write_at(start + layout.place(b0 as u64, &r), &src[f..f + run])?;
+                }
+                shape.runs()
+            }
+            StridedMode::Tat | StridedMode::Auto => {
+                let mut stage = Vec::with_capacity(STAGE.min(shape.bytes() as usize));
+                let (mut at, mut calls) = (start, 0);
+                for r in shape.iter() {
+                    let f = r.file_offset as usize;
+                    let mut piece = &src[f..f + run];
+                    while !piece.is_empty() {
+                        let take = (STAGE - stage.len()).min(piece.len());
+                        stage.extend_from_slice(&piece[..take]);
+                        piece = &piece[take..];
+                        if stage.len() == STAGE {
+                            mem.write_at(at, &stage)?;
+                            (at, calls) = (at + STAGE, calls + 1);
+                            stage.clear();
+                        }
                     }
                 }
+                if !stage.is_empty() {
+                    mem.write_at(at, &stage)?;
+                    calls += 1;
+                }
+                calls
             }
-            if !stage.is_empty() {
-                mem.write_at(at, &stage)?;
-                calls += 1;
-            }
-            calls
-        }
-    };
-    Ok(copied(mode, reason, shape, calls))
-}
+        };
+        Ok(copied(mode, reason, shape, calls))
+    }
 
-/// Copies the runs of `shape` out of `mem` (laid out as `layout` from
-/// `mem_offset`) into the host buffer `dst` at the shape's offsets: the
-/// mirror of [`Engine::copy_strided_to_memory`](crate::transfer::Engine::copy_strided_to_memory). The bytes of `dst`
-/// between the runs are never written, whatever the mode. RC needs
-/// [`Layout::Strided`], TaT [`Layout::Packed`]. Bounds are checked
-/// before anything is copied.
-pub fn copy_strided_from_memory(
-    core: &Core,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    layout: Layout,
-    shape: &Shape,
-    dst: &mut [u8],
-    mode: StridedMode,
-) -> Result<StridedReport> {
-    check_buffer(shape, dst.len())?;
-    let run = check_room(shape, mem, mem_offset, layout)?;
-    let (mode, reason) = choose(core, shape, mem, layout, mode, false)?;
-    let (b0, _) = shape.bounds();
-    let calls = match mode {
-        StridedMode::Sc => {
-            for r in shape.iter() {
-                let f = r.file_offset as usize;
-                let at = match layout {
-                    Layout::Packed => r.packed_offset as usize,
-                    Layout::Strided => (r.file_offset - b0) as usize,
-                };
-                mem.read_at(mem_offset + at, &mut dst[f..f + run])?;
+    /// Copies the runs of `shape` out of `range` (laid out as `layout` from
+    /// its start) into the host buffer `dst` at the shape's offsets: the
+    /// mirror of [`Strided::copy_to_memory`]. The bytes of `dst` between the
+    /// runs are never written, whatever the mode. RC needs
+    /// [`Layout::Strided`], TaT [`Layout::Packed`]. Bounds are checked
+    /// before anything is copied.
+    pub fn copy_from_memory(
+        &self,
+        dst: &mut [u8],
+        shape: &Shape,
+        range: MemRange<'_>,
+        layout: Layout,
+        mode: StridedMode,
+    ) -> Result<StridedReport> {
+        check_buffer(shape, dst.len())?;
+        let run = check_room(shape, range, layout)?;
+        let (mem, start) = (range.mem(), range.offset());
+        let (mode, reason) = self.choose(shape, mem, layout, mode, false)?;
+        let (b0, _) = shape.bounds();
+        let calls = match mode {
+            StridedMode::Sc => {
+                for r in shape.iter() {
+                    let f = r.file_offset as usize;
+                    mem.read_at(start + layout.place(b0, &r), &mut dst[f..f + run])?;
+                }
+                shape.runs()
             }
-            shape.runs()
-        }
-        StridedMode::Rc => {
-            // Windows of the bounding range; the run pieces in each go
-            // to their places.
-            let len = shape.bounding_len() as usize;
-            let mut stage = vec![0u8; STAGE.min(len)];
-            let mut calls = 0;
-            for w0 in (0..len).step_by(STAGE) {
-                let w = &mut stage[..STAGE.min(len - w0)];
-                mem.read_at(mem_offset + w0, w)?;
-                calls += 1;
-                let (f0, f1) = (b0 + w0 as u64, b0 + (w0 + w.len()) as u64);
-                let mut k = shape.first_ending_after(f0);
-                while k < shape.runs() {
-                    let r0 = shape.run_at(k);
-                    if r0 >= f1 {
-                        break;
+            StridedMode::Rc => {
+                // Windows of the bounding range; the run pieces in each go
+                // to their places.
+                let len = shape.bounding_len() as usize;
+                let mut stage = vec![0u8; STAGE.min(len)];
+                let mut calls = 0;
+                for w0 in (0..len).step_by(STAGE) {
+                    let w = &mut stage[..STAGE.min(len - w0)];
+                    mem.read_at(start + w0, w)?;
+                    calls += 1;
+                    let (f0, f1) = (b0 + w0 as u64, b0 + (w0 + w.len()) as u64);
+                    let mut k = shape.first_ending_after(f0);
+                    while k < shape.runs() {
+                        let r0 = shape.run_at(k);
+                        if r0 >= f1 {
+                            break;
+                        }
+                        let (p0, p1) = (r0.max(f0), (r0 + run as u64).min(f1));
+                        dst[p0 as usize..p1 as usize]
+                            .copy_from_slice(&w[(p0 - f0) as usize..(p1 - f0) as usize]);
+                        k += 1;
                     }
-                    let (p0, p1) = (r0.max(f0), (r0 + run as u64).min(f1));
-                    dst[p0 as usize..p1 as usize]
-                        .copy_from_slice(&w[(p0 - f0) as usize..(p1 - f0) as usize]);
-                    k += 1;
                 }
+                calls
             }
-            calls
-        }
-        StridedMode::Tat | StridedMode::Auto => {
-            // Windows of the packed runs, scattered: packed byte `p` is
-            // byte `p % run` of run `p / run`.
-            let len = shape.bytes() as usize;
-            let mut stage = vec![0u8; STAGE.min(len)];
-            let mut calls = 0;
-            for w0 in (0..len).step_by(STAGE) {
-                let w = &mut stage[..STAGE.min(len - w0)];
-                mem.read_at(mem_offset + w0, w)?;
-                calls += 1;
-                let mut p = w0;
-                while p < w0 + w.len() {
-                    let (k, inside) = (p / run, p % run);
-                    let n = (run - inside).min(w0 + w.len() - p);
-                    let f = shape.run_at(k as u64) as usize + inside;
-                    dst[f..f + n].copy_from_slice(&w[p - w0..p - w0 + n]);
-                    p += n;
+            StridedMode::Tat | StridedMode::Auto => {
+                // Windows of the packed runs, scattered: packed byte `p` is
+                // byte `p % run` of run `p / run`.
+                let len = shape.bytes() as usize;
+                let mut stage = vec![0u8; STAGE.min(len)];
+                let mut calls = 0;
+                for w0 in (0..len).step_by(STAGE) {
+                    let w = &mut stage[..STAGE.min(len - w0)];
+                    mem.read_at(start + w0, w)?;
+                    calls += 1;
+                    let mut p = w0;
+                    while p < w0 + w.len() {
+                        let (k, inside) = (p / run, p % run);
+                        let n = (run - inside).min(w0 + w.len() - p);
+                        let f = shape.run_at(k as u64) as usize + inside;
+                        dst[f..f + n].copy_from_slice(&w[p - w0..p - w0 + n]);
+                        p += n;
+                    }
                 }
+                calls
             }
-            calls
-        }
-    };
-    Ok(copied(mode, reason, shape, calls))
+        };
+        Ok(copied(mode, reason, shape, calls))
+    }
 }
 
 /// The report of a copy between a host buffer and memory: no storage

@@ -15,6 +15,9 @@
 //!
 //! [`StridedMode::Auto`] chooses with [`plan`], a pure function of the
 //! shape's numbers and the machine's, and says why.
+//!
+//! The calls are an engine's [`Strided`] view
+//! ([`Engine::strided`](crate::transfer::Engine::strided)).
 
 pub mod constants;
 pub mod cost;
@@ -24,13 +27,13 @@ pub mod run;
 pub mod shape;
 #[cfg(test)]
 mod tests;
+pub mod view;
 
 pub use crate::transfer::tuning::constants::{
     DEFAULT_CALL_MIB_S, DEFAULT_CALL_S, DEFAULT_COPY_BPS, DEFAULT_COPY_CALL_S, DEFAULT_PACK_BPS,
     DEFAULT_STORAGE_BPS,
 };
-pub use constants::{calibrate_strided, measure_strided, strided_constants, strided_key};
 pub use cost::{plan, PlanFacts, SC_THREADS};
-pub use host::{copy_strided_from_memory, copy_strided_to_memory, plan_copy, CopyFacts, STAGE};
-pub use run::{read_strided, write_strided};
+pub use host::{plan_copy, CopyFacts, STAGE};
 pub use shape::{Dim, Layout, Run, Runs, Shape, StridedMode, StridedReport, MAX_DIMS};
+pub use view::Strided;

@@ -15,7 +15,7 @@ use super::{
     shape::{Layout, Shape},
 };
 use crate::{
-    memory::{DeviceMemory, MemoryKind},
+    memory::{DeviceMemory, MemRange, MemoryKind},
     transfer::core::Report,
     Error, Result,
 };
@@ -102,8 +102,7 @@ pub(crate) fn measure_placement(
         shape: &shape,
         origin: 0,
         len: shape.bounding_len() as usize,
-        mem,
-        mem_offset: 0,
+        dest: MemRange::whole(mem),
         layout: Layout::Strided,
         scratch: Mutex::new(Vec::new()),
     };
@@ -129,8 +128,8 @@ pub(crate) struct Packer<'a> {
     pub(crate) origin: u64,
     /// The range's length.
     pub(crate) len: usize,
-    pub(crate) mem: &'a dyn DeviceMemory,
-    pub(crate) mem_offset: usize,
+    /// Where the runs go, laid out as `layout` from its start.
+    pub(crate) dest: MemRange<'a>,
     pub(crate) layout: Layout,
     /// Packing buffers, reused; the copy stage may call from several
     /// threads at once.
@@ -152,7 +151,7 @@ impl DeviceMemory for Packer<'_> {
     }
 
     fn kind(&self) -> MemoryKind {
-        self.mem.kind()
+        self.dest.mem().kind()
     }
 
     fn write_at(&self, offset: usize, src: &[u8]) -> Result<()> {
@@ -176,21 +175,19 @@ impl DeviceMemory for Packer<'_> {
         let Some(&(_, _, k0, in0)) = pieces.first() else {
             return Ok(());
         };
+        let (mem, start) = (self.dest.mem(), self.dest.offset());
         match self.layout {
             Layout::Strided => {
                 for &(at, n, _, _) in &pieces {
-                    self.mem.write_at(
-                        self.mem_offset + (f0 - sh.base) as usize + at,
-                        &src[at..at + n],
-                    )?;
+                    mem.write_at(start + (f0 - sh.base) as usize + at, &src[at..at + n])?;
                 }
                 Ok(())
             }
             Layout::Packed => {
                 // Consecutive pieces are consecutive in the packed layout.
-                let dst = self.mem_offset + (k0 * sh.run + in0) as usize;
+                let dst = start + (k0 * sh.run + in0) as usize;
                 if let [(at, n, _, _)] = pieces[..] {
-                    return self.mem.write_at(dst, &src[at..at + n]);
+                    return mem.write_at(dst, &src[at..at + n]);
                 }
                 let mut buf = self
                     .scratch
@@ -202,7 +199,7 @@ impl DeviceMemory for Packer<'_> {
                 for &(at, n, _, _) in &pieces {
                     buf.extend_from_slice(&src[at..at + n]);
                 }
-                let r = self.mem.write_at(dst, &buf);
+                let r = mem.write_at(dst, &buf);
                 self.scratch
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::{
-    memory::DeviceMemory,
+    memory::MemRange,
     transfer::{
         plan::TransferPath,
         xfer::{round_down, round_up},
@@ -223,13 +223,24 @@ impl Iterator for Runs<'_> {
 /// Where the runs go in device memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
-    /// Back to back from the memory offset, in file order.
+    /// Back to back from the start of the memory range, in file order.
     Packed,
-    /// Each run at the memory offset plus its distance from the bounding
-    /// range's start: the memory mirrors the bounding range. The memory
-    /// between runs is the transfer's to use: RC fills it with the file's
-    /// bytes there, SC and TaT leave it as it was.
+    /// Each run at the start of the memory range plus its distance from
+    /// the bounding range's start: the memory mirrors the bounding range.
+    /// The memory between runs is the transfer's to use: RC fills it with
+    /// the file's bytes there, SC and TaT leave it as it was.
     Strided,
+}
+
+impl Layout {
+    /// Where run `r` of a shape whose first byte is at `base` of the file
+    /// lies in this layout, from its start.
+    pub(crate) fn place(self, base: u64, r: &Run) -> usize {
+        match self {
+            Layout::Packed => r.packed_offset as usize,
+            Layout::Strided => (r.file_offset - base) as usize,
+        }
+    }
 }
 
 /// How a strided read moves its runs.
@@ -278,27 +289,20 @@ pub struct StridedReport {
     pub retried: bool,
 }
 
-/// Checks that `mem` holds what `layout` puts there from `mem_offset`, and
-/// returns the run length as a `usize`.
-pub(crate) fn check_room(
-    shape: &Shape,
-    mem: &dyn DeviceMemory,
-    mem_offset: usize,
-    layout: Layout,
-) -> Result<usize> {
+/// Checks that `range` holds what `layout` puts there from its start, and
+/// returns the run length as a `usize`. The error names the place in the
+/// memory: the range's start, the bytes the layout needs and the range's
+/// end.
+pub(crate) fn check_room(shape: &Shape, range: MemRange<'_>, layout: Layout) -> Result<usize> {
     let room = match layout {
         Layout::Packed => shape.bytes(),
         Layout::Strided => shape.bounding_len(),
     };
-    let fits = usize::try_from(room)
-        .ok()
-        .and_then(|r| mem_offset.checked_add(r))
-        .is_some_and(|end| end <= mem.len());
-    if !fits {
+    if !usize::try_from(room).is_ok_and(|r| r <= range.len()) {
         return Err(Error::OutOfBounds {
-            offset: mem_offset as u64,
+            offset: range.offset() as u64,
             len: room,
-            size: mem.len() as u64,
+            size: (range.offset() + range.len()) as u64,
         });
     }
     // The run is at most `room`, which fits in a usize.

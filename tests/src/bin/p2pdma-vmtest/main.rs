@@ -15,7 +15,7 @@ mod store;
 mod store_crash;
 
 use clap::{Parser, Subcommand};
-use p2pdma::Module;
+use p2pdma::{MemRange, Module};
 use rustix::{
     io::pread,
     mm::{mmap, munmap, MapFlags, ProtFlags},
@@ -551,29 +551,23 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
         mem: &m1,
         offset: x.mem_offset,
     };
+    let staged = MemRange::new(&staging, 0, staging_len).map_err(|e| e.to_string())?;
     let route = match x.kind.as_str() {
-        "nvme-a1" => engine.route(nvme_end, e1),
-        "nvme-a0-a1" => engine.route_through(
-            nvme_end,
-            &[
-                Via::Memory {
-                    mem: &staging,
-                    offset: 0,
-                    len: staging_len,
-                },
-                Via::Host,
-            ],
-            e1,
-        ),
+        "nvme-a1" => engine.routes().plan(nvme_end, e1),
+        "nvme-a0-a1" => {
+            engine
+                .routes()
+                .plan_through(nvme_end, &[Via::Memory(staged), Via::Host], e1)
+        }
         "a0-a1" => {
-            let r = engine
-                .read(&file, x.offset, &m0, x.mem_offset, x.len)
+            let r = MemRange::new(&m0, x.mem_offset, x.len)
+                .and_then(|range| engine.read(&file, x.offset, range))
                 .map_err(|e| e.to_string())?;
             println!(
                 "{} bytes read into accelerator {} on the {} path",
                 r.bytes, a0.index, r.path
             );
-            engine.route(e0, e1)
+            engine.routes().plan(e0, e1)
         }
         "a1-nvme" => {
             let p = x.pattern_offset;
@@ -581,7 +575,7 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
             p2pdma_tests::fill_image(p - p % 8, &mut buf);
             m1.write_at(x.mem_offset, &buf[(p % 8) as usize..])
                 .map_err(|e| e.to_string())?;
-            engine.route(e1, nvme_end)
+            engine.routes().plan(e1, nvme_end)
         }
         k => return Err(format!("unknown route kind {k}")),
     }
@@ -619,6 +613,7 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
         ..RouteOptions::default()
     };
     let rep = engine
+        .routes()
         .copy(&route, x.len, &opts)
         .map_err(|e| format!("copy along the route: {e}"))?;
     println!(
@@ -1113,7 +1108,8 @@ fn engine_strided(x: &StridedArgs) -> Result<(), String> {
         mem.write_at(0, &buf[(p % 8) as usize..])
             .map_err(|e| e.to_string())?;
         let r = engine
-            .write_strided(&file, &shape, &mem, 0, layout, mode)
+            .strided()
+            .write(&file, &shape, MemRange::whole(&mem), layout, mode)
             .map_err(|e| format!("strided write ({mode}): {e}"))?;
         println!(
             "Wrote {} runs ({} bytes) of {} from accelerator memory, {:?} layout, mode {} on the {:?} path(s): {}",
@@ -1162,8 +1158,8 @@ fn engine_strided(x: &StridedArgs) -> Result<(), String> {
         done += n;
     }
     for (&(mode, layout), &region) in modes.iter().zip(&regions) {
-        let r = engine
-            .read_strided(&file, &shape, &mem, region as usize, layout, mode)
+        let r = MemRange::from_offset(&mem, region as usize)
+            .and_then(|range| engine.strided().read(&file, &shape, range, layout, mode))
             .map_err(|e| format!("strided read ({mode}, {layout:?}): {e}"))?;
         println!(
             "Read {} runs ({} bytes) of {} into accelerator memory at offset {region}, {:?} layout, asked {mode}, moved by {} on the {:?} path(s), {} storage bytes in {} calls: {}",

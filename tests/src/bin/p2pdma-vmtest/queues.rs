@@ -18,7 +18,7 @@ use p2pdma::{
         Config, Direction, End, Engine, Layout, Namespace, PathPref, Request, RouteOptions, Shape,
         StorageFile, StridedMode, TransferPath, Via,
     },
-    Error, MapType, Module, PciAddress, PeerAccess, Udmabuf,
+    Error, MapType, MemRange, Module, PciAddress, PeerAccess, Udmabuf,
 };
 use p2pdma_tests::fill_image;
 
@@ -364,7 +364,7 @@ fn abort(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         ));
     }
     // The controller is off: every later request is an error that says why.
-    match ns.read(M, &mem, 0, 4096) {
+    match MemRange::new(&mem, 0, 4096).and_then(|range| ns.read(M, range)) {
         Err(e) if e.to_string().contains("did not complete within") => {
             println!("a read after the failure: {e}");
         }
@@ -413,7 +413,8 @@ fn read_check(
     len: usize,
     mem_offset: usize,
 ) -> Result<(), String> {
-    ns.read(offset, mem, mem_offset, len)
+    MemRange::new(mem, mem_offset, len)
+        .and_then(|range| ns.read(offset, range))
         .map_err(|e| format!("read of {len} bytes at {offset}: {e}"))?;
     let what = format!(
         "read of {len} bytes at {offset} into {} at {mem_offset}",
@@ -506,7 +507,9 @@ fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     let (w_off, w_len) = (40 * M + 3, (M + 1000) as usize);
     let src = image(0, wpat, w_len);
     mem.write_at(5, &src).map_err(|e| e.to_string())?;
-    ns.write(w_off, &mem, 5, w_len).map_err(|e| e.to_string())?;
+    MemRange::new(&mem, 5, w_len)
+        .and_then(|range| ns.write(w_off, range))
+        .map_err(|e| e.to_string())?;
     let rpat = 9 * M + 16;
     let piece = image(0, rpat, 800);
     mem.write_at(7 * M as usize, &piece)
@@ -514,12 +517,17 @@ fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     thread::scope(|s| {
         for t in 0..8usize {
             let (ns, mem) = (&ns, &mem);
-            s.spawn(move || ns.write(42 * M + 100 * t as u64, mem, 7 * M as usize + 100 * t, 100));
+            s.spawn(move || {
+                MemRange::new(mem, 7 * M as usize + 100 * t, 100)
+                    .and_then(|range| ns.write(42 * M + 100 * t as u64, range))
+            });
         }
     });
     ns.flush().map_err(|e| e.to_string())?;
     for (off, pat, len) in [(w_off, wpat, w_len), (42 * M, rpat, 800)] {
-        ns.read(off, &host, 0, len).map_err(|e| e.to_string())?;
+        MemRange::new(&host, 0, len)
+            .and_then(|range| ns.read(off, range))
+            .map_err(|e| e.to_string())?;
         let mut got = vec![0u8; len];
         host.read_at(0, &mut got).map_err(|e| e.to_string())?;
         if let Some(i) = first_diff(&image(0, pat, len), &got) {
@@ -537,7 +545,7 @@ fn data(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     // and, refused by the driver before any command, a READ past the
     // namespace's last block, one for a namespace that is not active, and
     // one whose blocks are more than its payload.
-    match ns.read(ns.size() - 10, &mem, 0, 100) {
+    match MemRange::new(&mem, 0, 100).and_then(|range| ns.read(ns.size() - 10, range)) {
         Err(Error::EndOfFile { .. }) => {}
         r => return Err(format!("a read past the end gave {r:?}")),
     }
@@ -722,7 +730,8 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         mem.write_at(0, &vec![0u8; shape.bounding_len() as usize])
             .map_err(err)?;
         let rep = engine
-            .read_strided(&file, &shape, mem.as_ref(), 0, layout, mode)
+            .strided()
+            .read(&file, &shape, MemRange::whole(mem.as_ref()), layout, mode)
             .map_err(err)?;
         if rep.paths != [TransferPath::Queues] {
             return Err(format!("strided {mode} went by {:?}", rep.paths));
@@ -749,7 +758,8 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
     // memory.
     let len = (3 * M + 5) as usize;
     let route = engine
-        .route_through(
+        .routes()
+        .plan_through(
             End::Storage {
                 file: &file,
                 offset: 5 * M + 3,
@@ -762,6 +772,7 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
         )
         .map_err(err)?;
     let rep = engine
+        .routes()
         .copy(&route, len, &RouteOptions::default())
         .map_err(err)?;
     compare(x, "a route", mem.as_ref(), 9, 5 * M + 3, len)?;
@@ -783,7 +794,7 @@ fn engine(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
             },
             Some(module.clone()),
         );
-        match e.read(&file, 0, mem.as_ref(), 0, 4096) {
+        match MemRange::new(mem.as_ref(), 0, 4096).and_then(|range| e.read(&file, 0, range)) {
             Err(Error::PathUnavailable { reason, .. }) => println!("{pref}: refused: {reason}"),
             r => return Err(format!("{pref} on the namespace gave {r:?}")),
         }
@@ -890,7 +901,9 @@ fn dmabuf_memory(
     h.write(w_off, 100, w_len).map_err(err)?;
     ns.flush().map_err(err)?;
     let host = HostMemory::new(w_len).map_err(err)?;
-    engine.read(file, w_off, &host, 0, w_len).map_err(err)?;
+    MemRange::new(&host, 0, w_len)
+        .and_then(|range| engine.read(file, w_off, range))
+        .map_err(err)?;
     let mut got = vec![0u8; w_len];
     host.read_at(0, &mut got).map_err(err)?;
     if let Some(i) = first_diff(&image(0, w_pat, w_len), &got) {
@@ -1018,7 +1031,9 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
                 let len = 1 + below(&mut rng, (mem.len() / 2) as u64) as usize;
                 let at = below(&mut rng, (mem.len() - len) as u64) as usize;
                 let off = below(&mut rng, scratch - len as u64);
-                ns.read(off, mem, at, len).map_err(err)?;
+                MemRange::new(mem, at, len)
+                    .and_then(|range| ns.read(off, range))
+                    .map_err(err)?;
                 let what = format!(
                     "engine read of {len} bytes at {off} into {} at {at}",
                     mem.kind()
@@ -1043,9 +1058,13 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
                 let mut data = vec![0u8; len];
                 p2pdma_tests::fill_image(pat, &mut data);
                 mem.write_at(at, &data).map_err(err)?;
-                ns.write(off, mem, at, len).map_err(err)?;
+                MemRange::new(mem, at, len)
+                    .and_then(|range| ns.write(off, range))
+                    .map_err(err)?;
                 mem.write_at(0, &vec![CANARY; mem.len()]).map_err(err)?;
-                ns.read(off, mem, at, len).map_err(err)?;
+                MemRange::new(mem, at, len)
+                    .and_then(|range| ns.read(off, range))
+                    .map_err(err)?;
                 let mut got = vec![0u8; len];
                 mem.read_at(at, &mut got).map_err(err)?;
                 if let Some(i) = first_diff(&data, &got) {
@@ -1067,7 +1086,9 @@ fn canary(x: &QueuesArgs, module: &Arc<Module>) -> Result<(), String> {
                     // The image's own bytes again, for the steps after.
                     let orig = image(x.image_pattern_offset, off, len);
                     mem.write_at(at, &orig).map_err(err)?;
-                    ns.write(off, mem, at, len).map_err(err)?;
+                    MemRange::new(mem, at, len)
+                        .and_then(|range| ns.write(off, range))
+                        .map_err(err)?;
                 }
                 writes += 1;
             }

@@ -19,7 +19,7 @@ use p2pdma::{
     queues::Namespace,
     store::{EngineBacking, PageCache, Store, WritePolicy},
     transfer::{Config, Engine, PathPref, StorageFile},
-    Error, Module,
+    Error, MemRange, Module,
 };
 
 #[derive(Args)]
@@ -151,8 +151,8 @@ fn check_whole(
         return Err(format!("object map {map:?}, model {want:?}"));
     }
     for (id, d) in model {
-        store
-            .pread(*id, 0, d.len(), buf, 0)
+        MemRange::new(buf, 0, d.len())
+            .and_then(|range| store.pread(*id, 0, range))
             .map_err(|e| e.to_string())?;
         let mut got = vec![0u8; d.len()];
         buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
@@ -199,8 +199,8 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
     let saved = match x.queues {
         Some(_) => {
             let m = HostMemory::new(x.size as usize).map_err(|e| e.to_string())?;
-            engine
-                .read(&file, x.offset, &m, 0, x.size as usize)
+            MemRange::new(&m, 0, x.size as usize)
+                .and_then(|range| engine.read(&file, x.offset, range))
                 .map_err(|e| e.to_string())?;
             Some(m)
         }
@@ -237,8 +237,8 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                 let n = rng.usize(1..=size - off);
                 let bytes = fill(x.seed * 1_000_003 + i as u64, n);
                 buf.write_at(0, &bytes).map_err(|e| e.to_string())?;
-                store
-                    .pwrite(id, off as u64, n, buf, 0)
+                MemRange::new(buf, 0, n)
+                    .and_then(|range| store.pwrite(id, off as u64, range))
                     .map_err(|e| e.to_string())?;
                 model.get_mut(&id).unwrap()[off..off + n].copy_from_slice(&bytes);
                 counts[1] += 1;
@@ -249,7 +249,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                 let off = rng.usize(0..d.len());
                 let n = rng.usize(1..=d.len() - off);
                 let got = if rng.bool() {
-                    store.pread(id, off as u64, n, buf, 0)
+                    MemRange::new(buf, 0, n).and_then(|range| store.pread(id, off as u64, range))
                 } else {
                     store.pread_prefetch(id, off as u64, n).and_then(|p| {
                         while !p.is_done() {
@@ -265,7 +265,8 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                                 "op {i}: a prefetch of {n} bytes names the commands {ids:?}"
                             )));
                         }
-                        store.consume_prefetch_pread(p, buf, 0, n)
+                        MemRange::new(buf, 0, n)
+                            .and_then(|range| store.consume_prefetch_pread(p, range))
                     })
                 };
                 got.map_err(|e| e.to_string())?;
@@ -279,7 +280,9 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                     ))
                 } else {
                     // Past the end is an error, never bytes.
-                    match store.pread(id, d.len() as u64, 1, buf, 0) {
+                    match MemRange::new(buf, 0, 1)
+                        .and_then(|range| store.pread(id, d.len() as u64, range))
+                    {
                         Err(Error::EndOfFile { .. }) => Ok(()),
                         other => Err(format!(
                             "op {i}: a read past the end of {id} gave {other:?}"
@@ -291,7 +294,7 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
                 store.delete(id).map_err(|e| e.to_string())?;
                 model.remove(&id);
                 counts[3] += 1;
-                match store.pread(id, 0, 1, buf, 0) {
+                match MemRange::new(buf, 0, 1).and_then(|range| store.pread(id, 0, range)) {
                     Err(Error::InvalidArgument(_)) => Ok(()),
                     other => Err(format!("op {i}: a read of deleted {id} gave {other:?}")),
                 }
@@ -321,8 +324,8 @@ pub fn run(x: &StoreArgs) -> Result<(), String> {
     check_whole(&again, &model, &bufs[0])?;
     drop(again);
     if let Some(m) = &saved {
-        engine
-            .write(&file, x.offset, m, 0, x.size as usize)
+        MemRange::new(m, 0, x.size as usize)
+            .and_then(|range| engine.write(&file, x.offset, range))
             .and_then(|_| file.sync())
             .map_err(|e| format!("putting the region back: {e}"))?;
     }
@@ -444,15 +447,15 @@ pub fn coherence(x: &CoherenceArgs) -> Result<(), String> {
                                 let words: Vec<u8> =
                                     (0..n / 8).flat_map(|_| v.to_le_bytes()).collect();
                                 buf.write_at(0, &words).map_err(|e| e.to_string())?;
-                                store
-                                    .pwrite(id, at + from as u64, n, &buf, 0)
+                                MemRange::new(&buf, 0, n)
+                                    .and_then(|range| store.pwrite(id, at + from as u64, range))
                                     .map_err(|e| format!("thread {t} op {i}: {e}"))?;
                                 halves.for_each(|h| st[h] = v);
                                 writes += 1;
                             } else {
                                 let st = stamps[p].read().map_err(|e| e.to_string())?;
-                                store
-                                    .pread(id, at, PAGE, &buf, 0)
+                                MemRange::new(&buf, 0, PAGE)
+                                    .and_then(|range| store.pread(id, at, range))
                                     .map_err(|e| format!("thread {t} op {i}: {e}"))?;
                                 let mut got = vec![0u8; PAGE];
                                 buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
@@ -513,8 +516,8 @@ pub fn coherence(x: &CoherenceArgs) -> Result<(), String> {
     drop(store);
     let plain = Store::initialize(backing).map_err(|e| e.to_string())?;
     let buf = accel_memory_on(&module, 0, x.pages * PAGE)?;
-    plain
-        .pread(id, 0, x.pages * PAGE, &buf, 0)
+    MemRange::new(&buf, 0, x.pages * PAGE)
+        .and_then(|range| plain.pread(id, 0, range))
         .map_err(|e| e.to_string())?;
     let mut got = vec![0u8; x.pages * PAGE];
     buf.read_at(0, &mut got).map_err(|e| e.to_string())?;

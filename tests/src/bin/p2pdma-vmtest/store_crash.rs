@@ -27,7 +27,7 @@ use p2pdma::{
     memory::{DeviceMemory, HostMemory},
     store::{EngineBacking, PageCache, Prefetch, Store, WritePolicy},
     transfer::{Config, Engine, PathPref, StorageFile},
-    Module,
+    MemRange, Module,
 };
 
 #[derive(Args)]
@@ -221,8 +221,8 @@ struct Held {
 /// Consumes `h` and checks its bytes.
 fn consume(store: &Store, h: Held, buf: &dyn DeviceMemory) -> Result<(), String> {
     let n = h.want.len();
-    store
-        .consume_prefetch_pread(h.p, buf, 0, n)
+    MemRange::new(buf, 0, n)
+        .and_then(|range| store.consume_prefetch_pread(h.p, range))
         .map_err(|e| format!("consuming a prefetch of object {}: {e}", h.id))?;
     let mut got = vec![0u8; n];
     buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
@@ -340,8 +340,8 @@ fn child(x: &CrashArgs) -> Result<(), String> {
             Op::Write { id, off, n, seed } => {
                 buf.write_at(0, &bytes(seed, n))
                     .map_err(|e| e.to_string())?;
-                store
-                    .pwrite(id, off as u64, n, buf.as_ref(), 0)
+                MemRange::new(buf.as_ref(), 0, n)
+                    .and_then(|range| store.pwrite(id, off as u64, range))
                     .map_err(err)?;
                 Some(None)
             }
@@ -381,7 +381,9 @@ fn child(x: &CrashArgs) -> Result<(), String> {
 fn same(store: &Store, m: &Model, buf: &dyn DeviceMemory) -> Result<(), String> {
     for (id, o) in m {
         let n = o.data.len();
-        store.pread(*id, 0, n, buf, 0).map_err(|e| e.to_string())?;
+        MemRange::new(buf, 0, n)
+            .and_then(|range| store.pread(*id, 0, range))
+            .map_err(|e| e.to_string())?;
         let mut got = vec![0u8; n];
         buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
         if let Some(i) = (0..n).find(|&i| !o.dirty[i] && got[i] != o.flushed[i]) {

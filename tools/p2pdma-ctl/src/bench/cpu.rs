@@ -7,7 +7,7 @@ use std::{fs::File, os::unix::fs::FileExt, sync::Arc, time::Instant};
 use p2pdma::{
     memory::{DeviceMemory, ModuleMemory},
     transfer::{Config, Engine, P2pSubmit, PathPref, StorageFile},
-    Module,
+    MemRange, Module,
 };
 use serde_json::{json, Value};
 
@@ -28,6 +28,7 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         (a.size.min(file.size()) as usize).min(accel.p2p_available as usize / 2) / 4096 * 4096;
     let mem = ModuleMemory::alloc(module.clone(), accel.index, len as u64, 0)
         .map_err(|e| e.to_string())?;
+    let range = MemRange::new(&mem, 0, len).map_err(|e| e.to_string())?;
     let reps = a.reps.max(1);
     println!(
         "cpu: CPU time per GiB read from {} into accelerator {} memory, {} MiB x {reps} transfers per path in 3 interleaved rounds, bs {} KiB, depth {}",
@@ -98,7 +99,7 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                     let n = poison.len().min(len - off);
                     mem.write_at(off, &poison[..n]).map_err(|e| e.to_string())?;
                 }
-                let report = e.read(&file, 0, &mem, 0, len).map_err(|e| e.to_string())?;
+                let report = e.read(&file, 0, range).map_err(|e| e.to_string())?;
                 let mut got = vec![0u8; len];
                 mem.read_at(0, &mut got).map_err(|e| e.to_string())?;
                 if let Some(at) = got.iter().zip(&want).position(|(g, w)| g != w) {
@@ -120,7 +121,7 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             }
             let (c0, i0, t0) = (cpu_time(), idle_time()?, Instant::now());
             for _ in 0..per_round {
-                e.read(&file, 0, &mem, 0, len).map_err(|e| e.to_string())?;
+                e.read(&file, 0, range).map_err(|e| e.to_string())?;
             }
             let wall = t0.elapsed();
             let (idle, cpu) = (idle_time()?.saturating_sub(i0), cpu_time() - c0);

@@ -40,7 +40,7 @@ use p2pdma::{
     memory::{DeviceMemory, ModuleMemory},
     queues::{claim, Controller, InitOptions, IoCommand, Scope},
     transfer::{nvme_io_sqe, Config, Engine, Namespace, PathPref, StorageFile},
-    Module, PciAddress, PeerAccess,
+    MemRange, Module, PciAddress, PeerAccess,
 };
 use serde_json::{json, Value};
 
@@ -394,14 +394,11 @@ fn sequential(
     mem_offset: usize,
     reps: usize,
 ) -> Res<(Cell, String)> {
-    let rep = engine
-        .read(file, 0, mem, mem_offset, SEQ_LEN)
-        .map_err(|e| e.to_string())?;
+    let range = MemRange::new(mem, mem_offset, SEQ_LEN).map_err(|e| e.to_string())?;
+    let rep = engine.read(file, 0, range).map_err(|e| e.to_string())?;
     let cell = timed(1, |_| {
         for _ in 0..reps {
-            engine
-                .read(file, 0, mem, mem_offset, SEQ_LEN)
-                .map_err(|e| e.to_string())?;
+            engine.read(file, 0, range).map_err(|e| e.to_string())?;
         }
         Ok((reps * SEQ_LEN / SEQ_IO) as u64)
     })?;

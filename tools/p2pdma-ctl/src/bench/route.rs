@@ -21,7 +21,7 @@ use std::{path::PathBuf, sync::Arc};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, End, Engine, Route, RouteOptions, StorageFile, Via},
-    Module, Peer,
+    MemRange, Module, Peer,
 };
 use serde_json::{json, Value};
 
@@ -142,16 +142,18 @@ fn route<'a>(engine: &Engine, p: &'a Places, k: usize, accel: bool) -> Res<Route
         mem: p.dst[i].as_ref(),
         offset: 0,
     };
-    let stage = |i: usize| Via::Memory {
-        mem: p.staging[i].as_ref(),
-        offset: 0,
-        len: p.staging[i].len(),
-    };
+    let stage = |i: usize| Via::Memory(MemRange::whole(p.staging[i].as_ref()));
     let r = match (accel, k) {
-        (false, k) => engine.route_through(src, &vec![Via::Host; k - 1], dst(0)),
-        (true, 2) => engine.route(src, dst(0)),
-        (true, 3) => engine.route_through(src, &[stage(0), Via::Host], dst(0)),
-        (true, _) => engine.route_through(src, &[stage(0), Via::Host, stage(1)], dst(1)),
+        (false, k) => engine
+            .routes()
+            .plan_through(src, &vec![Via::Host; k - 1], dst(0)),
+        (true, 2) => engine.routes().plan(src, dst(0)),
+        (true, 3) => engine
+            .routes()
+            .plan_through(src, &[stage(0), Via::Host], dst(0)),
+        (true, _) => engine
+            .routes()
+            .plan_through(src, &[stage(0), Via::Host, stage(1)], dst(1)),
     }
     .map_err(|e| format!("k = {k}: {e}"))?;
     if r.len() != k {
@@ -176,8 +178,8 @@ pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let mut want = vec![0u8; size];
     {
         let host = HostMemory::new(size).map_err(|e| e.to_string())?;
-        engine
-            .read(&p.storage, 0, &host, 0, size)
+        MemRange::new(&host, 0, size)
+            .and_then(|range| engine.read(&p.storage, 0, range))
             .map_err(|e| format!("reading the source for the check: {e}"))?;
         host.read_at(0, &mut want).map_err(|e| e.to_string())?;
     }
@@ -212,6 +214,7 @@ pub(super) fn bench(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                 dst.write_at(0, &vec![0x5A; size])
                     .map_err(|e| e.to_string())?;
                 let rep = engine
+                    .routes()
                     .copy(&r, size, &opts)
                     .map_err(|e| format!("k = {k}, n = {n}: {e}"))?;
                 let mut have = vec![0u8; size];

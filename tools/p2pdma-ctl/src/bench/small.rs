@@ -12,7 +12,7 @@ use std::{
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, Engine, StorageFile},
-    Module,
+    MemRange, Module,
 };
 use serde_json::{json, Value};
 
@@ -88,7 +88,8 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let (mut eng, mut sys) = (Vec::new(), Vec::new());
     let by_engine = |i: usize, off: u64| -> Res<f64> {
         let t = Instant::now();
-        e.read(&file, off, mem, (i % 256) * 4096, 4096)
+        MemRange::new(mem, (i % 256) * 4096, 4096)
+            .and_then(|range| e.read(&file, off, range))
             .map_err(|e| e.to_string())?;
         Ok(t.elapsed().as_nanos() as f64)
     };
@@ -223,8 +224,8 @@ fn warm(
         for (i, &off) in offsets.iter().enumerate() {
             let mut by_engine = || -> Res<f64> {
                 let t = Instant::now();
-                let r = e
-                    .read(file, off, mem, (i % 256) * 4096, 4096)
+                let r = MemRange::new(mem, (i % 256) * 4096, 4096)
+                    .and_then(|range| e.read(file, off, range))
                     .map_err(|e| e.to_string())?;
                 let took = t.elapsed().as_nanos() as f64;
                 cached += r.page_cache;

@@ -19,7 +19,7 @@ use std::{
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
     transfer::{Config, Engine, PathPref, StorageFile},
-    Module,
+    MemRange, Module,
 };
 use serde_json::{json, Value};
 
@@ -130,6 +130,7 @@ pub(super) fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         None => Box::new(HostMemory::new(len).map_err(|e| e.to_string())?),
     };
     let dst = dst.as_ref();
+    let range = MemRange::new(dst, 0, len).map_err(|e| e.to_string())?;
     // The file's bytes, read without the library, to check every contender.
     let mut want = vec![0u8; len];
     File::open(&path)
@@ -155,9 +156,9 @@ pub(super) fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     for chunk in [1u64 << 20, 2 << 20, 4 << 20] {
         for depth in [4, 8, 16] {
             let e = engine(PathPref::Bounce, chunk, depth, None);
-            e.read(&file, 0, dst, 0, len).map_err(|e| e.to_string())?;
+            e.read(&file, 0, range).map_err(|e| e.to_string())?;
             let t = Instant::now();
-            e.read(&file, 0, dst, 0, len).map_err(|e| e.to_string())?;
+            e.read(&file, 0, range).map_err(|e| e.to_string())?;
             engine_sweep.push(((chunk, depth), gib_s(a.size, t.elapsed())));
         }
     }
@@ -242,7 +243,7 @@ pub(super) fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         let threads = match c {
             Contender::Fio(st) => return Ok((fio(&path, a.size, *st)?, 0)),
             Contender::Engine(e) => {
-                e.read(&file, 0, dst, 0, len)
+                e.read(&file, 0, range)
                     .map_err(|e| e.to_string())?
                     .copy_threads
             }

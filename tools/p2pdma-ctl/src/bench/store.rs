@@ -25,7 +25,7 @@ use std::{
 use p2pdma::{
     store::{EngineBacking, PageCache, Store, WritePolicy},
     transfer::{Config, Engine, StorageFile},
-    DeviceMemory, HostMemory, Module, ModuleMemory,
+    DeviceMemory, HostMemory, MemRange, Module, ModuleMemory,
 };
 use serde_json::{json, Value};
 
@@ -123,11 +123,12 @@ fn random_reads_on(
     let t = Instant::now();
     for &k in keys {
         let (obj, at) = (k / per_obj, (k % per_obj) * io);
-        match on {
-            Some(a) => store.pread_on(a, ids[obj], at as u64, io, buf, 0),
-            None => store.pread(ids[obj], at as u64, io, buf, 0),
-        }
-        .map_err(|e| e.to_string())?;
+        MemRange::new(buf, 0, io)
+            .and_then(|range| match on {
+                Some(a) => store.pread_on(a, ids[obj], at as u64, range),
+                None => store.pread(ids[obj], at as u64, range),
+            })
+            .map_err(|e| e.to_string())?;
         buf.read_at(0, &mut got).map_err(|e| e.to_string())?;
         if let Some(i) = (0..io).step_by(61).find(|&i| got[i] != byte(obj, at + i)) {
             return Err(format!("object {obj} byte {} read wrong", at + i));
@@ -164,14 +165,13 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
     let store =
         Store::format(backing.clone(), (data / OBJECT) as u64 + 16).map_err(|e| e.to_string())?;
     let fill = HostMemory::new(OBJECT).map_err(|e| e.to_string())?;
+    let filled = MemRange::whole(&fill);
     let mut ids = Vec::new();
     for k in 0..data / OBJECT {
         let id = store.pcreate(OBJECT as u64).map_err(|e| e.to_string())?;
         let bytes: Vec<u8> = (0..OBJECT).map(|i| byte(k, i)).collect();
         fill.write_at(0, &bytes).map_err(|e| e.to_string())?;
-        store
-            .pwrite(id, 0, OBJECT, &fill, 0)
-            .map_err(|e| e.to_string())?;
+        store.pwrite(id, 0, filled).map_err(|e| e.to_string())?;
         ids.push(id);
     }
     store.flush().map_err(|e| e.to_string())?;
@@ -234,12 +234,12 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
         memory(module.as_ref(), OBJECT)?,
         memory(module.as_ref(), OBJECT)?,
     ];
+    let range = |i: usize| MemRange::new(bufs[i].as_ref(), 0, OBJECT).map_err(|e| e.to_string());
+    let ranges = [range(0)?, range(1)?];
     let scan = ids.len().min(64);
     let t = Instant::now();
     for id in &ids[..scan] {
-        store
-            .pread(*id, 0, OBJECT, bufs[0].as_ref(), 0)
-            .map_err(|e| e.to_string())?;
+        store.pread(*id, 0, ranges[0]).map_err(|e| e.to_string())?;
     }
     let io_per_block = t.elapsed() / scan as u32;
     let step = io_per_block;
@@ -247,9 +247,7 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
     for _ in 0..a.reps.max(1) {
         let t = Instant::now();
         for id in &ids[..scan] {
-            store
-                .pread(*id, 0, OBJECT, bufs[0].as_ref(), 0)
-                .map_err(|e| e.to_string())?;
+            store.pread(*id, 0, ranges[0]).map_err(|e| e.to_string())?;
             compute(step);
         }
         plain.push(t.elapsed().as_secs_f64());
@@ -269,7 +267,7 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
                 );
             }
             store
-                .consume_prefetch_pread(this, bufs[k % 2].as_ref(), 0, OBJECT)
+                .consume_prefetch_pread(this, ranges[k % 2])
                 .map_err(|e| e.to_string())?;
             compute(step);
         }
@@ -288,7 +286,7 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
                 next = Some(start(k + 1)?);
             }
             store
-                .consume_prefetch_pread(this, bufs[k % 2].as_ref(), 0, OBJECT)
+                .consume_prefetch_pread(this, ranges[k % 2])
                 .map_err(|e| e.to_string())?;
             compute(step);
         }

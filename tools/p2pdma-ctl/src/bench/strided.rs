@@ -10,6 +10,7 @@ use std::{fs::File, os::unix::fs::FileExt, path::PathBuf, time::Instant};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory},
     transfer::{Config, Engine, Layout, Shape, StorageFile, StridedMode},
+    MemRange,
 };
 use serde_json::{json, Value};
 
@@ -168,14 +169,15 @@ pub(super) fn strided(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         .map_err(|e| e.to_string())?;
     if a.calibrate {
         engine
-            .calibrate_strided(Some(&file), &mem)
+            .strided()
+            .calibrate(Some(&file), &mem)
             .map_err(|e| e.to_string())?;
     }
     let handle_path = engine
         .handle(&file, &mem)
         .map_err(|e| e.to_string())?
         .path();
-    let constants = engine.strided_constants(Some(&file), &mem, handle_path);
+    let constants = engine.strided().constants(Some(&file), &mem, handle_path);
     println!(
         "strided: {} on the {handle_path} path into the host-memory device; {}",
         path.display(),
@@ -232,7 +234,8 @@ pub(super) fn strided(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                         };
                         let t = Instant::now();
                         let r = engine
-                            .read_strided(&file, &shape, &mem, 0, c.layout, c.mode)
+                            .strided()
+                            .read(&file, &shape, MemRange::whole(&mem), c.layout, c.mode)
                             .map_err(|e| failed(&e))?;
                         times[i].push(t.elapsed().as_secs_f64());
                         check_strided(
