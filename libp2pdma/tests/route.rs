@@ -347,7 +347,7 @@ fn the_planner_explains_its_hops() {
 
     let r = engine.route(fe, e0).unwrap();
     let kinds: Vec<HopKind> = r.hops().iter().map(|h| h.kind).collect();
-    assert_eq!(kinds, [HopKind::Read(TransferPath::P2p), HopKind::Copy]);
+    assert_eq!(kinds, [HopKind::Read(TransferPath::Direct), HopKind::Copy]);
     assert!(
         r.reason().contains("through host memory: "),
         "{}",
@@ -356,7 +356,7 @@ fn the_planner_explains_its_hops() {
 
     let r = engine.route(e0, fe).unwrap();
     let kinds: Vec<HopKind> = r.hops().iter().map(|h| h.kind).collect();
-    assert_eq!(kinds, [HopKind::Copy, HopKind::Write(TransferPath::P2p)]);
+    assert_eq!(kinds, [HopKind::Copy, HopKind::Write(TransferPath::Direct)]);
 
     let r = engine.route(fe, eh).unwrap();
     assert_eq!(r.len(), 1);
