@@ -318,7 +318,10 @@ fn copies_between_gpu_memory_and_a_cpu_mapping_are_one_driver_copy() {
     // And out of it, into the mapping.
     let before = stats(emu);
     p2pdma::memory::copy(&gpu, 11, &host, len + 4099, len).unwrap();
-    assert!(read_all(&host, len + 4099, len) == data, "out of GPU memory");
+    assert!(
+        read_all(&host, len + 4099, len) == data,
+        "out of GPU memory"
+    );
     if let (Some(b), Some(a)) = (before, stats(emu)) {
         let d = a.since(&b);
         assert_eq!(d.dtoh.pageable_calls, 0, "staged through a buffer: {d:?}");

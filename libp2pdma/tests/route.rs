@@ -356,7 +356,7 @@ fn the_planner_explains_its_hops() {
 
     let r = engine.routes().plan(fe, e0).unwrap();
     let kinds: Vec<HopKind> = r.hops().iter().map(|h| h.kind).collect();
-    assert_eq!(kinds, [HopKind::Read(TransferPath::P2p), HopKind::Copy]);
+    assert_eq!(kinds, [HopKind::Read(TransferPath::Direct), HopKind::Copy]);
     assert!(
         r.reason().contains("through host memory: "),
         "{}",
@@ -365,7 +365,7 @@ fn the_planner_explains_its_hops() {
 
     let r = engine.routes().plan(e0, fe).unwrap();
     let kinds: Vec<HopKind> = r.hops().iter().map(|h| h.kind).collect();
-    assert_eq!(kinds, [HopKind::Copy, HopKind::Write(TransferPath::P2p)]);
+    assert_eq!(kinds, [HopKind::Copy, HopKind::Write(TransferPath::Direct)]);
 
     let r = engine.routes().plan(fe, eh).unwrap();
     assert_eq!(r.len(), 1);

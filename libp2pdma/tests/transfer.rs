@@ -80,17 +80,59 @@ fn reads_land_exactly_on_every_path() {
 }
 
 #[test]
-fn auto_on_host_memory_bounces_and_says_why() {
-    let file = StorageFile::open(temp_file("auto.bin", &pattern(2, 0, 65536))).unwrap();
-    let mem = HostMemory::new(65536).unwrap();
+fn auto_on_host_memory_goes_direct_and_says_why() {
+    let data = pattern(2, 0, 1 << 20);
+    let path = temp_file("auto.bin", &data);
+    let file = StorageFile::open_rw(&path).unwrap();
+    let mem = HostMemory::new(2 << 20).unwrap();
     let e = engine(PathPref::Auto, None, None);
     let h = e.handle(&file, &mem).unwrap();
-    assert_eq!(h.path(), TransferPath::Bounce);
-    assert!(h.reason().contains("host-memory device"), "{}", h.reason());
-    h.read(0, 0, 65536).unwrap();
-    let s = e.stats().bounce.snapshot();
-    assert_eq!((s.bytes, s.transfers), (65536, 1));
-    assert!(s.ios >= 1);
+    assert_eq!(h.path(), TransferPath::Direct);
+    assert!(
+        h.reason().contains("straight into it by O_DIRECT"),
+        "{}",
+        h.reason()
+    );
+
+    // Aligned, and with partial blocks at both ends whose file and memory
+    // offsets align together: the direct path, no staging copy.
+    for (off, moff, len) in [(0u64, 0usize, 65536usize), (4196, 100, 300_001)] {
+        let before = e.stats().direct.snapshot();
+        let r = h.read(off, moff, len).unwrap();
+        assert_eq!((r.path, r.retried), (TransferPath::Direct, false));
+        assert_eq!(
+            mem_bytes(&mem, moff, len),
+            &data[off as usize..off as usize + len]
+        );
+        let s = e.stats().direct.snapshot();
+        assert_eq!(
+            (s.bytes - before.bytes, s.transfers - before.transfers),
+            (len as u64, 1)
+        );
+    }
+    assert_eq!(e.stats().bounce.snapshot().transfers, 0);
+
+    // Offsets that cannot align together: the bounce pipeline at once, not
+    // a failed try first.
+    let r = h.read(4096, 1, 512 << 10).unwrap();
+    assert_eq!((r.path, r.retried), (TransferPath::Bounce, false));
+    assert_eq!(
+        mem_bytes(&mem, 1, 512 << 10),
+        &data[4096..4096 + (512 << 10)]
+    );
+    assert_eq!(e.stats().direct.snapshot().retries, 0);
+    assert_eq!(e.stats().bounce.snapshot().transfers, 1);
+
+    // Writes go direct too, with pwrite semantics around them.
+    let src = pattern(5, 0, 200_000);
+    mem.write_at(7, &src).unwrap();
+    let r = h.write(8199, 7, src.len()).unwrap();
+    assert_eq!(r.path, TransferPath::Direct);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len(), data.len());
+    assert!(on_disk[..8199] == data[..8199]);
+    assert!(on_disk[8199..8199 + src.len()] == src[..]);
+    assert!(on_disk[8199 + src.len()..] == data[8199 + src.len()..]);
 }
 
 #[test]

@@ -36,6 +36,10 @@ static const char *path_name(int path)
 		return "bounce";
 	case P2PDMA_PATH_NVME_CMD:
 		return "nvme-cmd";
+	case P2PDMA_PATH_QUEUES:
+		return "queues";
+	case P2PDMA_PATH_DIRECT:
+		return "direct";
 	default:
 		return "unknown";
 	}
@@ -265,7 +269,10 @@ int main(int argc, char **argv)
 	if (!written || compare("DST against SRC", written, written_len, want, want_len))
 		goto out;
 
-	for (int path = P2PDMA_PATH_P2P; path <= P2PDMA_PATH_NVME_CMD; path++) {
+	static const int paths[] = { P2PDMA_PATH_P2P, P2PDMA_PATH_BOUNCE, P2PDMA_PATH_NVME_CMD,
+				     P2PDMA_PATH_DIRECT };
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		int path = paths[i];
 		rc = p2pdma_stats(engine, path, &stats);
 		if (rc < 0) {
 			fail("p2pdma_stats", rc);

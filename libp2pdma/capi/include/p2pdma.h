@@ -80,6 +80,12 @@ typedef enum p2pdma_path {
      * from the device again.
      */
     P2PDMA_PATH_PAGE_CACHE = 5,
+    /**
+     * The storage DMAs straight into (or out of) host memory by
+     * `O_DIRECT`, with no staging copy: how host memory is read and
+     * written.
+     */
+    P2PDMA_PATH_DIRECT = 6,
 } p2pdma_path;
 
 /**

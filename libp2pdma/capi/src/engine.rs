@@ -33,6 +33,10 @@ pub enum p2pdma_path {
     /// the page cache (whatever the path chosen) instead of moving them
     /// from the device again.
     P2PDMA_PATH_PAGE_CACHE = 5,
+    /// The storage DMAs straight into (or out of) host memory by
+    /// `O_DIRECT`, with no staging copy: how host memory is read and
+    /// written.
+    P2PDMA_PATH_DIRECT = 6,
 }
 
 impl From<TransferPath> for p2pdma_path {
@@ -42,6 +46,7 @@ impl From<TransferPath> for p2pdma_path {
             TransferPath::Bounce => p2pdma_path::P2PDMA_PATH_BOUNCE,
             TransferPath::NvmeCmd => p2pdma_path::P2PDMA_PATH_NVME_CMD,
             TransferPath::Queues => p2pdma_path::P2PDMA_PATH_QUEUES,
+            TransferPath::Direct => p2pdma_path::P2PDMA_PATH_DIRECT,
         }
     }
 }
@@ -236,5 +241,6 @@ mod tests {
         assert_eq!(p2pdma_path::from(TransferPath::Bounce) as c_int, 2);
         assert_eq!(p2pdma_path::from(TransferPath::NvmeCmd) as c_int, 3);
         assert_eq!(p2pdma_path::from(TransferPath::Queues) as c_int, 4);
+        assert_eq!(p2pdma_path::from(TransferPath::Direct) as c_int, 6);
     }
 }

@@ -82,6 +82,9 @@ pub unsafe extern "C" fn p2pdma_stats(
             p if p == p2pdma_path::P2PDMA_PATH_PAGE_CACHE as c_int => {
                 p2pdma_path_stats::from(&stats.page_cache)
             }
+            p if p == p2pdma_path::P2PDMA_PATH_DIRECT as c_int => {
+                p2pdma_path_stats::from(&stats.direct)
+            }
             p => return Err(Failure::invalid(format!("unknown path {p}"))),
         };
         Ok(0)

@@ -153,7 +153,7 @@ pub fn io(write: bool, asked: usize, result: &Res<Moved>, took: Duration) {
             m.path,
             Some(TransferPath::P2p | TransferPath::NvmeCmd | TransferPath::Queues)
         );
-        let bounce = m.path == Some(TransferPath::Bounce);
+        let bounce = matches!(m.path, Some(TransferPath::Bounce | TransferPath::Direct));
         if write {
             p.writes_bytes += bytes;
             p.write_duration_us += us;

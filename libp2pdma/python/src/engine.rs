@@ -193,7 +193,7 @@ impl Engine {
     }
 
     /// What each path has moved since the engine was made: a dict of
-    /// `p2p`, `nvme-cmd`, `bounce`, `queues`, each with `bytes`,
+    /// `p2p`, `nvme-cmd`, `bounce`, `queues`, `direct`, each with `bytes`,
     /// `transfers`, `ios`, `module_ios`, `retries` and seconds spent; and
     /// `page-cache`, the bytes reads copied out of the page cache.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -203,6 +203,7 @@ impl Engine {
             TransferPath::NvmeCmd,
             TransferPath::Bounce,
             TransferPath::Queues,
+            TransferPath::Direct,
         ] {
             d.set_item(
                 p.as_str(),

@@ -718,11 +718,12 @@ impl Core {
         let (threads, most) = self.copy_threads(chunk);
         let threads = AtomicUsize::new(threads);
         let start = Instant::now();
-        let xfer = |stats| Xfer {
+        let xfer = |stats, path| Xfer {
             file,
             file_offset,
             range,
             stats,
+            path,
             submit: self.config.p2p_submit,
             start,
             copy: CopyStage {
@@ -732,20 +733,25 @@ impl Core {
                 busy: std::sync::atomic::AtomicU64::new(0),
             },
         };
+        let bounce_path =
+            |ctx: &mut _| bounce::run(ctx, dir, &xfer(&self.stats.bounce, TransferPath::Bounce));
         let (res, path, retried) = match choice.path {
-            TransferPath::Bounce => (
-                bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce)),
-                TransferPath::Bounce,
-                false,
-            ),
-            fast @ (TransferPath::P2p | TransferPath::NvmeCmd) => {
-                let (r, stats) = if fast == TransferPath::P2p {
-                    let s = &self.stats.p2p;
-                    (p2p::run(&mut ctx, dir, &xfer(s)), s)
-                } else {
-                    let s = &self.stats.nvme_cmd;
-                    (nvme_cmd::run(&mut ctx, dir, &xfer(s)), s)
+            TransferPath::Bounce => (bounce_path(&mut ctx), TransferPath::Bounce, false),
+            // Host memory whose address does not align with the file
+            // offset: direct I/O cannot take it, and nothing else can
+            // change that, so the pipeline takes it at once.
+            TransferPath::Direct
+                if !xfer(&self.stats.direct, TransferPath::Direct).mapped_aligned() =>
+            {
+                (bounce_path(&mut ctx), TransferPath::Bounce, false)
+            }
+            fast @ (TransferPath::P2p | TransferPath::NvmeCmd | TransferPath::Direct) => {
+                let s = self.stats.of(fast);
+                let r = match fast {
+                    TransferPath::NvmeCmd => nvme_cmd::run(&mut ctx, dir, &xfer(s, fast)),
+                    _ => p2p::run(&mut ctx, dir, &xfer(s, fast)),
                 };
+                let stats = s;
                 match r {
                     Ok(()) => (Ok(()), fast, false),
                     Err(e) if e.bounce_can_fix() => {
@@ -758,8 +764,7 @@ impl Core {
                         // as it is, not read a second time.
                         stats.record_retry();
                         file.forget_choices();
-                        let r = bounce::run(&mut ctx, dir, &xfer(&self.stats.bounce));
-                        (r, TransferPath::Bounce, true)
+                        (bounce_path(&mut ctx), TransferPath::Bounce, true)
                     }
                     Err(e) => (Err(e), fast, false),
                 }

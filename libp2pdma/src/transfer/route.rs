@@ -90,8 +90,8 @@ impl fmt::Debug for Via<'_> {
 /// What a hop does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HopKind {
-    /// Storage to memory, on this path ([`TransferPath::P2p`] into host
-    /// memory is plain `O_DIRECT`).
+    /// Storage to memory, on this path ([`TransferPath::Direct`] into host
+    /// memory).
     Read(TransferPath),
     /// Memory to storage, on this path.
     Write(TransferPath),
@@ -113,7 +113,10 @@ pub struct Hop {
 impl fmt::Display for Hop {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let how = match self.kind {
-            HopKind::Read(TransferPath::P2p) | HopKind::Write(TransferPath::P2p) => "direct I/O",
+            HopKind::Read(TransferPath::Direct) | HopKind::Write(TransferPath::Direct) => {
+                "direct I/O"
+            }
+            HopKind::Read(TransferPath::P2p) | HopKind::Write(TransferPath::P2p) => "P2P",
             HopKind::Read(TransferPath::NvmeCmd) | HopKind::Write(TransferPath::NvmeCmd) => {
                 "NVMe commands"
             }
@@ -507,7 +510,7 @@ impl<'e, 'a> Planner<'e, 'a> {
             Place::End(End::Memory { mem, .. }) => mem,
             Place::Via(Via::Memory(r)) => r.mem(),
             Place::Via(Via::Host) | Place::End(End::Storage { .. }) => {
-                self.push(kind(TransferPath::P2p), b);
+                self.push(kind(TransferPath::Direct), b);
                 return Ok(());
             }
         };
@@ -517,7 +520,7 @@ impl<'e, 'a> Planner<'e, 'a> {
                 "{path} {into} {}: direct I/O, host memory needs no P2P",
                 mem.kind()
             ));
-            self.push(kind(TransferPath::P2p), b);
+            self.push(kind(TransferPath::Direct), b);
             return Ok(());
         }
         let choice = self.core.choose(file, mem)?;
@@ -534,11 +537,11 @@ impl<'e, 'a> Planner<'e, 'a> {
         ));
         let h = Place::Via(Via::Host);
         if read {
-            self.push(kind(TransferPath::P2p), h);
+            self.push(kind(TransferPath::Direct), h);
             self.push(HopKind::Copy, b);
         } else {
             self.push(HopKind::Copy, h);
-            self.push(kind(TransferPath::P2p), b);
+            self.push(kind(TransferPath::Direct), b);
         }
         Ok(())
     }

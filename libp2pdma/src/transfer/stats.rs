@@ -94,6 +94,8 @@ pub struct Stats {
     pub bounce: PathStats,
     /// The queues path.
     pub queues: PathStats,
+    /// The direct path into host memory.
+    pub direct: PathStats,
     /// Bytes of reads copied out of the page cache, whatever the path
     /// chosen (see [`PageCache`](super::plan::PageCache)).
     pub page_cache: PathStats,
@@ -107,6 +109,7 @@ impl Stats {
             super::TransferPath::NvmeCmd => &self.nvme_cmd,
             super::TransferPath::Bounce => &self.bounce,
             super::TransferPath::Queues => &self.queues,
+            super::TransferPath::Direct => &self.direct,
         }
     }
 }

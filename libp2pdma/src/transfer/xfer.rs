@@ -7,7 +7,8 @@ use std::{
 };
 
 use super::{
-    exec::copypool::CopyPool, stats::PathStats, storage::StorageFile, tuning::config::P2pSubmit,
+    exec::copypool::CopyPool, plan::TransferPath, stats::PathStats, storage::StorageFile,
+    tuning::config::P2pSubmit,
 };
 use crate::{
     memory::{DeviceMemory, DmaTarget, MemRange},
@@ -44,6 +45,8 @@ pub(crate) struct Xfer<'a> {
     pub(crate) file_offset: u64,
     pub(crate) range: MemRange<'a>,
     pub(crate) stats: &'a PathStats,
+    /// The path it runs on (the P2P and direct paths share their I/O).
+    pub(crate) path: TransferPath,
     /// How the P2P path submits its I/O.
     pub(crate) submit: P2pSubmit,
     /// When the transfer started: a lone I/O's storage time runs from here,
@@ -119,10 +122,13 @@ impl<'a> Xfer<'a> {
     }
 
     /// For the paths that DMA straight into the memory: its mapping, after
-    /// checking that the file offset and the memory offset can be block
-    /// aligned together (direct I/O needs both; the mapping starts on a page).
-    pub(crate) fn dma_target(&self, path: &'static str) -> Result<DmaTarget> {
-        let unavailable = |reason: String| Error::PathUnavailable { path, reason };
+    /// checking that the file offset and the memory's address can be block
+    /// aligned together (direct I/O needs both).
+    pub(crate) fn dma_target(&self) -> Result<DmaTarget> {
+        let unavailable = |reason: String| Error::PathUnavailable {
+            path: self.path.as_str(),
+            reason,
+        };
         let mem = self.mem();
         let target = mem.dma().and_then(|d| d.dma_target()).ok_or_else(|| {
             unavailable(format!(
@@ -130,14 +136,28 @@ impl<'a> Xfer<'a> {
                 mem.kind()
             ))
         })?;
-        let bs = self.file.block as u64;
-        let at = self.range.offset();
-        if (at as u64) % bs != self.file_offset % bs {
+        if !self.aligned_with(&target) {
             return Err(unavailable(format!(
-                "file offset {} and memory offset {at} differ modulo the {bs}-byte block",
-                self.file_offset
+                "file offset {} and memory offset {} differ modulo the {}-byte block",
+                self.file_offset,
+                self.range.offset(),
+                self.file.block
             )));
         }
         Ok(target)
+    }
+
+    /// Whether the memory has a CPU mapping whose address at the transfer's
+    /// start aligns to the block together with the file offset.
+    pub(crate) fn mapped_aligned(&self) -> bool {
+        self.mem()
+            .dma()
+            .and_then(|d| d.dma_target())
+            .is_some_and(|t| self.aligned_with(&t))
+    }
+
+    fn aligned_with(&self, target: &DmaTarget) -> bool {
+        let bs = self.file.block as u64;
+        (target.ptr as u64).wrapping_add(self.range.offset() as u64) % bs == self.file_offset % bs
     }
 }

@@ -141,14 +141,15 @@ int main(int argc, char **argv)
 	      last_error_has("sideways"));
 	CHECK(p2pdma_engine_new_with(keys, values, 2, NULL, &engine) == 0 && engine != NULL);
 
-	/* AUTO without a module or accelerator memory is the bounce path, and
-	 * says why; the reason is truncated and terminated. */
+	/* AUTO on host memory is the direct path (O_DIRECT into it, no
+	 * staging copy), and says why; the reason is truncated and
+	 * terminated. */
 	memset(reason, 'x', sizeof(reason));
-	CHECK(p2pdma_path_choice(engine, file, mem, reason, sizeof(reason)) == P2PDMA_PATH_BOUNCE);
+	CHECK(p2pdma_path_choice(engine, file, mem, reason, sizeof(reason)) == P2PDMA_PATH_DIRECT);
 	CHECK(strlen(reason) == sizeof(reason) - 1);
-	CHECK(p2pdma_path_choice(engine, file, mem, NULL, 0) == P2PDMA_PATH_BOUNCE);
+	CHECK(p2pdma_path_choice(engine, file, mem, NULL, 0) == P2PDMA_PATH_DIRECT);
 	memset(small, 'x', sizeof(small));
-	CHECK(p2pdma_path_choice(engine, file, mem, small, 1) == P2PDMA_PATH_BOUNCE && small[0] == '\0' &&
+	CHECK(p2pdma_path_choice(engine, file, mem, small, 1) == P2PDMA_PATH_DIRECT && small[0] == '\0' &&
 	      small[1] == 'x');
 	CHECK(p2pdma_stats(engine, 0, &stats) == -EINVAL && last_error_has("unknown path"));
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_BOUNCE, NULL) == -EINVAL);
@@ -173,7 +174,9 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_BOUNCE, &stats) == 0 && stats.transfers == 0 &&
 	      stats.bytes == 0);
 
-	/* A good read, and the counters that follow it. */
+	/* A good read, and the counters that follow it: file and memory
+	 * offsets that cannot align together to the block take the bounce
+	 * pipeline, at once. */
 	CHECK(p2pdma_read(engine, file, 3, mem, 5, len - 3, &report) == 0 && report.bytes == len - 3 &&
 	      report.path == P2PDMA_PATH_BOUNCE && report.retried == 0);
 	unsigned char *got = malloc(len);
@@ -181,6 +184,13 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_BOUNCE, &stats) == 0 && stats.transfers == 1 &&
 	      stats.bytes == len - 3 && stats.ios > 0 && stats.total_ns > 0);
 	CHECK(p2pdma_stats(engine, P2PDMA_PATH_P2P, &stats) == 0 && stats.transfers == 0);
+	/* Offsets that align together go direct. */
+	CHECK(p2pdma_read(engine, file, 4099, mem, 3, len - 4099, &report) == 0 &&
+	      report.bytes == len - 4099 && report.path == P2PDMA_PATH_DIRECT && report.retried == 0);
+	CHECK(p2pdma_mem_read(mem, 3, got, len - 4099) == 0 &&
+	      memcmp(got, want + 4099, len - 4099) == 0);
+	CHECK(p2pdma_stats(engine, P2PDMA_PATH_DIRECT, &stats) == 0 && stats.transfers == 1 &&
+	      stats.bytes == len - 4099 && stats.retries == 0);
 	/* Up to the last byte is not past the end. */
 	CHECK(p2pdma_read(engine, file, (uint64_t)size - 1, mem, 0, 1, &report) == 0 &&
 	      report.bytes == 1);
@@ -222,6 +232,7 @@ int main(int argc, char **argv)
 	CHECK(p2pdma_mem_read(mem, 0, got, len - 9) == 0 && memcmp(got, want + 9, len - 9) == 0);
 	CHECK(p2pdma_stats(warm, P2PDMA_PATH_PAGE_CACHE, &stats) == 0 && stats.bytes == len - 9);
 	CHECK(p2pdma_stats(warm, P2PDMA_PATH_BOUNCE, &stats) == 0 && stats.bytes == 0);
+	CHECK(p2pdma_stats(warm, P2PDMA_PATH_DIRECT, &stats) == 0 && stats.bytes == 0);
 	p2pdma_engine_free(warm);
 
 	struct p2pdma_engine *nvme = NULL;

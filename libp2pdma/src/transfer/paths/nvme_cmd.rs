@@ -84,7 +84,7 @@ pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()>
             file.path().display()
         )));
     }
-    let target = x.dma_target("nvme-cmd")?;
+    let target = x.dma_target()?;
     let bs = file.block_size() as u64;
     let end = file_offset + len as u64;
     let (m0, m1) = (round_up(file_offset, bs), round_down(end, bs));

@@ -9,6 +9,8 @@
 //!   pages, so nothing is pinned per I/O;
 //! - otherwise by `O_DIRECT` through io_uring with the memory's CPU mapping
 //!   as the buffer: the kernel pins the mapping's pages for every I/O.
+//!
+//! The direct path into host memory runs here too, always by `O_DIRECT`.
 
 use std::time::Instant;
 
@@ -16,7 +18,7 @@ use p2pdma_abi as abi;
 use rustix::io::Errno;
 
 use crate::transfer::{
-    plan,
+    plan::{self, TransferPath},
     storage::StorageFile,
     tuning::config::P2pSubmit,
     xfer::{round_down, round_up, Direction, Xfer},
@@ -30,7 +32,7 @@ use crate::{
 /// Runs `x` in direction `dir` (`x.len() > 0`).
 pub(crate) fn run(ctx: &mut Context, dir: Direction, x: &Xfer<'_>) -> Result<()> {
     let (file, file_offset, mem, len) = (x.file, x.file_offset, x.mem(), x.len());
-    let target = x.dma_target("p2p")?;
+    let target = x.dma_target()?;
     let bs = file.block_size() as u64;
     let mut s = Session::new(ctx, file.fd()?, file.block_size(), Some((target, mem)));
     let end = file_offset + len as u64;
@@ -162,13 +164,14 @@ fn by_odirect(s: &mut Session<'_>, x: &Xfer<'_>, write: bool, m0: u64, m1: u64) 
     let chunk = s.chunk() as u64;
     let n = (m1 - m0).div_ceil(chunk);
     let mut next = 0u64;
-    let op = if write { "P2P write" } else { "P2P read" };
+    let (op, what) = match (x.path, write) {
+        (TransferPath::Direct, true) => ("direct write", "direct write to storage"),
+        (TransferPath::Direct, false) => ("direct read", "direct read from storage"),
+        (_, true) => ("P2P write", "P2P write to storage"),
+        (_, false) => ("P2P read", "P2P read from storage"),
+    };
     let short = |done: usize, clen: usize| Error::Short {
-        what: if write {
-            "P2P write to storage"
-        } else {
-            "P2P read from storage"
-        },
+        what,
         expected: clen as u64,
         done: done as u64,
     };

@@ -19,16 +19,23 @@ pub enum TransferPath {
     /// NVMe commands this process puts in queues in accelerator memory, on
     /// a controller it drives through VFIO: no kernel in the I/O path.
     Queues,
+    /// The storage DMAs straight into (or out of) host memory by `O_DIRECT`
+    /// through io_uring, with no staging copy: how host memory is read and
+    /// written, where P2P has no meaning. The bounce pipeline takes a
+    /// transfer whose file and memory addresses do not align together to
+    /// the block.
+    Direct,
 }
 
 impl TransferPath {
-    /// `p2p`, `nvme-cmd`, `bounce`, `queues`.
+    /// `p2p`, `nvme-cmd`, `bounce`, `queues`, `direct`.
     pub fn as_str(self) -> &'static str {
         match self {
             TransferPath::P2p => "p2p",
             TransferPath::NvmeCmd => "nvme-cmd",
             TransferPath::Bounce => "bounce",
             TransferPath::Queues => "queues",
+            TransferPath::Direct => "direct",
         }
     }
 }

@@ -20,7 +20,8 @@ use crate::{memory::MemoryKind, Error, Result};
 ///   (for a multipath namespace, between the accelerator and every path's
 ///   controller); otherwise [`TransferPath::Bounce`], with the first missing
 ///   piece as the reason ([`p2p_refusal`](super::p2p_refusal) has it as a
-///   value). AUTO never chooses [`TransferPath::NvmeCmd`].
+///   value). For host memory with a CPU mapping, AUTO chooses
+///   [`TransferPath::Direct`]. AUTO never chooses [`TransferPath::NvmeCmd`].
 /// - A forced path is taken when the memory and the storage allow it at
 ///   all, with AUTO's reason beside it; otherwise `Error::PathUnavailable`
 ///   with the reason.
@@ -129,6 +130,10 @@ fn auto(facts: &Facts) -> PathChoice {
         reason,
     };
     match &facts.memory.kind {
+        MemoryKind::Host if facts.memory.cpu_mapping => PathChoice {
+            path: TransferPath::Direct,
+            reason: "the memory is host memory (the host-memory device), which needs no P2P: the storage DMAs straight into it by O_DIRECT, no staging copy (the bounce pipeline where the file and memory addresses do not align together to the block)".into(),
+        },
         MemoryKind::Host => bounce(
             "P2P not possible: the memory is the host-memory device, not accelerator memory; staging through host memory (bounce pipeline)".into(),
         ),

@@ -313,10 +313,18 @@ fn p2p_says_how_its_io_is_submitted() {
 fn other_memory_is_staged_with_its_own_reason() {
     let mut f = facts(Some(&query(MapType::BusAddr, Some(2), "fine")));
     f.memory.kind = MemoryKind::Host;
+    let c = choose(&f);
+    assert_eq!(c.path, TransferPath::Direct);
+    assert_eq!(
+        c.reason,
+        "the memory is host memory (the host-memory device), which needs no P2P: the storage DMAs straight into it by O_DIRECT, no staging copy (the bounce pipeline where the file and memory addresses do not align together to the block)"
+    );
+    f.memory.cpu_mapping = false;
     assert_eq!(
         choose(&f).reason,
         "P2P not possible: the memory is the host-memory device, not accelerator memory; staging through host memory (bounce pipeline)"
     );
+    f.memory.cpu_mapping = true;
     f.memory.kind = MemoryKind::Cuda {
         ordinal: 1,
         pci: None,
@@ -561,10 +569,12 @@ fn reference(f: &Facts) -> std::result::Result<TransferPath, &'static str> {
         && !matches!(s.filesystem, Some(Err(_)))
         && f.memory.cpu_mapping;
     let cpu = f.memory.cpu_mapping;
+    let host = matches!(f.memory.kind, MemoryKind::Host);
     match (s.driven.is_some(), f.pref, p2p, cpu, nvme_cmd) {
         (true, P::Auto | P::Queues, ..) => Ok(T::Queues),
         (true, p, ..) => Err(p.as_str()),
         (false, P::Auto, true, ..) => Ok(T::P2p),
+        (false, P::Auto, false, true, _) if host => Ok(T::Direct),
         (false, P::Auto, false, ..) => Ok(T::Bounce),
         (false, P::Queues, ..) => Err("queues"),
         (false, P::Bounce, ..) => Ok(T::Bounce),
@@ -612,6 +622,10 @@ proptest! {
             }
             TransferPath::Bounce => {
                 prop_assert_eq!(c.reason.as_str(), "bounce path forced by configuration")
+            }
+            TransferPath::Direct => {
+                prop_assert!(c.reason.contains("straight into it by O_DIRECT"), "{}", c.reason);
+                prop_assert_eq!(f.pref, PathPref::Auto);
             }
             TransferPath::NvmeCmd => {
                 prop_assert!(c.reason.contains("/dev/ng0n1 (namespace 3"));

@@ -432,6 +432,7 @@ fn parse_entry(e: &Value) -> Option<(Key, Partial)> {
                 "p2p" => TransferPath::P2p,
                 "bounce" => TransferPath::Bounce,
                 "nvme-cmd" => TransferPath::NvmeCmd,
+                "direct" => TransferPath::Direct,
                 _ => return None,
             };
             Some((key, path))
