@@ -227,17 +227,22 @@ def epoch(
     in_process: bool = True,
 ) -> None:
     """Iterates one epoch, timed, checking it if asked; prints the rate and,
-    where the reads happen ``in_process``, the bytes the bounce path moved
+    where the reads happen ``in_process``, the bytes each path moved
     (worker processes count theirs in their own engines)."""
-    bounce = p2pdma.stats()["bounce"]["bytes"]
+    before = p2pdma.stats()
     start = time.perf_counter()
     if checker is not None:
         n = checker.check(mode, order, batches)
     else:
         n = sum(len(labels) for _, labels in batches)
     seconds = time.perf_counter() - start
-    moved = p2pdma.stats()["bounce"]["bytes"] - bounce
-    where = f"bounce {moved} B" if in_process else "read in the worker processes"
+    after = p2pdma.stats()
+    moved = ", ".join(
+        f"{k} {after[k]['bytes'] - before[k]['bytes']} B"
+        for k in after
+        if after[k]["bytes"] != before[k]["bytes"]
+    )
+    where = (moved or "nothing moved") if in_process else "read in the worker processes"
     print(f"{mode:<28} {n} samples in {seconds:.3f} s: {n / max(seconds, 1e-9):9.0f} samples/s ({where})")
 
 
@@ -304,7 +309,8 @@ def main() -> int:
         finally:
             dataset.close()
 
-        print(f"bounce:  {p2pdma.stats()['bounce']['bytes']} B read through the bounce path in this process")
+        moved = ", ".join(f"{k} {v['bytes']} B" for k, v in p2pdma.stats().items() if v["bytes"])
+        print(f"moved:   {moved or 'nothing'} in this process, by path")
         if checker is None:
             print("checks:  skipped (--no-check)")
             return 0

@@ -5,7 +5,7 @@
     python load_weights.py model.safetensors --device accel:0
 
 Prints how many tensors and bytes it loaded, how long it took, and the path
-the engine took (p2p, nvme-cmd or bounce) with its reason.
+the engine took (p2p, nvme-cmd, bounce or direct) with its reason.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def main() -> int:
             ), f"{name} differs from safetensors'"
 
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-        moved = {k: after[k]["bytes"] - before[k]["bytes"] for k in ("p2p", "nvme-cmd", "bounce")}
+        moved = {k: after[k]["bytes"] - before[k]["bytes"] for k in ("p2p", "nvme-cmd", "bounce", "direct")}
         taken = ", ".join(f"{k} {v} B" for k, v in moved.items() if v) or "none"
         with p2pdma.File(path) as f:
             route, reason = f.path_for(probe(args.device))

@@ -117,7 +117,7 @@ def test_errors_of_a_future_are_raised_by_wait(data_file):
         with pytest.raises(p2pdma.EndOfFileError) as e:
             fut.wait()
         assert e.value.errno == errno.ERANGE
-        assert e.value.transfer_path == "bounce"
+        assert e.value.transfer_path == "direct"
         assert "host-memory" in e.value.reason or "host memory" in e.value.reason
         # The same error again, not another one.
         with pytest.raises(p2pdma.EndOfFileError):
@@ -217,9 +217,9 @@ def test_path_for_says_the_path_and_why(data_file):
     path, _ = data_file
     with p2pdma.File(path) as f:
         p, why = f.path_for(bytearray(4096))
-        assert p == "bounce" and "host" in why
+        assert p == "direct" and "host" in why
         p, why = f.path_for(p2pdma.Memory.host(4096))
-        assert p == "bounce"
+        assert p == "direct"
 
 
 def test_a_closed_file_refuses_calls_as_python_files_do(data_file):

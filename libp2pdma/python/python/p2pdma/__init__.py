@@ -74,7 +74,8 @@ CuFile = File
 
 def stats() -> EngineStats:
     """What each path of the default engine has moved: ``{"p2p": {...},
-    "nvme-cmd": {...}, "bounce": {...}, "queues": {...}}``."""
+    "nvme-cmd": {...}, "bounce": {...}, "queues": {...}, "direct": {...},
+    "page-cache": {...}}``."""
     return default_engine().stats()
 
 

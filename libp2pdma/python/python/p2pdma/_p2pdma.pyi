@@ -99,7 +99,7 @@ StrPath: TypeAlias = str | os.PathLike[str]
 """A path: a ``str`` or an ``os.PathLike`` giving one (``bytes`` paths are
 refused)."""
 
-TransferPathName: TypeAlias = Literal["p2p", "nvme-cmd", "bounce", "queues"]
+TransferPathName: TypeAlias = Literal["p2p", "nvme-cmd", "bounce", "queues", "direct"]
 """A data path the engine moves bytes on."""
 
 PathSetting: TypeAlias = Literal["auto", "p2p", "nvme-cmd", "bounce", "queues"]
@@ -150,6 +150,7 @@ EngineStats = TypedDict(
         "nvme-cmd": PathStats,
         "bounce": PathStats,
         "queues": PathStats,
+        "direct": PathStats,
         "page-cache": PathStats,
     },
 )
@@ -415,7 +416,9 @@ class Engine:
 
     def stats(self) -> EngineStats:
         """What each path has moved since the engine was made: a dict of
-        ``p2p``, ``nvme-cmd``, ``bounce``, ``queues``, each with ``bytes``,
+        ``p2p``, ``nvme-cmd``, ``bounce``, ``queues``, ``direct`` (host
+        memory, read and written by ``O_DIRECT`` with no staging copy),
+        each with ``bytes``,
         ``transfers``, ``ios``, ``module_ios``, ``retries`` and seconds
         spent; and ``page-cache``, the bytes reads copied out of the page
         cache."""
