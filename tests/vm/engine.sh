@@ -88,13 +88,13 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	# accel.bin) with nvme.img, and the written range of nvme.img with the
 	# rig pattern.
 	check_held route-nvme-a1 p2pdma-vmtest route --nvme "$NVME" --kind nvme-a1 --offset $((2 * M + 555)) --len $((3 * M + 77)) --mem-offset 99 \
-		--expect-hops read-p2p,copy --expect-reason "through host memory: " --hold
+		--expect-hops read-direct,copy --expect-reason "through host memory: " --hold
 	check_held route-nvme-a0-a1 p2pdma-vmtest route --nvme "$NVME" --kind nvme-a0-a1 --offset $((6 * M + 4096)) --len $((2 * M + 4096)) --chunk $((128 * 1024)) \
 		--expect-hops read-p2p,copy,copy --expect-reason "P2P by PCI bus address" --hold
 	check_held route-a0-a1 p2pdma-vmtest route --nvme "$NVME" --kind a0-a1 --offset $((9 * M + 1)) --len $((M + 3)) --mem-offset 5 \
 		--expect-hops copy,copy --expect-reason "through host memory: no P2P between" --hold
 	check route-a1-nvme p2pdma-vmtest route --nvme "$NVME" --kind a1-nvme --offset $((44 * M + 512)) --len $((M - 1024)) --mem-offset 7 \
-		--pattern-offset $((17 * M + 3)) --expect-hops copy,write-p2p
+		--pattern-offset $((17 * M + 3)) --expect-hops copy,write-direct
 	# The same from the command line: the namespace into the second
 	# accelerator through staging in the first, then host memory, compared
 	# in the guest with a plain read of the namespace.

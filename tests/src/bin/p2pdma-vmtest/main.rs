@@ -213,7 +213,7 @@ struct RouteArgs {
     /// Bytes per chunk.
     #[arg(long, default_value_t = 256 << 10)]
     chunk: usize,
-    /// The hops the route must have, as `read-p2p,copy,...`.
+    /// The hops the route must have, as `read-direct,copy,...`.
     #[arg(long)]
     expect_hops: String,
     /// Text the route's reason must contain.
