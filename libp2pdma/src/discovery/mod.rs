@@ -33,5 +33,7 @@ pub use pci::{
     acs_bits, acs_control, acs_path, common_upstream, find_ext_capability, ConfigSpaceError,
     P2pmemProvider, PciAddress, PciFunction,
 };
-pub use storage::{DiskFacts, NvmeCmdRefusal, NvmePath, Partition, StorageTarget, TargetKind};
+pub use storage::{
+    DiskFacts, MdArray, MdMember, NvmeCmdRefusal, NvmePath, Partition, StorageTarget, TargetKind,
+};
 pub use topology::{list_nvme_namespaces, list_p2pmem_providers, parse_sysfs_pci, Topology};

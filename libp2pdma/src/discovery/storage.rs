@@ -84,6 +84,8 @@ pub struct StorageTarget {
     /// controllers of one NVMe subsystem): its paths, in natural order. I/O
     /// to the head may take any of them. Empty for other disks.
     pub multipath: Vec<NvmePath>,
+    /// For an md (software RAID) array: its level, chunk and members.
+    pub md: Option<MdArray>,
     /// Metadata bytes per logical block the namespace is formatted with
     /// (sysfs `metadata_bytes`; 0 when none or not said).
     pub metadata_bytes: u32,
@@ -113,6 +115,53 @@ pub struct DiskFacts {
     /// Whether the disk says it is rotational (`queue/rotational`; virtual
     /// disks often say so whatever backs them).
     pub rotational: Option<bool>,
+}
+
+/// An md array (`/sys/block/mdN/md`): what the kernel says of its layout
+/// and of each member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MdArray {
+    /// Its RAID level as md names it (`raid0`, `raid1`, `raid10`,
+    /// `linear`, ...); empty while the array is not assembled.
+    pub level: String,
+    /// The chunk size in bytes, for levels that stripe (`md/chunk_size`; 0
+    /// for a mirror).
+    pub chunk_bytes: u64,
+    /// How many members the layout has (`md/raid_disks`).
+    pub raid_disks: Option<u32>,
+    /// How many of those are missing (`md/degraded`), for levels with
+    /// redundancy.
+    pub degraded: Option<u32>,
+    /// The array's state (`md/array_state`: `clean`, `active`,
+    /// `read-auto`, `inactive`, ...).
+    pub state: Option<String>,
+    /// Its members (`md/dev-*`), by slot, spares last.
+    pub members: Vec<MdMember>,
+}
+
+/// A member of an md array: its block device as the array sees it, and
+/// that device's own storage facts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MdMember {
+    /// The member's block device name (a disk or a partition, e.g.
+    /// `nvme1n1`).
+    pub name: String,
+    /// Its place in the layout (`slot`); `None` for a spare, a journal or
+    /// a member not in the layout yet.
+    pub slot: Option<u32>,
+    /// Its state flags (`state`: `in_sync`, `faulty`, `spare`,
+    /// `write_mostly`, ...).
+    pub state: Vec<String>,
+    /// The member device itself, resolved as any block device is; `None`
+    /// when it could not be (its link gone, a device being removed).
+    pub target: Option<Box<StorageTarget>>,
+}
+
+impl MdMember {
+    /// Whether the array does I/O to it: in the layout, and not failed.
+    pub fn active(&self) -> bool {
+        self.slot.is_some() && !self.state.iter().any(|s| s == "faulty")
+    }
 }
 
 /// One path of a native-multipath NVMe namespace: the hidden
@@ -197,8 +246,18 @@ impl StorageTarget {
 
     /// The NVMe paths I/O to the storage may take: every path of a
     /// multipath namespace head; the one controller of another namespace;
-    /// none for other disks.
+    /// for an md array, the paths of each member it does I/O to; none for
+    /// other disks.
     pub fn io_paths(&self) -> Vec<NvmePath> {
+        if let Some(md) = &self.md {
+            return md
+                .members
+                .iter()
+                .filter(|m| m.active())
+                .filter_map(|m| m.target.as_ref())
+                .flat_map(|t| t.io_paths())
+                .collect();
+        }
         if self.is_multipath() {
             return self.multipath.clone();
         }
@@ -257,6 +316,21 @@ impl StorageTarget {
                 "controller": p.controller,
                 "pci": p.pci.map(|a| a.to_string()),
             })).collect::<Vec<_>>(),
+            "md": self.md.as_ref().map(|md| json!({
+                "level": md.level,
+                "chunk_bytes": md.chunk_bytes,
+                "raid_disks": md.raid_disks,
+                "degraded": md.degraded,
+                "state": md.state,
+                "members": md.members.iter().map(|m| json!({
+                    "name": m.name,
+                    "slot": m.slot,
+                    "state": m.state,
+                    "controller": m.target.as_ref().and_then(|t| t.controller.clone()),
+                    "pci": m.target.as_ref().and_then(|t| t.pci).map(|a| a.to_string()),
+                    "is_nvme": m.target.as_ref().is_some_and(|t| t.is_nvme),
+                })).collect::<Vec<_>>(),
+            })),
             "metadata_bytes": self.metadata_bytes,
             "integrity": self.integrity,
             "nvme_cmd_refusal": self.nvme_cmd_refusal().map(|r| r.to_string()),

@@ -21,7 +21,7 @@ use super::{
     mounts::parse_mountinfo_line,
     parse::{parse_dec, parse_hex},
     pci::{P2pmemProvider, PciAddress, PciFunction, EXT_CONFIG_END},
-    storage::{DiskFacts, NvmePath, Partition, StorageTarget, TargetKind},
+    storage::{DiskFacts, MdArray, MdMember, NvmePath, Partition, StorageTarget, TargetKind},
     sysfs::{read_optional, read_parsed, read_small},
 };
 
@@ -282,7 +282,16 @@ impl Topology {
                 .map_or((None, None), |p| (p.controller.clone(), p.pci)),
             found => found,
         };
-        let is_nvme = controller.is_some() || is_nvme_namespace_name(&disk);
+        let md = self.md_of(&disk_dir);
+        let is_nvme = match &md {
+            // An array is NVMe storage when every member it does I/O to is.
+            Some(md) => {
+                let mut active = md.members.iter().filter(|m| m.active()).peekable();
+                active.peek().is_some()
+                    && active.all(|m| m.target.as_ref().is_some_and(|t| t.is_nvme))
+            }
+            None => controller.is_some() || is_nvme_namespace_name(&disk),
+        };
         let metadata_bytes =
             read_optional(&disk_dir.join("metadata_bytes"), "a byte count")?.unwrap_or(0);
         let integrity = read_small(&disk_dir.join("integrity/format"))
@@ -317,10 +326,83 @@ impl Topology {
             is_nvme,
             slaves,
             multipath,
+            md,
             metadata_bytes,
             integrity,
             disk_facts: DiskFacts::read(&disk_dir),
         })
+    }
+
+    /// The md array whose disk directory is `disk_dir` (its `md/`), with
+    /// each member resolved as a block device of its own; `None` for other
+    /// disks. A member whose link or attributes cannot be read is listed
+    /// without them rather than failing the array.
+    fn md_of(&self, disk_dir: &Path) -> Option<MdArray> {
+        let md = disk_dir.join("md");
+        let level = read_small(&md.join("level")).ok()?.trim().to_string();
+        let number =
+            |name: &str| -> Option<u32> { read_small(&md.join(name)).ok()?.trim().parse().ok() };
+        // "524288", or "524288 (1048576)" while a reshape changes it.
+        let chunk_bytes = read_small(&md.join("chunk_size"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        let mut members: Vec<MdMember> = fs::read_dir(&md)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        let entry = e.file_name().to_string_lossy().into_owned();
+                        let name = entry.strip_prefix("dev-")?.to_string();
+                        Some(self.md_member(&e.path(), name))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        members.sort_by(|a, b| match (a.slot, b.slot) {
+            (Some(x), Some(y)) => x.cmp(&y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => natural_cmp(&a.name, &b.name),
+        });
+        Some(MdArray {
+            level,
+            chunk_bytes,
+            raid_disks: number("raid_disks"),
+            degraded: number("degraded"),
+            state: read_small(&md.join("array_state"))
+                .ok()
+                .map(|s| s.trim().to_string()),
+            members,
+        })
+    }
+
+    /// A member of an md array, from its `md/dev-NAME` directory `dir`.
+    fn md_member(&self, dir: &Path, name: String) -> MdMember {
+        let slot = read_small(&dir.join("slot"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        let state = read_small(&dir.join("state"))
+            .map(|s| {
+                s.trim()
+                    .split(',')
+                    .filter(|f| !f.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let target = fs::canonicalize(dir.join("block"))
+            .ok()
+            .and_then(|block| {
+                self.target_from_block_dir(&self.dev.join(&name), &block)
+                    .ok()
+            })
+            .map(Box::new);
+        MdMember {
+            name,
+            slot,
+            state,
+            target,
+        }
     }
 
     /// The paths of a native-multipath namespace head (its `multipath/`

@@ -35,8 +35,8 @@ use super::{
     report::{bytes, Check, Report, Status},
 };
 use crate::transfer::plan::{
-    allowed, decide, query_paths, Facts, MemoryFacts, P2pSubmit, PathChoice, PathPref,
-    StorageFacts, TransferPath, EVERY_PATH,
+    allowed, decide, query_paths, ArrayFacts, Facts, MemoryFacts, P2pSubmit, PathChoice, PathPref,
+    StorageFacts, TransferPath, EVERY_MEMBER, EVERY_PATH,
 };
 
 /// Which accelerator the doctor looks at.
@@ -207,6 +207,12 @@ impl Doctor {
                     .as_ref()
                     .is_some_and(|t| matches!(t.kind, TargetKind::File { .. })),
                 nvme: storage_nvme,
+                array: target.as_ref().and_then(|t| {
+                    Some(ArrayFacts {
+                        name: t.disk.clone(),
+                        level: t.md.as_ref()?.level.clone(),
+                    })
+                }),
                 ..StorageFacts::default()
             },
             p2p: p2p.clone(),
@@ -485,8 +491,8 @@ impl Doctor {
                 ),
             );
         };
-        if t.is_multipath() {
-            let paths = query_paths(module, accel.index, &t.multipath);
+        if t.is_multipath() || t.md.is_some() {
+            let paths = query_paths(module, accel.index, &t.io_paths());
             let mut ok = true;
             let each: Vec<String> = paths
                 .iter()
@@ -505,13 +511,26 @@ impl Doctor {
                     }
                 })
                 .collect();
-            let status = if ok { Status::Ok } else { Status::Fail };
-            let detail = format!(
-                "{} is a multipath namespace with {} paths, all asked ({EVERY_PATH}): {}",
-                t.disk,
-                paths.len(),
-                each.join("; ")
-            );
+            let status = if ok && !paths.is_empty() {
+                Status::Ok
+            } else {
+                Status::Fail
+            };
+            let detail = match &t.md {
+                Some(md) => format!(
+                    "{} is an md array ({}) with {} member path(s) in its layout, all asked ({EVERY_MEMBER}): {}",
+                    t.disk,
+                    md.level,
+                    paths.len(),
+                    each.join("; ")
+                ),
+                None => format!(
+                    "{} is a multipath namespace with {} paths, all asked ({EVERY_PATH}): {}",
+                    t.disk,
+                    paths.len(),
+                    each.join("; ")
+                ),
+            };
             return (None, paths, Check::new(NAME, status, detail));
         }
         let answer = match t.pci {

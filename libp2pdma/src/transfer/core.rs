@@ -284,7 +284,10 @@ impl Core {
         if let (MemoryKind::ModuleBar { index, .. }, Some(m), true) =
             (&memory.kind, &self.module, file.is_nvme())
         {
-            if file.multipath.is_empty() {
+            if let Some((_, members)) = &file.array {
+                // An md array: every member's controller is asked.
+                paths = plan::query_paths(m, *index, members);
+            } else if file.multipath.is_empty() {
                 p2p = file
                     .controller()
                     .and_then(|pci| m.p2p_query(*index, Peer::Pci(pci)).ok());

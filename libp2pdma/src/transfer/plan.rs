@@ -18,8 +18,8 @@ pub mod rule;
 mod tests;
 
 pub use cache::{ask_first, PageCache, Residency, Source};
-pub use facts::{DrivenFacts, Facts, MemoryFacts, NamespaceFacts, StorageFacts};
-pub(crate) use p2p::{allowed, EVERY_PATH};
+pub use facts::{ArrayFacts, DrivenFacts, Facts, MemoryFacts, NamespaceFacts, StorageFacts};
+pub(crate) use p2p::{allowed, EVERY_MEMBER, EVERY_PATH};
 pub use p2p::{p2p_refusal, query_paths, P2pRefusal};
 pub use path::{P2pSubmit, PathChoice, PathPref, TransferPath};
 pub(crate) use rule::by_module;

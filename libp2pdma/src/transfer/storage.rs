@@ -13,7 +13,9 @@ use std::{
 
 use super::{
     exec::extents,
-    plan::{MemoryFacts, NamespaceFacts, P2pSubmit, PathChoice, PathPref, StorageFacts},
+    plan::{
+        ArrayFacts, MemoryFacts, NamespaceFacts, P2pSubmit, PathChoice, PathPref, StorageFacts,
+    },
     tuning::cache::DeviceKey,
 };
 use crate::{
@@ -45,6 +47,9 @@ pub struct StorageFile {
     pub(crate) ns: Option<NvmeNamespace>,
     /// The paths of a multipath namespace head (empty otherwise).
     pub(crate) multipath: Vec<NvmePath>,
+    /// The md array it is on, if any, and the paths of the members in its
+    /// layout (every path of a multipath member).
+    pub(crate) array: Option<(ArrayFacts, Vec<NvmePath>)>,
     /// Why NVMe commands cannot address the namespace, if they cannot.
     pub(crate) nvme_cmd_refusal: Option<NvmeCmdRefusal>,
     /// Byte offset of the block device (the partition) on its disk.
@@ -185,6 +190,14 @@ impl StorageFile {
             nvme: t.as_ref().is_some_and(|t| t.is_nvme),
             ns,
             multipath: t.as_ref().map(|t| t.multipath.clone()).unwrap_or_default(),
+            array: t.as_ref().and_then(|t| {
+                let md = t.md.as_ref()?;
+                let facts = ArrayFacts {
+                    name: t.disk.clone(),
+                    level: md.level.clone(),
+                };
+                Some((facts, t.io_paths()))
+            }),
             nvme_cmd_refusal: t.as_ref().and_then(StorageTarget::nvme_cmd_refusal),
             dev_start: t.as_ref().map_or(0, StorageTarget::partition_offset),
             key: DeviceKey::of(&disk),
@@ -214,6 +227,7 @@ impl StorageFile {
             nvme: true,
             ns: None,
             multipath: Vec::new(),
+            array: None,
             nvme_cmd_refusal: None,
             dev_start: 0,
             disk: DiskFacts::default(),
@@ -457,6 +471,7 @@ impl StorageFile {
                 .as_ref()
                 .map(|r| r.as_ref().map(|fs| fs.to_string()).map_err(Clone::clone)),
             other_filesystem,
+            array: self.array.as_ref().map(|(a, _)| a.clone()),
         }
     }
 

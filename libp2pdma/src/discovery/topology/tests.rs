@@ -703,3 +703,158 @@ fn names_and_numbers_parse_strictly() {
     assert_eq!(parse_dec::<u32>("+12"), None);
     assert_eq!(parse_dec::<u32>("99999999999"), None);
 }
+
+/// An md array at `/sys/block/md0` (device 9:0) of level `level` over
+/// `members`: (name, sysfs directory of the member's block device, slot,
+/// state).
+fn md_array(f: &FakeSys, level: &str, chunk: &str, members: &[(&str, &str, &str, &str)]) {
+    let md0 = "devices/virtual/block/md0";
+    f.disk(md0, "md0", "9:0", 512, 512, None);
+    f.file(&format!("{md0}/md/level"), &format!("{level}\n"));
+    f.file(&format!("{md0}/md/chunk_size"), &format!("{chunk}\n"));
+    f.file(&format!("{md0}/md/raid_disks"), "2\n");
+    f.file(&format!("{md0}/md/degraded"), "0\n");
+    f.file(&format!("{md0}/md/array_state"), "clean\n");
+    for (name, dir, slot, state) in members {
+        f.file(&format!("{md0}/md/dev-{name}/slot"), &format!("{slot}\n"));
+        f.file(&format!("{md0}/md/dev-{name}/state"), &format!("{state}\n"));
+        f.link(&format!("{md0}/md/dev-{name}/block"), dir);
+        f.link(&format!("{md0}/slaves/{name}"), dir);
+    }
+}
+
+fn resolve_md0(f: &FakeSys) -> StorageTarget {
+    f.topology()
+        .resolve_block(
+            Path::new("/dev/md0"),
+            DevNum { major: 9, minor: 0 },
+            TargetKind::BlockDevice,
+        )
+        .unwrap()
+}
+
+#[test]
+fn an_md_array_knows_its_level_chunk_and_members_down_to_their_controllers() {
+    let f = FakeSys::machine();
+    // A second controller on a root port of its own, its namespace a
+    // member; a partition of the first namespace the other; a spare and a
+    // failed member beside them.
+    let rp = "devices/pci0000:00/0000:00:04.0";
+    let nvme1 = format!("{rp}/0000:07:00.0");
+    f.pci(rp, 0x8086, 0x29c4, 0x060400, Some(6));
+    f.pci(&nvme1, 0x1b36, 0x0010, 0x010802, Some(6));
+    let ns1 = format!("{nvme1}/nvme/nvme1/nvme1n1");
+    f.disk(&ns1, "nvme1n1", "259:20", 512, 256, Some(1));
+    let ns3 = format!("{nvme1}/nvme/nvme1/nvme1n3");
+    f.disk(&ns3, "nvme1n3", "259:22", 512, 256, Some(3));
+    let ns4 = format!("{nvme1}/nvme/nvme1/nvme1n4");
+    f.disk(&ns4, "nvme1n4", "259:23", 512, 256, Some(4));
+    let part = format!("{NS}/nvme0n1p1");
+    md_array(
+        &f,
+        "raid0",
+        "524288",
+        &[
+            ("nvme1n3", &ns3, "none", "spare"),
+            ("nvme1n1", &ns1, "1", "in_sync"),
+            ("nvme1n4", &ns4, "none", "faulty"),
+            ("nvme0n1p1", &part, "0", "in_sync"),
+        ],
+    );
+    let t = resolve_md0(&f);
+    let md = t.md.as_ref().expect("md0 is an md array");
+    assert_eq!(
+        (
+            md.level.as_str(),
+            md.chunk_bytes,
+            md.raid_disks,
+            md.degraded
+        ),
+        ("raid0", 524288, Some(2), Some(0))
+    );
+    assert_eq!(md.state.as_deref(), Some("clean"));
+    // In slot order, then the others by name.
+    let names: Vec<_> = md.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["nvme0n1p1", "nvme1n1", "nvme1n3", "nvme1n4"]);
+    let slots: Vec<_> = md.members.iter().map(|m| m.slot).collect();
+    assert_eq!(slots, [Some(0), Some(1), None, None]);
+    let active: Vec<_> = md.members.iter().map(|m| m.active()).collect();
+    assert_eq!(active, [true, true, false, false]);
+    assert_eq!(md.members[3].state, ["faulty"]);
+    // Each member down to its controller and PCI function; the partition
+    // with its start.
+    let m0 = md.members[0].target.as_ref().unwrap();
+    assert_eq!(
+        (m0.disk.as_str(), m0.controller.as_deref(), m0.pci),
+        ("nvme0n1", Some("nvme0"), Some(pci("0000:03:00.0")))
+    );
+    assert_eq!(m0.partition_offset(), 2048 * 512);
+    let m1 = md.members[1].target.as_ref().unwrap();
+    assert_eq!(
+        (m1.controller.as_deref(), m1.pci),
+        (Some("nvme1"), Some(pci("0000:07:00.0")))
+    );
+    // The array is NVMe storage, and I/O to it goes to the members in the
+    // layout only.
+    assert!(t.is_nvme && !t.is_multipath());
+    assert_eq!(t.controller, None);
+    let paths: Vec<_> = t.io_paths().iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        paths,
+        [
+            "nvme0n1 (nvme0 at 0000:03:00.0)",
+            "nvme1n1 (nvme1 at 0000:07:00.0)"
+        ]
+    );
+    assert_eq!(t.slaves, ["nvme0n1p1", "nvme1n1", "nvme1n3", "nvme1n4"]);
+    let j = t.to_json();
+    assert_eq!(j["md"]["level"], "raid0");
+    assert_eq!(j["md"]["chunk_bytes"], 524288);
+    assert_eq!(
+        j["md"]["members"][1],
+        serde_json::json!({
+            "name": "nvme1n1", "slot": 1, "state": ["in_sync"],
+            "controller": "nvme1", "pci": "0000:07:00.0", "is_nvme": true,
+        })
+    );
+}
+
+#[test]
+fn an_md_array_with_a_member_that_is_not_nvme_is_not_nvme_storage() {
+    let f = FakeSys::machine();
+    let sda = format!("{SATA}/ata1/host0/target0:0:0/0:0:0:0/block/sda");
+    md_array(
+        &f,
+        "raid1",
+        "0",
+        &[
+            ("nvme0n1", NS, "0", "in_sync"),
+            ("sda", &sda, "1", "in_sync,write_mostly"),
+        ],
+    );
+    let t = resolve_md0(&f);
+    let md = t.md.as_ref().unwrap();
+    assert_eq!((md.level.as_str(), md.chunk_bytes), ("raid1", 0));
+    assert_eq!(md.members[1].state, ["in_sync", "write_mostly"]);
+    assert!(!md.members[1].target.as_ref().unwrap().is_nvme);
+    assert!(!t.is_nvme);
+    // The NVMe member's path is still listed: what reaches the accelerator
+    // and what does not is the path rule's to say.
+    let paths: Vec<_> = t.io_paths().iter().map(|p| p.name.clone()).collect();
+    assert_eq!(paths, ["nvme0n1"]);
+
+    // Other disks are no arrays.
+    let topo = f.topology();
+    let ns = topo
+        .resolve_block(
+            Path::new("/dev/nvme0n1"),
+            DevNum {
+                major: 259,
+                minor: 0,
+            },
+            TargetKind::BlockDevice,
+        )
+        .unwrap();
+    assert_eq!(ns.md, None);
+    assert!(ns.to_json()["md"].is_null());
+}

@@ -89,6 +89,27 @@ pub struct StorageFacts {
     /// For a file on no NVMe namespace: why its filesystem would not do
     /// for the library's own commands either, if it would not.
     pub other_filesystem: Option<String>,
+    /// For an md array (or a partition or file on one): which, and its
+    /// level. [`Facts::paths`] then holds its members' paths.
+    pub array: Option<ArrayFacts>,
+}
+
+/// An md array the storage is on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrayFacts {
+    /// Its block device name (e.g. `md0`).
+    pub name: String,
+    /// Its RAID level as md names it (`raid0`, `raid1`, `raid10`, ...).
+    pub level: String,
+}
+
+impl ArrayFacts {
+    /// Whether the kernel lets the array take P2P pages when every member
+    /// does: Linux 7.2 and later advertise `BLK_FEAT_PCI_P2PDMA` for RAID0,
+    /// RAID1 and RAID10 arrays only.
+    pub fn level_takes_p2p(&self) -> bool {
+        matches!(self.level.as_str(), "raid0" | "raid1" | "raid10")
+    }
 }
 
 /// Everything [`decide`](super::decide) decides on.

@@ -28,7 +28,21 @@ pub enum P2pRefusal {
     /// The kernel does not map P2P for this path of a multipath namespace;
     /// its reason.
     KernelOnPath(NvmePath, String),
+    /// The md array's level takes no P2P pages; the array and its level.
+    ArrayLevel(String, String),
+    /// The md array has no member the kernel could be asked about.
+    NoMembers(String),
+    /// The kernel was not asked or did not answer for this member of an md
+    /// array (the array named first).
+    NoAnswerOnMember(String, NvmePath),
+    /// The kernel does not map P2P for this member of an md array; its
+    /// reason.
+    KernelOnMember(String, NvmePath, String),
 }
+
+/// I/O to an array reaches its members.
+pub(crate) const EVERY_MEMBER: &str =
+    "I/O to an md array reaches its members, and a write to a mirror every leg, so P2P needs every one";
 
 /// I/O to a multipath namespace may take any path.
 pub(crate) const EVERY_PATH: &str =
@@ -55,6 +69,21 @@ impl fmt::Display for P2pRefusal {
                 "the kernel did not answer whether path {p} reaches the accelerator ({EVERY_PATH})"
             ),
             P2pRefusal::KernelOnPath(p, why) => write!(f, "path {p}: {why} ({EVERY_PATH})"),
+            P2pRefusal::ArrayLevel(name, level) => write!(
+                f,
+                "md array {name} is {level}: the kernel takes P2P pages only on raid0, raid1 and raid10 arrays whose members all take them"
+            ),
+            P2pRefusal::NoMembers(name) => write!(
+                f,
+                "md array {name} has no member in its layout that the kernel could be asked about"
+            ),
+            P2pRefusal::NoAnswerOnMember(name, p) => write!(
+                f,
+                "the kernel did not answer whether member {p} of md array {name} reaches the accelerator ({EVERY_MEMBER})"
+            ),
+            P2pRefusal::KernelOnMember(name, p, why) => {
+                write!(f, "member {p} of md array {name}: {why} ({EVERY_MEMBER})")
+            }
         }
     }
 }
@@ -95,6 +124,9 @@ pub(super) fn p2p_decision(facts: &Facts) -> std::result::Result<String, P2pRefu
     if !facts.storage.nvme {
         return Err(P2pRefusal::NotNvme);
     }
+    if let Some(a) = &facts.storage.array {
+        return array_decision(facts, a);
+    }
     if facts.paths.is_empty() {
         let q = facts.p2p.as_ref().ok_or(P2pRefusal::NoAnswer)?;
         return allowed(q).map_err(P2pRefusal::Kernel);
@@ -109,6 +141,36 @@ pub(super) fn p2p_decision(facts: &Facts) -> std::result::Result<String, P2pRefu
     }
     Ok(format!(
         "P2P on every path of the multipath namespace, since I/O may take any of them; {}",
+        how.join("; ")
+    ))
+}
+
+/// P2P on an md array: its level takes P2P pages, and the kernel maps P2P
+/// between the accelerator and every member's controller (every path of a
+/// multipath member).
+fn array_decision(
+    facts: &Facts,
+    a: &super::facts::ArrayFacts,
+) -> std::result::Result<String, P2pRefusal> {
+    if !a.level_takes_p2p() {
+        return Err(P2pRefusal::ArrayLevel(a.name.clone(), a.level.clone()));
+    }
+    if facts.paths.is_empty() {
+        return Err(P2pRefusal::NoMembers(a.name.clone()));
+    }
+    let mut how = Vec::new();
+    for (path, q) in &facts.paths {
+        let q = q
+            .as_ref()
+            .ok_or_else(|| P2pRefusal::NoAnswerOnMember(a.name.clone(), path.clone()))?;
+        let h = allowed(q)
+            .map_err(|why| P2pRefusal::KernelOnMember(a.name.clone(), path.clone(), why))?;
+        how.push(format!("member {path}: {h}"));
+    }
+    Ok(format!(
+        "P2P on every member of md array {} ({}), since its I/O reaches all of them; {}",
+        a.name,
+        a.level,
         how.join("; ")
     ))
 }

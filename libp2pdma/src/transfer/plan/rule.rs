@@ -3,7 +3,7 @@
 
 use super::{
     facts::{DrivenFacts, Facts},
-    p2p::p2p_decision,
+    p2p::{p2p_decision, p2p_refusal},
     path::{P2pSubmit, PathChoice, PathPref, TransferPath},
 };
 use crate::{memory::MemoryKind, Error, Result};
@@ -107,6 +107,22 @@ fn kernel_driven(facts: &Facts) -> Result<PathChoice> {
             path: TransferPath::Bounce,
             reason: "bounce path forced by configuration".into(),
         }),
+        // Accelerator memory and an array some member of which P2P cannot
+        // reach: a P2P write fails on that leg, and md may hide it (the
+        // mirrors diverge), so P2P is never forced onto one.
+        PathPref::P2p
+            if facts.storage.array.is_some()
+                && matches!(kind, MemoryKind::ModuleBar { .. })
+                && auto.path != TransferPath::P2p =>
+        {
+            Err(unavailable(
+                "p2p",
+                match p2p_refusal(facts) {
+                    Some(why) => format!("{why}; P2P is not forced onto an md array that cannot take it on every member, where a write could land on some legs only"),
+                    None => auto.reason,
+                },
+            ))
+        }
         PathPref::P2p if facts.memory.cpu_mapping => Ok(PathChoice {
             path: TransferPath::P2p,
             reason: if auto.path == TransferPath::P2p {

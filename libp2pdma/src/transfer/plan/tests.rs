@@ -253,6 +253,128 @@ fn a_multipath_namespace_gets_p2p_only_when_every_path_allows_it() {
 }
 
 #[test]
+fn an_md_array_gets_p2p_only_on_a_level_that_takes_it_and_when_every_member_reaches() {
+    let a = mp_path("nvme1n1", "nvme1", "0000:07:00.0");
+    let b = mp_path("nvme2n1", "nvme2", "0000:08:00.0");
+    let near = query(MapType::BusAddr, Some(4), "shared switch");
+    let far = query(
+        MapType::NotSupported,
+        None,
+        "do not share an upstream bridge",
+    );
+    let array = |level: &str, paths: Vec<(NvmePath, Option<P2pQuery>)>| {
+        let mut f = Facts {
+            paths,
+            // The array's own answer (it has no controller) never counts.
+            ..facts(Some(&near))
+        };
+        f.storage.path = "/dev/md0".into();
+        f.storage.array = Some(ArrayFacts {
+            name: "md0".into(),
+            level: level.into(),
+        });
+        f
+    };
+    let both = || {
+        vec![
+            (a.clone(), Some(near.clone())),
+            (b.clone(), Some(near.clone())),
+        ]
+    };
+    for level in ["raid0", "raid1", "raid10"] {
+        let c = choose(&array(level, both()));
+        assert_eq!(c.path, TransferPath::P2p, "{level}");
+        assert_eq!(
+            c.reason,
+            format!(
+                "P2P on every member of md array md0 ({level}), since its I/O reaches all of them; \
+                 member nvme1n1 (nvme1 at 0000:07:00.0): P2P by PCI bus address (distance 4): shared switch; \
+                 member nvme2n1 (nvme2 at 0000:08:00.0): P2P by PCI bus address (distance 4): shared switch"
+            )
+        );
+    }
+    // A level the kernel gives no P2P pages to, whatever the members.
+    let raid5 = array("raid5", both());
+    assert_eq!(
+        p2p_refusal(&raid5),
+        Some(P2pRefusal::ArrayLevel("md0".into(), "raid5".into()))
+    );
+    assert_eq!(
+        choose(&raid5).reason,
+        format!(
+            "P2P not possible: md array md0 is raid5: the kernel takes P2P pages only on raid0, raid1 and raid10 arrays whose members all take them{TAIL}"
+        )
+    );
+    // One member out of reach: refused for reads and writes alike (a
+    // mirror's write goes to every leg), naming the member.
+    let one_far = array(
+        "raid1",
+        vec![
+            (a.clone(), Some(near.clone())),
+            (b.clone(), Some(far.clone())),
+        ],
+    );
+    assert_eq!(
+        p2p_refusal(&one_far),
+        Some(P2pRefusal::KernelOnMember(
+            "md0".into(),
+            b.clone(),
+            "do not share an upstream bridge".into()
+        ))
+    );
+    assert_eq!(
+        choose(&one_far).reason,
+        format!(
+            "P2P not possible: member nvme2n1 (nvme2 at 0000:08:00.0) of md array md0: do not share an upstream bridge \
+             (I/O to an md array reaches its members, and a write to a mirror every leg, so P2P needs every one){TAIL}"
+        )
+    );
+    let unasked = array(
+        "raid0",
+        vec![(a.clone(), None), (b.clone(), Some(near.clone()))],
+    );
+    assert_eq!(
+        p2p_refusal(&unasked),
+        Some(P2pRefusal::NoAnswerOnMember("md0".into(), a.clone()))
+    );
+    // No member to ask: no P2P, even with an answer for the array itself.
+    let empty = array("raid0", Vec::new());
+    assert_eq!(
+        p2p_refusal(&empty),
+        Some(P2pRefusal::NoMembers("md0".into()))
+    );
+    // P2P is never forced onto such an array: a write could land on some
+    // legs only.
+    let forced = Facts {
+        pref: PathPref::P2p,
+        ..array(
+            "raid1",
+            vec![
+                (a.clone(), Some(near.clone())),
+                (b.clone(), Some(far.clone())),
+            ],
+        )
+    };
+    match decide(&forced) {
+        Err(Error::PathUnavailable {
+            path: "p2p",
+            reason,
+        }) => assert!(
+            reason.starts_with(
+                "member nvme2n1 (nvme2 at 0000:08:00.0) of md array md0: do not share"
+            ) && reason.ends_with("where a write could land on some legs only"),
+            "{reason}"
+        ),
+        other => panic!("forced P2P onto the array: {other:?}"),
+    }
+    let forced_ok = Facts {
+        pref: PathPref::P2p,
+        ..array("raid10", both())
+    };
+    assert_eq!(decide(&forced_ok).unwrap().path, TransferPath::P2p);
+}
+
+#[test]
 fn refusals_are_values_with_the_reason_as_their_text() {
     let q = query(MapType::NotSupported, None, "no common bridge");
     assert_eq!(
@@ -470,13 +592,22 @@ fn storage() -> impl Strategy<Value = StorageFacts> {
         Just(Some(Ok("ext4".to_string()))),
         Just(Some(Err("btrfs: no FIEMAP".to_string()))),
     ];
+    let array = prop_oneof![
+        1 => Just(None),
+        1 => prop_oneof![Just("raid0"), Just("raid1"), Just("raid10"), Just("raid5"), Just("linear")]
+            .prop_map(|level| Some(ArrayFacts {
+                name: "md0".into(),
+                level: level.into(),
+            })),
+    ];
     (
         driven(),
         any::<[bool; 5]>(),
         prop_oneof![Just(0u64), Just(1u64 << 20)],
         fs,
+        array,
     )
-        .prop_map(|(driven, b, dev_start, filesystem)| StorageFacts {
+        .prop_map(|(driven, b, dev_start, filesystem, array)| StorageFacts {
             path: "/data/x".into(),
             driven,
             is_file: b[0],
@@ -489,6 +620,7 @@ fn storage() -> impl Strategy<Value = StorageFacts> {
             dev_start,
             filesystem,
             other_filesystem: b[4].then(|| "tmpfs".to_string()),
+            array,
         })
 }
 
@@ -504,7 +636,7 @@ fn paths() -> impl Strategy<Value = Vec<(NvmePath, Option<P2pQuery>)>> {
         }),
     };
     prop_oneof![
-        2 => Just(Vec::new()),
+        1 => Just(Vec::new()),
         1 => proptest::collection::vec(answer(), 1..4).prop_map(move |qs| {
             qs.into_iter()
                 .enumerate()
@@ -557,9 +689,12 @@ fn reference(f: &Facts) -> std::result::Result<TransferPath, &'static str> {
         q.as_ref()
             .is_some_and(|q| matches!(q.map_type, MapType::BusAddr | MapType::ThruHostBridge))
     };
-    let kernel = match f.paths.is_empty() {
-        true => maps(&f.p2p),
-        false => f.paths.iter().all(|(_, q)| maps(q)),
+    let every = !f.paths.is_empty() && f.paths.iter().all(|(_, q)| maps(q));
+    let kernel = match &f.storage.array {
+        // An array: a level that takes P2P pages, and every member reaches.
+        Some(a) => matches!(a.level.as_str(), "raid0" | "raid1" | "raid10") && every,
+        None if f.paths.is_empty() => maps(&f.p2p),
+        None => every,
     };
     let bar = matches!(f.memory.kind, MemoryKind::ModuleBar { .. });
     let p2p = bar && f.module && f.accelerator && f.storage.nvme && kernel;
@@ -578,6 +713,7 @@ fn reference(f: &Facts) -> std::result::Result<TransferPath, &'static str> {
         (false, P::Auto, false, ..) => Ok(T::Bounce),
         (false, P::Queues, ..) => Err("queues"),
         (false, P::Bounce, ..) => Ok(T::Bounce),
+        (false, P::P2p, false, ..) if f.storage.array.is_some() && bar => Err("p2p"),
         (false, P::P2p, _, true, _) => Ok(T::P2p),
         (false, P::P2p, _, false, _) => Err("p2p"),
         (false, P::NvmeCmd, .., true) => Ok(T::NvmeCmd),
