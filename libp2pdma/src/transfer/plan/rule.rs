@@ -19,7 +19,7 @@ use crate::{memory::MemoryKind, Error, Result};
 ///   maps P2P between them by bus address or through an allowed host bridge
 ///   (for a multipath namespace, between the accelerator and every path's
 ///   controller); otherwise [`TransferPath::Bounce`], with the first missing
-///   piece as the reason ([`p2p_refusal`](super::p2p_refusal) has it as a
+///   piece as the reason ([`p2p_refusal`] has it as a
 ///   value). For host memory with a CPU mapping, AUTO chooses
 ///   [`TransferPath::Direct`]. AUTO never chooses [`TransferPath::NvmeCmd`].
 /// - A forced path is taken when the memory and the storage allow it at
