@@ -16,6 +16,11 @@
 . /suite/lib.sh
 
 check module-loads insmod /lib/modules/p2pdma.ko
+# Background reads on the throttled namespace (1 MiB/s), then one on the
+# rig's first: that one does not wait behind the throttled device's
+# queue (each device has its own worker threads); every byte checked
+# against a buffered read.
+check engine-lanes p2pdma-vmtest engine-lanes --slow "$(ns_dev 6)" --fast "$NVME"
 M=1048576
 if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check_held auto-read-p2p p2pdma-vmtest engine-read --nvme "$NVME" --offset $((16 * M)) --len $((4 * M)) --expect-path p2p --module-io yes --hold

@@ -297,6 +297,7 @@ fn run<T>(ticket: &Ticket<T>, core: Option<&Core>, work: impl FnOnce(&Core) -> R
 fn dispatch<T: Send + 'static>(
     core: &Arc<Core>,
     workers: &Arc<Workers<Core>>,
+    lane: u64,
     deferred: bool,
     work: impl FnOnce(&Core) -> Result<T> + Send + 'static,
 ) -> Ticket<T> {
@@ -307,9 +308,9 @@ fn dispatch<T: Send + 'static>(
     let job: Job<Core> = Box::new(move |_: Option<&Core>| claim.run());
     if deferred {
         let (core, workers) = (core.clone(), workers.clone());
-        ticket.start = Some(Once::new(move || workers.queue(&core, job)));
+        ticket.start = Some(Once::new(move || workers.queue(&core, lane, job)));
     } else {
-        workers.queue(core, job);
+        workers.queue(core, lane, job);
     }
     ticket
 }
@@ -343,7 +344,7 @@ fn submit_with(
             return ticket;
         }
     }
-    dispatch(core, workers, deferred, move |core| {
+    dispatch(core, workers, req.file.lane(), deferred, move |core| {
         core.handle(&req.file, req.mem.as_ref())
             .and_then(|h| match req.dir {
                 Direction::Read => h.read(req.file_offset, req.mem_offset, req.len),
@@ -358,7 +359,7 @@ pub fn submit_strided(
     workers: &Arc<Workers<Core>>,
     req: StridedRequest,
 ) -> Ticket<StridedReport> {
-    dispatch(core, workers, false, move |core| {
+    dispatch(core, workers, req.file.lane(), false, move |core| {
         let StridedRequest {
             dir,
             file,

@@ -445,6 +445,28 @@ impl StorageFile {
 
     /// What the path rule needs of the storage (see [`StorageFacts`]); a
     /// namespace this process drives is the caller's to add.
+    /// Which of the engine's worker pools its background transfers run
+    /// on: one per device (the whole disk, for a partition or a file on
+    /// it; the array, for an md array; the namespace, for one this process
+    /// drives), so that a busy device holds up only its own transfers.
+    pub fn lane(&self) -> u64 {
+        if let Some(d) = self.disk.dev {
+            return (u64::from(d.major) << 32) | u64::from(d.minor);
+        }
+        if let Some(ns) = &self.queues {
+            // No device number: the controller's address and the
+            // namespace, above every device number's range.
+            let pci = ns.controller().pci();
+            return (1 << 63)
+                | (u64::from(pci.domain) << 40)
+                | (u64::from(pci.bus) << 32)
+                | (u64::from(pci.device) << 24)
+                | (u64::from(pci.function) << 16)
+                | u64::from(ns.info().nsid & 0xffff);
+        }
+        0
+    }
+
     pub(crate) fn facts(&self) -> StorageFacts {
         let other_filesystem = match (self.is_file, &self.ns) {
             // Why a file's filesystem would not do either (btrfs files are

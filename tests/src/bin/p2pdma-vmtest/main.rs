@@ -9,6 +9,7 @@ use std::{
 };
 
 mod fuzz;
+mod lanes;
 mod queues;
 mod revoke;
 mod store;
@@ -50,6 +51,12 @@ enum Cmd {
     Route {
         #[command(flatten)]
         x: RouteArgs,
+    },
+    /// Background reads on a slow device and a fast one: the fast one's
+    /// read must not wait behind the slow one's queue.
+    EngineLanes {
+        #[command(flatten)]
+        x: lanes::LanesArgs,
     },
     /// The queues path: the spare NVMe controller driven by this process
     /// through VFIO, its queues in accelerator memory.
@@ -1229,6 +1236,7 @@ fn main() -> ExitCode {
         Cmd::EngineRead { x } => engine_run(&x, None),
         Cmd::Route { x } => route_run(&x),
         Cmd::Queues { x } => queues::run(&x),
+        Cmd::EngineLanes { x } => lanes::run(&x),
         Cmd::Store { x } => store::run(&x),
         Cmd::StoreCoherence { x } => store::coherence(&x),
         Cmd::StoreCrash { x } => store_crash::run(&x),
