@@ -238,7 +238,9 @@ struct p2pdma_block_io {
  * Whether and how a peer can reach an accelerator's memory by P2P DMA.
  * EINVAL: non-zero flags/pad/reserved. ENODEV: no such accelerator or
  * peer PCI function. EBADF: bad peer fd. ENOTBLK: peer fd is not a block
- * device. ENXIO: the peer has no PCI function.
+ * device. ENXIO: the peer has no PCI function. EOPNOTSUPP: an md array
+ * whose members are on more PCI functions than the module resolves. An md
+ * array's answer is its worst member's.
  */
 #define P2PDMA_IOC_P2P_QUERY _IOWR(P2PDMA_IOCTL_MAGIC, 0x04, struct p2pdma_p2p_query)
 

@@ -439,7 +439,9 @@ pub const P2PDMA_IOC_FREE: u32 = ioc(IOC_WRITE, 0x03, size_of::<P2pdmaFree>());
 /// Errors: `EINVAL` (flags/reserved/pad non-zero), `ENODEV` (no such
 /// accelerator or peer PCI function), `EBADF` (bad peer fd), `ENOTBLK`
 /// (peer fd is not a block device), `ENXIO` (peer has no PCI function),
-/// `EFAULT`.
+/// `EOPNOTSUPP` (an md array whose members are on more PCI functions than
+/// the module resolves), `EFAULT`. An md array's answer is its worst
+/// member's.
 pub const P2PDMA_IOC_P2P_QUERY: u32 = ioc(IOC_READ | IOC_WRITE, 0x04, size_of::<P2pdmaP2pQuery>());
 
 /// DMA-map a range of an allocation for a peer; returns the peer's

@@ -7,9 +7,9 @@
 #                        verifying on the host the bytes that landed
 #   tools/rig.sh test    every test: the rig scripts' logic (stubbed, seconds)
 #                        and shellcheck, host tests, then the VM suites on
-#                        the switch and no-switch topologies, the dma suite,
-#                        and the suites that must agree with an IOMMU on the
-#                        iommu topology
+#                        the switch and no-switch topologies, the dma and
+#                        arrays suites, and the suites that must agree with
+#                        an IOMMU on the iommu topology
 #   tools/rig.sh setup | build | vm [vm.sh args]
 #
 # Environment: P2PDMA_CACHE (default ~/.cache/p2pdma), P2PDMA_KERNEL_TREE (use
@@ -118,6 +118,11 @@ test)
 		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite dma --topology switch \
 			2>&1 | tee "$results/vm-dma-switch.txt" || true
 		count "$results/vm-dma-switch.txt"
+		# md arrays over the member controllers under the switch (and one
+		# outside it), checked in every member's image.
+		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite arrays --topology switch \
+			2>&1 | tee "$results/vm-arrays-switch.txt" || true
+		count "$results/vm-arrays-switch.txt"
 		# The object store across power cuts: QEMU killed mid-update, the
 		# stores reopened by the next boot and checked.
 		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite power --topology switch \
@@ -144,11 +149,11 @@ test)
 		echo "FAIL build: the base kernel, the module or the programs (see above); no VM suite ran" | tee "$results/build.txt"
 		count "$results/build.txt"
 	fi
-	# The module, engine and dma suites again on the debug kernel: KASAN,
+	# The module, engine, dma and arrays suites again on the debug kernel: KASAN,
 	# lockdep, kmemleak and DMA-API debugging watch the module (and the
 	# addresses it hands to a device) while the suite runs.
 	if dtree=$(P2PDMA_KVARIANT=debug "$here/rig/build.sh"); then
-		for suite in module engine dma; do
+		for suite in module engine dma arrays; do
 			P2PDMA_BUILT_TREE=$dtree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite $suite --topology switch \
 				--out "$P2PDMA_ROOT/rig-out/$suite-switch-debug" 2>&1 | tee "$results/vm-$suite-debug.txt" || true
 			count "$results/vm-$suite-debug.txt"

@@ -61,8 +61,8 @@ mod raw {
 }
 
 /// Most PCI functions one block device resolves to (paths of a multipath
-/// device).
-pub(crate) const MAX_PATHS: usize = 8;
+/// device, members of an md array).
+pub(crate) const MAX_PATHS: usize = 16;
 
 impl Peer {
     /// The PCI functions behind an open block device: its controller, or
@@ -78,6 +78,8 @@ impl Peer {
     /// controller), the PCI function of each controller with a path to it
     /// (at most [`MAX_PATHS`]). The path disks are named
     /// `nvme<subsys>c<ctrl>n<head>` and are children of their controller.
+    /// For a device stacked on others (an md array), the PCI function of
+    /// each of its members: see [`members`].
     pub(crate) fn from_file(file: &LocalFile) -> Result<KVec<Self>> {
         // SAFETY: `file` is a valid, referenced file.
         let bdev = unsafe { raw::p2pdma_helper_file_bdev(file.as_ptr()) };
@@ -105,7 +107,11 @@ impl Peer {
         // SAFETY: The disk of an open block device is alive, and its name
         // a NUL-terminated string that does not change.
         let name = unsafe { CStr::from_char_ptr((*(*bdev.as_ptr()).bd_disk).disk_name.as_ptr()) };
-        let (subsys, head) = mpath_head(name.to_bytes()).ok_or(ENXIO)?;
+        let Some((subsys, head)) = mpath_head(name.to_bytes()) else {
+            // SAFETY: As above; the directory of holders' links lives as
+            // long as the disk.
+            return members(unsafe { (*(*bdev.as_ptr()).bd_disk).slave_dir }, peers);
+        };
         let mut m = MpathMatch {
             subsys,
             head,
@@ -145,6 +151,144 @@ impl Peer {
         }
         Ok(m.peers)
     }
+}
+
+/// The PCI functions of the members of a stacked block device whose
+/// `slaves` directory (`slave_dir`, where `bd_link_disk_holder` puts a link
+/// named after each member) is `slaves`: a member is a disk of a child of a
+/// PCI function (an NVMe namespace of its controller), or a partition of
+/// one. `ENXIO` when no member is found (none of them on PCI), `EOPNOTSUPP`
+/// when the members are on more than [`MAX_PATHS`] functions.
+///
+/// A member on no PCI function (a fabrics namespace, a loop device) is not
+/// found. Such a device takes no P2P pages (`BLK_FEAT_PCI_P2PDMA`), nor
+/// does an md array with it, which `BLOCK_IO` checks first.
+fn members(slaves: *mut bindings::kobject, peers: KVec<Peer>) -> Result<KVec<Peer>> {
+    if slaves.is_null() {
+        return Err(ENXIO);
+    }
+    let mut m = MemberMatch {
+        // SAFETY: `slaves` is a live kobject (see the caller); its sysfs
+        // node with it.
+        slaves: unsafe { (*slaves).sd },
+        peers,
+        found: false,
+        overflow: false,
+    };
+    let mut pdev = core::ptr::null_mut();
+    loop {
+        // SAFETY: Drops the reference on the previous device (if any) and
+        // returns the next one referenced, or NULL after the last.
+        pdev = unsafe {
+            bindings::pci_get_device(bindings::PCI_ANY_ID as u32, bindings::PCI_ANY_ID as u32, pdev)
+        };
+        if pdev.is_null() {
+            break;
+        }
+        m.found = false;
+        // SAFETY: `pdev` is referenced; `m` outlives the call, which passes
+        // it to the callbacks only.
+        unsafe {
+            bindings::device_for_each_child(
+                &raw mut (*pdev).dev,
+                (&raw mut m).cast(),
+                Some(member_controller),
+            )
+        };
+        if !m.found {
+            continue;
+        }
+        // SAFETY: `pdev` is referenced; the reference taken is the peer's.
+        let peer = unsafe { Peer::from_raw(bindings::pci_dev_get(pdev)) };
+        if m.peers.len() >= MAX_PATHS {
+            m.overflow = true;
+        } else if let Some(peer) = peer {
+            // Within the capacity reserved for `MAX_PATHS`: no allocation.
+            let _ = m.peers.push(peer, GFP_KERNEL);
+        }
+        if m.overflow {
+            // SAFETY: Drops the reference `pci_get_device` took.
+            unsafe { bindings::pci_dev_put(pdev) };
+            break;
+        }
+    }
+    if m.overflow {
+        return Err(EOPNOTSUPP);
+    }
+    if m.peers.is_empty() {
+        return Err(ENXIO);
+    }
+    Ok(m.peers)
+}
+
+/// The stacked device's members being looked for, and the PCI functions
+/// found so far.
+struct MemberMatch {
+    /// The stacked disk's `slaves` directory.
+    slaves: *mut bindings::kernfs_node,
+    peers: KVec<Peer>,
+    /// The PCI function being walked has a member.
+    found: bool,
+    overflow: bool,
+}
+
+/// `device_for_each_child` callback over a PCI function's children (an
+/// NVMe controller): walks their disks.
+///
+/// # Safety
+///
+/// `ctrl` is a live device and `data` the [`MemberMatch`] passed to
+/// `device_for_each_child`.
+unsafe extern "C" fn member_controller(ctrl: *mut bindings::device, data: *mut c_void) -> c_int {
+    // SAFETY: See the function's safety section.
+    unsafe { bindings::device_for_each_child(ctrl, data, Some(member_disk)) }
+}
+
+/// `device_for_each_child` callback over a controller's children and a
+/// disk's (its partitions): nonzero, and the match marked, for a member.
+///
+/// # Safety
+///
+/// `dev` is a live device and `data` the [`MemberMatch`] passed to
+/// `device_for_each_child`, not otherwise borrowed.
+unsafe extern "C" fn member_disk(dev: *mut bindings::device, data: *mut c_void) -> c_int {
+    // SAFETY: See the function's safety section.
+    let m = unsafe { &mut *data.cast::<MemberMatch>() };
+    // SAFETY: `dev` is live; its name is a NUL-terminated string, and the
+    // `slaves` node lives as long as the stacked disk the caller holds.
+    let kn = unsafe {
+        bindings::kernfs_find_and_get_ns(m.slaves, bindings::dev_name(dev), core::ptr::null())
+    };
+    if !kn.is_null() {
+        // SAFETY: Drops the reference the lookup took.
+        unsafe { bindings::kernfs_put(kn) };
+        m.found = true;
+        return 1;
+    }
+    // A partition of this disk may be the member.
+    // SAFETY: As above.
+    unsafe { bindings::device_for_each_child(dev, data, Some(member_partition)) }
+}
+
+/// [`member_disk`] for a disk's children, one level down only.
+///
+/// # Safety
+///
+/// As for [`member_disk`].
+unsafe extern "C" fn member_partition(dev: *mut bindings::device, data: *mut c_void) -> c_int {
+    // SAFETY: See the function's safety section.
+    let m = unsafe { &mut *data.cast::<MemberMatch>() };
+    // SAFETY: As in `member_disk`.
+    let kn = unsafe {
+        bindings::kernfs_find_and_get_ns(m.slaves, bindings::dev_name(dev), core::ptr::null())
+    };
+    if kn.is_null() {
+        return 0;
+    }
+    // SAFETY: Drops the reference the lookup took.
+    unsafe { bindings::kernfs_put(kn) };
+    m.found = true;
+    1
 }
 
 /// Reads a decimal number at the start of `s`, as `sscanf`'s `%d` does

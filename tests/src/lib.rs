@@ -3,6 +3,7 @@
 
 pub mod cargo;
 pub mod dmamem;
+pub mod mdlayout;
 pub mod nvme;
 
 pub use p2pdma::sys::vfio;

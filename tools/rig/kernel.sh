@@ -37,18 +37,6 @@ newest_built_tree() {
 	built_trees_newest_first "$1" | sed -n 1p
 }
 
-# The Debian mirror is the one this machine's apt already uses.
-debian_mirror() {
-	if [ -n "${P2PDMA_DEBIAN_MIRROR:-}" ]; then echo "$P2PDMA_DEBIAN_MIRROR"; return; fi
-	local m
-	m=$(awk '/^URIs:/ {u=$2} /^Suites:/ && / bookworm( |$)/ {print u; exit}' \
-		/etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-	[ -n "$m" ] || m=$(awk '$1=="deb" && $3=="bookworm" {print $2; exit}' \
-		/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true)
-	[ -n "$m" ] || die "cannot find a Debian mirror in /etc/apt; set P2PDMA_DEBIAN_MIRROR"
-	echo "${m%/}"
-}
-
 # The newest (by name) downloaded source package in DIR, or nothing.
 downloaded_source() {
 	local f

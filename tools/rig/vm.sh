@@ -24,7 +24,13 @@
 # A second accelerator stand-in (64 MiB, accel1.bin) sits on
 # a root port of its own, where P2P reaches neither the NVMe nor the first
 # accelerator: routes between them go through host memory. In the dma suite
-# a third (16 MiB, accel2.bin) sits on one more port of the switch. Topology
+# a third (16 MiB, accel2.bin) sits on one more port of the switch. In the
+# arrays and bench suites, md arrays' members: four controllers on four more
+# ports of the switch (serials p2pdma-m0 to p2pdma-m3, NSIDs 10 to 13,
+# images m0.img to m3.img), one with a bad block on one more port (serial
+# p2pdma-mbad, NSID 15, mbad.img: reads of its byte 60 MiB fail), and one
+# on a root port of its own, outside the switch, where P2P does not reach
+# (serial p2pdma-out, NSID 14, out.img). Topology
 # "noswitch": each device on its own root port,
 # meeting only at the q35 host bridge, which the kernel refuses for P2P.
 # Those two run with VFIO's no-IOMMU mode allowed. Topology "iommu": the
@@ -85,6 +91,10 @@ cp "$P2PDMA_ROOT"/tests/vm/lib.sh "$suite_file" "$ir/suite/"
 if [ "$suite" = python ]; then
 	cp "$P2PDMA_ROOT"/tests/vm/python_checks.py "$ir/suite/"
 	"$P2PDMA_ROOT/tools/rig/guest-python.sh" "$ir"
+fi
+# The arrays suite builds md arrays and file systems on them.
+if [ "$suite" = arrays ]; then
+	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir"
 fi
 mkdir -p "$ir/tests"
 for t in "$P2PDMA_ROOT"/target/guest-tests/*; do
@@ -151,6 +161,24 @@ if [ "$topology" != noswitch ]; then
 	"$musl/p2pdma-rigdata" make-image "$out/vfio.img" 64 --pattern-offset $((128 << 20))
 	"$musl/p2pdma-rigdata" make-image "$out/vfio4k.img" 16 --pattern-offset $((192 << 20))
 fi
+# The array members' namespaces (arrays and bench suites, switch): the rig
+# content from 256 MiB on, 32 MiB further for each, so that every member's
+# bytes differ from every other image's.
+members=0
+if [ "$topology" = switch ] && { [ "$suite" = arrays ] || [ "$suite" = bench ]; }; then
+	members=1
+	for i in 0 1 2 3; do
+		"$musl/p2pdma-rigdata" make-image "$out/m$i.img" 64 --pattern-offset $(((256 + 32 * i) << 20))
+	done
+	"$musl/p2pdma-rigdata" make-image "$out/out.img" 64 --pattern-offset $((384 << 20))
+	"$musl/p2pdma-rigdata" make-image "$out/mbad.img" 64 --pattern-offset $((416 << 20))
+	cat >"$out/mbad-blkdebug.conf" <<'BLKDEBUG'
+[inject-error]
+event = "read_aio"
+errno = "5"
+sector = "122880"
+BLKDEBUG
+fi
 # A namespace with a bad block: QEMU's blkdebug fails every read that
 # touches byte 8 MiB (sector 16384) of bad.img, which the emulated controller
 # completes with a medium error (Unrecovered Read Error, SCT 0x2 SC 0x81).
@@ -208,6 +236,24 @@ if [ "$topology" != noswitch ]; then
 		pcie+=(-device "pcie-root-port,id=rp2,bus=pcie.0,chassis=8,slot=3"
 			-object "memory-backend-file,id=accmem1,share=on,mem-path=$out/accel1.bin,size=64M"
 			-device "ivshmem-plain,memdev=accmem1,bus=rp2")
+	fi
+	if ((members)); then
+		# Array members: four under the switch, one with a bad block under
+		# it too, one on a root port outside it.
+		for i in 0 1 2 3; do
+			pcie+=(-device "xio3130-downstream,id=dn$((7 + i)),bus=up0,chassis=$((11 + i)),slot=0"
+				-drive "file=$out/m$i.img,if=none,id=nvmm$i,format=raw"
+				-device "nvme,id=nvme-m$i,serial=p2pdma-m$i,bus=dn$((7 + i))"
+				-device "nvme-ns,drive=nvmm$i,bus=nvme-m$i,nsid=$((10 + i))")
+		done
+		pcie+=(-device "xio3130-downstream,id=dn11,bus=up0,chassis=15,slot=0"
+			-drive "file=blkdebug:$out/mbad-blkdebug.conf:$out/mbad.img,if=none,id=nvmmbad,format=raw"
+			-device "nvme,id=nvme-mbad,serial=p2pdma-mbad,bus=dn11"
+			-device "nvme-ns,drive=nvmmbad,bus=nvme-mbad,nsid=15"
+			-device "pcie-root-port,id=rp3,bus=pcie.0,chassis=16,slot=4"
+			-drive "file=$out/out.img,if=none,id=nvmout,format=raw"
+			-device "nvme,id=nvme-out,serial=p2pdma-out,bus=rp3"
+			-device "nvme-ns,drive=nvmout,bus=nvme-out,nsid=14")
 	fi
 	if [ "$topology" = switch ] && [ "$suite" = dma ]; then
 		# A third accelerator under the switch, for the dma suite alone,
@@ -416,6 +462,22 @@ while IFS= read -r line; do
 		else
 			bad "host:$what" "$name: $res"
 		fi
+		;;
+	array-read)
+		# What the guest read from an md array must be the array's bytes,
+		# taken from its members' images where the array's layout puts them.
+		mem=$(kv mem "$line")
+		args=(--dir "$out" --layout "$(kv layout "$line")" --array-offset "$(kv array_offset "$line")"
+			--actual "$out/${mem:-accel.bin}" --actual-offset "$(kv bar_offset "$line")"
+			--len "$(kv len "$line")")
+		if res=$("$musl/p2pdma-rigdata" array-compare "${args[@]}"); then ok "host:$what ($res)"; else bad "host:$what" "$res"; fi
+		;;
+	array-write)
+		# What the guest wrote to an md array must be in every copy, on
+		# every leg of a mirror, in the members' images.
+		args=(--dir "$out" --layout "$(kv layout "$line")" --array-offset "$(kv array_offset "$line")"
+			--pattern-offset "$(kv pattern_offset "$line")" --len "$(kv len "$line")")
+		if res=$("$musl/p2pdma-rigdata" array-pattern "${args[@]}"); then ok "host:$what ($res)"; else bad "host:$what" "$res"; fi
 		;;
 	*) bad "host:$what" "unknown result kind" ;;
 	esac

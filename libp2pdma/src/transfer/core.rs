@@ -48,6 +48,8 @@ pub struct Report {
     pub path: TransferPath,
     /// Whether the P2P path failed and the bounce path redid the transfer.
     pub retried: bool,
+    /// When `retried`: what the first path said.
+    pub retry_reason: Option<String>,
     /// Whether the bounce slots were registered (pinned once) with the ring;
     /// without the memlock limit for it, the kernel pins them per I/O.
     pub ring_pinned: bool,
@@ -68,6 +70,7 @@ impl Report {
             bytes,
             path,
             retried: false,
+            retry_reason: None,
             ring_pinned: false,
             copy_threads: 1,
             page_cache: 0,
@@ -680,6 +683,9 @@ impl Core {
                     })?;
                     report.path = d.path;
                     report.retried |= d.retried;
+                    if d.retry_reason.is_some() {
+                        report.retry_reason = d.retry_reason;
+                    }
                     report.ring_pinned |= d.ring_pinned;
                     report.copy_threads = report.copy_threads.max(d.copy_threads);
                 }
@@ -738,15 +744,15 @@ impl Core {
         };
         let bounce_path =
             |ctx: &mut _| bounce::run(ctx, dir, &xfer(&self.stats.bounce, TransferPath::Bounce));
-        let (res, path, retried) = match choice.path {
-            TransferPath::Bounce => (bounce_path(&mut ctx), TransferPath::Bounce, false),
+        let (res, path, retry_reason) = match choice.path {
+            TransferPath::Bounce => (bounce_path(&mut ctx), TransferPath::Bounce, None),
             // Host memory whose address does not align with the file
             // offset: direct I/O cannot take it, and nothing else can
             // change that, so the pipeline takes it at once.
             TransferPath::Direct
                 if !xfer(&self.stats.direct, TransferPath::Direct).mapped_aligned() =>
             {
-                (bounce_path(&mut ctx), TransferPath::Bounce, false)
+                (bounce_path(&mut ctx), TransferPath::Bounce, None)
             }
             fast @ (TransferPath::P2p | TransferPath::NvmeCmd | TransferPath::Direct) => {
                 let s = self.stats.of(fast);
@@ -756,7 +762,7 @@ impl Core {
                 };
                 let stats = s;
                 match r {
-                    Ok(()) => (Ok(()), fast, false),
+                    Ok(()) => (Ok(()), fast, None),
                     Err(e) if e.bounce_can_fix() => {
                         // The fast path could not serve the transfer (the
                         // kernel refused the P2P pages or the direct-I/O
@@ -767,9 +773,13 @@ impl Core {
                         // as it is, not read a second time.
                         stats.record_retry();
                         file.forget_choices();
-                        (bounce_path(&mut ctx), TransferPath::Bounce, true)
+                        (
+                            bounce_path(&mut ctx),
+                            TransferPath::Bounce,
+                            Some(e.to_string()),
+                        )
                     }
-                    Err(e) => (Err(e), fast, false),
+                    Err(e) => (Err(e), fast, None),
                 }
             }
             TransferPath::Queues => (
@@ -781,7 +791,7 @@ impl Core {
                     ),
                 }),
                 TransferPath::Queues,
-                false,
+                None,
             ),
         };
         self.give_back(ctx);
@@ -803,7 +813,8 @@ impl Core {
         Ok(Report {
             bytes: len as u64,
             path,
-            retried,
+            retried: retry_reason.is_some(),
+            retry_reason,
             ring_pinned,
             copy_threads: if copied {
                 threads.load(Ordering::Relaxed)

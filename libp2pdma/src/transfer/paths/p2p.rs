@@ -85,12 +85,14 @@ fn module_for<'a>(
 }
 
 /// Whether the module's refusal leaves `O_DIRECT` worth trying: it does not
-/// do this device, shape or pair, or the page cache is in use; an I/O error
-/// is the device's and is returned.
+/// do this device, shape or pair (`ENXIO`: it finds no PCI function behind
+/// the device, as for an md array), or the page cache is in use; an I/O
+/// error is the device's and is returned.
 fn module_refused(e: Errno) -> bool {
     matches!(
         e,
-        Errno::OPNOTSUPP
+        Errno::NXIO
+            | Errno::OPNOTSUPP
             | Errno::REMOTEIO
             | Errno::INVAL
             | Errno::NOTBLK

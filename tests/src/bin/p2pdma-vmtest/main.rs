@@ -183,6 +183,10 @@ struct EngineArgs {
     /// first namespace (`nvme.img`).
     #[arg(long)]
     image: Option<String>,
+    /// When the block device is an md array: its layout for the host's
+    /// check in the members' images (`LEVEL,CHUNK,IMAGE:DATA_OFFSET,...`).
+    #[arg(long)]
+    array_layout: Option<String>,
     /// The transfer must fail with this errno (ENODATA or EIO), on the path
     /// chosen, and must not be redone on the bounce path.
     #[arg(long)]
@@ -453,6 +457,18 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     let pci = accel.pci.to_string();
     let bar_offset = phys_of(target as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
     match (write_pattern, &x.fs_name) {
+        (None, None) if x.array_layout.is_some() => println!(
+            "@@RESULT array-read layout={} array_offset={} bar_offset={bar_offset} len={}",
+            x.array_layout.as_deref().unwrap_or_default(),
+            x.offset,
+            x.len
+        ),
+        (Some(p), None) if x.array_layout.is_some() => println!(
+            "@@RESULT array-write layout={} array_offset={} pattern_offset={p} len={}",
+            x.array_layout.as_deref().unwrap_or_default(),
+            x.offset,
+            x.len
+        ),
         // A file the host has no copy of: the buffered read-back is the check.
         (_, None) if !block_device => {
             if !x.verify_buffered {
@@ -687,7 +703,10 @@ fn transfer_sentence(x: &EngineArgs, write: bool, r: &p2pdma::transfer::Report) 
         ));
     }
     if r.retried {
-        s.push_str(", after the first path failed and the bounce path redid the transfer");
+        s.push_str(&format!(
+            ", after the first path failed ({}) and the bounce path redid the transfer",
+            r.retry_reason.as_deref().unwrap_or("no reason kept")
+        ));
     }
     if r.path.as_str() == "bounce" {
         s.push_str(if r.ring_pinned {
