@@ -93,7 +93,10 @@ pub enum Error {
         size: u64,
     },
     /// An I/O on storage failed.
-    #[error("{op} of {len} bytes at offset {offset} of {path} failed: {source}")]
+    #[error(
+        "{op} of {len} bytes at offset {offset} of {path} failed: {source}{}",
+        member.as_deref().map(|m| format!(" ({m})")).unwrap_or_default()
+    )]
     Io {
         /// What was being done.
         op: &'static str,
@@ -105,6 +108,9 @@ pub enum Error {
         len: u64,
         /// The errno.
         source: Errno,
+        /// On an md array: the member the error came from, and what it
+        /// said, as far as the library could tell.
+        member: Option<String>,
     },
     /// The NVMe controller completed a command with an error status
     /// ([`NvmeStatus`] reads it).
@@ -499,6 +505,7 @@ mod tests {
             offset: 4096,
             len: 4096,
             source,
+            member: None,
         }
     }
 

@@ -112,8 +112,31 @@ stoparray md2
 mkarray md3 10 64 26 8 "$M0" "$M1" "$M2" "$M3"
 L=$(md_layout /dev/md3)
 echo "md3: $L"
+# The command line describes the array: level, chunk, state, and each
+# member in slot order with its data offset and controller.
+out=$(p2pdma-ctl describe /dev/md3 2>&1)
+echo "$out"
+want_members=
+for d in "$M0" "$M1" "$M2" "$M3"; do
+	want_members="$want_members ${d#/dev/}"
+done
+got_members=$(echo "$out" | sed -n 's/^  slot [0-9]  \([a-z0-9]*\) (in_sync), data at 26 MiB: .*/\1/p' | tr '\n' ' ')
+case $out in
+*"/dev/md3: md array raid10, 64 KiB chunks, 4 members in its layout, clean"*)
+	if [ " $got_members" = "$want_members " ]; then
+		pass describe-raid10
+	else
+		fail describe-raid10 "members in slot order:$want_members; described: $got_members"
+	fi
+	;;
+*) fail describe-raid10 "$(echo "$out" | head -n 1)" ;;
+esac
 check raid10-auto-write-p2p p2pdma-vmtest engine-write --nvme /dev/md3 --array-layout "$L" \
 	--offset $((4 * M + 1000)) --len $((3 * M)) --mem-offset 1000 --pattern-offset $((31 * M + 16)) --expect-path p2p
+# p2pdma-ctl copy from the array into accelerator memory, checked against
+# a plain read of the array (of what was written: without a resync, the
+# copies of other chunks differ).
+check ctl-copy-from-raid10 p2pdma-ctl copy /dev/md3 accel:0 --offset $((4 * M + 4096)) --len $((2 * M)) --verify
 check_held raid10-auto-read-p2p p2pdma-vmtest engine-read --nvme /dev/md3 --array-layout "$L" \
 	--offset $((4 * M + 1000)) --len $((3 * M)) --mem-offset 1000 --expect-path p2p \
 	--expect-reason "P2P on every member of md array md3 (raid10), $every" --hold
@@ -130,6 +153,13 @@ check raid1-far-leg-auto-write-bounce p2pdma-vmtest engine-write --nvme /dev/md4
 	--offset $((3 * M)) --len $((M + 4096)) --pattern-offset $((41 * M)) --expect-path bounce --expect-reason "$far"
 check_held raid1-far-leg-auto-read-bounce p2pdma-vmtest engine-read --nvme /dev/md4 --array-layout "$L" \
 	--offset $((3 * M)) --len $((M + 4096)) --expect-path bounce --expect-reason "$far" --hold
+# The doctor says the same.
+out=$(p2pdma-ctl --json doctor /dev/md4 2>&1)
+echo "$out"
+case $out in
+*'"path":"bounce","reason":"'*"$far"*) pass doctor-raid1-far-leg ;;
+*) fail doctor-raid1-far-leg "the doctor's path does not name $far" ;;
+esac
 out=$(p2pdma-vmtest engine-write --nvme /dev/md4 --path p2p --offset $((6 * M)) --len $M --pattern-offset 0 --expect-path p2p 2>&1)
 rc=$?
 echo "$out"
@@ -148,10 +178,16 @@ mkarray md6 0 64 56 - "$M3" "$MBAD"
 d=$((60 * M - $(cat /sys/block/md6/md/dev-"${MBAD#/dev/}"/offset) * 512))
 row=$((d / (64 * 1024)))
 bad_at=$(((row * 2 + 1) * 64 * 1024 + d % (64 * 1024)))
+# The error names the member: found by its own read of the piece that
+# failed, or, where the failed request was merged on the member with a
+# neighbour's (the piece alone reads fine), as the member that holds it.
+blamed="${MBAD#/dev/} (slot 1)"
 check raid0-bad-member-read-fails p2pdma-vmtest engine-read --nvme /dev/md6 \
-	--offset $((bad_at - 128 * 1024)) --len $((256 * 1024)) --expect-path p2p --expect-errno ENODATA
+	--offset $((bad_at - 128 * 1024)) --len $((256 * 1024)) --expect-path p2p --expect-errno ENODATA \
+	--expect-error "$blamed" --expect-error "md array md6"
 check raid0-bad-member-bounce-read-fails p2pdma-vmtest engine-read --nvme /dev/md6 --path bounce \
-	--offset $((bad_at - 128 * 1024)) --len $((256 * 1024)) --expect-path bounce --expect-errno ENODATA
+	--offset $((bad_at - 128 * 1024)) --len $((256 * 1024)) --expect-path bounce --expect-errno ENODATA \
+	--expect-error "$blamed" --expect-error "md array md6"
 stoparray md6
 # A RAID1 with that member as its first leg. The write lands on the other
 # leg; the bad one fails it, and md records that (a bad block in the leg's
@@ -223,6 +259,15 @@ else
 	kill $reader 2>/dev/null
 fi
 stoparray md8
+# A RAID0 whose member is removed: a read fails with the error and names
+# the member that is gone.
+mkarray md9 0 64 52 - "$M2" "$M3"
+m3pci=$(basename "$(readlink -f "/sys/block/${M3#/dev/}/device/device")")
+echo 1 >"/sys/bus/pci/devices/$m3pci/remove"
+check raid0-member-gone-read-fails timeout 300 p2pdma-vmtest engine-read --nvme /dev/md9 --path bounce \
+	--offset 0 --len $((M)) --expect-path bounce --expect-errno EIO \
+	--expect-error "member ${M3#/dev/} (slot 1) of md array md9: its device is gone"
+stoparray md9
 
 release_held
 rmmod p2pdma

@@ -281,6 +281,7 @@ mod tests {
             offset: 0,
             len: 4096,
             source,
+            member: None,
         };
         let medium = Failure::from_read(io(rustix::io::Errno::NODATA));
         assert_eq!(medium.code, -libc::ENODATA);

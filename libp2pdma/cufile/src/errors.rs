@@ -162,6 +162,7 @@ mod tests {
             offset: 0,
             len: 1,
             source: rustix_errno(libc::ENODATA),
+            member: None,
         };
         assert_eq!(Fail::from(io), Fail::Os(libc::ENODATA));
         assert_eq!(

@@ -534,6 +534,7 @@ impl File {
                 offset: 0,
                 len: 0,
                 source: e,
+                member: None,
             };
             errors::to_py(py, &e, Some(&self.path), None)
         })?;

@@ -129,6 +129,9 @@ pub struct MdArray {
     pub chunk_bytes: u64,
     /// How many members the layout has (`md/raid_disks`).
     pub raid_disks: Option<u32>,
+    /// The level's layout number (`md/layout`): for raid10, near copies in
+    /// bits 0-7, far copies in bits 8-15, bit 16 for the offset layout.
+    pub layout: Option<u32>,
     /// How many of those are missing (`md/degraded`), for levels with
     /// redundancy.
     pub degraded: Option<u32>,
@@ -152,6 +155,8 @@ pub struct MdMember {
     /// Its state flags (`state`: `in_sync`, `faulty`, `spare`,
     /// `write_mostly`, ...).
     pub state: Vec<String>,
+    /// Where the array's data starts on it, in bytes (`offset`).
+    pub data_offset: Option<u64>,
     /// The member device itself, resolved as any block device is; `None`
     /// when it could not be (its link gone, a device being removed).
     pub target: Option<Box<StorageTarget>>,
@@ -320,12 +325,14 @@ impl StorageTarget {
                 "level": md.level,
                 "chunk_bytes": md.chunk_bytes,
                 "raid_disks": md.raid_disks,
+                "layout": md.layout,
                 "degraded": md.degraded,
                 "state": md.state,
                 "members": md.members.iter().map(|m| json!({
                     "name": m.name,
                     "slot": m.slot,
                     "state": m.state,
+                    "data_offset": m.data_offset,
                     "controller": m.target.as_ref().and_then(|t| t.controller.clone()),
                     "pci": m.target.as_ref().and_then(|t| t.pci).map(|a| a.to_string()),
                     "is_nvme": m.target.as_ref().is_some_and(|t| t.is_nvme),

@@ -368,6 +368,7 @@ impl Topology {
             level,
             chunk_bytes,
             raid_disks: number("raid_disks"),
+            layout: number("layout"),
             degraded: number("degraded"),
             state: read_small(&md.join("array_state"))
                 .ok()
@@ -390,6 +391,10 @@ impl Topology {
                     .collect()
             })
             .unwrap_or_default();
+        let data_offset = read_small(&dir.join("offset"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .and_then(|sectors| sectors.checked_mul(512));
         let target = fs::canonicalize(dir.join("block"))
             .ok()
             .and_then(|block| {
@@ -401,6 +406,7 @@ impl Topology {
             name,
             slot,
             state,
+            data_offset,
             target,
         }
     }

@@ -179,6 +179,7 @@ impl Backing for EngineBacking {
                             offset: self.base,
                             len: self.len,
                             source: rustix::io::Errno::BUSY,
+                            member: None,
                         });
                     }
                     std::thread::sleep(std::time::Duration::from_millis(5));

@@ -41,6 +41,7 @@
 //! [`asyncio`] are built on the core and take it, not the engine;
 //! [`engine`] is the face that owns them all.
 
+pub(crate) mod array;
 pub mod asyncio;
 pub mod calibrate;
 pub mod core;

@@ -12,6 +12,7 @@ use std::{
 };
 
 use super::{
+    array::ArrayLayout,
     exec::extents,
     plan::{
         ArrayFacts, MemoryFacts, NamespaceFacts, P2pSubmit, PathChoice, PathPref, StorageFacts,
@@ -50,6 +51,9 @@ pub struct StorageFile {
     /// The md array it is on, if any, and the paths of the members in its
     /// layout (every path of a multipath member).
     pub(crate) array: Option<(ArrayFacts, Vec<NvmePath>)>,
+    /// An md array opened as a block device: its layout, to name the
+    /// member an I/O error came from.
+    pub(crate) layout: Option<ArrayLayout>,
     /// Why NVMe commands cannot address the namespace, if they cannot.
     pub(crate) nvme_cmd_refusal: Option<NvmeCmdRefusal>,
     /// Byte offset of the block device (the partition) on its disk.
@@ -131,6 +135,7 @@ impl StorageFile {
             offset: 0,
             len: 0,
             source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+            member: None,
         };
         let buffered = options.open(&path).map_err(|e| io("open", e))?;
         let same = buffered.metadata().map_err(|e| io("stat", e))?;
@@ -141,6 +146,7 @@ impl StorageFile {
                 offset: 0,
                 len: 0,
                 source: rustix::io::Errno::ISDIR,
+                member: None,
             });
         }
         let direct = options
@@ -198,6 +204,10 @@ impl StorageFile {
                 };
                 Some((facts, t.io_paths()))
             }),
+            layout: t
+                .as_ref()
+                .filter(|_| !is_file)
+                .and_then(|t| ArrayLayout::of(&t.disk, t.md.as_ref()?)),
             nvme_cmd_refusal: t.as_ref().and_then(StorageTarget::nvme_cmd_refusal),
             dev_start: t.as_ref().map_or(0, StorageTarget::partition_offset),
             key: DeviceKey::of(&disk),
@@ -228,6 +238,7 @@ impl StorageFile {
             ns: None,
             multipath: Vec::new(),
             array: None,
+            layout: None,
             nvme_cmd_refusal: None,
             dev_start: 0,
             disk: DiskFacts::default(),
@@ -354,6 +365,7 @@ impl StorageFile {
                 offset,
                 len,
                 source: rustix::io::Errno::BUSY,
+                member: None,
             });
         }
         self.lock_range(offset, len, true)?;
@@ -380,6 +392,7 @@ impl StorageFile {
             offset,
             len,
             source,
+            member: None,
         };
         let shadow = offset
             .checked_add(CLAIM_SHADOW)
@@ -437,6 +450,7 @@ impl StorageFile {
                 offset: 0,
                 len: 0,
                 source: rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
+                member: None,
             })?;
         let f = Arc::new(f);
         g[usize::from(write)] = Some(f.clone());
@@ -564,6 +578,10 @@ impl StorageFile {
             offset,
             len,
             source: e,
+            member: self
+                .layout
+                .as_ref()
+                .map(|l| l.blame(offset, len, op.contains("read"))),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! `p2pdma-ctl doctor` (can this machine move data between a storage path
-//! and an accelerator by P2P, and if not, why) and `p2pdma-ctl list --all`
-//! (accelerators, NVMe namespaces and P2P memory providers).
+//! and an accelerator by P2P, and if not, why), `p2pdma-ctl list --all`
+//! (accelerators, NVMe namespaces and P2P memory providers) and
+//! `p2pdma-ctl describe` (what is behind a storage path: a namespace, the
+//! paths of a multipath one, an md array's layout and members).
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -74,6 +76,64 @@ fn namespace_line(t: &StorageTarget) -> String {
         s.push_str(&format!(", generic {}", g.display()));
     }
     s
+}
+
+/// `describe PATH`: the storage behind `path` as discovery resolves it.
+pub fn describe(
+    path: &std::path::Path,
+    json: bool,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let t = Topology::new()
+        .resolve(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if json {
+        println!("{}", t.to_json());
+        return Ok(ExitCode::SUCCESS);
+    }
+    if t.disk_path != path {
+        println!("{} is on {}", path.display(), t.disk_path.display());
+    }
+    match &t.md {
+        None => println!("{}", namespace_line(&t)),
+        Some(md) => {
+            let chunk = match md.chunk_bytes {
+                0 => String::new(),
+                c => format!(", {} chunks", bytes_mib(c)),
+            };
+            println!(
+                "{}: md array {}{chunk}, {} member{} in its layout, {}{}",
+                t.disk_path.display(),
+                if md.level.is_empty() {
+                    "(not assembled)"
+                } else {
+                    &md.level
+                },
+                md.raid_disks.unwrap_or(0),
+                if md.raid_disks == Some(1) { "" } else { "s" },
+                md.state.as_deref().unwrap_or("state unknown"),
+                match md.degraded {
+                    Some(d) if d > 0 => format!(", degraded ({d} missing)"),
+                    _ => String::new(),
+                }
+            );
+            for m in &md.members {
+                let slot = m.slot.map_or("spare".to_string(), |s| format!("slot {s}"));
+                let data = m
+                    .data_offset
+                    .map(|o| format!(", data at {}", bytes_mib(o)))
+                    .unwrap_or_default();
+                let under = match &m.target {
+                    Some(t) => format!(": {}", namespace_line(t)),
+                    None => ": its device is gone".to_string(),
+                };
+                println!("  {slot}  {} ({}){data}{under}", m.name, m.state.join(","));
+            }
+        }
+    }
+    for p in &t.multipath {
+        println!("  path {p}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn provider_line(p: &P2pmemProvider) -> String {

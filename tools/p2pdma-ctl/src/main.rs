@@ -50,6 +50,14 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Describe a storage path as the library sees it: the namespace and
+    /// controller behind it, the paths of a multipath namespace, or an md
+    /// array's level, chunk size, state and members (slot, state, data
+    /// offset, controller and PCI function).
+    Describe {
+        /// A file, a block device (/dev/nvme0n1, /dev/md0) or a partition.
+        path: PathBuf,
+    },
     /// Allocate accelerator memory (ALLOC), optionally map, fill and verify
     /// it, print it, and free it on exit.
     Alloc {
@@ -348,6 +356,9 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
     if let Cmd::List { all: true } = &cli.cmd {
         return Ok(doctor::list_all(&cli.node, cli.json));
     }
+    if let Cmd::Describe { path } = &cli.cmd {
+        return doctor::describe(path, cli.json);
+    }
     if let Cmd::Bench(args) = &cli.cmd {
         bench::run(args, cli.json)?;
         return Ok(ExitCode::SUCCESS);
@@ -555,6 +566,7 @@ fn run(cli: &Cli) -> Result<ExitCode, Box<dyn StdError>> {
         | Cmd::Doctor(_)
         | Cmd::Copy(_)
         | Cmd::Calibrate(_)
+        | Cmd::Describe { .. }
         | Cmd::Store(_) => {}
     }
     Ok(ExitCode::SUCCESS)

@@ -713,11 +713,13 @@ fn md_array(f: &FakeSys, level: &str, chunk: &str, members: &[(&str, &str, &str,
     f.file(&format!("{md0}/md/level"), &format!("{level}\n"));
     f.file(&format!("{md0}/md/chunk_size"), &format!("{chunk}\n"));
     f.file(&format!("{md0}/md/raid_disks"), "2\n");
+    f.file(&format!("{md0}/md/layout"), "258\n");
     f.file(&format!("{md0}/md/degraded"), "0\n");
     f.file(&format!("{md0}/md/array_state"), "clean\n");
     for (name, dir, slot, state) in members {
         f.file(&format!("{md0}/md/dev-{name}/slot"), &format!("{slot}\n"));
         f.file(&format!("{md0}/md/dev-{name}/state"), &format!("{state}\n"));
+        f.file(&format!("{md0}/md/dev-{name}/offset"), "2048\n");
         f.link(&format!("{md0}/md/dev-{name}/block"), dir);
         f.link(&format!("{md0}/slaves/{name}"), dir);
     }
@@ -773,6 +775,8 @@ fn an_md_array_knows_its_level_chunk_and_members_down_to_their_controllers() {
         ("raid0", 524288, Some(2), Some(0))
     );
     assert_eq!(md.state.as_deref(), Some("clean"));
+    assert_eq!(md.layout, Some(258));
+    assert_eq!(md.members[0].data_offset, Some(1 << 20));
     // In slot order, then the others by name.
     let names: Vec<_> = md.members.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["nvme0n1p1", "nvme1n1", "nvme1n3", "nvme1n4"]);
@@ -813,7 +817,7 @@ fn an_md_array_knows_its_level_chunk_and_members_down_to_their_controllers() {
     assert_eq!(
         j["md"]["members"][1],
         serde_json::json!({
-            "name": "nvme1n1", "slot": 1, "state": ["in_sync"],
+            "name": "nvme1n1", "slot": 1, "state": ["in_sync"], "data_offset": 1048576,
             "controller": "nvme1", "pci": "0000:07:00.0", "is_nvme": true,
         })
     );

@@ -262,6 +262,7 @@ impl Strided<'_> {
                         len: 0,
                         source: rustix::io::Errno::from_io_error(&e)
                             .unwrap_or(rustix::io::Errno::IO),
+                        member: None,
                     })?;
                 Some(store.path().to_path_buf())
             }

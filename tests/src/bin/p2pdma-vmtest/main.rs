@@ -191,6 +191,9 @@ struct EngineArgs {
     /// chosen, and must not be redone on the bounce path.
     #[arg(long)]
     expect_errno: Option<String>,
+    /// With `--expect-errno`: text the error must contain (each).
+    #[arg(long)]
+    expect_error: Vec<String>,
     /// With `--expect-errno`: the NVMe status the error must keep, as
     /// `(SCT << 8) | SC` (0x281: Unrecovered Read Error).
     #[arg(long, value_parser = parse_hex)]
@@ -309,6 +312,9 @@ fn expect_failure(
     };
     if e.errno() != Some(want_errno) {
         return Err(format!("expected {want}, the transfer failed with: {e}"));
+    }
+    if let Some(text) = x.expect_error.iter().find(|t| !e.to_string().contains(*t)) {
+        return Err(format!("the error does not say {text:?}: {e}"));
     }
     if let Some(status) = x.expect_nvme_status {
         match e.nvme_status() {
