@@ -244,8 +244,9 @@ unsafe extern "C" fn member_controller(ctrl: *mut bindings::device, data: *mut c
     unsafe { bindings::device_for_each_child(ctrl, data, Some(member_disk)) }
 }
 
-/// `device_for_each_child` callback over a controller's children and a
-/// disk's (its partitions): nonzero, and the match marked, for a member.
+/// `device_for_each_child` callback over a controller's children (its
+/// disks): nonzero, and the match marked, for a member or a disk with a
+/// partition that is one.
 ///
 /// # Safety
 ///
@@ -253,32 +254,25 @@ unsafe extern "C" fn member_controller(ctrl: *mut bindings::device, data: *mut c
 /// `device_for_each_child`, not otherwise borrowed.
 unsafe extern "C" fn member_disk(dev: *mut bindings::device, data: *mut c_void) -> c_int {
     // SAFETY: See the function's safety section.
-    let m = unsafe { &mut *data.cast::<MemberMatch>() };
-    // SAFETY: `dev` is live; its name is a NUL-terminated string, and the
-    // `slaves` node lives as long as the stacked disk the caller holds.
-    let kn = unsafe {
-        bindings::kernfs_find_and_get_ns(m.slaves, bindings::dev_name(dev), core::ptr::null())
-    };
-    if !kn.is_null() {
-        // SAFETY: Drops the reference the lookup took.
-        unsafe { bindings::kernfs_put(kn) };
-        m.found = true;
+    if unsafe { named_member(dev, data) } != 0 {
         return 1;
     }
-    // A partition of this disk may be the member.
     // SAFETY: As above.
-    unsafe { bindings::device_for_each_child(dev, data, Some(member_partition)) }
+    unsafe { bindings::device_for_each_child(dev, data, Some(named_member)) }
 }
 
-/// [`member_disk`] for a disk's children, one level down only.
+/// `device_for_each_child` callback over a disk's children (its
+/// partitions), and the check of a disk itself: nonzero, and the match
+/// marked, when `dev` is named in the stacked disk's `slaves` directory.
 ///
 /// # Safety
 ///
 /// As for [`member_disk`].
-unsafe extern "C" fn member_partition(dev: *mut bindings::device, data: *mut c_void) -> c_int {
+unsafe extern "C" fn named_member(dev: *mut bindings::device, data: *mut c_void) -> c_int {
     // SAFETY: See the function's safety section.
     let m = unsafe { &mut *data.cast::<MemberMatch>() };
-    // SAFETY: As in `member_disk`.
+    // SAFETY: `dev` is live; its name is a NUL-terminated string, and the
+    // `slaves` node lives as long as the stacked disk the caller holds.
     let kn = unsafe {
         bindings::kernfs_find_and_get_ns(m.slaves, bindings::dev_name(dev), core::ptr::null())
     };

@@ -56,4 +56,4 @@ for lib in $(ldd "$ir/sbin/mdadm" "$ir/sbin/mke2fs" 2>/dev/null | awk '/=> \//{p
 	mkdir -p "$ir$(dirname "$lib")"
 	cp -L "$lib" "$ir$lib"
 done
-log "guest tools: $("$x/sbin/mdadm" --version 2>&1 | head -n 1), $("$mke2fs" -V 2>&1 | head -n 1)"
+log "guest tools: $("$x/sbin/mdadm" --version 2>&1 | sed -n 1p), $("$mke2fs" -V 2>&1 | sed -n 1p)"

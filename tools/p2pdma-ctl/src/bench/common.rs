@@ -80,9 +80,10 @@ pub struct BenchArgs {
     pub max_ios: usize,
 }
 
+/// The median of `v`; NaN when it is empty.
 pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 pub(super) fn gib_s(bytes: u64, d: Duration) -> f64 {

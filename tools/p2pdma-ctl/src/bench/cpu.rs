@@ -90,8 +90,14 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let mut runs: Vec<[Vec<f64>; 3]> = cases.iter().map(|_| Default::default()).collect();
     let mut ran_as = vec![String::new(); cases.len()];
+    // Paths the storage does not have (NVMe commands on an md array, say)
+    // are left out, with the reason.
+    let mut absent: Vec<Option<String>> = vec![None; cases.len()];
     for round in 0..ROUNDS {
         for (i, e) in engines.iter().enumerate() {
+            if absent[i].is_some() {
+                continue;
+            }
             if round == 0 {
                 // The data each path lands must be the namespace's.
                 let poison = vec![0xA5u8; 1 << 20];
@@ -99,7 +105,13 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                     let n = poison.len().min(len - off);
                     mem.write_at(off, &poison[..n]).map_err(|e| e.to_string())?;
                 }
-                let report = e.read(&file, 0, range).map_err(|e| e.to_string())?;
+                let report = match e.read(&file, 0, range) {
+                    Err(p2pdma::Error::PathUnavailable { reason, .. }) => {
+                        absent[i] = Some(reason);
+                        continue;
+                    }
+                    r => r.map_err(|e| e.to_string())?,
+                };
                 let mut got = vec![0u8; len];
                 mem.read_at(0, &mut got).map_err(|e| e.to_string())?;
                 if let Some(at) = got.iter().zip(&want).position(|(g, w)| g != w) {
@@ -147,6 +159,11 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         })
         .collect();
     for (i, c) in cases.iter().enumerate() {
+        if let Some(why) = &absent[i] {
+            println!("  {:30} not available: {why}", c.name);
+            rows.insert(c.name.to_string(), json!({ "not_available": why }));
+            continue;
+        }
         let [p, m, g] = med[i];
         println!("  {:30} {p:15.3} {m:18.3} {g:9.3}   {}", c.name, ran_as[i]);
         rows.insert(
@@ -160,6 +177,9 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     let bounce = med[cases.len() - 1];
     println!("  ratio to bounce (machine CPU, process CPU); the goal is <= 0.5");
     for (i, c) in cases.iter().enumerate().take(cases.len() - 1) {
+        if absent[i].is_some() {
+            continue;
+        }
         let r = |k: usize| {
             if bounce[k] > 0.0 {
                 med[i][k] / bounce[k]
