@@ -140,6 +140,10 @@ check ctl-copy-from-raid10 p2pdma-ctl copy /dev/md3 accel:0 --offset $((4 * M + 
 check_held raid10-auto-read-p2p p2pdma-vmtest engine-read --nvme /dev/md3 --array-layout "$L" \
 	--offset $((4 * M + 1000)) --len $((3 * M)) --mem-offset 1000 --expect-path p2p \
 	--expect-reason "P2P on every member of md array md3 (raid10), $every" --hold
+# Degraded: with one member failed, every chunk's other copy serves it.
+check raid10-fail-member mdadm /dev/md3 --fail "$M1"
+check_held raid10-degraded-read p2pdma-vmtest engine-read --nvme /dev/md3 --array-layout "$L" \
+	--offset $((4 * M + 4096)) --len $((2 * M)) --mem-offset 4096 --expect-path p2p --hold
 stoparray md3
 
 # A mirror with a leg P2P cannot reach (the member outside the switch):

@@ -148,7 +148,6 @@ impl ArrayLayout {
     pub(crate) fn blame(&self, offset: u64, len: u64, read: bool) -> String {
         let pieces = self.pieces(offset, len);
         let mut slots: Vec<usize> = pieces.iter().map(|p| p.slot).collect();
-        slots.dedup();
         slots.sort_unstable();
         slots.dedup();
         let legs = || {
@@ -169,7 +168,7 @@ impl ArrayLayout {
                 let Some(leg) = &self.legs[p.slot] else {
                     continue;
                 };
-                if let Err(e) = probe(&leg.name, p.at, p.len.min(PROBE_MAX)) {
+                if let Some(e) = probe(&leg.name, p.at, p.len.min(PROBE_MAX)) {
                     return format!(
                         "member {} (slot {}) of md array {} fails to read its bytes {}..{}: {e}",
                         leg.name,
@@ -211,9 +210,11 @@ fn gone_or_not_live(name: &str) -> Option<String> {
 }
 
 /// Reads `len` bytes at `at` of the member `name` again, past its page
-/// cache, to see whether the member itself fails them.
-fn probe(name: &str, at: u64, len: u64) -> std::io::Result<()> {
-    let f = File::open(Path::new("/dev").join(name))?;
+/// cache, to see whether the member itself fails them: its error, or
+/// `None` when it reads them, or when it cannot be asked (a caller without
+/// access to the member's device node).
+fn probe(name: &str, at: u64, len: u64) -> Option<std::io::Error> {
+    let f = File::open(Path::new("/dev").join(name)).ok()?;
     // Cached pages would answer without the device.
     let _ = rustix::fs::fadvise(
         &f,
@@ -222,7 +223,7 @@ fn probe(name: &str, at: u64, len: u64) -> std::io::Result<()> {
         rustix::fs::Advice::DontNeed,
     );
     let mut buf = vec![0u8; len as usize];
-    f.read_exact_at(&mut buf, at)
+    f.read_exact_at(&mut buf, at).err()
 }
 
 #[cfg(test)]
