@@ -6,7 +6,7 @@ use std::{fs::File, os::unix::fs::FileExt, sync::Arc, time::Instant};
 
 use p2pdma::{
     memory::{DeviceMemory, ModuleMemory},
-    transfer::{Config, Engine, P2pSubmit, PathPref, StorageFile},
+    transfer::{Config, Engine, P2pSubmit, PageCache, PathPref, StorageFile},
     MemRange, Module,
 };
 use serde_json::{json, Value};
@@ -69,6 +69,10 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                     chunk: Some(a.bs as usize),
                     depth: Some(a.depth),
                     p2p_submit: c.submit,
+                    // The device paths themselves: the bytes were just read
+                    // through the page cache (the reference), which AUTO
+                    // would copy from instead.
+                    page_cache: PageCache::Direct,
                     ..Config::default()
                 },
                 Some(module.clone()),
