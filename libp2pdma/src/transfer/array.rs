@@ -293,4 +293,16 @@ mod tests {
         );
         assert_eq!(ArrayLayout::of("md5", &md("raid0", Some(0), 2, 1000)), None);
     }
+
+    #[test]
+    fn blame_names_a_member_whose_device_is_gone() {
+        let mut a = md("raid0", Some(0), 2, 65536);
+        a.members[1].name = "p2pdma-test-no-such-disk".into();
+        let l = ArrayLayout::of("md9", &a).unwrap();
+        // Bytes 64 KiB.. are the second member's.
+        assert_eq!(
+            l.blame(65536, 4096, true),
+            "member p2pdma-test-no-such-disk (slot 1) of md array md9: its device is gone"
+        );
+    }
 }
