@@ -117,22 +117,9 @@ impl Peer {
             head,
             peers,
         };
-        let mut pdev = core::ptr::null_mut();
-        loop {
-            // SAFETY: Drops the reference on the previous device (if any)
-            // and returns the next one referenced, or NULL after the last.
-            pdev = unsafe {
-                bindings::pci_get_device(
-                    bindings::PCI_ANY_ID as u32,
-                    bindings::PCI_ANY_ID as u32,
-                    pdev,
-                )
-            };
-            if pdev.is_null() {
-                break;
-            }
-            // SAFETY: `pdev` is referenced; `m` outlives the call, which
-            // passes it to the callback only.
+        each_pci_function(|pdev| {
+            // SAFETY: `pdev` is referenced for the call; `m` outlives it,
+            // which passes it to the callback only.
             unsafe {
                 bindings::device_for_each_child(
                     &raw mut (*pdev).dev,
@@ -140,12 +127,8 @@ impl Peer {
                     Some(mpath_controller),
                 )
             };
-            if m.peers.len() >= MAX_PATHS {
-                // SAFETY: Drops the reference `pci_get_device` took.
-                unsafe { bindings::pci_dev_put(pdev) };
-                break;
-            }
-        }
+            m.peers.len() < MAX_PATHS
+        });
         if m.peers.is_empty() {
             return Err(ENXIO);
         }
@@ -173,21 +156,12 @@ fn members(slaves: *mut bindings::kobject, peers: KVec<Peer>) -> Result<KVec<Pee
         slaves: unsafe { (*slaves).sd },
         peers,
         found: false,
-        overflow: false,
     };
-    let mut pdev = core::ptr::null_mut();
-    loop {
-        // SAFETY: Drops the reference on the previous device (if any) and
-        // returns the next one referenced, or NULL after the last.
-        pdev = unsafe {
-            bindings::pci_get_device(bindings::PCI_ANY_ID as u32, bindings::PCI_ANY_ID as u32, pdev)
-        };
-        if pdev.is_null() {
-            break;
-        }
+    let mut overflow = false;
+    each_pci_function(|pdev| {
         m.found = false;
-        // SAFETY: `pdev` is referenced; `m` outlives the call, which passes
-        // it to the callbacks only.
+        // SAFETY: `pdev` is referenced for the call; `m` outlives it,
+        // which passes it to the callbacks only.
         unsafe {
             bindings::device_for_each_child(
                 &raw mut (*pdev).dev,
@@ -196,29 +170,51 @@ fn members(slaves: *mut bindings::kobject, peers: KVec<Peer>) -> Result<KVec<Pee
             )
         };
         if !m.found {
-            continue;
+            return true;
+        }
+        if m.peers.len() >= MAX_PATHS {
+            overflow = true;
+            return false;
         }
         // SAFETY: `pdev` is referenced; the reference taken is the peer's.
-        let peer = unsafe { Peer::from_raw(bindings::pci_dev_get(pdev)) };
-        if m.peers.len() >= MAX_PATHS {
-            m.overflow = true;
-        } else if let Some(peer) = peer {
+        if let Some(peer) = unsafe { Peer::from_raw(bindings::pci_dev_get(pdev)) } {
             // Within the capacity reserved for `MAX_PATHS`: no allocation.
             let _ = m.peers.push(peer, GFP_KERNEL);
         }
-        if m.overflow {
-            // SAFETY: Drops the reference `pci_get_device` took.
-            unsafe { bindings::pci_dev_put(pdev) };
-            break;
-        }
-    }
-    if m.overflow {
+        true
+    });
+    if overflow {
         return Err(EOPNOTSUPP);
     }
     if m.peers.is_empty() {
         return Err(ENXIO);
     }
     Ok(m.peers)
+}
+
+/// Calls `f` with each PCI function of the machine, referenced for the
+/// call, until it returns `false`.
+fn each_pci_function(mut f: impl FnMut(*mut bindings::pci_dev) -> bool) {
+    let mut pdev = core::ptr::null_mut();
+    loop {
+        // SAFETY: Drops the reference on the previous device (if any) and
+        // returns the next one referenced, or NULL after the last.
+        pdev = unsafe {
+            bindings::pci_get_device(
+                bindings::PCI_ANY_ID as u32,
+                bindings::PCI_ANY_ID as u32,
+                pdev,
+            )
+        };
+        if pdev.is_null() {
+            return;
+        }
+        if !f(pdev) {
+            // SAFETY: Drops the reference `pci_get_device` took.
+            unsafe { bindings::pci_dev_put(pdev) };
+            return;
+        }
+    }
 }
 
 /// The stacked device's members being looked for, and the PCI functions
@@ -229,7 +225,6 @@ struct MemberMatch {
     peers: KVec<Peer>,
     /// The PCI function being walked has a member.
     found: bool,
-    overflow: bool,
 }
 
 /// `device_for_each_child` callback over a PCI function's children (an
