@@ -168,14 +168,15 @@ impl ArrayLayout {
                 let Some(leg) = &self.legs[p.slot] else {
                     continue;
                 };
-                if let Some(e) = probe(&leg.name, p.at, p.len.min(PROBE_MAX)) {
+                let len = p.len.min(PROBE_MAX);
+                if let Some(e) = probe(&leg.name, p.at, len) {
                     return format!(
                         "member {} (slot {}) of md array {} fails to read its bytes {}..{}: {e}",
                         leg.name,
                         p.slot,
                         self.name,
                         p.at,
-                        p.at + p.len.min(PROBE_MAX)
+                        p.at + len
                     );
                 }
             }

@@ -10,17 +10,7 @@ fn pci(s: &str) -> PciAddress {
 #[test]
 fn whole_nvme_namespace_resolves_to_controller_and_pci_function() {
     let f = FakeSys::machine();
-    let t = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme0n1"),
-            DevNum {
-                major: 259,
-                minor: 0,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let t = resolve_nvme0n1(&f);
     assert_eq!(t.kind, TargetKind::BlockDevice);
     assert_eq!(t.disk, "nvme0n1");
     assert_eq!(t.disk_path, f.root().join("dev/nvme0n1"));
@@ -725,6 +715,20 @@ fn md_array(f: &FakeSys, level: &str, chunk: &str, members: &[(&str, &str, &str,
     }
 }
 
+/// The fake machine's first namespace, `/dev/nvme0n1` (259:0).
+fn resolve_nvme0n1(f: &FakeSys) -> StorageTarget {
+    f.topology()
+        .resolve_block(
+            Path::new("/dev/nvme0n1"),
+            DevNum {
+                major: 259,
+                minor: 0,
+            },
+            TargetKind::BlockDevice,
+        )
+        .unwrap()
+}
+
 fn resolve_md0(f: &FakeSys) -> StorageTarget {
     f.topology()
         .resolve_block(
@@ -848,17 +852,7 @@ fn an_md_array_with_a_member_that_is_not_nvme_is_not_nvme_storage() {
     assert_eq!(paths, ["nvme0n1"]);
 
     // Other disks are no arrays.
-    let topo = f.topology();
-    let ns = topo
-        .resolve_block(
-            Path::new("/dev/nvme0n1"),
-            DevNum {
-                major: 259,
-                minor: 0,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let ns = resolve_nvme0n1(&f);
     assert_eq!(ns.md, None);
     assert!(ns.to_json()["md"].is_null());
 }
