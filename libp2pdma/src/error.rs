@@ -170,6 +170,13 @@ pub enum Error {
     },
 }
 
+/// What a panic's payload says, when it is text.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> Option<String> {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+}
+
 impl Error {
     /// The errno behind the error, if there is one. An NVMe status has the
     /// errno the kernel's block layer gives the same status

@@ -4,13 +4,15 @@
 # configuration (the system's sources and packages untouched; apt checks the
 # package against the signed index), and the host's mke2fs (e2fsprogs, which
 # setup-host.sh installs), each with the loader and the libraries it links
-# against.
+# against. With "fio", the host's fio too (setup-host.sh installs it), for
+# the bench suite's comparisons.
 #
-#   guest-tools.sh INITRAMFS_DIR
+#   guest-tools.sh INITRAMFS_DIR [fio]
 # shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
-ir=${1:?usage: guest-tools.sh INITRAMFS_DIR}
+ir=${1:?usage: guest-tools.sh INITRAMFS_DIR [fio]}
+with_fio=${2:-}
 d="$P2PDMA_CACHE/apt-bookworm"
 
 # The newest (by name) downloaded mdadm package in $d, or nothing.
@@ -52,8 +54,14 @@ cp /etc/mke2fs.conf "$ir/etc/" 2>/dev/null || true
 # arrays by scanning the devices the suite names.
 printf 'CREATE owner=root group=root mode=0600\nDEVICE /dev/nvme*n*\n' >"$ir/etc/mdadm/mdadm.conf"
 
-for lib in $(ldd "$ir/sbin/mdadm" "$ir/sbin/mke2fs" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | sort -u); do
+bins=("$ir/sbin/mdadm" "$ir/sbin/mke2fs")
+if [ "$with_fio" = fio ]; then
+	fio=$(command -v fio) || die "no fio on the host (tools/rig/setup-host.sh installs it)"
+	cp "$fio" "$ir/bin/fio"
+	bins+=("$ir/bin/fio")
+fi
+for lib in $(ldd "${bins[@]}" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | sort -u); do
 	mkdir -p "$ir$(dirname "$lib")"
 	cp -L "$lib" "$ir$lib"
 done
-log "guest tools: $("$x/sbin/mdadm" --version 2>&1 | sed -n 1p), $("$mke2fs" -V 2>&1 | sed -n 1p)"
+log "guest tools: $("$x/sbin/mdadm" --version 2>&1 | sed -n 1p), $("$mke2fs" -V 2>&1 | sed -n 1p)${fio:+, $("$fio" --version)}"

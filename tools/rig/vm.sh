@@ -92,9 +92,12 @@ if [ "$suite" = python ]; then
 	cp "$P2PDMA_ROOT"/tests/vm/python_checks.py "$ir/suite/"
 	"$P2PDMA_ROOT/tools/rig/guest-python.sh" "$ir"
 fi
-# The arrays suite builds md arrays and file systems on them.
+# The arrays suite builds md arrays and file systems on them; the bench
+# suite builds arrays too, and measures them against fio.
 if [ "$suite" = arrays ]; then
 	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir"
+elif [ "$suite" = bench ]; then
+	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir" fio
 fi
 mkdir -p "$ir/tests"
 for t in "$P2PDMA_ROOT"/target/guest-tests/*; do
@@ -161,17 +164,17 @@ if [ "$topology" != noswitch ]; then
 	"$musl/p2pdma-rigdata" make-image "$out/vfio.img" 64 --pattern-offset $((128 << 20))
 	"$musl/p2pdma-rigdata" make-image "$out/vfio4k.img" 16 --pattern-offset $((192 << 20))
 fi
-# The array members' namespaces (arrays and bench suites, switch): the rig
-# content from 256 MiB on, 32 MiB further for each, so that every member's
-# bytes differ from every other image's.
+# The array members' namespaces (arrays and bench suites, switch), 96 MiB
+# each: the rig content from 256 MiB on, each image's right after the one
+# before, so that no two images hold the same bytes anywhere.
 members=0
 if [ "$topology" = switch ] && { [ "$suite" = arrays ] || [ "$suite" = bench ]; }; then
 	members=1
 	for i in 0 1 2 3; do
-		"$musl/p2pdma-rigdata" make-image "$out/m$i.img" 64 --pattern-offset $(((256 + 32 * i) << 20))
+		"$musl/p2pdma-rigdata" make-image "$out/m$i.img" 96 --pattern-offset $(((256 + 96 * i) << 20))
 	done
-	"$musl/p2pdma-rigdata" make-image "$out/out.img" 64 --pattern-offset $((384 << 20))
-	"$musl/p2pdma-rigdata" make-image "$out/mbad.img" 64 --pattern-offset $((416 << 20))
+	"$musl/p2pdma-rigdata" make-image "$out/out.img" 96 --pattern-offset $((640 << 20))
+	"$musl/p2pdma-rigdata" make-image "$out/mbad.img" 96 --pattern-offset $((736 << 20))
 	cat >"$out/mbad-blkdebug.conf" <<'BLKDEBUG'
 [inject-error]
 event = "read_aio"

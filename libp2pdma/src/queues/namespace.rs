@@ -290,7 +290,7 @@ impl Namespace {
             .and_then(|d| d.dma_target())
             .map(|t| (t.ptr as usize + middle.offset()) % 4)
         {
-            Some(0) => self.direct(write, a0, middle, issued)?,
+            Some(0) => self.direct_one(write, a0, middle, issued)?,
             _ => self.staged(write, a0, middle, issued)?,
         };
         if end > a1 {
@@ -299,15 +299,74 @@ impl Namespace {
         Ok(n)
     }
 
+    /// Several runs between the namespace and one memory range, as one
+    /// transfer: each of `runs` is a byte offset on the namespace, an
+    /// offset in `range` and a length. Runs of whole blocks whose memory is
+    /// dword aligned move by DMA with the memory itself, mapped for the
+    /// controller once for them all, their commands in flight together;
+    /// the others (at most the two ends of a striped transfer) as
+    /// [`Namespace::transfer`] moves them. The commands it took; an error
+    /// only after every command it submitted has ended.
+    pub(crate) fn transfer_runs(
+        &self,
+        write: bool,
+        range: MemRange<'_>,
+        runs: &[(u64, usize, usize)],
+        issued: Option<&Issued>,
+    ) -> Result<u64> {
+        let bs = self.bs();
+        let ptr = range
+            .mem()
+            .dma()
+            .and_then(|d| d.dma_target())
+            .map(|t| t.ptr as usize + range.offset());
+        let (whole, rest): (Vec<&(u64, usize, usize)>, Vec<_>) =
+            runs.iter().partition(|&&(at, off, n)| {
+                at.is_multiple_of(bs)
+                    && (n as u64).is_multiple_of(bs)
+                    && n > 0
+                    && ptr.is_some_and(|p| (p + off).is_multiple_of(4))
+            });
+        let mut n = 0;
+        if let (Some(lo), Some(hi)) = (
+            whole.iter().map(|r| r.1).min(),
+            whole.iter().map(|r| r.1 + r.2).max(),
+        ) {
+            let span = range.sub(lo, hi - lo)?;
+            let shifted: Vec<_> = whole
+                .iter()
+                .map(|&&(at, off, n)| (at, off - lo, n))
+                .collect();
+            n += self.direct(write, span, &shifted, issued)?;
+        }
+        for &(at, off, len) in rest {
+            n += self.transfer(write, at, range.sub(off, len)?, issued)?;
+        }
+        Ok(n)
+    }
+
     /// The block-aligned bytes at `offset`, by DMA between the namespace
-    /// and the memory of `range` itself; through staging when the module
+    /// and the memory of `range` itself.
+    fn direct_one(
+        &self,
+        write: bool,
+        offset: u64,
+        range: MemRange<'_>,
+        issued: Option<&Issued>,
+    ) -> Result<u64> {
+        self.direct(write, range, &[(offset, 0, range.len())], issued)
+    }
+
+    /// Runs of whole blocks (namespace byte offset, offset in `range`,
+    /// length), by DMA between the namespace and the memory of `range`
+    /// itself, mapped once for them all; through staging when the module
     /// will not map the memory for the controller (memory the controller
     /// cannot reach by P2P, say), which is found out before any command.
     fn direct(
         &self,
         write: bool,
-        offset: u64,
         range: MemRange<'_>,
+        runs: &[(u64, usize, usize)],
         issued: Option<&Issued>,
     ) -> Result<u64> {
         let access = if write {
@@ -315,7 +374,7 @@ impl Namespace {
         } else {
             PeerAccess::WriteOnly
         };
-        let (mem, len) = (range.mem(), range.len());
+        let mem = range.mem();
         // Registered memory's mapping covers it all; other memory is mapped
         // for this transfer.
         let kept = self.registration(mem);
@@ -323,10 +382,14 @@ impl Namespace {
         let (mapped, base): (&Mapped<'_>, usize) = match &kept {
             Some(k) => (k, range.offset()),
             None => {
-                fresh = match self.ctrl.map(mem, range.offset(), len, access) {
+                fresh = match self.ctrl.map(mem, range.offset(), range.len(), access) {
                     Ok(m) => m,
                     Err(e) if e.bounce_can_fix() => {
-                        return self.staged(write, offset, range, issued)
+                        let mut n = 0;
+                        for &(at, off, len) in runs {
+                            n += self.staged(write, at, range.sub(off, len)?, issued)?;
+                        }
+                        return Ok(n);
                     }
                     Err(e) => return Err(e),
                 };
@@ -334,15 +397,17 @@ impl Namespace {
             }
         };
         let mut cmds = Vec::new();
-        for (done, n) in cut(len, self.bs(), self.ctrl.max_transfer()) {
-            let data = mapped.payload(base + done, n)?;
-            let slba = (offset + done as u64) / self.bs();
-            let blocks = (n as u64 / self.bs()) as u32;
-            cmds.push(if write {
-                IoCommand::write(self.info.nsid, slba, blocks, data)
-            } else {
-                IoCommand::read(self.info.nsid, slba, blocks, data)
-            });
+        for &(offset, off, len) in runs {
+            for (done, n) in cut(len, self.bs(), self.ctrl.max_transfer()) {
+                let data = mapped.payload(base + off + done, n)?;
+                let slba = (offset + done as u64) / self.bs();
+                let blocks = (n as u64 / self.bs()) as u32;
+                cmds.push(if write {
+                    IoCommand::write(self.info.nsid, slba, blocks, data)
+                } else {
+                    IoCommand::read(self.info.nsid, slba, blocks, data)
+                });
+            }
         }
         self.run(&cmds, issued)?;
         Ok(cmds.len() as u64)

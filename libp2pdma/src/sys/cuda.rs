@@ -174,10 +174,7 @@ fn status(op: &'static str, f: impl FnOnce() -> CUresult) -> Result<CUresult> {
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "the driver call panicked".into())
+    crate::error::panic_message(p).unwrap_or_else(|| "the driver call panicked".into())
 }
 
 /// [`Error::Cuda`] for an error status.

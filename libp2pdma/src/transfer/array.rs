@@ -53,6 +53,53 @@ struct Piece {
     len: u64,
 }
 
+/// One run of a striped layout's bytes on one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Run {
+    /// Offset in the striped space.
+    pub(crate) from: u64,
+    /// The member's slot.
+    pub(crate) slot: usize,
+    /// Byte offset on the member, from where its striped data starts.
+    pub(crate) at: u64,
+    pub(crate) len: u64,
+}
+
+/// The runs of the `len` bytes at `offset` of a striped layout over `n`
+/// members: chunk `i` of `chunk` bytes (a power of two), copy `c` of
+/// `copies`, lies at position `p = i * copies + c`, on slot `p % n`, row
+/// `p / n` (md's raid0 with equal members, and raid10's near layouts).
+/// Each copy of each run, in order of offset.
+pub(crate) fn stripe_runs(
+    offset: u64,
+    len: u64,
+    chunk: u64,
+    copies: u64,
+    n: u64,
+) -> impl Iterator<Item = Run> {
+    let end = offset.saturating_add(len);
+    let mut at = offset;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let (index, within) = (at / chunk, at % chunk);
+        let run = (chunk - within).min(end - at);
+        let from = at;
+        at += run;
+        Some((0..copies).map(move |copy| {
+            let position = index * copies + copy;
+            Run {
+                from,
+                slot: (position % n) as usize,
+                at: position / n * chunk + within,
+                len: run,
+            }
+        }))
+    })
+    .flatten()
+}
+
 /// Most bytes of one member read again to find which member fails.
 const PROBE_MAX: u64 = 4 << 20;
 
@@ -118,25 +165,13 @@ impl ArrayLayout {
                     len,
                 })
                 .collect(),
-            Stripe::Striped { chunk, copies } => {
-                let (mut at, end) = (offset, offset.saturating_add(len));
-                let mut out = Vec::new();
-                while at < end {
-                    let (index, within) = (at / chunk, at % chunk);
-                    let run = (chunk - within).min(end - at);
-                    for copy in 0..copies {
-                        let position = index * copies + copy;
-                        let (slot, row) = (position % n, position / n);
-                        out.push(Piece {
-                            slot: slot as usize,
-                            at: data(slot) + row * chunk + within,
-                            len: run,
-                        });
-                    }
-                    at += run;
-                }
-                out
-            }
+            Stripe::Striped { chunk, copies } => stripe_runs(offset, len, chunk, copies, n)
+                .map(|r| Piece {
+                    slot: r.slot,
+                    at: data(r.slot as u64) + r.at,
+                    len: r.len,
+                })
+                .collect(),
         }
     }
 

@@ -54,6 +54,7 @@ pub mod stats;
 pub mod storage;
 pub mod strided;
 pub mod tuning;
+pub mod volume;
 pub mod xfer;
 
 pub use crate::queues::Namespace;
@@ -71,4 +72,5 @@ pub use tuning::{
     constants,
     geometry::{self, Geometry},
 };
+pub use volume::Volume;
 pub use xfer::Direction;

@@ -57,11 +57,7 @@ impl Piece {
             mem.write_at(self.at, src)
         }));
         let r = r.unwrap_or_else(|p| {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let what = crate::error::panic_message(p.as_ref()).unwrap_or_else(|| "a panic".into());
             Err(Error::Panicked(format!("copy helper: {what}")))
         });
         // The piece's pointers are not used past this point.

@@ -1,0 +1,433 @@
+//! A volume striped over namespaces of controllers this process drives (the
+//! queues path), which md cannot stack on, having no block device for them.
+//!
+//! A [`Volume`] lays its bytes over its members as md's raid0 does with
+//! equal members: chunk `i` on member `i % n`, at row `i / n` of that
+//! member's data, which starts at the volume's data offset. A transfer is
+//! split into each member's runs; each member's runs go to its own
+//! controller's queues, every member at once (a thread for each member
+//! but the first, which the caller's thread drives), its memory mapped for
+//! the controller once for all its runs. The caller gets one result, after
+//! every member's commands have ended: every byte moved, or the error of
+//! the first member (in volume order) that failed, naming it, with the
+//! volume offset of its run.
+
+use std::{sync::Arc, thread};
+
+use super::array::{stripe_runs, Run};
+use crate::{
+    memory::{DeviceMemory, MemRange},
+    queues::{Issued, Namespace},
+    Error, Result,
+};
+
+/// Most members of one volume.
+pub const MAX_MEMBERS: usize = 64;
+
+/// A volume striped over namespaces this process drives.
+pub struct Volume {
+    name: String,
+    /// Bytes of each chunk, a power of two; the whole member for a volume
+    /// of one.
+    chunk: u64,
+    /// Where the volume's data starts on each member, in bytes.
+    data_offset: u64,
+    members: Vec<Arc<Namespace>>,
+    size: u64,
+    block: u32,
+}
+
+impl std::fmt::Debug for Volume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volume")
+            .field("name", &self.name)
+            .field("chunk", &self.chunk)
+            .field("data_offset", &self.data_offset)
+            .field("members", &self.members)
+            .finish()
+    }
+}
+
+/// What one member failed with, for the error that names it.
+struct MemberError {
+    slot: usize,
+    /// The volume offset and length of the first of the member's runs.
+    from: u64,
+    len: u64,
+    error: Error,
+}
+
+impl Volume {
+    /// One namespace, as it is: the queues path's storage of one member.
+    pub fn single(ns: Arc<Namespace>) -> Self {
+        Self {
+            name: ns.name(),
+            chunk: 0,
+            data_offset: 0,
+            size: ns.size(),
+            block: ns.info().block_size,
+            members: vec![ns],
+        }
+    }
+
+    /// A volume striped over `members` in this order, `chunk` bytes per
+    /// member in turn, from byte `data_offset` of each (which stays the
+    /// caller's: a label, say). `chunk` is a power of two of at least 4 KiB
+    /// and of the largest block size; `data_offset` a multiple of 4 KiB and
+    /// of every block size. Its size is `n` times the smallest member's
+    /// whole chunks after the data offset. Refused: no members, more than
+    /// [`MAX_MEMBERS`], a namespace twice.
+    pub fn striped(members: Vec<Arc<Namespace>>, chunk: u64, data_offset: u64) -> Result<Self> {
+        let bad = |why: String| Err(Error::InvalidArgument(format!("striped volume: {why}")));
+        if members.is_empty() || members.len() > MAX_MEMBERS {
+            return bad(format!(
+                "{} members (1 to {MAX_MEMBERS} are allowed)",
+                members.len()
+            ));
+        }
+        for (i, a) in members.iter().enumerate() {
+            if let Some(b) = members[..i].iter().find(|b| b.name() == a.name()) {
+                return bad(format!("{} is given twice", b.name()));
+            }
+        }
+        let block = members
+            .iter()
+            .map(|m| m.info().block_size)
+            .max()
+            .unwrap_or(512);
+        if !chunk.is_power_of_two() || chunk < 4096 || chunk < u64::from(block) {
+            return bad(format!(
+                "a chunk of {chunk} bytes (a power of two of at least 4096 and of the members' {block}-byte blocks)"
+            ));
+        }
+        if !data_offset.is_multiple_of(4096) || !data_offset.is_multiple_of(u64::from(block)) {
+            return bad(format!(
+                "a data offset of {data_offset} bytes (a multiple of 4096 and of the members' {block}-byte blocks)"
+            ));
+        }
+        let smallest = members.iter().map(|m| m.size()).min().unwrap_or(0);
+        let rows = smallest.saturating_sub(data_offset) / chunk;
+        if rows == 0 {
+            return bad(format!(
+                "the smallest member has {smallest} bytes, not one chunk after the data offset {data_offset}"
+            ));
+        }
+        let names: Vec<String> = members.iter().map(|m| m.name()).collect();
+        Ok(Self {
+            name: format!(
+                "striped volume ({} KiB chunks) over {}",
+                chunk >> 10,
+                names.join(", ")
+            ),
+            chunk,
+            data_offset,
+            size: rows * chunk * members.len() as u64,
+            block,
+            members,
+        })
+    }
+
+    /// How errors and reasons name it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The members, in stripe order.
+    pub fn members(&self) -> &[Arc<Namespace>] {
+        &self.members
+    }
+
+    /// Bytes of each chunk; `None` for a volume of one namespace.
+    pub fn chunk(&self) -> Option<u64> {
+        (self.members.len() > 1).then_some(self.chunk)
+    }
+
+    /// Where the volume's data starts on each member.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The largest of the members' block sizes.
+    pub fn block_size(&self) -> u32 {
+        self.block
+    }
+
+    /// Where the `len` bytes at `offset` lie: each run's volume offset,
+    /// member and byte offset on the member (its data offset included), in
+    /// order of volume offset.
+    pub fn layout(&self, offset: u64, len: u64) -> Vec<(u64, usize, u64, u64)> {
+        self.runs(offset, len)
+            .map(|r| (r.from, r.slot, r.at, r.len))
+            .collect()
+    }
+
+    fn runs(&self, offset: u64, len: u64) -> Box<dyn Iterator<Item = Run>> {
+        if self.members.len() == 1 {
+            return Box::new(
+                (len > 0)
+                    .then_some(Run {
+                        from: offset,
+                        slot: 0,
+                        at: offset,
+                        len,
+                    })
+                    .into_iter(),
+            );
+        }
+        let data = self.data_offset;
+        Box::new(
+            stripe_runs(offset, len, self.chunk, 1, self.members.len() as u64).map(move |r| Run {
+                at: r.at + data,
+                ..r
+            }),
+        )
+    }
+
+    /// Refuses `len` bytes at `offset` outside the volume.
+    pub(crate) fn check(&self, offset: u64, len: usize) -> Result<()> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(Error::EndOfFile {
+                path: self.name.clone().into(),
+                offset,
+                len: len as u64,
+                size: self.size,
+            }),
+        }
+    }
+
+    /// Reads the bytes at `offset` of the volume into `range`.
+    pub fn read(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
+        self.check(offset, range.len())?;
+        self.transfer(false, offset, range, None).map(|_| ())
+    }
+
+    /// Writes the bytes of `range` to `offset` of the volume; durable once
+    /// [`Volume::flush`] returns.
+    pub fn write(&self, offset: u64, range: MemRange<'_>) -> Result<()> {
+        self.check(offset, range.len())?;
+        self.transfer(true, offset, range, None).map(|_| ())
+    }
+
+    /// [`read`](Volume::read), each command recorded in `issued` as it is
+    /// submitted.
+    pub fn read_issuing(&self, offset: u64, range: MemRange<'_>, issued: &Issued) -> Result<()> {
+        self.check(offset, range.len())?;
+        self.transfer(false, offset, range, Some(issued))
+            .map(|_| ())
+    }
+
+    /// FLUSH on every member, all at once; the first member's error.
+    pub fn flush(&self) -> Result<()> {
+        let work: Vec<usize> = (0..self.members.len()).collect();
+        self.each(&work, |slot| {
+            self.members[slot]
+                .flush()
+                .map(|()| 0)
+                .map_err(|error| MemberError {
+                    slot,
+                    from: 0,
+                    len: 0,
+                    error,
+                })
+        })
+        .map(|_| ())
+        .map_err(|e| self.member_error(true, e))
+    }
+
+    /// Registers `mem` with every member ([`Namespace::register`]).
+    pub fn register(&self, mem: Arc<dyn DeviceMemory>) -> Result<()> {
+        for m in &self.members {
+            m.register(mem.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Ends `mem`'s registration with every member; whether any had it.
+    pub fn unregister(&self, mem: &dyn DeviceMemory) -> bool {
+        self.members
+            .iter()
+            .fold(false, |any, m| m.unregister(mem) | any)
+    }
+
+    /// Moves the bytes of `range` (checked by the caller): each member's
+    /// runs on its own controller, all members at once. The commands it
+    /// took.
+    pub(crate) fn transfer(
+        &self,
+        write: bool,
+        offset: u64,
+        range: MemRange<'_>,
+        issued: Option<&Issued>,
+    ) -> Result<u64> {
+        if self.members.len() == 1 {
+            return self.members[0]
+                .transfer(write, offset, range, issued)
+                .map_err(|error| {
+                    self.member_error(
+                        write,
+                        MemberError {
+                            slot: 0,
+                            from: offset,
+                            len: range.len() as u64,
+                            error,
+                        },
+                    )
+                });
+        }
+        let mut per: Vec<Vec<(u64, usize, usize)>> = vec![Vec::new(); self.members.len()];
+        let mut first: Vec<Option<(u64, u64)>> = vec![None; self.members.len()];
+        for r in self.runs(offset, range.len() as u64) {
+            per[r.slot].push((r.at, (r.from - offset) as usize, r.len as usize));
+            first[r.slot].get_or_insert((r.from, r.len));
+        }
+        let work: Vec<usize> = (0..per.len()).filter(|&s| !per[s].is_empty()).collect();
+        self.each(&work, |slot| {
+            self.members[slot]
+                .transfer_runs(write, range, &per[slot], issued)
+                .map_err(|error| {
+                    let (from, len) = first[slot].unwrap_or((offset, 0));
+                    MemberError {
+                        slot,
+                        from,
+                        len,
+                        error,
+                    }
+                })
+        })
+        .map_err(|e| self.member_error(write, e))
+    }
+
+    /// Runs `f` for every slot in `work`, each on a thread of its own but
+    /// the first, which runs on the caller's; once all have returned, the
+    /// sum of what they returned, or the error of the first slot (in
+    /// `work`'s order) that failed.
+    fn each<F>(&self, work: &[usize], f: F) -> std::result::Result<u64, MemberError>
+    where
+        F: Fn(usize) -> std::result::Result<u64, MemberError> + Sync,
+    {
+        let Some((&head, tail)) = work.split_first() else {
+            return Ok(0);
+        };
+        let results: Vec<std::result::Result<u64, MemberError>> = thread::scope(|s| {
+            let f = &f;
+            let spawned: Vec<_> = tail
+                .iter()
+                .map(|&slot| {
+                    (
+                        slot,
+                        thread::Builder::new()
+                            .name("p2pdma-volume".into())
+                            .spawn_scoped(s, move || f(slot)),
+                    )
+                })
+                .collect();
+            let mut out = vec![f(head)];
+            for (slot, h) in spawned {
+                out.push(match h {
+                    // No thread: this member's runs on the caller's.
+                    Err(_) => f(slot),
+                    Ok(h) => h.join().unwrap_or_else(|p| {
+                        Err(MemberError {
+                            slot,
+                            from: 0,
+                            len: 0,
+                            error: Error::Panicked(
+                                crate::error::panic_message(p.as_ref())
+                                    .unwrap_or_else(|| "a volume member's thread panicked".into()),
+                            ),
+                        })
+                    }),
+                });
+            }
+            out
+        });
+        let mut sum = 0;
+        let mut failed: Option<MemberError> = None;
+        for r in results {
+            match r {
+                Ok(n) => sum += n,
+                Err(e) if failed.as_ref().is_none_or(|f| e.from < f.from) => failed = Some(e),
+                Err(_) => {}
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(sum),
+        }
+    }
+
+    /// A member's error as the volume's: an I/O error on the volume that
+    /// names the member, its run and what it said; errors of the caller's
+    /// own making (arguments, paths) as they are.
+    fn member_error(&self, write: bool, e: MemberError) -> Error {
+        let member = &self.members[e.slot];
+        match e.error {
+            err @ (Error::InvalidArgument(_)
+            | Error::PathUnavailable { .. }
+            | Error::OutOfBounds { .. }
+            | Error::Panicked(_)) => err,
+            err if self.members.len() == 1 => err,
+            err => Error::Io {
+                op: if write { "write" } else { "read" },
+                path: self.name.clone().into(),
+                offset: e.from,
+                len: e.len,
+                source: err.errno().unwrap_or(rustix::io::Errno::IO),
+                member: Some(format!(
+                    "member {} (slot {}) of the striped volume: {err}",
+                    member.name(),
+                    e.slot
+                )),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Where byte `x` of a striped volume lies, byte by byte: the member
+    /// and the byte on it.
+    fn place(x: u64, chunk: u64, n: u64, data: u64) -> (usize, u64) {
+        let index = x / chunk;
+        ((index % n) as usize, data + (index / n) * chunk + x % chunk)
+    }
+
+    proptest! {
+        /// Every byte of a range lies where the byte-by-byte model puts
+        /// it, once, with runs in order and none crossing a chunk.
+        #[test]
+        fn runs_put_every_byte_where_the_model_does(
+            n in 1u64..9,
+            chunk_log in 12u32..18,
+            data_chunks in 0u64..4,
+            offset in 0u64..(1 << 22),
+            len in 0u64..(1 << 20),
+        ) {
+            let chunk = 1u64 << chunk_log;
+            let data = data_chunks * 4096;
+            let mut next = offset;
+            for r in stripe_runs(offset, len, chunk, 1, n) {
+                prop_assert_eq!(r.from, next);
+                prop_assert!(r.len > 0 && r.len <= chunk);
+                prop_assert_eq!(r.from / chunk, (r.from + r.len - 1) / chunk);
+                for x in [r.from, r.from + r.len / 2, r.from + r.len - 1] {
+                    let (slot, at) = place(x, chunk, n, data);
+                    prop_assert_eq!(slot, r.slot);
+                    prop_assert_eq!(at, data + r.at + (x - r.from));
+                }
+                next += r.len;
+            }
+            prop_assert_eq!(next, offset + len);
+        }
+    }
+}
