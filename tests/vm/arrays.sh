@@ -237,6 +237,55 @@ rm -rf /mnt/tests
 check umount-array umount /mnt
 stoparray md5
 
+# The library's own striped volumes over the member controllers, taken
+# from the nvme driver (VFIO's no-IOMMU mode) and given back after each
+# step: over two members (64 KiB chunks, data from 64 MiB on each) and
+# over four (128 KiB chunks, from 80 MiB), each in a window of its own;
+# then one over m2 and the member with the bad block (from 56 MiB), whose
+# bad block lies in the volume's chunk 129.
+pat() { echo $(((256 + 96 * $1) * M)); }
+check_held volume2-data p2pdma-vmtest volume --step data --hold --chunk 65536 --data-offset $((64 * M)) \
+	--window $((32 * M)) --write-pattern $((900 * M)) \
+	--serials p2pdma-m0,p2pdma-m1 --nsids 10,11 --images m0.img,m1.img --pattern-offsets "$(pat 0),$(pat 1)"
+check_held volume4-data p2pdma-vmtest volume --step data --hold --chunk 131072 --data-offset $((80 * M)) \
+	--window $((64 * M)) --write-pattern $((950 * M)) \
+	--serials p2pdma-m0,p2pdma-m1,p2pdma-m2,p2pdma-m3 --nsids 10,11,12,13 \
+	--images m0.img,m1.img,m2.img,m3.img --pattern-offsets "$(pat 0),$(pat 1),$(pat 2),$(pat 3)"
+check volume-bad-member p2pdma-vmtest volume --step bad-member --chunk 65536 --data-offset $((56 * M)) \
+	--window $((8 * M)) --bad-offset $((129 * 65536)) \
+	--serials p2pdma-m2,p2pdma-mbad --nsids 12,15 --images m2.img,mbad.img --pattern-offsets "$(pat 2),$((736 * M))"
+# The command line on a volume path: copied into a file, whose bytes must
+# be the members' where the layout puts them (the reference cut from the
+# members' block devices while the kernel still has them); then, the
+# controllers left with vfio-pci, described by PCI address and NSID.
+M0=$(ns_dev 10) M1=$(ns_dev 11)
+m0pci=$(basename "$(readlink -f "/sys/block/${M0#/dev/}/device/device")")
+m1pci=$(basename "$(readlink -f "/sys/block/${M1#/dev/}/device/device")")
+rm -f /tmp/vol.ref
+i=0
+while [ $i -lt 48 ]; do
+	if [ $((i % 2)) = 0 ]; then dev=$M0; else dev=$M1; fi
+	dd if="$dev" bs=65536 skip=$((1024 + i / 2)) count=1 2>/dev/null >>/tmp/vol.ref
+	i=$((i + 1))
+done
+check volume-ctl-copy p2pdma-ctl copy "volume:64K@64M:$M0,$M1" /tmp/vol.out --len 3M --through host
+check volume-ctl-copy-bytes cmp /tmp/vol.out /tmp/vol.ref
+out=$(p2pdma-ctl describe "volume:64K@64M:$m0pci/10,$m1pci/11" 2>&1)
+echo "$out"
+case $out in
+"striped volume (64 KiB chunks) over $m0pci namespace 10, $m1pci namespace 11: 64 MiB, 2 members, data from 64 MiB on each"*"into accelerator memory: queues: "*"data on each of its 2 members"*)
+	pass volume-describe ;;
+*) fail volume-describe "$(echo "$out" | head -n 1)" ;;
+esac
+for bdf in "$m0pci" "$m1pci"; do
+	echo >"/sys/bus/pci/devices/$bdf/driver_override"
+	echo "$bdf" >/sys/bus/pci/drivers/vfio-pci/unbind
+	echo "$bdf" >/sys/bus/pci/drivers_probe
+done
+rm -f /tmp/vol.out /tmp/vol.ref
+# The controllers are the nvme driver's again, perhaps under other names.
+M0=$(ns_dev 10) M1=$(ns_dev 11) M2=$(ns_dev 12) M3=$(ns_dev 13)
+
 # A member removed under a running read of a mirror: the read neither
 # hangs nor returns wrong bytes (the other leg serves them).
 mkarray md8 1 - 52 10 "$M0" "$M1"

@@ -26,6 +26,27 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	check bench-queues p2pdma-ctl bench queues --serial p2pdma-vfio --nsid 7 --size 48M --secs 1 --reps 5
 	check bench-route p2pdma-ctl bench route --accel --nvme "$NVME" --size 24M --reps 3
 fi
+# Many SSDs as one (switch): a lone member, an md RAID0 over 2 members and
+# one over 4 (512 KiB chunks; one at a time, md claims its members), each
+# read by P2P into accelerator memory against fio's best on it; guest CPU
+# per GiB on the array of 4, P2P against bounce; then the members read in
+# parallel by fio against the library's striped volume over them.
+if [ "$P2PDMA_TOPOLOGY" = switch ]; then
+	M0=$(ns_dev 10) M1=$(ns_dev 11) M2=$(ns_dev 12) M3=$(ns_dev 13)
+	check bench-arrays-1 p2pdma-ctl bench arrays --targets "1=$M0" --size 32M --reps 5
+	for n in 2 4; do
+		set -- "$M0" "$M1"
+		if [ $n = 4 ]; then set -- "$M0" "$M1" "$M2" "$M3"; fi
+		check "bench-mdadm-$n" mdadm --create /dev/md10 --run --assume-clean --metadata=1.2 \
+			--level=0 --chunk=512 --raid-devices=$n "$@"
+		check "bench-arrays-$n" p2pdma-ctl bench arrays --targets "$n=/dev/md10" --size 32M --reps 5
+		if [ $n = 4 ]; then
+			check bench-cpu-array p2pdma-ctl bench cpu --nvme /dev/md10 --size 32M --reps 12
+		fi
+		check "bench-mdadm-stop-$n" mdadm --stop /dev/md10
+	done
+	check bench-volume p2pdma-ctl bench volume --members "$M0,$M1,$M2,$M3" --size 24M --bs 512K --reps 3
+fi
 # The object store on a file of the NVMe-backed ext4, its page cache and
 # buffers in accelerator memory: Zipf reads with the cache against without,
 # and prefetch against plain reads on a scan with a compute step per block.

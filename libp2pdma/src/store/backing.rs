@@ -214,7 +214,7 @@ impl Backing for EngineBacking {
         len: usize,
     ) -> Result<Started> {
         let at = self.at(offset, len)?;
-        let queues = match self.file.queues_namespace() {
+        let queues = match self.file.queues_volume() {
             Some(ns)
                 if self.engine.choose(&self.file, mem.as_ref())?.path == TransferPath::Queues =>
             {

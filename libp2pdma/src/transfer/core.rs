@@ -20,8 +20,8 @@ use super::{
     exec::copypool,
     paths::{self, bounce, cached, nvme_cmd, p2p},
     plan::{
-        self, DrivenFacts, Facts, MemoryFacts, PageCache, PathChoice, Residency, Source,
-        TransferPath,
+        self, DrivenFacts, DrivenMember, Facts, MemoryFacts, PageCache, PathChoice, Residency,
+        Source, TransferPath,
     },
     stats::Stats,
     storage::{ChoiceKey, StorageFile},
@@ -34,8 +34,8 @@ use super::{
 };
 use crate::{
     memory::{DeviceMemory, MemRange, MemoryKind},
-    queues::Namespace,
     sys::uring::Context,
+    transfer::Volume,
     Error, Module, Peer, Result,
 };
 
@@ -282,7 +282,7 @@ impl Core {
     pub fn facts(&self, file: &StorageFile, mem: &dyn DeviceMemory) -> Facts {
         let memory = MemoryFacts::of(mem);
         let mut storage = file.facts();
-        storage.driven = file.queues.as_deref().map(|ns| driven_facts(ns, &memory));
+        storage.driven = file.queues.as_deref().map(|v| driven_facts(v, &memory));
         let (mut p2p, mut paths) = (None, Vec::new());
         if let (MemoryKind::ModuleBar { index, .. }, Some(m), true) =
             (&memory.kind, &self.module, file.is_nvme())
@@ -563,9 +563,9 @@ impl Core {
         if len == 0 {
             return Ok(Report::new(0, choice.path));
         }
-        if let Some(ns) = &file.queues {
+        if let Some(v) = &file.queues {
             // Nothing else reaches the namespace: whatever the choice said.
-            paths::queues::run(ns, dir, file_offset, range, &self.stats.queues)?;
+            paths::queues::run(v, dir, file_offset, range, &self.stats.queues)?;
             return Ok(Report::new(len as u64, TransferPath::Queues));
         }
         if dir == Direction::Read && page_cache != PageCache::Direct && file.buffered.is_some() {
@@ -842,23 +842,38 @@ fn stage_for(ctx: &mut Context, mem: &dyn DeviceMemory) {
     }
 }
 
-/// What the path rule needs of namespace `ns`, which this process drives,
-/// for memory `memory`: for memory allocated from the module, whether the
-/// module lets the controller reach it by P2P.
-fn driven_facts(ns: &Namespace, memory: &MemoryFacts) -> DrivenFacts {
-    let ctrl = ns.controller();
-    let reach = match memory.kind {
-        MemoryKind::ModuleBar { index, .. } if memory.module_allocation => Some(
-            ns.module()
-                .p2p_query(index, Peer::Pci(ctrl.pci()))
-                .map_err(|e| e.to_string()),
-        ),
-        _ => None,
-    };
+/// What the path rule needs of the namespace or volume `v`, which this
+/// process drives, for memory `memory`: for memory allocated from the
+/// module, whether the module lets each member's controller reach it by
+/// P2P.
+fn driven_facts(v: &Volume, memory: &MemoryFacts) -> DrivenFacts {
+    let members = v
+        .members()
+        .iter()
+        .map(|ns| {
+            let ctrl = ns.controller();
+            let reach = match memory.kind {
+                MemoryKind::ModuleBar { index, .. } if memory.module_allocation => Some(
+                    ns.module()
+                        .p2p_query(index, Peer::Pci(ctrl.pci()))
+                        .map_err(|e| e.to_string()),
+                ),
+                _ => None,
+            };
+            DrivenMember {
+                name: ns.name(),
+                controller: ctrl.pci(),
+                reach,
+            }
+        })
+        .collect();
     DrivenFacts {
-        name: ns.name(),
-        iommu: ctrl.iommu().describe(),
-        controller: ctrl.pci(),
-        reach,
+        name: v.name().to_string(),
+        iommu: v
+            .members()
+            .first()
+            .map(|ns| ns.controller().iommu().describe())
+            .unwrap_or_default(),
+        members,
     }
 }

@@ -72,5 +72,5 @@ pub use tuning::{
     constants,
     geometry::{self, Geometry},
 };
-pub use volume::Volume;
+pub use volume::{Volume, VolumeMember, VolumeSpec};
 pub use xfer::Direction;

@@ -18,7 +18,9 @@ pub mod rule;
 mod tests;
 
 pub use cache::{ask_first, PageCache, Residency, Source};
-pub use facts::{ArrayFacts, DrivenFacts, Facts, MemoryFacts, NamespaceFacts, StorageFacts};
+pub use facts::{
+    ArrayFacts, DrivenFacts, DrivenMember, Facts, MemoryFacts, NamespaceFacts, StorageFacts,
+};
 pub(crate) use p2p::{allowed, EVERY_MEMBER, EVERY_PATH};
 pub use p2p::{p2p_refusal, query_paths, P2pRefusal};
 pub use path::{P2pSubmit, PathChoice, PathPref, TransferPath};

@@ -495,7 +495,7 @@ impl<'e, 'a> Planner<'e, 'a> {
             false => HopKind::Write(p),
         };
         let (into, mem_place) = if read { ("into", b) } else { ("from", a) };
-        if file.queues_namespace().is_some() {
+        if file.queues_volume().is_some() {
             // Only this process's queues reach the namespace, and they
             // reach host and accelerator memory alike.
             self.why.push(format!(

@@ -22,6 +22,7 @@ use super::{
 use crate::{
     discovery::{DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
     queues::Namespace,
+    transfer::{Volume, VolumeSpec},
     Error, Result,
 };
 
@@ -38,9 +39,9 @@ pub struct StorageFile {
     /// The same file without `O_DIRECT`: partial blocks of writes go through
     /// the page cache.
     pub(crate) buffered: Option<File>,
-    /// A namespace of a controller this process drives: the queues path,
-    /// and no kernel file.
-    pub(crate) queues: Option<Arc<Namespace>>,
+    /// A namespace of a controller this process drives, or a volume
+    /// striped over several: the queues path, and no kernel file.
+    pub(crate) queues: Option<Arc<Volume>>,
     pub(crate) size: u64,
     pub(crate) block: usize,
     pub(crate) pci: Option<crate::PciAddress>,
@@ -127,8 +128,18 @@ impl StorageFile {
     /// only. A directory is refused with `EISDIR`, as Python's `open`
     /// refuses it. `options` must set no custom flags: `O_DIRECT` is the
     /// one this adds.
+    ///
+    /// A path `volume:CHUNK[@DATA_OFFSET]:MEMBER,...` opens a striped
+    /// volume over namespaces whose controllers this process takes for the
+    /// queues path ([`VolumeSpec`], [`Volume::open`]), for reading and
+    /// writing whatever `options` say; the controllers stay with vfio-pci
+    /// when it is closed, for the next open to name them by `PCI/NSID`.
     pub fn open_options(path: impl AsRef<Path>, options: &std::fs::OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        if let Some(spec) = path.to_str().and_then(VolumeSpec::parse) {
+            let module = Arc::new(crate::Module::open()?);
+            return Ok(Self::volume(Arc::new(Volume::open(&spec?, module)?)));
+        }
         let io = |op, e: std::io::Error| Error::Io {
             op,
             path: path.clone(),
@@ -226,14 +237,21 @@ impl StorageFile {
     /// path, with no kernel in the I/O path. Its path names the controller
     /// and the namespace.
     pub fn namespace(ns: Arc<Namespace>) -> Self {
-        let block = ns.info().block_size as usize;
+        Self::volume(Arc::new(Volume::single(ns)))
+    }
+
+    /// A volume striped over namespaces of controllers this process drives
+    /// ([`Volume::striped`]): transfers with it take the queues path, each
+    /// member's part on its own controller at once. Its path is the
+    /// volume's name; its controller the first member's.
+    pub fn volume(v: Arc<Volume>) -> Self {
         Self {
-            path: PathBuf::from(ns.name()),
+            path: PathBuf::from(v.name()),
             direct: None,
             buffered: None,
-            size: ns.size(),
-            block,
-            pci: Some(ns.controller().pci()),
+            size: v.size(),
+            block: v.block_size() as usize,
+            pci: v.members().first().map(|m| m.controller().pci()),
             nvme: true,
             ns: None,
             multipath: Vec::new(),
@@ -249,12 +267,21 @@ impl StorageFile {
             generic: Mutex::new([None, None]),
             claims: Mutex::new(Vec::new()),
             cached_streak: AtomicU32::new(0),
-            queues: Some(ns),
+            queues: Some(v),
         }
     }
 
     /// The namespace, when this is one of a controller this process drives.
     pub fn queues_namespace(&self) -> Option<&Arc<Namespace>> {
+        match self.queues.as_deref()?.members() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The namespace or the striped volume this process drives, when this
+    /// is one: what the queues path moves data with.
+    pub fn queues_volume(&self) -> Option<&Arc<Volume>> {
         self.queues.as_ref()
     }
 
@@ -262,8 +289,8 @@ impl StorageFile {
     /// file or block device (the block layer flushes the device's write
     /// cache), the NVMe Flush command on a namespace this process drives.
     pub fn sync(&self) -> Result<()> {
-        if let Some(ns) = &self.queues {
-            return ns.flush();
+        if let Some(v) = &self.queues {
+            return v.flush();
         }
         rustix::fs::fdatasync(self.fd()?).map_err(Error::sys("fdatasync"))
     }
@@ -467,9 +494,9 @@ impl StorageFile {
         if let Some(d) = self.disk.dev {
             return (u64::from(d.major) << 32) | u64::from(d.minor);
         }
-        if let Some(ns) = &self.queues {
-            // No device number: the controller's address and the
-            // namespace, above every device number's range.
+        if let Some(ns) = self.queues.as_ref().and_then(|v| v.members().first()) {
+            // No device number: the (first member's) controller's address
+            // and the namespace, above every device number's range.
             let pci = ns.controller().pci();
             return (1 << 63)
                 | (u64::from(pci.domain) << 40)

@@ -12,13 +12,17 @@
 //! the first member (in volume order) that failed, naming it, with the
 //! volume offset of its run.
 
-use std::{sync::Arc, thread};
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    thread,
+};
 
 use super::array::{stripe_runs, Run};
 use crate::{
     memory::{DeviceMemory, MemRange},
-    queues::{Issued, Namespace},
-    Error, Result,
+    queues::{Controller, InitOptions, Issued, Namespace},
+    Error, Module, PciAddress, Result,
 };
 
 /// Most members of one volume.
@@ -389,6 +393,129 @@ impl Volume {
     }
 }
 
+/// A volume named by a path: `volume:CHUNK[@DATA_OFFSET]:MEMBER,MEMBER,...`,
+/// sizes in bytes or with K, M or G; each member a namespace's block
+/// device (`/dev/nvme3n1`: its controller is taken from the nvme driver,
+/// which must not be in use) or `PCI/NSID` (`0000:0c:00.0/1`: a controller
+/// already with vfio-pci, taken by an earlier process).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeSpec {
+    /// Bytes of each chunk.
+    pub chunk: u64,
+    /// Where the volume's data starts on each member.
+    pub data_offset: u64,
+    /// The members, in stripe order.
+    pub members: Vec<VolumeMember>,
+}
+
+/// A member of a [`VolumeSpec`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeMember {
+    /// A namespace's block device, whose controller the nvme driver has.
+    Device(PathBuf),
+    /// A controller already with vfio-pci, and the namespace id.
+    Driven(PciAddress, u32),
+}
+
+/// What starts a path that names a volume.
+pub const VOLUME_PREFIX: &str = "volume:";
+
+fn size_of(s: &str) -> Option<u64> {
+    let (digits, shift) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 20),
+        b'G' | b'g' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+impl VolumeSpec {
+    /// Parses `volume:CHUNK[@DATA_OFFSET]:MEMBER,...`; `None` for a path
+    /// that does not start with `volume:`.
+    pub fn parse(path: &str) -> Option<Result<Self>> {
+        let rest = path.strip_prefix(VOLUME_PREFIX)?;
+        let bad = |why: String| {
+            Err(Error::InvalidArgument(format!(
+                "{path}: {why} (volume:CHUNK[@DATA_OFFSET]:MEMBER,..., each member /dev/nvmeXnY or PCI/NSID)"
+            )))
+        };
+        let Some((sizes, members)) = rest.split_once(':') else {
+            return Some(bad("no members".into()));
+        };
+        let (chunk, data) = sizes.split_once('@').unwrap_or((sizes, "0"));
+        let (Some(chunk), Some(data_offset)) = (size_of(chunk), size_of(data)) else {
+            return Some(bad(format!("sizes '{sizes}'")));
+        };
+        let mut out = Vec::new();
+        for m in members.split(',') {
+            if m.starts_with('/') {
+                out.push(VolumeMember::Device(PathBuf::from(m)));
+                continue;
+            }
+            let parsed = m.rsplit_once('/').and_then(|(pci, nsid)| {
+                Some(VolumeMember::Driven(pci.parse().ok()?, nsid.parse().ok()?))
+            });
+            match parsed {
+                Some(x) => out.push(x),
+                None => return Some(bad(format!("member '{m}'"))),
+            }
+        }
+        Some(Ok(Self {
+            chunk,
+            data_offset,
+            members: out,
+        }))
+    }
+}
+
+/// The controller and namespace id of the NVMe block device `dev`.
+fn device_member(dev: &Path) -> Result<(PciAddress, u32)> {
+    let bad = |why: String| Error::InvalidArgument(format!("{}: {why}", dev.display()));
+    let name = dev
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| bad("not a device".into()))?;
+    let sys = Path::new("/sys/block").join(name);
+    let nsid = std::fs::read_to_string(sys.join("nsid"))
+        .map_err(|e| bad(format!("not an NVMe namespace ({e})")))?
+        .trim()
+        .parse()
+        .map_err(|e| bad(format!("namespace id: {e}")))?;
+    let pci = std::fs::canonicalize(sys.join("device/device"))
+        .map_err(|e| bad(format!("no PCI function ({e})")))?;
+    let pci = pci
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| bad("no PCI address".into()))?
+        .parse()?;
+    Ok((pci, nsid))
+}
+
+impl Volume {
+    /// The volume `spec` names, its controllers taken for this process
+    /// (from the nvme driver for members given by block device).
+    pub fn open(spec: &VolumeSpec, module: Arc<Module>) -> Result<Self> {
+        let mut members = Vec::new();
+        for m in &spec.members {
+            let (pci, nsid, unbind) = match m {
+                VolumeMember::Device(dev) => {
+                    let (pci, nsid) = device_member(dev)?;
+                    (pci, nsid, true)
+                }
+                VolumeMember::Driven(pci, nsid) => (*pci, *nsid, false),
+            };
+            let opts = InitOptions {
+                unbind,
+                ..InitOptions::default()
+            };
+            let ctrl = Controller::initialize(module.clone(), pci, &opts)?;
+            members.push(Arc::new(Namespace::new(ctrl, module.clone(), nsid)?));
+        }
+        Self::striped(members, spec.chunk, spec.data_offset)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -400,6 +527,40 @@ mod tests {
     fn place(x: u64, chunk: u64, n: u64, data: u64) -> (usize, u64) {
         let index = x / chunk;
         ((index % n) as usize, data + (index / n) * chunk + x % chunk)
+    }
+
+    #[test]
+    fn a_volume_path_parses() {
+        let s = VolumeSpec::parse("volume:128K@64M:/dev/nvme3n1,0000:0c:00.0/2")
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.chunk, s.data_offset), (128 << 10, 64 << 20));
+        assert_eq!(
+            s.members,
+            vec![
+                VolumeMember::Device("/dev/nvme3n1".into()),
+                VolumeMember::Driven("0000:0c:00.0".parse().unwrap(), 2)
+            ]
+        );
+        assert_eq!(
+            VolumeSpec::parse("volume:4096:/dev/nvme0n1")
+                .unwrap()
+                .unwrap()
+                .data_offset,
+            0
+        );
+        assert!(VolumeSpec::parse("/dev/nvme0n1").is_none());
+        for bad in [
+            "volume:",
+            "volume:128K",
+            "volume:12Q:/dev/nvme0n1",
+            "volume:4096:nvme0n1",
+            "volume:4096:0000:0c:00.0/x",
+            "volume:99999999999999999999G:/dev/x",
+        ] {
+            let e = VolumeSpec::parse(bad).unwrap().unwrap_err().to_string();
+            assert!(e.contains("volume:CHUNK[@DATA_OFFSET]"), "{bad}: {e}");
+        }
     }
 
     proptest! {

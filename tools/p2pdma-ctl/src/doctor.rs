@@ -10,6 +10,8 @@ use clap::Args;
 use p2pdma::{
     discovery::{P2pmemProvider, StorageTarget, Topology},
     doctor::AccelSelect,
+    memory::ModuleMemory,
+    transfer::{Config, Engine, StorageFile, Volume, VolumeSpec},
     Accelerator, Doctor, Module, PciAddress,
 };
 use serde_json::json;
@@ -78,11 +80,15 @@ fn namespace_line(t: &StorageTarget) -> String {
     s
 }
 
-/// `describe PATH`: the storage behind `path` as discovery resolves it.
+/// `describe PATH`: the storage behind `path` as discovery resolves it,
+/// or the striped volume a `volume:` path names.
 pub fn describe(
     path: &std::path::Path,
     json: bool,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if let Some(spec) = path.to_str().and_then(VolumeSpec::parse) {
+        return describe_volume(&spec?, json);
+    }
     let t = Topology::new()
         .resolve(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -132,6 +138,74 @@ pub fn describe(
     }
     for p in &t.multipath {
         println!("  path {p}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A striped volume: its controllers taken (from the nvme driver for
+/// members named by block device), its layout, each member, and how the
+/// queues path would move its data into the first accelerator's memory.
+fn describe_volume(spec: &VolumeSpec, json: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let module = std::sync::Arc::new(Module::open()?);
+    let v = std::sync::Arc::new(Volume::open(spec, module.clone())?);
+    let file = StorageFile::volume(v.clone());
+    let members: Vec<_> = v
+        .members()
+        .iter()
+        .enumerate()
+        .map(|(slot, m)| {
+            json!({
+                "slot": slot,
+                "namespace": m.name(),
+                "controller": m.controller().pci().to_string(),
+                "nsid": m.info().nsid,
+                "bytes": m.size(),
+                "block_size": m.info().block_size,
+            })
+        })
+        .collect();
+    let reason = match module.accelerators()?.first() {
+        Some(a) => {
+            let mem = ModuleMemory::alloc(module.clone(), a.index, 4096, 0)?;
+            let engine = Engine::new(Config::default(), Some(module.clone()));
+            let c = engine.choose(&file, &mem)?;
+            Some(format!("{}: {}", c.path, c.reason))
+        }
+        None => None,
+    };
+    if json {
+        println!(
+            "{}",
+            json!({
+                "volume": v.name(),
+                "chunk": v.chunk(),
+                "data_offset": v.data_offset(),
+                "bytes": v.size(),
+                "members": members,
+                "into_accelerator": reason,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{}: {}, {} member{}, data from {} on each",
+        v.name(),
+        bytes_mib(v.size()),
+        v.members().len(),
+        if v.members().len() == 1 { "" } else { "s" },
+        bytes_mib(v.data_offset())
+    );
+    for m in v.members().iter().enumerate() {
+        println!(
+            "  slot {}  {} ({}, {}-byte blocks)",
+            m.0,
+            m.1.name(),
+            bytes_mib(m.1.size()),
+            m.1.info().block_size
+        );
+    }
+    if let Some(r) = reason {
+        println!("  into accelerator memory: {r}");
     }
     Ok(ExitCode::SUCCESS)
 }

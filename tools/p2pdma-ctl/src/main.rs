@@ -55,7 +55,10 @@ enum Cmd {
     /// array's level, chunk size, state and members (slot, state, data
     /// offset, controller and PCI function).
     Describe {
-        /// A file, a block device (/dev/nvme0n1, /dev/md0) or a partition.
+        /// A file, a block device (/dev/nvme0n1, /dev/md0) or a partition;
+        /// or a striped volume, volume:CHUNK[@DATA_OFFSET]:MEMBER,... (each
+        /// member /dev/nvmeXnY, whose controller is taken from the nvme
+        /// driver, or PCI/NSID of one already with vfio-pci).
         path: PathBuf,
     },
     /// Allocate accelerator memory (ALLOC), optionally map, fill and verify

@@ -1,20 +1,21 @@
 //! The queues path: a transfer with a namespace of a controller this
 //! process drives, whose commands go into queues in accelerator memory
-//! with no system call per I/O ([`Namespace`]).
+//! with no system call per I/O ([`Namespace`](crate::queues::Namespace)),
+//! or with a [`Volume`] striped over several.
 
 use std::time::Instant;
 
 use crate::{
     memory::MemRange,
-    queues::Namespace,
-    transfer::{stats::PathStats, xfer::Direction},
+    transfer::{stats::PathStats, xfer::Direction, Volume},
     Result,
 };
 
-/// Moves the bytes of `range` between byte `file_offset` of `ns` and the
-/// memory, counting the commands and the time in `stats`.
+/// Moves the bytes of `range` between byte `file_offset` of `ns` (a
+/// namespace or a striped volume) and the memory, counting the commands
+/// and the time in `stats`.
 pub fn run(
-    ns: &Namespace,
+    ns: &Volume,
     dir: Direction,
     file_offset: u64,
     range: MemRange<'_>,

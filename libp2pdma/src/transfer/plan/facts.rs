@@ -52,14 +52,24 @@ pub struct NamespaceFacts {
     pub nsid: u32,
 }
 
-/// A namespace of a controller this process drives (the queues path).
+/// A namespace of a controller this process drives, or a volume striped
+/// over several (the queues path).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DrivenFacts {
-    /// The namespace's name, e.g. `0000:03:00.0 n1`.
+    /// The namespace's name, e.g. `0000:03:00.0 n1`, or the volume's.
     pub name: String,
-    /// How the controller's DMA is translated, in words.
+    /// How the controllers' DMA is translated, in words.
     pub iommu: String,
-    /// The controller.
+    /// The namespace, or the volume's members in stripe order.
+    pub members: Vec<DrivenMember>,
+}
+
+/// A namespace this process drives, as the path rule needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrivenMember {
+    /// The namespace's name.
+    pub name: String,
+    /// Its controller.
     pub controller: PciAddress,
     /// For memory allocated from the module: the module's answer whether
     /// the controller reaches it by P2P, or why it could not answer.

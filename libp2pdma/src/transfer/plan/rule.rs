@@ -2,7 +2,7 @@
 //! forces and the facts rule out, the reason it cannot be taken).
 
 use super::{
-    facts::{DrivenFacts, Facts},
+    facts::{DrivenFacts, DrivenMember, Facts},
     p2p::{p2p_decision, p2p_refusal},
     path::{P2pSubmit, PathChoice, PathPref, TransferPath},
 };
@@ -54,19 +54,48 @@ fn queues(facts: &Facts, driven: &DrivenFacts) -> Result<PathChoice> {
             ),
         ));
     }
+    let hows: Vec<String> = driven
+        .members
+        .iter()
+        .map(|member| member_data(facts, member))
+        .collect();
+    let how = match hows.as_slice() {
+        [one] => one.clone(),
+        [first, rest @ ..] if rest.iter().all(|h| h == first) => {
+            format!("on each of its {} members, {first}", hows.len())
+        }
+        _ => driven
+            .members
+            .iter()
+            .zip(&hows)
+            .map(|(member, how)| format!("on member {}, {how}", member.name))
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    Ok(PathChoice {
+        path: TransferPath::Queues,
+        reason: format!(
+            "{} is driven by this process ({}): NVMe commands in queues in accelerator memory, no system call per I/O; data {how}; partial blocks through host staging",
+            driven.name, driven.iommu
+        ),
+    })
+}
+
+/// How the data of a transfer with the driven namespace `member` moves.
+fn member_data(facts: &Facts, member: &DrivenMember) -> String {
     let m = &facts.memory;
-    let how = match &m.kind {
+    match &m.kind {
         MemoryKind::Host if m.cpu_mapping => {
             "host memory pinned for the controller (PIN_USER)".to_string()
         }
-        MemoryKind::ModuleBar { index, .. } if m.module_allocation => match &driven.reach {
+        MemoryKind::ModuleBar { index, .. } if m.module_allocation => match &member.reach {
             Some(Ok(q)) => match q.distance {
                 Some(d) => format!(
                     "accelerator {index}'s memory mapped for the controller (DMA_MAP), P2P distance {d}"
                 ),
                 None => format!(
                     "through host staging buffers: the kernel says {} cannot reach accelerator {index}'s memory by P2P ({})",
-                    driven.controller, q.reason
+                    member.controller, q.reason
                 ),
             },
             Some(Err(e)) => format!(
@@ -80,14 +109,7 @@ fn queues(facts: &Facts, driven: &DrivenFacts) -> Result<PathChoice> {
             "{k} imported for the controller as a dma-buf (DMABUF_IMPORT) where the kernel allows, host staging otherwise"
         ),
         k => format!("through host staging buffers ({k} cannot be mapped for the controller)"),
-    };
-    Ok(PathChoice {
-        path: TransferPath::Queues,
-        reason: format!(
-            "{} is driven by this process ({}): NVMe commands in queues in accelerator memory, no system call per I/O; data {how}; partial blocks through host staging",
-            driven.name, driven.iommu
-        ),
-    })
+    }
 }
 
 /// Storage the kernel drives.

@@ -519,8 +519,10 @@ fn forced_paths_say_why_they_cannot_be_taken() {
     f.storage.driven = Some(DrivenFacts {
         name: "0000:03:00.0 n1".into(),
         iommu: "no IOMMU".into(),
-        controller: "0000:03:00.0".parse().unwrap(),
-        reach: Some(Ok(query(MapType::BusAddr, Some(4), "switch"))),
+        members: vec![member(
+            "0000:03:00.0 n1",
+            Some(Ok(query(MapType::BusAddr, Some(4), "switch"))),
+        )],
     });
     f.memory.cpu_mapping = true;
     assert_eq!(
@@ -535,6 +537,32 @@ fn forced_paths_say_why_they_cannot_be_taken() {
             "0000:03:00.0 n1 is driven by this process, so only the queues path reaches it; give the controller back to the kernel for the other paths".into()
         )
     );
+    // A striped volume: each member's reach, said once when all agree.
+    f.pref = PathPref::Auto;
+    let far = query(MapType::NotSupported, None, "behind the host bridge");
+    let near = || Some(Ok(query(MapType::BusAddr, Some(4), "switch")));
+    f.storage.driven = Some(DrivenFacts {
+        name: "striped volume".into(),
+        iommu: "no IOMMU".into(),
+        members: vec![member("a n1", near()), member("b n1", near())],
+    });
+    assert!(decide(&f).unwrap().reason.contains(
+        "data on each of its 2 members, accelerator 0's memory mapped for the controller (DMA_MAP), P2P distance 4;"
+    ));
+    f.storage.driven.as_mut().unwrap().members[1].reach = Some(Ok(far));
+    let reason = decide(&f).unwrap().reason;
+    assert!(
+        reason.contains("on member a n1, accelerator 0's memory mapped for the controller (DMA_MAP), P2P distance 4; on member b n1, through host staging buffers: the kernel says 0000:03:00.0 cannot reach"),
+        "{reason}"
+    );
+}
+
+fn member(name: &str, reach: Option<Result<P2pQuery, String>>) -> DrivenMember {
+    DrivenMember {
+        name: name.into(),
+        controller: "0000:03:00.0".parse().unwrap(),
+        reach,
+    }
 }
 
 // The table: every preference over random facts, against a reference
@@ -577,11 +605,10 @@ fn driven() -> impl Strategy<Value = Option<DrivenFacts>> {
     ];
     prop_oneof![
         2 => Just(None),
-        1 => reach.prop_map(|reach| Some(DrivenFacts {
+        1 => proptest::collection::vec(reach, 1..4).prop_map(|reaches| Some(DrivenFacts {
             name: "0000:03:00.0 n1".into(),
             iommu: "no IOMMU".into(),
-            controller: "0000:03:00.0".parse().unwrap(),
-            reach,
+            members: reaches.into_iter().map(|r| member("0000:03:00.0 n1", r)).collect(),
         })),
     ]
 }
@@ -778,10 +805,11 @@ proptest! {
                 let m = &f.memory;
                 let mapped = matches!(m.kind, MemoryKind::ModuleBar { .. })
                     && m.module_allocation
-                    && matches!(
-                        f.storage.driven.as_ref().and_then(|d| d.reach.as_ref()),
-                        Some(Ok(q)) if q.distance.is_some()
-                    );
+                    && f.storage.driven.as_ref().is_some_and(|d| {
+                        d.members.iter().any(|x| {
+                            matches!(x.reach.as_ref(), Some(Ok(q)) if q.distance.is_some())
+                        })
+                    });
                 prop_assert_eq!(c.reason.contains("(DMA_MAP), P2P distance"), mapped);
                 prop_assert!(c.reason.starts_with("0000:03:00.0 n1 is driven by this process"));
             }

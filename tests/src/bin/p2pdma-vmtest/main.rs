@@ -14,6 +14,7 @@ mod queues;
 mod revoke;
 mod store;
 mod store_crash;
+mod volume;
 
 use clap::{Parser, Subcommand};
 use p2pdma::{MemRange, Module};
@@ -63,6 +64,11 @@ enum Cmd {
     Queues {
         #[command(flatten)]
         x: queues::QueuesArgs,
+    },
+    /// Striped volumes over namespaces of controllers this process drives.
+    Volume {
+        #[command(flatten)]
+        x: volume::VolumeArgs,
     },
     /// Strided reads of storage into module memory with the engine, in
     /// several modes side by side (each into its own region of one
@@ -1261,6 +1267,7 @@ fn main() -> ExitCode {
         Cmd::EngineRead { x } => engine_run(&x, None),
         Cmd::Route { x } => route_run(&x),
         Cmd::Queues { x } => queues::run(&x),
+        Cmd::Volume { x } => volume::run(&x),
         Cmd::EngineLanes { x } => lanes::run(&x),
         Cmd::Store { x } => store::run(&x),
         Cmd::StoreCoherence { x } => store::coherence(&x),

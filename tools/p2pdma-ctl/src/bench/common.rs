@@ -15,8 +15,8 @@ pub(super) type Res<T> = Result<T, String>;
 /// Which benchmark, and its knobs.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// storage, copy, small, strided, route, cpu, queues, store or all
-    /// (storage, copy and small).
+    /// storage, copy, small, strided, route, cpu, queues, store, arrays,
+    /// volume or all (storage, copy and small).
     #[arg(default_value = "all")]
     pub what: String,
     /// File to read for `storage` (created if missing or short). It must be
@@ -78,6 +78,14 @@ pub struct BenchArgs {
     /// `queues`: most reads per thread in a cell.
     #[arg(long, default_value_t = 200_000)]
     pub max_ios: usize,
+    /// `arrays`: the devices, LABEL=PATH each (a lone member, then md
+    /// arrays over more).
+    #[arg(long, value_delimiter = ',')]
+    pub targets: Vec<String>,
+    /// `volume`: the member namespaces' block devices (the nvme driver's;
+    /// their controllers are taken and given back), in stripe order.
+    #[arg(long, value_delimiter = ',')]
+    pub members: Vec<PathBuf>,
 }
 
 /// The median of `v`; NaN when it is empty.

@@ -111,3 +111,39 @@ pub(super) fn fio(path: &Path, size: u64, s: FioSettings) -> Res<f64> {
         .ok_or("fio output has no read bandwidth")?;
     Ok(bw / (1u64 << 30) as f64)
 }
+
+/// fio reading every one of `paths` at once, a job each, at settings `s`:
+/// their summed sequential read throughput in GiB/s.
+pub(super) fn fio_parallel(paths: &[&Path], size: u64, s: FioSettings) -> Res<f64> {
+    let mut cmd = Command::new("fio");
+    if s.huge {
+        cmd.env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1");
+    }
+    cmd.args([
+        "--rw=read",
+        "--ioengine=io_uring",
+        "--direct=1",
+        "--group_reporting",
+        "--output-format=json",
+    ])
+    .arg(format!("--bs={}", s.bs))
+    .arg(format!("--iodepth={}", s.depth))
+    .arg(format!("--size={size}"))
+    .args(s.fixedbufs.then_some("--fixedbufs=1"));
+    for (i, p) in paths.iter().enumerate() {
+        cmd.arg(format!("--name=member{i}"))
+            .arg(format!("--filename={}", p.display()));
+    }
+    let out = cmd.output().map_err(|e| format!("cannot run fio: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "fio failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
+    let bw = v["jobs"][0]["read"]["bw_bytes"]
+        .as_f64()
+        .ok_or("fio output has no read bandwidth")?;
+    Ok(bw / (1u64 << 30) as f64)
+}

@@ -31,12 +31,17 @@
 //!   memory (`O_DIRECT` P2P, passthrough, the queues path), IOPS and CPU
 //!   time per I/O;
 //! - `store`: the object store's page cache (Zipf reads, hit ratio, with
-//!   against without) and prefetch against plain reads on a scan.
+//!   against without) and prefetch against plain reads on a scan;
+//! - `arrays`: a lone member and md RAID0 arrays read by P2P into
+//!   accelerator memory against fio's best on the same device;
+//! - `volume`: the library's striped volume on the queues path against
+//!   its members read in parallel by fio, 1, 2 and 4 members.
 //!
 //! This module is the dispatcher; each bench has its own file, the fio
 //! driver is in `fio`, and what they share (the arguments, medians, the
 //! CPU clocks) is in `common`, which imports no bench.
 
+mod arrays;
 mod common;
 mod copy;
 mod cpu;
@@ -97,6 +102,8 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         "route" => route::bench(a, &mut out)?,
         "queues" => queues::bench(a, &mut out)?,
         "store" => store::bench(a, &mut out)?,
+        "arrays" => arrays::arrays(a, &mut out)?,
+        "volume" => arrays::volume(a, &mut out)?,
         "all" => {
             storage::storage(a, &mut out)?;
             copy::copy(&mut out)?;
@@ -104,7 +111,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         }
         other => {
             return Err(format!(
-            "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, queues, store, all)"
+            "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, queues, store, arrays, volume, all)"
         ))
         }
     }
