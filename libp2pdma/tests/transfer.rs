@@ -578,3 +578,17 @@ fn writes_update_the_files_mtime_and_ctime_on_every_path() {
         );
     }
 }
+
+#[test]
+fn a_malformed_volume_path_is_refused_before_anything_is_taken() {
+    for (path, says) in [
+        ("volume:12Q:/dev/nvme0n1", "sizes '12Q'"),
+        ("volume:64K", "no members"),
+        ("volume:64K:nvme0n1", "member 'nvme0n1'"),
+    ] {
+        match StorageFile::open(path) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains(says), "{path}: {m}"),
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+}

@@ -137,8 +137,9 @@ impl StorageFile {
     pub fn open_options(path: impl AsRef<Path>, options: &std::fs::OpenOptions) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         if let Some(spec) = path.to_str().and_then(VolumeSpec::parse) {
+            let spec = spec?;
             let module = Arc::new(crate::Module::open()?);
-            return Ok(Self::volume(Arc::new(Volume::open(&spec?, module)?)));
+            return Ok(Self::volume(Arc::new(Volume::open(&spec, module)?)));
         }
         let io = |op, e: std::io::Error| Error::Io {
             op,
