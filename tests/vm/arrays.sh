@@ -254,6 +254,11 @@ check_held volume4-data p2pdma-vmtest volume --step data --hold --chunk 131072 -
 check volume-bad-member p2pdma-vmtest volume --step bad-member --chunk 65536 --data-offset $((56 * M)) \
 	--window $((8 * M)) --bad-offset $((129 * 65536)) \
 	--serials p2pdma-m2,p2pdma-mbad --nsids 12,15 --images m2.img,mbad.img --pattern-offsets "$(pat 2),$((736 * M))"
+# A member that stops answering (its bus mastering off) under running
+# reads of a volume: the read fails within the command timeout, naming it.
+check volume-member-stalls p2pdma-vmtest volume --step stall --chunk 65536 --data-offset $((64 * M)) \
+	--window $((32 * M)) --serials p2pdma-m0,p2pdma-m1 --nsids 10,11 --images m0.img,m1.img \
+	--pattern-offsets "$(pat 0),$(pat 1)"
 # The command line on a volume path: copied into a file, whose bytes must
 # be the members' where the layout puts them (the reference cut from the
 # members' block devices while the kernel still has them); then, the

@@ -147,7 +147,7 @@ pub fn take_controller(
 
 /// The PCI address of the controller of serial `serial`, with the nvme
 /// driver or already with vfio-pci.
-fn controller_bdf(serial: &str) -> Result<String, String> {
+pub fn controller_bdf(serial: &str) -> Result<String, String> {
     p2pdma::discovery::nvme_by_serial(serial).or_else(|e| {
         // Already given to vfio-pci by an earlier step: found by scanning
         // vfio-pci's functions for an NVMe controller (class 0x010802).

@@ -9,12 +9,17 @@
 //! against a shadow of the volume, the store on the volume (its pages on
 //! every member), and a member with a bad block, whose error names it.
 
-use std::{sync::Arc, thread, time::Duration};
+use std::{
+    os::unix::fs::FileExt,
+    sync::Arc,
+    thread,
+    time::{Duration, Instant},
+};
 
 use clap::{Args, ValueEnum};
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
-    queues::claim,
+    queues::{claim, Controller, InitOptions},
     store::{EngineBacking, Store},
     transfer::{Config, Engine, Namespace, StorageFile, TransferPath, Volume},
     MemRange, Module,
@@ -22,6 +27,8 @@ use p2pdma::{
 use p2pdma_tests::{fill_image, mdlayout::Layout};
 
 const M: u64 = 1 << 20;
+/// How long a command may take in the stall step before it is aborted.
+const STALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Step {
@@ -33,6 +40,13 @@ pub enum Step {
     /// A read over the run that lies on a member's bad block fails with
     /// `ENODATA`, naming that member; the other members' runs still read.
     BadMember,
+    /// A member that stops answering under running reads: its bus
+    /// mastering turned off, the emulated controller fetches no command
+    /// and reports a fatal status. The read in flight fails within the
+    /// command timeout and its abort, naming that member, and so do the
+    /// reads after it; every read that succeeded before has the right
+    /// bytes.
+    Stall,
 }
 
 #[derive(Args)]
@@ -98,7 +112,23 @@ impl Rig {
         let module = Arc::new(Module::open().map_err(|e| e.to_string())?);
         let mut members = Vec::new();
         for (serial, &nsid) in x.serials.iter().zip(&x.nsids) {
-            let ctrl = crate::queues::take_controller(serial, &module, true)?;
+            let ctrl = match x.step {
+                // A short timeout, for the member that stops answering.
+                Step::Stall => {
+                    let pci = crate::queues::controller_bdf(serial)?
+                        .parse()
+                        .map_err(|e: p2pdma::Error| e.to_string())?;
+                    let opts = InitOptions {
+                        unbind: true,
+                        queues: 4,
+                        entries: 64,
+                        timeout: STALL_TIMEOUT,
+                        ..Default::default()
+                    };
+                    Controller::initialize(module.clone(), pci, &opts).map_err(|e| e.to_string())?
+                }
+                _ => crate::queues::take_controller(serial, &module, true)?,
+            };
             members.push(Arc::new(
                 Namespace::new(ctrl, module.clone(), nsid).map_err(|e| e.to_string())?,
             ));
@@ -194,6 +224,7 @@ pub fn run(x: &VolumeArgs) -> Result<(), String> {
     Rig::with(x, |rig| match x.step {
         Step::Data => data(rig, x).map(|bar| held = Some(bar)),
         Step::BadMember => bad_member(rig, x),
+        Step::Stall => stall(rig),
     })?;
     println!("the controllers are the nvme driver's again");
     if x.hold {
@@ -481,4 +512,74 @@ fn bad_member(rig: &Rig, x: &VolumeArgs) -> Result<(), String> {
     }
     println!("the other members' runs read right");
     Ok(())
+}
+
+/// Turns bus mastering of PCI function `bdf` on or off (bit 2 of its
+/// command register).
+fn bus_master(bdf: &str, on: bool) -> Result<(), String> {
+    let path = format!("/sys/bus/pci/devices/{bdf}/config");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let mut cmd = [0u8; 2];
+    f.read_exact_at(&mut cmd, 4).map_err(|e| format!("{path}: {e}"))?;
+    let v = u16::from_le_bytes(cmd);
+    let v = if on { v | 4 } else { v & !4 };
+    f.write_all_at(&v.to_le_bytes(), 4)
+        .map_err(|e| format!("{path}: {e}"))
+}
+
+fn stall(rig: &Rig) -> Result<(), String> {
+    let engine = Engine::new(Config::default(), Some(rig.module.clone()));
+    let file = StorageFile::volume(rig.volume.clone());
+    let len = (2 * M) as usize;
+    let slot = rig.volume.members().len() - 1;
+    let victim = &rig.volume.members()[slot];
+    let bdf = victim.controller().pci().to_string();
+    let named = format!("member {} (slot {slot})", victim.name());
+    let mem = HostMemory::new(len).map_err(|e| e.to_string())?;
+    read_check(rig, &engine, &file, &mem, 0, len, 0)?;
+    let (ok, failed) = thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut ok = 0;
+            for i in 0..400u64 {
+                let off = (i % 8) * len as u64;
+                match read_check(rig, &engine, &file, &mem, off, len, 0) {
+                    Ok(()) => ok += 1,
+                    Err(e) => return (ok, Some((e, Instant::now()))),
+                }
+            }
+            (ok, None)
+        });
+        thread::sleep(Duration::from_millis(50));
+        let stopped = Instant::now();
+        let r = bus_master(&bdf, false);
+        let (ok, failed) = reader.join().unwrap_or((0, None));
+        (ok, failed.map(|(e, at)| (e, r.map(|()| at - stopped))))
+    });
+    let Some((e, took)) = failed else {
+        return Err(format!(
+            "{ok} reads went on and succeeded after {bdf} stopped answering"
+        ));
+    };
+    let took = took?;
+    if !e.contains(&named) || !e.contains(&bdf) {
+        return Err(format!("the read failed without naming {named}: {e}"));
+    }
+    if took > STALL_TIMEOUT * 10 {
+        return Err(format!("the read took {took:?} to fail: {e}"));
+    }
+    println!("{ok} reads right before the stall; the one in flight failed {took:?} after it: {e}");
+    // The member stays failed: the next read fails at once, naming it.
+    let t0 = Instant::now();
+    match read_check(rig, &engine, &file, &mem, 0, len, 0) {
+        Ok(()) => return Err("a read after the stall succeeded".into()),
+        Err(e) if e.contains(&named) => {
+            println!("the next read fails in {:?}: {e}", t0.elapsed())
+        }
+        Err(e) => return Err(format!("the next read failed without naming {named}: {e}")),
+    }
+    bus_master(&bdf, true)
 }
