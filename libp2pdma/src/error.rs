@@ -170,6 +170,20 @@ pub enum Error {
     },
 }
 
+/// Refuses `len` bytes at `offset` that do not lie within the `size` bytes
+/// of `what` (a namespace, a volume, an object) with [`Error::EndOfFile`].
+pub(crate) fn check_within(what: &str, offset: u64, len: u64, size: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::EndOfFile {
+            path: what.into(),
+            offset,
+            len,
+            size,
+        }),
+    }
+}
+
 /// What a panic's payload says, when it is text.
 pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> Option<String> {
     p.downcast_ref::<&str>()

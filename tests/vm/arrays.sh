@@ -301,7 +301,15 @@ m1pci=$(basename "$(readlink -f "/sys/block/${M1#/dev/}/device/device")")
 timeout 300 p2pdma-vmtest engine-read --nvme /dev/md8 --array-layout "$L" --path p2p \
 	--offset 0 --len $((8 * M)) --expect-path p2p --hold >/tmp/held.raid1-member-removed 2>&1 &
 reader=$!
-sleep 0.2
+# The removal once the read is in flight on the array (its reads in
+# /sys/block/md8/inflight), not before the reader has chosen its path.
+until=$(($(date +%s) + 120)) i=0
+while kill -0 $reader 2>/dev/null; do
+	read -r inflight _ </sys/block/md8/inflight
+	[ "$inflight" -gt 0 ] && break
+	i=$((i + 1))
+	if [ $((i % 200)) = 0 ] && [ "$(date +%s)" -gt $until ]; then break; fi
+done
 echo 1 >"/sys/bus/pci/devices/$m1pci/remove"
 i=0
 while ! grep -q '^@@HELD' /tmp/held.raid1-member-removed && kill -0 $reader 2>/dev/null && [ $i -lt 1500 ]; do

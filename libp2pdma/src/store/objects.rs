@@ -439,15 +439,8 @@ impl Store {
     /// against its size.
     fn locate(map: &Map, id: u64, offset: u64, n: usize) -> Result<u64> {
         let e = map.get(id).ok_or_else(|| no_object(id))?;
-        match offset.checked_add(n as u64) {
-            Some(end) if end <= e.size => Ok(e.start * BLOCK + offset),
-            _ => Err(Error::EndOfFile {
-                path: format!("object {id}").into(),
-                offset,
-                len: n as u64,
-                size: e.size,
-            }),
-        }
+        crate::error::check_within(&format!("object {id}"), offset, n as u64, e.size)?;
+        Ok(e.start * BLOCK + offset)
     }
 
     /// Reads the bytes at `offset` of object `id` into `range`; how many

@@ -194,15 +194,7 @@ impl Volume {
 
     /// Refuses `len` bytes at `offset` outside the volume.
     pub(crate) fn check(&self, offset: u64, len: usize) -> Result<()> {
-        match offset.checked_add(len as u64) {
-            Some(end) if end <= self.size => Ok(()),
-            _ => Err(Error::EndOfFile {
-                path: self.name.clone().into(),
-                offset,
-                len: len as u64,
-                size: self.size,
-            }),
-        }
+        crate::error::check_within(&self.name, offset, len as u64, self.size)
     }
 
     /// Reads the bytes at `offset` of the volume into `range`.

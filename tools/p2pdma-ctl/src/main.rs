@@ -56,7 +56,7 @@ enum Cmd {
     /// offset, controller and PCI function).
     Describe {
         /// A file, a block device (/dev/nvme0n1, /dev/md0) or a partition;
-        /// or a striped volume, volume:CHUNK[@DATA_OFFSET]:MEMBER,... (each
+        /// or a striped volume, `volume:CHUNK[@DATA_OFFSET]:MEMBER,...` (each
         /// member /dev/nvmeXnY, whose controller is taken from the nvme
         /// driver, or PCI/NSID of one already with vfio-pci).
         path: PathBuf,

@@ -524,7 +524,8 @@ fn bus_master(bdf: &str, on: bool) -> Result<(), String> {
         .open(&path)
         .map_err(|e| format!("{path}: {e}"))?;
     let mut cmd = [0u8; 2];
-    f.read_exact_at(&mut cmd, 4).map_err(|e| format!("{path}: {e}"))?;
+    f.read_exact_at(&mut cmd, 4)
+        .map_err(|e| format!("{path}: {e}"))?;
     let v = u16::from_le_bytes(cmd);
     let v = if on { v | 4 } else { v & !4 };
     f.write_all_at(&v.to_le_bytes(), 4)

@@ -78,42 +78,11 @@ pub(super) fn fio_limit(path: &Path, size: u64) -> Res<(FioSettings, Vec<(FioSet
 /// request one DMA segment, which is worth a good part of the throughput on
 /// devices with few segments per request.
 pub(super) fn fio(path: &Path, size: u64, s: FioSettings) -> Res<f64> {
-    let mut cmd = Command::new("fio");
-    if s.huge {
-        cmd.env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1");
-    }
-    let out = cmd
-        .args([
-            "--name=p2pdma-bench",
-            "--rw=read",
-            "--ioengine=io_uring",
-            "--direct=1",
-            "--numjobs=1",
-            "--output-format=json",
-        ])
-        .arg(format!("--filename={}", path.display()))
-        .arg(format!("--bs={}", s.bs))
-        .arg(format!("--iodepth={}", s.depth))
-        .arg(format!("--size={size}"))
-        // An io_uring engine option: after the engine is named.
-        .args(s.fixedbufs.then_some("--fixedbufs=1"))
-        .output()
-        .map_err(|e| format!("cannot run fio: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "fio failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
-    let bw = v["jobs"][0]["read"]["bw_bytes"]
-        .as_f64()
-        .ok_or("fio output has no read bandwidth")?;
-    Ok(bw / (1u64 << 30) as f64)
+    fio_parallel(&[path], size, s)
 }
 
-/// fio reading every one of `paths` at once, a job each, at settings `s`:
-/// their summed sequential read throughput in GiB/s.
+/// fio reading every one of `paths` at once, a job each, at settings `s`
+/// (see [`fio`]): their summed sequential read throughput in GiB/s.
 pub(super) fn fio_parallel(paths: &[&Path], size: u64, s: FioSettings) -> Res<f64> {
     let mut cmd = Command::new("fio");
     if s.huge {
