@@ -79,7 +79,15 @@ fn sequential(
     Ok(gib_s(total, start.elapsed()))
 }
 
-/// The last buffer's worth that `sequential` read must be `want`.
+/// Where the last read of `sequential` over `total` bytes through a buffer
+/// of `buf` bytes starts, and its length (what the buffer holds after).
+fn last_read(total: u64, buf: u64) -> (u64, u64) {
+    let buf = buf.min(total).max(1);
+    let at = total.saturating_sub(1) / buf * buf;
+    (at, total - at)
+}
+
+/// The bytes the buffer holds after `sequential` must be `want`.
 fn check_tail(mem: &dyn DeviceMemory, want: &[u8], what: &str) -> Res<()> {
     let mut got = vec![0u8; want.len()];
     mem.read_at(0, &mut got).map_err(|e| e.to_string())?;
@@ -130,12 +138,8 @@ pub(super) fn arrays(a: &BenchArgs, out: &mut Value) -> Res<()> {
         let size = a.size.min(device_size(&path)?) / (1 << 20) * (1 << 20);
         let (best, sweep) = fio_limit(&path, size)?;
         let file = StorageFile::open(&path).map_err(|e| e.to_string())?;
-        let tail = (size - size.min(BUFFER)) as usize;
-        let want = buffered(
-            &path,
-            tail as u64,
-            (size as usize - tail).min(BUFFER as usize),
-        )?;
+        let (tail, n) = last_read(size, BUFFER);
+        let want = buffered(&path, tail, n as usize)?;
         let (mut f, mut p) = (Vec::new(), Vec::new());
         for _ in 0..a.reps {
             f.push(fio(&path, size, best)?);
@@ -237,9 +241,9 @@ pub(super) fn volume(a: &BenchArgs, out: &mut Value) -> Res<()> {
     let mut wants = Vec::new();
     for &k in &counts {
         let total = per * k as u64;
-        let tail = total - total.min(BUFFER);
-        let mut want = vec![0u8; (total - tail) as usize];
-        for (at, slot, moff, len) in striped_layout(tail, total - tail, chunk, k as u64) {
+        let (tail, n) = last_read(total, BUFFER);
+        let mut want = vec![0u8; n as usize];
+        for (at, slot, moff, len) in striped_layout(tail, n, chunk, k as u64) {
             let b = buffered(&members[slot].dev, moff, len as usize)?;
             want[(at - tail) as usize..][..len as usize].copy_from_slice(&b);
         }
@@ -318,6 +322,13 @@ fn striped_layout(offset: u64, len: u64, chunk: u64, n: u64) -> Vec<(u64, usize,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_read_is_where_sequential_leaves_the_buffer() {
+        assert_eq!(last_read(24 << 20, 16 << 20), (16 << 20, 8 << 20));
+        assert_eq!(last_read(32 << 20, 16 << 20), (16 << 20, 16 << 20));
+        assert_eq!(last_read(4096, 16 << 20), (0, 4096));
+    }
 
     #[test]
     fn the_layout_goes_round_the_members() {
