@@ -282,6 +282,12 @@ case $out in
 	pass volume-describe ;;
 *) fail volume-describe "$(echo "$out" | head -n 1)" ;;
 esac
+out=$(p2pdma-ctl doctor "volume:64K@64M:$m0pci/10,$m1pci/11" 2>&1)
+case $out in
+*"2 members, data from 64 MiB on each"*"data on each of its 2 members, accelerator 0's memory mapped for the controller (DMA_MAP)"*)
+	pass volume-doctor ;;
+*) fail volume-doctor "$(echo "$out" | tail -n 1)" ;;
+esac
 for bdf in "$m0pci" "$m1pci"; do
 	echo >"/sys/bus/pci/devices/$bdf/driver_override"
 	echo "$bdf" >/sys/bus/pci/drivers/vfio-pci/unbind

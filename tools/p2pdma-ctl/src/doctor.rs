@@ -20,7 +20,9 @@ use serde_json::json;
 #[derive(Args)]
 pub struct DoctorArgs {
     /// The storage: a file or directory, a block device (/dev/nvme0n1,
-    /// partitions too) or an NVMe generic device (/dev/ng0n1).
+    /// partitions too, md arrays), an NVMe generic device (/dev/ng0n1), or
+    /// a striped volume (`volume:CHUNK[@DATA_OFFSET]:MEMBER,...`, whose
+    /// controllers it takes, as `describe` does).
     pub path: Option<PathBuf>,
     /// The accelerator by the module's index (default: the first bound).
     #[arg(long, conflicts_with = "accel_pci")]
@@ -38,6 +40,22 @@ pub fn run(node: &str, json: bool, args: &DoctorArgs) -> ExitCode {
         (None, Some(p)) => AccelSelect::Pci(p),
         (None, None) => AccelSelect::Auto,
     };
+    let volume = args
+        .path
+        .as_deref()
+        .and_then(|p| p.to_str())
+        .and_then(VolumeSpec::parse);
+    if let Some(spec) = volume {
+        // A volume the library drives: its members, and what the path rule
+        // says of each member's controller and the accelerator's memory.
+        let r = spec
+            .map_err(Box::<dyn std::error::Error>::from)
+            .and_then(|s| describe_volume(&s, json));
+        if let Err(e) = r {
+            println!("the volume cannot be opened: {e}");
+        }
+        return ExitCode::SUCCESS;
+    }
     let report = Doctor::new().node(node).run(args.path.as_deref(), select);
     if json {
         println!("{}", report.to_json());
