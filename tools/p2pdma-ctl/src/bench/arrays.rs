@@ -249,7 +249,7 @@ pub(super) fn volume(a: &BenchArgs, out: &mut Value) -> Res<()> {
         }
         wants.push(want);
     }
-    let taken: Res<Vec<f64>> = (|| {
+    let taken: Res<Vec<(f64, f64)>> = (|| {
         let mut ns = Vec::new();
         for m in &members {
             let opts = InitOptions {
@@ -274,8 +274,17 @@ pub(super) fn volume(a: &BenchArgs, out: &mut Value) -> Res<()> {
                 .map(|_| sequential(&engine, &file, mem.as_ref(), total, TransferPath::Queues))
                 .collect::<Res<_>>()?;
             check_tail(mem.as_ref(), &wants[i], &format!("volume of {k}"))?;
+            // The same members each read on its own, all at once: what
+            // the volume's split and its threads add or cost.
+            let files: Vec<StorageFile> = ns[..k]
+                .iter()
+                .map(|n| StorageFile::namespace(n.clone()))
+                .collect();
+            let alone: Vec<f64> = (0..a.reps)
+                .map(|_| at_once(&engine, &files, mem.as_ref(), per))
+                .collect::<Res<_>>()?;
             v.unregister(mem.as_ref());
-            rates.push(median(r));
+            rates.push((median(r), median(alone)));
         }
         Ok(rates)
     })();
@@ -289,19 +298,51 @@ pub(super) fn volume(a: &BenchArgs, out: &mut Value) -> Res<()> {
     let rates = taken?;
     back?;
     let mut rows = Vec::new();
-    for ((&k, f), v) in counts.iter().zip(&fio_rates).zip(&rates) {
+    for ((&k, f), &(v, alone)) in counts.iter().zip(&fio_rates).zip(&rates) {
         println!(
-            "  {k} member{}: fio in parallel {f:6.3} GiB/s, volume {v:6.3} GiB/s = {:.2}x fio; scaling from 1 member: fio {:.2}x, volume {:.2}x",
+            "  {k} member{}: fio in parallel {f:6.3} GiB/s, volume {v:6.3} GiB/s = {:.2}x fio, each member on its own at once {alone:6.3} GiB/s; scaling from 1 member: fio {:.2}x, volume {:.2}x",
             if k == 1 { " " } else { "s" },
             v / f,
             f / fio_rates[0],
-            v / rates[0]
+            v / rates[0].0
         );
-        rows.push(json!({"members": k, "fio_gib_s": f, "volume_gib_s": v, "ratio": v / f}));
+        rows.push(
+            json!({"members": k, "fio_gib_s": f, "volume_gib_s": v, "ratio": v / f,
+            "members_alone_at_once_gib_s": alone}),
+        );
     }
     println!("  fio's settings: {best} (the best of its sweep on the first member)");
     out["volume"] = json!({"chunk": chunk, "bytes_per_member": per, "fio_settings": best.to_string(), "rows": rows});
     Ok(())
+}
+
+/// Each of `files` read from its start, `per` bytes, all at once (a thread
+/// each, through its own part of `mem`); GiB/s of them all together.
+fn at_once(engine: &Engine, files: &[StorageFile], mem: &dyn DeviceMemory, per: u64) -> Res<f64> {
+    let part = (mem.len() / files.len()) / 4096 * 4096;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let readers: Vec<_> = files
+            .iter()
+            .enumerate()
+            .map(|(j, f)| {
+                s.spawn(move || -> Res<()> {
+                    let mut at = 0;
+                    while at < per {
+                        let n = (part as u64).min(per - at) as usize;
+                        let r = MemRange::new(mem, j * part, n).map_err(|e| e.to_string())?;
+                        engine.read(f, at, r).map_err(|e| e.to_string())?;
+                        at += n as u64;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "a reader panicked".to_string())?)
+    })?;
+    Ok(gib_s(per * files.len() as u64, start.elapsed()))
 }
 
 /// md's raid0 layout over `n` equal members from their first byte: each
