@@ -270,9 +270,18 @@ pub(super) fn volume(a: &BenchArgs, out: &mut Value) -> Res<()> {
             v.register(mem.clone()).map_err(|e| e.to_string())?;
             let file = StorageFile::volume(v.clone());
             let total = per * k as u64;
+            if k > 1 {
+                let c = engine
+                    .choose(&file, mem.as_ref())
+                    .map_err(|e| e.to_string())?;
+                println!("  volume of {k}: {}", c.reason);
+            }
+            let ios = || engine.stats().queues.snapshot().ios;
+            let before = ios();
             let r: Vec<f64> = (0..a.reps)
                 .map(|_| sequential(&engine, &file, mem.as_ref(), total, TransferPath::Queues))
                 .collect::<Res<_>>()?;
+            let volume_ios = ios() - before;
             check_tail(mem.as_ref(), &wants[i], &format!("volume of {k}"))?;
             // The same members each read on its own, all at once: what
             // the volume's split and its threads add or cost.
@@ -280,9 +289,16 @@ pub(super) fn volume(a: &BenchArgs, out: &mut Value) -> Res<()> {
                 .iter()
                 .map(|n| StorageFile::namespace(n.clone()))
                 .collect();
+            let before = ios();
             let alone: Vec<f64> = (0..a.reps)
                 .map(|_| at_once(&engine, &files, mem.as_ref(), per))
                 .collect::<Res<_>>()?;
+            let mib = (total * a.reps as u64) as f64 / (1u64 << 20) as f64;
+            println!(
+                "  {k} member(s): NVMe commands per MiB: volume {:.2}, members on their own {:.2}",
+                volume_ios as f64 / mib,
+                (ios() - before) as f64 / mib
+            );
             v.unregister(mem.as_ref());
             rates.push((median(r), median(alone)));
         }
