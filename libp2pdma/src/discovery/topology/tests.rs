@@ -246,34 +246,14 @@ fn sockets_and_missing_paths_are_clear_errors() {
 fn garbage_in_sysfs_is_a_parse_error_naming_the_file() {
     let f = FakeSys::machine();
     f.file(&format!("{NS}/queue/logical_block_size"), "lots\n");
-    let e = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme0n1"),
-            DevNum {
-                major: 259,
-                minor: 0,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap_err();
+    let e = try_resolve_nvme0n1(&f).unwrap_err();
     let TopologyError::Parse { path, value, .. } = &e else {
         panic!("{e}");
     };
     assert!(path.ends_with("queue/logical_block_size"));
     assert_eq!(value, "lots");
     fs::remove_file(f.sys().join(NS).join("queue/logical_block_size")).unwrap();
-    let e = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme0n1"),
-            DevNum {
-                major: 259,
-                minor: 0,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap_err();
+    let e = try_resolve_nvme0n1(&f).unwrap_err();
     assert!(matches!(e, TopologyError::Read { .. }), "{e}");
 }
 
@@ -717,16 +697,19 @@ fn md_array(f: &FakeSys, level: &str, chunk: &str, members: &[(&str, &str, &str,
 
 /// The fake machine's first namespace, `/dev/nvme0n1` (259:0).
 fn resolve_nvme0n1(f: &FakeSys) -> StorageTarget {
-    f.topology()
-        .resolve_block(
-            Path::new("/dev/nvme0n1"),
-            DevNum {
-                major: 259,
-                minor: 0,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap()
+    try_resolve_nvme0n1(f).unwrap()
+}
+
+/// What resolving the fake machine's first namespace gives.
+fn try_resolve_nvme0n1(f: &FakeSys) -> Result<StorageTarget, TopologyError> {
+    f.topology().resolve_block(
+        Path::new("/dev/nvme0n1"),
+        DevNum {
+            major: 259,
+            minor: 0,
+        },
+        TargetKind::BlockDevice,
+    )
 }
 
 fn resolve_md0(f: &FakeSys) -> StorageTarget {
