@@ -48,6 +48,14 @@ impl<'a> IoCommand<'a> {
         }
     }
 
+    /// A WRITE (with `write`) or a READ of `blocks` blocks at `slba`.
+    pub fn data(write: bool, nsid: u32, slba: u64, blocks: u32, data: Payload<'a>) -> Self {
+        match write {
+            true => Self::write(nsid, slba, blocks, data),
+            false => Self::read(nsid, slba, blocks, data),
+        }
+    }
+
     /// A FLUSH of namespace `nsid`.
     pub fn flush(nsid: u32) -> Self {
         Self {

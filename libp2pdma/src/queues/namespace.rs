@@ -394,11 +394,7 @@ impl Namespace {
                 let data = mapped.payload(base + off + done, n)?;
                 let slba = (offset + done as u64) / self.bs();
                 let blocks = (n as u64 / self.bs()) as u32;
-                cmds.push(if write {
-                    IoCommand::write(self.info.nsid, slba, blocks, data)
-                } else {
-                    IoCommand::read(self.info.nsid, slba, blocks, data)
-                });
+                cmds.push(IoCommand::data(write, self.info.nsid, slba, blocks, data));
             }
         }
         self.run(&cmds, issued)?;
@@ -528,11 +524,13 @@ impl Namespace {
             let cmd = |write: bool| -> Result<IoCommand<'_>> {
                 let data = s.mapped.payload(0, span)?;
                 let blocks = (span as u64 / bs) as u32;
-                Ok(if write {
-                    IoCommand::write(self.info.nsid, b0 / bs, blocks, data)
-                } else {
-                    IoCommand::read(self.info.nsid, b0 / bs, blocks, data)
-                })
+                Ok(IoCommand::data(
+                    write,
+                    self.info.nsid,
+                    b0 / bs,
+                    blocks,
+                    data,
+                ))
             };
             if !write {
                 cmds += 1;

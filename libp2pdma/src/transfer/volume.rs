@@ -461,6 +461,17 @@ impl VolumeSpec {
     }
 }
 
+impl VolumeMember {
+    /// The member's controller and namespace id: for a block device, as
+    /// sysfs says while the nvme driver has it.
+    pub fn locate(&self) -> Result<(PciAddress, u32)> {
+        match self {
+            VolumeMember::Device(dev) => device_member(dev),
+            VolumeMember::Driven(pci, nsid) => Ok((*pci, *nsid)),
+        }
+    }
+}
+
 /// The controller and namespace id of the NVMe block device `dev`.
 fn device_member(dev: &Path) -> Result<(PciAddress, u32)> {
     let bad = |why: String| Error::InvalidArgument(format!("{}: {why}", dev.display()));
@@ -490,13 +501,8 @@ impl Volume {
     pub fn open(spec: &VolumeSpec, module: Arc<Module>) -> Result<Self> {
         let mut members = Vec::new();
         for m in &spec.members {
-            let (pci, nsid, unbind) = match m {
-                VolumeMember::Device(dev) => {
-                    let (pci, nsid) = device_member(dev)?;
-                    (pci, nsid, true)
-                }
-                VolumeMember::Driven(pci, nsid) => (*pci, *nsid, false),
-            };
+            let (pci, nsid) = m.locate()?;
+            let unbind = matches!(m, VolumeMember::Device(_));
             let opts = InitOptions {
                 unbind,
                 ..InitOptions::default()

@@ -26,7 +26,9 @@ use std::{
 use p2pdma::{
     memory::{DeviceMemory, ModuleMemory},
     queues::{claim, Controller, InitOptions},
-    transfer::{Config, Engine, Namespace, PathPref, StorageFile, TransferPath, Volume},
+    transfer::{
+        Config, Engine, Namespace, PathPref, StorageFile, TransferPath, Volume, VolumeMember,
+    },
     MemRange, Module, PciAddress,
 };
 use serde_json::{json, Value};
@@ -170,24 +172,9 @@ struct Member {
 }
 
 fn member(dev: &Path) -> Res<Member> {
-    let name = dev
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| format!("{}: not a device", dev.display()))?;
-    let sys = Path::new("/sys/block").join(name);
-    let nsid = std::fs::read_to_string(sys.join("nsid"))
-        .map_err(|e| format!("{name}: no namespace id ({e})"))?
-        .trim()
-        .parse()
-        .map_err(|e| format!("{name}: {e}"))?;
-    let pci = std::fs::canonicalize(sys.join("device/device"))
-        .map_err(|e| format!("{name}: no PCI function ({e})"))?;
-    let pci = pci
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or("no PCI address")?
-        .parse()
-        .map_err(|e: p2pdma::Error| e.to_string())?;
+    let (pci, nsid) = VolumeMember::Device(dev.to_path_buf())
+        .locate()
+        .map_err(|e| e.to_string())?;
     Ok(Member {
         dev: dev.to_path_buf(),
         pci,
