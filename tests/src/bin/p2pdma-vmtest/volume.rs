@@ -21,6 +21,7 @@ use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
     queues::{claim, Controller, InitOptions},
     store::{EngineBacking, Store},
+    sys::vfio,
     transfer::{Config, Engine, Namespace, StorageFile, TransferPath, Volume},
     MemRange, Module,
 };
@@ -514,8 +515,8 @@ fn bad_member(rig: &Rig, x: &VolumeArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Turns bus mastering of PCI function `bdf` on or off (bit 2 of its
-/// command register).
+/// Turns bus mastering of PCI function `bdf` on or off (its command
+/// register, through sysfs).
 fn bus_master(bdf: &str, on: bool) -> Result<(), String> {
     let path = format!("/sys/bus/pci/devices/{bdf}/config");
     let f = std::fs::OpenOptions::new()
@@ -524,11 +525,14 @@ fn bus_master(bdf: &str, on: bool) -> Result<(), String> {
         .open(&path)
         .map_err(|e| format!("{path}: {e}"))?;
     let mut cmd = [0u8; 2];
-    f.read_exact_at(&mut cmd, 4)
+    f.read_exact_at(&mut cmd, vfio::PCI_COMMAND)
         .map_err(|e| format!("{path}: {e}"))?;
     let v = u16::from_le_bytes(cmd);
-    let v = if on { v | 4 } else { v & !4 };
-    f.write_all_at(&v.to_le_bytes(), 4)
+    let v = match on {
+        true => v | vfio::PCI_COMMAND_MASTER,
+        false => v & !vfio::PCI_COMMAND_MASTER,
+    };
+    f.write_all_at(&v.to_le_bytes(), vfio::PCI_COMMAND)
         .map_err(|e| format!("{path}: {e}"))
 }
 
