@@ -277,17 +277,18 @@ impl Volume {
                 });
         }
         let mut per: Vec<Vec<(u64, usize, usize)>> = vec![Vec::new(); self.members.len()];
-        let mut first: Vec<Option<(u64, u64)>> = vec![None; self.members.len()];
         for r in self.runs(offset, range.len() as u64) {
             per[r.slot].push((r.at, (r.from - offset) as usize, r.len as usize));
-            first[r.slot].get_or_insert((r.from, r.len));
         }
         let work: Vec<usize> = (0..per.len()).filter(|&s| !per[s].is_empty()).collect();
         self.each(&work, |slot| {
             self.members[slot]
                 .transfer_runs(write, range, &per[slot], issued)
                 .map_err(|error| {
-                    let (from, len) = first[slot].unwrap_or((offset, 0));
+                    // The member's first run, in volume offsets.
+                    let (from, len) = per[slot]
+                        .first()
+                        .map_or((offset, 0), |&(_, off, n)| (offset + off as u64, n as u64));
                     MemberError {
                         slot,
                         from,
