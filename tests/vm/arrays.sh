@@ -221,6 +221,17 @@ check array-file-write-p2p p2pdma-vmtest engine-write --nvme /mnt/f.bin --offset
 	--pattern-offset $((51 * M)) --expect-path p2p --verify-buffered
 check array-file-read-p2p p2pdma-vmtest engine-read --nvme /mnt/f.bin --offset 4096 --len $((2 * M + 77)) \
 	--expect-path p2p --verify-buffered
+# The bindings on the array, each as its users load it: the Python
+# binding, the C API (libp2pdma.so) and the cuFile library read the file
+# and the array's device (past the file system, whose superblock on the
+# device lags the kernel's copy while it is mounted), and write a file
+# beside it.
+for api in python capi cufile; do
+	check "array-file-$api" /usr/bin/python3 /suite/arrays_checks.py --api $api --name file --target /mnt/f.bin \
+		--write "/mnt/$api.bin"
+	check "array-dev-$api" /usr/bin/python3 /suite/arrays_checks.py --api $api --name md5 --target /dev/md5 \
+		--at $((48 * M + 4096))
+done
 mkdir -p /mnt/tests && cp /tests/libp2pdma-pwrite-model /mnt/tests/
 if out=$(env P2PDMA_MODEL_DIR=/mnt P2PDMA_MODEL_MEM=module P2PDMA_MODEL_PATHS=p2p,bounce PROPTEST_CASES=24 \
 	/mnt/tests/libp2pdma-pwrite-model --test-threads 1 2>&1); then
@@ -288,6 +299,11 @@ case $out in
 	pass volume-doctor ;;
 *) fail volume-doctor "$(echo "$out" | tail -n 1)" ;;
 esac
+# The Python binding and the C API on the same volume path.
+for api in python capi; do
+	check "volume-$api" /usr/bin/python3 /suite/arrays_checks.py --api $api --name volume --path queues \
+		--target "volume:64K@64M:$m0pci/10,$m1pci/11" --ref /tmp/vol.ref
+done
 for bdf in "$m0pci" "$m1pci"; do
 	echo >"/sys/bus/pci/devices/$bdf/driver_override"
 	echo "$bdf" >/sys/bus/pci/drivers/vfio-pci/unbind

@@ -92,10 +92,13 @@ if [ "$suite" = python ]; then
 	cp "$P2PDMA_ROOT"/tests/vm/python_checks.py "$ir/suite/"
 	"$P2PDMA_ROOT/tools/rig/guest-python.sh" "$ir"
 fi
-# The arrays suite builds md arrays and file systems on them; the bench
-# suite builds arrays too, and measures them against fio.
+# The arrays suite builds md arrays and file systems on them, and reads
+# them through the Python binding, the C API and the cuFile library; the
+# bench suite builds arrays too, and measures them against fio.
 if [ "$suite" = arrays ]; then
 	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir"
+	cp "$P2PDMA_ROOT"/tests/vm/arrays_checks.py "$ir/suite/"
+	"$P2PDMA_ROOT/tools/rig/guest-python.sh" "$ir" libs
 elif [ "$suite" = bench ]; then
 	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir" fio
 fi
