@@ -60,5 +60,6 @@ pub use claim::IommuMode;
 pub use command::{AdminCommand, IoCommand};
 pub use controller::{Controller, InitOptions, NamespaceInfo};
 pub use mapped::{Mapped, Payload};
+pub(crate) use namespace::{run_together, Plan};
 pub use namespace::{Issued, Namespace};
 pub use scope::{Batch, CommandId, Pending, Scope};

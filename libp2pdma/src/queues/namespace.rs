@@ -306,35 +306,90 @@ impl Namespace {
         runs: &[(u64, usize, usize)],
         issued: Option<&Issued>,
     ) -> Result<u64> {
+        let plan = self.prepare(write, range, runs)?;
+        let mut n = 0;
+        if let Some(d) = &plan.direct {
+            let cmds = d.commands(write)?;
+            self.run(&cmds, issued)?;
+            n += cmds.len() as u64;
+        }
+        Ok(n + plan.rest(write, range, issued)?)
+    }
+
+    /// `runs` of `range` (as [`Namespace::transfer_runs`] takes them)
+    /// split into those that move by DMA with the memory itself, whole
+    /// blocks in dword-aligned memory, with the memory mapped for the
+    /// controller once for them all, and the rest. Everything goes through
+    /// staging when the module will not map the memory for the controller
+    /// (memory it cannot reach by P2P, say), found out before any command.
+    pub(crate) fn prepare<'r>(
+        &'r self,
+        write: bool,
+        range: MemRange<'r>,
+        runs: &[(u64, usize, usize)],
+    ) -> Result<Plan<'r>> {
         let bs = self.bs();
         let ptr = range
             .mem()
             .dma()
             .and_then(|d| d.dma_target())
             .map(|t| t.ptr as usize + range.offset());
-        let (whole, rest): (Vec<&(u64, usize, usize)>, Vec<_>) =
+        let (whole, rest): (Vec<(u64, usize, usize)>, Vec<_>) =
             runs.iter().partition(|&&(at, off, n)| {
                 at.is_multiple_of(bs)
                     && (n as u64).is_multiple_of(bs)
                     && n > 0
                     && ptr.is_some_and(|p| (p + off).is_multiple_of(4))
             });
-        let mut n = 0;
-        if let (Some(lo), Some(hi)) = (
+        let (Some(lo), Some(hi)) = (
             whole.iter().map(|r| r.1).min(),
             whole.iter().map(|r| r.1 + r.2).max(),
-        ) {
-            let span = range.sub(lo, hi - lo)?;
-            let shifted: Vec<_> = whole
-                .iter()
-                .map(|&&(at, off, n)| (at, off - lo, n))
-                .collect();
-            n += self.direct(write, span, &shifted, issued)?;
-        }
-        for &(at, off, len) in rest {
-            n += self.transfer(write, at, range.sub(off, len)?, issued)?;
-        }
-        Ok(n)
+        ) else {
+            return Ok(Plan {
+                ns: self,
+                direct: None,
+                rest,
+                staged: false,
+            });
+        };
+        let span = range.sub(lo, hi - lo)?;
+        let access = if write {
+            PeerAccess::ReadOnly
+        } else {
+            PeerAccess::WriteOnly
+        };
+        let mem = span.mem();
+        // Registered memory's mapping covers it all; other memory is mapped
+        // for this transfer.
+        let (held, base) = match self.registration(mem) {
+            Some(k) => (Held::Kept(k), span.offset()),
+            None => match self.ctrl.map(mem, span.offset(), span.len(), access) {
+                Ok(m) => (Held::Fresh(m), 0),
+                Err(e) if e.bounce_can_fix() => {
+                    return Ok(Plan {
+                        ns: self,
+                        direct: None,
+                        rest: runs.to_vec(),
+                        staged: true,
+                    })
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let runs = whole
+            .iter()
+            .map(|&(at, off, n)| (at, base + off - lo, n))
+            .collect();
+        Ok(Plan {
+            ns: self,
+            direct: Some(Direct {
+                ns: self,
+                held,
+                runs,
+            }),
+            rest,
+            staged: false,
+        })
     }
 
     /// The block-aligned bytes at `offset`, by DMA between the namespace
@@ -346,124 +401,15 @@ impl Namespace {
         range: MemRange<'_>,
         issued: Option<&Issued>,
     ) -> Result<u64> {
-        self.direct(write, range, &[(offset, 0, range.len())], issued)
+        self.transfer_runs(write, range, &[(offset, 0, range.len())], issued)
     }
 
-    /// Runs of whole blocks (namespace byte offset, offset in `range`,
-    /// length), by DMA between the namespace and the memory of `range`
-    /// itself, mapped once for them all; through staging when the module
-    /// will not map the memory for the controller (memory the controller
-    /// cannot reach by P2P, say), which is found out before any command.
-    fn direct(
-        &self,
-        write: bool,
-        range: MemRange<'_>,
-        runs: &[(u64, usize, usize)],
-        issued: Option<&Issued>,
-    ) -> Result<u64> {
-        let access = if write {
-            PeerAccess::ReadOnly
-        } else {
-            PeerAccess::WriteOnly
-        };
-        let mem = range.mem();
-        // Registered memory's mapping covers it all; other memory is mapped
-        // for this transfer.
-        let kept = self.registration(mem);
-        let fresh;
-        let (mapped, base): (&Mapped<'_>, usize) = match &kept {
-            Some(k) => (k, range.offset()),
-            None => {
-                fresh = match self.ctrl.map(mem, range.offset(), range.len(), access) {
-                    Ok(m) => m,
-                    Err(e) if e.bounce_can_fix() => {
-                        let mut n = 0;
-                        for &(at, off, len) in runs {
-                            n += self.staged(write, at, range.sub(off, len)?, issued)?;
-                        }
-                        return Ok(n);
-                    }
-                    Err(e) => return Err(e),
-                };
-                (&fresh, 0)
-            }
-        };
-        let mut cmds = Vec::new();
-        for &(offset, off, len) in runs {
-            for (done, n) in cut(len, self.bs(), self.ctrl.max_transfer()) {
-                let data = mapped.payload(base + off + done, n)?;
-                let slba = (offset + done as u64) / self.bs();
-                let blocks = (n as u64 / self.bs()) as u32;
-                cmds.push(IoCommand::data(write, self.info.nsid, slba, blocks, data));
-            }
-        }
-        self.run(&cmds, issued)?;
-        Ok(cmds.len() as u64)
-    }
-
-    /// Runs `cmds`, up to [`WINDOW`] in flight, on the next queue in turn:
-    /// each refill is one batch (one doorbell). The first error, after all
-    /// have ended.
+    /// Runs `cmds` on the next queue in turn (see [`run_together`]); the
+    /// first error, after all have ended.
     fn run(&self, cmds: &[IoCommand<'_>], issued: Option<&Issued>) -> Result<()> {
-        self.ctrl.scope(|s| {
-            let queue = self.ctrl.next_queue();
-            let mut flight: VecDeque<Pending<'_>> = VecDeque::new();
-            let mut first: Option<Error> = None;
-            let note = |first: &mut Option<Error>, r: Result<()>| {
-                if let Err(e) = r {
-                    first.get_or_insert(e);
-                }
-            };
-            let mut rest = cmds.iter().peekable();
-            while first.is_none() {
-                let mut batch = s.batch(queue);
-                while flight.len() < WINDOW {
-                    let Some(cmd) = rest.peek() else {
-                        break;
-                    };
-                    match batch.try_push(cmd) {
-                        Ok(Some(p)) => {
-                            if let Some(i) = issued {
-                                i.push(p.id());
-                            }
-                            flight.push_back(p);
-                            rest.next();
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            note(&mut first, Err(e));
-                            break;
-                        }
-                    }
-                }
-                batch.ring();
-                drop(batch);
-                match flight.pop_front() {
-                    Some(p) => note(&mut first, p.wait().map(|_| ())),
-                    // Full with none of ours in flight: room comes as other
-                    // threads consume their completions.
-                    None => match rest.next() {
-                        Some(cmd) => match s.submit(queue, cmd) {
-                            Ok(p) => {
-                                if let Some(i) = issued {
-                                    i.push(p.id());
-                                }
-                                flight.push_back(p)
-                            }
-                            Err(e) => note(&mut first, Err(e)),
-                        },
-                        None => break,
-                    },
-                }
-            }
-            for p in flight {
-                note(&mut first, p.wait().map(|_| ()));
-            }
-            match first {
-                Some(e) => Err(e),
-                None => Ok(()),
-            }
-        })
+        run_together(&[(self, cmds)], issued)
+            .pop()
+            .unwrap_or(Ok(()))
     }
 
     fn take_staging(&self) -> Result<Staging> {
@@ -569,4 +515,196 @@ impl Namespace {
             .map(|i| self.edges[i].lock().unwrap_or_else(|p| p.into_inner()))
             .collect()
     }
+}
+
+/// How a namespace moves a transfer's runs ([`Namespace::prepare`]).
+pub(crate) struct Plan<'r> {
+    ns: &'r Namespace,
+    /// The runs that move by DMA with the memory itself.
+    pub(crate) direct: Option<Direct<'r>>,
+    /// The others.
+    rest: Vec<(u64, usize, usize)>,
+    /// Whether the others go through staging whatever they are (the
+    /// memory could not be mapped for the controller).
+    staged: bool,
+}
+
+impl Plan<'_> {
+    /// Moves the runs that do not move by DMA with the memory itself, one
+    /// by one; the commands they took.
+    pub(crate) fn rest(
+        &self,
+        write: bool,
+        range: MemRange<'_>,
+        issued: Option<&Issued>,
+    ) -> Result<u64> {
+        let mut n = 0;
+        for &(at, off, len) in &self.rest {
+            let part = range.sub(off, len)?;
+            n += if self.staged {
+                self.ns.staged(write, at, part, issued)?
+            } else {
+                self.ns.transfer(write, at, part, issued)?
+            };
+        }
+        Ok(n)
+    }
+
+    /// Whether there is anything besides the direct runs.
+    pub(crate) fn has_rest(&self) -> bool {
+        !self.rest.is_empty()
+    }
+}
+
+/// Memory mapped for a transfer's controller: kept by a registration, or
+/// made for this transfer.
+enum Held<'r> {
+    Kept(Arc<Mapped<'static>>),
+    Fresh(Mapped<'r>),
+}
+
+/// A namespace's runs of whole blocks with their memory mapped for its
+/// controller ([`Namespace::prepare`]): ready to become commands.
+pub(crate) struct Direct<'r> {
+    ns: &'r Namespace,
+    held: Held<'r>,
+    /// Each run's byte offset on the namespace, offset in the mapping and
+    /// length.
+    runs: Vec<(u64, usize, usize)>,
+}
+
+impl Direct<'_> {
+    /// The commands that move the runs, each at most the controller's
+    /// largest transfer.
+    pub(crate) fn commands(&self, write: bool) -> Result<Vec<IoCommand<'_>>> {
+        let mapped: &Mapped<'_> = match &self.held {
+            Held::Kept(k) => k,
+            Held::Fresh(m) => m,
+        };
+        let (ns, bs) = (self.ns, self.ns.bs());
+        let mut cmds = Vec::new();
+        for &(offset, at, len) in &self.runs {
+            for (done, n) in cut(len, bs, ns.ctrl.max_transfer()) {
+                let data = mapped.payload(at + done, n)?;
+                let slba = (offset + done as u64) / bs;
+                let blocks = (n as u64 / bs) as u32;
+                cmds.push(IoCommand::data(write, ns.info.nsid, slba, blocks, data));
+            }
+        }
+        Ok(cmds)
+    }
+}
+
+/// Sweeps over every queue without a completion before the thread waits
+/// for its oldest command instead.
+const SPINS: u32 = 256;
+
+/// Runs each namespace's commands, all from the calling thread: up to
+/// [`WINDOW`] of each namespace in flight on its controller's next queue,
+/// each refill one doorbell, every controller's completions taken as they
+/// come, so that one thread keeps several controllers busy with no thread
+/// of its own per controller and nothing to hand over between threads.
+/// Each namespace's first error (its later commands not submitted), after
+/// every command submitted has ended.
+pub(crate) fn run_together(
+    jobs: &[(&Namespace, &[IoCommand<'_>])],
+    issued: Option<&Issued>,
+) -> Vec<Result<()>> {
+    struct Lane<'p> {
+        queue: usize,
+        next: usize,
+        flight: VecDeque<Pending<'p>>,
+        first: Option<Error>,
+    }
+    let note = |first: &mut Option<Error>, r: Result<()>| {
+        if let Err(e) = r {
+            first.get_or_insert(e);
+        }
+    };
+    let record = |p: &Pending<'_>| {
+        if let Some(i) = issued {
+            i.push(p.id());
+        }
+    };
+    let ctrls: Vec<&Controller> = jobs.iter().map(|(ns, _)| &*ns.ctrl).collect();
+    super::scope::scopes(&ctrls, |subs| {
+        let mut lanes: Vec<Lane<'_>> = jobs
+            .iter()
+            .map(|(ns, _)| Lane {
+                queue: ns.ctrl.next_queue(),
+                next: 0,
+                flight: VecDeque::new(),
+                first: None,
+            })
+            .collect();
+        let mut idle = 0u32;
+        loop {
+            let (mut moved, mut open) = (false, false);
+            for ((lane, sub), (_, cmds)) in lanes.iter_mut().zip(subs).zip(jobs) {
+                // In submission order: a queue's commands mostly complete
+                // in it, and one look per lane keeps a sweep short.
+                while lane.flight.front().is_some_and(Pending::is_done) {
+                    if let Some(p) = lane.flight.pop_front() {
+                        note(&mut lane.first, p.wait().map(|_| ()));
+                    }
+                    moved = true;
+                }
+                let mut pushed = false;
+                while lane.first.is_none() && lane.next < cmds.len() && lane.flight.len() < WINDOW {
+                    match sub.push(lane.queue, &cmds[lane.next]) {
+                        Ok(Some(p)) => {
+                            record(&p);
+                            lane.flight.push_back(p);
+                            lane.next += 1;
+                            pushed = true;
+                        }
+                        Ok(None) => break,
+                        Err(e) => note(&mut lane.first, Err(e)),
+                    }
+                }
+                if pushed {
+                    sub.ring(lane.queue);
+                    moved = true;
+                }
+                // The queue full with none of this lane's commands in
+                // flight: room comes as other threads consume theirs.
+                if lane.first.is_none() && lane.next < cmds.len() && lane.flight.is_empty() {
+                    match sub.submit(lane.queue, &cmds[lane.next]) {
+                        Ok(p) => {
+                            record(&p);
+                            lane.flight.push_back(p);
+                            lane.next += 1;
+                            moved = true;
+                        }
+                        Err(e) => note(&mut lane.first, Err(e)),
+                    }
+                }
+                open |= !lane.flight.is_empty();
+            }
+            if !open {
+                break;
+            }
+            if moved {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Nothing for a while: wait for a command (sleeping on the
+            // controller's interrupts where it has them).
+            if let Some(lane) = lanes.iter_mut().find(|l| !l.flight.is_empty()) {
+                if let Some(p) = lane.flight.pop_front() {
+                    note(&mut lane.first, p.wait().map(|_| ()));
+                }
+            }
+            idle = 0;
+        }
+        lanes
+            .into_iter()
+            .map(|l| l.first.map_or(Ok(()), Err))
+            .collect()
+    })
 }

@@ -47,6 +47,61 @@ impl Controller {
     }
 }
 
+/// Runs `f` with a scope of each of `ctrls` open (nested, in order), for
+/// a thread that drives several controllers at once: it returns once every
+/// command submitted in any of them has completed, as each scope does.
+pub(super) fn scopes<'env, T>(
+    ctrls: &[&'env Controller],
+    f: impl FnOnce(&[&dyn Submitter<'env>]) -> T,
+) -> T {
+    fn nest<'env>(
+        ctrls: &[&'env Controller],
+        open: &[&dyn Submitter<'env>],
+        f: &mut dyn FnMut(&[&dyn Submitter<'env>]),
+    ) {
+        match ctrls.split_first() {
+            None => f(open),
+            Some((ctrl, rest)) => ctrl.scope(|s| {
+                let mut all: Vec<&dyn Submitter<'env>> = open.to_vec();
+                all.push(&s);
+                nest(rest, &all, f);
+            }),
+        }
+    }
+    let mut f = Some(f);
+    let mut out = None;
+    nest(ctrls, &[], &mut |open| out = f.take().map(|f| f(open)));
+    out.expect("the innermost scope runs once")
+}
+
+/// A scope as [`scopes`] hands it out: one of several open at once.
+pub(super) trait Submitter<'env> {
+    /// Writes `cmd` into I/O queue `queue` if it has room now, without
+    /// ringing its doorbell ([`Batch::try_push`]).
+    fn push(&self, queue: usize, cmd: &IoCommand<'env>) -> Result<Option<Pending<'_>>>;
+    /// Submits `cmd`, waiting for room ([`Scope::submit`]).
+    fn submit(&self, queue: usize, cmd: &IoCommand<'env>) -> Result<Pending<'_>>;
+    /// Rings I/O queue `queue`'s doorbell for what was pushed.
+    fn ring(&self, queue: usize);
+}
+
+impl<'s, 'env> Submitter<'env> for &'s Scope<'s, 'env> {
+    fn push(&self, queue: usize, cmd: &IoCommand<'env>) -> Result<Option<Pending<'_>>> {
+        Scope::try_submit_with(self, queue, cmd, false)
+    }
+
+    fn submit(&self, queue: usize, cmd: &IoCommand<'env>) -> Result<Pending<'_>> {
+        Scope::submit(self, queue, cmd)
+    }
+
+    fn ring(&self, queue: usize) {
+        let io = &self.ctrl.io;
+        if !io.is_empty() {
+            io[queue % io.len()].ring();
+        }
+    }
+}
+
 /// Where commands are submitted: see [`Controller::scope`].
 pub struct Scope<'s, 'env: 's> {
     pub(super) ctrl: &'env Controller,

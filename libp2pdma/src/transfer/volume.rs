@@ -5,9 +5,12 @@
 //! equal members: chunk `i` on member `i % n`, at row `i / n` of that
 //! member's data, which starts at the volume's data offset. A transfer is
 //! split into each member's runs; each member's runs go to its own
-//! controller's queues, every member at once (a thread for each member
-//! but the first, which the caller's thread drives), its memory mapped for
-//! the controller once for all its runs. The caller gets one result, after
+//! controller's queues, its memory mapped for the controller once for all
+//! its runs, and the caller's thread drives every member at once: it keeps
+//! each member's queue filled and takes every controller's completions as
+//! they come, with no thread per member and nothing handed between threads
+//! (only the unaligned ends, through staging, take a thread per member).
+//! The caller gets one result, after
 //! every member's commands have ended: every byte moved, or the error of
 //! the first member (in volume order) that failed, naming it, with the
 //! volume offset of its run.
@@ -21,9 +24,16 @@ use std::{
 use super::array::{stripe_runs, Run};
 use crate::{
     memory::{DeviceMemory, MemRange},
-    queues::{Controller, InitOptions, Issued, Namespace},
+    queues::{run_together, Controller, InitOptions, IoCommand, Issued, Namespace, Plan},
     Error, Module, PciAddress, Result,
 };
+
+/// Keeps in `first` whichever of it and `e` starts first in the volume.
+fn keep_first(first: &mut Option<MemberError>, e: MemberError) {
+    if first.as_ref().is_none_or(|f| e.from < f.from) {
+        *first = Some(e);
+    }
+}
 
 /// Most members of one volume.
 pub const MAX_MEMBERS: usize = 64;
@@ -280,24 +290,69 @@ impl Volume {
         for r in self.runs(offset, range.len() as u64) {
             per[r.slot].push((r.at, (r.from - offset) as usize, r.len as usize));
         }
+        // A member's error, with its first run in volume offsets.
+        let failed = |slot: usize, error: Error| {
+            let (from, len) = per[slot]
+                .first()
+                .map_or((offset, 0), |&(_, off, n)| (offset + off as u64, n as u64));
+            MemberError {
+                slot,
+                from,
+                len,
+                error,
+            }
+        };
         let work: Vec<usize> = (0..per.len()).filter(|&s| !per[s].is_empty()).collect();
-        self.each(&work, |slot| {
-            self.members[slot]
-                .transfer_runs(write, range, &per[slot], issued)
-                .map_err(|error| {
-                    // The member's first run, in volume offsets.
-                    let (from, len) = per[slot]
-                        .first()
-                        .map_or((offset, 0), |&(_, off, n)| (offset + off as u64, n as u64));
-                    MemberError {
-                        slot,
-                        from,
-                        len,
-                        error,
-                    }
-                })
-        })
-        .map_err(|e| self.member_error(write, e))
+        // Every member's memory mapped for its controller before any
+        // command: a member that cannot map it fails the transfer with
+        // nothing in flight.
+        let mut plans: Vec<Option<Plan<'_>>> = (0..per.len()).map(|_| None).collect();
+        for &slot in &work {
+            let plan = self.members[slot]
+                .prepare(write, range, &per[slot])
+                .map_err(|e| self.member_error(write, failed(slot, e)))?;
+            plans[slot] = Some(plan);
+        }
+        let mut cmds = Vec::with_capacity(work.len());
+        for &slot in &work {
+            cmds.push(match plans[slot].as_ref().and_then(|p| p.direct.as_ref()) {
+                Some(d) => d
+                    .commands(write)
+                    .map_err(|e| self.member_error(write, failed(slot, e)))?,
+                None => Vec::new(),
+            });
+        }
+        // Every member's commands driven from this thread at once.
+        let jobs: Vec<(&Namespace, &[IoCommand<'_>])> = work
+            .iter()
+            .zip(&cmds)
+            .map(|(&slot, c)| (&*self.members[slot], c.as_slice()))
+            .collect();
+        let mut first: Option<MemberError> = None;
+        for (&slot, r) in work.iter().zip(run_together(&jobs, issued)) {
+            if let Err(e) = r {
+                keep_first(&mut first, failed(slot, e));
+            }
+        }
+        if let Some(e) = first {
+            return Err(self.member_error(write, e));
+        }
+        // The rest (the transfer's unaligned ends; everything, in memory a
+        // member could not map), each member's on a thread of its own.
+        let rest: Vec<usize> = work
+            .iter()
+            .copied()
+            .filter(|&s| plans[s].as_ref().is_some_and(Plan::has_rest))
+            .collect();
+        let staged = self
+            .each(&rest, |slot| {
+                plans[slot]
+                    .as_ref()
+                    .map_or(Ok(0), |p| p.rest(write, range, issued))
+                    .map_err(|e| failed(slot, e))
+            })
+            .map_err(|e| self.member_error(write, e))?;
+        Ok(cmds.iter().map(|c| c.len() as u64).sum::<u64>() + staged)
     }
 
     /// Runs `f` for every slot in `work`, each on a thread of its own but
@@ -349,8 +404,7 @@ impl Volume {
         for r in results {
             match r {
                 Ok(n) => sum += n,
-                Err(e) if failed.as_ref().is_none_or(|f| e.from < f.from) => failed = Some(e),
-                Err(_) => {}
+                Err(e) => keep_first(&mut failed, e),
             }
         }
         match failed {
