@@ -35,5 +35,6 @@ pub use pci::{
 };
 pub use storage::{
     DiskFacts, MdArray, MdMember, NvmeCmdRefusal, NvmePath, Partition, StorageTarget, TargetKind,
+    Transport,
 };
 pub use topology::{list_nvme_namespaces, list_p2pmem_providers, parse_sysfs_pci, Topology};

@@ -76,6 +76,9 @@ pub struct StorageTarget {
     /// The PCI function of the controller (or, for other disks, the first
     /// PCI function above the disk).
     pub pci: Option<PciAddress>,
+    /// How the controller reaches its subsystem (PCIe, or a fabric and
+    /// where), when sysfs says.
+    pub transport: Option<Transport>,
     /// Whether the disk is an NVMe namespace.
     pub is_nvme: bool,
     /// The block devices this one is built on (device-mapper, md), if any.
@@ -180,18 +183,91 @@ pub struct NvmePath {
     pub controller: Option<String>,
     /// The controller's PCI function.
     pub pci: Option<PciAddress>,
+    /// How the controller reaches the subsystem, when sysfs says.
+    pub transport: Option<Box<Transport>>,
 }
 
 impl fmt::Display for NvmePath {
-    /// `nvme0c1n1 (nvme1 at 0000:04:00.0)`.
+    /// `nvme0c1n1 (nvme1 at 0000:04:00.0)`, or over a fabric `nvme4c4n1
+    /// (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.name)?;
-        match (&self.controller, self.pci) {
-            (Some(c), Some(p)) => write!(f, " ({c} at {p})"),
-            (Some(c), None) => write!(f, " ({c}, no PCI function)"),
-            (None, Some(p)) => write!(f, " (at {p})"),
-            (None, None) => write!(f, " (no controller found)"),
+        let fabric = self.transport.as_ref().filter(|t| t.is_fabric());
+        match (&self.controller, self.pci, fabric) {
+            (Some(c), _, Some(t)) => write!(f, " ({c} {})", t.route()),
+            (Some(c), Some(p), None) => write!(f, " ({c} at {p})"),
+            (Some(c), None, None) => write!(f, " ({c}, no PCI function)"),
+            (None, Some(p), _) => write!(f, " (at {p})"),
+            (None, None, _) => write!(f, " (no controller found)"),
         }
+    }
+}
+
+/// How an NVMe controller reaches its subsystem: the transport and, over
+/// a fabric, the target's address and the subsystem's NQN (the
+/// controller's sysfs `transport`, `address`, `subsysnqn` and `state`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transport {
+    /// `pcie`, `tcp`, `rdma`, `fc` or `loop`, as the kernel names it.
+    pub kind: String,
+    /// Over a fabric, where the target is, as the kernel prints it
+    /// (`traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15`).
+    pub address: Option<String>,
+    /// The NVMe subsystem's NQN.
+    pub subsysnqn: Option<String>,
+    /// The controller's state (`live`, `connecting`, `resetting`,
+    /// `deleting`, `dead`).
+    pub state: Option<String>,
+}
+
+impl Transport {
+    /// Whether the controller is reached over a fabric (not PCIe).
+    pub fn is_fabric(&self) -> bool {
+        self.kind != "pcie"
+    }
+
+    /// The transport's name: `NVMe/TCP`, `NVMe/RDMA`, `PCIe`, ...
+    pub fn name(&self) -> String {
+        match self.kind.as_str() {
+            "pcie" => "PCIe".to_string(),
+            "tcp" => "NVMe/TCP".to_string(),
+            "rdma" => "NVMe/RDMA".to_string(),
+            "fc" => "NVMe/FC".to_string(),
+            "loop" => "the NVMe loop target".to_string(),
+            k => format!("NVMe over {k}"),
+        }
+    }
+
+    /// `over NVMe/TCP to traddr=...,trsvcid=...`: how and where.
+    pub fn route(&self) -> String {
+        match &self.address {
+            Some(a) if !a.is_empty() => format!("over {} to {a}", self.name()),
+            _ => format!("over {}", self.name()),
+        }
+    }
+
+    /// Why the kernel's driver for this transport moves no data by P2P
+    /// into accelerator memory; `None` over PCIe, where the kernel is
+    /// asked about the two PCI functions.
+    pub fn p2p_refusal(&self) -> Option<String> {
+        let why = match self.kind.as_str() {
+            "pcie" => return None,
+            "tcp" => "NVMe/TCP carries the data through the network stack, which copies it between socket buffers and the request's pages, so no device DMAs to or from accelerator memory (the kernel's nvme-tcp takes no P2P pages); nvme-rdma does, since Linux 7.1, where the RDMA NIC reaches the accelerator".to_string(),
+            "rdma" => "nvme-rdma takes P2P pages (Linux 7.1 and later) only where the RDMA device DMAs for itself and reaches the accelerator, never over soft RDMA (rxe, siw, which copy with the CPU), and sysfs does not say which RDMA device a controller uses".to_string(),
+            "loop" => "the NVMe loop target passes the data to the target's own block device in host memory; it takes no P2P pages".to_string(),
+            k => format!("the kernel's NVMe over {k} takes no P2P pages"),
+        };
+        Some(why)
+    }
+
+    /// The transport as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "kind": self.kind,
+            "address": self.address,
+            "subsysnqn": self.subsysnqn,
+            "state": self.state,
+        })
     }
 }
 
@@ -273,7 +349,19 @@ impl StorageTarget {
             name: self.disk.clone(),
             controller: self.controller.clone(),
             pci: self.pci,
+            transport: self.transport.clone().map(Box::new),
         }]
+    }
+
+    /// For a namespace of one controller reached over a fabric (not a
+    /// multipath head, not an array): that controller, as its one path.
+    pub fn fabric_path(&self) -> Option<NvmePath> {
+        if self.md.is_some() || self.is_multipath() {
+            return None;
+        }
+        self.io_paths()
+            .into_iter()
+            .find(|p| p.transport.as_deref().is_some_and(Transport::is_fabric))
     }
 
     /// Why NVMe commands built by this library cannot address the
@@ -314,12 +402,14 @@ impl StorageTarget {
             "max_transfer_bytes": self.max_transfer_bytes,
             "controller": self.controller,
             "pci": self.pci.map(|p| p.to_string()),
+            "transport": self.transport.as_ref().map(Transport::to_json),
             "is_nvme": self.is_nvme,
             "slaves": self.slaves,
             "multipath": self.multipath.iter().map(|p| json!({
                 "name": p.name,
                 "controller": p.controller,
                 "pci": p.pci.map(|a| a.to_string()),
+                "transport": p.transport.as_deref().map(Transport::to_json),
             })).collect::<Vec<_>>(),
             "md": self.md.as_ref().map(|md| json!({
                 "level": md.level,

@@ -21,7 +21,9 @@ use super::{
     mounts::parse_mountinfo_line,
     parse::{parse_dec, parse_hex},
     pci::{P2pmemProvider, PciAddress, PciFunction, EXT_CONFIG_END},
-    storage::{DiskFacts, MdArray, MdMember, NvmePath, Partition, StorageTarget, TargetKind},
+    storage::{
+        DiskFacts, MdArray, MdMember, NvmePath, Partition, StorageTarget, TargetKind, Transport,
+    },
     sysfs::{read_optional, read_parsed, read_small},
 };
 
@@ -282,6 +284,7 @@ impl Topology {
                 .map_or((None, None), |p| (p.controller.clone(), p.pci)),
             found => found,
         };
+        let transport = controller.as_deref().and_then(|c| self.transport_of(c));
         let md = self.md_of(&disk_dir);
         let is_nvme = match &md {
             // An array is NVMe storage when every member it does I/O to is.
@@ -323,6 +326,7 @@ impl Topology {
             max_transfer_bytes: max_kb.saturating_mul(1024),
             controller,
             pci,
+            transport,
             is_nvme,
             slaves,
             multipath,
@@ -426,13 +430,36 @@ impl Topology {
                 let (controller, pci) = fs::canonicalize(p)
                     .map(|real| controller_above(&real))
                     .unwrap_or((None, None));
+                let transport = controller
+                    .as_deref()
+                    .and_then(|c| self.transport_of(c))
+                    .map(Box::new);
                 NvmePath {
                     name: dir_name(p),
                     controller,
                     pci,
+                    transport,
                 }
             })
             .collect()
+    }
+
+    /// How NVMe controller `ctrl` (e.g. `nvme4`) reaches its subsystem, from
+    /// `/sys/class/nvme/CTRL`; `None` when sysfs does not say.
+    fn transport_of(&self, ctrl: &str) -> Option<Transport> {
+        let dir = self.sys.join("class/nvme").join(ctrl);
+        let attr = |name: &str| {
+            read_small(&dir.join(name))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        Some(Transport {
+            kind: attr("transport")?,
+            address: attr("address"),
+            subsysnqn: attr("subsysnqn"),
+            state: attr("state"),
+        })
     }
 
     /// The NVMe generic character device of namespace `disk`, from the
@@ -678,9 +705,17 @@ fn controller_above(dir: &Path) -> (Option<String>, Option<PciAddress>) {
     let mut controller = None;
     for anc in dir.ancestors().skip(1) {
         let name = dir_name(anc);
+        // A PCIe controller sits in its function's `nvme/`, a fabrics one
+        // in `/sys/devices/virtual/nvme-fabrics/ctl/`.
+        let parent = anc.parent().map(dir_name);
+        let fabrics = parent.as_deref() == Some("ctl")
+            && anc
+                .parent()
+                .and_then(Path::parent)
+                .is_some_and(|g| dir_name(g) == "nvme-fabrics");
         if controller.is_none()
             && is_nvme_controller_name(&name)
-            && anc.parent().is_some_and(|p| dir_name(p) == "nvme")
+            && (parent.as_deref() == Some("nvme") || fabrics)
         {
             controller = Some(name.clone());
         }

@@ -16,7 +16,7 @@ use super::{
     report::{bytes, Check, Status},
 };
 use crate::{
-    discovery::{CudaDevice, CudaFacts, StorageTarget, TargetKind},
+    discovery::{CudaDevice, CudaFacts, StorageTarget, TargetKind, Transport},
     memory::MemoryKind,
     sys::cuda::version_string,
     transfer::plan::{decide, Facts, MemoryFacts, PathChoice, TransferPath},
@@ -131,17 +131,34 @@ pub(super) fn storage_check(
             paths.join(", ")
         ));
         let all = t.multipath.iter().all(|p| p.pci.is_some());
-        if !all {
-            detail.push_str("; a path without a PCI function (NVMe over fabrics?)");
+        if !all
+            && !t
+                .multipath
+                .iter()
+                .any(|p| p.transport.as_deref().is_some_and(Transport::is_fabric))
+        {
+            detail.push_str("; a path without a PCI function, over no transport sysfs names");
         }
         all
     } else {
         if let Some(c) = &t.controller {
             detail.push_str(&format!(" of {c}"));
         }
-        match t.pci {
-            Some(p) => detail.push_str(&format!(" at {p}")),
-            None => detail.push_str(", with no PCI function in sysfs (NVMe over fabrics?)"),
+        let fabric = t.transport.as_ref().filter(|tr| tr.is_fabric());
+        match (t.pci, fabric) {
+            (_, Some(tr)) => {
+                detail.push_str(&format!(" {}", tr.route()));
+                if let Some(nqn) = &tr.subsysnqn {
+                    detail.push_str(&format!(", subsystem {nqn}"));
+                }
+                if let Some(state) = &tr.state {
+                    detail.push_str(&format!(" ({state})"));
+                }
+            }
+            (Some(p), None) => detail.push_str(&format!(" at {p}")),
+            (None, None) => {
+                detail.push_str(", with no PCI function in sysfs and no transport it names")
+            }
         }
         t.pci.is_some()
     };

@@ -18,7 +18,7 @@ use crate::{
     discovery::DEVICE_NODE,
     discovery::{
         acs_bits, acs_control, acs_path, common_upstream, pci::PCI_ACS_REDIRECT, NvmePath,
-        PciFunction, StorageTarget, TargetKind, Topology,
+        PciFunction, StorageTarget, TargetKind, Topology, Transport,
     },
     discovery::{gpus, CudaDevice},
     memory::MemoryKind,
@@ -213,6 +213,7 @@ impl Doctor {
                         level: t.md.as_ref()?.level.clone(),
                     })
                 }),
+                fabric: target.as_ref().and_then(StorageTarget::fabric_path),
                 ..StorageFacts::default()
             },
             p2p: p2p.clone(),
@@ -507,7 +508,10 @@ impl Doctor {
                     }
                     None => {
                         ok = false;
-                        format!("path {p}: no answer from the kernel")
+                        match p.transport.as_deref().and_then(Transport::p2p_refusal) {
+                            Some(why) => format!("path {p}: {why}"),
+                            None => format!("path {p}: no answer from the kernel"),
+                        }
                     }
                 })
                 .collect();
@@ -532,6 +536,15 @@ impl Doctor {
                 ),
             };
             return (None, paths, Check::new(NAME, status, detail));
+        }
+        if let (None, Some(why)) = (t.pci, t.transport.as_ref().and_then(Transport::p2p_refusal)) {
+            let path = t.io_paths().into_iter().next();
+            let name = path.map_or_else(|| t.disk.clone(), |p| p.to_string());
+            return (
+                None,
+                Vec::new(),
+                Check::new(NAME, Status::Fail, format!("{name}: {why}")),
+            );
         }
         let answer = match t.pci {
             Some(pci) => module.p2p_query(accel.index, Peer::Pci(pci)),

@@ -736,3 +736,41 @@ fn gpu_memory_says_what_p2p_into_it_needs() {
     assert_eq!(c.status, Status::Skip);
     assert!(c.detail.contains("no driver"), "{}", c.detail);
 }
+
+#[test]
+fn a_namespace_over_nvme_tcp_is_reported_with_its_transport_and_why_no_p2p() {
+    let f = FakeSys::machine();
+    let ctl = "devices/virtual/nvme-fabrics/ctl/nvme4";
+    for (attr, value) in [
+        ("transport", "tcp"),
+        ("address", "traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15"),
+        ("subsysnqn", "nqn.2026-11.io.p2pdma:store"),
+        ("state", "live"),
+    ] {
+        f.file(&format!("{ctl}/{attr}"), &format!("{value}\n"));
+    }
+    f.link("class/nvme/nvme4", ctl);
+    let ns = format!("{ctl}/nvme4n1");
+    f.disk(&ns, "nvme4n1", "259:40", 512, 128, Some(1));
+    let file = f.root().join("remote.bin");
+    fs::write(&file, b"x").unwrap();
+    let dev = DevNum::from_raw(fs::metadata(&file).unwrap().dev());
+    f.link(&format!("dev/block/{dev}"), &ns);
+    let accel: PciAddress = "0000:04:00.0".parse().unwrap();
+    let r = doctor(&f).run(Some(&file), AccelSelect::Pci(accel));
+    let s = r.check("storage").unwrap();
+    assert!(
+        s.detail.contains(
+            "lives on disk nvme4n1, namespace 1 of nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15, subsystem nqn.2026-11.io.p2pdma:store (live); 512-byte blocks"
+        ),
+        "{}",
+        s.detail
+    );
+    assert_eq!(
+        r.to_json()["storage"]["transport"]["subsysnqn"],
+        "nqn.2026-11.io.p2pdma:store"
+    );
+    // Without the module the verdict is bounce whatever the storage; the
+    // rule's own reason for the fabric is in the plan tests.
+    assert_eq!(r.path.path, crate::transfer::TransferPath::Bounce);
+}

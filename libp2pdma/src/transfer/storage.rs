@@ -49,6 +49,9 @@ pub struct StorageFile {
     pub(crate) ns: Option<NvmeNamespace>,
     /// The paths of a multipath namespace head (empty otherwise).
     pub(crate) multipath: Vec<NvmePath>,
+    /// A namespace of one controller reached over a fabric: that
+    /// controller, as its one path.
+    pub(crate) fabric: Option<NvmePath>,
     /// The md array it is on, if any, and the paths of the members in its
     /// layout (every path of a multipath member).
     pub(crate) array: Option<(ArrayFacts, Vec<NvmePath>)>,
@@ -208,6 +211,7 @@ impl StorageFile {
             nvme: t.as_ref().is_some_and(|t| t.is_nvme),
             ns,
             multipath: t.as_ref().map(|t| t.multipath.clone()).unwrap_or_default(),
+            fabric: t.as_ref().and_then(StorageTarget::fabric_path),
             array: t.as_ref().and_then(|t| {
                 let md = t.md.as_ref()?;
                 let facts = ArrayFacts {
@@ -256,6 +260,7 @@ impl StorageFile {
             nvme: true,
             ns: None,
             multipath: Vec::new(),
+            fabric: None,
             array: None,
             layout: None,
             nvme_cmd_refusal: None,
@@ -536,6 +541,7 @@ impl StorageFile {
                 .map(|r| r.as_ref().map(|fs| fs.to_string()).map_err(Clone::clone)),
             other_filesystem,
             array: self.array.as_ref().map(|(a, _)| a.clone()),
+            fabric: self.fabric.clone(),
         }
     }
 

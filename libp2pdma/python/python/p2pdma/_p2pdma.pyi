@@ -279,6 +279,20 @@ class DoctorPartition(TypedDict):
     """Its size in bytes."""
 
 @type_check_only
+class DoctorTransport(TypedDict):
+    """How an NVMe controller reaches its subsystem."""
+
+    kind: str
+    """``pcie``, ``tcp``, ``rdma``, ``fc`` or ``loop``."""
+    address: str | None
+    """Over a fabric, the target's address as the kernel prints it
+    (``traddr=10.0.2.2,trsvcid=4420``)."""
+    subsysnqn: str | None
+    """The NVMe subsystem's NQN."""
+    state: str | None
+    """The controller's state (``live``, ``connecting``, ...)."""
+
+@type_check_only
 class DoctorNvmePath(TypedDict):
     """One path of a multipath NVMe namespace."""
 
@@ -288,6 +302,8 @@ class DoctorNvmePath(TypedDict):
     """The NVMe controller (e.g. ``nvme1``)."""
     pci: str | None
     """The controller's PCI function."""
+    transport: DoctorTransport | None
+    """How the controller reaches the subsystem, when sysfs says."""
 
 @type_check_only
 class DoctorStorage(TypedDict):
@@ -305,6 +321,7 @@ class DoctorStorage(TypedDict):
     max_transfer_bytes: int
     controller: str | None
     pci: str | None
+    transport: DoctorTransport | None
     is_nvme: bool
     slaves: list[str]
     multipath: list[DoctorNvmePath]

@@ -337,6 +337,7 @@ fn multipath_heads_list_every_path_with_its_controller() {
         name: name.into(),
         controller: c.map(Into::into),
         pci: p.map(pci),
+        transport: None,
     };
     let want = vec![
         path("nvme1c1n1", Some("nvme1"), Some("0000:03:00.0")),
@@ -357,7 +358,7 @@ fn multipath_heads_list_every_path_with_its_controller() {
     );
     assert_eq!(
         t.to_json()["multipath"][1],
-        serde_json::json!({"name": "nvme1c2n1", "controller": "nvme2", "pci": "0000:07:00.0"})
+        serde_json::json!({"name": "nvme1c2n1", "controller": "nvme2", "pci": "0000:07:00.0", "transport": null})
     );
 
     // A namespace of one controller has one path, its own; other disks
@@ -838,4 +839,140 @@ fn an_md_array_with_a_member_that_is_not_nvme_is_not_nvme_storage() {
     let ns = resolve_nvme0n1(&f);
     assert_eq!(ns.md, None);
     assert!(ns.to_json()["md"].is_null());
+}
+
+/// A controller of the kernel's NVMe over Fabrics host, as it sits in
+/// sysfs: under `nvme-fabrics/ctl`, in `/sys/class/nvme`, with its
+/// transport's attributes.
+fn fabrics_controller(f: &FakeSys, ctrl: &str, transport: &str, address: &str) -> String {
+    let dir = format!("devices/virtual/nvme-fabrics/ctl/{ctrl}");
+    f.file(&format!("{dir}/transport"), &format!("{transport}\n"));
+    f.file(&format!("{dir}/address"), &format!("{address}\n"));
+    f.file(&format!("{dir}/subsysnqn"), "nqn.2026-11.io.p2pdma:store\n");
+    f.file(&format!("{dir}/state"), "live\n");
+    f.link(&format!("class/nvme/{ctrl}"), &dir);
+    dir
+}
+
+#[test]
+fn fabrics_controllers_are_found_with_their_transport() {
+    let f = FakeSys::machine();
+    // A namespace of a TCP controller without multipath: under the
+    // controller itself.
+    let tcp = fabrics_controller(
+        &f,
+        "nvme4",
+        "tcp",
+        "traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15",
+    );
+    f.disk(
+        &format!("{tcp}/nvme4n1"),
+        "nvme4n1",
+        "259:40",
+        512,
+        128,
+        Some(1),
+    );
+    let t = f
+        .topology()
+        .resolve_block(
+            Path::new("/dev/nvme4n1"),
+            DevNum {
+                major: 259,
+                minor: 40,
+            },
+            TargetKind::BlockDevice,
+        )
+        .unwrap();
+    assert!(t.is_nvme && !t.is_multipath());
+    assert_eq!((t.controller.as_deref(), t.pci), (Some("nvme4"), None));
+    let tr = t.transport.clone().unwrap();
+    assert_eq!(
+        (
+            tr.kind.as_str(),
+            tr.subsysnqn.as_deref(),
+            tr.state.as_deref()
+        ),
+        ("tcp", Some("nqn.2026-11.io.p2pdma:store"), Some("live"))
+    );
+    assert!(tr.is_fabric());
+    assert_eq!(
+        t.io_paths()[0].to_string(),
+        "nvme4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15)"
+    );
+    assert_eq!(t.to_json()["transport"]["kind"], "tcp");
+    assert_eq!(
+        t.to_json()["transport"]["address"],
+        "traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15"
+    );
+
+    // A multipath head over two TCP paths (two ports of one subsystem)
+    // and a PCIe one: each path with its own transport.
+    let second = fabrics_controller(&f, "nvme5", "tcp", "traddr=10.0.3.2,trsvcid=4421");
+    f.file(&format!("{NVME}/nvme/nvme0/transport"), "pcie\n");
+    f.link("class/nvme/nvme0", &format!("{NVME}/nvme/nvme0"));
+    let head = "devices/virtual/nvme-subsystem/nvme-subsys4/nvme6n1";
+    f.disk(head, "nvme6n1", "259:41", 512, 128, Some(1));
+    for (name, dir) in [
+        ("nvme6c4n1", format!("{tcp}/nvme6c4n1")),
+        ("nvme6c5n1", format!("{second}/nvme6c5n1")),
+        ("nvme6c0n1", format!("{NVME}/nvme/nvme0/nvme6c0n1")),
+    ] {
+        f.dir(&dir);
+        f.link(&format!("{head}/multipath/{name}"), &dir);
+    }
+    let m = f
+        .topology()
+        .resolve_block(
+            Path::new("/dev/nvme6n1"),
+            DevNum {
+                major: 259,
+                minor: 41,
+            },
+            TargetKind::BlockDevice,
+        )
+        .unwrap();
+    let paths: Vec<(String, Option<String>)> = m
+        .multipath
+        .iter()
+        .map(|p| (p.to_string(), p.transport.as_ref().map(|t| t.kind.clone())))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            (
+                "nvme6c0n1 (nvme0 at 0000:03:00.0)".to_string(),
+                Some("pcie".to_string())
+            ),
+            (
+                "nvme6c4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420,src_addr=10.0.2.15)"
+                    .to_string(),
+                Some("tcp".to_string())
+            ),
+            (
+                "nvme6c5n1 (nvme5 over NVMe/TCP to traddr=10.0.3.2,trsvcid=4421)".to_string(),
+                Some("tcp".to_string())
+            ),
+        ]
+    );
+    assert_eq!(
+        m.to_json()["multipath"][2]["transport"]["address"],
+        "traddr=10.0.3.2,trsvcid=4421"
+    );
+    // A controller sysfs says nothing of has no transport.
+    assert_eq!(
+        f.topology()
+            .resolve_block(
+                Path::new("/dev/nvme0n1"),
+                DevNum {
+                    major: 259,
+                    minor: 0
+                },
+                TargetKind::BlockDevice
+            )
+            .unwrap()
+            .transport
+            .map(|t| t.kind),
+        Some("pcie".to_string())
+    );
 }

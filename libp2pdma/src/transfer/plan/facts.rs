@@ -102,6 +102,9 @@ pub struct StorageFacts {
     /// For an md array (or a partition or file on one): which, and its
     /// level. [`Facts::paths`] then holds its members' paths.
     pub array: Option<ArrayFacts>,
+    /// A namespace of one controller reached over a fabric (NVMe/TCP,
+    /// RDMA, ...): that controller, as its one path, with its transport.
+    pub fabric: Option<NvmePath>,
 }
 
 /// An md array the storage is on.

@@ -5,7 +5,7 @@ use std::fmt;
 
 use super::facts::Facts;
 use crate::{
-    discovery::{Module, NvmePath},
+    discovery::{Module, NvmePath, Transport},
     memory::peer::{MapType, P2pQuery, Peer},
 };
 
@@ -38,6 +38,9 @@ pub enum P2pRefusal {
     /// The kernel does not map P2P for this member of an md array; its
     /// reason.
     KernelOnMember(String, NvmePath, String),
+    /// The namespace's controller is reached over a fabric whose kernel
+    /// driver takes no P2P pages; why.
+    Fabric(NvmePath, String),
 }
 
 /// I/O to an array reaches its members.
@@ -84,6 +87,7 @@ impl fmt::Display for P2pRefusal {
             P2pRefusal::KernelOnMember(name, p, why) => {
                 write!(f, "member {p} of md array {name}: {why} ({EVERY_MEMBER})")
             }
+            P2pRefusal::Fabric(p, why) => write!(f, "{p}: {why}"),
         }
     }
 }
@@ -128,11 +132,19 @@ pub(super) fn p2p_decision(facts: &Facts) -> std::result::Result<String, P2pRefu
         return array_decision(facts, a);
     }
     if facts.paths.is_empty() {
+        if let Some(p) = &facts.storage.fabric {
+            if let Some(why) = fabric_refusal(p) {
+                return Err(P2pRefusal::Fabric(p.clone(), why));
+            }
+        }
         let q = facts.p2p.as_ref().ok_or(P2pRefusal::NoAnswer)?;
         return allowed(q).map_err(P2pRefusal::Kernel);
     }
     let mut how = Vec::new();
     for (path, q) in &facts.paths {
+        if let Some(why) = fabric_refusal(path) {
+            return Err(P2pRefusal::KernelOnPath(path.clone(), why));
+        }
         let q = q
             .as_ref()
             .ok_or_else(|| P2pRefusal::NoAnswerOnPath(path.clone()))?;
@@ -160,6 +172,13 @@ fn array_decision(
     }
     let mut how = Vec::new();
     for (path, q) in &facts.paths {
+        if let Some(why) = fabric_refusal(path) {
+            return Err(P2pRefusal::KernelOnMember(
+                a.name.clone(),
+                path.clone(),
+                why,
+            ));
+        }
         let q = q
             .as_ref()
             .ok_or_else(|| P2pRefusal::NoAnswerOnMember(a.name.clone(), path.clone()))?;
@@ -173,6 +192,12 @@ fn array_decision(
         a.level,
         how.join("; ")
     ))
+}
+
+/// Why a path over a fabric carries no P2P data, if it is over one: the
+/// kernel is asked about PCI functions, and a fabric's controller has none.
+fn fabric_refusal(path: &NvmePath) -> Option<String> {
+    path.transport.as_deref().and_then(Transport::p2p_refusal)
 }
 
 /// Asks the kernel, for each path of a multipath namespace, whether its

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::{
-    discovery::NvmePath,
+    discovery::{NvmePath, Transport},
     memory::{
         peer::{MapType, P2pQuery},
         MemoryKind,
@@ -177,7 +177,75 @@ fn mp_path(name: &str, ctrl: &str, pci: &str) -> NvmePath {
         name: name.into(),
         controller: Some(ctrl.into()),
         pci: Some(pci.parse().unwrap()),
+        transport: None,
     }
+}
+
+/// A transport of `kind` to the rig's storage machine.
+fn transport(kind: &str) -> Transport {
+    Transport {
+        kind: kind.into(),
+        address: (kind != "pcie").then(|| "traddr=10.0.2.2,trsvcid=4420".into()),
+        subsysnqn: Some("nqn.2026-11.io.p2pdma:store".into()),
+        state: Some("live".into()),
+    }
+}
+
+/// A path of a fabrics controller, which has no PCI function.
+fn fabric_path(name: &str, ctrl: &str, kind: &str) -> NvmePath {
+    NvmePath {
+        name: name.into(),
+        controller: Some(ctrl.into()),
+        pci: None,
+        transport: Some(Box::new(transport(kind))),
+    }
+}
+
+#[test]
+fn a_namespace_over_a_fabric_gets_no_p2p_and_says_why() {
+    let tcp = fabric_path("nvme4n1", "nvme4", "tcp");
+    let mut f = facts(None);
+    f.storage.fabric = Some(tcp);
+    let c = decide(&f).unwrap();
+    assert_eq!(c.path, TransferPath::Bounce);
+    assert!(
+        c.reason.starts_with(
+            "P2P not possible: nvme4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420): NVMe/TCP carries the data through the network stack"
+        ),
+        "{}",
+        c.reason
+    );
+    // Under a multipath head: one path over TCP refuses P2P for all, a
+    // PCIe path beside it whatever the kernel says of that one.
+    let mut m = facts(None);
+    m.paths = vec![
+        (
+            mp_path("nvme1c1n1", "nvme1", "0000:07:00.0"),
+            Some(query(MapType::BusAddr, Some(4), "same switch")),
+        ),
+        (fabric_path("nvme1c4n1", "nvme4", "tcp"), None),
+    ];
+    let c = decide(&m).unwrap();
+    assert_eq!(c.path, TransferPath::Bounce);
+    assert!(
+        c.reason.contains("path nvme1c4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420): NVMe/TCP carries"),
+        "{}",
+        c.reason
+    );
+    // RDMA says what it needs; PCIe is left to the kernel's answer.
+    f.storage.fabric = Some(fabric_path("nvme5n1", "nvme5", "rdma"));
+    let c = decide(&f).unwrap();
+    assert!(
+        c.reason.contains("never over soft RDMA (rxe, siw"),
+        "{}",
+        c.reason
+    );
+    f.storage.fabric = Some(NvmePath {
+        transport: Some(Box::new(transport("pcie"))),
+        ..mp_path("nvme0n1", "nvme0", "0000:03:00.0")
+    });
+    f.p2p = Some(query(MapType::BusAddr, Some(4), "same switch"));
+    assert_eq!(decide(&f).unwrap().path, TransferPath::P2p);
 }
 
 #[test]
@@ -634,25 +702,53 @@ fn storage() -> impl Strategy<Value = StorageFacts> {
         fs,
         array,
     )
-        .prop_map(|(driven, b, dev_start, filesystem, array)| StorageFacts {
-            path: "/data/x".into(),
-            driven,
-            is_file: b[0],
-            nvme: b[1],
-            namespace: b[2].then(|| NamespaceFacts {
-                generic: "/dev/ng0n1".into(),
-                nsid: 3,
-            }),
-            nvme_cmd_refusal: b[3].then(|| "metadata per block".to_string()),
-            dev_start,
-            filesystem,
-            other_filesystem: b[4].then(|| "tmpfs".to_string()),
-            array,
-        })
+        .prop_flat_map(|t| (Just(t), fabric()))
+        .prop_map(
+            |((driven, b, dev_start, filesystem, array), fabric)| StorageFacts {
+                path: "/data/x".into(),
+                driven,
+                is_file: b[0],
+                nvme: b[1],
+                namespace: b[2].then(|| NamespaceFacts {
+                    generic: "/dev/ng0n1".into(),
+                    nsid: 3,
+                }),
+                nvme_cmd_refusal: b[3].then(|| "metadata per block".to_string()),
+                dev_start,
+                filesystem,
+                other_filesystem: b[4].then(|| "tmpfs".to_string()),
+                array,
+                fabric,
+            },
+        )
+}
+
+/// A namespace's one controller, over PCIe or a fabric, or none said.
+fn fabric() -> impl Strategy<Value = Option<NvmePath>> {
+    prop_oneof![
+        2 => Just(None),
+        1 => transports().prop_map(|t| t.map(|t| NvmePath {
+            name: "nvme4n1".into(),
+            controller: Some("nvme4".into()),
+            pci: None,
+            transport: Some(Box::new(t)),
+        })),
+    ]
+}
+
+/// A controller's transport, when sysfs says.
+fn transports() -> impl Strategy<Value = Option<Transport>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(transport("pcie"))),
+        Just(Some(transport("tcp"))),
+        Just(Some(transport("rdma"))),
+    ]
 }
 
 fn paths() -> impl Strategy<Value = Vec<(NvmePath, Option<P2pQuery>)>> {
-    let path = |i: u8| NvmePath {
+    let path = |i: u8, transport: Option<Transport>| NvmePath {
+        transport: transport.clone().map(Box::new),
         name: format!("nvme1c{i}n1"),
         controller: Some(format!("nvme{i}")),
         pci: Some(PciAddress {
@@ -660,14 +756,15 @@ fn paths() -> impl Strategy<Value = Vec<(NvmePath, Option<P2pQuery>)>> {
             bus: i,
             device: 0,
             function: 0,
-        }),
+        })
+        .filter(|_| !transport.as_ref().is_some_and(Transport::is_fabric)),
     };
     prop_oneof![
         1 => Just(Vec::new()),
-        1 => proptest::collection::vec(answer(), 1..4).prop_map(move |qs| {
+        1 => proptest::collection::vec((answer(), transports()), 1..4).prop_map(move |qs| {
             qs.into_iter()
                 .enumerate()
-                .map(|(i, q)| (path(i as u8 + 1), q))
+                .map(|(i, (q, t))| (path(i as u8 + 1, t), q))
                 .collect()
         }),
     ]
@@ -716,11 +813,15 @@ fn reference(f: &Facts) -> std::result::Result<TransferPath, &'static str> {
         q.as_ref()
             .is_some_and(|q| matches!(q.map_type, MapType::BusAddr | MapType::ThruHostBridge))
     };
-    let every = !f.paths.is_empty() && f.paths.iter().all(|(_, q)| maps(q));
+    // A controller over a fabric moves no data by P2P, whatever else.
+    let fabric = |p: &NvmePath| p.transport.as_ref().is_some_and(|t| t.kind != "pcie");
+    let every = !f.paths.is_empty() && f.paths.iter().all(|(p, q)| !fabric(p) && maps(q));
     let kernel = match &f.storage.array {
         // An array: a level that takes P2P pages, and every member reaches.
         Some(a) => matches!(a.level.as_str(), "raid0" | "raid1" | "raid10") && every,
-        None if f.paths.is_empty() => maps(&f.p2p),
+        None if f.paths.is_empty() => {
+            maps(&f.p2p) && !f.storage.fabric.as_ref().is_some_and(fabric)
+        }
         None => every,
     };
     let bar = matches!(f.memory.kind, MemoryKind::ModuleBar { .. });
