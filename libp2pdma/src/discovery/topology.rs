@@ -182,7 +182,12 @@ impl Topology {
     }
 
     /// A block device with number `dev`.
-    fn resolve_block(&self, path: &Path, dev: DevNum, kind: TargetKind) -> Result<StorageTarget> {
+    pub(crate) fn resolve_block(
+        &self,
+        path: &Path,
+        dev: DevNum,
+        kind: TargetKind,
+    ) -> Result<StorageTarget> {
         let link = self.sys.join("dev/block").join(dev.to_string());
         let dir =
             fs::canonicalize(&link).map_err(|source| TopologyError::Read { path: link, source })?;

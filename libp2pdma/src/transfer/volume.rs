@@ -23,6 +23,7 @@ use std::{
 
 use super::array::{stripe_runs, Run};
 use crate::{
+    discovery::{StorageTarget, Topology},
     memory::{DeviceMemory, MemRange},
     queues::{run_together, Controller, InitOptions, IoCommand, Issued, Namespace, Plan},
     Error, Module, PciAddress, Result,
@@ -527,26 +528,45 @@ impl VolumeMember {
     }
 }
 
-/// The controller and namespace id of the NVMe block device `dev`.
+/// The controller and namespace of member `dev`, a namespace's block
+/// device, as discovery resolves it.
 fn device_member(dev: &Path) -> Result<(PciAddress, u32)> {
-    let bad = |why: String| Error::InvalidArgument(format!("{}: {why}", dev.display()));
-    let name = dev
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| bad("not a device".into()))?;
-    let sys = Path::new("/sys/block").join(name);
-    let nsid = std::fs::read_to_string(sys.join("nsid"))
-        .map_err(|e| bad(format!("not an NVMe namespace ({e})")))?
-        .trim()
-        .parse()
-        .map_err(|e| bad(format!("namespace id: {e}")))?;
-    let pci = std::fs::canonicalize(sys.join("device/device"))
-        .map_err(|e| bad(format!("no PCI function ({e})")))?;
-    let pci = pci
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| bad("no PCI address".into()))?
-        .parse()?;
+    let t = Topology::default()
+        .resolve(dev)
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", dev.display())))?;
+    member_of(&t).map_err(|why| Error::InvalidArgument(format!("{}: {why}", dev.display())))
+}
+
+/// What a volume's member must be: a whole namespace of a PCIe controller
+/// of this machine, which this process can take and drive.
+fn member_of(t: &StorageTarget) -> std::result::Result<(PciAddress, u32), String> {
+    if let Some(p) = t.fabric_path() {
+        return Err(format!(
+            "{p} is a remote namespace: a volume's members are this machine's PCIe controllers, which the process drives through VFIO (an md array takes remote namespaces as members)"
+        ));
+    }
+    if t.md.is_some() || !t.is_nvme {
+        return Err(format!("{} is not an NVMe namespace", t.disk));
+    }
+    if let Some(p) = &t.partition {
+        return Err(format!(
+            "{} is a partition of {}: a member is a whole namespace",
+            p.name, t.disk
+        ));
+    }
+    if t.is_multipath() {
+        return Err(format!(
+            "{} is a multipath namespace ({} paths): give the namespace of one controller",
+            t.disk,
+            t.multipath.len()
+        ));
+    }
+    let nsid = t
+        .nsid
+        .ok_or_else(|| format!("{} has no namespace id in sysfs", t.disk))?;
+    let pci = t
+        .pci
+        .ok_or_else(|| format!("{} has no PCI function in sysfs", t.disk))?;
     Ok((pci, nsid))
 }
 
@@ -580,6 +600,51 @@ mod tests {
     fn place(x: u64, chunk: u64, n: u64, data: u64) -> (usize, u64) {
         let index = x / chunk;
         ((index % n) as usize, data + (index / n) * chunk + x % chunk)
+    }
+
+    #[test]
+    fn a_member_is_a_whole_local_namespace_and_a_remote_one_is_refused_with_why() {
+        use crate::discovery::{fake::*, DevNum, TargetKind};
+        let f = FakeSys::machine();
+        let topo = f.topology();
+        let dev = |minor| DevNum { major: 259, minor };
+        let ns = topo
+            .resolve_block(Path::new("/dev/nvme0n1"), dev(0), TargetKind::BlockDevice)
+            .unwrap();
+        let (pci, nsid) = member_of(&ns).unwrap();
+        assert_eq!(
+            (pci.to_string().as_str(), nsid),
+            ("0000:03:00.0", ns.nsid.unwrap())
+        );
+        let part = topo
+            .resolve_block(Path::new("/dev/nvme0n1p1"), dev(1), TargetKind::BlockDevice)
+            .unwrap();
+        assert_eq!(
+            member_of(&part).unwrap_err(),
+            "nvme0n1p1 is a partition of nvme0n1: a member is a whole namespace"
+        );
+        let ctl = "devices/virtual/nvme-fabrics/ctl/nvme4";
+        f.file(&format!("{ctl}/transport"), "tcp\n");
+        f.file(&format!("{ctl}/address"), "traddr=10.0.2.2,trsvcid=4420\n");
+        f.link("class/nvme/nvme4", ctl);
+        f.disk(
+            &format!("{ctl}/nvme4n1"),
+            "nvme4n1",
+            "259:40",
+            512,
+            128,
+            Some(1),
+        );
+        let remote = topo
+            .resolve_block(Path::new("/dev/nvme4n1"), dev(40), TargetKind::BlockDevice)
+            .unwrap();
+        assert!(
+            member_of(&remote).unwrap_err().starts_with(
+                "nvme4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420) is a remote namespace"
+            ),
+            "{:?}",
+            member_of(&remote)
+        );
     }
 
     #[test]
