@@ -406,6 +406,90 @@ fn sizes(m: &Model) -> BTreeMap<u64, u64> {
 struct Replay {
     model: Model,
     flight: Option<Op>,
+    /// An operation whose announcement the log's last line holds, which a
+    /// power cut may have stopped midway.
+    cut: Option<Cut>,
+}
+
+/// The last line of a dead machine's log, when it announced an operation:
+/// its kind if the line got that far, the fields that ended (a space
+/// after them), and the digits of the last one so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Cut {
+    kind: Option<char>,
+    fields: Vec<u64>,
+    last: String,
+}
+
+impl Cut {
+    /// `rest`: what follows "B" on the line.
+    fn of(rest: &str) -> Self {
+        let mut words: Vec<&str> = rest.trim_start().split(' ').collect();
+        let kind = words.first().and_then(|w| w.chars().next());
+        if !words.is_empty() {
+            words.remove(0);
+        }
+        let last = words.pop().unwrap_or("").to_string();
+        Self {
+            kind,
+            fields: words.iter().filter_map(|w| w.parse().ok()).collect(),
+            last,
+        }
+    }
+
+    /// Whether field `i` may have been `v`.
+    fn fits(&self, i: usize, v: u64) -> bool {
+        match i.cmp(&self.fields.len()) {
+            std::cmp::Ordering::Less => self.fields[i] == v,
+            std::cmp::Ordering::Equal => v.to_string().starts_with(&self.last),
+            std::cmp::Ordering::Greater => true,
+        }
+    }
+
+    /// The models the operation may have left, with the store's map `got`
+    /// to say which ids and sizes it may have had (a write's: its object's
+    /// every byte in doubt).
+    fn choices(&self, model: &Model, got: &BTreeMap<u64, u64>) -> Vec<Model> {
+        let mut out = Vec::new();
+        let kinds: Vec<char> = match self.kind {
+            Some(k) => vec![k],
+            None => vec!['C', 'W', 'Z', 'D', 'F'],
+        };
+        for k in kinds {
+            for (&id, &size) in got {
+                let mut m = model.clone();
+                match k {
+                    'C' if !model.contains_key(&id) && self.fits(0, size) => {
+                        apply(&mut m, &Op::Create(size), Some(id));
+                    }
+                    'Z' if model.contains_key(&id) && self.fits(0, id) && self.fits(1, size) => {
+                        apply(&mut m, &Op::Resize(id, size), None);
+                    }
+                    _ => continue,
+                }
+                out.push(m);
+            }
+            for &id in model.keys().filter(|&&id| self.fits(0, id)) {
+                let mut m = model.clone();
+                match k {
+                    'W' => {
+                        if let Some(o) = m.get_mut(&id) {
+                            o.dirty.iter_mut().for_each(|d| *d = true);
+                        }
+                    }
+                    'D' if !got.contains_key(&id) => apply(&mut m, &Op::Delete(id), None),
+                    _ => continue,
+                }
+                out.push(m);
+            }
+            if k == 'F' {
+                let mut m = model.clone();
+                apply(&mut m, &Op::Flush, None);
+                out.push(m);
+            }
+        }
+        out
+    }
 }
 
 impl Replay {
@@ -429,6 +513,23 @@ impl Replay {
             }
         }
         Ok(false)
+    }
+
+    /// Takes the log's last line, which a power cut may have ended midway:
+    /// an operation's announcement is a [`Cut`], and its end is not taken
+    /// (the operation stays in flight: its id may be cut short, or its
+    /// "FULL").
+    fn last_line(&mut self, line: &str) -> Result<(), String> {
+        if let Some(rest) = line.strip_prefix('B') {
+            if rest.is_empty() || rest.starts_with(' ') {
+                self.cut = Some(Cut::of(rest));
+                return Ok(());
+            }
+        }
+        if line.starts_with('E') {
+            return Ok(());
+        }
+        self.line(line).map(|_| ())
     }
 
     /// Checks the store on `x.path`, reopened, against what had returned:
@@ -455,13 +556,31 @@ impl Replay {
             apply(&mut after, op, id);
             choices.push(after);
         }
-        let Some(m) = choices.iter().find(|m| sizes(m) == got) else {
+        if let Some(c) = &self.cut {
+            choices.extend(c.choices(model, &got));
+        }
+        let what = match &self.cut {
+            Some(c) => format!("an operation whose line the power cut ended ({c:?})"),
+            None => format!("{flight:?}"),
+        };
+        let fit: Vec<&Model> = choices.iter().filter(|m| sizes(m) == got).collect();
+        if fit.is_empty() {
             return Err(format!(
-                "died during {flight:?}: map {got:?}, none of {:?}",
+                "died during {what}: map {got:?}, none of {:?}",
                 choices.iter().map(sizes).collect::<Vec<_>>()
             ));
-        };
-        same(&store, m, buf.as_ref()).map_err(|e| format!("died during {flight:?}: {e}"))
+        }
+        // Any model the map allows whose durable bytes all read back.
+        let mut first = None;
+        for m in fit {
+            match same(&store, m, buf.as_ref()) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        Err(format!("died during {what}: {}", first.unwrap_or_default()))
     }
 
     /// When the child died, in words.
@@ -472,6 +591,7 @@ impl Replay {
             Some(Op::Resize(..)) => "in a resize",
             Some(Op::Delete(_)) => "in a delete",
             Some(Op::Flush) => "in a flush",
+            None if self.cut.is_some() => "as it announced an operation",
             None => "between operations",
         }
     }
@@ -555,12 +675,17 @@ pub fn run(x: &CrashArgs) -> Result<(), String> {
         let text = std::fs::read_to_string(log).map_err(|e| format!("{log}: {e}"))?;
         let mut replay = Replay::default();
         let mut ready = false;
-        for line in text
+        let lines: Vec<&str> = text
             .lines()
             .filter_map(|l| l.strip_prefix(x.prefix.as_str()))
-        {
-            ready |= line == "READY";
-            replay.line(line)?;
+            .collect();
+        for (i, line) in lines.iter().enumerate() {
+            ready |= *line == "READY";
+            if i + 1 == lines.len() {
+                replay.last_line(line)?;
+            } else {
+                replay.line(line)?;
+            }
         }
         if !ready {
             return Err(format!("{log}: the child never got its store ready"));
@@ -583,4 +708,92 @@ pub fn run(x: &CrashArgs) -> Result<(), String> {
         x.runs
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(n: usize, fill: u8) -> Obj {
+        Obj {
+            data: vec![fill; n],
+            flushed: vec![fill; n],
+            dirty: vec![false; n],
+        }
+    }
+
+    /// Objects 84 (100 bytes) and 87 (200), all durable.
+    fn model() -> Model {
+        [(84, obj(100, 1)), (87, obj(200, 2))].into_iter().collect()
+    }
+
+    #[test]
+    fn a_line_cut_short_reads_as_what_it_got_to() {
+        assert_eq!(
+            Cut::of(" W 87 49"),
+            Cut {
+                kind: Some('W'),
+                fields: vec![87],
+                last: "49".into()
+            }
+        );
+        assert_eq!(Cut::of(""), Cut::default());
+        assert_eq!(
+            Cut::of(" D "),
+            Cut {
+                kind: Some('D'),
+                fields: vec![],
+                last: String::new()
+            }
+        );
+        let c = Cut::of(" Z 84 12");
+        assert!(c.fits(0, 84) && !c.fits(0, 8) && c.fits(1, 123) && !c.fits(1, 21) && c.fits(2, 7));
+    }
+
+    #[test]
+    fn an_operation_cut_short_may_have_done_what_its_line_allows() {
+        let m = model();
+        let got = sizes(&m);
+        // A write to object 87 whose line stopped in its offset: any of
+        // 87's bytes may have changed, none of 84's.
+        let w = Cut::of(" W 87 49").choices(&m, &got);
+        assert_eq!(w.len(), 1);
+        assert!(w[0][&87].dirty.iter().all(|&d| d));
+        assert!(w[0][&84].dirty.iter().all(|&d| !d));
+        // A delete whose id stopped at "8": 84 or 87, whichever is gone.
+        let gone: BTreeMap<u64, u64> = [(87, 200)].into_iter().collect();
+        let d = Cut::of(" D 8").choices(&m, &gone);
+        assert_eq!(d.iter().map(sizes).collect::<Vec<_>>(), vec![gone.clone()]);
+        // A resize to a size that starts with "12".
+        let grown: BTreeMap<u64, u64> = [(84, 123), (87, 200)].into_iter().collect();
+        let z = Cut::of(" Z 84 12").choices(&m, &grown);
+        assert!(z.iter().any(|c| sizes(c) == grown));
+        let other: BTreeMap<u64, u64> = [(84, 210), (87, 200)].into_iter().collect();
+        assert!(Cut::of(" Z 84 12")
+            .choices(&m, &other)
+            .iter()
+            .all(|c| sizes(c) != other));
+        // A create of a size that starts with "40": the new object.
+        let made: BTreeMap<u64, u64> = [(84, 100), (87, 200), (90, 4096)].into_iter().collect();
+        let c = Cut::of(" C 40").choices(&m, &made);
+        assert_eq!(c.iter().filter(|c| sizes(c) == made).count(), 1);
+        // The line stopped before its kind: anything one operation does.
+        let any = Cut::of("").choices(&m, &made);
+        assert!(any.iter().any(|c| sizes(c) == made));
+        assert!(any.iter().any(|c| c[&84].dirty.iter().all(|&d| d)));
+    }
+
+    #[test]
+    fn the_last_line_ending_an_operation_leaves_it_in_flight() {
+        let mut r = Replay::default();
+        r.line("B C 4096").unwrap();
+        // "E 1" may be "E 12" cut short: the create stays in flight.
+        r.last_line("E 1").unwrap();
+        assert_eq!(r.flight, Some(Op::Create(4096)));
+        assert!(r.model.is_empty());
+        let mut r = Replay::default();
+        r.last_line("B W 87 49").unwrap();
+        assert_eq!(r.flight, None);
+        assert_eq!(r.cut.as_ref().and_then(|c| c.kind), Some('W'));
+    }
 }
