@@ -134,6 +134,11 @@ test)
 		P2PDMA_BUILT_TREE=$tree "$here/rig/vm.sh" --suite python --topology switch \
 			2>&1 | tee "$results/vm-python-switch.txt" || true
 		count "$results/vm-python-switch.txt"
+		# A second machine's namespaces over NVMe/TCP (nvmet, DH-HMAC-CHAP,
+		# two ports under native multipath), and a path lost mid-read.
+		P2PDMA_BUILT_TREE=$tree P2PDMA_VM_TIMEOUT=600 "$here/rig/vm.sh" --suite fabrics --topology switch \
+			2>&1 | tee "$results/vm-fabrics-switch.txt" || true
+		count "$results/vm-fabrics-switch.txt"
 		# The switch behind an emulated IOMMU, chosen on the guest's command
 		# line, with the accelerator on its own root port (tools/rig/vm.sh
 		# says why): the kernel refuses P2P there, so the module, engine

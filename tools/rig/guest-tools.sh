@@ -5,14 +5,23 @@
 # package against the signed index), and the host's mke2fs (e2fsprogs, which
 # setup-host.sh installs), each with the loader and the libraries it links
 # against. With "fio", the host's fio too (setup-host.sh installs it), for
-# the bench suite's comparisons.
+# the bench suite's comparisons; with "nvme", the host's nvme-cli (Debian's,
+# which setup-host.sh installs), for the fabrics suite's connections.
 #
-#   guest-tools.sh INITRAMFS_DIR [fio]
+#   guest-tools.sh INITRAMFS_DIR [fio] [nvme]
 # shellcheck source=common.sh
 source "$(dirname "$0")/common.sh"
 
-ir=${1:?usage: guest-tools.sh INITRAMFS_DIR [fio]}
-with_fio=${2:-}
+ir=${1:?usage: guest-tools.sh INITRAMFS_DIR [fio] [nvme]}
+shift
+with_fio='' with_nvme=''
+for extra in "$@"; do
+	case $extra in
+	fio) with_fio=1 ;;
+	nvme) with_nvme=1 ;;
+	*) die "unknown guest tool $extra" ;;
+	esac
+done
 d="$P2PDMA_CACHE/apt-bookworm"
 
 # The newest (by name) downloaded mdadm package in $d, or nothing.
@@ -55,13 +64,19 @@ cp /etc/mke2fs.conf "$ir/etc/" 2>/dev/null || true
 printf 'CREATE owner=root group=root mode=0600\nDEVICE /dev/nvme*n*\n' >"$ir/etc/mdadm/mdadm.conf"
 
 bins=("$ir/sbin/mdadm" "$ir/sbin/mke2fs")
-if [ "$with_fio" = fio ]; then
+if [ -n "$with_fio" ]; then
 	fio=$(command -v fio) || die "no fio on the host (tools/rig/setup-host.sh installs it)"
 	cp "$fio" "$ir/bin/fio"
 	bins+=("$ir/bin/fio")
+fi
+nvme=
+if [ -n "$with_nvme" ]; then
+	nvme=$(command -v nvme) || die "no nvme-cli on the host (tools/rig/setup-host.sh installs it)"
+	cp "$nvme" "$ir/sbin/nvme"
+	bins+=("$ir/sbin/nvme")
 fi
 for lib in $(ldd "${bins[@]}" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | sort -u); do
 	mkdir -p "$ir$(dirname "$lib")"
 	cp -L "$lib" "$ir$lib"
 done
-log "guest tools: $("$x/sbin/mdadm" --version 2>&1 | sed -n 1p), $("$mke2fs" -V 2>&1 | sed -n 1p)${fio:+, $("$fio" --version)}"
+log "guest tools: $("$x/sbin/mdadm" --version 2>&1 | sed -n 1p), $("$mke2fs" -V 2>&1 | sed -n 1p)${fio:+, $("$fio" --version)}${nvme:+, $("$nvme" version | sed -n 1p)}"

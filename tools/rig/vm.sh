@@ -102,6 +102,16 @@ if [ "$suite" = arrays ]; then
 elif [ "$suite" = bench ]; then
 	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir" fio
 fi
+# The fabrics suite reaches the namespaces of a second machine, the storage
+# machine (tools/rig/target.sh), over NVMe/TCP, with nvme-cli in the guest;
+# both machines get the NQNs and the host's secret.
+if [ "$suite" = fabrics ]; then
+	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir" nvme
+	# shellcheck source=target.sh
+	source "$P2PDMA_ROOT/tools/rig/target.sh"
+	fabric_setup
+	cp -r "$out/target/initramfs/suite/fabric" "$ir/suite/"
+fi
 mkdir -p "$ir/tests"
 for t in "$P2PDMA_ROOT"/target/guest-tests/*; do
 	cp "$t" "$ir/tests/"
@@ -302,6 +312,10 @@ machine=(-machine "q35,accel=$accel" -cpu max -smp 2 -m 1G
 	-device "nvme-ns,drive=nvmslow,bus=nvme0,nsid=6,shared=off"
 	-object "memory-backend-file,id=accmem,share=on,mem-path=$out/accel.bin,size=64M"
 	-device "ivshmem-plain,memdev=accmem,bus=$accel_bus")
+if [ "$suite" = fabrics ]; then
+	mapfile -t nic < <(fabric_nic)
+	machine+=("${nic[@]}")
+fi
 
 # The power suite first cuts the machine's power (QEMU killed) in the middle
 # of update-heavy runs of the object store, once per cut, each on a store
@@ -334,6 +348,12 @@ if [ "$suite" = power ]; then
 	append+=" rigpower.phase=check"
 fi
 
+target_ready=1
+if [ "$suite" = fabrics ]; then
+	fabric_start || target_ready=0
+	fabric_serve &
+	serve_pid=$!
+fi
 log "booting the VM (topology $topology, suite $suite, timeout ${timeout}s)"
 start=$SECONDS
 qrc=0
@@ -341,6 +361,11 @@ timeout -k 5 "$timeout" qemu-system-x86_64 "${machine[@]}" \
 	-serial "file:$out/console.log" -append "$append" \
 	>"$out/qemu.log" 2>&1 || qrc=$?
 log "VM exited with $qrc after $((SECONDS - start))s; console: $out/console.log"
+if [ "$suite" = fabrics ]; then
+	touch "$out/target/done"
+	wait "$serve_pid" || true
+	fabric_stop
+fi
 
 # The checks.
 pass=0 fail=0
@@ -388,6 +413,14 @@ elif ! grep -q '^@@SUITE-EXIT' "$con"; then
 	fi
 else
 	ok vm-finished
+fi
+if [ "$suite" = fabrics ]; then
+	if ((target_ready)); then
+		ok "storage-machine-ready"
+	else
+		bad storage-machine-ready "the storage machine's target did not come up; its console ($out/target/console-1.log):"
+		tail -n 20 "$out/target/console-1.log" 2>/dev/null | tr -d '\r' | sed 's/^/    /'
+	fi
 fi
 
 # Guest-side results.
@@ -497,6 +530,16 @@ sed -n '/^@@DMESG-BEGIN/,/^@@DMESG-END/p' "$con" >"$out/dmesg.txt"
 sed -n '1,/^@@BOOTLOG-END/p' "$con" >"$out/boot.txt"
 sed -n '/^@@BOOTLOG-END/,$p' "$con" >"$out/run.txt"
 reports='WARNING:|BUG:|Oops|general protection|Call Trace|KASAN:|suspected memory leak|UBSAN|rust_panic|panicked'
+# The storage machine's kernel must not have warned either.
+if [ "$suite" = fabrics ]; then
+	for c in "$out"/target/console-*.log; do
+		if tr -d '\r' <"$c" | grep -qE "$reports"; then
+			bad storage-machine-kernel-log-clean "$c: $(tr -d '\r' <"$c" | grep -m3 -E "$reports")"
+		else
+			ok "storage-machine-kernel-log-clean (${c##*/})"
+		fi
+	done
+fi
 if ! grep -q '^@@BOOTLOG-END' "$con"; then
 	bad kernel-log-clean "the guest never finished booting"
 elif grep -qE "$reports" "$out/run.txt"; then
@@ -539,7 +582,8 @@ fi
 # that a whole run fits a small disk. A failed suite, the demo (whose story
 # names the files) and P2PDMA_KEEP_IMAGES=1 keep everything.
 if ((fail == 0 && narrate == 0)) && [ -z "${P2PDMA_KEEP_IMAGES:-}" ]; then
-	rm -rf "$out/initramfs" "$out/fsroot" "$out/initramfs.cpio.gz" "$out"/*.img "$out"/*.bin
+	rm -rf "$out/initramfs" "$out/fsroot" "$out/initramfs.cpio.gz" "$out"/*.img "$out"/*.bin \
+		"$out/target/initramfs" "$out/target/initramfs.cpio.gz"
 fi
 echo "vm $suite/$topology: $pass passed, $fail failed"
 ((fail == 0)) || exit 1

@@ -498,8 +498,13 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
                 .unwrap_or_default()
         ),
         (Some(p), None) => println!(
-            "@@RESULT nvme-write nvme_offset={} pattern_offset={p} len={}",
-            x.offset, x.len
+            "@@RESULT nvme-write nvme_offset={} pattern_offset={p} len={}{}",
+            x.offset,
+            x.len,
+            x.image
+                .as_ref()
+                .map(|i| format!(" image={i}"))
+                .unwrap_or_default()
         ),
         (None, Some(name)) => println!(
             "@@RESULT file-read fsfile={name} file_offset={} bar_offset={bar_offset} len={}",

@@ -1,0 +1,55 @@
+# shellcheck shell=sh
+# The fabrics suite's storage machine: exports its emulated NVMe
+# namespaces with the kernel's NVMe over Fabrics target (nvmet, through
+# configfs) over TCP on two ports of one address, to one host NQN only,
+# which must authenticate with DH-HMAC-CHAP. Then it serves the
+# accelerator machine's requests to take a port away or give it back (a
+# lost path), one per connection on TCP port 5000, until the host stops it.
+set -u
+nqn=$(cat /suite/fabric/subnqn)
+hostnqn=$(cat /suite/fabric/hostnqn)
+key=$(cat /suite/fabric/dhchap.key)
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.0.2.2/24 dev eth0
+mount -t configfs none /sys/kernel/config 2>/dev/null
+n=/sys/kernel/config/nvmet
+# The block device of this machine's namespace NSID (namespaces are
+# scanned in parallel, so their names need not follow their NSIDs).
+ns_dev() {
+	i=0
+	while [ $i -lt 100 ]; do
+		for d in /sys/block/nvme*; do
+			[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && [ -b "/dev/${d##*/}" ] && echo "/dev/${d##*/}" && return 0
+		done
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+s=$n/subsystems/$nqn
+mkdir "$s"
+echo 0 >"$s/attr_allow_any_host"
+# NSID 21: namespace 1 (remote.img, the rig content), read and written by
+# the suite; NSID 22: namespace 2 (remote-store.img), the object store's.
+# Neither NSID is one the accelerator machine has of its own.
+for ns in 1 2; do
+	mkdir "$s/namespaces/2$ns"
+	ns_dev "$ns" | tr -d '\n' >"$s/namespaces/2$ns/device_path"
+	echo 1 >"$s/namespaces/2$ns/enable"
+	echo "namespace 2$ns: $(cat "$s/namespaces/2$ns/device_path")"
+done
+mkdir "$n/hosts/$hostnqn"
+echo "$key" >"$n/hosts/$hostnqn/dhchap_key"
+echo "hmac(sha256)" >"$n/hosts/$hostnqn/dhchap_hash"
+ln -s "$n/hosts/$hostnqn" "$s/allowed_hosts/$hostnqn"
+for p in 1 2; do
+	mkdir "$n/ports/$p"
+	echo tcp >"$n/ports/$p/addr_trtype"
+	echo ipv4 >"$n/ports/$p/addr_adrfam"
+	echo 10.0.2.2 >"$n/ports/$p/addr_traddr"
+	echo $((4419 + p)) >"$n/ports/$p/addr_trsvcid"
+	ln -s "$s" "$n/ports/$p/subsystems/$nqn"
+done
+echo "@@TARGET-READY"
+nc -ll -p 5000 -e sh /suite/fabrics-ctl.sh

@@ -1,0 +1,155 @@
+# shellcheck shell=sh
+# NVMe over TCP from a second machine (switch topology): the storage
+# machine (tools/rig/target.sh, tests/vm/fabrics-target.sh) exports its
+# namespaces with the kernel's target on two ports, to this machine's host
+# NQN only, with DH-HMAC-CHAP. This machine connects with nvme-cli on both
+# ports (native multipath: one head, two paths), checks that a host
+# without the key is refused, and moves the remote namespace's bytes into
+# accelerator memory and back, each checked here and on the host in the
+# storage machine's image (remote.img).
+# shellcheck source=lib.sh
+. /suite/lib.sh
+
+M=1048576
+F=/suite/fabric
+nqn=$(cat $F/subnqn)
+hostnqn=$(cat $F/hostnqn)
+hostid=$(cat $F/hostid)
+key=$(cat $F/dhchap.key)
+# A well-formed secret that is not the host's.
+wrong_key=DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:
+
+check module-loads insmod /lib/modules/p2pdma.ko
+check network-up sh -c 'ip link set lo up && ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0'
+# One request to the storage machine's target (see fabrics-ctl.sh).
+target() { echo "$*" | nc -w 10 10.0.2.2 5000; }
+reach() {
+	i=0
+	while [ "$i" -lt 60 ]; do
+		[ "$(target ping 2>/dev/null)" = ok ] && return 0
+		sleep 1
+		i=$((i + 1))
+	done
+	return 1
+}
+if reach; then
+	pass storage-machine-reachable
+else
+	fail storage-machine-reachable "no answer from 10.0.2.2 port 5000 in 60 s"
+fi
+
+connect() {
+	port=$1
+	shift
+	nvme connect -t tcp -a 10.0.2.2 -s "$port" -n "$nqn" "$@"
+}
+# Refused: a host the subsystem does not allow (a host ID of its own, so
+# that the target, not this kernel, refuses it), and the allowed host with
+# a wrong secret.
+intruder=00000000-0000-0000-0000-000000000001
+if connect 4420 -q "nqn.2014-08.org.nvmexpress:uuid:$intruder" -I "$intruder" >/tmp/intruder.out 2>&1; then
+	fail connect-refused-unknown-host "a host not in allowed_hosts connected: $(cat /tmp/intruder.out)"
+else
+	pass connect-refused-unknown-host
+fi
+if connect 4420 -q "$hostnqn" -I "$hostid" -S "$wrong_key" >/tmp/wrongkey.out 2>&1; then
+	fail connect-refused-wrong-secret "the host connected with a wrong secret: $(cat /tmp/wrongkey.out)"
+else
+	pass connect-refused-wrong-secret
+fi
+check connect-port-4420 connect 4420 -q "$hostnqn" -I "$hostid" -S "$key"
+check connect-port-4421 connect 4421 -q "$hostnqn" -I "$hostid" -S "$key"
+
+# The remote namespaces: heads of the subsystem's namespaces 21 and 22.
+remote_ns() {
+	for s in /sys/class/nvme-subsystem/*; do
+		[ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$nqn" ] || continue
+		for d in "$s"/nvme*n*; do
+			case ${d##*/} in *c*) continue ;; esac
+			[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && echo "/dev/${d##*/}" && return 0
+		done
+	done
+	return 1
+}
+i=0
+until R=$(remote_ns 21) && [ -b "$R" ] || [ $i -ge 100 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+check remote-namespace test -b "$R"
+r=${R#/dev/}
+paths=$(find "/sys/block/$r/multipath/" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+if [ "$paths" = 2 ]; then pass remote-two-paths; else fail remote-two-paths "$r has $paths paths"; fi
+for c in /sys/class/nvme/nvme*; do
+	[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] || continue
+	echo "@@NOTE ${c##*/}: $(cat "$c/transport") $(cat "$c/address") $(cat "$c/state")"
+done
+
+# The doctor names the transport, the target and the subsystem of each
+# path, and says why no P2P.
+p2pdma-ctl doctor "$R"
+out=$(p2pdma-ctl --json doctor "$R" 2>&1)
+case $out in
+*'"address":"traddr=10.0.2.2,trsvcid=4420'*'"address":"traddr=10.0.2.2,trsvcid=4421'*)
+	pass doctor-remote-paths ;;
+*) fail doctor-remote-paths "$(echo "$out" | head -c 400)" ;;
+esac
+case $out in
+*'"kind":"tcp"'*'"subsysnqn":"'"$nqn"'"'*) pass doctor-remote-transport ;;
+*) fail doctor-remote-transport "$(echo "$out" | head -c 400)" ;;
+esac
+case $out in
+*"NVMe/TCP carries the data through the network stack"*) pass doctor-remote-why-no-p2p ;;
+*) fail doctor-remote-why-no-p2p "$(echo "$out" | head -c 400)" ;;
+esac
+
+# Reads into accelerator memory and writes from it: AUTO takes the bounce
+# path and says why; every byte checked in the guest (a buffered read of
+# the namespace) and on the host in remote.img.
+check_held remote-read-auto p2pdma-vmtest engine-read --nvme "$R" --offset $((3 * M + 4096)) \
+	--len $((2 * M + 77)) --expect-path bounce --expect-reason "NVMe/TCP carries the data" \
+	--verify-buffered --image remote.img --hold
+check remote-write-auto p2pdma-vmtest engine-write --nvme "$R" --offset $((40 * M)) \
+	--len $((M + 4096)) --pattern-offset $((2000 * M)) --expect-path bounce --verify-buffered --image remote.img
+check remote-ctl-copy p2pdma-ctl copy "$R" accel:0 --offset 4096 --len 4M --verify
+
+# A path lost under a running read: its port taken away on the target
+# once the read has begun, the multipath head fails over to the other and
+# the read completes, its bytes right; then the port comes back.
+p2pdma-vmtest engine-read --nvme "$R" --offset $((8 * M)) --len $((48 * M)) --expect-path bounce \
+	--verify-buffered --image remote.img --hold >/tmp/held.failover 2>&1 &
+reader=$!
+i=0
+until grep -q 'The engine chose' /tmp/held.failover || [ $i -ge 600 ]; do
+	sleep 0.05
+	i=$((i + 1))
+done
+port() {
+	answer=$(target "port-$1" "$2")
+	if [ "$answer" = ok ]; then pass "port-$2-$1"; else fail "port-$2-$1" "the target answered: $answer"; fi
+}
+port off 1
+# The port went away under the read, not after it.
+if grep -q '^Moved' /tmp/held.failover; then
+	fail remote-read-running-at-path-loss "the read had ended before the port went away"
+else
+	pass remote-read-running-at-path-loss
+fi
+i=0
+while ! grep -q '@@HELD' /tmp/held.failover && kill -0 $reader 2>/dev/null && [ $i -lt 1200 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+cat /tmp/held.failover
+if grep -q '@@HELD' /tmp/held.failover; then
+	pass remote-read-fails-over
+	held_pids="$held_pids $reader"
+else
+	fail remote-read-fails-over "$(tail -n 3 /tmp/held.failover)"
+fi
+port on 1
+
+release_held
+check disconnect nvme disconnect -n "$nqn"
+check module-unloads rmmod p2pdma
+exit "$failures"
