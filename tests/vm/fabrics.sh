@@ -57,8 +57,13 @@ if connect 4420 -q "$hostnqn" -I "$hostid" -S "$wrong_key" >/tmp/wrongkey.out 2>
 else
 	pass connect-refused-wrong-secret
 fi
-check connect-port-4420 connect 4420 -q "$hostnqn" -I "$hostid" -S "$key"
-check connect-port-4421 connect 4421 -q "$hostnqn" -I "$hostid" -S "$key"
+# Keep-alive every 5 s, reconnects every 2 s, the controller given up
+# after 300 s (the storage machine's restart below takes far less).
+opts="-k 5 -c 2 -l 300"
+# shellcheck disable=SC2086
+check connect-port-4420 connect 4420 -q "$hostnqn" -I "$hostid" -S "$key" $opts
+# shellcheck disable=SC2086
+check connect-port-4421 connect 4421 -q "$hostnqn" -I "$hostid" -S "$key" $opts
 
 # The remote namespaces: heads of the subsystem's namespaces 21 and 22.
 remote_ns() {
@@ -148,6 +153,20 @@ else
 	fail remote-read-fails-over "$(tail -n 3 /tmp/held.failover)"
 fi
 port on 1
+
+# The storage machine's power cut under one process, which reads before,
+# while it is gone (an error within the time the connection allows, I/O
+# failing fast 5 s after a controller is lost) and once it is back (the
+# same open file); the host cuts and restores it when the program asks on
+# the console.
+for c in /sys/class/nvme/nvme*; do
+	[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] && echo 5 >"$c/fast_io_fail_tmo"
+done
+if p2pdma-vmtest outage --nvme "$R" --nqn "$nqn" --pattern-offset $((1024 * M)) --fail-within 60; then
+	pass remote-storage-lost-and-back
+else
+	fail remote-storage-lost-and-back "see the lines above"
+fi
 
 release_held
 check disconnect nvme disconnect -n "$nqn"

@@ -10,6 +10,7 @@ use std::{
 
 mod fuzz;
 mod lanes;
+mod outage;
 mod queues;
 mod revoke;
 mod store;
@@ -58,6 +59,13 @@ enum Cmd {
     EngineLanes {
         #[command(flatten)]
         x: lanes::LanesArgs,
+    },
+    /// A remote namespace's storage machine lost and back under one
+    /// process: reads fail with an error while it is gone, and work again
+    /// through the same open file once it is back.
+    Outage {
+        #[command(flatten)]
+        x: outage::OutageArgs,
     },
     /// The queues path: the spare NVMe controller driven by this process
     /// through VFIO, its queues in accelerator memory.
@@ -1274,6 +1282,7 @@ fn main() -> ExitCode {
         Cmd::Queues { x } => queues::run(&x),
         Cmd::Volume { x } => volume::run(&x),
         Cmd::EngineLanes { x } => lanes::run(&x),
+        Cmd::Outage { x } => outage::run(&x),
         Cmd::Store { x } => store::run(&x),
         Cmd::StoreCoherence { x } => store::coherence(&x),
         Cmd::StoreCrash { x } => store_crash::run(&x),
