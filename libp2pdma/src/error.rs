@@ -109,7 +109,9 @@ pub enum Error {
         /// The errno.
         source: Errno,
         /// On an md array: the member the error came from, and what it
-        /// said, as far as the library could tell.
+        /// said, as far as the library could tell. On a multipath or
+        /// fabrics namespace whose paths are all down: each, with its
+        /// controller's state.
         member: Option<String>,
     },
     /// The NVMe controller completed a command with an error status

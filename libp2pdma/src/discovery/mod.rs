@@ -34,7 +34,7 @@ pub use pci::{
     P2pmemProvider, PciAddress, PciFunction,
 };
 pub use storage::{
-    DiskFacts, MdArray, MdMember, NvmeCmdRefusal, NvmePath, Partition, StorageTarget, TargetKind,
-    Transport,
+    paths_down, DiskFacts, MdArray, MdMember, NvmeCmdRefusal, NvmePath, Partition, StorageTarget,
+    TargetKind, Transport,
 };
 pub use topology::{list_nvme_namespaces, list_p2pmem_providers, parse_sysfs_pci, Topology};

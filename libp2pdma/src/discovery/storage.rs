@@ -314,6 +314,31 @@ impl fmt::Display for NvmeCmdRefusal {
     }
 }
 
+/// Why I/O to the storage fails now, as far as its NVMe paths tell:
+/// `Some` when none of them has a live controller (a multipath head's
+/// every path, or a fabrics namespace's one controller), naming each
+/// with its state as `state` reads it; `None` otherwise.
+pub fn paths_down(paths: &[NvmePath], state: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let states: Vec<(&NvmePath, String)> = paths
+        .iter()
+        .map(|p| {
+            let s = p.controller.as_deref().and_then(&state);
+            (p, s.unwrap_or_else(|| "gone".into()))
+        })
+        .collect();
+    if states.is_empty() || states.iter().any(|(_, s)| s == "live") {
+        return None;
+    }
+    let each: Vec<String> = states.iter().map(|(p, s)| format!("{p} is {s}")).collect();
+    Some(match each.as_slice() {
+        [one] => format!("its controller is not live: {one}"),
+        _ => format!(
+            "no path of the multipath namespace is live: {}",
+            each.join(", ")
+        ),
+    })
+}
+
 impl StorageTarget {
     /// The byte offset of the partition on the disk (0 for a whole disk).
     pub fn partition_offset(&self) -> u64 {

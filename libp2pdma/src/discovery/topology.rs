@@ -648,6 +648,15 @@ impl Topology {
             .collect())
     }
 
+    /// NVMe controller `ctrl`'s state now (`live`, `connecting`,
+    /// `resetting`, `deleting`, `dead`), if sysfs says.
+    pub fn controller_state(&self, ctrl: &str) -> Option<String> {
+        read_small(&self.sys.join("class/nvme").join(ctrl).join("state"))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    }
+
     /// The translation type of an IOMMU group (`DMA`, `DMA-FQ`, `identity`
     /// for passthrough), if the kernel says.
     pub fn iommu_group_type(&self, group: u32) -> Option<String> {

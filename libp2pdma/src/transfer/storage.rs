@@ -20,7 +20,7 @@ use super::{
     tuning::cache::DeviceKey,
 };
 use crate::{
-    discovery::{DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
+    discovery::{paths_down, DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
     queues::Namespace,
     transfer::{Volume, VolumeSpec},
     Error, Result,
@@ -615,8 +615,21 @@ impl StorageFile {
             member: self
                 .layout
                 .as_ref()
-                .map(|l| l.blame(offset, len, op.contains("read"))),
+                .map(|l| l.blame(offset, len, op.contains("read")))
+                .or_else(|| self.paths_down()),
         }
+    }
+
+    /// For a multipath or fabrics namespace whose every path's controller
+    /// is down now: which, and in what state.
+    fn paths_down(&self) -> Option<String> {
+        let paths: Vec<NvmePath> = if self.multipath.is_empty() {
+            self.fabric.iter().cloned().collect()
+        } else {
+            self.multipath.clone()
+        };
+        let topo = Topology::default();
+        paths_down(&paths, |c| topo.controller_state(c))
     }
 }
 

@@ -976,3 +976,52 @@ fn fabrics_controllers_are_found_with_their_transport() {
         Some("pcie".to_string())
     );
 }
+
+#[test]
+fn paths_all_down_are_named_with_their_states() {
+    let f = FakeSys::machine();
+    let a = fabrics_controller(&f, "nvme4", "tcp", "traddr=10.0.2.2,trsvcid=4420");
+    let b = fabrics_controller(&f, "nvme5", "tcp", "traddr=10.0.2.2,trsvcid=4421");
+    let head = "devices/virtual/nvme-subsystem/nvme-subsys4/nvme6n1";
+    f.disk(head, "nvme6n1", "259:41", 512, 128, Some(21));
+    for (name, dir) in [
+        ("nvme6c4n1", format!("{a}/nvme6c4n1")),
+        ("nvme6c5n1", format!("{b}/nvme6c5n1")),
+    ] {
+        f.dir(&dir);
+        f.link(&format!("{head}/multipath/{name}"), &dir);
+    }
+    let topo = f.topology();
+    let m = topo
+        .resolve_block(
+            Path::new("/dev/nvme6n1"),
+            DevNum {
+                major: 259,
+                minor: 41,
+            },
+            TargetKind::BlockDevice,
+        )
+        .unwrap();
+    let down = || crate::discovery::paths_down(&m.multipath, |c| topo.controller_state(c));
+    // One path live: nothing to say.
+    f.file(&format!("{b}/state"), "connecting\n");
+    assert_eq!(down(), None);
+    // Both down: each named, with its state; a controller gone says so.
+    f.file(&format!("{a}/state"), "connecting\n");
+    assert_eq!(
+        down().unwrap(),
+        "no path of the multipath namespace is live: nvme6c4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420) is connecting, nvme6c5n1 (nvme5 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4421) is connecting"
+    );
+    std::fs::remove_file(f.sys().join("class/nvme/nvme5")).unwrap();
+    assert!(
+        down().unwrap().ends_with("trsvcid=4421) is gone"),
+        "{:?}",
+        down()
+    );
+    // A namespace of one controller over a fabric.
+    let one = [m.multipath[0].clone()];
+    assert_eq!(
+        crate::discovery::paths_down(&one, |c| topo.controller_state(c)).unwrap(),
+        "its controller is not live: nvme6c4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420) is connecting"
+    );
+}

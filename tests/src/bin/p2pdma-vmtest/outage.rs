@@ -3,7 +3,8 @@
 //! host cuts the storage machine's power (asked for with `@@HOST
 //! target-stop` on the console). A read then must fail, with an error,
 //! within the time the connection's options allow; it must neither hang
-//! nor report success. Then the host starts the storage machine again
+//! nor report success, and its error must name every path and its
+//! controller's state. Then the host starts the storage machine again
 //! (`@@HOST target-start`); once the kernel has reconnected, reads through
 //! the same open file and the same engine work again. Every read that
 //! succeeds is checked against the rig content the namespace holds.
@@ -147,10 +148,16 @@ pub fn run(x: &OutageArgs) -> Result<(), String> {
                 x.nvme
             ))
         }
-        Some(Err(e)) => println!(
+        // The error says why: every path's controller, and its state.
+        Some(Err(e)) if e.contains("no path of the multipath namespace is live") => println!(
             "the read with the storage machine off failed after {:?}: {e}",
             t0.elapsed()
         ),
+        Some(Err(e)) => {
+            return Err(format!(
+                "the read with the storage machine off failed without naming its paths: {e}"
+            ))
+        }
         None => {
             return Err(format!(
                 "a read of {} with its storage machine off did not end in {} s",
