@@ -30,12 +30,19 @@ ns_dev() {
 s=$n/subsystems/$nqn
 mkdir "$s"
 echo 0 >"$s/attr_allow_any_host"
+# The identity the storage keeps across restarts, as a drive keeps it: the
+# subsystem's serial and each namespace's UUID and NGUID (nvmet makes up
+# new ones at every start otherwise, and the host then takes a restarted
+# machine's namespaces for other namespaces).
+echo p2pdma-remote >"$s/attr_serial"
 # NSID 21: namespace 1 (remote.img, the rig content), read and written by
 # the suite; NSID 22: namespace 2 (remote-store.img), the object store's.
 # Neither NSID is one the accelerator machine has of its own.
 for ns in 1 2; do
 	mkdir "$s/namespaces/2$ns"
 	ns_dev "$ns" | tr -d '\n' >"$s/namespaces/2$ns/device_path"
+	echo "6a3f0d5e-9c41-4b8e-8d2a-00000000002$ns" >"$s/namespaces/2$ns/device_uuid"
+	echo "6a3f0d5e-9c41-4b8e-8d2a-00000000002$ns" >"$s/namespaces/2$ns/device_nguid"
 	echo 1 >"$s/namespaces/2$ns/enable"
 	echo "namespace 2$ns: $(cat "$s/namespaces/2$ns/device_path")"
 done

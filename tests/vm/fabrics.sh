@@ -121,8 +121,10 @@ check remote-ctl-copy p2pdma-ctl copy "$R" accel:0 --offset 4096 --len 4M --veri
 # A path lost under a running read: its port taken away on the target
 # once the read has begun, the multipath head fails over to the other and
 # the read completes, its bytes right; then the port comes back.
+# One 64 KiB chunk in flight at a time: a read long enough to lose its
+# path midway on any machine.
 p2pdma-vmtest engine-read --nvme "$R" --offset $((8 * M)) --len $((48 * M)) --expect-path bounce \
-	--verify-buffered --image remote.img --hold >/tmp/held.failover 2>&1 &
+	--setting chunk=64K --setting depth=1 --verify-buffered --image remote.img --hold >/tmp/held.failover 2>&1 &
 reader=$!
 i=0
 until grep -q 'The engine chose' /tmp/held.failover || [ $i -ge 600 ]; do
@@ -153,6 +155,23 @@ else
 	fail remote-read-fails-over "$(tail -n 3 /tmp/held.failover)"
 fi
 port on 1
+# The lost path comes back: its controller reconnects (every 2 s).
+all_live() {
+	i=0
+	while [ $i -lt 600 ]; do
+		n=0 live=0
+		for c in /sys/class/nvme/nvme*; do
+			[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] || continue
+			n=$((n + 1))
+			[ "$(cat "$c/state")" = live ] && live=$((live + 1))
+		done
+		[ $n -gt 0 ] && [ $n = $live ] && return 0
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+if all_live; then pass remote-path-back; else fail remote-path-back "a controller of $nqn is not live 60 s after its port came back"; fi
 
 # The storage machine's power cut under one process, which reads before,
 # while it is gone (an error within the time the connection allows, I/O

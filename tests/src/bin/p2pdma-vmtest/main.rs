@@ -169,6 +169,10 @@ struct EngineArgs {
     /// every byte on it.
     #[arg(long, default_value = "direct")]
     page_cache: String,
+    /// More engine settings, `KEY=VALUE` as in a configuration file
+    /// (`chunk=64K`, `depth=1`, ...).
+    #[arg(long)]
+    setting: Vec<String>,
     /// How much of a read must come from the page cache: all, none or
     /// some (neither).
     #[arg(long)]
@@ -385,6 +389,12 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     cfg.set("path", &x.path).map_err(|e| e.to_string())?;
     cfg.set("page_cache", &x.page_cache)
         .map_err(|e| e.to_string())?;
+    for kv in &x.setting {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--setting {kv}: KEY=VALUE"))?;
+        cfg.set(k, v).map_err(|e| e.to_string())?;
+    }
     let engine = Engine::new(cfg, Some(module.clone()));
     let file = if write_pattern.is_some() {
         p2pdma::transfer::StorageFile::open_rw(&x.nvme)

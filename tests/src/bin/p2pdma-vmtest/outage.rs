@@ -168,8 +168,13 @@ pub fn run(x: &OutageArgs) -> Result<(), String> {
 
     // Back: the kernel reconnects, and the same file and engine read again.
     println!("@@HOST target-start");
-    let back = wait_states(&x.nqn, 180, |s| s.iter().any(|s| s == "live"))?;
-    println!("a controller was live again {back:?} after the request");
+    // Every path reconnected (a read issued while the first comes back
+    // may still fail: the kernel fails I/O fast on a controller whose
+    // fail-fast time ran out until it is live again).
+    let back = wait_states(&x.nqn, 180, |s| {
+        !s.is_empty() && s.iter().all(|s| s == "live")
+    })?;
+    println!("every controller was live again {back:?} after the request");
     match read(12 << 20, 120) {
         Some(Ok(())) => check(mem.as_ref(), x.pattern_offset, 12 << 20)?,
         Some(Err(e)) => return Err(format!("the read after the storage came back failed: {e}")),
