@@ -5,7 +5,11 @@
 # which must authenticate with DH-HMAC-CHAP. Then it serves the
 # accelerator machine's requests to take a port away or give it back (a
 # lost path), one per connection on TCP port 5000, until the host stops it.
-set -u
+# The helpers of every guest suite: ns_dev finds a namespace by its NSID
+# (namespaces are scanned in parallel, so their names need not follow
+# their NSIDs).
+# shellcheck source=lib.sh
+. /suite/lib.sh
 nqn=$(cat /suite/fabric/subnqn)
 hostnqn=$(cat /suite/fabric/hostnqn)
 key=$(cat /suite/fabric/dhchap.key)
@@ -14,19 +18,6 @@ ip link set eth0 up
 ip addr add 10.0.2.2/24 dev eth0
 mount -t configfs none /sys/kernel/config 2>/dev/null
 n=/sys/kernel/config/nvmet
-# The block device of this machine's namespace NSID (namespaces are
-# scanned in parallel, so their names need not follow their NSIDs).
-ns_dev() {
-	i=0
-	while [ $i -lt 100 ]; do
-		for d in /sys/block/nvme*; do
-			[ "$(cat "$d/nsid" 2>/dev/null)" = "$1" ] && [ -b "/dev/${d##*/}" ] && echo "/dev/${d##*/}" && return 0
-		done
-		sleep 0.1
-		i=$((i + 1))
-	done
-	return 1
-}
 s=$n/subsystems/$nqn
 mkdir "$s"
 echo 0 >"$s/attr_allow_any_host"

@@ -33,7 +33,8 @@ b = base64.b64encode(k + struct.pack("<I", zlib.crc32(k))).decode()
 open(f"{d}/dhchap.key", "w").write(f"DHHC-1:00:{b}:\n")
 PY
 	cp /bin/busybox "$d/initramfs/bin/busybox"
-	cp "$P2PDMA_ROOT"/tests/vm/fabrics-target.sh "$P2PDMA_ROOT"/tests/vm/fabrics-ctl.sh "$d/initramfs/suite/"
+	cp "$P2PDMA_ROOT"/tests/vm/lib.sh "$P2PDMA_ROOT"/tests/vm/fabrics-target.sh \
+		"$P2PDMA_ROOT"/tests/vm/fabrics-ctl.sh "$d/initramfs/suite/"
 	cat >"$d/initramfs/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s /bin

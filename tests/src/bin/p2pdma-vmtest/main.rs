@@ -486,6 +486,12 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
     let target = mem.mapping().as_ptr();
     let pci = accel.pci.to_string();
     let bar_offset = phys_of(target as u64)? - bar_start(&pci, accel.bar)? + x.mem_offset as u64;
+    // The host's image of the device, when it is not the first namespace's.
+    let image = x
+        .image
+        .as_ref()
+        .map(|i| format!(" image={i}"))
+        .unwrap_or_default();
     match (write_pattern, &x.fs_name) {
         (None, None) if x.array_layout.is_some() => println!(
             "@@RESULT array-read layout={} array_offset={} bar_offset={bar_offset} len={}",
@@ -506,23 +512,12 @@ fn engine_run(x: &EngineArgs, write_pattern: Option<u64>) -> Result<(), String> 
             }
         }
         (None, None) => println!(
-            "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={} bar_offset={bar_offset} len={}{}",
-            accel.bar,
-            x.offset,
-            x.len,
-            x.image
-                .as_ref()
-                .map(|i| format!(" image={i}"))
-                .unwrap_or_default()
+            "@@RESULT p2pmem-read pci={pci} bar={} nvme_offset={} bar_offset={bar_offset} len={}{image}",
+            accel.bar, x.offset, x.len
         ),
         (Some(p), None) => println!(
-            "@@RESULT nvme-write nvme_offset={} pattern_offset={p} len={}{}",
-            x.offset,
-            x.len,
-            x.image
-                .as_ref()
-                .map(|i| format!(" image={i}"))
-                .unwrap_or_default()
+            "@@RESULT nvme-write nvme_offset={} pattern_offset={p} len={}{image}",
+            x.offset, x.len
         ),
         (None, Some(name)) => println!(
             "@@RESULT file-read fsfile={name} file_offset={} bar_offset={bar_offset} len={}",
