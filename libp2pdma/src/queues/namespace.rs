@@ -307,13 +307,11 @@ impl Namespace {
         issued: Option<&Issued>,
     ) -> Result<u64> {
         let plan = self.prepare(write, range, runs)?;
-        let mut n = 0;
-        if let Some(d) = &plan.direct {
-            let cmds = d.commands(write)?;
+        let cmds = plan.commands(write)?;
+        if !cmds.is_empty() {
             self.run(&cmds, issued)?;
-            n += cmds.len() as u64;
         }
-        Ok(n + plan.rest(write, range, issued)?)
+        Ok(cmds.len() as u64 + plan.rest(write, range, issued)?)
     }
 
     /// `runs` of `range` (as [`Namespace::transfer_runs`] takes them)
@@ -382,11 +380,7 @@ impl Namespace {
             .collect();
         Ok(Plan {
             ns: self,
-            direct: Some(Direct {
-                ns: self,
-                held,
-                runs,
-            }),
+            direct: Some(Direct { held, runs }),
             rest,
             staged: false,
         })
@@ -521,7 +515,7 @@ impl Namespace {
 pub(crate) struct Plan<'r> {
     ns: &'r Namespace,
     /// The runs that move by DMA with the memory itself.
-    pub(crate) direct: Option<Direct<'r>>,
+    direct: Option<Direct<'r>>,
     /// The others.
     rest: Vec<(u64, usize, usize)>,
     /// Whether the others go through staging whatever they are (the
@@ -530,6 +524,30 @@ pub(crate) struct Plan<'r> {
 }
 
 impl Plan<'_> {
+    /// The commands that move the runs of whole blocks by DMA with the
+    /// memory itself, each at most the controller's largest transfer (none
+    /// when there are no such runs).
+    pub(crate) fn commands(&self, write: bool) -> Result<Vec<IoCommand<'_>>> {
+        let Some(d) = &self.direct else {
+            return Ok(Vec::new());
+        };
+        let mapped: &Mapped<'_> = match &d.held {
+            Held::Kept(k) => k,
+            Held::Fresh(m) => m,
+        };
+        let (ns, bs) = (self.ns, self.ns.bs());
+        let mut cmds = Vec::new();
+        for &(offset, at, len) in &d.runs {
+            for (done, n) in cut(len, bs, ns.ctrl.max_transfer()) {
+                let data = mapped.payload(at + done, n)?;
+                let slba = (offset + done as u64) / bs;
+                let blocks = (n as u64 / bs) as u32;
+                cmds.push(IoCommand::data(write, ns.info.nsid, slba, blocks, data));
+            }
+        }
+        Ok(cmds)
+    }
+
     /// Moves the runs that do not move by DMA with the memory itself, one
     /// by one; the commands they took.
     pub(crate) fn rest(
@@ -563,36 +581,13 @@ enum Held<'r> {
     Fresh(Mapped<'r>),
 }
 
-/// A namespace's runs of whole blocks with their memory mapped for its
+/// A plan's runs of whole blocks with their memory mapped for the
 /// controller ([`Namespace::prepare`]): ready to become commands.
-pub(crate) struct Direct<'r> {
-    ns: &'r Namespace,
+struct Direct<'r> {
     held: Held<'r>,
     /// Each run's byte offset on the namespace, offset in the mapping and
     /// length.
     runs: Vec<(u64, usize, usize)>,
-}
-
-impl Direct<'_> {
-    /// The commands that move the runs, each at most the controller's
-    /// largest transfer.
-    pub(crate) fn commands(&self, write: bool) -> Result<Vec<IoCommand<'_>>> {
-        let mapped: &Mapped<'_> = match &self.held {
-            Held::Kept(k) => k,
-            Held::Fresh(m) => m,
-        };
-        let (ns, bs) = (self.ns, self.ns.bs());
-        let mut cmds = Vec::new();
-        for &(offset, at, len) in &self.runs {
-            for (done, n) in cut(len, bs, ns.ctrl.max_transfer()) {
-                let data = mapped.payload(at + done, n)?;
-                let slba = (offset + done as u64) / bs;
-                let blocks = (n as u64 / bs) as u32;
-                cmds.push(IoCommand::data(write, ns.info.nsid, slba, blocks, data));
-            }
-        }
-        Ok(cmds)
-    }
 }
 
 /// Sweeps over every queue without a completion before the thread waits

@@ -316,8 +316,8 @@ impl Volume {
         }
         let mut cmds = Vec::with_capacity(work.len());
         for &slot in &work {
-            cmds.push(match plans[slot].as_ref().and_then(|p| p.direct.as_ref()) {
-                Some(d) => d
+            cmds.push(match &plans[slot] {
+                Some(p) => p
                     .commands(write)
                     .map_err(|e| self.member_error(write, failed(slot, e)))?,
                 None => Vec::new(),
