@@ -265,34 +265,14 @@ fn multipath_namespaces_find_a_controller_through_their_paths() {
     let path = format!("{NVME}/nvme/nvme0/nvme0c0n3");
     f.dir(&path);
     f.link(&format!("{head}/multipath/nvme0c0n3"), &path);
-    let t = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme0n3"),
-            DevNum {
-                major: 259,
-                minor: 20,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let t = resolve_disk(&f, "nvme0n3", 20);
     assert_eq!(t.controller.as_deref(), Some("nvme0"));
     assert_eq!(t.pci, Some(pci("0000:03:00.0")));
     assert_eq!(t.nsid, Some(3));
     // Its generic device is found by name when there is no class entry.
     assert_eq!(t.generic_path, None);
     f.root_file("dev/ng0n3", "");
-    let t = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme0n3"),
-            DevNum {
-                major: 259,
-                minor: 20,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let t = resolve_disk(&f, "nvme0n3", 20);
     assert_eq!(t.generic_path, Some(f.root().join("dev/ng0n3")));
 }
 
@@ -322,17 +302,7 @@ fn multipath_heads_list_every_path_with_its_controller() {
         f.dir(&dir);
         f.link(&format!("{head}/multipath/{name}"), &dir);
     }
-    let t = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme1n1"),
-            DevNum {
-                major: 259,
-                minor: 30,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let t = resolve_disk(&f, "nvme1n1", 30);
     let path = |name: &str, c: Option<&str>, p: Option<&str>| NvmePath {
         name: name.into(),
         controller: c.map(Into::into),
@@ -713,6 +683,17 @@ fn try_resolve_nvme0n1(f: &FakeSys) -> Result<StorageTarget, TopologyError> {
     )
 }
 
+/// Whole disk `name` (device number 259:`minor`) of the fake machine.
+fn resolve_disk(f: &FakeSys, name: &str, minor: u32) -> StorageTarget {
+    f.topology()
+        .resolve_block(
+            &Path::new("/dev").join(name),
+            DevNum { major: 259, minor },
+            TargetKind::BlockDevice,
+        )
+        .unwrap()
+}
+
 fn resolve_md0(f: &FakeSys) -> StorageTarget {
     f.topology()
         .resolve_block(
@@ -873,17 +854,7 @@ fn fabrics_controllers_are_found_with_their_transport() {
         128,
         Some(1),
     );
-    let t = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme4n1"),
-            DevNum {
-                major: 259,
-                minor: 40,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let t = resolve_disk(&f, "nvme4n1", 40);
     assert!(t.is_nvme && !t.is_multipath());
     assert_eq!((t.controller.as_deref(), t.pci), (Some("nvme4"), None));
     let tr = t.transport.clone().unwrap();
@@ -921,17 +892,7 @@ fn fabrics_controllers_are_found_with_their_transport() {
         f.dir(&dir);
         f.link(&format!("{head}/multipath/{name}"), &dir);
     }
-    let m = f
-        .topology()
-        .resolve_block(
-            Path::new("/dev/nvme6n1"),
-            DevNum {
-                major: 259,
-                minor: 41,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let m = resolve_disk(&f, "nvme6n1", 41);
     let paths: Vec<(String, Option<String>)> = m
         .multipath
         .iter()
@@ -961,18 +922,7 @@ fn fabrics_controllers_are_found_with_their_transport() {
     );
     // A controller sysfs says nothing of has no transport.
     assert_eq!(
-        f.topology()
-            .resolve_block(
-                Path::new("/dev/nvme0n1"),
-                DevNum {
-                    major: 259,
-                    minor: 0
-                },
-                TargetKind::BlockDevice
-            )
-            .unwrap()
-            .transport
-            .map(|t| t.kind),
+        resolve_disk(&f, "nvme0n1", 0).transport.map(|t| t.kind),
         Some("pcie".to_string())
     );
 }
@@ -992,16 +942,7 @@ fn paths_all_down_are_named_with_their_states() {
         f.link(&format!("{head}/multipath/{name}"), &dir);
     }
     let topo = f.topology();
-    let m = topo
-        .resolve_block(
-            Path::new("/dev/nvme6n1"),
-            DevNum {
-                major: 259,
-                minor: 41,
-            },
-            TargetKind::BlockDevice,
-        )
-        .unwrap();
+    let m = resolve_disk(&f, "nvme6n1", 41);
     let down = || crate::discovery::paths_down(&m.multipath, |c| topo.controller_state(c));
     // One path live: nothing to say.
     f.file(&format!("{b}/state"), "connecting\n");
