@@ -103,10 +103,11 @@ elif [ "$suite" = bench ]; then
 	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir" fio
 fi
 # The fabrics suite reaches the namespaces of a second machine, the storage
-# machine (tools/rig/target.sh), over NVMe/TCP, with nvme-cli in the guest;
-# both machines get the NQNs and the host's secret.
+# machine (tools/rig/target.sh), over NVMe/TCP, with nvme-cli in the guest
+# and fio to measure the remote namespace against; both machines get the
+# NQNs and the host's secret.
 if [ "$suite" = fabrics ]; then
-	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir" nvme
+	"$P2PDMA_ROOT/tools/rig/guest-tools.sh" "$ir" nvme fio
 	# shellcheck source=target.sh
 	source "$P2PDMA_ROOT/tools/rig/target.sh"
 	fabric_setup
