@@ -194,6 +194,16 @@ fn array_decision(
     ))
 }
 
+/// Why no byte of the storage moves by P2P over the fabric that reaches it
+/// (the namespace's controller, any path of a multipath namespace, any
+/// member of an array): the first such path and its transport's reason.
+pub(super) fn fabric_reason(facts: &Facts) -> Option<String> {
+    let one = facts.storage.fabric.iter();
+    let paths = facts.paths.iter().map(|(p, _)| p);
+    one.chain(paths)
+        .find_map(|p| fabric_refusal(p).map(|why| format!("{p}: {why}")))
+}
+
 /// Why a path over a fabric carries no P2P data, if it is over one: the
 /// kernel is asked about PCI functions, and a fabric's controller has none.
 fn fabric_refusal(path: &NvmePath) -> Option<String> {

@@ -3,7 +3,7 @@
 
 use super::{
     facts::{DrivenFacts, DrivenMember, Facts},
-    p2p::{p2p_decision, p2p_refusal},
+    p2p::{fabric_reason, p2p_decision, p2p_refusal},
     path::{P2pSubmit, PathChoice, PathPref, TransferPath},
 };
 use crate::{memory::MemoryKind, Error, Result};
@@ -116,6 +116,7 @@ fn member_data(facts: &Facts, member: &DrivenMember) -> String {
 fn kernel_driven(facts: &Facts) -> Result<PathChoice> {
     let auto = auto(facts);
     let kind = &facts.memory.kind;
+    let fabric = fabric_reason(facts);
     match facts.pref {
         PathPref::Auto => Ok(auto),
         PathPref::Queues => Err(unavailable(
@@ -143,6 +144,17 @@ fn kernel_driven(facts: &Facts) -> Result<PathChoice> {
                     Some(why) => format!("{why}; P2P is not forced onto an md array that cannot take it on every member, where a write could land on some legs only"),
                     None => auto.reason,
                 },
+            ))
+        }
+        // A fabric whose driver takes no P2P pages fails every P2P I/O:
+        // P2P is not forced onto it.
+        PathPref::P2p if matches!(kind, MemoryKind::ModuleBar { .. }) && fabric.is_some() => {
+            Err(unavailable(
+                "p2p",
+                format!(
+                    "{}; P2P is not forced over a fabric whose driver takes no P2P pages",
+                    fabric.as_deref().unwrap_or_default()
+                ),
             ))
         }
         PathPref::P2p if facts.memory.cpu_mapping => Ok(PathChoice {
@@ -225,6 +237,14 @@ fn nvme_cmd(facts: &Facts, auto: &PathChoice) -> Result<PathChoice> {
             "{} has no CPU mapping to give the controller",
             facts.memory.kind
         ));
+    }
+    if !matches!(facts.memory.kind, MemoryKind::Host) {
+        if let Some(why) = fabric_reason(facts) {
+            return refuse(format!(
+                "the commands' data would move by P2P into {}, and {why}",
+                facts.memory.kind
+            ));
+        }
     }
     Ok(PathChoice {
         path: TransferPath::NvmeCmd,

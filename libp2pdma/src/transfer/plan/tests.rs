@@ -249,6 +249,34 @@ fn a_namespace_over_a_fabric_gets_no_p2p_and_says_why() {
 }
 
 #[test]
+fn nothing_forces_p2p_data_over_a_fabric() {
+    let mut f = facts(None);
+    f.storage.fabric = Some(fabric_path("nvme4n1", "nvme4", "tcp"));
+    f.storage.namespace = Some(NamespaceFacts {
+        generic: "/dev/ng4n1".into(),
+        nsid: 21,
+    });
+    // Forced P2P, and NVMe commands with accelerator memory for their
+    // data: both refused with the transport's reason.
+    for (pref, name) in [(PathPref::P2p, "p2p"), (PathPref::NvmeCmd, "nvme-cmd")] {
+        f.pref = pref;
+        match decide(&f) {
+            Err(Error::PathUnavailable { path, reason }) => {
+                assert_eq!(path, name);
+                assert!(
+                    reason.contains("nvme4n1 (nvme4 over NVMe/TCP to traddr=10.0.2.2,trsvcid=4420): NVMe/TCP carries the data"),
+                    "{reason}"
+                );
+            }
+            r => panic!("{name} over NVMe/TCP: {r:?}"),
+        }
+    }
+    // NVMe commands into host memory cross the network as any read does.
+    f.memory.kind = MemoryKind::Host;
+    assert_eq!(decide(&f).unwrap().path, TransferPath::NvmeCmd);
+}
+
+#[test]
 fn a_multipath_namespace_gets_p2p_only_when_every_path_allows_it() {
     let a = mp_path("nvme1c1n1", "nvme1", "0000:07:00.0");
     let b = mp_path("nvme1c2n1", "nvme2", "0000:08:00.0");
@@ -825,12 +853,15 @@ fn reference(f: &Facts) -> std::result::Result<TransferPath, &'static str> {
         None => every,
     };
     let bar = matches!(f.memory.kind, MemoryKind::ModuleBar { .. });
+    let over_fabric =
+        f.storage.fabric.as_ref().is_some_and(fabric) || f.paths.iter().any(|(p, _)| fabric(p));
     let p2p = bar && f.module && f.accelerator && f.storage.nvme && kernel;
     let s = &f.storage;
     let nvme_cmd = s.namespace.is_some()
         && s.nvme_cmd_refusal.is_none()
         && !matches!(s.filesystem, Some(Err(_)))
-        && f.memory.cpu_mapping;
+        && f.memory.cpu_mapping
+        && (matches!(f.memory.kind, MemoryKind::Host) || !over_fabric);
     let cpu = f.memory.cpu_mapping;
     let host = matches!(f.memory.kind, MemoryKind::Host);
     match (s.driven.is_some(), f.pref, p2p, cpu, nvme_cmd) {
@@ -842,6 +873,7 @@ fn reference(f: &Facts) -> std::result::Result<TransferPath, &'static str> {
         (false, P::Queues, ..) => Err("queues"),
         (false, P::Bounce, ..) => Ok(T::Bounce),
         (false, P::P2p, false, ..) if f.storage.array.is_some() && bar => Err("p2p"),
+        (false, P::P2p, ..) if over_fabric && bar => Err("p2p"),
         (false, P::P2p, _, true, _) => Ok(T::P2p),
         (false, P::P2p, _, false, _) => Err("p2p"),
         (false, P::NvmeCmd, .., true) => Ok(T::NvmeCmd),

@@ -1,6 +1,8 @@
 //! `bench cpu`: CPU time per GiB moved from an NVMe namespace into
 //! accelerator memory, per path (needs the module; meant for the VM rig,
-//! where the emulated devices' DMA runs outside the guest).
+//! where the emulated devices' DMA runs outside the guest); beside them, fio
+//! reading the same range at the same block size and depth into host
+//! memory, where fio is installed.
 
 use std::{fs::File, os::unix::fs::FileExt, sync::Arc, time::Instant};
 
@@ -11,7 +13,10 @@ use p2pdma::{
 };
 use serde_json::{json, Value};
 
-use super::common::{cpu_time, first_accelerator, idle_time, median, BenchArgs, Res};
+use super::{
+    common::{cpu_time, first_accelerator, idle_time, median, BenchArgs, Res},
+    fio::{self, FioSettings},
+};
 
 /// One way of moving the data, for `cpu`.
 struct CpuCase {
@@ -97,7 +102,13 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     // Paths the storage does not have (NVMe commands on an md array, say)
     // are left out, with the reason.
     let mut absent: Vec<Option<String>> = vec![None; cases.len()];
+    let with_fio = fio::have_fio();
+    let mut fio_runs: [Vec<f64>; 3] = Default::default();
     for round in 0..ROUNDS {
+        if with_fio {
+            let r = fio_round(a, len as u64, per_round, cpus)?;
+            (0..3).for_each(|k| fio_runs[k].push(r[k]));
+        }
         for (i, e) in engines.iter().enumerate() {
             if absent[i].is_some() {
                 continue;
@@ -178,6 +189,21 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             }),
         );
     }
+    let fio_med = fio_runs.clone().map(median);
+    if with_fio {
+        let [p, m, g] = fio_med;
+        println!(
+            "  {:30} {p:15.3} {m:18.3} {g:9.3}   io_uring, O_DIRECT, into host memory",
+            "fio"
+        );
+        rows.insert(
+            "fio".into(),
+            json!({
+                "process_cpu_s_per_gib": p, "machine_cpu_s_per_gib": m, "gib_s": g,
+                "rounds": fio_runs,
+            }),
+        );
+    }
     let bounce = med[cases.len() - 1];
     println!("  ratio to bounce (machine CPU, process CPU); the goal is <= 0.5");
     for (i, c) in cases.iter().enumerate().take(cases.len() - 1) {
@@ -193,6 +219,44 @@ pub(super) fn cpu(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         };
         println!("  {:30} {:7.2} {:7.2}", c.name, r(1), r(0));
     }
+    if with_fio {
+        println!("  ratio to fio (machine CPU, process CPU)");
+        for (i, c) in cases.iter().enumerate() {
+            if absent[i].is_some() {
+                continue;
+            }
+            let r = |k: usize| med[i][k] / fio_med[k];
+            println!("  {:30} {:7.2} {:7.2}", c.name, r(1), r(0));
+        }
+    }
     json_out["cpu"] = Value::Object(rows);
     Ok(())
+}
+
+/// One round of fio: `len` bytes of the namespace read `times` over at the
+/// bench's block size and depth (huge-page buffers, as the engine's bounce
+/// slots are); process CPU s/GiB (fio's, from its resource usage), machine
+/// CPU s/GiB, GiB/s.
+fn fio_round(a: &BenchArgs, len: u64, times: usize, cpus: f64) -> Res<[f64; 3]> {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let settings = FioSettings {
+        bs: a.bs,
+        depth: a.depth,
+        fixedbufs: false,
+        huge: true,
+    };
+    let mut cmd = fio::sequential(&[a.nvme.as_path()], len, settings);
+    cmd.arg(format!("--loops={times}"));
+    let children = || -> Res<f64> {
+        let u = getrusage(UsageWho::RUSAGE_CHILDREN).map_err(|e| format!("getrusage: {e}"))?;
+        let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 / 1e6;
+        Ok(t(u.user_time()) + t(u.system_time()))
+    };
+    let (c0, i0, t0) = (children()?, idle_time()?, Instant::now());
+    fio::run(&mut cmd)?;
+    let wall = t0.elapsed();
+    let (idle, cpu) = (idle_time()?.saturating_sub(i0), children()? - c0);
+    let busy = (wall.as_secs_f64() * cpus - idle.as_secs_f64()).max(0.0);
+    let moved = len as f64 * times as f64 / (1u64 << 30) as f64;
+    Ok([cpu / moved, busy / moved, moved / wall.as_secs_f64()])
 }

@@ -84,6 +84,11 @@ pub(super) fn fio(path: &Path, size: u64, s: FioSettings) -> Res<f64> {
 /// fio reading every one of `paths` at once, a job each, at settings `s`
 /// (see [`fio`]): their summed sequential read throughput in GiB/s.
 pub(super) fn fio_parallel(paths: &[&Path], size: u64, s: FioSettings) -> Res<f64> {
+    bandwidth(&run(&mut sequential(paths, size, s))?)
+}
+
+/// The command of [`fio_parallel`], to run as it is or with more options.
+pub(super) fn sequential(paths: &[&Path], size: u64, s: FioSettings) -> Command {
     let mut cmd = Command::new("fio");
     if s.huge {
         cmd.env("GLIBC_TUNABLES", "glibc.malloc.hugetlb=1");
@@ -103,6 +108,16 @@ pub(super) fn fio_parallel(paths: &[&Path], size: u64, s: FioSettings) -> Res<f6
         cmd.arg(format!("--name=member{i}"))
             .arg(format!("--filename={}", p.display()));
     }
+    cmd
+}
+
+/// Whether fio can be run here.
+pub(super) fn have_fio() -> bool {
+    Command::new("fio").arg("--version").output().is_ok()
+}
+
+/// Runs a fio command with JSON output; its report.
+pub(super) fn run(cmd: &mut Command) -> Res<Value> {
     let out = cmd.output().map_err(|e| format!("cannot run fio: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -110,9 +125,51 @@ pub(super) fn fio_parallel(paths: &[&Path], size: u64, s: FioSettings) -> Res<f6
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))?;
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("fio output: {e}"))
+}
+
+/// The read throughput of a fio report, in GiB/s.
+pub(super) fn bandwidth(v: &Value) -> Res<f64> {
     let bw = v["jobs"][0]["read"]["bw_bytes"]
         .as_f64()
         .ok_or("fio output has no read bandwidth")?;
     Ok(bw / (1u64 << 30) as f64)
+}
+
+/// Latency of single reads as fio measures it, in nanoseconds.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Latency {
+    pub(super) mean: f64,
+    pub(super) p50: f64,
+    pub(super) p99: f64,
+}
+
+/// fio's 4 KiB random reads one at a time (`psync`, `O_DIRECT`, depth 1,
+/// into host memory) over the first `size` bytes of `path`, `ios` of
+/// them: the latency of each, from submission to completion.
+pub(super) fn fio_latency(path: &Path, size: u64, ios: usize) -> Res<Latency> {
+    let v = run(Command::new("fio")
+        .args([
+            "--name=latency",
+            "--rw=randread",
+            "--bs=4096",
+            "--iodepth=1",
+            "--ioengine=psync",
+            "--direct=1",
+            "--lat_percentiles=1",
+            "--output-format=json",
+        ])
+        .arg(format!("--filename={}", path.display()))
+        .arg(format!("--size={size}"))
+        .arg(format!("--io_size={}", ios as u64 * 4096)))?;
+    let lat = &v["jobs"][0]["read"]["lat_ns"];
+    let get = |x: &Value, what: &str| {
+        x.as_f64()
+            .ok_or_else(|| format!("fio output has no read latency {what}"))
+    };
+    Ok(Latency {
+        mean: get(&lat["mean"], "mean")?,
+        p50: get(&lat["percentile"]["50.000000"], "median")?,
+        p99: get(&lat["percentile"]["99.000000"], "99th percentile")?,
+    })
 }

@@ -1,7 +1,8 @@
 //! `bench small`: 4 KiB random reads through `Engine::read` vs `pread`
 //! with `O_DIRECT` plus a copy into the same memory, same file and offsets;
 //! then the same reads of the file cached, vs `preadv` on a buffered
-//! descriptor.
+//! descriptor. Beside them, fio's 4 KiB random reads at depth 1 on the
+//! same file, where fio is installed.
 
 use std::{
     os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt},
@@ -16,7 +17,10 @@ use p2pdma::{
 };
 use serde_json::{json, Value};
 
-use super::common::{drop_cached, ensure_file, median, BenchArgs, Res};
+use super::{
+    common::{drop_cached, ensure_file, median, BenchArgs, Res},
+    fio::{fio_latency, have_fio},
+};
 
 /// A 4 KiB block aligned for `O_DIRECT`.
 #[repr(C, align(4096))]
@@ -156,7 +160,7 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         v.sort_by(|a, b| a.total_cmp(b));
         v[((v.len() - 1) as f64 * p) as usize]
     };
-    let (e10, e90) = (pct(&mut eng, 0.1), pct(&mut eng, 0.9));
+    let (e10, e90, e99) = (pct(&mut eng, 0.1), pct(&mut eng, 0.9), pct(&mut eng, 0.99));
     let (s10, s90) = (pct(&mut sys, 0.1), pct(&mut sys, 0.9));
     let (eng, sys) = (median(eng), median(sys));
     println!(
@@ -173,6 +177,25 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         "reads": ops, "bytes": 4096, "path": choice.path.to_string(),
         "engine_ns": eng, "pread_copy_ns": sys, "engine_vs_pread": eng / sys,
     });
+    // fio on the same file: what the storage gives a program that reads
+    // 4 KiB at a time into host memory, with no copy after.
+    if have_fio() {
+        let f = fio_latency(&path, size, ops)?;
+        println!(
+            "  fio (psync, O_DIRECT, depth 1, into host memory) {:8.2} us/read (median {:.2}, p99 {:.2})   engine/fio: median {:5.3}, p99 {:5.3}",
+            f.mean / 1e3,
+            f.p50 / 1e3,
+            f.p99 / 1e3,
+            eng / f.p50,
+            e99 / f.p99
+        );
+        json_out["small"]["fio"] = json!({
+            "mean_ns": f.mean, "p50_ns": f.p50, "p99_ns": f.p99, "engine_vs_fio_p50": eng / f.p50,
+            "engine_p99_ns": e99, "engine_vs_fio_p99": e99 / f.p99,
+        });
+    } else {
+        println!("  fio: not installed, no comparison with it");
+    }
     warm(&e, &file, &path, mem, &offsets, a.reps, json_out)?;
     if !raw.is_empty() {
         let raw = median(raw);
