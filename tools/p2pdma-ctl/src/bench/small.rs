@@ -12,7 +12,7 @@ use std::{
 
 use p2pdma::{
     memory::{DeviceMemory, HostMemory, ModuleMemory},
-    transfer::{Config, Engine, StorageFile},
+    transfer::{Config, Engine, StorageFile, TransferPath},
     MemRange, Module,
 };
 use serde_json::{json, Value};
@@ -47,9 +47,10 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         let index = m.accelerators().ok()?.first()?.index;
         ModuleMemory::alloc(m.clone(), index, 1 << 20, 0).ok()
     });
-    // With accelerator memory, a third way: pread with O_DIRECT straight
-    // into its mapping, which is what the engine's P2P path does, without
-    // the engine: the engine's own cost, apart from P2P's.
+    // With accelerator memory that P2P reaches, a third way: pread with
+    // O_DIRECT straight into its mapping, which is what the engine's P2P
+    // path does, without the engine: the engine's own cost, apart from
+    // P2P's.
     let host = match accel {
         Some(_) => None,
         None => Some(HostMemory::new(1 << 20).map_err(|e| e.to_string())?),
@@ -72,6 +73,9 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
         .collect();
     let mut block = Box::new(Block([0; 4096]));
     let choice = e.choose(&file, mem).map_err(|e| e.to_string())?;
+    // Straight into accelerator memory without the engine, only where P2P
+    // reaches it (not over a fabric, say).
+    let p2p = accel.is_some() && choice.path == TransferPath::P2p;
     // Cold: direct reads cache nothing, so the file stays out of the page
     // cache for the whole run.
     drop_cached(&path)?;
@@ -125,7 +129,7 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     // the engine, where the storage is a block device.
     let module_io = accel
         .as_ref()
-        .filter(|m| m.module().has_block_io() && !file.is_file());
+        .filter(|m| p2p && m.module().has_block_io() && !file.is_file());
     let mut blk = Vec::new();
     let by_block_io = |i: usize, off: u64| -> Res<f64> {
         let m = module_io.ok_or("no module block I/O")?;
@@ -148,7 +152,7 @@ pub(super) fn small(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
                 sys.push(by_pread(i, off)?);
                 eng.push(by_engine(i, off)?);
             }
-            if accel.is_some() {
+            if p2p {
                 raw.push(by_mapping(i, off)?);
             }
             if module_io.is_some() {
