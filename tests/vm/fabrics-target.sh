@@ -1,7 +1,8 @@
 # shellcheck shell=sh
 # The fabrics suite's storage machine: exports its emulated NVMe
 # namespaces with the kernel's NVMe over Fabrics target (nvmet, through
-# configfs) over TCP on two ports of one address, to one host NQN only,
+# configfs) over TCP on two ports of one address and over RDMA (soft
+# RoCE) on a third, to one host NQN only,
 # which must authenticate with DH-HMAC-CHAP. Then it serves the
 # accelerator machine's requests to take a port away or give it back (a
 # lost path), one per connection on TCP port 5000, until the host stops it.
@@ -54,5 +55,18 @@ for p in 1 2; do
 	echo $((4419 + p)) >"$n/ports/$p/addr_trsvcid"
 	ln -s "$s" "$n/ports/$p/subsystems/$nqn"
 done
+# Soft RoCE (rxe) over the same NIC, and the subsystem on a third port,
+# over RDMA.
+if /sbin/rdma link add rxe0 type rxe netdev eth0; then
+	p=$n/ports/3
+	mkdir "$p"
+	echo rdma >"$p/addr_trtype"
+	echo ipv4 >"$p/addr_adrfam"
+	echo 10.0.2.2 >"$p/addr_traddr"
+	echo 4422 >"$p/addr_trsvcid"
+	ln -s "$s" "$p/subsystems/$nqn" || echo "@@TARGET the RDMA port did not start"
+else
+	echo "@@TARGET no soft RoCE device"
+fi
 echo "@@TARGET-READY"
 nc -ll -p 5000 -e sh /suite/fabrics-ctl.sh

@@ -1,12 +1,13 @@
 # shellcheck shell=sh
-# NVMe over TCP from a second machine (switch topology): the storage
+# NVMe over Fabrics from a second machine (switch topology): the storage
 # machine (tools/rig/target.sh, tests/vm/fabrics-target.sh) exports its
-# namespaces with the kernel's target on two ports, to this machine's host
-# NQN only, with DH-HMAC-CHAP. This machine connects with nvme-cli on both
-# ports (native multipath: one head, two paths), checks that a host
-# without the key is refused, and moves the remote namespace's bytes into
-# accelerator memory and back, each checked here and on the host in the
-# storage machine's image (remote.img).
+# namespaces with the kernel's target over TCP on two ports and over RDMA
+# (soft RoCE) on a third, to this machine's host NQN only, with
+# DH-HMAC-CHAP. This machine connects with nvme-cli on both TCP ports
+# (native multipath: one head, two paths), later over RDMA alone, checks
+# that a host without the key is refused, and moves the remote namespace's
+# bytes into accelerator memory and back, each checked here and on the
+# host in the storage machine's image (remote.img).
 # shellcheck source=lib.sh
 . /suite/lib.sh
 
@@ -118,6 +119,17 @@ check remote-write-auto p2pdma-vmtest engine-write --nvme "$R" --offset $((40 * 
 	--len $((M + 4096)) --pattern-offset $((2000 * M)) --expect-path bounce --verify-buffered --image remote.img
 check remote-ctl-copy p2pdma-ctl copy "$R" accel:0 --offset 4096 --len 4M --verify
 
+# The remote namespace measured from this machine against fio on it:
+# sequential reads into accelerator memory (fio's sweep for its best, the
+# pipeline's sweep, AUTO), 4 KiB reads one at a time, and CPU per GiB.
+# Both machines run on the host's CPUs, emulated: the ratios compare
+# paths in this one guest, not hardware. Every contender's bytes checked.
+# Before the failover below, whose read holds most of the accelerator's
+# memory until the end.
+check bench-remote-storage p2pdma-ctl bench storage --file "$R" --accel --size 32M --reps 5
+check bench-remote-small p2pdma-ctl bench small --file "$R" --size 32M --reps 1
+check bench-remote-cpu p2pdma-ctl bench cpu --nvme "$R" --size 16M --reps 24
+
 # A path lost under a running read: its port taken away on the target
 # once the read has begun, the multipath head fails over to the other and
 # the read completes, its bytes right; then the port comes back.
@@ -187,15 +199,6 @@ else
 	esac
 fi
 
-# The remote namespace measured from this machine against fio on it:
-# sequential reads into accelerator memory (fio's sweep for its best, the
-# pipeline's sweep, AUTO), 4 KiB reads one at a time, and CPU per GiB.
-# Both machines run on the host's CPUs, emulated: the ratios compare
-# paths in this one guest, not hardware. Every contender's bytes checked.
-check bench-remote-storage p2pdma-ctl bench storage --file "$R" --accel --size 32M --reps 3
-check bench-remote-small p2pdma-ctl bench small --file "$R" --size 32M --reps 1
-check bench-remote-cpu p2pdma-ctl bench cpu --nvme "$R" --size 16M --reps 6
-
 # The storage machine's power cut under one process, which reads before,
 # while it is gone (an error within the time the connection allows, I/O
 # failing fast 5 s after a controller is lost) and once it is back (the
@@ -253,12 +256,15 @@ check remote-store-after-power-cut p2pdma-vmtest store-crash --path "$S" --check
 # the bytes, checked against the kernel's buffered reads here and in the
 # members' images on the host.
 check mixed-array mdadm --build /dev/md20 --level=0 --raid-devices=2 --chunk=64 "$NVME" "$R"
-layout="0,$(cat /sys/block/md20/md/chunk_size),nvme.img:0,remote.img:0"
+md=/sys/block/md20/md
+layout="$(cat $md/level),$(cat $md/chunk_size),nvme.img:0,remote.img:0"
 p2pdma-ctl doctor /dev/md20
 check_held mixed-array-read p2pdma-vmtest engine-read --nvme /dev/md20 --offset $((M + 512)) --len $((3 * M + 4096)) \
 	--expect-path bounce --expect-reason "of md array md20" --expect-reason "NVMe/TCP carries the data" \
 	--verify-buffered --array-layout "$layout" --hold
-check mixed-array-write p2pdma-vmtest engine-write --nvme /dev/md20 --offset $((100 * M)) --len $((M + 8192)) \
+# At 116 MiB of the array: 58 MiB of each member, past what the failover's
+# held read of the remote namespace covers.
+check mixed-array-write p2pdma-vmtest engine-write --nvme /dev/md20 --offset $((116 * M)) --len $((M + 8192)) \
 	--pattern-offset $((3000 * M)) --expect-path bounce --expect-reason "NVMe/TCP carries the data" \
 	--verify-buffered --array-layout "$layout"
 if out=$(p2pdma-ctl copy /dev/md20 accel:0 --path p2p --len 1M 2>&1); then
@@ -271,7 +277,37 @@ else
 fi
 check mixed-array-stop mdadm --stop /dev/md20
 
-release_held
 check disconnect nvme disconnect -n "$nqn"
+
+# Over RDMA: soft RoCE (rxe) on this machine's NIC too, and the
+# subsystem's RDMA port. rxe's DMA is virtual (the CPU copies), so no byte
+# moves by P2P: the doctor and AUTO say so, forced P2P is refused, and the
+# bounce path's bytes are checked here and in remote.img on the host.
+check rxe-device rdma link add rxe0 type rxe netdev eth0
+check connect-rdma nvme connect -t rdma -a 10.0.2.2 -s 4422 -n "$nqn" -q "$hostnqn" -I "$hostid" -S "$key"
+i=0
+until RR=$(remote_ns 21) && [ -b "$RR" ] || [ $i -ge 100 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+check rdma-namespace test -b "$RR"
+out=$(p2pdma-ctl --json doctor "$RR" 2>&1)
+case $out in
+*'"kind":"rdma"'*'"address":"traddr=10.0.2.2,trsvcid=4422'*) pass doctor-rdma-transport ;;
+*) fail doctor-rdma-transport "$(echo "$out" | head -c 400)" ;;
+esac
+check_held rdma-read-auto p2pdma-vmtest engine-read --nvme "$RR" --offset $((60 * M + 512)) --len $((M + 99)) \
+	--expect-path bounce --expect-reason "never over soft RDMA" --verify-buffered --image remote.img --hold
+if out=$(p2pdma-ctl copy "$RR" accel:0 --path p2p --len 1M 2>&1); then
+	fail rdma-p2p-refused "P2P over soft RDMA: $out"
+else
+	case $out in
+	*"never over soft RDMA"*) pass rdma-p2p-refused ;;
+	*) fail rdma-p2p-refused "$out" ;;
+	esac
+fi
+check disconnect-rdma nvme disconnect -n "$nqn"
+
+release_held
 check module-unloads rmmod p2pdma
 exit "$failures"

@@ -81,3 +81,15 @@ debian_mirror() {
 	[ -n "$m" ] || die "cannot find a Debian mirror in /etc/apt; set P2PDMA_DEBIAN_MIRROR"
 	echo "${m%/}"
 }
+
+# with_libs DIR PROGRAM...: the loader and the libraries the programs
+# (already copied under DIR, an initramfs) link against, at the host's paths
+# under DIR.
+with_libs() {
+	local dir=$1 lib
+	shift
+	for lib in $(ldd "$@" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | sort -u); do
+		mkdir -p "$dir$(dirname "$lib")"
+		cp -L "$lib" "$dir$lib"
+	done
+}

@@ -6,7 +6,8 @@
 # setup-host.sh installs), each with the loader and the libraries it links
 # against. With "fio", the host's fio too (setup-host.sh installs it), for
 # the bench suite's comparisons; with "nvme", the host's nvme-cli (Debian's,
-# which setup-host.sh installs), for the fabrics suite's connections.
+# which setup-host.sh installs), for the fabrics suite's connections, and
+# iproute2's rdma, which makes the soft RoCE device they take over RDMA.
 #
 #   guest-tools.sh INITRAMFS_DIR [fio] [nvme]
 # shellcheck source=common.sh
@@ -73,10 +74,9 @@ nvme=
 if [ -n "$with_nvme" ]; then
 	nvme=$(command -v nvme) || die "no nvme-cli on the host (tools/rig/setup-host.sh installs it)"
 	cp "$nvme" "$ir/sbin/nvme"
-	bins+=("$ir/sbin/nvme")
+	rdma=$(command -v rdma) || die "no rdma on the host (tools/rig/setup-host.sh installs iproute2)"
+	cp "$rdma" "$ir/sbin/rdma"
+	bins+=("$ir/sbin/nvme" "$ir/sbin/rdma")
 fi
-for lib in $(ldd "${bins[@]}" 2>/dev/null | awk '/=> \//{print $3} /^\t\/lib64/{print $1}' | sort -u); do
-	mkdir -p "$ir$(dirname "$lib")"
-	cp -L "$lib" "$ir$lib"
-done
+with_libs "$ir" "${bins[@]}"
 log "guest tools: $("$x/sbin/mdadm" --version 2>&1 | sed -n 1p), $("$mke2fs" -V 2>&1 | sed -n 1p)${fio:+, $("$fio" --version)}${nvme:+, $("$nvme" version | sed -n 1p)}"

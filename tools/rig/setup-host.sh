@@ -7,7 +7,7 @@ source "$(dirname "$0")/common.sh"
 PKGS=(
 	make gcc libc6-dev git xz-utils cpio bc flex bison libelf-dev libssl-dev
 	"clang${LLVM_SUFFIX}" "lld${LLVM_SUFFIX}" "llvm${LLVM_SUFFIX}" "libclang${LLVM_SUFFIX}-dev"
-	qemu-system-x86 busybox-static fio nvme-cli python3 python3-venv pkg-config e2fsprogs shellcheck
+	qemu-system-x86 busybox-static fio nvme-cli iproute2 python3 python3-venv pkg-config e2fsprogs shellcheck
 )
 
 missing=()

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # The fabrics suite's storage machine, for vm.sh (sourced): a second QEMU
-# on the same kernel with an initramfs of its own (busybox and
-# tests/vm/fabrics-target.sh) and an NVMe controller of its own, which
+# on the same kernel with an initramfs of its own (busybox, iproute2's rdma
+# and tests/vm/fabrics-target.sh) and an NVMe controller of its own, which
 # exports its namespaces with the kernel's NVMe over Fabrics target. The
 # two machines share a network of their own: an e1000 NIC each, joined by
 # QEMU's dgram netdev over two unix sockets in the run's directory, so
@@ -33,6 +33,12 @@ b = base64.b64encode(k + struct.pack("<I", zlib.crc32(k))).decode()
 open(f"{d}/dhchap.key", "w").write(f"DHHC-1:00:{b}:\n")
 PY
 	cp /bin/busybox "$d/initramfs/bin/busybox"
+	# iproute2's rdma, for the soft RoCE device the RDMA port needs.
+	local rdma
+	rdma=$(command -v rdma) || die "no rdma on the host (tools/rig/setup-host.sh installs iproute2)"
+	mkdir -p "$d/initramfs/sbin"
+	cp "$rdma" "$d/initramfs/sbin/rdma"
+	with_libs "$d/initramfs" "$d/initramfs/sbin/rdma"
 	cp "$P2PDMA_ROOT"/tests/vm/lib.sh "$P2PDMA_ROOT"/tests/vm/fabrics-target.sh \
 		"$P2PDMA_ROOT"/tests/vm/fabrics-ctl.sh "$d/initramfs/suite/"
 	cat >"$d/initramfs/init" <<'INIT'
@@ -113,7 +119,7 @@ fabric_stop() {
 fabric_serve() {
 	local done=0 lines
 	while [ ! -e "$out/target/done" ]; do
-		lines=$(tr -d '\r' <"$out/console.log" 2>/dev/null | grep '^@@HOST ' || true)
+		lines=$( (tr -d '\r' <"$out/console.log") 2>/dev/null | grep '^@@HOST ' || true)
 		local n
 		n=$(grep -c . <<<"$lines" || true)
 		while ((done < n)); do
