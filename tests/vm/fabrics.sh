@@ -77,11 +77,17 @@ remote_ns() {
 	done
 	return 1
 }
-i=0
-until R=$(remote_ns 21) && [ -b "$R" ] || [ $i -ge 100 ]; do
-	sleep 0.1
-	i=$((i + 1))
-done
+# wait_ns NSID: the head of remote namespace NSID once its block device is
+# there (at most 10 s after the connection).
+wait_ns() {
+	i=0
+	until dev=$(remote_ns "$1") && [ -b "$dev" ] || [ $i -ge 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	echo "$dev"
+}
+R=$(wait_ns 21)
 check remote-namespace test -b "$R"
 r=${R#/dev/}
 paths=$(find "/sys/block/$r/multipath/" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
@@ -285,11 +291,7 @@ check disconnect nvme disconnect -n "$nqn"
 # bounce path's bytes are checked here and in remote.img on the host.
 check rxe-device rdma link add rxe0 type rxe netdev eth0
 check connect-rdma nvme connect -t rdma -a 10.0.2.2 -s 4422 -n "$nqn" -q "$hostnqn" -I "$hostid" -S "$key"
-i=0
-until RR=$(remote_ns 21) && [ -b "$RR" ] || [ $i -ge 100 ]; do
-	sleep 0.1
-	i=$((i + 1))
-done
+RR=$(wait_ns 21)
 check rdma-namespace test -b "$RR"
 out=$(p2pdma-ctl --json doctor "$RR" 2>&1)
 case $out in
