@@ -26,10 +26,21 @@ fn engine(page_cache: PageCache) -> Engine {
 }
 
 /// Drops the file's pages from the page cache (written back first: dirty
-/// pages stay).
+/// pages stay), and waits until none of the range is resident: a page still
+/// in another CPU's batch of new pages survives `POSIX_FADV_DONTNEED`,
+/// which drains only its own CPU's, so the advice is given again until
+/// the range is gone (at most 10 s).
 fn forget(f: &File, off: u64, len: u64) {
+    use std::os::fd::AsFd;
     f.sync_data().unwrap();
-    rustix::fs::fadvise(f, off, NonZeroU64::new(len), rustix::fs::Advice::DontNeed).unwrap();
+    for _ in 0..1000 {
+        rustix::fs::fadvise(f, off, NonZeroU64::new(len), rustix::fs::Advice::DontNeed).unwrap();
+        if p2pdma::sys::file::resident_pages(f.as_fd(), off, len).unwrap() == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("pages of [{off}, {}) stay in the page cache", off + len);
 }
 
 /// Memory reached only through its copies (a GPU's, say): no CPU mapping.
