@@ -219,12 +219,11 @@ else
 	fail remote-storage-lost-and-back "see the lines above"
 fi
 
-# The object store on the remote namespace 22, which the storage machine
-# serves from its page cache (lost with its power unless flushed): updated
-# until the storage machine's power is cut under it; once the machine is
-# back, the store reopened here must have its superblock and every byte
-# that was flushed, and the map of the last operation that returned (or of
-# the one in flight).
+# The object store on the remote namespace 22, updated until the storage
+# machine's power is cut under it; once the machine is back, the store
+# reopened here must have its superblock and every byte that was flushed,
+# and the map of the last operation that returned (or of the one in
+# flight).
 S=$(remote_ns 22)
 check remote-store-namespace test -b "$S"
 p2pdma-vmtest store-crash --child --path "$S" --seed 36 --prefix "@@RS " >/tmp/rstore.log 2>/tmp/rstore.err &
