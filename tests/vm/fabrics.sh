@@ -226,6 +226,17 @@ fi
 # flight).
 S=$(remote_ns 22)
 check remote-store-namespace test -b "$S"
+# Flushes completed on the namespace's paths (field 16 of each path's
+# stat): the power cut loses nothing the drive wrote, so it cannot tell a
+# store that flushes from one that does not; these counters can.
+flushes() {
+	t=0
+	for p in "/sys/block/${S#/dev/}/multipath/"*; do
+		t=$((t + $(awk '{print $16 + 0}' "$p/stat")))
+	done
+	echo "$t"
+}
+flushed_before=$(flushes)
 p2pdma-vmtest store-crash --child --path "$S" --seed 36 --prefix "@@RS " >/tmp/rstore.log 2>/tmp/rstore.err &
 writer=$!
 returned() { grep -c '^@@RS E' /tmp/rstore.log; }
@@ -249,6 +260,16 @@ elif wait $writer; then
 else
 	pass remote-store-fails-at-power-cut
 	echo "@@NOTE the store's process, after the power cut: $(tail -n 1 /tmp/rstore.err)"
+fi
+# Every create that returned made its object durable: a flush each, at
+# least, reached the storage machine.
+creates=$(awk '$2 == "B" {op = $3} $2 == "E" && $3 != "FULL" && op == "C" {n++} END {print n + 0}' /tmp/rstore.log)
+flushed=$(($(flushes) - flushed_before))
+echo "@@NOTE remote store: $creates creates returned, $flushed flushes completed on the remote namespace"
+if [ "$creates" -gt 0 ] && [ "$flushed" -ge "$creates" ]; then
+	pass remote-store-flushes-reach-the-storage
+else
+	fail remote-store-flushes-reach-the-storage "$creates creates returned, $flushed flushes completed"
 fi
 echo "@@HOST target-start"
 if all_live 1800; then pass remote-store-storage-back; else fail remote-store-storage-back "a controller of $nqn is not live 180 s after the storage machine's start"; fi
