@@ -94,6 +94,23 @@ check_fails() {
 	fi
 }
 
+# check_refused NAME TEXT CMD...: passes when CMD fails with TEXT in what
+# it prints (the reason it was refused).
+check_refused() {
+	name=$1 text=$2
+	shift 2
+	if out=$("$@" 2>&1); then
+		echo "$out"
+		fail "$name" "'$*' succeeded but should have been refused"
+	else
+		echo "$out"
+		case $out in
+		*"$text"*) pass "$name" ;;
+		*) fail "$name" "'$*' failed without saying \"$text\": $(echo "$out" | tail -n 1)" ;;
+		esac
+	fi
+}
+
 # The first PCI device bound to the p2pdma driver.
 accel_dev() {
 	for d in /sys/bus/pci/drivers/p2pdma/0*; do

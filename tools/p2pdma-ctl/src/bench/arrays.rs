@@ -34,19 +34,12 @@ use p2pdma::{
 use serde_json::{json, Value};
 
 use super::{
-    common::{first_accelerator, gib_s, median, BenchArgs, Res},
+    common::{device_size, first_accelerator, gib_s, median, BenchArgs, Res},
     fio::{fio, fio_limit, fio_parallel},
 };
 
 /// The accelerator buffer the reads land in, reused through the range.
 const BUFFER: u64 = 16 << 20;
-
-/// Size of the block device at `path`.
-fn device_size(path: &Path) -> Res<u64> {
-    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    rustix::fs::seek(&f, rustix::fs::SeekFrom::End(0))
-        .map_err(|e| format!("{}: {e}", path.display()))
-}
 
 /// `len` bytes at `offset` of `path`, read by the kernel with its page cache.
 fn buffered(path: &Path, offset: u64, len: usize) -> Res<Vec<u8>> {

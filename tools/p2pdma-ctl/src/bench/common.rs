@@ -107,15 +107,20 @@ pub(super) fn drop_cached(path: &Path) -> Res<()> {
         .map_err(|e| format!("fadvise {}: {e}", path.display()))
 }
 
+/// Size of the block device at `path`.
+pub(super) fn device_size(path: &Path) -> Res<u64> {
+    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    rustix::fs::seek(&f, rustix::fs::SeekFrom::End(0))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Makes `path` a file of at least `size` bytes of the rig pattern, unless
 /// it is one already; a block device is read as it is (never written), and
 /// must hold `size` bytes.
 pub(super) fn ensure_file(path: &Path, size: u64) -> Res<()> {
     use std::os::unix::fs::FileTypeExt;
     if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device()) {
-        let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let len = rustix::fs::seek(&f, rustix::fs::SeekFrom::End(0))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let len = device_size(path)?;
         return match len >= size {
             true => Ok(()),
             false => Err(format!(
