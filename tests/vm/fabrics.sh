@@ -132,7 +132,25 @@ check remote-ctl-copy p2pdma-ctl copy "$R" accel:0 --offset 4096 --len 4M --veri
 # paths in this one guest, not hardware. Every contender's bytes checked.
 # Before the failover below, whose read holds most of the accelerator's
 # memory until the end.
-check bench-remote-storage p2pdma-ctl bench storage --file "$R" --accel --size 32M --reps 5
+# AUTO learns the remote namespace's chunk and depth on its first read of
+# 32 MiB (a network's round trip, which sysfs does not give, sets what must
+# be in flight), keeps them in its cache directory, and the bench's AUTO
+# starts from them.
+geo=$(mktemp -d)
+out=$(P2PDMA_CACHE_DIR=$geo p2pdma-ctl copy "$R" accel:0 --len 32M --verify 2>&1)
+echo "$out"
+rdev=$(cat "/sys/block/${R#/dev/}/dev")
+case $out in
+*"geometry: "*"learned by calibration"*)
+	if grep -q "^$rdev	" "$geo/geometry"; then
+		pass remote-geometry-learned
+	else
+		fail remote-geometry-learned "no line for $rdev in $geo/geometry: $(cat "$geo/geometry" 2>&1)"
+	fi ;;
+*) fail remote-geometry-learned "$(echo "$out" | grep geometry)" ;;
+esac
+check bench-remote-storage env P2PDMA_CACHE_DIR="$geo" \
+	p2pdma-ctl bench storage --file "$R" --accel --size 32M --reps 7
 check bench-remote-small p2pdma-ctl bench small --file "$R" --size 32M --reps 1
 check bench-remote-cpu p2pdma-ctl bench cpu --nvme "$R" --size 16M --reps 24
 

@@ -226,6 +226,12 @@ impl Transport {
         self.kind != "pcie"
     }
 
+    /// Whether the controller is reached over a network (TCP, RDMA, FC):
+    /// a fabric, and not the loop target inside this machine's kernel.
+    pub fn is_network(&self) -> bool {
+        self.is_fabric() && self.kind != "loop"
+    }
+
     /// The transport's name: `NVMe/TCP`, `NVMe/RDMA`, `PCIe`, ...
     pub fn name(&self) -> String {
         match self.kind.as_str() {

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::{
     storage::StorageFile,
-    tuning::geometry::{pick, Geometry, Learned, Sample, BUDGET, SAMPLE},
+    tuning::geometry::{pick, Learned, Plan, Sample},
 };
 use crate::{
     sys::uring::{Buf, Context, Session},
@@ -54,18 +54,21 @@ pub(crate) fn measure(ctx: &mut Context, file: &StorageFile, at: u64, len: usize
     Ok(len as f64 / start.elapsed().as_secs_f64().max(1e-9))
 }
 
-/// Times `cands` (the facts' choice first) on `file` from `at`, where
-/// `len` bytes can be read: two rounds of one 64 MiB sample per candidate,
-/// each sample the next 64 MiB of the range (wrapping around), the best of
-/// the rounds kept. Returns the choice (see [`pick`]) and every result;
+/// Times `plan`'s candidates (the facts' choice first) on `file` from
+/// `at`, where `len` bytes can be read: two rounds of one sample per
+/// candidate, each sample the next `plan.sample` bytes of the range
+/// (wrapping around), the best of the rounds kept, no sample started after
+/// `plan.budget`. Returns the choice (see [`pick`]) and every result;
 /// `None` when no candidate could be measured.
 pub(crate) fn calibrate(
     file: &StorageFile,
     at: u64,
     len: usize,
-    cands: &[Geometry],
+    plan: &Plan,
 ) -> Option<(Learned, Vec<Sample>)> {
-    let regions = (len / SAMPLE).max(1);
+    let cands = &plan.candidates;
+    let sample = plan.sample.min(len);
+    let regions = (len / sample.max(1)).max(1);
     let mut ctxs: Vec<Option<Context>> = cands
         .iter()
         .map(|g| Context::new(g.depth, g.chunk).ok())
@@ -74,12 +77,12 @@ pub(crate) fn calibrate(
     let start = Instant::now();
     'rounds: for round in 0..2 {
         for (i, ctx) in ctxs.iter_mut().enumerate() {
-            if start.elapsed() > BUDGET {
+            if start.elapsed() > plan.budget {
                 break 'rounds;
             }
             let Some(ctx) = ctx else { continue };
             let region = ((round * cands.len() + i) % regions) as u64;
-            match measure(ctx, file, at + region * SAMPLE as u64, SAMPLE.min(len)) {
+            match measure(ctx, file, at + region * sample as u64, sample) {
                 Ok(r) => best[i] = best[i].max(r),
                 Err(_) => return None,
             }
@@ -94,4 +97,110 @@ pub(crate) fn calibrate(
         })
         .collect();
     pick(&samples).map(|l| (l, samples))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use crate::{
+        discovery::{fake::TempDir, NvmePath, Transport},
+        memory::{DeviceMemory, HostMemory},
+        transfer::{
+            tuning::geometry::{self, DeviceKey, Reach},
+            Config, Engine, PageCache, PathPref, StorageFile,
+        },
+        MemRange,
+    };
+
+    const MIB: usize = 1 << 20;
+
+    fn over_tcp() -> NvmePath {
+        NvmePath {
+            name: "nvme4c4n1".into(),
+            controller: Some("nvme4".into()),
+            pci: None,
+            transport: Some(Box::new(Transport {
+                kind: "tcp".into(),
+                address: Some("traddr=10.0.2.2,trsvcid=4420".into()),
+                subsysnqn: Some("nqn.2026-11.io.p2pdma:remote".into()),
+                state: Some("live".into()),
+            })),
+        }
+    }
+
+    fn engine(cache: &std::path::Path) -> Engine {
+        Engine::new(
+            Config {
+                path: PathPref::Bounce,
+                page_cache: PageCache::Direct,
+                cache_dir: Some(cache.to_path_buf()),
+                ..Config::default()
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn a_namespace_over_a_network_calibrates_on_its_first_32_mib_read() {
+        let dir = TempDir::new("calibrate-network");
+        let path = dir.path().join("remote");
+        let data: Vec<u8> = (0..40 * MIB)
+            .map(|i| (i as u64).wrapping_mul(0x9E37_79B9) as u8 ^ (i >> 12) as u8)
+            .collect();
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        let key = DeviceKey::from_parts("259:7", "Linux", "remote-1").unwrap();
+        let open = |network: bool| {
+            let mut file = StorageFile::open(&path).unwrap();
+            file.key = Some(key.clone());
+            if network {
+                file.fabric = Some(over_tcp());
+            }
+            file
+        };
+        let (local, remote) = (open(false), open(true));
+        assert_eq!(
+            (local.reach(), remote.reach()),
+            (Reach::Local, Reach::Network)
+        );
+        let mem = HostMemory::new(32 * MIB).unwrap();
+        let cache = dir.path().join("cache");
+        let cache_file = geometry::Cache::in_dir(&cache);
+        let read = |e: &Engine, file: &StorageFile, at: usize, len: usize| {
+            e.read(file, at as u64, MemRange::new(&mem, 0, len).unwrap())
+                .unwrap();
+            let mut got = vec![0u8; len];
+            mem.read_at(0, &mut got).unwrap();
+            assert!(got == data[at..at + len], "bytes at {at}+{len}");
+        };
+
+        // A local device is not calibrated by a 32 MiB read.
+        let e = engine(&cache);
+        read(&e, &local, 0, 32 * MIB);
+        assert_eq!(cache_file.lookup(&key), None);
+        // Over a network, a read whose aligned part is under 32 MiB is not
+        // either; one of 32 MiB is, and what it learned is kept.
+        let e = engine(&cache);
+        read(&e, &remote, 4096, 32 * MIB - 4096);
+        assert_eq!(cache_file.lookup(&key), None);
+        assert!(e.geometry(&remote, 32 * MIB).reason.contains("facts"));
+        read(&e, &remote, 8 * MIB, 32 * MIB);
+        let learned = cache_file.lookup(&key).expect("calibration was stored");
+        let plan = geometry::plan(&remote.disk, Reach::Network, 32 * MIB).unwrap();
+        assert!(plan.candidates.contains(&learned.geometry), "{learned:?}");
+        assert!(learned.bytes_per_s > 0.0);
+        let now = e.geometry(&remote, 32 * MIB);
+        assert_eq!(now.geometry, learned.geometry);
+        assert!(
+            now.reason.contains("learned by calibration"),
+            "{}",
+            now.reason
+        );
+        // Another engine starts from it, and its reads land.
+        let e2 = engine(&cache);
+        assert_eq!(e2.geometry(&remote, 32 * MIB).geometry, learned.geometry);
+        read(&e2, &remote, 0, 32 * MIB);
+    }
 }

@@ -429,8 +429,9 @@ impl Core {
 
     /// Calibrates `file`'s device when AUTO chooses both chunk and depth,
     /// learning is on, nothing is known of the device yet, and the
-    /// block-aligned part of a read of `len` bytes at `file_offset` is at
-    /// least [`geometry::CALIBRATE_MIN`] bytes inside the storage. The result
+    /// block-aligned part of a read of `len` bytes at `file_offset` is
+    /// inside the storage and large enough for [`geometry::plan`] (256 MiB,
+    /// or 32 MiB over a network). The result
     /// goes to the cache; a failure leaves the facts' choice. Never fails.
     pub(crate) fn calibrate_if_due(&self, file: &StorageFile, file_offset: u64, len: usize) {
         let (Some(dir), Some(key), None, None) = (
@@ -441,18 +442,16 @@ impl Core {
         ) else {
             return;
         };
-        if len < geometry::CALIBRATE_MIN {
-            return;
-        }
         let bs = file.block as u64;
         let a0 = xfer::round_up(file_offset, bs);
         let a1 = match file_offset.checked_add(len as u64) {
             Some(end) => xfer::round_down(end, bs),
             None => return,
         };
-        if a1 < a0 || a1 - a0 < geometry::CALIBRATE_MIN as u64 {
+        let range = usize::try_from(a1.saturating_sub(a0)).unwrap_or(usize::MAX);
+        let Some(plan) = geometry::plan(&file.disk, file.reach(), range) else {
             return;
-        }
+        };
         {
             let mut d = self.devices.lock().unwrap_or_else(|p| p.into_inner());
             let k = known_entry(&mut d, dir, key);
@@ -469,9 +468,7 @@ impl Core {
                 .insert(key.clone(), Known::Unknown);
             return;
         }
-        let cands = geometry::candidates(&file.disk);
-        let range = usize::try_from(a1 - a0).unwrap_or(usize::MAX);
-        let known = match calibrate::calibrate(file, a0, range, &cands) {
+        let known = match calibrate::calibrate(file, a0, range, &plan) {
             Some((l, _)) => {
                 // A cache that cannot be written only means calibrating
                 // again in the next process.

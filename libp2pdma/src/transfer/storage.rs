@@ -17,7 +17,7 @@ use super::{
     plan::{
         ArrayFacts, MemoryFacts, NamespaceFacts, P2pSubmit, PathChoice, PathPref, StorageFacts,
     },
-    tuning::cache::DeviceKey,
+    tuning::{cache::DeviceKey, geometry::Reach},
 };
 use crate::{
     discovery::{paths_down, DiskFacts, NvmeCmdRefusal, NvmePath, StorageTarget, Topology},
@@ -617,6 +617,24 @@ impl StorageFile {
                 .as_ref()
                 .map(|l| l.blame(offset, len, op.contains("read")))
                 .or_else(|| self.paths_down()),
+        }
+    }
+
+    /// Whether some path to the data crosses a network (a fabrics
+    /// namespace, a path of a multipath head, a member of an array), for
+    /// how AUTO calibrates the device.
+    pub(crate) fn reach(&self) -> Reach {
+        let members = self.array.iter().flat_map(|(_, paths)| paths);
+        let network = self
+            .fabric
+            .iter()
+            .chain(&self.multipath)
+            .chain(members)
+            .any(|p| p.transport.as_ref().is_some_and(|t| t.is_network()));
+        if network {
+            Reach::Network
+        } else {
+            Reach::Local
         }
     }
 

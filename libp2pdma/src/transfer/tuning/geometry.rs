@@ -9,6 +9,11 @@
 //!    storage reads (no copies) at a few candidates around the facts'
 //!    choice, best of two rounds each, and keeps the fastest, unless it beats
 //!    the facts' choice by less than [`MARGIN`].
+//!    A namespace reached over a network ([`Reach::Network`]: NVMe/TCP,
+//!    NVMe/RDMA, NVMe/FC) is calibrated from [`CALIBRATE_MIN_NETWORK`] on,
+//!    on samples as large as the read, with windows up to four times the
+//!    facts' (the round trip, not the device, sets what must be in flight,
+//!    and the facts say nothing of it) and a longer budget.
 //! 3. **Kept** ([`Cache`]): one line per device in a small text file, keyed
 //!    by the disk's device number, model and serial, so that the next
 //!    process starts from what was learned.
@@ -70,6 +75,95 @@ pub(crate) const SAMPLE: usize = 64 * MIB;
 pub(crate) const BUDGET: Duration = Duration::from_secs(2);
 /// How much faster than the facts' choice a candidate must be to replace it.
 pub const MARGIN: f64 = 0.05;
+/// The smallest read that calibrates a namespace reached over a network.
+pub const CALIBRATE_MIN_NETWORK: usize = 32 * MIB;
+/// Calibration of a namespace reached over a network stops sampling after
+/// this long: its samples are larger than the facts' window by design, and
+/// a slow network takes long to fill.
+pub(crate) const NETWORK_BUDGET: Duration = Duration::from_secs(10);
+
+/// How a device's data reaches this machine, for calibration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// A device on this machine (PCIe, virtio, a file's filesystem, the
+    /// NVMe loop target).
+    Local,
+    /// A namespace reached over a network: some path is NVMe/TCP, RDMA or
+    /// FC.
+    Network,
+}
+
+/// How a device is calibrated: from which read size, on samples of how
+/// many bytes, within how long, trying what (the facts' choice first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The smallest block-aligned read that calibrates.
+    pub min: usize,
+    /// Bytes per sample.
+    pub sample: usize,
+    /// Sampling stops after this long.
+    pub budget: Duration,
+    /// The geometries tried, the facts' choice first.
+    pub candidates: Vec<Geometry>,
+}
+
+/// The calibration of a device with facts `f` reached by `reach`, on a
+/// block-aligned read of `range` bytes; `None` when the read is too small
+/// to calibrate it.
+///
+/// - Local: reads of [`CALIBRATE_MIN`] or more, 64 MiB samples,
+///   [`candidates`], [`BUDGET`].
+/// - Over a network: reads of [`CALIBRATE_MIN_NETWORK`] or more, samples
+///   of the read's size up to 64 MiB, [`network_candidates`],
+///   [`NETWORK_BUDGET`].
+pub fn plan(f: &DiskFacts, reach: Reach, range: usize) -> Option<Plan> {
+    match reach {
+        Reach::Local => (range >= CALIBRATE_MIN).then(|| Plan {
+            min: CALIBRATE_MIN,
+            sample: SAMPLE,
+            budget: BUDGET,
+            candidates: candidates(f),
+        }),
+        Reach::Network => {
+            if range < CALIBRATE_MIN_NETWORK {
+                return None;
+            }
+            let sample = range.min(SAMPLE);
+            Some(Plan {
+                min: CALIBRATE_MIN_NETWORK,
+                sample,
+                budget: NETWORK_BUDGET,
+                candidates: network_candidates(f, sample),
+            })
+        }
+    }
+}
+
+/// What calibration tries over a network, the facts' choice first: its
+/// chunks with one, two and four times its window in flight, and 1 MiB
+/// chunks with one and two times, no window larger than a `sample` (the whole sample in flight
+/// at once is the deepest that sample can tell apart). A network's round
+/// trip is long next to a local device's, so deeper windows than the
+/// facts' are the ones worth measuring.
+pub fn network_candidates(f: &DiskFacts, sample: usize) -> Vec<Geometry> {
+    let base = from_facts(f);
+    let q = f.queue_requests;
+    let mut v = vec![base];
+    let windows: [(usize, &[usize]); 2] = [
+        (base.chunk, &[WINDOW, 2 * WINDOW, 4 * WINDOW]),
+        (BASE_CHUNK, &[WINDOW, 2 * WINDOW]),
+    ];
+    for (chunk, windows) in windows {
+        for &window in windows {
+            let depth = depth_for(chunk, window.min(sample.max(chunk)), q);
+            let g = Geometry { chunk, depth };
+            if !v.contains(&g) {
+                v.push(g);
+            }
+        }
+    }
+    v
+}
 
 /// Depth that keeps `window` bytes in flight in chunks of `chunk`, within
 /// AUTO's bounds and the queue's size.
@@ -304,6 +398,70 @@ mod tests {
             assert!(candidates(&f)
                 .iter()
                 .all(|g| 2 * g.chunk * g.depth <= SAMPLE));
+        }
+    }
+
+    #[test]
+    fn a_network_namespace_calibrates_smaller_reads_with_deeper_windows() {
+        // The rig's multipath head: 4 MiB requests, no queue size.
+        let head = facts(Some(4096), None);
+        // A local device: 256 MiB reads and more, as before.
+        assert_eq!(plan(&head, Reach::Local, CALIBRATE_MIN - 4096), None);
+        let local = plan(&head, Reach::Local, CALIBRATE_MIN).unwrap();
+        assert_eq!(
+            (local.min, local.sample, local.budget, local.candidates),
+            (CALIBRATE_MIN, SAMPLE, BUDGET, candidates(&head))
+        );
+        // Over a network: from 32 MiB, samples the read's size up to
+        // 64 MiB, windows up to four times the facts' but never more than
+        // a sample.
+        assert_eq!(
+            plan(&head, Reach::Network, CALIBRATE_MIN_NETWORK - 4096),
+            None
+        );
+        let p = plan(&head, Reach::Network, CALIBRATE_MIN_NETWORK).unwrap();
+        assert_eq!(
+            (p.min, p.sample, p.budget),
+            (32 * MIB, 32 * MIB, NETWORK_BUDGET)
+        );
+        assert_eq!(
+            p.candidates,
+            [g(4 * MIB, 4), g(4 * MIB, 8), g(MIB, 16), g(MIB, 32)]
+        );
+        let p = plan(&head, Reach::Network, 1 << 30).unwrap();
+        assert_eq!(p.sample, SAMPLE);
+        assert_eq!(
+            p.candidates,
+            [
+                g(4 * MIB, 4),
+                g(4 * MIB, 8),
+                g(4 * MIB, 16),
+                g(MIB, 16),
+                g(MIB, 32)
+            ]
+        );
+        // NVMe/TCP paths with 128 KiB requests and a queue of 127.
+        let tcp = facts(Some(128), Some(127));
+        assert_eq!(
+            network_candidates(&tcp, SAMPLE),
+            [g(MIB, 16), g(MIB, 32), g(MIB, 64)]
+        );
+        // Whatever the facts and the sample: the facts' choice first, no
+        // repeats, within the bounds, no window over the sample (or one
+        // chunk).
+        for f in [head, tcp, facts(Some(1024), Some(2)), DiskFacts::default()] {
+            for sample in [CALIBRATE_MIN_NETWORK, 48 * MIB, SAMPLE] {
+                let c = network_candidates(&f, sample);
+                assert_eq!(c[0], from_facts(&f));
+                for (i, x) in c.iter().enumerate() {
+                    assert!(!c[..i].contains(x));
+                    assert!((1..=MAX_AUTO_DEPTH).contains(&x.depth));
+                    assert!(
+                        x.chunk * x.depth
+                            <= sample.max(from_facts(&f).chunk * from_facts(&f).depth)
+                    );
+                }
+            }
         }
     }
 
