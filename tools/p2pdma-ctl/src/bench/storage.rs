@@ -331,7 +331,7 @@ pub(super) fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     }
     let f = &results[0];
     let (fm, fb, fw) = (median(f.clone()), spread(f).1, spread(f).0);
-    println!("  ratio to the limit                             median     best    worst");
+    println!("  ratio to the limit                             median     best    worst   paired");
     let mut r = json!({
         "bytes": a.size,
         "memory": dst.kind().to_string(),
@@ -356,10 +356,12 @@ pub(super) fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     for (((name, key, _), v), t) in contenders.iter().zip(&results).zip(&threads).skip(1) {
         let (lo, hi) = spread(v);
         let (m, b, w) = (median(v.to_vec()) / fm, hi / fb, lo / fw);
-        println!("  {name:45} {m:8.3} {b:8.3} {w:8.3}");
+        let p = paired(v, f);
+        println!("  {name:45} {m:8.3} {b:8.3} {w:8.3} {p:8.3}");
         r[*key] = json!({
             "label": name, "gib_s": median(v.to_vec()), "best_gib_s": hi, "worst_gib_s": lo,
-            "vs_limit": m, "vs_limit_best": b, "vs_limit_worst": w, "runs": v,
+            "vs_limit": m, "vs_limit_best": b, "vs_limit_worst": w, "vs_limit_paired": p,
+            "runs": v,
         });
         if *t > 0 {
             r[*key]["copy_threads"] = json!(t);
@@ -367,6 +369,13 @@ pub(super) fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
     }
     json_out["storage"] = r;
     Ok(())
+}
+
+/// The median of `v`'s runs each divided by the limit's run of the same
+/// repetition (`limit`): the two ran a few seconds apart, so a machine
+/// that slows down and speeds up over minutes moves both.
+fn paired(v: &[f64], limit: &[f64]) -> f64 {
+    median(v.iter().zip(limit).map(|(x, l)| x / l).collect())
 }
 
 /// The lowest and highest of `v` (not empty).
