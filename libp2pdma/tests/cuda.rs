@@ -17,9 +17,12 @@ use std::{
 
 use cuda_emu::{Stats, StatsFns};
 use p2pdma::{
-    memory::{CudaMemory, DeviceMemory, HostMemory, MemoryKind},
+    memory::{copy, CudaMemory, DeviceMemory, HostMemory, MemoryKind},
+    store::{EngineBacking, PageCache, Store, WritePolicy},
     sys::cuda,
-    transfer::{Config, Direction, Engine, PathPref, Request, StorageFile, TransferPath},
+    transfer::{
+        Config, Direction, End, Engine, HopKind, PathPref, Request, StorageFile, TransferPath,
+    },
     Error, MemRange,
 };
 
@@ -34,6 +37,10 @@ fn setup() -> (Option<StatsFns>, MutexGuard<'static, ()>) {
             return None;
         }
         let lib = cuda_emu::library();
+        // Two emulated GPUs, for the copies between them.
+        if std::env::var_os(cuda_emu::ENV_DEVICES).is_none() {
+            std::env::set_var(cuda_emu::ENV_DEVICES, "2");
+        }
         cuda::use_library(lib).unwrap();
         cuda::driver().unwrap();
         let c = CString::new(lib.as_os_str().as_bytes()).unwrap();
@@ -333,4 +340,190 @@ fn copies_between_gpu_memory_and_a_cpu_mapping_are_one_driver_copy() {
     assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
     // SAFETY: Registered above; no copy uses it any more.
     unsafe { cuda::host_unregister(&entered, target.ptr) }.unwrap();
+}
+
+/// Bytes the host moved to or from GPU memory between two readings.
+fn host_bytes(d: &Stats) -> u64 {
+    d.htod.bytes() + d.dtoh.bytes()
+}
+
+#[test]
+fn copies_between_gpu_memories_stay_on_the_gpus() {
+    let (emu, _g) = setup();
+    let len = (2 << 20) + 77;
+    let a = CudaMemory::alloc(0, len + 8192).unwrap();
+    let b = CudaMemory::alloc(0, len + 8192).unwrap();
+    let data = pattern(21, len);
+    a.write_at(5, &data).unwrap();
+
+    // Within one GPU: one device-to-device copy, nothing through the host.
+    let before = stats(emu);
+    copy(&a, 5, &b, 4099, len).unwrap();
+    if let (Some(x), Some(y)) = (before, stats(emu)) {
+        let d = y.since(&x);
+        assert_eq!(host_bytes(&d), 0, "{d:?}");
+        assert_eq!((d.dtod.calls(), d.dtod.bytes()), (1, len as u64), "{d:?}");
+    }
+    assert!(read_all(&b, 4099, len) == data);
+    assert!(read_all(&b, 0, 4099).iter().all(|&x| x == 0));
+
+    // Overlapping ranges of one memory move as memmove would (through the
+    // host: no device copy takes overlapping ranges), and the GPU copy
+    // itself refuses them.
+    let mut model = read_all(&a, 0, len + 8192);
+    copy(&a, 5, &a, 1005, len).unwrap();
+    model.copy_within(5..5 + len, 1005);
+    assert!(read_all(&a, 0, len + 8192) == model);
+    let e = a.copy_from(0, &a, 100, 4096).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    // Out of range: an error, and nothing moves.
+    let e = copy(&a, 0, &b, 8192 + 1, len).unwrap_err();
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
+    let e = b.copy_from(0, &a, len + 8192 - 10, 11).unwrap_err();
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e}");
+    assert!(read_all(&b, 4099, len) == data);
+
+    // Between two GPUs, where there are two: peer to peer (access enabled
+    // on first use), both ways.
+    if cuda::device_count().unwrap() < 2 {
+        return;
+    }
+    let c = CudaMemory::alloc(1, len).unwrap();
+    let before = stats(emu);
+    copy(&b, 4099, &c, 0, len).unwrap();
+    copy(&c, 0, &a, 3, len).unwrap();
+    if let (Some(x), Some(y)) = (before, stats(emu)) {
+        let d = y.since(&x);
+        assert_eq!(host_bytes(&d), 0, "{d:?}");
+        assert_eq!(d.peer.bytes(), 2 * len as u64, "{d:?}");
+        assert_eq!(d.peer.pageable_calls, 0, "staged, not peer to peer: {d:?}");
+    }
+    assert!(read_all(&c, 0, len) == data);
+    assert!(read_all(&a, 3, len) == data);
+
+    // The engine's routes between GPU memories are one GPU copy.
+    let engine = Engine::new(Config::default(), None);
+    let route = engine
+        .routes()
+        .plan(
+            End::Memory { mem: &c, offset: 0 },
+            End::Memory { mem: &b, offset: 0 },
+        )
+        .unwrap();
+    let kinds: Vec<_> = route.hops().iter().map(|h| h.kind).collect();
+    assert_eq!(kinds, [HopKind::GpuCopy], "{route:?}");
+}
+
+#[test]
+fn the_store_cache_in_gpu_memory_serves_hits_by_device_copies() {
+    let (emu, _g) = setup();
+    const PAGE: usize = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let engine = Arc::new(Engine::new(Config::default(), None));
+    let file = Arc::new(StorageFile::open_rw(&path).unwrap());
+    let backing = Arc::new(EngineBacking::new(engine, file));
+    // The object written without a cache, so that every page is a miss
+    // first.
+    let len = 8 * PAGE + 4096;
+    let data = pattern(22, len);
+    let id = {
+        let store = Store::format(backing.clone(), 16).unwrap();
+        let id = store.pcreate(len as u64).unwrap();
+        let host = HostMemory::new(len).unwrap();
+        host.write_at(0, &data).unwrap();
+        store
+            .pwrite(id, 0, MemRange::new(&host, 0, len).unwrap())
+            .unwrap();
+        store.flush().unwrap();
+        id
+    };
+    let two = cuda::device_count().unwrap() >= 2;
+    let mut mems: Vec<Arc<dyn DeviceMemory>> =
+        vec![Arc::new(CudaMemory::alloc(0, 16 * PAGE).unwrap())];
+    if two {
+        mems.push(Arc::new(CudaMemory::alloc(1, 16 * PAGE).unwrap()));
+    }
+    let cache = PageCache::shared(mems, PAGE, WritePolicy::WriteBack).unwrap();
+    let store = Store::initialize(backing).unwrap().with_cache(cache);
+    let buf = CudaMemory::alloc(0, len).unwrap();
+    let (at, n) = (PAGE as u64 + 100, 5 * PAGE);
+    let want = &data[at as usize..at as usize + n];
+
+    // Misses: the pages come from storage into the frames (through host
+    // slots: the GPU machine's bounce path), then by the GPU into the
+    // caller's buffer.
+    let before = stats(emu);
+    store
+        .pread(id, at, MemRange::new(&buf, 0, n).unwrap())
+        .unwrap();
+    let after = stats(emu);
+    assert!(read_all(&buf, 0, n) == want, "after misses");
+    if let (Some(x), Some(y)) = (before, after) {
+        let d = y.since(&x);
+        assert_eq!(d.dtoh.bytes(), 0, "{d:?}");
+        assert!(d.htod.bytes() >= n as u64, "{d:?}");
+        assert_eq!(d.dtod.bytes(), n as u64, "{d:?}");
+    }
+    // Hits: device-to-device copies alone.
+    let hits = store.cache_stats().unwrap().hits;
+    let before = stats(emu);
+    store
+        .pread(id, at, MemRange::new(&buf, 7, n).unwrap())
+        .unwrap();
+    let after = stats(emu);
+    assert!(read_all(&buf, 7, n) == want, "after hits");
+    if let (Some(x), Some(y)) = (before, after) {
+        let d = y.since(&x);
+        assert_eq!(host_bytes(&d), 0, "a hit crossed the host: {d:?}");
+        assert_eq!(d.dtod.bytes(), n as u64, "{d:?}");
+    }
+    assert_eq!(store.cache_stats().unwrap().hits, hits + 6);
+
+    // A write from GPU memory lands in a frame by the GPU, and reads back.
+    let new = pattern(23, PAGE);
+    let src = CudaMemory::alloc(0, PAGE).unwrap();
+    src.write_at(0, &new).unwrap();
+    let before = stats(emu);
+    store
+        .pwrite(id, 2 * PAGE as u64, MemRange::new(&src, 0, PAGE).unwrap())
+        .unwrap();
+    if let (Some(x), Some(y)) = (before, stats(emu)) {
+        let d = y.since(&x);
+        assert_eq!(host_bytes(&d), 0, "{d:?}");
+    }
+    let mut model = data.clone();
+    model[2 * PAGE..3 * PAGE].copy_from_slice(&new);
+
+    // The second GPU reads the pages the first holds from its frames, peer
+    // to peer, not from storage.
+    if two {
+        let other = CudaMemory::alloc(1, len).unwrap();
+        let before = stats(emu);
+        store
+            .pread(id, 0, MemRange::new(&other, 0, len).unwrap())
+            .unwrap();
+        let after = stats(emu);
+        assert!(read_all(&other, 0, len) == model, "on the second GPU");
+        if let (Some(x), Some(y)) = (before, after) {
+            let d = y.since(&x);
+            assert!(d.peer.bytes() >= 5 * PAGE as u64, "{d:?}");
+            assert_eq!(d.peer.pageable_calls, 0, "{d:?}");
+        }
+        let remote = store.cache_stats_on(1).unwrap().unwrap().remote;
+        assert!(remote >= 5, "{remote}");
+    }
+    store.flush().unwrap();
+    let host = HostMemory::new(len).unwrap();
+    store
+        .pread(id, 0, MemRange::new(&host, 0, len).unwrap())
+        .unwrap();
+    assert!(
+        read_all(&host, 0, len) == model,
+        "read back into host memory"
+    );
 }

@@ -59,6 +59,9 @@
  *   CUEMU_PCI       comma-separated PCI addresses dddd:bb:dd.f, one per
  *                   device (default 0000:e1:00.0, 0000:e2:00.0, ...)
  *   CUEMU_DELAY_US  delay before each queued operation runs (default 200)
+ *   CUEMU_PEER      0: no device reaches another's memory
+ *                   (cuDeviceCanAccessPeer says 0, cuCtxEnablePeerAccess
+ *                   fails); default 1, every pair of devices can
  *   CUEMU_UDMABUF   the udmabuf device (default /dev/udmabuf); dma-buf
  *                   export is CUDA_ERROR_NOT_SUPPORTED where it cannot be
  *                   opened
@@ -129,11 +132,13 @@ typedef enum {
 	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
 	CUDA_ERROR_INVALID_CONTEXT = 201,
+	CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
 	CUDA_ERROR_OPERATING_SYSTEM = 304,
 	CUDA_ERROR_INVALID_HANDLE = 400,
 	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+	CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
 	CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
 	CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
@@ -224,12 +229,13 @@ struct cuemu_copy_stats {
 };
 
 /*
- * All fields are 64-bit, in this order, 208 bytes. cuemuResetStats zeroes
+ * All fields are 64-bit, in this order, 264 bytes; the caller of
+ * cuemuGetStats sets size first (see there). cuemuResetStats zeroes
  * the counters; live_device_allocs and live_registered are gauges of the
  * present state and are kept.
  */
 struct cuemu_stats {
-	uint64_t size; /* sizeof(struct cuemu_stats), written by cuemuGetStats */
+	uint64_t size; /* sizeof(struct cuemu_stats), set by the caller */
 	struct cuemu_copy_stats htod;
 	struct cuemu_copy_stats dtoh;
 	struct cuemu_copy_stats dtod;
@@ -240,9 +246,17 @@ struct cuemu_stats {
 	uint64_t live_registered;    /* gauge: registered host ranges */
 	uint64_t dmabuf_exports;     /* successful cuMemGetHandleForAddressRange */
 	uint64_t no_context;         /* calls refused for want of a context */
+	/*
+	 * Copies between two devices by cuMemcpyPeer(Async): "sync" and
+	 * "async" as above, "pageable" those made while the destination's
+	 * context had not enabled access to the source's device (the driver
+	 * stages them through host memory).
+	 */
+	struct cuemu_copy_stats peer;
+	uint64_t peer_enables; /* successful cuCtxEnablePeerAccess */
 };
 
-_Static_assert(sizeof(struct cuemu_stats) == 208, "cuemu_stats layout");
+_Static_assert(sizeof(struct cuemu_stats) == 264, "cuemu_stats layout");
 
 /* ------------------------------------------------------------------------ */
 /* State                                                                    */
@@ -264,7 +278,8 @@ struct pci {
  */
 struct cuemu_ctx {
 	int ordinal;
-	unsigned refs; /* retains; 0: not created, or destroyed */
+	unsigned peers; /* devices whose memory it reaches (cuCtxEnablePeerAccess) */
+	unsigned refs;  /* retains; 0: not created, or destroyed */
 	bool created;  /* by cuCtxCreate, not a primary context */
 	struct cuemu_ctx *next;
 };
@@ -354,6 +369,7 @@ static struct {
 	int ndev;
 	struct device dev[MAX_DEVICES];
 	unsigned delay_us;
+	bool peer; /* devices may enable access to each other's memory */
 	bool udmabuf;
 	char udmabuf_path[256];
 	struct hrange *hosts;
@@ -968,7 +984,7 @@ static CUresult stream_for_work(struct cuemu_ctx *ctx, CUstream h, struct cuemu_
 /* ------------------------------------------------------------------------ */
 
 struct config {
-	unsigned long long devices, mem_mib, delay_us;
+	unsigned long long devices, mem_mib, delay_us, peer;
 	struct pci pci[MAX_DEVICES];
 	const char *udmabuf;
 };
@@ -1031,7 +1047,8 @@ static bool config_read(struct config *c)
 		c->udmabuf = "/dev/udmabuf";
 	return env_uint("CUEMU_DEVICES", 1, 0, MAX_DEVICES, &c->devices) &&
 	       env_uint("CUEMU_MEM_MIB", 256, 1, 1 << 16, &c->mem_mib) &&
-	       env_uint("CUEMU_DELAY_US", 200, 0, 10000000, &c->delay_us) && config_pci(c);
+	       env_uint("CUEMU_DELAY_US", 200, 0, 10000000, &c->delay_us) &&
+	       env_uint("CUEMU_PEER", 1, 0, 1, &c->peer) && config_pci(c);
 }
 
 /* A PROT_NONE reservation of size bytes, 2 MiB aligned; 0 on failure. */
@@ -1105,6 +1122,7 @@ static CUresult init_all(void)
 	snprintf(g.udmabuf_path, sizeof(g.udmabuf_path), "%s", c.udmabuf);
 	g.udmabuf = udmabuf_opens(g.udmabuf_path);
 	g.delay_us = (unsigned)c.delay_us;
+	g.peer = c.peer != 0;
 	for (int i = 0; i < (int)c.devices && rc == CUDA_SUCCESS; i++) {
 		rc = device_setup(&g.dev[i], i, &c);
 		g.ndev = i + 1;
@@ -1386,8 +1404,10 @@ CUEMU_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 		return rc;
 	if (!d->ctx.refs)
 		return leave(CUDA_ERROR_INVALID_CONTEXT);
-	if (--d->ctx.refs == 0)
+	if (--d->ctx.refs == 0) {
 		ctx_teardown(&d->ctx);
+		d->ctx.peers = 0;
+	}
 	return leave(CUDA_SUCCESS);
 }
 
@@ -1803,7 +1823,7 @@ CUEMU_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, uns
 /* Copies                                                                   */
 /* ------------------------------------------------------------------------ */
 
-enum dir { HTOD, DTOH, DTOD, HTOH };
+enum dir { HTOD, DTOH, DTOD, HTOH, PEER };
 enum mode { SYNC, ASYNC, PAGEABLE };
 
 struct copy {
@@ -1822,6 +1842,7 @@ static void count_copy(const struct copy *c, enum mode mode)
 	case HTOD: s = &g.stats.htod; break;
 	case DTOH: s = &g.stats.dtoh; break;
 	case DTOD: s = &g.stats.dtod; break;
+	case PEER: s = &g.stats.peer; break;
 	default: return;
 	}
 	switch (mode) {
@@ -1867,6 +1888,7 @@ static CUresult copy_resolve(struct copy *c, CUdeviceptr dst, CUdeviceptr src)
 			rc = copy_host_side(dst, c->n, &c->pageable);
 		break;
 	case DTOD:
+	case PEER:
 		rc = resolve_device(dst, c->n, &d);
 		if (rc == CUDA_SUCCESS)
 			rc = resolve_device(src, c->n, &s);
@@ -1958,6 +1980,112 @@ static CUresult copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, int dir, 
 	if (rc != CUDA_SUCCESS)
 		return leave(rc);
 	return leave(copy_queue(s, &c, c.pageable && c.dir != DTOD ? PAGEABLE : ASYNC));
+}
+
+/*
+ * A copy from src in sctx's device memory to dst in dctx's, by
+ * cuMemcpyPeer (sync: after the current context's NULL stream's work, and
+ * before returning, as documented for copies between devices) or
+ * cuMemcpyPeerAsync on h. Each range must lie in its own context's device:
+ * a pointer of another device is CUDA_ERROR_INVALID_VALUE, as is a
+ * destroyed or unknown context. Counted as "pageable" when dctx has not
+ * enabled access to sctx's device (the driver stages the copy).
+ */
+static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
+			  size_t n, bool async, CUstream h)
+{
+	struct cuemu_ctx *ctx, *dc, *sc;
+	struct cuemu_stream *s = NULL;
+	struct copy c = { .n = n, .dir = PEER };
+	struct device *dd, *sd;
+	enum mode mode;
+	CUresult rc = enter(NEED_CTX, &ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	dc = ctx_check(dctx);
+	sc = ctx_check(sctx);
+	if (!dc || !sc || !dc->refs || !sc->refs)
+		return leave(CUDA_ERROR_INVALID_CONTEXT);
+	if (async) {
+		rc = stream_for_work(ctx, h, &s);
+		if (rc != CUDA_SUCCESS)
+			return leave(rc);
+	}
+	if (!n)
+		return leave(CUDA_SUCCESS);
+	dd = device_at((uintptr_t)dst);
+	sd = device_at((uintptr_t)src);
+	if (dd != ctx_device(dc) || sd != ctx_device(sc))
+		return leave(CUDA_ERROR_INVALID_VALUE);
+	rc = copy_resolve(&c, dst, src);
+	if (rc != CUDA_SUCCESS)
+		return leave(rc);
+	mode = (dc->ordinal == sc->ordinal || dc->peers & (1u << sc->ordinal))
+		       ? (async ? ASYNC : SYNC)
+		       : PAGEABLE;
+	if (async)
+		return leave(copy_queue(s, &c, mode));
+	rc = copy_queue(ctx_device(ctx)->null_stream, &c, mode);
+	if (rc == CUDA_SUCCESS) {
+		struct dep done = { ctx_device(ctx)->null_stream->id,
+				    ctx_device(ctx)->null_stream->enqueued };
+		wait_deps(&done, 1);
+	}
+	return leave(rc);
+}
+
+CUEMU_API CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
+				size_t n)
+{
+	return copy_peer(dst, dctx, src, sctx, n, false, NULL);
+}
+
+CUEMU_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
+				     CUcontext sctx, size_t n, CUstream h)
+{
+	return copy_peer(dst, dctx, src, sctx, n, true, h);
+}
+
+/* Whether device dev can reach peer's memory: any two devices, unless
+ * CUEMU_PEER=0; never a device itself. */
+CUEMU_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+	struct device *d;
+	CUresult rc = enter_device(dev, &d);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (peer < 0 || peer >= g.ndev)
+		return leave(CUDA_ERROR_INVALID_DEVICE);
+	if (!can)
+		return leave(CUDA_ERROR_INVALID_VALUE);
+	*can = g.peer && dev != peer;
+	return leave(CUDA_SUCCESS);
+}
+
+/* The current context reaches peer's device memory from now on. */
+CUEMU_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+	struct cuemu_ctx *ctx, *p;
+	CUresult rc = enter(NEED_CTX, &ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	p = ctx_check(peer);
+	if (!p || !p->refs)
+		return leave(CUDA_ERROR_INVALID_CONTEXT);
+	if (flags)
+		return leave(CUDA_ERROR_INVALID_VALUE);
+	if (p->ordinal == ctx->ordinal)
+		return leave(CUDA_ERROR_INVALID_DEVICE);
+	if (!g.peer)
+		return leave(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+	if (ctx->peers & (1u << p->ordinal))
+		return leave(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+	ctx->peers |= 1u << p->ordinal;
+	g.stats.peer_enables++;
+	return leave(CUDA_SUCCESS);
 }
 
 /* CUmemcpyAttributes (CUDA 12.8): the order the source may be read in, and
@@ -2507,10 +2635,20 @@ CUEMU_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr,
 /* Statistics                                                               */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The caller sets out->size to the size of its struct: when that is not
+ * this library's, only out->size is written (with this library's size) and
+ * the call fails, so that a caller built against another layout learns it
+ * without the counters running past the end of its buffer.
+ */
 CUEMU_API int cuemuGetStats(struct cuemu_stats *out)
 {
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (out->size != sizeof(*out)) {
+		out->size = sizeof(*out);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	lock();
 	*out = g.stats;
 	unlock();

@@ -217,9 +217,13 @@ class Driver:
         for d in ("htod", "dtoh", "dtod"):
             names += [f"{d}_{k}" for k in ("sync_calls", "sync_bytes", "async_calls", "async_bytes", "pageable_calls", "pageable_bytes")]
         names += ["host_alloc", "host_register", "host_unregister", "live_device_allocs", "live_registered", "dmabuf_exports", "no_context"]
+        names += [f"peer_{k}" for k in ("sync_calls", "sync_bytes", "async_calls", "async_bytes", "pageable_calls", "pageable_bytes")]
+        names += ["peer_enables"]
         raw = (ctypes.c_uint64 * len(names))()
-        self.check(self.lib.cuemuGetStats(raw), "cuemuGetStats")
+        raw[0] = ctypes.sizeof(raw)
+        rc = self.lib.cuemuGetStats(raw)
         assert raw[0] == ctypes.sizeof(raw), "struct cuemu_stats changed: update cuda_helpers.Driver.stats"
+        self.check(rc, "cuemuGetStats")
         return dict(zip(names, raw))
 
 

@@ -19,6 +19,9 @@
 //!   this way, never read: a CPU read of it wants the streaming loads of
 //!   its own copies, so a copy out of it to memory without a mapping is
 //!   staged as below.
+//! - **Both sides GPU memory** ([`DeviceMemory::gpu`]): the GPUs copy,
+//!   within one device or between two (peer to peer where they reach each
+//!   other), and the host moves no byte.
 //! - **Otherwise**: through a host buffer of at most 4 MiB, the source's
 //!   [`read_at`](DeviceMemory::read_at) into it and the destination's
 //!   [`write_at`](DeviceMemory::write_at) out of it.
@@ -32,7 +35,7 @@ use std::ptr;
 use crate::{
     error::check_range,
     memory::device::{staged, DeviceMemory},
-    sys::{wc, DmaTarget},
+    sys::{cuda as gpu, wc, DmaTarget},
     Result,
 };
 
@@ -57,6 +60,16 @@ pub fn copy(
     check_range(dst_offset, len, dst.len())?;
     if len == 0 {
         return Ok(());
+    }
+    if let (Some(s), Some(d)) = (src.gpu(), dst.gpu()) {
+        let (s_at, d_at) = (s.ptr + src_offset as u64, d.ptr + dst_offset as u64);
+        let same_device = s.ctx.ordinal() == d.ctx.ordinal();
+        if !same_device || !overlaps(s_at as usize, d_at as usize, len) {
+            // SAFETY: Each range is memory a `CudaMemory` holds while it is
+            // borrowed; `dst` is written only as any copy into it would be
+            // (`DeviceMemory`'s concurrent use).
+            return unsafe { gpu::copy_between(d, dst_offset, s, src_offset, len) };
+        }
     }
     let from = mapped(src, src_offset, len);
     let to = mapped(dst, dst_offset, len);

@@ -228,6 +228,31 @@ impl CudaMemory {
         })
     }
 
+    /// Copies `len` bytes of `src` at `src_offset` into this memory at
+    /// `offset` by the GPUs, the host moving no byte (see
+    /// [`cuda::copy_between`]): ranges that overlap in one device's memory
+    /// are refused ([`Error::InvalidArgument`]); nothing moves on any
+    /// error.
+    pub fn copy_from(
+        &self,
+        offset: usize,
+        src: &CudaMemory,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: Device memory these values hold, for their lengths.
+        unsafe { cuda::copy_between(self.range(), offset, src.range(), src_offset, len) }
+    }
+
+    /// The memory as the GPUs' copy engines address it.
+    fn range(&self) -> cuda::DeviceRange<'_> {
+        cuda::DeviceRange {
+            ctx: &self.ctx,
+            ptr: self.ptr,
+            len: self.len,
+        }
+    }
+
     /// Runs `f` with a stream of the device's, the context current.
     fn with_stream<T>(&self, f: impl FnOnce(&Stream) -> Result<T>) -> Result<T> {
         self.ctx.with_stream(f)
@@ -315,6 +340,10 @@ impl DeviceMemory for CudaMemory {
 
     fn dma(&self) -> Option<&dyn DmaMemory> {
         Some(self)
+    }
+
+    fn gpu(&self) -> Option<cuda::DeviceRange<'_>> {
+        Some(self.range())
     }
 }
 

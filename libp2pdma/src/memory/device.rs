@@ -170,6 +170,18 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     fn dma(&self) -> Option<&dyn DmaMemory> {
         None
     }
+
+    /// Where the memory lies in a GPU's memory, for copies the GPUs make
+    /// between two such memories without the host
+    /// ([`copy`](crate::memory::copy())): its device, the device address of
+    /// byte 0 and its length. `None` (the default) for every other memory.
+    ///
+    /// Only a [`CudaMemory`](crate::memory::CudaMemory) makes the answer
+    /// (a wrapper returns the one of the memory it holds): the GPUs copy
+    /// within it, and within the lengths of both.
+    fn gpu(&self) -> Option<crate::sys::cuda::DeviceRange<'_>> {
+        None
+    }
 }
 
 /// Memory that storage and peers may reach by DMA: the answers of this

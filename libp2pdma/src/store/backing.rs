@@ -92,7 +92,7 @@ pub struct EngineBacking {
     base: u64,
     len: u64,
     /// For each pair of memory kinds copied between, whether the engine's
-    /// route is CPU copies alone (through host memory).
+    /// route is copies alone (the CPU's through host memory, or the GPUs').
     routes: Mutex<Vec<(MemoryKind, MemoryKind, bool)>>,
 }
 
@@ -269,8 +269,9 @@ impl Backing for EngineBacking {
     }
 
     /// Along the route the engine plans between the two memories (planned
-    /// once per pair of kinds). A route of CPU copies alone moves a page
-    /// by one [`copy()`], without the pipeline a long copy runs on.
+    /// once per pair of kinds). A route of copies alone (by the CPU, or by
+    /// the GPUs between GPU memories) moves a page by one [`copy()`],
+    /// without the pipeline a long copy runs on.
     fn copy(
         &self,
         src: &dyn DeviceMemory,
@@ -303,7 +304,10 @@ impl Backing for EngineBacking {
             Some(c) => c,
             None => {
                 let r = plan()?;
-                let c = r.hops().iter().all(|h| h.kind == HopKind::Copy);
+                let c = r
+                    .hops()
+                    .iter()
+                    .all(|h| matches!(h.kind, HopKind::Copy | HopKind::GpuCopy));
                 self.routes
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())

@@ -224,6 +224,9 @@ pub struct Context {
     ctx: cu::CUcontext,
     /// Streams of this context no copy uses, for the next one.
     streams: Mutex<Vec<Stream>>,
+    /// Devices whose memory this context was asked to reach, and whether
+    /// it does (access enabled).
+    peers: Mutex<Vec<(i32, bool)>>,
     /// The device's PCI address, asked once.
     pci: OnceLock<Option<String>>,
 }
@@ -284,6 +287,7 @@ impl Context {
             device,
             ctx,
             streams: Mutex::new(Vec::new()),
+            peers: Mutex::new(Vec::new()),
             pci: OnceLock::new(),
         });
         all[ordinal as usize] = Some(c.clone());
@@ -336,6 +340,38 @@ impl Context {
     /// An integer attribute of the device.
     pub fn attribute(&self, attr: cu::CUdevice_attribute) -> Result<i32> {
         device_attribute(self.device, attr)
+    }
+
+    /// Whether this context reaches `peer`'s device memory directly (over
+    /// NVLink or PCIe), access enabled the first time it is asked
+    /// (`cuDeviceCanAccessPeer`, `cuCtxEnablePeerAccess`) and the answer
+    /// kept. Where it does not, copies between the two still work: the
+    /// driver stages them through host memory.
+    pub fn reaches_peer(&self, peer: &Context) -> Result<bool> {
+        if peer.ordinal == self.ordinal {
+            return Ok(true);
+        }
+        let mut known = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&(_, yes)) = known.iter().find(|(o, _)| *o == peer.ordinal) {
+            return Ok(yes);
+        }
+        let mut can: c_int = 0;
+        // SAFETY: Out-pointer to a live local; both devices exist.
+        call("cuDeviceCanAccessPeer", || unsafe {
+            cu::cuDeviceCanAccessPeer(&mut can, self.device, peer.device)
+        })?;
+        let yes = can != 0 && {
+            let _e = self.enter()?;
+            // SAFETY: Both contexts are retained primary contexts; flags 0.
+            let r = status("cuCtxEnablePeerAccess", || unsafe {
+                cu::cuCtxEnablePeerAccess(peer.ctx, 0)
+            })?;
+            // Enabled by someone else in this process (a framework): as
+            // good as by us.
+            r == CUresult::CUDA_SUCCESS || r == CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+        };
+        known.push((peer.ordinal, yes));
+        Ok(yes)
     }
 }
 
@@ -507,6 +543,86 @@ pub unsafe fn mem_free(_in: &Entered<'_>, p: CUdeviceptr) -> Result<()> {
     call("cuMemFree", || unsafe { cu::cuMemFree_v2(p) })
 }
 
+/// Device memory as the GPUs' copy engines address it: `len` bytes at
+/// `ptr` of the device of `ctx`. Only this library makes one, of memory a
+/// [`CudaMemory`](crate::memory::CudaMemory) holds for the borrow's
+/// lifetime, so a copy into one never writes outside it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceRange<'a> {
+    pub(crate) ctx: &'a Arc<Context>,
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) len: usize,
+}
+
+impl DeviceRange<'_> {
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.ctx.ordinal
+    }
+
+    /// The device address of byte 0.
+    pub fn ptr(&self) -> CUdeviceptr {
+        self.ptr
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Copies `len` bytes of `src` at `src_offset` into `dst` at `dst_offset`
+/// by the GPUs, the host moving no byte: within one device by
+/// `cuMemcpyDtoDAsync`, between two by `cuMemcpyPeerAsync` (directly where
+/// the destination reaches the source's device, access enabled on first
+/// use; else staged by the driver). Both ranges are checked first; ranges
+/// that overlap in one device's memory are refused
+/// ([`Error::InvalidArgument`]); nothing moves on any error.
+///
+/// # Safety
+/// Nothing else uses `dst`'s range during the call (no kernel, no other
+/// copy): the memory holding it is the caller's to write.
+pub unsafe fn copy_between(
+    dst: DeviceRange<'_>,
+    dst_offset: usize,
+    src: DeviceRange<'_>,
+    src_offset: usize,
+    len: usize,
+) -> Result<()> {
+    crate::error::check_range(dst_offset, len, dst.len)?;
+    crate::error::check_range(src_offset, len, src.len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let (to, from) = (dst.ptr + dst_offset as u64, src.ptr + src_offset as u64);
+    let same_device = dst.ctx.ordinal == src.ctx.ordinal;
+    if same_device && to.abs_diff(from) < len as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "a device-to-device copy of {len} bytes from {from:#x} to {to:#x}: the ranges overlap"
+        )));
+    }
+    if same_device {
+        // SAFETY: In range (checked) of device memory of one device
+        // (`DeviceRange`s are made only of memory held for the borrow),
+        // not overlapping (checked).
+        return dst
+            .ctx
+            .with_stream(|s| unsafe { s.copy_on_device(to, from, len) });
+    }
+    // Where the devices cannot reach each other (or the driver says no),
+    // the copy is staged by the driver: slower, as correct.
+    let _ = dst.ctx.reaches_peer(src.ctx);
+    // SAFETY: In range (checked) of device memory of the two devices whose
+    // contexts are named (as above).
+    dst.ctx
+        .with_stream(|s| unsafe { s.copy_peer(to, dst.ctx, from, src.ctx, len) })
+}
+
 /// A stream of the current context, destroyed when dropped.
 #[derive(Debug)]
 pub struct Stream(cu::CUstream);
@@ -583,6 +699,50 @@ impl Stream {
         // this returns.
         call("cuMemcpyDtoHAsync", || unsafe {
             cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, self.0)
+        })?;
+        self.synchronize()
+    }
+
+    /// Copies `len` bytes of device memory from `src` to `dst`, both of
+    /// this stream's device, on the stream and waits.
+    ///
+    /// # Safety
+    /// `[src, src + len)` and `[dst, dst + len)` are device memory of the
+    /// stream's device, do not overlap, and nothing else writes `dst`'s.
+    pub unsafe fn copy_on_device(
+        &self,
+        dst: CUdeviceptr,
+        src: CUdeviceptr,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: The caller's; the synchronize below ends the copy before
+        // this returns.
+        call("cuMemcpyDtoDAsync", || unsafe {
+            cu::cuMemcpyDtoDAsync_v2(dst, src, len, self.0)
+        })?;
+        self.synchronize()
+    }
+
+    /// Copies `len` bytes from `src`, device memory of `src_ctx`'s device,
+    /// to `dst`, device memory of `dst_ctx`'s, on the stream (of the
+    /// current context) and waits: directly where the destination's
+    /// context reaches the source's device ([`Context::reaches_peer`]),
+    /// else staged by the driver.
+    ///
+    /// # Safety
+    /// The ranges lie in the named devices' memory, and nothing else
+    /// writes `dst`'s.
+    pub unsafe fn copy_peer(
+        &self,
+        dst: CUdeviceptr,
+        dst_ctx: &Context,
+        src: CUdeviceptr,
+        src_ctx: &Context,
+        len: usize,
+    ) -> Result<()> {
+        // SAFETY: The caller's; both contexts are retained.
+        call("cuMemcpyPeerAsync", || unsafe {
+            cu::cuMemcpyPeerAsync(dst, dst_ctx.ctx, src, src_ctx.ctx, len, self.0)
         })?;
         self.synchronize()
     }

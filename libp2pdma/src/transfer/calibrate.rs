@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::{
     storage::StorageFile,
-    tuning::geometry::{pick, Learned, Plan, Sample},
+    tuning::geometry::{Learned, Plan, Sample},
 };
 use crate::{
     sys::uring::{Buf, Context, Session},
@@ -58,7 +58,7 @@ pub(crate) fn measure(ctx: &mut Context, file: &StorageFile, at: u64, len: usize
 /// `at`, where `len` bytes can be read: two rounds of one sample per
 /// candidate, each sample the next `plan.sample` bytes of the range
 /// (wrapping around), the best of the rounds kept, no sample started after
-/// `plan.budget`. Returns the choice (see [`pick`]) and every result;
+/// `plan.budget`. Returns the choice ([`Plan::pick`]) and every result;
 /// `None` when no candidate could be measured.
 pub(crate) fn calibrate(
     file: &StorageFile,
@@ -96,7 +96,7 @@ pub(crate) fn calibrate(
             bytes_per_s,
         })
         .collect();
-    pick(&samples).map(|l| (l, samples))
+    plan.pick(&samples).map(|l| (l, samples))
 }
 
 #[cfg(test)]

@@ -97,6 +97,9 @@ pub enum HopKind {
     Write(TransferPath),
     /// Memory to memory, by the CPU.
     Copy,
+    /// GPU memory to GPU memory, by the GPUs' copy engines: within one
+    /// GPU, or between two (peer to peer where they reach each other).
+    GpuCopy,
 }
 
 /// One hop of a route, for reports.
@@ -125,6 +128,7 @@ impl fmt::Display for Hop {
                 "bounce pipeline"
             }
             HopKind::Copy => "CPU copy",
+            HopKind::GpuCopy => "GPU copy",
         };
         write!(f, "{} -> {} ({how})", self.from, self.to)
     }
@@ -447,6 +451,20 @@ impl<'e, 'a> Planner<'e, 'a> {
 
     /// Appends the hops from `a` to `b` chosen automatically.
     fn join(&mut self, a: Place<'a>, b: Place<'a>) -> Result<()> {
+        if let (
+            Some(MemoryKind::Cuda { ordinal: i, .. }),
+            Some(MemoryKind::Cuda { ordinal: j, .. }),
+        ) = (a.memory_kind(), b.memory_kind())
+        {
+            self.why.push(match i == j {
+                true => format!("GPU {i} to itself: by its copy engines, not through the host"),
+                false => format!(
+                    "GPU {i} to GPU {j}: by their copy engines, peer to peer where they reach each other (else staged by the driver)"
+                ),
+            });
+            self.push(HopKind::GpuCopy, b);
+            return Ok(());
+        }
         let through_host = match (a.memory_kind(), b.memory_kind()) {
             (None, None) => Some("storage to storage: through host memory".to_string()),
             (Some(x), Some(y)) if !is_host(&x) && !is_host(&y) => {
@@ -762,6 +780,11 @@ impl Stage for HopStage<'_, '_> {
                 }
                 // Neither side is a ring of this route: one pass over the
                 // bytes where the two memories allow it (`memory::copy`).
+                memory::copy(a.mem, a.offset, b.mem, b.offset, c.len)
+            }
+            HopKind::GpuCopy => {
+                let a = self.mem_at(&self.from, c, from).ok_or_else(missing)?;
+                let b = self.mem_at(&self.to, c, to).ok_or_else(missing)?;
                 memory::copy(a.mem, a.offset, b.mem, b.offset, c.len)
             }
         }

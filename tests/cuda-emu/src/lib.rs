@@ -45,6 +45,9 @@ pub const ENV_MEM_MIB: &str = "CUEMU_MEM_MIB";
 pub const ENV_PCI: &str = "CUEMU_PCI";
 /// Microseconds before each queued operation runs (default 200).
 pub const ENV_DELAY_US: &str = "CUEMU_DELAY_US";
+/// `0`: no device reaches another's memory (`cuDeviceCanAccessPeer` says
+/// 0, `cuCtxEnablePeerAccess` fails); default `1`, every pair can.
+pub const ENV_PEER: &str = "CUEMU_PEER";
 /// The udmabuf device dma-buf export uses (default `/dev/udmabuf`); where
 /// it cannot be opened, export is `CUDA_ERROR_NOT_SUPPORTED`.
 pub const ENV_UDMABUF: &str = "CUEMU_UDMABUF";
@@ -54,7 +57,9 @@ pub const GET_STATS: &CStr = c"cuemuGetStats";
 /// The symbol of `void cuemuResetStats(void)`.
 pub const RESET_STATS: &CStr = c"cuemuResetStats";
 
-/// `cuemuGetStats`: fills `*out`, returns 0 (`CUDA_SUCCESS`).
+/// `cuemuGetStats`: fills `*out` and returns 0 (`CUDA_SUCCESS`) when
+/// `out.size` is the library's size of the struct; else writes only
+/// `out.size` (the library's) and returns 1 (`CUDA_ERROR_INVALID_VALUE`).
 pub type GetStatsFn = unsafe extern "C" fn(out: *mut Stats) -> c_int;
 /// `cuemuResetStats`: zeroes the counters, keeps the gauges.
 pub type ResetStatsFn = unsafe extern "C" fn();
@@ -80,7 +85,7 @@ pub struct CopyStats {
 }
 
 /// The emulator's counters, `struct cuemu_stats` of `cuda_emu.c`: 64-bit
-/// fields in this order, 208 bytes, no padding.
+/// fields in this order, 264 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -107,13 +112,20 @@ pub struct Stats {
     /// Calls refused because the calling thread had no current context
     /// (or a destroyed one).
     pub no_context: u64,
+    /// Copies between two devices by `cuMemcpyPeer(Async)`; `pageable`
+    /// counts those made while the destination's context had not enabled
+    /// access to the source's device (the driver stages them).
+    pub peer: CopyStats,
+    /// Successful `cuCtxEnablePeerAccess` calls.
+    pub peer_enables: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<CopyStats>() == 48);
-const _: () = assert!(std::mem::size_of::<Stats>() == 208);
+const _: () = assert!(std::mem::size_of::<Stats>() == 264);
 const _: () = assert!(std::mem::offset_of!(Stats, htod) == 8);
 const _: () = assert!(std::mem::offset_of!(Stats, host_alloc) == 152);
 const _: () = assert!(std::mem::offset_of!(Stats, no_context) == 200);
+const _: () = assert!(std::mem::offset_of!(Stats, peer_enables) == 256);
 
 impl CopyStats {
     fn since(&self, earlier: &Self) -> Self {
@@ -153,6 +165,8 @@ impl Stats {
             live_registered: self.live_registered,
             dmabuf_exports: self.dmabuf_exports.wrapping_sub(earlier.dmabuf_exports),
             no_context: self.no_context.wrapping_sub(earlier.no_context),
+            peer: self.peer.since(&earlier.peer),
+            peer_enables: self.peer_enables.wrapping_sub(earlier.peer_enables),
         }
     }
 }
@@ -202,15 +216,20 @@ impl StatsFns {
 
     /// The counters now.
     pub fn read(&self) -> Result<Stats, StatsError> {
-        let mut out = Stats::default();
-        // SAFETY: `get` is cuemuGetStats (`new`'s contract), which writes one
-        // struct cuemu_stats, laid out as `Stats`, to a valid pointer.
+        let mine = std::mem::size_of::<Stats>() as u64;
+        let mut out = Stats {
+            size: mine,
+            ..Stats::default()
+        };
+        // SAFETY: `get` is cuemuGetStats (`new`'s contract), which writes
+        // one struct cuemu_stats when `size` is its size, else only `size`,
+        // to a valid pointer.
         let status = unsafe { (self.get)(&mut out) };
+        if out.size != mine {
+            return Err(StatsError::Layout(out.size));
+        }
         if status != 0 {
             return Err(StatsError::Status(status));
-        }
-        if out.size != std::mem::size_of::<Stats>() as u64 {
-            return Err(StatsError::Layout(out.size));
         }
         Ok(out)
     }

@@ -36,6 +36,8 @@ const NOT_INITIALIZED: u32 = 3;
 const NO_DEVICE: u32 = 100;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_CONTEXT: u32 = 201;
+const PEER_ACCESS_UNSUPPORTED: u32 = 217;
+const PEER_ACCESS_ALREADY_ENABLED: u32 = 704;
 const OPERATING_SYSTEM: u32 = 304;
 const INVALID_HANDLE: u32 = 400;
 const NOT_FOUND: u32 = 500;
@@ -166,6 +168,10 @@ api! {
     cuMemcpyDtoHAsync_v2(*mut c_void, Ptr, usize, Handle);
     cuMemcpyDtoDAsync_v2(Ptr, Ptr, usize, Handle);
     cuMemcpyAsync(Ptr, Ptr, usize, Handle);
+    cuMemcpyPeer(Ptr, Handle, Ptr, Handle, usize);
+    cuMemcpyPeerAsync(Ptr, Handle, Ptr, Handle, usize, Handle);
+    cuDeviceCanAccessPeer(*mut c_int, c_int, c_int);
+    cuCtxEnablePeerAccess(Handle, c_uint);
     cuStreamCreate(*mut Handle, c_uint);
     cuStreamDestroy_v2(Handle);
     cuStreamSynchronize(Handle);
@@ -591,6 +597,10 @@ fn exports_the_names_cudarc_loads() {
         "cuMemcpyDtoHAsync_v2",
         "cuMemcpyDtoDAsync_v2",
         "cuMemcpyAsync",
+        "cuMemcpyPeer",
+        "cuMemcpyPeerAsync",
+        "cuDeviceCanAccessPeer",
+        "cuCtxEnablePeerAccess",
         "cuMemcpyHtoD_v2",
         "cuMemcpyDtoH_v2",
         "cuMemcpyDtoD_v2",
@@ -2244,6 +2254,155 @@ fn child_two_devices() {
     emu.bind(ctx0);
     assert_eq!(cu!(emu, cuMemsetD8Async(a, 0, n, s0)), SUCCESS);
     emu.sync(s0);
+}
+
+#[test]
+fn statistics_of_another_layout_are_refused_not_overrun() {
+    let (emu, _ctx) = Emu::started();
+    // SAFETY: The emulator's cuemuGetStats, typed as the crate documents.
+    let get = unsafe {
+        *emu.lib
+            .get::<unsafe extern "C" fn(*mut u64) -> c_int>(GET_STATS.to_bytes_with_nul())
+            .unwrap()
+    };
+    // A caller built when the struct was 208 bytes, its buffer followed by
+    // a guard: only the size comes back, with the call's failure.
+    let mut buf = [0xEEEE_EEEE_EEEE_EEEEu64; 40];
+    buf[0] = 208;
+    // SAFETY: 40 writable u64s; the emulator writes at most the first.
+    let rc = unsafe { get(buf.as_mut_ptr()) };
+    assert_eq!(rc as u32, INVALID_VALUE);
+    assert_eq!(buf[0], std::mem::size_of::<Stats>() as u64);
+    assert!(buf[1..].iter().all(|&w| w == 0xEEEE_EEEE_EEEE_EEEE));
+    // The right size reads.
+    buf[0] = std::mem::size_of::<Stats>() as u64;
+    // SAFETY: As above; 264 bytes fit in 320.
+    assert_eq!(unsafe { get(buf.as_mut_ptr()) }, 0);
+    assert!(buf[33..].iter().all(|&w| w == 0xEEEE_EEEE_EEEE_EEEE));
+    assert!(emu.stats.read().is_ok());
+}
+
+#[test]
+fn peer_copies_between_devices() {
+    child_passes("child_peer_copies", &[("CUEMU_DEVICES", "2")]);
+    child_passes(
+        "child_peer_copies",
+        &[
+            ("CUEMU_DEVICES", "2"),
+            ("CUEMU_PEER", "0"),
+            (WANT_ENV, "no-peer"),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "run in a child process by peer_copies_between_devices"]
+fn child_peer_copies() {
+    if !is_child("child_peer_copies") {
+        return;
+    }
+    let peer = std::env::var(WANT_ENV).map_or(true, |v| v != "no-peer");
+    let (emu, ctx0) = Emu::start(Emu::load_configured());
+    let ctx1 = emu.retain(1);
+    let n = 256 << 10;
+    let a = emu.alloc(n);
+    let s0 = emu.stream(STREAM_NON_BLOCKING);
+    emu.bind(ctx1);
+    let b = emu.alloc(n);
+    emu.bind(ctx0);
+    let data = pattern(31, n);
+    emu.htod(a, &data);
+    emu.stats.reset();
+
+    // Whether a device reaches another's memory: never itself.
+    let mut can = -1;
+    assert_eq!(cu!(emu, cuDeviceCanAccessPeer(&mut can, 0, 1)), SUCCESS);
+    assert_eq!(can, c_int::from(peer));
+    assert_eq!(cu!(emu, cuDeviceCanAccessPeer(&mut can, 0, 0)), SUCCESS);
+    assert_eq!(can, 0);
+    assert_eq!(
+        cu!(emu, cuDeviceCanAccessPeer(&mut can, 0, 2)),
+        INVALID_DEVICE
+    );
+
+    // Before access is enabled, copies work, staged by the driver.
+    assert_eq!(
+        cu!(emu, cuMemcpyPeerAsync(b, ctx1, a, ctx0, n, s0)),
+        SUCCESS
+    );
+    emu.sync(s0);
+    emu.bind(ctx1);
+    assert_eq!(emu.dtoh(b, n), data);
+    emu.bind(ctx0);
+    let st = emu.stats.read().unwrap();
+    assert_eq!(
+        (st.peer.pageable_calls, st.peer.pageable_bytes),
+        (1, n as u64)
+    );
+
+    // Device 1's context enables access to device 0's memory (once).
+    emu.bind(ctx1);
+    let enabled = cu!(emu, cuCtxEnablePeerAccess(ctx0, 0));
+    if peer {
+        assert_eq!(enabled, SUCCESS);
+        assert_eq!(
+            cu!(emu, cuCtxEnablePeerAccess(ctx0, 0)),
+            PEER_ACCESS_ALREADY_ENABLED
+        );
+    } else {
+        assert_eq!(enabled, PEER_ACCESS_UNSUPPORTED);
+    }
+    assert_eq!(cu!(emu, cuCtxEnablePeerAccess(ctx1, 0)), INVALID_DEVICE);
+    assert_eq!(cu!(emu, cuCtxEnablePeerAccess(ctx0, 1)), INVALID_VALUE);
+    // A synchronous copy back, into device 0, half of it moved.
+    let back = pattern(32, n / 2);
+    emu.htod(b, &back);
+    assert_eq!(
+        cu!(emu, cuMemcpyPeer(a + 4096, ctx0, b, ctx1, n / 2)),
+        SUCCESS
+    );
+    emu.bind(ctx0);
+    let mut want = data.clone();
+    want[4096..4096 + n / 2].copy_from_slice(&back);
+    assert_eq!(emu.dtoh(a, n), want);
+    emu.bind(ctx1);
+    // Into device 1 now counts as direct where access was enabled.
+    assert_eq!(cu!(emu, cuMemcpyPeer(b, ctx1, a, ctx0, n)), SUCCESS);
+    assert_eq!(emu.dtoh(b, n), want);
+    let st = emu.stats.read().unwrap();
+    if peer {
+        assert_eq!(st.peer.sync_calls, 1, "{st:?}");
+        assert_eq!(st.peer.pageable_calls, 2, "{st:?}");
+        assert_eq!(st.peer_enables, 1);
+    } else {
+        assert_eq!((st.peer.sync_calls, st.peer.pageable_calls), (0, 3));
+        assert_eq!(st.peer_enables, 0);
+    }
+
+    // Refused, nothing moved: a pointer of the other device than its
+    // context's, past the end, an unknown context.
+    let before = emu.dtoh(b, n);
+    for (what, rc) in [
+        (
+            "dst of the wrong device",
+            cu!(emu, cuMemcpyPeer(a, ctx1, b, ctx1, 16)),
+        ),
+        (
+            "src of the wrong device",
+            cu!(emu, cuMemcpyPeer(b, ctx1, b, ctx0, 16)),
+        ),
+        (
+            "past the end",
+            cu!(emu, cuMemcpyPeer(b + n as u64 - 8, ctx1, a, ctx0, 16)),
+        ),
+    ] {
+        assert_eq!(rc, INVALID_VALUE, "{what}");
+    }
+    assert_eq!(
+        cu!(emu, cuMemcpyPeer(b, 0x1234 as Handle, a, ctx0, 16)),
+        INVALID_CONTEXT
+    );
+    assert_eq!(emu.dtoh(b, n), before);
 }
 
 #[test]

@@ -1470,8 +1470,10 @@ struct emu_stats {
 	struct copy_stats htod, dtoh, dtod;
 	uint64_t host_alloc, host_register, host_unregister, live_device_allocs, live_registered,
 		dmabuf_exports, no_context;
+	struct copy_stats peer;
+	uint64_t peer_enables;
 };
-_Static_assert(sizeof(struct emu_stats) == 208, "struct cuemu_stats");
+_Static_assert(sizeof(struct emu_stats) == 264, "struct cuemu_stats");
 
 #define CU(call)                                                                           \
 	do {                                                                               \
@@ -1524,6 +1526,7 @@ static void load_cuda(const char *path)
 static int emu_stats(struct emu_stats *st)
 {
 	memset(st, 0, sizeof(*st));
+	st->size = sizeof(*st);
 	return cu.stats && cu.stats(st) == 0 && st->size == sizeof(*st);
 }
 

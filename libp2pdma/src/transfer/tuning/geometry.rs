@@ -13,7 +13,9 @@
 //!    NVMe/RDMA, NVMe/FC) is calibrated from [`CALIBRATE_MIN_NETWORK`] on,
 //!    on samples as large as the read, with windows up to four times the
 //!    facts' (the round trip, not the device, sets what must be in flight,
-//!    and the facts say nothing of it) and a longer budget.
+//!    and the facts say nothing of it) and a longer budget, and keeps the
+//!    deepest window within [`MARGIN`] of the fastest ([`pick_deepest`]):
+//!    there a window too short costs far more than one too long.
 //! 3. **Kept** ([`Cache`]): one line per device in a small text file, keyed
 //!    by the disk's device number, model and serial, so that the next
 //!    process starts from what was learned.
@@ -97,6 +99,9 @@ pub enum Reach {
 /// many bytes, within how long, trying what (the facts' choice first).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
+    /// How the device's data reaches this machine: what the winner is
+    /// chosen by ([`Plan::pick`]).
+    pub reach: Reach,
     /// The smallest block-aligned read that calibrates.
     pub min: usize,
     /// Bytes per sample.
@@ -119,6 +124,7 @@ pub struct Plan {
 pub fn plan(f: &DiskFacts, reach: Reach, range: usize) -> Option<Plan> {
     match reach {
         Reach::Local => (range >= CALIBRATE_MIN).then(|| Plan {
+            reach,
             min: CALIBRATE_MIN,
             sample: SAMPLE,
             budget: BUDGET,
@@ -130,11 +136,23 @@ pub fn plan(f: &DiskFacts, reach: Reach, range: usize) -> Option<Plan> {
             }
             let sample = range.min(SAMPLE);
             Some(Plan {
+                reach,
                 min: CALIBRATE_MIN_NETWORK,
                 sample,
                 budget: NETWORK_BUDGET,
                 candidates: network_candidates(f, sample),
             })
+        }
+    }
+}
+
+impl Plan {
+    /// The winner of `samples` (this plan's candidates, in order): on a
+    /// local device, [`pick`]; over a network, [`pick_deepest`].
+    pub fn pick(&self, samples: &[Sample]) -> Option<Learned> {
+        match self.reach {
+            Reach::Local => pick(samples),
+            Reach::Network => pick_deepest(samples),
         }
     }
 }
@@ -346,6 +364,27 @@ pub fn pick(samples: &[Sample]) -> Option<Learned> {
     })
 }
 
+/// Over a network: of the samples within [`MARGIN`] of the fastest, the
+/// one with the most bytes in flight (the larger chunk between equals).
+/// A window short of the round trip costs throughput on every transfer; a
+/// longer one costs only bounce memory. So between candidates a noisy
+/// measurement cannot tell apart, the deeper is the one to keep. `None`
+/// when nothing was measured.
+pub fn pick_deepest(samples: &[Sample]) -> Option<Learned> {
+    let fastest = samples.iter().map(|s| s.bytes_per_s).fold(0.0f64, f64::max);
+    if fastest <= 0.0 {
+        return None;
+    }
+    let s = samples
+        .iter()
+        .filter(|s| s.bytes_per_s >= fastest * (1.0 - MARGIN))
+        .max_by_key(|s| (s.geometry.chunk * s.geometry.depth, s.geometry.chunk))?;
+    Some(Learned {
+        geometry: s.geometry,
+        bytes_per_s: s.bytes_per_s,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,6 +502,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn over_a_network_the_deepest_window_within_noise_of_the_fastest_wins() {
+        let s = |geometry, bytes_per_s| Sample {
+            geometry,
+            bytes_per_s,
+        };
+        // 4 MiB x 8 is 3% slower than 4 x 4: within noise, and deeper.
+        let v = [
+            s(g(4 * MIB, 4), 100.0),
+            s(g(4 * MIB, 8), 97.0),
+            s(g(MIB, 16), 80.0),
+            s(g(MIB, 32), 96.0),
+        ];
+        assert_eq!(pick_deepest(&v).unwrap().geometry, g(4 * MIB, 8));
+        assert_eq!(pick(&v).unwrap().geometry, g(4 * MIB, 4));
+        // Clearly slower deeper windows do not win.
+        let v = [s(g(4 * MIB, 4), 100.0), s(g(4 * MIB, 8), 90.0)];
+        assert_eq!(pick_deepest(&v).unwrap().geometry, g(4 * MIB, 4));
+        // Equal windows: the larger chunk. Unmeasured ones (0) never win.
+        let v = [
+            s(g(MIB, 32), 100.0),
+            s(g(4 * MIB, 8), 99.0),
+            s(g(4 * MIB, 16), 0.0),
+        ];
+        assert_eq!(pick_deepest(&v).unwrap().geometry, g(4 * MIB, 8));
+        assert_eq!(pick_deepest(&[s(g(MIB, 2), 0.0)]), None);
+        assert_eq!(pick_deepest(&[]), None);
+        // Each plan picks its way.
+        let f = facts(Some(4096), None);
+        let v = [s(g(4 * MIB, 4), 100.0), s(g(4 * MIB, 8), 98.0)];
+        let local = plan(&f, Reach::Local, CALIBRATE_MIN).unwrap();
+        let net = plan(&f, Reach::Network, CALIBRATE_MIN).unwrap();
+        assert_eq!(local.pick(&v).unwrap().geometry, g(4 * MIB, 4));
+        assert_eq!(net.pick(&v).unwrap().geometry, g(4 * MIB, 8));
     }
 
     #[test]

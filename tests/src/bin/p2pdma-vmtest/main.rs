@@ -640,6 +640,7 @@ fn route_run(x: &RouteArgs) -> Result<(), String> {
             HopKind::Read(p) => format!("read-{p}"),
             HopKind::Write(p) => format!("write-{p}"),
             HopKind::Copy => "copy".into(),
+            HopKind::GpuCopy => "gpu-copy".into(),
         })
         .collect();
     for h in route.hops() {
