@@ -117,10 +117,10 @@ pub struct Plan {
 /// to calibrate it.
 ///
 /// - Local: reads of [`CALIBRATE_MIN`] or more, 64 MiB samples,
-///   [`candidates`], [`BUDGET`].
+///   [`candidates`], 2 s.
 /// - Over a network: reads of [`CALIBRATE_MIN_NETWORK`] or more, samples
 ///   of the read's size up to 64 MiB, [`network_candidates`],
-///   [`NETWORK_BUDGET`].
+///   10 s.
 pub fn plan(f: &DiskFacts, reach: Reach, range: usize) -> Option<Plan> {
     match reach {
         Reach::Local => (range >= CALIBRATE_MIN).then(|| Plan {
