@@ -15,8 +15,8 @@ pub(super) type Res<T> = Result<T, String>;
 /// Which benchmark, and its knobs.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// storage, copy, small, strided, route, cpu, queues, store, arrays,
-    /// volume or all (storage, copy and small).
+    /// storage, copy, small, strided, route, cpu, queues, store, kv,
+    /// arrays, volume or all (storage, copy and small).
     #[arg(default_value = "all")]
     pub what: String,
     /// File to read for `storage` (created if missing or short). It must be
@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// module) instead of the host-memory device.
     #[arg(long)]
     pub accel: bool,
+    /// `kv`: the consumers' buffers and the cache in CUDA device 0's
+    /// memory (the driver the loader finds, or `P2PDMA_CUDA_DRIVER`).
+    #[arg(long)]
+    pub cuda: bool,
     /// `strided`: the volumes (bounding ranges) of the grid.
     #[arg(long, value_delimiter = ',', default_value = "2M,64M,1G")]
     pub volumes: Vec<String>,
@@ -66,13 +70,13 @@ pub struct BenchArgs {
     /// `queues`: the namespace id.
     #[arg(long, default_value_t = 1)]
     pub nsid: u32,
-    /// `queues`: submitter threads.
+    /// `queues`: submitter threads; `kv`: consumers.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
     /// `queues`: the depths (reads in flight per thread), at most 255.
     #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,128")]
     pub depths: Vec<usize>,
-    /// `queues`: seconds per cell.
+    /// `queues`, `kv`: seconds per cell.
     #[arg(long, default_value_t = 2.0)]
     pub secs: f64,
     /// `queues`: most reads per thread in a cell.

@@ -32,6 +32,10 @@
 //!   time per I/O;
 //! - `store`: the object store's page cache (Zipf reads, hit ratio, with
 //!   against without) and prefetch against plain reads on a scan;
+//! - `kv`: a KV-cache offload workload on the store (chunks saved and
+//!   loaded by several consumers, a hit-ratio knob), the cache in the
+//!   accelerator's memory against host memory and no cache, against fio's
+//!   random reads on the same file;
 //! - `arrays`: a lone member and md RAID0 arrays read by P2P into
 //!   accelerator memory against fio's best on the same device;
 //! - `volume`: the library's striped volume on the queues path against
@@ -46,6 +50,7 @@ mod common;
 mod copy;
 mod cpu;
 mod fio;
+mod kv;
 mod queues;
 mod route;
 mod small;
@@ -102,6 +107,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         "route" => route::bench(a, &mut out)?,
         "queues" => queues::bench(a, &mut out)?,
         "store" => store::bench(a, &mut out)?,
+        "kv" => kv::bench(a, &mut out)?,
         "arrays" => arrays::arrays(a, &mut out)?,
         "volume" => arrays::volume(a, &mut out)?,
         "all" => {
@@ -111,7 +117,7 @@ pub fn run(a: &BenchArgs, json: bool) -> Res<()> {
         }
         other => {
             return Err(format!(
-            "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, queues, store, arrays, volume, all)"
+            "unknown benchmark '{other}' (storage, copy, small, strided, route, cpu, queues, store, kv, arrays, volume, all)"
         ))
         }
     }
