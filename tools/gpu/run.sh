@@ -10,6 +10,10 @@
 #   run.sh bench [ARGS]  gpu.py (libp2pdma/python/bench): a large file into GPU memory and 4 KiB
 #                        random reads, ours against KvikIO (compat mode),
 #                        a plain read plus a copy, and fio
+#   run.sh kv [ARGS]     p2pdma-ctl bench kv --cuda: the KV-cache workload on
+#                        the store, its cache in GPU memory against host
+#                        memory and no cache, against fio (ARGS: --size,
+#                        --bs, --threads, --secs)
 #
 # Scratch files go to $P2PDMA_GPU_DIR (default: a directory under /var/tmp).
 set -uo pipefail
@@ -157,8 +161,12 @@ bench)
 	py=$(venv) || exit 1
 	"$py" "$here/gpu.py" --dir "$work" "$@"
 	;;
+kv)
+	shift
+	"$here/bin/p2pdma-ctl" bench kv --cuda --file "$work/kv.store" "$@"
+	;;
 *)
-	echo "usage: run.sh check | bench [ARGS]" >&2
+	echo "usage: run.sh check | bench [ARGS] | kv [ARGS]" >&2
 	exit 2
 	;;
 esac
