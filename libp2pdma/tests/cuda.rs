@@ -527,3 +527,149 @@ fn the_store_cache_in_gpu_memory_serves_hits_by_device_copies() {
         "read back into host memory"
     );
 }
+
+#[test]
+#[allow(unsafe_code)]
+fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
+    let (emu, _g) = setup();
+    const PAGE: usize = 64 << 10;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let engine = Arc::new(Engine::new(Config::default(), None));
+    let file = Arc::new(StorageFile::open_rw(&path).unwrap());
+    let backing = Arc::new(EngineBacking::new(engine, file));
+    let len = 16 * PAGE;
+    let data = pattern(24, len);
+    let id = {
+        let store = Store::format(backing.clone(), 16).unwrap();
+        let id = store.pcreate(len as u64).unwrap();
+        let host = HostMemory::new(len).unwrap();
+        host.write_at(0, &data).unwrap();
+        store
+            .pwrite(id, 0, MemRange::new(&host, 0, len).unwrap())
+            .unwrap();
+        store.flush().unwrap();
+        id
+    };
+    let open = || {
+        // Four frames: a read of three pages pins three.
+        let frames = Arc::new(CudaMemory::alloc(0, 4 * PAGE).unwrap());
+        let cache = PageCache::new(frames, PAGE, WritePolicy::WriteBack).unwrap();
+        Store::initialize(backing.clone())
+            .unwrap()
+            .with_cache(cache)
+    };
+    let store = open();
+    let ctx = cuda::Context::primary(0).unwrap();
+    let stream = {
+        let e = ctx.enter().unwrap();
+        cuda::Stream::new(&e).unwrap()
+    };
+    let sync = || {
+        let _e = ctx.enter().unwrap();
+        stream.synchronize().unwrap();
+    };
+    let buf = CudaMemory::alloc(0, 3 * PAGE).unwrap();
+    let (at, n) = (100u64, 3 * PAGE - 200);
+    let want = &data[at as usize..at as usize + n];
+
+    // Misses are filled before the call returns; the copies out of the
+    // frames land in the stream's order, with no host bytes for them.
+    // SAFETY: `stream` is device 0's and `buf` outlives its work.
+    unsafe { store.pread_on_stream(id, at, MemRange::new(&buf, 0, n).unwrap(), stream.as_raw()) }
+        .unwrap();
+    sync();
+    assert!(read_all(&buf, 0, n) == want, "after misses");
+    let before = stats(emu);
+    // The stream is held up first (a host function that sleeps), so that
+    // the other readers below run before its copies do.
+    unsafe extern "C" fn hold(_: *mut std::ffi::c_void) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    {
+        let e = ctx.enter().unwrap();
+        // SAFETY: `hold` calls no CUDA and takes no data.
+        unsafe { cuda::launch_host_func(&e, stream.as_raw(), hold, std::ptr::null_mut()) }.unwrap();
+    }
+    // SAFETY: As above.
+    unsafe { store.pread_on_stream(id, at, MemRange::new(&buf, 7, n).unwrap(), stream.as_raw()) }
+        .unwrap();
+    // Other readers need frames meanwhile: three are pinned until the
+    // stream has copied out of them, so these evict only the fourth, and
+    // the stream's copies still read the pages they asked for.
+    let host = HostMemory::new(PAGE).unwrap();
+    for p in 8..16 {
+        store
+            .pread(
+                id,
+                (p * PAGE) as u64,
+                MemRange::new(&host, 0, PAGE).unwrap(),
+            )
+            .unwrap();
+        assert!(read_all(&host, 0, PAGE) == data[p * PAGE..(p + 1) * PAGE]);
+    }
+    sync();
+    let after = stats(emu);
+    assert!(
+        read_all(&buf, 7, n) == want,
+        "after hits, with evictions around"
+    );
+    if let (Some(x), Some(y)) = (before, after) {
+        let d = y.since(&x);
+        assert!(d.dtod.async_bytes >= n as u64, "{d:?}");
+    }
+
+    // Refused: a buffer in host memory, a range past the object's end, a
+    // store without a cache.
+    let host3 = HostMemory::new(PAGE).unwrap();
+    // SAFETY: Refused before anything is queued.
+    let e = unsafe {
+        store.pread_on_stream(
+            id,
+            0,
+            MemRange::new(&host3, 0, PAGE).unwrap(),
+            stream.as_raw(),
+        )
+    }
+    .unwrap_err();
+    assert!(e.to_string().contains("GPU memory"), "{e}");
+    // SAFETY: As above.
+    let e = unsafe {
+        store.pread_on_stream(
+            id,
+            (len - 10) as u64,
+            MemRange::new(&buf, 0, PAGE).unwrap(),
+            stream.as_raw(),
+        )
+    }
+    .unwrap_err();
+    assert!(!matches!(e, Error::Cuda { .. }), "{e}");
+    drop(store);
+
+    // Dropping the store waits for the stream's copies out of its frames.
+    let store2 = open();
+    let buf2 = CudaMemory::alloc(0, 3 * PAGE).unwrap();
+    // SAFETY: As above.
+    unsafe { store2.pread_on_stream(id, at, MemRange::new(&buf2, 0, n).unwrap(), stream.as_raw()) }
+        .unwrap();
+    drop(store2);
+    sync();
+    assert!(read_all(&buf2, 0, n) == want, "the store dropped early");
+
+    let plain = Store::initialize(backing.clone()).unwrap();
+    // SAFETY: As above.
+    let e = unsafe {
+        plain.pread_on_stream(
+            id,
+            0,
+            MemRange::new(&buf, 0, PAGE).unwrap(),
+            stream.as_raw(),
+        )
+    }
+    .unwrap_err();
+    assert!(e.to_string().contains("has none"), "{e}");
+}

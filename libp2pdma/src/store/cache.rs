@@ -41,6 +41,7 @@ use super::{
 };
 use crate::{
     memory::{copy, DeviceMemory, MemRange, MemoryKind},
+    sys::cuda as gpu,
     transfer::Direction,
     Error, Result,
 };
@@ -108,6 +109,10 @@ struct Inner {
     /// Pages whose dirty bytes an eviction is writing back now.
     evicting: HashSet<Key>,
     invalidations: u64,
+    /// Stream-ordered reads whose copies a caller's stream has not run
+    /// yet: their frames stay pinned, and the cache is not freed, until it
+    /// has.
+    on_streams: usize,
 }
 
 impl Inner {
@@ -179,6 +184,13 @@ pub struct PageCache {
     mems: Vec<Arc<dyn DeviceMemory>>,
     page: u64,
     policy: WritePolicy,
+    /// The records and frame tables, and the signal that they changed:
+    /// shared with stream-ordered reads' completions, which unpin frames
+    /// after the caller's stream has copied out of them.
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     inner: Mutex<Inner>,
     changed: Condvar,
 }
@@ -190,6 +202,40 @@ impl std::fmt::Debug for PageCache {
             .field("accelerators", &self.mems.len())
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// The frames of a stream-ordered read, unpinned once the caller's stream
+/// has copied out of them.
+struct Unpin {
+    shared: Arc<Shared>,
+    a: usize,
+    frames: Vec<usize>,
+}
+
+/// Runs on the stream's driver thread: unpins the frames of the `Unpin`
+/// at `data` and frees it. Calls no CUDA (the driver forbids it here).
+#[allow(unsafe_code)]
+unsafe extern "C" fn unpin(data: *mut std::ffi::c_void) {
+    // SAFETY: A box `read_on_stream` made, handed over once.
+    let job = unsafe { Box::from_raw(data.cast::<Unpin>()) };
+    let mut g = job.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
+    for &f in &job.frames {
+        g.pools[job.a].frames[f].pins -= 1;
+    }
+    g.on_streams -= 1;
+    drop(g);
+    job.shared.changed.notify_all();
+}
+
+impl Drop for PageCache {
+    /// Waits for the callers' streams to run the copies of stream-ordered
+    /// reads, whose frames are this cache's memory.
+    fn drop(&mut self) {
+        let mut g = self.lock();
+        while g.on_streams > 0 {
+            g = self.wait(g);
+        }
     }
 }
 
@@ -237,14 +283,17 @@ impl PageCache {
         Ok(Self {
             page: page as u64,
             policy,
-            inner: Mutex::new(Inner {
-                pools,
-                homes: vec![HashMap::new(); mems.len()],
-                evicting: HashSet::new(),
-                invalidations: 0,
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    pools,
+                    homes: vec![HashMap::new(); mems.len()],
+                    evicting: HashSet::new(),
+                    invalidations: 0,
+                    on_streams: 0,
+                }),
+                changed: Condvar::new(),
             }),
             mems,
-            changed: Condvar::new(),
         })
     }
 
@@ -340,11 +389,14 @@ impl PageCache {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn wait<'a>(&self, g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
-        self.changed.wait(g).unwrap_or_else(|p| p.into_inner())
+        self.shared
+            .changed
+            .wait(g)
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn home_of(&self, key: Key) -> usize {
@@ -414,7 +466,7 @@ impl PageCache {
             }
             let Some(f) = self.victim(&mut g, a) else {
                 g.release(h, key);
-                self.changed.notify_all();
+                self.shared.changed.notify_all();
                 g = self.wait(g);
                 continue;
             };
@@ -556,7 +608,7 @@ impl PageCache {
             }
         };
         drop(g);
-        self.changed.notify_all();
+        self.shared.changed.notify_all();
         r
     }
 
@@ -600,7 +652,7 @@ impl PageCache {
             }
         }
         drop(g);
-        self.changed.notify_all();
+        self.shared.changed.notify_all();
         Ok(f)
     }
 
@@ -640,7 +692,7 @@ impl PageCache {
             g.release(self.home_of(key), key);
         }
         drop(g);
-        self.changed.notify_all();
+        self.shared.changed.notify_all();
     }
 
     /// Copies the bytes of `range` to or from `offset` of object `id`
@@ -707,6 +759,101 @@ impl PageCache {
         Ok(())
     }
 
+    /// [`PageCache::io`]'s read, its copies out of accelerator `a`'s frames
+    /// queued on `stream` (a caller's `CUstream` of the device `range` is
+    /// in; null: the legacy default stream) rather than made before it
+    /// returns: a kernel the caller queues on the stream afterwards sees
+    /// the bytes, and no host thread waits for them. Misses are filled
+    /// first, as for any read. The frames stay pinned (never evicted or
+    /// rewritten) until the stream has run the copies, and the cache is not
+    /// freed before. Both the cache's memory and `range`'s must be GPU
+    /// memory.
+    ///
+    /// On an error, the copies already queued still land.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `range`'s device (or a default-stream
+    /// handle), and `range`'s memory stays allocated, and unused by any
+    /// other writer, until the stream has run the copies.
+    #[allow(clippy::too_many_arguments, unsafe_code)]
+    pub unsafe fn read_on_stream(
+        &self,
+        backing: &dyn Backing,
+        map: &Map,
+        a: usize,
+        id: u64,
+        offset: u64,
+        range: MemRange<'_>,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<()> {
+        let (mem, mem_at, n) = (range.mem(), range.offset(), range.len());
+        self.check(a)?;
+        let (Some(dst), Some(frames)) = (mem.gpu(), self.mems[a].gpu()) else {
+            return Err(Error::InvalidArgument(format!(
+                "a stream-ordered read needs the cache and the buffer in GPU memory ({} into {})",
+                self.mems[a].kind(),
+                mem.kind()
+            )));
+        };
+        let size = map.get(id).ok_or_else(|| no_object(id))?.size;
+        crate::error::check_within(&format!("object {id}"), offset, n as u64, size)?;
+        let mut pinned = Vec::new();
+        let mut result = Ok(());
+        let mut done = 0usize;
+        while done < n {
+            let at = offset + done as u64;
+            let (page, in_page) = (at / self.page, (at % self.page) as usize);
+            let len = (self.page as usize - in_page).min(n - done);
+            let f = match self.acquire(backing, map, a, (id, page), Want::Read) {
+                Ok(f) => f,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            pinned.push(f);
+            let frame = f * self.page as usize + in_page;
+            // SAFETY: The frame is pinned until the stream has run the
+            // copy (below); the caller vouches for the stream and `range`.
+            let queued =
+                unsafe { gpu::copy_between_on(dst, mem_at + done, frames, frame, len, stream) };
+            if let Err(e) = queued {
+                result = Err(e);
+                break;
+            }
+            done += len;
+        }
+        if pinned.is_empty() {
+            return result;
+        }
+        self.lock().on_streams += 1;
+        let job = Box::new(Unpin {
+            shared: self.shared.clone(),
+            a,
+            frames: pinned,
+        });
+        let data = Box::into_raw(job).cast::<std::ffi::c_void>();
+        // SAFETY: `unpin` takes back the box, once, on the stream's driver
+        // thread, and calls no CUDA.
+        let launched = dst
+            .ctx
+            .enter()
+            .and_then(|e| unsafe { gpu::launch_host_func(&e, stream, unpin, data) });
+        if let Err(e) = launched {
+            // Nothing will run `unpin`: wait for the copies here, then
+            // unpin.
+            // SAFETY: As the caller vouches for the stream.
+            let _ = dst
+                .ctx
+                .enter()
+                .and_then(|e| unsafe { gpu::stream_synchronize(&e, stream) });
+            // SAFETY: Not handed to the driver: ours to take back.
+            unsafe { unpin(data) };
+            return result.and(Err(e));
+        }
+        result
+    }
+
     /// Writes back every dirty page of `id` (every object's when `None`),
     /// and waits for evictions writing dirty pages back: when it returns,
     /// every write that returned before it was called is on storage.
@@ -760,7 +907,7 @@ impl PageCache {
             }
             g.release(self.home_of(key), key);
             drop(g);
-            self.changed.notify_all();
+            self.shared.changed.notify_all();
         }
         first_err.map_or(Ok(()), Err)
     }

@@ -531,6 +531,45 @@ impl Store {
         Ok(n)
     }
 
+    /// [`pread`](Store::pread) for a GPU consumer: the copies out of the
+    /// store's cache into `range` (GPU memory, as the cache must be) are
+    /// queued on `stream`, the caller's `CUstream` of `range`'s device
+    /// (null: the legacy default stream), and the call returns without
+    /// waiting for them. A kernel the caller queues on that stream next
+    /// reads the bytes; no host thread waits for the copy. Pages not in the
+    /// cache are read into it first, before the call returns. The cache's
+    /// frames stay pinned until the stream has copied out of them, so a
+    /// write or delete of those pages waits for the stream.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `range`'s device (or a default-stream
+    /// handle); `range`'s memory stays allocated, and no one else writes
+    /// it, until the stream has run the copies. Work queued on the stream
+    /// before must not wait for this thread (for an event it records
+    /// later): a write of the same pages by this thread would wait for the
+    /// stream.
+    #[allow(unsafe_code)]
+    pub unsafe fn pread_on_stream(
+        &self,
+        id: u64,
+        offset: u64,
+        range: MemRange<'_>,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<usize> {
+        let n = range.len();
+        let a = self.local(range.mem());
+        let s = self.read_state();
+        Self::locate(&s.map, id, offset, n)?;
+        let Some(c) = &self.cache else {
+            return Err(Error::InvalidArgument(
+                "a stream-ordered read copies out of the store's cache: this store has none".into(),
+            ));
+        };
+        // SAFETY: The caller's promises, passed on.
+        unsafe { c.read_on_stream(self.backing.as_ref(), &s.map, a, id, offset, range, stream) }?;
+        Ok(n)
+    }
+
     /// The cache's counters on accelerator `accel`, if it has a cache.
     pub fn cache_stats_on(&self, accel: usize) -> Option<Result<CacheStats>> {
         self.cache.as_ref().map(|c| c.stats_on(accel))

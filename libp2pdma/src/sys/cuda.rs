@@ -623,6 +623,65 @@ pub unsafe fn copy_between(
         .with_stream(|s| unsafe { s.copy_peer(to, dst.ctx, from, src.ctx, len) })
 }
 
+/// Queues, on `stream` (a caller's `CUstream` of `dst`'s device; null:
+/// the legacy default stream), a copy of `len` bytes of `src` at
+/// `src_offset` into `dst` at `dst_offset` by the GPUs, and returns
+/// without waiting: the bytes land in the stream's order, before any work
+/// the caller queues on it later. Checked as [`copy_between`] checks.
+///
+/// # Safety
+/// `stream` is a live stream of `dst`'s device (or a default-stream
+/// handle); both ranges stay allocated, and nothing else writes `dst`'s or
+/// `src`'s, until the stream has run the copy.
+pub unsafe fn copy_between_on(
+    dst: DeviceRange<'_>,
+    dst_offset: usize,
+    src: DeviceRange<'_>,
+    src_offset: usize,
+    len: usize,
+    stream: *mut c_void,
+) -> Result<()> {
+    crate::error::check_range(dst_offset, len, dst.len)?;
+    crate::error::check_range(src_offset, len, src.len)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let (to, from) = (dst.ptr + dst_offset as u64, src.ptr + src_offset as u64);
+    let same_device = dst.ctx.ordinal == src.ctx.ordinal;
+    if same_device && to.abs_diff(from) < len as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "a device-to-device copy of {len} bytes from {from:#x} to {to:#x}: the ranges overlap"
+        )));
+    }
+    if !same_device {
+        let _ = dst.ctx.reaches_peer(src.ctx);
+    }
+    let _e = dst.ctx.enter()?;
+    if same_device {
+        // SAFETY: The caller's; in range (checked), not overlapping.
+        return call("cuMemcpyDtoDAsync", || unsafe {
+            cu::cuMemcpyDtoDAsync_v2(to, from, len, stream.cast())
+        });
+    }
+    // SAFETY: As above, between the two named devices.
+    call("cuMemcpyPeerAsync", || unsafe {
+        cu::cuMemcpyPeerAsync(to, dst.ctx.ctx, from, src.ctx.ctx, len, stream.cast())
+    })
+}
+
+/// Waits for the work queued on `stream` (a caller's `CUstream`; null: the
+/// legacy default stream).
+///
+/// # Safety
+/// `stream` is a live stream of the current context's device, or a
+/// default-stream handle.
+pub unsafe fn stream_synchronize(_in: &Entered<'_>, stream: *mut c_void) -> Result<()> {
+    // SAFETY: The caller's.
+    call("cuStreamSynchronize", || unsafe {
+        cu::cuStreamSynchronize(stream.cast())
+    })
+}
+
 /// A stream of the current context, destroyed when dropped.
 #[derive(Debug)]
 pub struct Stream(cu::CUstream);
@@ -757,6 +816,11 @@ impl Stream {
             cu::cuMemsetD8Async(dst, value, len, self.0)
         })?;
         self.synchronize()
+    }
+
+    /// The `CUstream` handle, for calls that take a caller's stream.
+    pub fn as_raw(&self) -> *mut c_void {
+        self.0.cast()
     }
 
     /// Waits for the stream's work.
