@@ -11,7 +11,7 @@
 //! - `file`: a file or namespace and its transfers, KvikIO's `CuFile`
 //!   shape; `future`: transfers in flight;
 //! - `engine`: the engine, its counters and the doctor; `routes`: plans
-//!   and copies from one end to another;
+//!   and copies from one end to another; `store`: the object store;
 //! - `errors`: the library's errors as `OSError` subclasses.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -25,6 +25,7 @@ mod future;
 mod memory;
 mod routes;
 mod shape;
+mod store;
 
 use pyo3::prelude::*;
 
@@ -40,6 +41,7 @@ fn _p2pdma(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memory::Memory>()?;
     m.add_class::<memory::MemoryView>()?;
     m.add_class::<shape::Shape>()?;
+    m.add_class::<store::Store>()?;
     m.add_function(wrap_pyfunction!(engine::default_engine, m)?)?;
     m.add_function(wrap_pyfunction!(engine::doctor, m)?)?;
     m.add_function(wrap_pyfunction!(file::submit_batch, m)?)?;

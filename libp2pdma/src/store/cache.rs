@@ -697,7 +697,9 @@ impl PageCache {
 
     /// Copies the bytes of `range` to or from `offset` of object `id`
     /// (checked by the caller), page by page, each page by one [`copy()`]
-    /// between accelerator `a`'s copy of it and the memory. A read copies
+    /// between accelerator `a`'s copy of it and the memory (a read of
+    /// several pages from GPU frames into GPU memory queues its copies on
+    /// one stream and waits once). A read copies
     /// out of the copy; a write copies into it, the only copy once the
     /// write lands, dirty (and to storage as well under write-through).
     #[allow(clippy::too_many_arguments)]
@@ -713,6 +715,23 @@ impl PageCache {
     ) -> Result<()> {
         let (mem, mem_at, n) = (range.mem(), range.offset(), range.len());
         self.check(a)?;
+        if dir == Direction::Read && n > self.page as usize {
+            if let (Some(dst), Some(_)) = (mem.gpu(), self.mems[a].gpu()) {
+                // Several pages from GPU frames into GPU memory: the copies
+                // queued on one stream of the buffer's device, waited for
+                // once, not page by page.
+                return dst.ctx.with_stream(|s| {
+                    // SAFETY: This call's own stream of `range`'s device,
+                    // waited for before `range`'s borrow ends.
+                    #[allow(unsafe_code)]
+                    let r = unsafe {
+                        self.read_on_stream(backing, map, a, id, offset, range, s.as_raw())
+                    };
+                    let waited = s.synchronize();
+                    r.and(waited)
+                });
+            }
+        }
         let size = map.get(id).ok_or_else(|| no_object(id))?.size;
         let mut done = 0usize;
         while done < n {

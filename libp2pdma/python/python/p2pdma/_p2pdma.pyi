@@ -43,6 +43,7 @@ __all__ = [
     "Memory",
     "MemoryView",
     "Shape",
+    "Store",
     "StreamFuture",
     "default_engine",
     "doctor",
@@ -685,6 +686,82 @@ class BatchFuture:
         """Awaits every transfer from a running asyncio event loop; gives
         their byte counts in order, or raises the first entry's error after
         all have ended."""
+
+@type_check_only
+class CacheStats(TypedDict):
+    """A store's page cache counters (``Store.cache_stats``)."""
+
+    hits: int
+    misses: int
+    remote: int
+    invalidations: int
+    frames: int
+    cached: int
+    dirty: int
+
+@final
+class Store:
+    """Objects on a file or block device, read and written by id
+    (``docs/store.md``), with a page cache in a ``Memory`` (host,
+    accelerator or GPU memory) when one is given. Reads and writes move
+    every byte asked for or raise; a range past an object's end raises and
+    moves nothing. One ``Store`` per file at a time."""
+
+    @staticmethod
+    def format(
+        path: StrPath,
+        max_objects: int = 1024,
+        *,
+        size: int | None = None,
+        cache: Memory | None = None,
+        page: int = 65536,
+        write_through: bool = False,
+        engine: Engine | None = None,
+    ) -> Store:
+        """Formats ``path`` (a file or a block device) as an empty store
+        for up to ``max_objects`` objects. With ``size``, a file is created
+        if missing and made at least ``size`` bytes long. With ``cache``,
+        a ``Memory`` whose whole length holds the page cache's frames of
+        ``page`` bytes (a power of two from 4 KiB to 2 MiB), written back
+        on ``flush`` (or through, with ``write_through``)."""
+
+    @staticmethod
+    def open(
+        path: StrPath,
+        *,
+        cache: Memory | None = None,
+        page: int = 65536,
+        write_through: bool = False,
+        engine: Engine | None = None,
+    ) -> Store:
+        """Opens the store on ``path`` (see ``format`` for the cache)."""
+
+    def create(self, size: int) -> int:
+        """A new object of ``size`` bytes (zeros); its id."""
+
+    def delete(self, id: int) -> None:
+        """Deletes object ``id``."""
+
+    def size(self, id: int) -> int:
+        """Object ``id``'s size in bytes."""
+
+    def objects(self) -> list[tuple[int, int]]:
+        """Every object, as ``(id, size)`` pairs."""
+
+    def read(self, id: int, buf: Buffer, offset: int = 0, size: int | None = None, *, buf_offset: int = 0) -> int:
+        """Reads object ``id`` from ``offset`` into ``buf``, ``size`` bytes
+        (default: the buffer's length from ``buf_offset``); returns the
+        bytes read."""
+
+    def write(self, id: int, buf: Buffer, offset: int = 0, size: int | None = None, *, buf_offset: int = 0) -> int:
+        """Writes ``buf`` to object ``id`` at ``offset``; returns the bytes
+        written. Durable after the next ``flush``."""
+
+    def flush(self) -> None:
+        """Makes every write that returned durable."""
+
+    def cache_stats(self) -> CacheStats | None:
+        """The page cache's counters, or ``None`` without a cache."""
 
 @final
 class Memory:

@@ -313,13 +313,13 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
         chunk >> 10,
         data >> 20,
         mem.name(),
-        hot + hot / 8
+        hot + (hot / 8).max(1)
     );
     let cache_mems: Vec<Mem> = match mem {
         Mem::Host => vec![Mem::Host],
         m => vec![m, Mem::Host],
     };
-    let frames = (hot + hot / 8) * chunk;
+    let frames = (hot + (hot / 8).max(1)) * chunk;
     let limit = if fio::have_fio() {
         Some(fio_random(&path, data as u64, chunk, threads, secs)?)
     } else {

@@ -264,13 +264,17 @@ pub(super) fn storage(a: &BenchArgs, json_out: &mut Value) -> Res<()> {
             verify(dst, &want, name)?;
         }
     }
-    // Interleaved repetitions, each starting with the next contender, so
-    // that no contender always runs right after the same other.
+    // Interleaved repetitions, each in an order of its own (shuffled, the
+    // same in every run of the bench), so that no contender always runs
+    // first, last, or right after the same other: what one run leaves
+    // behind (the target's state, the network's) falls on all alike.
     let mut results: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
     let mut threads = vec![0usize; contenders.len()];
-    for rep in 0..a.reps.max(1) {
-        for k in 0..contenders.len() {
-            let i = (rep + k) % contenders.len();
+    let mut rng = fastrand::Rng::with_seed(0x5EED);
+    for _ in 0..a.reps.max(1) {
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        rng.shuffle(&mut order);
+        for i in order {
             let (x, t) = run(&contenders[i].2, serial_buf)?;
             results[i].push(x);
             threads[i] = threads[i].max(t);
