@@ -414,10 +414,10 @@ fn copies_between_gpu_memories_stay_on_the_gpus() {
     assert_eq!(kinds, [HopKind::GpuCopy], "{route:?}");
 }
 
-#[test]
-fn the_store_cache_in_gpu_memory_serves_hits_by_device_copies() {
-    let (emu, _g) = setup();
-    const PAGE: usize = 64 << 10;
+/// A store on a 16 MiB file holding one object of `len` bytes of
+/// `pattern(seed)`, written and flushed without a cache: its directory,
+/// backing, the object's id and bytes.
+fn stored_object(len: usize, seed: u64) -> (tempfile::TempDir, Arc<EngineBacking>, u64, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store");
     std::fs::File::create(&path)
@@ -427,21 +427,26 @@ fn the_store_cache_in_gpu_memory_serves_hits_by_device_copies() {
     let engine = Arc::new(Engine::new(Config::default(), None));
     let file = Arc::new(StorageFile::open_rw(&path).unwrap());
     let backing = Arc::new(EngineBacking::new(engine, file));
+    let data = pattern(seed, len);
+    let store = Store::format(backing.clone(), 16).unwrap();
+    let id = store.pcreate(len as u64).unwrap();
+    let host = HostMemory::new(len).unwrap();
+    host.write_at(0, &data).unwrap();
+    store
+        .pwrite(id, 0, MemRange::new(&host, 0, len).unwrap())
+        .unwrap();
+    store.flush().unwrap();
+    (dir, backing, id, data)
+}
+
+#[test]
+fn the_store_cache_in_gpu_memory_serves_hits_by_device_copies() {
+    let (emu, _g) = setup();
+    const PAGE: usize = 64 << 10;
     // The object written without a cache, so that every page is a miss
     // first.
     let len = 8 * PAGE + 4096;
-    let data = pattern(22, len);
-    let id = {
-        let store = Store::format(backing.clone(), 16).unwrap();
-        let id = store.pcreate(len as u64).unwrap();
-        let host = HostMemory::new(len).unwrap();
-        host.write_at(0, &data).unwrap();
-        store
-            .pwrite(id, 0, MemRange::new(&host, 0, len).unwrap())
-            .unwrap();
-        store.flush().unwrap();
-        id
-    };
+    let (_dir, backing, id, data) = stored_object(len, 22);
     let two = cuda::device_count().unwrap() >= 2;
     let mut mems: Vec<Arc<dyn DeviceMemory>> =
         vec![Arc::new(CudaMemory::alloc(0, 16 * PAGE).unwrap())];
@@ -533,28 +538,8 @@ fn the_store_cache_in_gpu_memory_serves_hits_by_device_copies() {
 fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
     let (emu, _g) = setup();
     const PAGE: usize = 64 << 10;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("store");
-    std::fs::File::create(&path)
-        .unwrap()
-        .set_len(16 << 20)
-        .unwrap();
-    let engine = Arc::new(Engine::new(Config::default(), None));
-    let file = Arc::new(StorageFile::open_rw(&path).unwrap());
-    let backing = Arc::new(EngineBacking::new(engine, file));
     let len = 16 * PAGE;
-    let data = pattern(24, len);
-    let id = {
-        let store = Store::format(backing.clone(), 16).unwrap();
-        let id = store.pcreate(len as u64).unwrap();
-        let host = HostMemory::new(len).unwrap();
-        host.write_at(0, &data).unwrap();
-        store
-            .pwrite(id, 0, MemRange::new(&host, 0, len).unwrap())
-            .unwrap();
-        store.flush().unwrap();
-        id
-    };
+    let (_dir, backing, id, data) = stored_object(len, 24);
     let open = || {
         // Four frames: a read of three pages pins three.
         let frames = Arc::new(CudaMemory::alloc(0, 4 * PAGE).unwrap());

@@ -576,6 +576,32 @@ impl DeviceRange<'_> {
     }
 }
 
+/// The device addresses a copy of `len` bytes from `src` at `src_offset`
+/// to `dst` at `dst_offset` runs between, and whether the two are one
+/// device; `None` for no bytes. Both ranges are checked, and ranges that
+/// overlap in one device's memory refused.
+fn copy_ends(
+    dst: DeviceRange<'_>,
+    dst_offset: usize,
+    src: DeviceRange<'_>,
+    src_offset: usize,
+    len: usize,
+) -> Result<Option<(CUdeviceptr, CUdeviceptr, bool)>> {
+    crate::error::check_range(dst_offset, len, dst.len)?;
+    crate::error::check_range(src_offset, len, src.len)?;
+    if len == 0 {
+        return Ok(None);
+    }
+    let (to, from) = (dst.ptr + dst_offset as u64, src.ptr + src_offset as u64);
+    let same_device = dst.ctx.ordinal == src.ctx.ordinal;
+    if same_device && to.abs_diff(from) < len as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "a device-to-device copy of {len} bytes from {from:#x} to {to:#x}: the ranges overlap"
+        )));
+    }
+    Ok(Some((to, from, same_device)))
+}
+
 /// Copies `len` bytes of `src` at `src_offset` into `dst` at `dst_offset`
 /// by the GPUs, the host moving no byte: within one device by
 /// `cuMemcpyDtoDAsync`, between two by `cuMemcpyPeerAsync` (directly where
@@ -594,18 +620,9 @@ pub unsafe fn copy_between(
     src_offset: usize,
     len: usize,
 ) -> Result<()> {
-    crate::error::check_range(dst_offset, len, dst.len)?;
-    crate::error::check_range(src_offset, len, src.len)?;
-    if len == 0 {
+    let Some((to, from, same_device)) = copy_ends(dst, dst_offset, src, src_offset, len)? else {
         return Ok(());
-    }
-    let (to, from) = (dst.ptr + dst_offset as u64, src.ptr + src_offset as u64);
-    let same_device = dst.ctx.ordinal == src.ctx.ordinal;
-    if same_device && to.abs_diff(from) < len as u64 {
-        return Err(Error::InvalidArgument(format!(
-            "a device-to-device copy of {len} bytes from {from:#x} to {to:#x}: the ranges overlap"
-        )));
-    }
+    };
     if same_device {
         // SAFETY: In range (checked) of device memory of one device
         // (`DeviceRange`s are made only of memory held for the borrow),
@@ -641,18 +658,9 @@ pub unsafe fn copy_between_on(
     len: usize,
     stream: *mut c_void,
 ) -> Result<()> {
-    crate::error::check_range(dst_offset, len, dst.len)?;
-    crate::error::check_range(src_offset, len, src.len)?;
-    if len == 0 {
+    let Some((to, from, same_device)) = copy_ends(dst, dst_offset, src, src_offset, len)? else {
         return Ok(());
-    }
-    let (to, from) = (dst.ptr + dst_offset as u64, src.ptr + src_offset as u64);
-    let same_device = dst.ctx.ordinal == src.ctx.ordinal;
-    if same_device && to.abs_diff(from) < len as u64 {
-        return Err(Error::InvalidArgument(format!(
-            "a device-to-device copy of {len} bytes from {from:#x} to {to:#x}: the ranges overlap"
-        )));
-    }
+    };
     if !same_device {
         let _ = dst.ctx.reaches_peer(src.ctx);
     }
