@@ -658,3 +658,87 @@ fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
     .unwrap_err();
     assert!(e.to_string().contains("has none"), "{e}");
 }
+
+#[test]
+#[allow(unsafe_code)]
+fn stream_ordered_store_writes_own_their_pages_until_the_stream_has_copied() {
+    let (_emu, _g) = setup();
+    const PAGE: usize = 64 << 10;
+    let len = 16 * PAGE;
+    let (_dir, backing, id, data) = stored_object(len, 25);
+    let frames = Arc::new(CudaMemory::alloc(0, 8 * PAGE).unwrap());
+    let cache = PageCache::new(frames, PAGE, WritePolicy::WriteBack).unwrap();
+    let store = Store::initialize(backing.clone())
+        .unwrap()
+        .with_cache(cache);
+    let ctx = cuda::Context::primary(0).unwrap();
+    let stream = {
+        let e = ctx.enter().unwrap();
+        cuda::Stream::new(&e).unwrap()
+    };
+    let buf = CudaMemory::alloc(0, 3 * PAGE).unwrap();
+    let (at, n) = (PAGE as u64 + 100, 2 * PAGE + 300);
+
+    // The producer: the stream held up (a host function that sleeps), then
+    // a memset of the buffer, as a kernel writing its output would; the
+    // store's write is queued behind it.
+    unsafe extern "C" fn hold(_: *mut std::ffi::c_void) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    {
+        let e = ctx.enter().unwrap();
+        // SAFETY: `hold` calls no CUDA; the memset is in `buf`, which
+        // outlives the stream's work (synchronized below).
+        unsafe {
+            cuda::launch_host_func(&e, stream.as_raw(), hold, std::ptr::null_mut()).unwrap();
+            let r = cudarc::driver::sys::cuMemsetD8Async(
+                buf.device_ptr(),
+                0x5A,
+                3 * PAGE,
+                stream.as_raw().cast(),
+            );
+            assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+        }
+    }
+    let t = std::time::Instant::now();
+    // SAFETY: `stream` is device 0's; `buf` outlives its work.
+    unsafe { store.pwrite_on_stream(id, at, MemRange::new(&buf, 0, n).unwrap(), stream.as_raw()) }
+        .unwrap();
+    // A read of the same bytes right away waits for the stream's copy and
+    // sees the produced bytes, never the old ones.
+    let host = HostMemory::new(n + 2 * PAGE).unwrap();
+    store
+        .pread(id, at - 50, MemRange::new(&host, 0, n + 100).unwrap())
+        .unwrap();
+    let mut model = data.clone();
+    model[at as usize..at as usize + n].fill(0x5A);
+    assert!(
+        read_all(&host, 0, n + 100) == model[at as usize - 50..at as usize + n + 50],
+        "read before the stream ran ({:?} after the write returned)",
+        t.elapsed()
+    );
+    {
+        let _e = ctx.enter().unwrap();
+        stream.synchronize().unwrap();
+    }
+    // Durable after a flush; the bytes on storage are the model's.
+    store.flush().unwrap();
+    drop(store);
+    let plain = Store::initialize(backing).unwrap();
+    let all = HostMemory::new(len).unwrap();
+    plain
+        .pread(id, 0, MemRange::new(&all, 0, len).unwrap())
+        .unwrap();
+    assert!(read_all(&all, 0, len) == model, "on storage");
+    // Refused: memory that is not the GPU's, and a store without a cache.
+    let e = unsafe {
+        plain.pwrite_on_stream(
+            id,
+            0,
+            MemRange::new(&buf, 0, PAGE).unwrap(),
+            stream.as_raw(),
+        )
+    }
+    .unwrap_err();
+    assert!(e.to_string().contains("has none"), "{e}");
+}

@@ -109,10 +109,12 @@ struct Inner {
     /// Pages whose dirty bytes an eviction is writing back now.
     evicting: HashSet<Key>,
     invalidations: u64,
-    /// Stream-ordered reads whose copies a caller's stream has not run
-    /// yet: their frames stay pinned, and the cache is not freed, until it
-    /// has.
+    /// Stream-ordered reads and writes whose copies a caller's stream has
+    /// not run yet: their frames stay pinned, and the cache is not freed,
+    /// until it has.
     on_streams: usize,
+    /// Of those, the writes: a flush waits for them.
+    stream_writes: usize,
 }
 
 impl Inner {
@@ -210,7 +212,9 @@ impl std::fmt::Debug for PageCache {
 struct Unpin {
     shared: Arc<Shared>,
     a: usize,
-    frames: Vec<usize>,
+    /// Each frame, and for a write the page's home and key, whose record
+    /// is released with the frame marked dirty.
+    frames: Vec<(usize, Option<(usize, Key)>)>,
 }
 
 /// Runs on the stream's driver thread: unpins the frames of the `Unpin`
@@ -220,10 +224,19 @@ unsafe extern "C" fn unpin(data: *mut std::ffi::c_void) {
     // SAFETY: A box `read_on_stream` made, handed over once.
     let job = unsafe { Box::from_raw(data.cast::<Unpin>()) };
     let mut g = job.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
-    for &f in &job.frames {
-        g.pools[job.a].frames[f].pins -= 1;
+    for &(f, write) in &job.frames {
+        let fr = &mut g.pools[job.a].frames[f];
+        fr.pins -= 1;
+        if let Some((home, key)) = write {
+            fr.dirty = true;
+            fr.valid = true;
+            g.release(home, key);
+        }
     }
     g.on_streams -= 1;
+    if job.frames.iter().any(|(_, w)| w.is_some()) {
+        g.stream_writes -= 1;
+    }
     drop(g);
     job.shared.changed.notify_all();
 }
@@ -290,6 +303,7 @@ impl PageCache {
                     evicting: HashSet::new(),
                     invalidations: 0,
                     on_streams: 0,
+                    stream_writes: 0,
                 }),
                 changed: Condvar::new(),
             }),
@@ -830,7 +844,7 @@ impl PageCache {
                     break;
                 }
             };
-            pinned.push(f);
+            pinned.push((f, None));
             let frame = f * self.page as usize + in_page;
             // SAFETY: The frame is pinned until the stream has run the
             // copy (below); the caller vouches for the stream and `range`.
@@ -842,27 +856,134 @@ impl PageCache {
             }
             done += len;
         }
-        if pinned.is_empty() {
+        // SAFETY: The caller vouches for the stream, of `dst`'s device.
+        unsafe { self.after_stream(dst, stream, a, pinned, result) }
+    }
+
+    /// [`PageCache::io`]'s write, its copies from `range` into accelerator
+    /// `a`'s frames queued on `stream` (a caller's `CUstream` of the device
+    /// `range` is in) after the work queued on it before (the kernel that
+    /// produced the bytes), and the call returns without waiting. Each page
+    /// is owned by the write until the stream has copied it: a read or
+    /// write of it anywhere waits, then sees the new bytes; the pages are
+    /// dirty, written back by the next flush. With write-through, the
+    /// stream is waited for first and the write made as [`PageCache::io`]
+    /// makes it. Both memories must be GPU memory.
+    ///
+    /// # Safety
+    /// As for [`PageCache::read_on_stream`]; `range` holds the bytes once
+    /// the work queued on the stream before has run, and no one writes it
+    /// until the stream has run the copies.
+    #[allow(clippy::too_many_arguments, unsafe_code)]
+    pub unsafe fn write_on_stream(
+        &self,
+        backing: &dyn Backing,
+        map: &Map,
+        a: usize,
+        id: u64,
+        offset: u64,
+        range: MemRange<'_>,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<()> {
+        let (mem, mem_at, n) = (range.mem(), range.offset(), range.len());
+        self.check(a)?;
+        let (Some(src), Some(frames)) = (mem.gpu(), self.mems[a].gpu()) else {
+            return Err(Error::InvalidArgument(format!(
+                "a stream-ordered write needs the cache and the buffer in GPU memory ({} from {})",
+                self.mems[a].kind(),
+                mem.kind()
+            )));
+        };
+        let size = map.get(id).ok_or_else(|| no_object(id))?.size;
+        crate::error::check_within(&format!("object {id}"), offset, n as u64, size)?;
+        if self.policy == WritePolicy::WriteThrough {
+            // SAFETY: The caller vouches for the stream.
+            src.ctx
+                .enter()
+                .and_then(|e| unsafe { gpu::stream_synchronize(&e, stream) })?;
+            return self.io(Direction::Write, backing, map, a, id, offset, range);
+        }
+        let mut owned = Vec::new();
+        let mut result = Ok(());
+        let mut done = 0usize;
+        while done < n {
+            let at = offset + done as u64;
+            let (page, in_page) = (at / self.page, (at % self.page) as usize);
+            let len = (self.page as usize - in_page).min(n - done);
+            let key = (id, page);
+            let whole = in_page == 0 && at + len as u64 >= ((page + 1) * self.page).min(size);
+            let f = match self.acquire(backing, map, a, key, Want::Write { whole }) {
+                Ok(f) => f,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            // Not valid until the stream has copied: a read hit on this
+            // accelerator then waits for the page's record, as anyone
+            // else does.
+            self.lock().pools[a].frames[f].valid = false;
+            owned.push((f, Some((self.home_of(key), key))));
+            let frame = f * self.page as usize + in_page;
+            // SAFETY: The page is this write's until the stream has run
+            // the copy (below); the caller vouches for the stream and
+            // `range`.
+            let queued =
+                unsafe { gpu::copy_between_on(frames, frame, src, mem_at + done, len, stream) };
+            if let Err(e) = queued {
+                result = Err(e);
+                break;
+            }
+            done += len;
+        }
+        // SAFETY: As above.
+        unsafe { self.after_stream(src, stream, a, owned, result) }
+    }
+
+    /// Hands `frames` (pinned, and for writes their pages owned) to a host
+    /// function on `stream` that lets them go once the copies queued before
+    /// it have run; where it cannot be queued, waits for the stream here
+    /// and lets them go. Returns `result`, or the error of queueing it.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `on`'s device, or a default-stream
+    /// handle.
+    #[allow(unsafe_code)]
+    unsafe fn after_stream(
+        &self,
+        on: gpu::DeviceRange<'_>,
+        stream: *mut std::ffi::c_void,
+        a: usize,
+        frames: Vec<(usize, Option<(usize, Key)>)>,
+        result: Result<()>,
+    ) -> Result<()> {
+        if frames.is_empty() {
             return result;
         }
-        self.lock().on_streams += 1;
+        {
+            let mut g = self.lock();
+            g.on_streams += 1;
+            if frames.iter().any(|(_, w)| w.is_some()) {
+                g.stream_writes += 1;
+            }
+        }
         let job = Box::new(Unpin {
             shared: self.shared.clone(),
             a,
-            frames: pinned,
+            frames,
         });
         let data = Box::into_raw(job).cast::<std::ffi::c_void>();
         // SAFETY: `unpin` takes back the box, once, on the stream's driver
         // thread, and calls no CUDA.
-        let launched = dst
+        let launched = on
             .ctx
             .enter()
             .and_then(|e| unsafe { gpu::launch_host_func(&e, stream, unpin, data) });
         if let Err(e) = launched {
-            // Nothing will run `unpin`: wait for the copies here, then
-            // unpin.
+            // Nothing will run `unpin`: wait for the copies here, then let
+            // the frames go.
             // SAFETY: As the caller vouches for the stream.
-            let _ = dst
+            let _ = on
                 .ctx
                 .enter()
                 .and_then(|e| unsafe { gpu::stream_synchronize(&e, stream) });
@@ -899,10 +1020,13 @@ impl PageCache {
                     })
                     .filter(|(_, _, k)| mine(k))
                     .collect();
+                // Writes a caller's stream has yet to copy count as
+                // written: wait for them.
                 let busy = pages
                     .iter()
                     .any(|&(_, _, k)| g.entry(self.home_of(k), k).busy)
-                    || g.evicting.iter().any(mine);
+                    || g.evicting.iter().any(mine)
+                    || g.stream_writes > 0;
                 if busy {
                     g = self.wait(g);
                     continue;

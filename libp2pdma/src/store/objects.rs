@@ -570,6 +570,44 @@ impl Store {
         Ok(n)
     }
 
+    /// [`pwrite`](Store::pwrite) for a GPU producer: the copies from
+    /// `range` (GPU memory, as the store's cache must be) into the cache
+    /// are queued on `stream`, the caller's `CUstream` of `range`'s device,
+    /// after the work queued on it before (the kernel that produces the
+    /// bytes), and the call returns without waiting. Until the stream has
+    /// copied a page, the write owns it: a read or write of it anywhere
+    /// waits, then sees the new bytes. Durable after the next
+    /// [`flush`](Store::flush), which waits for the stream. With a
+    /// write-through cache, the stream is waited for first and the write
+    /// made as `pwrite` makes it.
+    ///
+    /// # Safety
+    /// As for [`pread_on_stream`](Store::pread_on_stream): `stream` is a
+    /// live stream of `range`'s device, and `range` stays allocated, and
+    /// unwritten by anyone but the work queued before, until the stream has
+    /// run the copies.
+    #[allow(unsafe_code)]
+    pub unsafe fn pwrite_on_stream(
+        &self,
+        id: u64,
+        offset: u64,
+        range: MemRange<'_>,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<usize> {
+        let n = range.len();
+        let a = self.local(range.mem());
+        let s = self.read_state();
+        Self::locate(&s.map, id, offset, n)?;
+        let Some(c) = &self.cache else {
+            return Err(Error::InvalidArgument(
+                "a stream-ordered write copies into the store's cache: this store has none".into(),
+            ));
+        };
+        // SAFETY: The caller's promises, passed on.
+        unsafe { c.write_on_stream(self.backing.as_ref(), &s.map, a, id, offset, range, stream) }?;
+        Ok(n)
+    }
+
     /// The cache's counters on accelerator `accel`, if it has a cache.
     pub fn cache_stats_on(&self, accel: usize) -> Option<Result<CacheStats>> {
         self.cache.as_ref().map(|c| c.stats_on(accel))
