@@ -207,6 +207,17 @@ impl std::fmt::Debug for PageCache {
     }
 }
 
+/// How a write into a frame ended, for [`PageCache::done`].
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    /// The page.
+    key: Key,
+    /// Whether the frame now holds bytes storage does not.
+    dirty: bool,
+    /// Whether the write's bytes reached the frame.
+    landed: bool,
+}
+
 /// The frames of a stream-ordered read, unpinned once the caller's stream
 /// has copied out of them.
 struct Unpin {
@@ -608,7 +619,10 @@ impl PageCache {
             }
             (Ok(()), Ok(())) => {
                 let pool = &mut g.pools[a];
-                pool.frames[f].valid = true;
+                // A whole-page write filled the frame with nothing: it is
+                // valid once the write's bytes have landed (`done`), and
+                // until then a read hit here must not copy out of it.
+                pool.frames[f].valid = !matches!(want, Want::Write { whole: true });
                 if source.is_some() {
                     pool.remote += 1;
                 }
@@ -696,13 +710,26 @@ impl PageCache {
     }
 
     /// Unpins frame `f` of accelerator `a`; after a write, sets its dirty
-    /// bit to `dirty` and releases the page's record.
-    fn done(&self, a: usize, f: usize, write: Option<(Key, bool)>) {
+    /// bit, marks it valid where the write's bytes landed, and releases
+    /// the page's record. A frame a whole-page write filled with nothing
+    /// and whose bytes did not land is dropped: it holds no page.
+    fn done(&self, a: usize, f: usize, write: Option<Written>) {
         let mut g = self.lock();
         let fr = &mut g.pools[a].frames[f];
         fr.pins -= 1;
-        if let Some((key, dirty)) = write {
-            fr.dirty = dirty;
+        if let Some(Written { key, dirty, landed }) = write {
+            if landed {
+                fr.valid = true;
+                fr.dirty = dirty;
+            } else if fr.valid {
+                fr.dirty = dirty;
+            } else {
+                let h = self.home_of(key);
+                let pool = &mut g.pools[a];
+                pool.table.remove(&key);
+                pool.frames[f] = Frame::default();
+                g.entry_mut(h, key).holders &= !(1 << a);
+            }
             g.release(self.home_of(key), key);
         }
         drop(g);
@@ -772,6 +799,7 @@ impl PageCache {
                     let copied = copy(mem, mem_at + done, cached, frame, len);
                     // Dirty unless written through; a failed write-through
                     // leaves the new bytes dirty for the next write-back.
+                    let landed = copied.is_ok();
                     let (r, dirty) = match copied {
                         Ok(()) if self.policy == WritePolicy::WriteThrough => {
                             match self.page_io(Direction::Write, backing, map, a, f, key) {
@@ -782,7 +810,7 @@ impl PageCache {
                         Ok(()) => (Ok(()), true),
                         Err(e) => (Err(e), true),
                     };
-                    self.done(a, f, Some((key, dirty)));
+                    self.done(a, f, Some(Written { key, dirty, landed }));
                     r
                 }
             };

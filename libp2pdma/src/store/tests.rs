@@ -1338,3 +1338,63 @@ fn a_write_on_one_accelerator_is_what_the_next_read_on_any_returns_under_many_th
         }
     }
 }
+
+/// A whole-page write that misses fills its frame with nothing before its
+/// bytes land: a read of the page racing it on the same accelerator must
+/// see the old bytes or the new ones, never the empty frame. Here the
+/// writes rewrite the bytes the page already holds, so every read must see
+/// exactly them.
+#[test]
+fn reads_racing_whole_page_writes_see_old_or_new_bytes_never_an_empty_frame() {
+    let backing = MemBacking::new(64 * BLOCK as usize);
+    let store = Store::format(backing.clone(), 8).unwrap();
+    let pages = 4usize;
+    let n = pages * BLOCK as usize;
+    let id = store.pcreate(n as u64).unwrap();
+    let data: Vec<u8> = (0..n).map(|i| (i % 251) as u8 | 1).collect();
+    let mem = HostMemory::new(n).unwrap();
+    mem.write_at(0, &data).unwrap();
+    store
+        .pwrite(id, 0, MemRange::new(&mem, 0, n).unwrap())
+        .unwrap();
+    store.flush().unwrap();
+    // Two frames for four pages: most writes and reads miss.
+    let store = shared(&backing, 1, 2);
+    let page = BLOCK as usize;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (store, data, stop) = (&store, &data, &stop);
+        s.spawn(move || {
+            let src = HostMemory::new(page).unwrap();
+            for round in 0..3000usize {
+                let p = round % pages;
+                src.write_at(0, &data[p * page..(p + 1) * page]).unwrap();
+                store
+                    .pwrite(id, (p * page) as u64, MemRange::new(&src, 0, page).unwrap())
+                    .unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        for t in 0..2usize {
+            s.spawn(move || {
+                let buf = HostMemory::new(page).unwrap();
+                let mut round = t;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let p = round % pages;
+                    round += 1;
+                    store
+                        .pread(id, (p * page) as u64, MemRange::new(&buf, 0, page).unwrap())
+                        .unwrap();
+                    let got = bytes_of(&buf, page);
+                    if let Some(i) = (0..page).find(|&i| got[i] != data[p * page + i]) {
+                        panic!(
+                            "page {p} byte {i}: {} read, {} written",
+                            got[i],
+                            data[p * page + i]
+                        );
+                    }
+                }
+            });
+        }
+    });
+}
