@@ -950,8 +950,13 @@ impl PageCache {
             // Not valid until the stream has copied: a read hit on this
             // accelerator then waits for the page's record, as anyone
             // else does.
-            self.lock().pools[a].frames[f].valid = false;
-            owned.push((f, Some((self.home_of(key), key))));
+            let before = {
+                let mut g = self.lock();
+                let fr = &mut g.pools[a].frames[f];
+                let before = (fr.valid, fr.dirty);
+                fr.valid = false;
+                before
+            };
             let frame = f * self.page as usize + in_page;
             // SAFETY: The page is this write's until the stream has run
             // the copy (below); the caller vouches for the stream and
@@ -959,9 +964,19 @@ impl PageCache {
             let queued =
                 unsafe { gpu::copy_between_on(frames, frame, src, mem_at + done, len, stream) };
             if let Err(e) = queued {
+                // Nothing will land in this frame: as it was (or dropped,
+                // if the write had mapped it empty).
+                self.lock().pools[a].frames[f].valid = before.0;
+                let written = Written {
+                    key,
+                    dirty: before.1,
+                    landed: false,
+                };
+                self.done(a, f, Some(written));
                 result = Err(e);
                 break;
             }
+            owned.push((f, Some((self.home_of(key), key))));
             done += len;
         }
         // SAFETY: As above.
