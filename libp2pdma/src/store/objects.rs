@@ -556,18 +556,8 @@ impl Store {
         range: MemRange<'_>,
         stream: *mut std::ffi::c_void,
     ) -> Result<usize> {
-        let n = range.len();
-        let a = self.local(range.mem());
-        let s = self.read_state();
-        Self::locate(&s.map, id, offset, n)?;
-        let Some(c) = &self.cache else {
-            return Err(Error::InvalidArgument(
-                "a stream-ordered read copies out of the store's cache: this store has none".into(),
-            ));
-        };
         // SAFETY: The caller's promises, passed on.
-        unsafe { c.read_on_stream(self.backing.as_ref(), &s.map, a, id, offset, range, stream) }?;
-        Ok(n)
+        unsafe { self.on_stream(Direction::Read, id, offset, range, stream) }
     }
 
     /// [`pwrite`](Store::pwrite) for a GPU producer: the copies from
@@ -594,17 +584,42 @@ impl Store {
         range: MemRange<'_>,
         stream: *mut std::ffi::c_void,
     ) -> Result<usize> {
+        // SAFETY: The caller's promises, passed on.
+        unsafe { self.on_stream(Direction::Write, id, offset, range, stream) }
+    }
+
+    /// A stream-ordered read or write through the cache, checked, under
+    /// the map's read lock.
+    ///
+    /// # Safety
+    /// As for [`pread_on_stream`](Store::pread_on_stream).
+    #[allow(unsafe_code)]
+    unsafe fn on_stream(
+        &self,
+        dir: Direction,
+        id: u64,
+        offset: u64,
+        range: MemRange<'_>,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<usize> {
         let n = range.len();
         let a = self.local(range.mem());
         let s = self.read_state();
         Self::locate(&s.map, id, offset, n)?;
         let Some(c) = &self.cache else {
             return Err(Error::InvalidArgument(
-                "a stream-ordered write copies into the store's cache: this store has none".into(),
+                "a stream-ordered read or write goes through the store's cache: this store has none"
+                    .into(),
             ));
         };
+        let b = self.backing.as_ref();
         // SAFETY: The caller's promises, passed on.
-        unsafe { c.write_on_stream(self.backing.as_ref(), &s.map, a, id, offset, range, stream) }?;
+        unsafe {
+            match dir {
+                Direction::Read => c.read_on_stream(b, &s.map, a, id, offset, range, stream),
+                Direction::Write => c.write_on_stream(b, &s.map, a, id, offset, range, stream),
+            }
+        }?;
         Ok(n)
     }
 
