@@ -742,3 +742,76 @@ fn stream_ordered_store_writes_own_their_pages_until_the_stream_has_copied() {
     .unwrap_err();
     assert!(e.to_string().contains("has none"), "{e}");
 }
+
+#[test]
+#[allow(unsafe_code)]
+fn gpu_reads_and_writes_larger_than_the_cache_finish_with_the_right_bytes() {
+    let (emu, _g) = setup();
+    const PAGE: usize = 64 << 10;
+    let len = 16 * PAGE;
+    let (_dir, backing, id, data) = stored_object(len, 26);
+    // Four frames for sixteen pages: a call pins at most half of them at
+    // a time, the stream letting them go before the next ones are taken.
+    let frames = Arc::new(CudaMemory::alloc(0, 4 * PAGE).unwrap());
+    let cache = PageCache::new(frames, PAGE, WritePolicy::WriteBack).unwrap();
+    let store = Store::initialize(backing).unwrap().with_cache(cache);
+    let buf = CudaMemory::alloc(0, len).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // A thread of its own, not joined: a call that never returns fails
+    // the test instead of hanging it.
+    let worker = {
+        std::thread::spawn(move || {
+            let ctx = cuda::Context::primary(0).unwrap();
+            let stream = {
+                let e = ctx.enter().unwrap();
+                cuda::Stream::new(&e).unwrap()
+            };
+            let sync = || {
+                let _e = ctx.enter().unwrap();
+                stream.synchronize().unwrap();
+            };
+            // A plain read into GPU memory, twice (misses, then the last
+            // pages hit).
+            for _ in 0..2 {
+                store
+                    .pread(id, 100, MemRange::new(&buf, 0, len - 100).unwrap())
+                    .unwrap();
+                assert!(read_all(&buf, 0, len - 100) == data[100..], "pread");
+            }
+            // Stream-ordered, the whole object.
+            // SAFETY: `stream` is device 0's; `buf` outlives its work.
+            unsafe {
+                store.pread_on_stream(id, 0, MemRange::new(&buf, 0, len).unwrap(), stream.as_raw())
+            }
+            .unwrap();
+            sync();
+            assert!(read_all(&buf, 0, len) == data, "pread_on_stream");
+            let new = pattern(27, len);
+            buf.write_at(0, &new).unwrap();
+            // SAFETY: As above.
+            unsafe {
+                store.pwrite_on_stream(id, 0, MemRange::new(&buf, 0, len).unwrap(), stream.as_raw())
+            }
+            .unwrap();
+            sync();
+            let host = HostMemory::new(len).unwrap();
+            store
+                .pread(id, 0, MemRange::new(&host, 0, len).unwrap())
+                .unwrap();
+            assert!(read_all(&host, 0, len) == new, "pwrite_on_stream");
+            tx.send(()).unwrap();
+        })
+    };
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        // Done, or failed (its panic, passed on).
+        Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            if let Err(p) = worker.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("a read or write larger than the cache did not finish in a minute")
+        }
+    }
+    let _ = emu;
+}

@@ -858,34 +858,45 @@ impl PageCache {
         };
         let size = map.get(id).ok_or_else(|| no_object(id))?.size;
         crate::error::check_within(&format!("object {id}"), offset, n as u64, size)?;
-        let mut pinned = Vec::new();
-        let mut result = Ok(());
+        // At most half the frames pinned by one batch of copies: the next
+        // batch's misses find victims once the stream has run the last.
+        let batch = (self.mems[a].len() / self.page as usize / 2).max(1);
         let mut done = 0usize;
         while done < n {
-            let at = offset + done as u64;
-            let (page, in_page) = (at / self.page, (at % self.page) as usize);
-            let len = (self.page as usize - in_page).min(n - done);
-            let f = match self.acquire(backing, map, a, (id, page), Want::Read) {
-                Ok(f) => f,
-                Err(e) => {
-                    result = Err(e);
-                    break;
+            let mut pinned = Vec::new();
+            // (destination offset, frame offset, length), adjacent ones
+            // merged into one copy.
+            let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+            let mut result = Ok(());
+            while done < n && pinned.len() < batch {
+                let at = offset + done as u64;
+                let (page, in_page) = (at / self.page, (at % self.page) as usize);
+                let len = (self.page as usize - in_page).min(n - done);
+                let f = match self.acquire(backing, map, a, (id, page), Want::Read) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                };
+                pinned.push((f, None));
+                let frame = f * self.page as usize + in_page;
+                match runs.last_mut() {
+                    Some(r) if r.0 + r.2 == mem_at + done && r.1 + r.2 == frame => r.2 += len,
+                    _ => runs.push((mem_at + done, frame, len)),
                 }
-            };
-            pinned.push((f, None));
-            let frame = f * self.page as usize + in_page;
-            // SAFETY: The frame is pinned until the stream has run the
-            // copy (below); the caller vouches for the stream and `range`.
-            let queued =
-                unsafe { gpu::copy_between_on(dst, mem_at + done, frames, frame, len, stream) };
-            if let Err(e) = queued {
-                result = Err(e);
-                break;
+                done += len;
             }
-            done += len;
+            if result.is_ok() {
+                // SAFETY: The frames are pinned until the stream has run
+                // the copies (below); the caller vouches for the stream and
+                // `range`.
+                result = unsafe { gpu::copy_runs_on(dst, frames, &runs, stream) };
+            }
+            // SAFETY: The caller vouches for the stream, of `dst`'s device.
+            unsafe { self.after_stream(dst, stream, a, pinned, result) }?;
         }
-        // SAFETY: The caller vouches for the stream, of `dst`'s device.
-        unsafe { self.after_stream(dst, stream, a, pinned, result) }
+        Ok(())
     }
 
     /// [`PageCache::io`]'s write, its copies from `range` into accelerator
@@ -931,6 +942,7 @@ impl PageCache {
                 .and_then(|e| unsafe { gpu::stream_synchronize(&e, stream) })?;
             return self.io(Direction::Write, backing, map, a, id, offset, range);
         }
+        let batch = (self.mems[a].len() / self.page as usize / 2).max(1);
         let mut owned = Vec::new();
         let mut result = Ok(());
         let mut done = 0usize;
@@ -978,6 +990,12 @@ impl PageCache {
             }
             owned.push((f, Some((self.home_of(key), key))));
             done += len;
+            if owned.len() >= batch && done < n {
+                // Half the frames owned: let the stream run these first,
+                // so that the next pages find victims.
+                // SAFETY: As above.
+                unsafe { self.after_stream(src, stream, a, std::mem::take(&mut owned), Ok(())) }?;
+            }
         }
         // SAFETY: As above.
         unsafe { self.after_stream(src, stream, a, owned, result) }

@@ -677,6 +677,74 @@ pub unsafe fn copy_between_on(
     })
 }
 
+/// Queues on `stream` (as for [`copy_between_on`]) the copies `runs`, each
+/// `(dst_offset, src_offset, len)` from `src` into `dst`: on one device,
+/// as one `cuMemcpyBatchAsync` where the driver has it (CUDA 12.8 and
+/// later) and the stream is not a default-stream handle, which it refuses;
+/// else, and between devices, one copy each. Every run is checked before
+/// any is queued.
+///
+/// # Safety
+/// As for [`copy_between_on`], for every run.
+pub unsafe fn copy_runs_on(
+    dst: DeviceRange<'_>,
+    src: DeviceRange<'_>,
+    runs: &[(usize, usize, usize)],
+    stream: *mut c_void,
+) -> Result<()> {
+    let mut ends = Vec::with_capacity(runs.len());
+    for &(d, s, len) in runs {
+        if let Some((to, from, _)) = copy_ends(dst, d, src, s, len)? {
+            ends.push((to, from, len));
+        }
+    }
+    let default_stream = (stream as usize) < 3;
+    if ends.len() > 1 && dst.ctx.ordinal == src.ctx.ordinal && !default_stream {
+        let mut dsts: Vec<CUdeviceptr> = ends.iter().map(|e| e.0).collect();
+        let mut srcs: Vec<CUdeviceptr> = ends.iter().map(|e| e.1).collect();
+        let mut sizes: Vec<usize> = ends.iter().map(|e| e.2).collect();
+        let here = cu::CUmemLocation {
+            type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: dst.ctx.ordinal,
+        };
+        let mut attrs = cu::CUmemcpyAttributes {
+            srcAccessOrder: cu::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM,
+            srcLocHint: here,
+            dstLocHint: here,
+            flags: 0,
+        };
+        let mut first = 0usize;
+        let mut fail = 0usize;
+        let _e = dst.ctx.enter()?;
+        // SAFETY: Three arrays of `ends.len()` entries, live for the call,
+        // one attribute for all from copy 0; the ranges checked above and
+        // the caller's promises for the rest. On an error nothing is
+        // queued (the driver checks every copy first), so the copies are
+        // then queued one by one below.
+        let batched = status("cuMemcpyBatchAsync", || unsafe {
+            cu::cuMemcpyBatchAsync(
+                dsts.as_mut_ptr(),
+                srcs.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                ends.len(),
+                &mut attrs,
+                &mut first,
+                1,
+                &mut fail,
+                stream.cast(),
+            )
+        });
+        if matches!(batched, Ok(CUresult::CUDA_SUCCESS)) {
+            return Ok(());
+        }
+    }
+    for &(d, s, len) in runs {
+        // SAFETY: The caller's, for every run.
+        unsafe { copy_between_on(dst, d, src, s, len, stream) }?;
+    }
+    Ok(())
+}
+
 /// Waits for the work queued on `stream` (a caller's `CUstream`; null: the
 /// legacy default stream).
 ///

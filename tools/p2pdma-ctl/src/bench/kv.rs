@@ -237,6 +237,112 @@ fn run(
     })
 }
 
+/// Hits against the memory's own copy: for pages of 4 KiB and 64 KiB, the
+/// latency of a one-page hit into a buffer (median of many) against one
+/// copy of the same bytes between two buffers of that memory
+/// (`memory::copy`: the GPU's `cuMemcpyDtoDAsync` for GPU memory, a CPU
+/// copy for host memory); and at 64 KiB pages, the bandwidth of a 16 MiB
+/// read of cached pages against one 16 MiB copy. Every hit's bytes are
+/// checked once after its timed runs.
+fn hits_vs_copy(
+    backing: &Arc<EngineBacking>,
+    mem: Mem,
+    module: Option<&Arc<Module>>,
+    out: &mut Vec<Value>,
+) -> Res<()> {
+    const BIG: usize = 16 << 20;
+    let reps = 200;
+    let e = |e: p2pdma::Error| e.to_string();
+    let median_us = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!("  hits against the memory's own copy ({}):", mem.name());
+    println!(
+        "    {:34} {:>12} {:>12} {:>8}",
+        "", "hit", "copy", "copy/hit"
+    );
+    for page in [4096usize, PAGE] {
+        let frames = mem.alloc(module, 4 * page.max(PAGE))?;
+        let store = Store::initialize(backing.clone())
+            .map_err(e)?
+            .with_cache(PageCache::new(frames, page, WritePolicy::WriteBack).map_err(e)?);
+        let id = store.pcreate(BIG as u64).map_err(e)?;
+        let mut bytes = vec![0u8; page];
+        fill(id as usize, &mut bytes);
+        let (buf, other) = (mem.alloc(module, page)?, mem.alloc(module, page)?);
+        buf.write_at(0, &bytes).map_err(e)?;
+        store
+            .pwrite(id, 0, MemRange::whole(buf.as_ref()))
+            .map_err(e)?;
+        let (mut hit, mut copy) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let t = Instant::now();
+            store
+                .pread(id, 0, MemRange::whole(buf.as_ref()))
+                .map_err(e)?;
+            hit.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            p2pdma::memory::copy(buf.as_ref(), 0, other.as_ref(), 0, page).map_err(e)?;
+            copy.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let mut got = vec![0u8; page];
+        buf.read_at(0, &mut got).map_err(e)?;
+        if got != bytes {
+            return Err(format!("a {page}-byte hit read wrong bytes"));
+        }
+        let (h, c) = (median_us(hit), median_us(copy));
+        println!(
+            "    {:34} {h:10.1}us {c:10.1}us {:8.3}",
+            format!("one {} KiB page, latency", page >> 10),
+            c / h
+        );
+        out.push(json!({"page": page, "hit_us": h, "copy_us": c}));
+        store.delete(id).map_err(e)?;
+    }
+    // Bandwidth: 16 MiB of cached 64 KiB pages into one buffer.
+    let frames = mem.alloc(module, BIG + 4 * PAGE)?;
+    let store = Store::initialize(backing.clone())
+        .map_err(e)?
+        .with_cache(PageCache::new(frames, PAGE, WritePolicy::WriteBack).map_err(e)?);
+    let id = store.pcreate(BIG as u64).map_err(e)?;
+    let mut bytes = vec![0u8; BIG];
+    fill(id as usize, &mut bytes);
+    let (buf, other) = (mem.alloc(module, BIG)?, mem.alloc(module, BIG)?);
+    buf.write_at(0, &bytes).map_err(e)?;
+    store
+        .pwrite(id, 0, MemRange::whole(buf.as_ref()))
+        .map_err(e)?;
+    let (mut hit, mut copy) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        let t = Instant::now();
+        store
+            .pread(id, 0, MemRange::whole(buf.as_ref()))
+            .map_err(e)?;
+        hit.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        p2pdma::memory::copy(buf.as_ref(), 0, other.as_ref(), 0, BIG).map_err(e)?;
+        copy.push(t.elapsed().as_secs_f64());
+    }
+    let mut got = vec![0u8; BIG];
+    buf.read_at(0, &mut got).map_err(e)?;
+    if got != bytes {
+        return Err("a 16 MiB read of cached pages read wrong bytes".into());
+    }
+    let gib = |s: f64| BIG as f64 / s / (1u64 << 30) as f64;
+    let (h, c) = (gib(median_us(hit)), gib(median_us(copy)));
+    println!(
+        "    {:34} {h:8.2}GiB/s {c:8.2}GiB/s {:8.3}",
+        "16 MiB of 64 KiB pages, bandwidth",
+        h / c
+    );
+    println!("    (the last column: hit bandwidth / copy bandwidth; latency: copy / hit)");
+    out.push(json!({"bytes": BIG, "hit_gib_s": h, "copy_gib_s": c}));
+    store.delete(id).map_err(e)?;
+    store.flush().map_err(e)?;
+    Ok(())
+}
+
 /// fio's random reads of `chunk` bytes, `threads` jobs one read each in
 /// flight, for `secs` on the first `size` bytes of `path`: GiB/s.
 fn fio_random(path: &Path, size: u64, chunk: usize, threads: usize, secs: f64) -> Res<f64> {
@@ -285,7 +391,7 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
     };
     let data = n * chunk;
     std::fs::File::create(&path)
-        .and_then(|f| f.set_len((data + data / 8 + (8 << 20)) as u64))
+        .and_then(|f| f.set_len((data + data / 8 + (48 << 20)) as u64))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let engine = Arc::new(Engine::new(Config::default(), module.clone()));
     let file = Arc::new(StorageFile::open_rw(&path).map_err(|e| e.to_string())?);
@@ -315,6 +421,8 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
         mem.name(),
         hot + (hot / 8).max(1)
     );
+    let mut hits = Vec::new();
+    hits_vs_copy(&backing, mem, module.as_ref(), &mut hits)?;
     let cache_mems: Vec<Mem> = match mem {
         Mem::Host => vec![Mem::Host],
         m => vec![m, Mem::Host],
@@ -401,7 +509,7 @@ pub(super) fn bench(a: &BenchArgs, out: &mut Value) -> Res<()> {
     println!("  every eighth load's bytes were checked against the chunk's pattern");
     out["kv"] = json!({
         "chunk": chunk, "chunks": n, "hot": hot, "consumers": threads,
-        "memory": mem.name(), "fio_gib_s": limit, "rows": js,
+        "memory": mem.name(), "fio_gib_s": limit, "rows": js, "hits_vs_copy": hits,
     });
     Ok(())
 }
