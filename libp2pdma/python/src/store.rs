@@ -31,7 +31,7 @@ pub struct Store {
 fn parts(
     py: Python<'_>,
     path: &PathBuf,
-    cache: Option<&Bound<'_, Memory>>,
+    cache: Option<&Bound<'_, PyAny>>,
     page: usize,
     write_through: bool,
     engine: Option<&Bound<'_, Engine>>,
@@ -48,11 +48,42 @@ fn parts(
         true => WritePolicy::WriteThrough,
         false => WritePolicy::WriteBack,
     };
-    let cache = cache
-        .map(|m| PageCache::new(m.get().mem.clone(), page, policy))
-        .transpose()
-        .map_err(|e| errors::to_py(py, &e, None, None))?;
+    let cache = match cache {
+        None => None,
+        Some(c) => {
+            let mems = cache_memories(py, c)?;
+            Some(
+                PageCache::shared(mems, page, policy)
+                    .map_err(|e| errors::to_py(py, &e, None, None))?,
+            )
+        }
+    };
     Ok((backing, cache))
+}
+
+/// The memories of a `cache` argument: one `Memory`, or a sequence of
+/// them, one per accelerator the cache spans.
+fn cache_memories(
+    py: Python<'_>,
+    c: &Bound<'_, PyAny>,
+) -> PyResult<Vec<Arc<dyn p2pdma::DeviceMemory>>> {
+    if let Ok(m) = c.cast::<Memory>() {
+        return Ok(vec![m.get().mem.clone()]);
+    }
+    let mut mems = Vec::new();
+    for item in c.try_iter().map_err(|_| {
+        errors::invalid(
+            py,
+            "cache: a Memory, or a sequence of them (one per accelerator)",
+        )
+    })? {
+        let item = item?;
+        let m = item.cast::<Memory>().map_err(|_| {
+            errors::invalid(py, "cache: every entry of the sequence must be a Memory")
+        })?;
+        mems.push(m.get().mem.clone());
+    }
+    Ok(mems)
 }
 
 #[pymethods]
@@ -63,7 +94,10 @@ impl Store {
     /// With `cache`, a `Memory` whose whole length
     /// holds the page cache's frames of `page` bytes (a power of two from
     /// 4 KiB to 2 MiB), written back on `flush` (or through, with
-    /// `write_through`).
+    /// `write_through`); or a sequence of `Memory`s, one per accelerator,
+    /// for a cache they share (a read goes through the copies of the
+    /// accelerator whose memory its buffer is; a miss there is filled
+    /// from another's copy, GPU to GPU, where one holds the page).
     #[staticmethod]
     #[pyo3(signature = (path, max_objects = 1024, *, size = None, cache = None, page = 65536, write_through = false, engine = None))]
     #[allow(clippy::too_many_arguments)]
@@ -72,7 +106,7 @@ impl Store {
         path: PathBuf,
         max_objects: u64,
         size: Option<u64>,
-        cache: Option<&Bound<'_, Memory>>,
+        cache: Option<&Bound<'_, PyAny>>,
         page: usize,
         write_through: bool,
         engine: Option<&Bound<'_, Engine>>,
@@ -103,7 +137,7 @@ impl Store {
     fn open(
         py: Python<'_>,
         path: PathBuf,
-        cache: Option<&Bound<'_, Memory>>,
+        cache: Option<&Bound<'_, PyAny>>,
         page: usize,
         write_through: bool,
         engine: Option<&Bound<'_, Engine>>,

@@ -91,3 +91,19 @@ def test_the_kv_bench_runs_and_checks_its_loads(tmp_path, capsys):
     # With every load asking for a hot chunk after warming, the cache
     # counted hits only.
     assert rows[-1].split()[5] == "100%", out
+
+
+def test_a_cache_shared_by_several_memories(tmp_path):
+    mems = [p2pdma.Memory.host(4 * PAGE), p2pdma.Memory.host(6 * PAGE)]
+    store = p2pdma.Store.format(tmp_path / "store", 8, size=8 << 20, cache=mems)
+    assert store.cache_stats()["frames"] == 10
+    i = store.create(3 * PAGE)
+    data = os.urandom(3 * PAGE)
+    store.write(i, data)
+    out = bytearray(3 * PAGE)
+    store.read(i, out)
+    assert out == data
+    with pytest.raises(p2pdma.Error, match="cache"):
+        p2pdma.Store.open(tmp_path / "store", cache=[mems[0], "not memory"])
+    with pytest.raises(p2pdma.Error, match="cache"):
+        p2pdma.Store.open(tmp_path / "store", cache=42)

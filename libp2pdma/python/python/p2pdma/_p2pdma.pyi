@@ -713,7 +713,7 @@ class Store:
         max_objects: int = 1024,
         *,
         size: int | None = None,
-        cache: Memory | None = None,
+        cache: Memory | Sequence[Memory] | None = None,
         page: int = 65536,
         write_through: bool = False,
         engine: Engine | None = None,
@@ -723,13 +723,16 @@ class Store:
         if missing and made at least ``size`` bytes long. With ``cache``,
         a ``Memory`` whose whole length holds the page cache's frames of
         ``page`` bytes (a power of two from 4 KiB to 2 MiB), written back
-        on ``flush`` (or through, with ``write_through``)."""
+        on ``flush`` (or through, with ``write_through``); or a sequence of
+        ``Memory``, one per accelerator, for a cache they share (a miss on
+        one is filled from another's copy, GPU to GPU, where one holds the
+        page)."""
 
     @staticmethod
     def open(
         path: StrPath,
         *,
-        cache: Memory | None = None,
+        cache: Memory | Sequence[Memory] | None = None,
         page: int = 65536,
         write_through: bool = False,
         engine: Engine | None = None,
