@@ -847,17 +847,8 @@ impl PageCache {
         range: MemRange<'_>,
         stream: *mut std::ffi::c_void,
     ) -> Result<()> {
-        let (mem, mem_at, n) = (range.mem(), range.offset(), range.len());
-        self.check(a)?;
-        let (Some(dst), Some(frames)) = (mem.gpu(), self.mems[a].gpu()) else {
-            return Err(Error::InvalidArgument(format!(
-                "a stream-ordered read needs the cache and the buffer in GPU memory ({} into {})",
-                self.mems[a].kind(),
-                mem.kind()
-            )));
-        };
-        let size = map.get(id).ok_or_else(|| no_object(id))?.size;
-        crate::error::check_within(&format!("object {id}"), offset, n as u64, size)?;
+        let (mem_at, n) = (range.offset(), range.len());
+        let (dst, frames, _) = self.on_gpus(map, a, id, offset, &range)?;
         // At most half the frames pinned by one batch of copies: the next
         // batch's misses find victims once the stream has run the last.
         let batch = (self.mems[a].len() / self.page as usize / 2).max(1);
@@ -924,17 +915,8 @@ impl PageCache {
         range: MemRange<'_>,
         stream: *mut std::ffi::c_void,
     ) -> Result<()> {
-        let (mem, mem_at, n) = (range.mem(), range.offset(), range.len());
-        self.check(a)?;
-        let (Some(src), Some(frames)) = (mem.gpu(), self.mems[a].gpu()) else {
-            return Err(Error::InvalidArgument(format!(
-                "a stream-ordered write needs the cache and the buffer in GPU memory ({} from {})",
-                self.mems[a].kind(),
-                mem.kind()
-            )));
-        };
-        let size = map.get(id).ok_or_else(|| no_object(id))?.size;
-        crate::error::check_within(&format!("object {id}"), offset, n as u64, size)?;
+        let (mem_at, n) = (range.offset(), range.len());
+        let (src, frames, size) = self.on_gpus(map, a, id, offset, &range)?;
         if self.policy == WritePolicy::WriteThrough {
             // SAFETY: The caller vouches for the stream.
             src.ctx
@@ -999,6 +981,32 @@ impl PageCache {
         }
         // SAFETY: As above.
         unsafe { self.after_stream(src, stream, a, owned, result) }
+    }
+
+    /// For a stream-ordered call on accelerator `a` of `range` at `offset`
+    /// of object `id`: `range`'s memory and the accelerator's frames as the
+    /// GPUs address them, and the object's size. Refused unless both are
+    /// GPU memory and the range lies in the object.
+    fn on_gpus<'m>(
+        &'m self,
+        map: &Map,
+        a: usize,
+        id: u64,
+        offset: u64,
+        range: &MemRange<'m>,
+    ) -> Result<(gpu::DeviceRange<'m>, gpu::DeviceRange<'m>, u64)> {
+        self.check(a)?;
+        let mem = range.mem();
+        let (Some(buf), Some(frames)) = (mem.gpu(), self.mems[a].gpu()) else {
+            return Err(Error::InvalidArgument(format!(
+                "a stream-ordered read or write needs the cache and the buffer in GPU memory ({} and {})",
+                self.mems[a].kind(),
+                mem.kind()
+            )));
+        };
+        let size = map.get(id).ok_or_else(|| no_object(id))?.size;
+        crate::error::check_within(&format!("object {id}"), offset, range.len() as u64, size)?;
+        Ok((buf, frames, size))
     }
 
     /// Hands `frames` (pinned, and for writes their pages owned) to a host
