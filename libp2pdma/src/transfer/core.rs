@@ -449,9 +449,10 @@ impl Core {
             None => return,
         };
         let range = usize::try_from(a1.saturating_sub(a0)).unwrap_or(usize::MAX);
-        let Some(plan) = geometry::plan(&file.disk, file.reach(), range) else {
+        let reach = file.reach();
+        if range < reach.min_read() {
             return;
-        };
+        }
         {
             let mut d = self.devices.lock().unwrap_or_else(|p| p.into_inner());
             let k = known_entry(&mut d, dir, key);
@@ -461,13 +462,15 @@ impl Core {
             *k = Known::Calibrating;
         }
         // Only a range the storage holds: the read itself reports the end.
-        if !file.current_size().is_ok_and(|size| a1 <= size) {
+        let plan = geometry::plan(&file.disk, reach, range)
+            .filter(|_| file.current_size().is_ok_and(|size| a1 <= size));
+        let Some(plan) = plan else {
             self.devices
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(key.clone(), Known::Unknown);
             return;
-        }
+        };
         let known = match calibrate::calibrate(file, a0, range, &plan) {
             Some((l, _)) => {
                 // A cache that cannot be written only means calibrating

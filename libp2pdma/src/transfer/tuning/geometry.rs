@@ -102,8 +102,6 @@ pub struct Plan {
     /// How the device's data reaches this machine: what the winner is
     /// chosen by ([`Plan::pick`]).
     pub reach: Reach,
-    /// The smallest block-aligned read that calibrates.
-    pub min: usize,
     /// Bytes per sample.
     pub sample: usize,
     /// Sampling stops after this long.
@@ -122,26 +120,35 @@ pub struct Plan {
 ///   of the read's size up to 64 MiB, [`network_candidates`],
 ///   10 s.
 pub fn plan(f: &DiskFacts, reach: Reach, range: usize) -> Option<Plan> {
-    match reach {
-        Reach::Local => (range >= CALIBRATE_MIN).then(|| Plan {
+    if range < reach.min_read() {
+        return None;
+    }
+    Some(match reach {
+        Reach::Local => Plan {
             reach,
-            min: CALIBRATE_MIN,
             sample: SAMPLE,
             budget: BUDGET,
             candidates: candidates(f),
-        }),
+        },
         Reach::Network => {
-            if range < CALIBRATE_MIN_NETWORK {
-                return None;
-            }
             let sample = range.min(SAMPLE);
-            Some(Plan {
+            Plan {
                 reach,
-                min: CALIBRATE_MIN_NETWORK,
                 sample,
                 budget: NETWORK_BUDGET,
                 candidates: network_candidates(f, sample),
-            })
+            }
+        }
+    })
+}
+
+impl Reach {
+    /// The smallest block-aligned read that calibrates a device reached
+    /// this way: [`CALIBRATE_MIN`] or [`CALIBRATE_MIN_NETWORK`].
+    pub fn min_read(self) -> usize {
+        match self {
+            Reach::Local => CALIBRATE_MIN,
+            Reach::Network => CALIBRATE_MIN_NETWORK,
         }
     }
 }
@@ -448,7 +455,12 @@ mod tests {
         assert_eq!(plan(&head, Reach::Local, CALIBRATE_MIN - 4096), None);
         let local = plan(&head, Reach::Local, CALIBRATE_MIN).unwrap();
         assert_eq!(
-            (local.min, local.sample, local.budget, local.candidates),
+            (
+                Reach::Local.min_read(),
+                local.sample,
+                local.budget,
+                local.candidates
+            ),
             (CALIBRATE_MIN, SAMPLE, BUDGET, candidates(&head))
         );
         // Over a network: from 32 MiB, samples the read's size up to
@@ -460,7 +472,7 @@ mod tests {
         );
         let p = plan(&head, Reach::Network, CALIBRATE_MIN_NETWORK).unwrap();
         assert_eq!(
-            (p.min, p.sample, p.budget),
+            (Reach::Network.min_read(), p.sample, p.budget),
             (32 * MIB, 32 * MIB, NETWORK_BUDGET)
         );
         assert_eq!(
