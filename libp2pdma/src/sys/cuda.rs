@@ -620,24 +620,14 @@ pub unsafe fn copy_between(
     src_offset: usize,
     len: usize,
 ) -> Result<()> {
-    let Some((to, from, same_device)) = copy_ends(dst, dst_offset, src, src_offset, len)? else {
-        return Ok(());
-    };
-    if same_device {
-        // SAFETY: In range (checked) of device memory of one device
-        // (`DeviceRange`s are made only of memory held for the borrow),
-        // not overlapping (checked).
-        return dst
-            .ctx
-            .with_stream(|s| unsafe { s.copy_on_device(to, from, len) });
-    }
-    // Where the devices cannot reach each other (or the driver says no),
-    // the copy is staged by the driver: slower, as correct.
-    let _ = dst.ctx.reaches_peer(src.ctx);
-    // SAFETY: In range (checked) of device memory of the two devices whose
-    // contexts are named (as above).
-    dst.ctx
-        .with_stream(|s| unsafe { s.copy_peer(to, dst.ctx, from, src.ctx, len) })
+    // The copy queued on a stream of the library's own, and waited for.
+    dst.ctx.with_stream(|s| {
+        // SAFETY: `DeviceRange`s are made only of memory held for the
+        // borrow; the stream is the destination device's, waited for
+        // before this returns.
+        unsafe { copy_between_on(dst, dst_offset, src, src_offset, len, s.as_raw()) }?;
+        s.synchronize()
+    })
 }
 
 /// Queues, on `stream` (a caller's `CUstream` of `dst`'s device; null:
@@ -834,50 +824,6 @@ impl Stream {
         // this returns.
         call("cuMemcpyDtoHAsync", || unsafe {
             cu::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, self.0)
-        })?;
-        self.synchronize()
-    }
-
-    /// Copies `len` bytes of device memory from `src` to `dst`, both of
-    /// this stream's device, on the stream and waits.
-    ///
-    /// # Safety
-    /// `[src, src + len)` and `[dst, dst + len)` are device memory of the
-    /// stream's device, do not overlap, and nothing else writes `dst`'s.
-    pub unsafe fn copy_on_device(
-        &self,
-        dst: CUdeviceptr,
-        src: CUdeviceptr,
-        len: usize,
-    ) -> Result<()> {
-        // SAFETY: The caller's; the synchronize below ends the copy before
-        // this returns.
-        call("cuMemcpyDtoDAsync", || unsafe {
-            cu::cuMemcpyDtoDAsync_v2(dst, src, len, self.0)
-        })?;
-        self.synchronize()
-    }
-
-    /// Copies `len` bytes from `src`, device memory of `src_ctx`'s device,
-    /// to `dst`, device memory of `dst_ctx`'s, on the stream (of the
-    /// current context) and waits: directly where the destination's
-    /// context reaches the source's device ([`Context::reaches_peer`]),
-    /// else staged by the driver.
-    ///
-    /// # Safety
-    /// The ranges lie in the named devices' memory, and nothing else
-    /// writes `dst`'s.
-    pub unsafe fn copy_peer(
-        &self,
-        dst: CUdeviceptr,
-        dst_ctx: &Context,
-        src: CUdeviceptr,
-        src_ctx: &Context,
-        len: usize,
-    ) -> Result<()> {
-        // SAFETY: The caller's; both contexts are retained.
-        call("cuMemcpyPeerAsync", || unsafe {
-            cu::cuMemcpyPeerAsync(dst, dst_ctx.ctx, src, src_ctx.ctx, len, self.0)
         })?;
         self.synchronize()
     }
