@@ -776,14 +776,12 @@ impl PageCache {
         let size = map.get(id).ok_or_else(|| no_object(id))?.size;
         let mut done = 0usize;
         while done < n {
-            let at = offset + done as u64;
-            let (page, in_page) = (at / self.page, (at % self.page) as usize);
-            let len = (self.page as usize - in_page).min(n - done);
+            let (page, in_page, len) = self.piece(offset, done, n);
             let key = (id, page);
             let want = match dir {
                 Direction::Read => Want::Read,
                 Direction::Write => Want::Write {
-                    whole: in_page == 0 && at + len as u64 >= ((page + 1) * self.page).min(size),
+                    whole: self.covers(page, in_page, len, size),
                 },
             };
             let f = self.acquire(backing, map, a, key, want)?;
@@ -849,9 +847,7 @@ impl PageCache {
     ) -> Result<()> {
         let (mem_at, n) = (range.offset(), range.len());
         let (dst, frames, _) = self.on_gpus(map, a, id, offset, &range)?;
-        // At most half the frames pinned by one batch of copies: the next
-        // batch's misses find victims once the stream has run the last.
-        let batch = (self.mems[a].len() / self.page as usize / 2).max(1);
+        let batch = self.stream_batch(a);
         let mut done = 0usize;
         while done < n {
             let mut pinned = Vec::new();
@@ -860,9 +856,7 @@ impl PageCache {
             let mut runs: Vec<(usize, usize, usize)> = Vec::new();
             let mut result = Ok(());
             while done < n && pinned.len() < batch {
-                let at = offset + done as u64;
-                let (page, in_page) = (at / self.page, (at % self.page) as usize);
-                let len = (self.page as usize - in_page).min(n - done);
+                let (page, in_page, len) = self.piece(offset, done, n);
                 let f = match self.acquire(backing, map, a, (id, page), Want::Read) {
                     Ok(f) => f,
                     Err(e) => {
@@ -924,16 +918,14 @@ impl PageCache {
                 .and_then(|e| unsafe { gpu::stream_synchronize(&e, stream) })?;
             return self.io(Direction::Write, backing, map, a, id, offset, range);
         }
-        let batch = (self.mems[a].len() / self.page as usize / 2).max(1);
+        let batch = self.stream_batch(a);
         let mut owned = Vec::new();
         let mut result = Ok(());
         let mut done = 0usize;
         while done < n {
-            let at = offset + done as u64;
-            let (page, in_page) = (at / self.page, (at % self.page) as usize);
-            let len = (self.page as usize - in_page).min(n - done);
+            let (page, in_page, len) = self.piece(offset, done, n);
             let key = (id, page);
-            let whole = in_page == 0 && at + len as u64 >= ((page + 1) * self.page).min(size);
+            let whole = self.covers(page, in_page, len, size);
             let f = match self.acquire(backing, map, a, key, Want::Write { whole }) {
                 Ok(f) => f,
                 Err(e) => {
@@ -981,6 +973,30 @@ impl PageCache {
         }
         // SAFETY: As above.
         unsafe { self.after_stream(src, stream, a, owned, result) }
+    }
+
+    /// Where byte `done` of an access of `n` bytes at `offset` of an object
+    /// falls: its page, its offset in the page, and how many of the
+    /// access's bytes that page holds from there.
+    fn piece(&self, offset: u64, done: usize, n: usize) -> (u64, usize, usize) {
+        let at = offset + done as u64;
+        let (page, in_page) = (at / self.page, (at % self.page) as usize);
+        (page, in_page, (self.page as usize - in_page).min(n - done))
+    }
+
+    /// Whether `len` bytes at `in_page` of `page` cover every byte of the
+    /// page an object of `size` bytes holds: a write of them need not read
+    /// the page first.
+    fn covers(&self, page: u64, in_page: usize, len: usize, size: u64) -> bool {
+        let at = page * self.page + in_page as u64;
+        in_page == 0 && at + len as u64 >= ((page + 1) * self.page).min(size)
+    }
+
+    /// The most frames one stream-ordered call keeps pinned at a time, half
+    /// of accelerator `a`'s: the next ones' misses find victims once the
+    /// stream has run the copies of the last.
+    fn stream_batch(&self, a: usize) -> usize {
+        (self.mems[a].len() / self.page as usize / 2).max(1)
     }
 
     /// For a stream-ordered call on accelerator `a` of `range` at `offset`
