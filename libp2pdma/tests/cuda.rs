@@ -533,6 +533,52 @@ fn the_store_cache_in_gpu_memory_serves_hits_by_device_copies() {
     );
 }
 
+/// A stream of CUDA device 0's, as a caller's: its raw handle, a wait for
+/// it, and a way to hold it up (a host function that sleeps first), so
+/// that what the test does next runs before the stream's later work.
+struct TestStream {
+    ctx: Arc<cuda::Context>,
+    stream: cuda::Stream,
+}
+
+impl TestStream {
+    fn new() -> Self {
+        let ctx = cuda::Context::primary(0).unwrap();
+        let stream = {
+            let e = ctx.enter().unwrap();
+            cuda::Stream::new(&e).unwrap()
+        };
+        Self { ctx, stream }
+    }
+
+    fn raw(&self) -> *mut std::ffi::c_void {
+        self.stream.as_raw()
+    }
+
+    fn sync(&self) {
+        let _e = self.ctx.enter().unwrap();
+        self.stream.synchronize().unwrap();
+    }
+
+    #[allow(unsafe_code)]
+    fn hold(&self) {
+        unsafe extern "C" fn sleep(_: *mut std::ffi::c_void) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let e = self.ctx.enter().unwrap();
+        // SAFETY: `sleep` calls no CUDA and takes no data.
+        unsafe { cuda::launch_host_func(&e, self.raw(), sleep, std::ptr::null_mut()) }.unwrap();
+    }
+}
+
+/// A store on `backing` with a cache of `frames` 64 KiB frames in GPU
+/// memory (device 0).
+fn gpu_cached(backing: Arc<EngineBacking>, frames: usize) -> Store {
+    let mem = Arc::new(CudaMemory::alloc(0, frames * (64 << 10)).unwrap());
+    let cache = PageCache::new(mem, 64 << 10, WritePolicy::WriteBack).unwrap();
+    Store::initialize(backing).unwrap().with_cache(cache)
+}
+
 #[test]
 #[allow(unsafe_code)]
 fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
@@ -540,24 +586,10 @@ fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
     const PAGE: usize = 64 << 10;
     let len = 16 * PAGE;
     let (_dir, backing, id, data) = stored_object(len, 24);
-    let open = || {
-        // Four frames: a read of three pages pins three.
-        let frames = Arc::new(CudaMemory::alloc(0, 4 * PAGE).unwrap());
-        let cache = PageCache::new(frames, PAGE, WritePolicy::WriteBack).unwrap();
-        Store::initialize(backing.clone())
-            .unwrap()
-            .with_cache(cache)
-    };
+    // Four frames: a read of three pages pins three.
+    let open = || gpu_cached(backing.clone(), 4);
     let store = open();
-    let ctx = cuda::Context::primary(0).unwrap();
-    let stream = {
-        let e = ctx.enter().unwrap();
-        cuda::Stream::new(&e).unwrap()
-    };
-    let sync = || {
-        let _e = ctx.enter().unwrap();
-        stream.synchronize().unwrap();
-    };
+    let stream = TestStream::new();
     let buf = CudaMemory::alloc(0, 3 * PAGE).unwrap();
     let (at, n) = (100u64, 3 * PAGE - 200);
     let want = &data[at as usize..at as usize + n];
@@ -565,23 +597,16 @@ fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
     // Misses are filled before the call returns; the copies out of the
     // frames land in the stream's order, with no host bytes for them.
     // SAFETY: `stream` is device 0's and `buf` outlives its work.
-    unsafe { store.pread_on_stream(id, at, MemRange::new(&buf, 0, n).unwrap(), stream.as_raw()) }
+    unsafe { store.pread_on_stream(id, at, MemRange::new(&buf, 0, n).unwrap(), stream.raw()) }
         .unwrap();
-    sync();
+    stream.sync();
     assert!(read_all(&buf, 0, n) == want, "after misses");
     let before = stats(emu);
-    // The stream is held up first (a host function that sleeps), so that
-    // the other readers below run before its copies do.
-    unsafe extern "C" fn hold(_: *mut std::ffi::c_void) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    {
-        let e = ctx.enter().unwrap();
-        // SAFETY: `hold` calls no CUDA and takes no data.
-        unsafe { cuda::launch_host_func(&e, stream.as_raw(), hold, std::ptr::null_mut()) }.unwrap();
-    }
+    // The stream is held up first, so that the other readers below run
+    // before its copies do.
+    stream.hold();
     // SAFETY: As above.
-    unsafe { store.pread_on_stream(id, at, MemRange::new(&buf, 7, n).unwrap(), stream.as_raw()) }
+    unsafe { store.pread_on_stream(id, at, MemRange::new(&buf, 7, n).unwrap(), stream.raw()) }
         .unwrap();
     // Other readers need frames meanwhile: three are pinned until the
     // stream has copied out of them, so these evict only the fourth, and
@@ -597,7 +622,7 @@ fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
             .unwrap();
         assert!(read_all(&host, 0, PAGE) == data[p * PAGE..(p + 1) * PAGE]);
     }
-    sync();
+    stream.sync();
     let after = stats(emu);
     assert!(
         read_all(&buf, 7, n) == want,
@@ -613,12 +638,7 @@ fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
     let host3 = HostMemory::new(PAGE).unwrap();
     // SAFETY: Refused before anything is queued.
     let e = unsafe {
-        store.pread_on_stream(
-            id,
-            0,
-            MemRange::new(&host3, 0, PAGE).unwrap(),
-            stream.as_raw(),
-        )
+        store.pread_on_stream(id, 0, MemRange::new(&host3, 0, PAGE).unwrap(), stream.raw())
     }
     .unwrap_err();
     assert!(e.to_string().contains("GPU memory"), "{e}");
@@ -628,7 +648,7 @@ fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
             id,
             (len - 10) as u64,
             MemRange::new(&buf, 0, PAGE).unwrap(),
-            stream.as_raw(),
+            stream.raw(),
         )
     }
     .unwrap_err();
@@ -639,21 +659,16 @@ fn stream_ordered_store_reads_land_in_stream_order_and_pin_their_frames() {
     let store2 = open();
     let buf2 = CudaMemory::alloc(0, 3 * PAGE).unwrap();
     // SAFETY: As above.
-    unsafe { store2.pread_on_stream(id, at, MemRange::new(&buf2, 0, n).unwrap(), stream.as_raw()) }
+    unsafe { store2.pread_on_stream(id, at, MemRange::new(&buf2, 0, n).unwrap(), stream.raw()) }
         .unwrap();
     drop(store2);
-    sync();
+    stream.sync();
     assert!(read_all(&buf2, 0, n) == want, "the store dropped early");
 
     let plain = Store::initialize(backing.clone()).unwrap();
     // SAFETY: As above.
     let e = unsafe {
-        plain.pread_on_stream(
-            id,
-            0,
-            MemRange::new(&buf, 0, PAGE).unwrap(),
-            stream.as_raw(),
-        )
+        plain.pread_on_stream(id, 0, MemRange::new(&buf, 0, PAGE).unwrap(), stream.raw())
     }
     .unwrap_err();
     assert!(e.to_string().contains("has none"), "{e}");
@@ -666,43 +681,32 @@ fn stream_ordered_store_writes_own_their_pages_until_the_stream_has_copied() {
     const PAGE: usize = 64 << 10;
     let len = 16 * PAGE;
     let (_dir, backing, id, data) = stored_object(len, 25);
-    let frames = Arc::new(CudaMemory::alloc(0, 8 * PAGE).unwrap());
-    let cache = PageCache::new(frames, PAGE, WritePolicy::WriteBack).unwrap();
-    let store = Store::initialize(backing.clone())
-        .unwrap()
-        .with_cache(cache);
-    let ctx = cuda::Context::primary(0).unwrap();
-    let stream = {
-        let e = ctx.enter().unwrap();
-        cuda::Stream::new(&e).unwrap()
-    };
+    let store = gpu_cached(backing.clone(), 8);
+    let stream = TestStream::new();
     let buf = CudaMemory::alloc(0, 3 * PAGE).unwrap();
     let (at, n) = (PAGE as u64 + 100, 2 * PAGE + 300);
 
-    // The producer: the stream held up (a host function that sleeps), then
-    // a memset of the buffer, as a kernel writing its output would; the
-    // store's write is queued behind it.
-    unsafe extern "C" fn hold(_: *mut std::ffi::c_void) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    // The producer: the stream held up, then a memset of the buffer, as a
+    // kernel writing its output would; the store's write is queued behind
+    // it.
+    stream.hold();
     {
-        let e = ctx.enter().unwrap();
-        // SAFETY: `hold` calls no CUDA; the memset is in `buf`, which
-        // outlives the stream's work (synchronized below).
+        let _e = stream.ctx.enter().unwrap();
+        // SAFETY: The memset is in `buf`, which outlives the stream's work
+        // (synchronized below).
         unsafe {
-            cuda::launch_host_func(&e, stream.as_raw(), hold, std::ptr::null_mut()).unwrap();
             let r = cudarc::driver::sys::cuMemsetD8Async(
                 buf.device_ptr(),
                 0x5A,
                 3 * PAGE,
-                stream.as_raw().cast(),
+                stream.raw().cast(),
             );
             assert_eq!(r, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
         }
     }
     let t = std::time::Instant::now();
     // SAFETY: `stream` is device 0's; `buf` outlives its work.
-    unsafe { store.pwrite_on_stream(id, at, MemRange::new(&buf, 0, n).unwrap(), stream.as_raw()) }
+    unsafe { store.pwrite_on_stream(id, at, MemRange::new(&buf, 0, n).unwrap(), stream.raw()) }
         .unwrap();
     // A read of the same bytes right away waits for the stream's copy and
     // sees the produced bytes, never the old ones.
@@ -717,10 +721,7 @@ fn stream_ordered_store_writes_own_their_pages_until_the_stream_has_copied() {
         "read before the stream ran ({:?} after the write returned)",
         t.elapsed()
     );
-    {
-        let _e = ctx.enter().unwrap();
-        stream.synchronize().unwrap();
-    }
+    stream.sync();
     // Durable after a flush; the bytes on storage are the model's.
     store.flush().unwrap();
     drop(store);
@@ -732,12 +733,7 @@ fn stream_ordered_store_writes_own_their_pages_until_the_stream_has_copied() {
     assert!(read_all(&all, 0, len) == model, "on storage");
     // Refused: memory that is not the GPU's, and a store without a cache.
     let e = unsafe {
-        plain.pwrite_on_stream(
-            id,
-            0,
-            MemRange::new(&buf, 0, PAGE).unwrap(),
-            stream.as_raw(),
-        )
+        plain.pwrite_on_stream(id, 0, MemRange::new(&buf, 0, PAGE).unwrap(), stream.raw())
     }
     .unwrap_err();
     assert!(e.to_string().contains("has none"), "{e}");
@@ -752,24 +748,14 @@ fn gpu_reads_and_writes_larger_than_the_cache_finish_with_the_right_bytes() {
     let (_dir, backing, id, data) = stored_object(len, 26);
     // Four frames for sixteen pages: a call pins at most half of them at
     // a time, the stream letting them go before the next ones are taken.
-    let frames = Arc::new(CudaMemory::alloc(0, 4 * PAGE).unwrap());
-    let cache = PageCache::new(frames, PAGE, WritePolicy::WriteBack).unwrap();
-    let store = Store::initialize(backing).unwrap().with_cache(cache);
+    let store = gpu_cached(backing, 4);
     let buf = CudaMemory::alloc(0, len).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     // A thread of its own, not joined: a call that never returns fails
     // the test instead of hanging it.
     let worker = {
         std::thread::spawn(move || {
-            let ctx = cuda::Context::primary(0).unwrap();
-            let stream = {
-                let e = ctx.enter().unwrap();
-                cuda::Stream::new(&e).unwrap()
-            };
-            let sync = || {
-                let _e = ctx.enter().unwrap();
-                stream.synchronize().unwrap();
-            };
+            let stream = TestStream::new();
             // A plain read into GPU memory, twice (misses, then the last
             // pages hit).
             for _ in 0..2 {
@@ -781,19 +767,19 @@ fn gpu_reads_and_writes_larger_than_the_cache_finish_with_the_right_bytes() {
             // Stream-ordered, the whole object.
             // SAFETY: `stream` is device 0's; `buf` outlives its work.
             unsafe {
-                store.pread_on_stream(id, 0, MemRange::new(&buf, 0, len).unwrap(), stream.as_raw())
+                store.pread_on_stream(id, 0, MemRange::new(&buf, 0, len).unwrap(), stream.raw())
             }
             .unwrap();
-            sync();
+            stream.sync();
             assert!(read_all(&buf, 0, len) == data, "pread_on_stream");
             let new = pattern(27, len);
             buf.write_at(0, &new).unwrap();
             // SAFETY: As above.
             unsafe {
-                store.pwrite_on_stream(id, 0, MemRange::new(&buf, 0, len).unwrap(), stream.as_raw())
+                store.pwrite_on_stream(id, 0, MemRange::new(&buf, 0, len).unwrap(), stream.raw())
             }
             .unwrap();
-            sync();
+            stream.sync();
             let host = HostMemory::new(len).unwrap();
             store
                 .pread(id, 0, MemRange::new(&host, 0, len).unwrap())

@@ -42,7 +42,7 @@ use p2pdma::{
 use serde_json::{json, Value};
 
 use super::{
-    common::{BenchArgs, Res},
+    common::{median, BenchArgs, Res},
     fio,
 };
 
@@ -253,10 +253,6 @@ fn hits_vs_copy(
     const BIG: usize = 16 << 20;
     let reps = 200;
     let e = |e: p2pdma::Error| e.to_string();
-    let median_us = |mut v: Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
     println!("  hits against the memory's own copy ({}):", mem.name());
     println!(
         "    {:34} {:>12} {:>12} {:>8}",
@@ -291,7 +287,7 @@ fn hits_vs_copy(
         if got != bytes {
             return Err(format!("a {page}-byte hit read wrong bytes"));
         }
-        let (h, c) = (median_us(hit), median_us(copy));
+        let (h, c) = (median(hit), median(copy));
         println!(
             "    {:34} {h:10.1}us {c:10.1}us {:8.3}",
             format!("one {} KiB page, latency", page >> 10),
@@ -330,7 +326,7 @@ fn hits_vs_copy(
         return Err("a 16 MiB read of cached pages read wrong bytes".into());
     }
     let gib = |s: f64| BIG as f64 / s / (1u64 << 30) as f64;
-    let (h, c) = (gib(median_us(hit)), gib(median_us(copy)));
+    let (h, c) = (gib(median(hit)), gib(median(copy)));
     println!(
         "    {:34} {h:8.2}GiB/s {c:8.2}GiB/s {:8.3}",
         "16 MiB of 64 KiB pages, bandwidth",
