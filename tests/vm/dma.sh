@@ -77,7 +77,7 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	# dma_buf_free_sgt's sg_free_table frees nothing): with kmemleak (the
 	# debug kernel) those imports are left out, or every run would report it.
 	export_dmabuf=
-	[ -e /sys/kernel/debug/kmemleak ] && export_dmabuf=--no-dmabuf-export
+	debug_kernel && export_dmabuf=--no-dmabuf-export
 	# shellcheck disable=SC2086
 	dmacheck vfio --serial $SERIAL --image vfio.img --image-pattern-offset $((128 << 20)) --expect-map-type bus-addr $export_dmabuf
 	# Revocation with reads in flight: vfio-pci unbound from the

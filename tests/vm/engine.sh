@@ -186,8 +186,11 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	# blocks) on files of this ext4, into the accelerator's BAR memory, on
 	# every path: each step checked against a shadow file changed with plain
 	# pwrite and truncate.
+	# Shorter on the debug kernel (see debug_kernel).
+	cases=32 kills=24
+	debug_kernel && cases=10 kills=8
 	lib_tests pwrite-model env P2PDMA_MODEL_DIR=/mnt P2PDMA_MODEL_MEM=module \
-		P2PDMA_MODEL_PATHS=p2p,nvme-cmd,bounce PROPTEST_CASES=32 /mnt/tests/libp2pdma-pwrite-model
+		P2PDMA_MODEL_PATHS=p2p,nvme-cmd,bounce PROPTEST_CASES=$cases /mnt/tests/libp2pdma-pwrite-model
 	rm -rf /mnt/tests
 	# The object store on a file of this ext4, its buffers and its page
 	# cache in the accelerator's memory, on each path the engine has for
@@ -214,7 +217,7 @@ if [ "$P2PDMA_TOPOLOGY" = switch ]; then
 	# Processes killed with SIGKILL mid-update (creates, writes through a
 	# write-back cache in accelerator memory, resizes, deletes, flushes),
 	# each store reopened and checked against what had returned.
-	check store-crash-kill-9 p2pdma-vmtest store-crash --path /mnt/store.bin --runs 24
+	check store-crash-kill-9 p2pdma-vmtest store-crash --path /mnt/store.bin --runs "$kills"
 	rm -f /mnt/store.bin
 	umount_rigfs
 else

@@ -61,9 +61,21 @@ say() { echo "@@SAY $*"; }
 # say_output CMD...: CMD's output, indented, as part of the story.
 say_output() { "$@" 2>&1 | grep -v '^@@' | sed 's/^/@@SAY     /'; }
 
-pass() { echo "@@TEST $1 PASS"; }
+# Each verdict is followed by "@@TIME name SECONDS": the guest's seconds
+# since the verdict before it, so a slow suite shows where its time goes.
+clock_last=$(cut -d. -f1 /proc/uptime)
+clock() {
+	clock_now=$(cut -d. -f1 /proc/uptime)
+	echo "@@TIME $1 $((clock_now - clock_last))"
+	clock_last=$clock_now
+}
+pass() {
+	echo "@@TEST $1 PASS"
+	clock "$1"
+}
 fail() {
 	echo "@@TEST $1 FAIL $2"
+	clock "$1"
 	failures=$((failures + 1))
 }
 
@@ -154,6 +166,13 @@ release_held() {
 	for p in $held_pids; do wait "$p" 2>/dev/null; done
 	held_pids=
 }
+
+# True on the debug kernel (KASAN, lockdep, kmemleak, DMA-API checks),
+# which runs everything about twice as slowly: the suites run their longest
+# userspace checks (random sequences, kill loops) shorter there, since the
+# base kernel runs them whole and the debug one is there to watch the
+# kernel's side, which a few cases already cover.
+debug_kernel() { [ -e /sys/kernel/debug/kmemleak ]; }
 
 # On kernels with kmemleak (the debug variant): scan twice, past the minimum
 # object age, and fail on any report.

@@ -40,7 +40,7 @@ dma_api=/sys/kernel/debug/dma-api
 # The debug kernel (KASAN, lockdep, kmemleak, DMA-API checks) runs the suite
 # about twice as slowly, and the rig gives its VM 600 s instead of 300.
 limit=240
-[ -e /sys/kernel/debug/kmemleak ] && limit=480
+debug_kernel && limit=480
 run=
 timeout 5 true 2>/dev/null && run="timeout $limit"
 log=/tmp/sanity.log
@@ -104,7 +104,7 @@ esac
 # track is a warning, which fails the run); it runs longer there, being
 # slower. A new seed each run, printed for replaying it.
 fuzz_s=30
-[ -e /sys/kernel/debug/kmemleak ] && fuzz_s=45
+debug_kernel && fuzz_s=45
 seed=$(date +%s)
 check ioctl-fuzz timeout $((fuzz_s * 4)) p2pdma-vmtest ioctl-fuzz --nvme "$NVME" \
 	--seconds $fuzz_s --procs 3 --threads 4 --files 3 --seed "$seed"
