@@ -168,7 +168,8 @@ release_held() {
 }
 
 # True on the debug kernel (KASAN, lockdep, kmemleak, DMA-API checks),
-# which runs everything about twice as slowly: the suites run their longest
+# which runs most checks two to five times as slowly, and random sequences
+# of small system calls up to sixteen times: the suites run their longest
 # userspace checks (random sequences, kill loops) shorter there, since the
 # base kernel runs them whole and the debug one is there to watch the
 # kernel's side, which a few cases already cover.
